@@ -1,0 +1,119 @@
+# attnd - build, test, run, bench.
+#   make            build/attnd and the libraries
+#   make test       install missing packages, build, run every suite
+#   make asan       the same suites under AddressSanitizer + UBSan
+#   make tsan       the concurrency suite under ThreadSanitizer
+#   make run        serve the embedded default model on port 8080
+#   make bench      benchmark tables (never part of the tests)
+
+CC      ?= cc
+OPT     ?= -O2
+SAN     ?=
+BUILD   ?= build
+CFLAGS  += $(OPT) -g -std=c11 -D_GNU_SOURCE -Wall -Wextra -fPIC $(SAN)
+PKGS     = libmicrohttpd jansson openblas
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) check 2>/dev/null)
+PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+CHECK_LIBS := $(shell pkg-config --libs check 2>/dev/null)
+LDLIBS   = $(PKG_LIBS) -lpthread -lm
+PYTHON  ?= python3
+VENV    ?= .venv
+
+CORE_SRC   := $(wildcard core/*.c)
+CONFIG_SRC := $(wildcard config/*.c)
+SERVER_SRC := $(filter-out server/main.c,$(wildcard server/*.c))
+TEST_SRC   := $(wildcard tests/test_*.c)
+BENCH_SRC  := $(wildcard bench/*.c)
+
+CORE_OBJ   := $(CORE_SRC:%.c=$(BUILD)/%.o)
+CONFIG_OBJ := $(CONFIG_SRC:%.c=$(BUILD)/%.o)
+SERVER_OBJ := $(SERVER_SRC:%.c=$(BUILD)/%.o)
+LIBS       := $(BUILD)/libattnd_server.a $(BUILD)/libattnd_config.a $(BUILD)/libattncore.a
+TESTS      := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+BENCHES    := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
+
+.PHONY: all deps test test-unit test-blackbox asan tsan run bench clean fuzz fuzz-smoke venv
+
+all: $(BUILD)/attnd $(LIBS)
+
+$(BUILD)/%.o: %.c $(wildcard */*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(PKG_CFLAGS) -c $< -o $@
+
+$(BUILD)/libattncore.a: $(CORE_OBJ)
+	ar rcs $@ $^
+$(BUILD)/libattnd_config.a: $(CONFIG_OBJ)
+	ar rcs $@ $^
+$(BUILD)/libattnd_server.a: $(SERVER_OBJ) $(if $(SERVER_OBJ),,$(BUILD)/core/.keep)
+	ar rcs $@ $(SERVER_OBJ)
+$(BUILD)/core/.keep:
+	@mkdir -p $(dir $@) && touch $@
+
+$(BUILD)/attnd: $(BUILD)/server/main.o $(LIBS)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/tests/%: tests/%.c $(LIBS) $(wildcard tests/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(PKG_CFLAGS) -o $@ $< $(LIBS) $(CHECK_LIBS) $(LDLIBS)
+
+$(BUILD)/bench/%: bench/%.c $(LIBS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(PKG_CFLAGS) -o $@ $< $(LIBS) $(LDLIBS)
+
+# Installs the Debian packages the build and tests need when root; otherwise
+# prints the one apt-get line to run.
+deps:
+	@sh tests/deps.sh
+
+# A venv for the black-box suites' PyPI tools, pinned in tests/requirements.txt.
+$(VENV)/.stamp: tests/requirements.txt
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q -r tests/requirements.txt
+	touch $@
+venv: $(VENV)/.stamp
+
+test: deps
+	$(MAKE) all
+	$(MAKE) test-unit
+	$(MAKE) fuzz-smoke
+	$(MAKE) test-blackbox
+
+# Check suites; CK_FORK=yes isolates a crashing test.
+test-unit: $(TESTS)
+	@set -e; for t in $(TESTS); do echo "== $$t"; CK_FORK=yes $$t; done
+
+test-blackbox: $(BUILD)/attnd $(VENV)/.stamp
+	ATTND_BIN=$(abspath $(BUILD)/attnd) $(VENV)/bin/python -m pytest -q tests/blackbox $(PYTEST_ARGS)
+
+asan: deps
+	$(MAKE) BUILD=build-asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" all
+	ASAN_OPTIONS=detect_leaks=1 CK_FORK=no $(MAKE) BUILD=build-asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" test-unit
+	ASAN_OPTIONS=detect_leaks=1 $(MAKE) BUILD=build-asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" test-blackbox
+
+tsan: deps
+	$(MAKE) BUILD=build-tsan OPT=-O1 SAN="-fsanitize=thread" all
+	TSAN_OPTIONS="halt_on_error=1" $(MAKE) BUILD=build-tsan OPT=-O1 SAN="-fsanitize=thread" test-blackbox PYTEST_ARGS="-k concurrency"
+
+# libFuzzer targets (clang): tests/fuzz/fuzz_*.c, each linked with the config library.
+FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
+FUZZERS  := $(FUZZ_SRC:tests/fuzz/%.c=build-fuzz/%)
+FUZZ_SECONDS ?= 15
+build-fuzz/%: tests/fuzz/%.c $(CONFIG_SRC) $(CORE_SRC)
+	@mkdir -p build-fuzz
+	clang -g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined $(PKG_CFLAGS) -o $@ $^ $(PKG_LIBS) -lm -lpthread
+fuzz: $(FUZZERS)
+fuzz-smoke: $(FUZZERS)
+	@set -e; for f in $(FUZZERS); do n=$$(basename $$f); mkdir -p build-fuzz/corpus-$$n; \
+	  echo "== $$n ($(FUZZ_SECONDS)s)"; \
+	  $$f -max_total_time=$(FUZZ_SECONDS) -max_len=4096 build-fuzz/corpus-$$n tests/fuzz/seeds/$$n 2>&1 | tail -2; done
+
+run: deps
+	$(MAKE) all
+	$(BUILD)/attnd --port 8080
+
+bench: deps
+	$(MAKE) all $(BENCHES)
+	env -u OPENBLAS_CORETYPE $(BUILD)/bench/bench_core
+
+clean:
+	rm -rf build build-asan build-tsan build-fuzz

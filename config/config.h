@@ -1,0 +1,92 @@
+/* config.h - what attnd serves and how: the JSON config file, the flags and
+ * ATTND_* environment variables that override it, and loading each model's
+ * weights (safetensors, or the embedded default model).
+ * It reads files and the environment; it never listens, computes attention
+ * or exits (only main() exits).
+ */
+#ifndef ATTND_CONFIG_H
+#define ATTND_CONFIG_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#include "../core/attn.h"
+
+/* The eight weight roles a model's tensors fill. */
+typedef enum {
+    ROLE_Q_WEIGHT, ROLE_Q_BIAS, ROLE_K_WEIGHT, ROLE_K_BIAS,
+    ROLE_V_WEIGHT, ROLE_V_BIAS, ROLE_OUT_WEIGHT, ROLE_OUT_BIAS,
+    ROLE_COUNT
+} attnd_role;
+
+#define ATTND_NAME_MAX 64
+
+typedef struct {
+    char name[ATTND_NAME_MAX]; /* [A-Za-z0-9._-]+, unique; "default" when no config */
+    attn_hparams hp;           /* embed_dim, num_heads, kdim, vdim, bias, causal */
+    char *weights;             /* absolute or cwd-relative path after resolution against
+                                  the config's folder; NULL = embedded default weights */
+    char *prefix;              /* prepended to every tensor name; "" by default */
+    char *layout;              /* "torch" (default) | "bert" | "hf_proj" */
+    char *tensors[ROLE_COUNT]; /* explicit names from the "tensors" map (before prefix), or NULL */
+} attnd_model_config;
+
+typedef struct {
+    /* server */
+    char *host;               /* "0.0.0.0" */
+    int port;                 /* 8080; 0 = pick a free port (tests) */
+    int http_threads;         /* libmicrohttpd polling threads */
+    long long max_body_bytes; /* request body limit, bytes -> 413 */
+    int request_timeout_ms;   /* admission to answer; past it -> 504 */
+    int max_connections;      /* concurrent connections accepted */
+    int connection_timeout_s; /* idle connection timeout, seconds */
+    char *api_key_env;        /* name of the env variable holding the API key */
+    char **cors_origins;      /* allowed origins; n_cors_origins == 0 = CORS off */
+    int n_cors_origins;
+    /* batching */
+    int max_batch_tokens;     /* query + key tokens per batch */
+    int max_batch_requests;   /* 1 = batching off */
+    int max_queue_delay_us;   /* how long the oldest request may wait for company */
+    int max_queue_requests;   /* queued requests per model; past it -> 429 */
+    /* workers */
+    int worker_threads;       /* batches computed at once */
+    int blas_threads;         /* threads one forward uses (the core's own; OpenBLAS stays at 1) */
+    /* limits */
+    int max_tokens_per_request;     /* query + key tokens -> 413 */
+    long long max_attention_floats; /* floats of a requested attention matrix -> 413 */
+    /* models */
+    attnd_model_config *models;
+    int n_models;
+    /* where it came from */
+    char *config_path;        /* NULL when no config file */
+} attnd_config;
+
+/* Fills every default (and no models). Returns 0 or -1 (out of memory). */
+int attnd_config_defaults(attnd_config *c);
+
+/* Parses a config file over the defaults. Unknown keys, wrong types and out
+ * of range values are refused: err names the file, the key and the reason. */
+int attnd_config_load_file(attnd_config *c, const char *path, char *err, size_t errlen);
+
+/* The whole start-up road: defaults, then the file from --config or
+ * ATTND_CONFIG, then ATTND_* variables, then flags; with no model
+ * configured, the embedded default model. Sets *want_help when --help was
+ * given. Returns 0 or -1 with err set. */
+int attnd_config_from_args(attnd_config *c, int argc, char **argv, int *want_help,
+                           char *err, size_t errlen);
+
+/* Prints the flags and environment variables (attnd --help). */
+void attnd_config_usage(FILE *f, const char *argv0);
+
+void attnd_config_free(attnd_config *c); /* safe on a zeroed config */
+
+/* Loads one model's weights: safetensors per mc (checking every offset,
+ * dtype and shape), or the embedded default weights when mc->weights is
+ * NULL. m is initialised here. Errors name the file and the tensor. */
+int attnd_model_load(attn_model *m, const attnd_model_config *mc, char *err, size_t errlen);
+
+/* The embedded default model: E=512, H=8, weights from a fixed seed,
+ * distributed as torch initialises nn.MultiheadAttention. */
+int attnd_default_model(attn_model *m, char *err, size_t errlen);
+
+#endif

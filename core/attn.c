@@ -1,0 +1,563 @@
+/* attn.c - the fast forward of one attention layer over a ragged batch.
+ *
+ *   1. projections: one GEMM over all T query tokens of the batch, with
+ *      [Wq;Wk;Wv] packed for self-attention (QKV (T,3E)); for cross-attention
+ *      Q (T,E) and one GEMM over all U key tokens (KV (U,2E) when value = key);
+ *   2. per (sequence, head, block of query rows): QK^T, softmax and AV with
+ *      OpenBLAS. With no attention matrix asked for, keys are taken in tiles
+ *      with an online softmax, so no (L,S) matrix is ever held; otherwise the
+ *      rows' full score matrix is built where the caller wants the weights.
+ *      Each block's head output overwrites its own (already used) q columns;
+ *   3. out projection: one GEMM over all tokens.
+ * Every step splits over the context's own threads; OpenBLAS stays at one
+ * thread (see README "Parallelism"). Legend: see attn.h.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include <cblas.h>
+
+#include "attn.h"
+#include "internal.h"
+
+enum {
+    QB = 128,          /* query rows per tile (online softmax path) */
+    KB = 256,          /* key rows per tile (online softmax path) */
+    FULL_FLOATS = 1 << 18, /* score floats per task on the weights path */
+};
+
+typedef struct {
+    int seq;  /* index into the batch */
+    int head; /* head, or -1: all heads (the weights path) */
+    int i0;   /* first query row of the block */
+    int i1;   /* one past the last */
+} attn_task;
+
+struct attn_ctx {
+    int nthreads;
+    attn_pool *pool;
+    float *ws;          /* projections, see forward(); ws_cap floats */
+    size_t ws_cap;
+    float **tile;       /* (nthreads) per-thread scratch, tile_cap floats each */
+    size_t tile_cap;
+    attn_task *tasks;   /* (tasks_cap) */
+    size_t tasks_cap;
+    size_t *off;        /* (2 * off_cap): query then key row offsets of each sequence */
+    size_t off_cap;
+};
+
+/* ---- buffers ------------------------------------------------------------ */
+
+/* Aligned, and backed by huge pages when large: first-touch faults of fresh
+ * 4 KiB pages are a large share of a forward's time otherwise. */
+static float *alloc_floats(size_t n)
+{
+    size_t bytes = n * sizeof(float);
+    size_t align = bytes >= (4u << 20) ? (2u << 20) : 64;
+    bytes = (bytes + align - 1) / align * align;
+    void *p = NULL;
+    if (posix_memalign(&p, align, bytes ? bytes : align) != 0) return NULL;
+#ifdef MADV_HUGEPAGE
+    if (align > 64) madvise(p, bytes, MADV_HUGEPAGE);
+#endif
+    return p;
+}
+
+static int grow_floats(float **buf, size_t *cap, size_t need)
+{
+    if (need <= *cap && *buf) return 0;
+    float *p = alloc_floats(need);
+    if (!p) return -1;
+    free(*buf);
+    *buf = p;
+    *cap = need;
+    return 0;
+}
+
+attn_ctx *attn_ctx_new(int nthreads)
+{
+    if (nthreads < 1) nthreads = 1;
+    openblas_set_num_threads(1);
+    attn_ctx *ctx = calloc(1, sizeof *ctx);
+    if (!ctx) return NULL;
+    ctx->nthreads = nthreads;
+    ctx->tile = calloc((size_t)nthreads, sizeof *ctx->tile);
+    ctx->pool = attn_pool_new(nthreads);
+    if (!ctx->tile || !ctx->pool) {
+        attn_ctx_free(ctx);
+        return NULL;
+    }
+    return ctx;
+}
+
+void attn_ctx_free(attn_ctx *ctx)
+{
+    if (!ctx) return;
+    attn_pool_free(ctx->pool);
+    if (ctx->tile)
+        for (int t = 0; t < ctx->nthreads; t++) free(ctx->tile[t]);
+    free(ctx->tile);
+    free(ctx->ws);
+    free(ctx->tasks);
+    free(ctx->off);
+    free(ctx);
+}
+
+int attn_ctx_threads(const attn_ctx *ctx)
+{
+    return ctx->nthreads;
+}
+
+/* ---- vector kernels ------------------------------------------------------ */
+
+/* 16 lanes: one AVX-512 register, two AVX2 ones, four SSE ones. The kernels
+ * below are always inlined into their callers, so the vector ABI note GCC
+ * gives about returning such a vector does not apply. */
+#pragma GCC diagnostic ignored "-Wpsabi"
+typedef float vf16 __attribute__((vector_size(64)));
+typedef int vi16 __attribute__((vector_size(64)));
+#define VL 16
+#define MULTI_TARGET __attribute__((target_clones("avx512f", "avx2,fma", "default")))
+
+static inline __attribute__((always_inline)) vf16 vsplat(float x)
+{
+    return (vf16){} + x;
+}
+
+static inline __attribute__((always_inline)) vf16 vselect(vi16 mask, vf16 a, vf16 b)
+{
+    return (vf16)(((vi16)a & mask) | ((vi16)b & ~mask));
+}
+
+/* e^x for x <= 0 (x - row max), 0 below the float range and at -inf.
+ * Range reduction x = n ln2 + r, |r| <= ln2/2, and a degree-6 polynomial:
+ * relative error about 2e-7 (Cephes expf coefficients). */
+static inline __attribute__((always_inline)) vf16 vexp_neg(vf16 x)
+{
+    const vf16 lo = vsplat(-87.3f), magic = vsplat(12582912.0f); /* 1.5 * 2^23 */
+    vi16 tiny = x < lo;
+    x = vselect(tiny, lo, x);
+    vf16 t = x * vsplat(1.44269504088896341f) + magic;
+    vf16 n = t - magic;
+    vi16 ni = (vi16)t - (vi16)magic;
+    vf16 r = x - n * vsplat(0.693359375f) - n * vsplat(-2.12194440e-4f);
+    vf16 p = vsplat(1.9875691500e-4f);
+    p = p * r + vsplat(1.3981999507e-3f);
+    p = p * r + vsplat(8.3334519073e-3f);
+    p = p * r + vsplat(4.1665795894e-2f);
+    p = p * r + vsplat(1.6666665459e-1f);
+    p = p * r + vsplat(5.0000001201e-1f);
+    p = p * r * r + r + vsplat(1.0f);
+    vf16 scale = (vf16)((ni + 127) << 23);
+    return vselect(tiny, vsplat(0.0f), p * scale);
+}
+
+MULTI_TARGET
+static float row_max(const float *x, int n)
+{
+    vf16 m = vsplat(-INFINITY);
+    int c = 0;
+    for (; c + VL <= n; c += VL) {
+        vf16 v;
+        memcpy(&v, x + c, sizeof v);
+        m = vselect(v > m, v, m);
+    }
+    float r = -INFINITY;
+    for (int l = 0; l < VL; l++) r = m[l] > r ? m[l] : r;
+    for (; c < n; c++) r = x[c] > r ? x[c] : r;
+    return r;
+}
+
+/* x[c] = e^(x[c] - m); returns the sum. m is finite. */
+MULTI_TARGET
+static float row_exp_sum(float *x, int n, float m)
+{
+    vf16 acc = vsplat(0.0f), vm = vsplat(m);
+    int c = 0;
+    for (; c + VL <= n; c += VL) {
+        vf16 v;
+        memcpy(&v, x + c, sizeof v);
+        v = vexp_neg(v - vm);
+        memcpy(x + c, &v, sizeof v);
+        acc += v;
+    }
+    if (c < n) {
+        vf16 v = vsplat(-INFINITY);
+        memcpy(&v, x + c, sizeof(float) * (size_t)(n - c));
+        v = vexp_neg(v - vm);
+        memcpy(x + c, &v, sizeof(float) * (size_t)(n - c));
+        acc += v;
+    }
+    float s = 0;
+    for (int l = 0; l < VL; l++) s += acc[l];
+    return s;
+}
+
+/* ---- projections ----------------------------------------------------------- */
+
+/* C (M,N) = A (M,K) @ W^T (K,N) + bias (N), split in chunks over threads. */
+typedef struct {
+    size_t M;
+    int N, K;
+    const float *A;
+    size_t lda;
+    const float *W; /* (N,K) row-major */
+    const float *bias;
+    float *C;
+    size_t ldc;
+    int chunks;
+    int by_rows; /* split rows of M, else columns of N */
+} gemm_job;
+
+static void gemm_chunk(void *arg, int t, int tid)
+{
+    (void)tid;
+    const gemm_job *g = arg;
+    size_t r0 = 0, r1 = g->M;
+    int c0 = 0, c1 = g->N;
+    if (g->by_rows) {
+        size_t step = (g->M + g->chunks - 1) / g->chunks;
+        step = (step + 7) / 8 * 8;
+        r0 = step * t;
+        r1 = r0 + step < g->M ? r0 + step : g->M;
+    } else {
+        int step = (g->N + g->chunks - 1) / g->chunks;
+        step = (step + 15) / 16 * 16;
+        c0 = step * t;
+        c1 = c0 + step < g->N ? c0 + step : g->N;
+    }
+    if (r0 >= r1 || c0 >= c1) return;
+    for (size_t r = r0; r < r1; r++)
+        memcpy(g->C + r * g->ldc + c0, g->bias + c0, sizeof(float) * (size_t)(c1 - c0));
+    // A (m,K) @ W[c0:c1]^T (K,n) + C -> C (m,n)
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(r1 - r0), c1 - c0, g->K, 1.0f,
+                g->A + r0 * g->lda, (int)g->lda, g->W + (size_t)c0 * g->K, g->K, 1.0f,
+                g->C + r0 * g->ldc + c0, (int)g->ldc);
+}
+
+static void linear(attn_ctx *ctx, float *C, size_t ldc, const float *A, size_t lda, const float *W,
+                   const float *bias, size_t M, int N, int K)
+{
+    gemm_job g = {M, N, K, A, lda, W, bias, C, ldc, ctx->nthreads, 1};
+    if (M < (size_t)64 * ctx->nthreads) g.by_rows = 0;
+    attn_pool_run(ctx->pool, ctx->nthreads, gemm_chunk, &g);
+}
+
+/* ---- attention --------------------------------------------------------- */
+
+typedef struct {
+    const attn_model *m;
+    const attn_batch *b;
+    attn_ctx *ctx;
+    float *q;          /* (T,E) at row stride ldq: projected queries, then head outputs */
+    size_t ldq;
+    const float *k;    /* (U,E) at row stride ldk */
+    size_t ldk;
+    const float *v;    /* (U,E) at row stride ldv */
+    size_t ldv;
+    const size_t *qoff, *koff; /* (B) first query / key row of each sequence */
+    float scale;       /* 1 / sqrt(D) */
+} fwd_state;
+
+/* Hides masked scores of rows [i0, i0+Lb) x keys [j0, j0+Sb) (ld = ldsc):
+ * -inf where hidden, the additive mask added elsewhere. */
+static void mask_scores(float *sc, int ldsc, const attn_seq *s, int i0, int Lb, int j0, int Sb)
+{
+    int causal = s->causal && j0 + Sb - 1 > i0;
+    if (!causal && !s->key_padding_mask && !s->attn_mask_bool && !s->attn_mask_add) return;
+    for (int r = 0; r < Lb; r++) {
+        int i = i0 + r;
+        float *row = sc + (size_t)r * ldsc;
+        size_t mrow = (size_t)i * s->S + j0;
+        if (s->attn_mask_add)
+            for (int c = 0; c < Sb; c++) row[c] += s->attn_mask_add[mrow + c];
+        if (s->key_padding_mask)
+            for (int c = 0; c < Sb; c++)
+                if (s->key_padding_mask[j0 + c]) row[c] = -INFINITY;
+        if (s->attn_mask_bool)
+            for (int c = 0; c < Sb; c++)
+                if (s->attn_mask_bool[mrow + c]) row[c] = -INFINITY;
+        if (causal)
+            for (int c = i + 1 - j0 > 0 ? i + 1 - j0 : 0; c < Sb; c++) row[c] = -INFINITY;
+    }
+}
+
+/* Tile floats one thread needs for the online softmax path. */
+static size_t tiled_floats(int D)
+{
+    return (size_t)QB * KB + (size_t)QB * D + 2 * QB;
+}
+
+/* One (sequence, head, row block) with an online softmax over key tiles:
+ * never more than a QB x KB block of scores. */
+static void attend_tiled(const fwd_state *st, const attn_task *tk, float *scratch)
+{
+    const attn_seq *s = &st->b->seqs[tk->seq];
+    int H = st->m->hp.num_heads, D = st->m->hp.embed_dim / H;
+    int i0 = tk->i0, Lb = tk->i1 - tk->i0;
+    float *q = st->q + (st->qoff[tk->seq] + i0) * st->ldq + (size_t)tk->head * D; /* (Lb,D) */
+    const float *k = st->k + st->koff[tk->seq] * st->ldk + (size_t)tk->head * D; /* (S,D) */
+    const float *v = st->v + st->koff[tk->seq] * st->ldv + (size_t)tk->head * D; /* (S,D) */
+    float *sc = scratch;                  /* (Lb,KB) scores, then probabilities */
+    float *acc = sc + (size_t)QB * KB;    /* (Lb,D) unnormalised output */
+    float *mx = acc + (size_t)QB * D;     /* (Lb) running row max */
+    float *sum = mx + QB;                 /* (Lb) running row sum */
+    memset(acc, 0, sizeof(float) * (size_t)Lb * D);
+    for (int r = 0; r < Lb; r++) {
+        mx[r] = -INFINITY;
+        sum[r] = 0.0f;
+    }
+    int jend = s->S;
+    if (s->causal && jend > tk->i1) jend = tk->i1; /* later keys are hidden from every row */
+    for (int j0 = 0; j0 < jend; j0 += KB) {
+        int Sb = jend - j0 < KB ? jend - j0 : KB;
+        // q (Lb,D) @ k^T (D,Sb) * scale -> sc (Lb,Sb)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Lb, Sb, D, st->scale, q,
+                    (int)st->ldq, k + (size_t)j0 * st->ldk, (int)st->ldk, 0.0f, sc, Sb);
+        mask_scores(sc, Sb, s, i0, Lb, j0, Sb);
+        for (int r = 0; r < Lb; r++) {
+            float *row = sc + (size_t)r * Sb;
+            float mt = row_max(row, Sb);
+            if (mt == -INFINITY) { /* nothing visible to this row in this tile */
+                memset(row, 0, sizeof(float) * (size_t)Sb);
+                continue;
+            }
+            float mnew = mt > mx[r] ? mt : mx[r];
+            float alpha = expf(mx[r] - mnew); /* 0 when mx was -inf */
+            sum[r] = sum[r] * alpha + row_exp_sum(row, Sb, mnew);
+            if (alpha != 1.0f)
+                for (int d = 0; d < D; d++) acc[(size_t)r * D + d] *= alpha;
+            mx[r] = mnew;
+        }
+        // p (Lb,Sb) @ v (Sb,D) + acc -> acc (Lb,D)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, Lb, D, Sb, 1.0f, sc, Sb,
+                    v + (size_t)j0 * st->ldv, (int)st->ldv, 1.0f, acc, D);
+    }
+    for (int r = 0; r < Lb; r++) {
+        float inv = sum[r] > 0 ? 1.0f / sum[r] : 0.0f; /* all keys hidden: 0 */
+        for (int d = 0; d < D; d++) q[(size_t)r * st->ldq + d] = acc[(size_t)r * D + d] * inv;
+    }
+}
+
+/* Query rows per task on the weights path, so that a block of scores stays
+ * near FULL_FLOATS. */
+static int full_rows(int S)
+{
+    int r = FULL_FLOATS / S;
+    if (r > QB) r = QB;
+    if (r < 8) r = 8;
+    return r;
+}
+
+/* One (sequence, row block), every head, with the full rows of scores: the
+ * attention matrix is asked for. */
+static void attend_full(const fwd_state *st, const attn_task *tk, float *scratch)
+{
+    const attn_seq *s = &st->b->seqs[tk->seq];
+    int H = st->m->hp.num_heads, D = st->m->hp.embed_dim / H, L = s->L, S = s->S;
+    int i0 = tk->i0, Lb = tk->i1 - tk->i0;
+    int jend = S;
+    if (s->causal && jend > tk->i1) jend = tk->i1;
+    float invH = 1.0f / (float)H;
+    float *mean = s->weights == ATTN_WEIGHTS_MEAN ? s->attn + (size_t)i0 * S : NULL; /* (Lb,S) */
+    for (int h = 0; h < H; h++) {
+        float *q = st->q + (st->qoff[tk->seq] + i0) * st->ldq + (size_t)h * D; /* (Lb,D) */
+        const float *k = st->k + st->koff[tk->seq] * st->ldk + (size_t)h * D;  /* (S,D) */
+        const float *v = st->v + st->koff[tk->seq] * st->ldv + (size_t)h * D;  /* (S,D) */
+        float *P = s->weights == ATTN_WEIGHTS_HEADS ? s->attn + ((size_t)h * L + i0) * S
+                                                    : scratch; /* (Lb,S) */
+        // q (Lb,D) @ k^T (D,jend) * scale -> P (Lb,jend), ld S
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Lb, jend, D, st->scale, q,
+                    (int)st->ldq, k, (int)st->ldk, 0.0f, P, S);
+        mask_scores(P, S, s, i0, Lb, 0, jend);
+        for (int r = 0; r < Lb; r++) {
+            float *row = P + (size_t)r * S;
+            float mt = row_max(row, jend);
+            if (mt == -INFINITY) {
+                memset(row, 0, sizeof(float) * (size_t)S);
+                continue;
+            }
+            float inv = 1.0f / row_exp_sum(row, jend, mt);
+            for (int c = 0; c < jend; c++) row[c] *= inv;
+            if (jend < S) memset(row + jend, 0, sizeof(float) * (size_t)(S - jend));
+        }
+        // P (Lb,jend) @ v (jend,D) -> q's own columns (Lb,D): q is used up
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, Lb, D, jend, 1.0f, P, S, v,
+                    (int)st->ldv, 0.0f, q, (int)st->ldq);
+        if (mean) {
+            for (size_t e = 0; e < (size_t)Lb * S; e++)
+                mean[e] = h == 0 ? P[e] * invH : mean[e] + P[e] * invH;
+        }
+    }
+}
+
+typedef struct {
+    const fwd_state *st;
+    const attn_task *tasks;
+} attend_job;
+
+static void attend_task(void *arg, int t, int tid)
+{
+    const attend_job *j = arg;
+    const attn_task *tk = &j->tasks[t];
+    float *scratch = j->st->ctx->tile[tid];
+    if (tk->head >= 0)
+        attend_tiled(j->st, tk, scratch);
+    else
+        attend_full(j->st, tk, scratch);
+}
+
+/* ---- planning ---------------------------------------------------------------- */
+
+typedef struct {
+    size_t T, U;
+    size_t ws;    /* projection floats */
+    size_t tile;  /* per-thread scratch floats */
+    size_t tasks; /* task count */
+} fwd_plan;
+
+static void plan(const attn_model *m, const attn_batch *b, size_t T, size_t U, fwd_plan *p)
+{
+    int E = m->hp.embed_dim, H = m->hp.num_heads, D = E / H;
+    p->T = T;
+    p->U = U;
+    p->ws = b->key ? T * E + U * 2 * (size_t)E : T * 3 * (size_t)E;
+    p->tile = 0;
+    p->tasks = 0;
+    for (int i = 0; i < b->B; i++) {
+        const attn_seq *s = &b->seqs[i];
+        if (s->weights == ATTN_WEIGHTS_NONE) {
+            p->tasks += (size_t)H * ((s->L + QB - 1) / QB);
+            if (tiled_floats(D) > p->tile) p->tile = tiled_floats(D);
+        } else {
+            int rows = full_rows(s->S);
+            p->tasks += (s->L + rows - 1) / rows;
+            size_t need = (size_t)rows * s->S;
+            if (need > p->tile) p->tile = need;
+        }
+    }
+}
+
+size_t attn_workspace_bytes(const attn_model *m, const attn_batch *b, int nthreads)
+{
+    size_t T = 0, U = 0;
+    for (int i = 0; i < b->B; i++) {
+        T += b->seqs[i].L;
+        U += b->seqs[i].S;
+    }
+    fwd_plan p;
+    plan(m, b, T, U, &p);
+    if (nthreads < 1) nthreads = 1;
+    return sizeof(float) * (p.ws + (size_t)nthreads * p.tile) + sizeof(attn_task) * p.tasks +
+           2 * sizeof(size_t) * (size_t)b->B;
+}
+
+static int reserve(attn_ctx *ctx, const fwd_plan *p, int B)
+{
+    if (grow_floats(&ctx->ws, &ctx->ws_cap, p->ws) < 0) return -1;
+    if (p->tile > ctx->tile_cap) {
+        for (int t = 0; t < ctx->nthreads; t++) {
+            free(ctx->tile[t]);
+            ctx->tile[t] = alloc_floats(p->tile);
+            if (!ctx->tile[t]) {
+                ctx->tile_cap = 0;
+                return -1;
+            }
+        }
+        ctx->tile_cap = p->tile;
+    }
+    if (p->tasks > ctx->tasks_cap) {
+        attn_task *t = realloc(ctx->tasks, sizeof *t * p->tasks);
+        if (!t) return -1;
+        ctx->tasks = t;
+        ctx->tasks_cap = p->tasks;
+    }
+    if ((size_t)B > ctx->off_cap) {
+        size_t *o = realloc(ctx->off, sizeof *o * 2 * (size_t)B);
+        if (!o) return -1;
+        ctx->off = o;
+        ctx->off_cap = (size_t)B;
+    }
+    return 0;
+}
+
+/* Fills the task list: later row blocks first (they cost more under causal). */
+static size_t make_tasks(attn_task *tasks, const attn_batch *b, int H)
+{
+    size_t n = 0;
+    for (int i = 0; i < b->B; i++) {
+        const attn_seq *s = &b->seqs[i];
+        int rows = s->weights == ATTN_WEIGHTS_NONE ? QB : full_rows(s->S);
+        int blocks = (s->L + rows - 1) / rows;
+        for (int blk = blocks - 1; blk >= 0; blk--) {
+            int i0 = blk * rows, i1 = i0 + rows < s->L ? i0 + rows : s->L;
+            if (s->weights == ATTN_WEIGHTS_NONE)
+                for (int h = 0; h < H; h++) tasks[n++] = (attn_task){i, h, i0, i1};
+            else
+                tasks[n++] = (attn_task){i, -1, i0, i1};
+        }
+    }
+    return n;
+}
+
+int attn_forward(attn_ctx *ctx, const attn_model *m, attn_batch *b, char *err, size_t errlen)
+{
+    size_t T, U;
+    if (attn_check_batch(m, b, &T, &U, err, errlen) < 0) return -1;
+    int E = m->hp.embed_dim, H = m->hp.num_heads, D = E / H;
+    int Kd = m->hp.kdim, Vd = m->hp.vdim;
+    fwd_plan p;
+    plan(m, b, T, U, &p);
+    if (reserve(ctx, &p, b->B) < 0) {
+        snprintf(err, errlen, "out of memory for a batch of %zu query and %zu key tokens", T, U);
+        return -1;
+    }
+    fwd_state st = {.m = m, .b = b, .ctx = ctx, .scale = 1.0f / sqrtf((float)D)};
+    size_t *qoff = ctx->off, *koff = ctx->off + b->B;
+    for (int i = 0, qo = 0, ko = 0; i < b->B; i++) {
+        qoff[i] = qo;
+        koff[i] = ko;
+        qo += b->seqs[i].L;
+        ko += b->seqs[i].S;
+    }
+    st.qoff = qoff;
+    st.koff = koff;
+
+    if (!b->key) {
+        // query (T,E) @ [Wq;Wk;Wv]^T (E,3E) + [bq;bk;bv] -> QKV (T,3E)
+        float *qkv = ctx->ws;
+        linear(ctx, qkv, 3 * (size_t)E, b->query, E, m->q_w, m->q_b, T, 3 * E, E);
+        st.q = qkv;
+        st.k = qkv + E;
+        st.v = qkv + 2 * E;
+        st.ldq = st.ldk = st.ldv = 3 * (size_t)E;
+    } else {
+        float *q = ctx->ws, *kv = ctx->ws + T * E;
+        // query (T,E) @ Wq^T (E,E) + bq -> Q (T,E)
+        linear(ctx, q, E, b->query, E, m->q_w, m->q_b, T, E, E);
+        if (!b->value) {
+            // key (U,Kd) @ [Wk;Wv]^T (Kd,2E) + [bk;bv] -> KV (U,2E), as value = key
+            linear(ctx, kv, 2 * (size_t)E, b->key, Kd, m->k_w, m->k_b, U, 2 * E, Kd);
+        } else {
+            // key (U,Kd) @ Wk^T (Kd,E) + bk -> K (U,E); value (U,Vd) @ Wv^T + bv -> V (U,E)
+            linear(ctx, kv, 2 * (size_t)E, b->key, Kd, m->k_w, m->k_b, U, E, Kd);
+            linear(ctx, kv + E, 2 * (size_t)E, b->value, Vd, m->v_w, m->v_b, U, E, Vd);
+        }
+        st.q = q;
+        st.ldq = E;
+        st.k = kv;
+        st.v = kv + E;
+        st.ldk = st.ldv = 2 * (size_t)E;
+    }
+
+    size_t ntasks = make_tasks(ctx->tasks, b, H);
+    attend_job job = {&st, ctx->tasks};
+    attn_pool_run(ctx->pool, (int)ntasks, attend_task, &job);
+
+    // heads (T,E) @ Wo^T (E,E) + bo -> out (T,E)
+    linear(ctx, b->out, E, st.q, st.ldq, m->out_w, m->out_b, T, E, E);
+    return 0;
+}

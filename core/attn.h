@@ -1,0 +1,115 @@
+/* attn.h - the attention core: one torch.nn.MultiheadAttention layer as a
+ * C library. Weights in, packed tensors in, tensors out. No I/O, no HTTP,
+ * no JSON, no request queues: those live in config/ and server/.
+ *
+ * Legend (used in every shape comment of core/):
+ *   B  sequences in a batch          L  query length of one sequence
+ *   S  key length of one sequence    E  embed width (query and output)
+ *   H  heads                         D  head width, E / H
+ *   Kd key input width (kdim)        Vd value input width (vdim)
+ *   T  query tokens of a batch, sum of L over its sequences
+ *   U  key tokens of a batch, sum of S over its sequences
+ * Every tensor is float32, row-major, packed: the rows of sequence b follow
+ * those of sequence b-1 with no padding.
+ */
+#ifndef ATTN_H
+#define ATTN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Hyper-parameters, named as torch names them. */
+typedef struct {
+    int embed_dim; /* E, >= 1 */
+    int num_heads; /* H, >= 1, divides E */
+    int kdim;      /* Kd, key input width; E when the config leaves it out */
+    int vdim;      /* Vd, value input width; E when the config leaves it out */
+    int bias;      /* 1: projections carry biases (torch default); 0: none */
+    int causal;    /* default for requests that do not say; not a weight */
+} attn_hparams;
+
+/* A model owns its weights in one allocation (`mem`). The pointers below
+ * point into it in this order, which is torch's state_dict layout:
+ *   q_w (E,E) | k_w (E,Kd) | v_w (E,Vd) | q_b (E) | k_b (E) | v_b (E) |
+ *   out_w (E,E) | out_b (E)
+ * so when Kd == Vd == E, q_w..v_w is in_proj_weight (3E,E) and q_b..v_b is
+ * in_proj_bias (3E). Biases are zeros when hp.bias == 0. */
+typedef struct {
+    attn_hparams hp;
+    float *q_w;   /* (E, E)  */
+    float *k_w;   /* (E, Kd) */
+    float *v_w;   /* (E, Vd) */
+    float *q_b;   /* (E) */
+    float *k_b;   /* (E) */
+    float *v_b;   /* (E) */
+    float *out_w; /* (E, E) */
+    float *out_b; /* (E) */
+    float *mem;   /* the one allocation; owned, freed by attn_model_free */
+    size_t n_floats; /* floats in mem */
+} attn_model;
+
+/* Checks hp and allocates zeroed weights. Returns 0, or -1 with a sentence
+ * in err. On failure m holds nothing to free (attn_model_free is still safe). */
+int attn_model_init(attn_model *m, const attn_hparams *hp, char *err, size_t errlen);
+/* Frees the weights; safe on a zeroed or already freed model. */
+void attn_model_free(attn_model *m);
+
+typedef enum {
+    ATTN_WEIGHTS_NONE = 0, /* no attention matrix: tiled online-softmax path */
+    ATTN_WEIGHTS_MEAN = 1, /* (L,S): mean over heads */
+    ATTN_WEIGHTS_HEADS = 2 /* (H,L,S): one matrix per head */
+} attn_weights_mode;
+
+/* One sequence of a batch: its lengths, masks and what it wants back.
+ * Masks are the sequence's own (not packed); NULL means none. */
+typedef struct {
+    int L;                            /* query length, >= 1 */
+    int S;                            /* key length, >= 1; must equal L in a self-attention batch */
+    int causal;                       /* 1: hide key j > query i */
+    const uint8_t *key_padding_mask;  /* (S), nonzero = hidden, or NULL */
+    const uint8_t *attn_mask_bool;    /* (L,S), nonzero = hidden, or NULL */
+    const float *attn_mask_add;       /* (L,S), added to the scaled scores (may hold -inf), or NULL */
+    attn_weights_mode weights;        /* which attention matrix to return */
+    float *attn;                      /* out: (H,L,S) for HEADS, (L,S) for MEAN, else unused; caller-owned */
+} attn_seq;
+
+/* A batch: packed tensors plus per-sequence lengths and options.
+ * key == NULL makes every sequence self-attention (key = value = query,
+ * which needs Kd == Vd == E). value == NULL makes value = key. */
+typedef struct {
+    int B;                 /* sequences, >= 1 */
+    attn_seq *seqs;        /* (B) */
+    const float *query;    /* (T, E)  */
+    const float *key;      /* (U, Kd) or NULL */
+    const float *value;    /* (U, Vd) or NULL */
+    float *out;            /* out: (T, E), caller-owned */
+} attn_batch;
+
+/* A compute context: the threads one forward may use and the scratch it
+ * reuses across calls. Not shared: one context per calling thread.
+ * The core owns parallelism: it splits work over its own nthreads threads
+ * (the caller's thread is one of them) and keeps OpenBLAS single-threaded. */
+typedef struct attn_ctx attn_ctx;
+
+/* nthreads >= 1. Returns NULL when out of memory or threads. */
+attn_ctx *attn_ctx_new(int nthreads);
+void attn_ctx_free(attn_ctx *ctx); /* NULL is a no-op */
+int attn_ctx_threads(const attn_ctx *ctx);
+
+/* Scratch bytes a forward of this batch needs beyond its inputs and outputs
+ * (upper bound), so that a server can bound memory before admission. */
+size_t attn_workspace_bytes(const attn_model *m, const attn_batch *b, int nthreads);
+
+/* The fast forward: one GEMM for the projections of all tokens, then per
+ * (sequence, head) QK^T, softmax and AV with OpenBLAS, tiled with an online
+ * softmax when no attention matrix is asked for. Returns 0, or -1 with a
+ * sentence in err (bad shapes, out of memory). */
+int attn_forward(attn_ctx *ctx, const attn_model *m, attn_batch *b, char *err, size_t errlen);
+
+/* The naive reference: plain loops, plainly right, slow. Same contract. */
+int attn_forward_ref(const attn_model *m, attn_batch *b, char *err, size_t errlen);
+
+/* Name of the OpenBLAS kernel set in use (e.g. "Cooperlake"), for logs. */
+const char *attn_blas_corename(void);
+
+#endif
