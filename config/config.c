@@ -1,0 +1,786 @@
+/* config.c - the config file, the ATTND_* environment variables and the
+ * flags, read into an attnd_config. Every key is one row of a table (name,
+ * type, range, default, where it lands, its env variable and flag) and one
+ * loop reads them all, so a key is added by adding a row. Models are a
+ * second table of the same kind.
+ * It opens the weights files only to check that they exist; loading them is
+ * weights.c's job. It never listens and never exits.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "config_internal.h"
+
+/* A config file larger than this is refused before parsing, bytes. */
+#define CONFIG_MAX_BYTES (16u << 20)
+#define MODELS_MAX 256
+#define CORS_MAX 64
+
+typedef enum {
+    K_STR,     /* char *, length in [min, max] */
+    K_INT,     /* int in [min, max] */
+    K_LL,      /* long long in [min, max] */
+    K_BOOL,    /* int 0/1 from a JSON boolean */
+    K_STRLIST, /* char ** plus an int count at off_n; at most max entries */
+    K_NAME,    /* char[ATTND_NAME_MAX] in place, [A-Za-z0-9._-]+ */
+    K_ROLEMAP  /* the "tensors" object: role -> tensor name */
+} key_type;
+
+typedef struct {
+    const char *section; /* top-level object; NULL for a model key */
+    const char *key;
+    key_type type;
+    long long min, max;  /* value range for numbers, length range for strings */
+    long long def;       /* default number or boolean */
+    const char *def_str; /* default string (NULL = none) */
+    size_t off;          /* where it lands in attnd_config / attnd_model_config */
+    size_t off_n;        /* K_STRLIST: where the count lands */
+    const char *env;     /* ATTND_* variable that overrides it, or NULL */
+    const char *flag;    /* --flag that overrides it, or NULL */
+    const char *check;   /* extra rule: "envname", "layout" or NULL */
+    int required;        /* models only: 1 = must be given */
+    const char *help;    /* one line for --help and docs/config.md */
+} cfg_key;
+
+#define C_OFF(f) offsetof(attnd_config, f)
+#define M_OFF(f) offsetof(attnd_model_config, f)
+
+/* The server settings. Ranges and defaults are documented in docs/config.md. */
+static const cfg_key config_keys[] = {
+    {"server", "host", K_STR, 1, 255, 0, "0.0.0.0", C_OFF(host), 0, "ATTND_HOST", "--host",
+     NULL, 0, "address to listen on"},
+    {"server", "port", K_INT, 0, 65535, 8080, NULL, C_OFF(port), 0, "ATTND_PORT", "--port", NULL,
+     0, "TCP port; 0 picks a free one"},
+    {"server", "http_threads", K_INT, 1, 256, 2, NULL, C_OFF(http_threads), 0,
+     "ATTND_HTTP_THREADS", "--http-threads", NULL, 0, "HTTP polling threads"},
+    {"server", "max_body_bytes", K_LL, 1, 1LL << 34, 67108864, NULL, C_OFF(max_body_bytes), 0,
+     "ATTND_MAX_BODY_BYTES", NULL, NULL, 0, "request body limit, bytes (413 past it)"},
+    {"server", "request_timeout_ms", K_INT, 1, 3600000, 30000, NULL, C_OFF(request_timeout_ms),
+     0, "ATTND_REQUEST_TIMEOUT_MS", NULL, NULL, 0, "admission to answer, ms (504 past it)"},
+    {"server", "max_connections", K_INT, 1, 1000000, 1024, NULL, C_OFF(max_connections), 0,
+     "ATTND_MAX_CONNECTIONS", NULL, NULL, 0, "concurrent connections"},
+    {"server", "connection_timeout_s", K_INT, 0, 86400, 30, NULL, C_OFF(connection_timeout_s), 0,
+     "ATTND_CONNECTION_TIMEOUT_S", NULL, NULL, 0, "idle connection timeout, s; 0 = none"},
+    {"server", "api_key_env", K_STR, 0, 128, 0, "ATTND_API_KEY", C_OFF(api_key_env), 0, NULL,
+     "--api-key-env", "envname", 0, "env variable holding the API key; \"\" = no key"},
+    {"server", "cors_origins", K_STRLIST, 1, CORS_MAX, 0, NULL, C_OFF(cors_origins),
+     C_OFF(n_cors_origins), "ATTND_CORS_ORIGINS", NULL, NULL, 0,
+     "allowed CORS origins (env: comma-separated); empty = CORS off"},
+    {"batching", "max_batch_tokens", K_INT, 1, 1 << 24, 16384, NULL, C_OFF(max_batch_tokens), 0,
+     "ATTND_MAX_BATCH_TOKENS", "--max-batch-tokens", NULL, 0, "query + key tokens per batch"},
+    {"batching", "max_batch_requests", K_INT, 1, 4096, 64, NULL, C_OFF(max_batch_requests), 0,
+     "ATTND_MAX_BATCH_REQUESTS", "--max-batch-requests", NULL, 0,
+     "requests per batch; 1 = batching off"},
+    {"batching", "max_queue_delay_us", K_INT, 0, 10000000, 1000, NULL, C_OFF(max_queue_delay_us),
+     0, "ATTND_MAX_QUEUE_DELAY_US", "--max-queue-delay-us", NULL, 0,
+     "how long the oldest queued request waits for company, us"},
+    {"batching", "max_queue_requests", K_INT, 1, 1000000, 4096, NULL, C_OFF(max_queue_requests),
+     0, "ATTND_MAX_QUEUE_REQUESTS", NULL, NULL, 0, "queued requests per model (429 past it)"},
+    {"workers", "threads", K_INT, 1, 256, 2, NULL, C_OFF(worker_threads), 0, "ATTND_WORKERS",
+     "--workers", NULL, 0, "worker threads: batches computed at once"},
+    {"workers", "blas_threads", K_INT, 1, 256, 1, NULL, C_OFF(blas_threads), 0,
+     "ATTND_BLAS_THREADS", "--blas-threads", NULL, 0, "threads one forward uses"},
+    {"limits", "max_tokens_per_request", K_INT, 1, 1 << 24, 16384, NULL,
+     C_OFF(max_tokens_per_request), 0, "ATTND_MAX_TOKENS_PER_REQUEST", NULL, NULL, 0,
+     "query + key tokens of one request (413 past it)"},
+    {"limits", "max_attention_floats", K_LL, 1, 1LL << 40, 16777216, NULL,
+     C_OFF(max_attention_floats), 0, "ATTND_MAX_ATTENTION_FLOATS", NULL, NULL, 0,
+     "floats of a requested attention matrix (413 past it)"},
+};
+#define N_CONFIG_KEYS (int)(sizeof config_keys / sizeof config_keys[0])
+
+/* One entry of "models". kdim and vdim default to 0, meaning embed_dim. */
+static const cfg_key model_keys[] = {
+    {NULL, "name", K_NAME, 1, ATTND_NAME_MAX - 1, 0, NULL, M_OFF(name), 0, NULL, NULL, NULL, 1,
+     "unique name, [A-Za-z0-9._-]+"},
+    {NULL, "embed_dim", K_INT, 1, 65536, 0, NULL, M_OFF(hp.embed_dim), 0, NULL, NULL, NULL, 1,
+     "E: query and output width"},
+    {NULL, "num_heads", K_INT, 1, 65536, 0, NULL, M_OFF(hp.num_heads), 0, NULL, NULL, NULL, 1,
+     "H: heads; must divide embed_dim"},
+    {NULL, "kdim", K_INT, 1, 65536, 0, NULL, M_OFF(hp.kdim), 0, NULL, NULL, NULL, 0,
+     "key input width (default embed_dim)"},
+    {NULL, "vdim", K_INT, 1, 65536, 0, NULL, M_OFF(hp.vdim), 0, NULL, NULL, NULL, 0,
+     "value input width (default embed_dim)"},
+    {NULL, "bias", K_BOOL, 0, 1, 1, NULL, M_OFF(hp.bias), 0, NULL, NULL, NULL, 0,
+     "projections carry biases"},
+    {NULL, "causal", K_BOOL, 0, 1, 0, NULL, M_OFF(hp.causal), 0, NULL, NULL, NULL, 0,
+     "causal mask for requests that do not say"},
+    {NULL, "weights", K_STR, 1, 4096, 0, NULL, M_OFF(weights), 0, NULL, NULL, NULL, 1,
+     ".safetensors file; relative to the config's folder"},
+    {NULL, "prefix", K_STR, 0, 1024, 0, "", M_OFF(prefix), 0, NULL, NULL, NULL, 0,
+     "prepended to every tensor name"},
+    {NULL, "layout", K_STR, 1, 32, 0, "torch", M_OFF(layout), 0, NULL, NULL, "layout", 0,
+     "tensor names: torch | bert | hf_proj"},
+    {NULL, "tensors", K_ROLEMAP, 0, 0, 0, NULL, 0, 0, NULL, NULL, NULL, 0,
+     "role -> tensor name, over the layout's names"},
+};
+#define N_MODEL_KEYS (int)(sizeof model_keys / sizeof model_keys[0])
+
+static const char *const sections[] = {"server", "batching", "workers", "limits", "models"};
+#define N_SECTIONS (int)(sizeof sections / sizeof sections[0])
+
+static int fail(char *err, size_t errlen, const char *fmt, ...) {
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+/* Replaces the string at *slot with a copy of s. Returns 0 or -1 (memory). */
+static int set_str(char **slot, const char *s) {
+    char *copy = strdup(s);
+    if (!copy) return -1;
+    free(*slot);
+    *slot = copy;
+    return 0;
+}
+
+static void free_strlist(char ***list, int *n) {
+    for (int i = 0; i < *n; i++) free((*list)[i]);
+    free(*list);
+    *list = NULL;
+    *n = 0;
+}
+
+static const char *json_type_name(const json_t *v) {
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "an array";
+    case JSON_STRING: return "a string";
+    case JSON_INTEGER: return "an integer";
+    case JSON_REAL: return "a number with a fraction";
+    case JSON_TRUE:
+    case JSON_FALSE: return "a boolean";
+    default: return "null";
+    }
+}
+
+static const char *type_wanted(key_type t) {
+    switch (t) {
+    case K_STR:
+    case K_NAME: return "a string";
+    case K_INT:
+    case K_LL: return "an integer";
+    case K_BOOL: return "true or false";
+    case K_STRLIST: return "an array of strings";
+    default: return "an object of strings";
+    }
+}
+
+/* The extra rules on a string's content: NULL when fine, else why not. */
+static const char *string_rule(const cfg_key *k, const char *s) {
+    if (k->type == K_NAME) {
+        for (const char *p = s; *p; p++)
+            if (!isalnum((unsigned char)*p) && *p != '.' && *p != '_' && *p != '-')
+                return "may hold only letters, digits, '.', '_' and '-'";
+    }
+    if (k->check && strcmp(k->check, "envname") == 0 && *s) {
+        if (isdigit((unsigned char)*s)) return "is not an environment variable name";
+        for (const char *p = s; *p; p++)
+            if (!isalnum((unsigned char)*p) && *p != '_')
+                return "is not an environment variable name";
+    }
+    if (k->check && strcmp(k->check, "layout") == 0 && attnd_layout_index(s) < 0)
+        return "must be \"torch\", \"bert\" or \"hf_proj\"";
+    return NULL;
+}
+
+/* Checks a string value against k's length range and rules, then stores it.
+ * src names where it came from (the file, a variable or a flag). */
+static int store_string(void *base, const cfg_key *k, const char *s, size_t len,
+                        const char *src, const char *key, char *err, size_t errlen) {
+    if (memchr(s, '\0', len))
+        return fail(err, errlen, "%s: %s: holds a NUL character.", src, key);
+    if ((long long)len < k->min || (long long)len > k->max)
+        return fail(err, errlen, "%s: %s: length %zu is out of range [%lld, %lld].", src, key,
+                    len, k->min, k->max);
+    const char *why = string_rule(k, s);
+    if (why) return fail(err, errlen, "%s: %s: \"%s\" %s.", src, key, s, why);
+    if (k->type == K_NAME) {
+        memcpy((char *)base + k->off, s, len + 1);
+        return 0;
+    }
+    if (set_str((char **)((char *)base + k->off), s) != 0)
+        return fail(err, errlen, "%s: %s: out of memory.", src, key);
+    return 0;
+}
+
+static int store_number(void *base, const cfg_key *k, long long v, const char *src,
+                        const char *key, char *err, size_t errlen) {
+    if (v < k->min || v > k->max)
+        return fail(err, errlen, "%s: %s: %lld is out of range [%lld, %lld].", src, key, v,
+                    k->min, k->max);
+    if (k->type == K_LL)
+        *(long long *)((char *)base + k->off) = v;
+    else
+        *(int *)((char *)base + k->off) = (int)v;
+    return 0;
+}
+
+/* Stores a list of strings, replacing the old one. items/n are borrowed. */
+static int store_strlist(void *base, const cfg_key *k, const char **items, const size_t *lens,
+                         int n, const char *src, const char *key, char *err, size_t errlen) {
+    char ***slot = (char ***)((char *)base + k->off);
+    int *count = (int *)((char *)base + k->off_n);
+    char **list = NULL;
+    int made = 0, rc = -1;
+    if (n > k->max) {
+        fail(err, errlen, "%s: %s: %d entries, at most %lld allowed.", src, key, n, k->max);
+        goto cleanup;
+    }
+    list = calloc(n ? (size_t)n : 1, sizeof *list);
+    if (!list) {
+        fail(err, errlen, "%s: %s: out of memory.", src, key);
+        goto cleanup;
+    }
+    for (; made < n; made++) {
+        if (lens[made] < 1 || lens[made] > 1024 || memchr(items[made], '\0', lens[made])) {
+            fail(err, errlen, "%s: %s[%d]: must be a non-empty string of at most 1024 bytes.",
+                 src, key, made);
+            goto cleanup;
+        }
+        list[made] = strndup(items[made], lens[made]);
+        if (!list[made]) {
+            fail(err, errlen, "%s: %s: out of memory.", src, key);
+            goto cleanup;
+        }
+    }
+    free_strlist(slot, count);
+    *slot = list;
+    *count = n;
+    list = NULL;
+    rc = 0;
+cleanup:
+    if (list) {
+        for (int i = 0; i < made; i++) free(list[i]);
+        free(list);
+    }
+    return rc;
+}
+
+static int store_rolemap(attnd_model_config *mc, json_t *v, const char *src, const char *key,
+                         char *err, size_t errlen) {
+    if (!json_is_object(v))
+        return fail(err, errlen, "%s: %s: must be an object of strings, not %s.", src, key,
+                    json_type_name(v));
+    const char *role;
+    json_t *name;
+    json_object_foreach(v, role, name) {
+        int r = 0;
+        while (r < ROLE_COUNT && strcmp(attnd_role_name((attnd_role)r), role) != 0) r++;
+        if (r == ROLE_COUNT)
+            return fail(err, errlen,
+                        "%s: %s.%s: unknown role (roles: q_weight, q_bias, k_weight, k_bias, "
+                        "v_weight, v_bias, out_weight, out_bias).",
+                        src, key, role);
+        if (!json_is_string(name))
+            return fail(err, errlen, "%s: %s.%s: must be a string, not %s.", src, key, role,
+                        json_type_name(name));
+        size_t len = json_string_length(name);
+        if (len < 1 || len > 1024 || memchr(json_string_value(name), '\0', len))
+            return fail(err, errlen, "%s: %s.%s: must be a tensor name of 1 to 1024 bytes.", src,
+                        key, role);
+        if (set_str(&mc->tensors[r], json_string_value(name)) != 0)
+            return fail(err, errlen, "%s: %s: out of memory.", src, key);
+    }
+    return 0;
+}
+
+/* Type-checks one JSON value against its row and stores it. */
+static int store_json(void *base, const cfg_key *k, json_t *v, const char *src, const char *key,
+                      char *err, size_t errlen) {
+    switch (k->type) {
+    case K_STR:
+    case K_NAME:
+        if (!json_is_string(v)) break;
+        return store_string(base, k, json_string_value(v), json_string_length(v), src, key, err,
+                            errlen);
+    case K_INT:
+    case K_LL:
+        if (!json_is_integer(v)) break;
+        return store_number(base, k, (long long)json_integer_value(v), src, key, err, errlen);
+    case K_BOOL:
+        if (!json_is_boolean(v)) break;
+        *(int *)((char *)base + k->off) = json_is_true(v);
+        return 0;
+    case K_STRLIST: {
+        if (!json_is_array(v)) break;
+        if ((long long)json_array_size(v) > k->max)
+            return fail(err, errlen, "%s: %s: %zu entries, at most %lld allowed.", src, key,
+                        json_array_size(v), k->max);
+        int n = (int)json_array_size(v);
+        const char **items = calloc(n ? (size_t)n : 1, sizeof *items);
+        size_t *lens = calloc(n ? (size_t)n : 1, sizeof *lens);
+        int rc = -1;
+        if (!items || !lens) {
+            fail(err, errlen, "%s: %s: out of memory.", src, key);
+            goto list_done;
+        }
+        for (int i = 0; i < n; i++) {
+            json_t *s = json_array_get(v, (size_t)i);
+            if (!json_is_string(s)) {
+                fail(err, errlen, "%s: %s[%d]: must be a string, not %s.", src, key, i,
+                     json_type_name(s));
+                goto list_done;
+            }
+            items[i] = json_string_value(s);
+            lens[i] = json_string_length(s);
+        }
+        rc = store_strlist(base, k, items, lens, n, src, key, err, errlen);
+    list_done:
+        free(items);
+        free(lens);
+        return rc;
+    }
+    case K_ROLEMAP: return store_rolemap((attnd_model_config *)base, v, src, key, err, errlen);
+    }
+    return fail(err, errlen, "%s: %s: must be %s, not %s.", src, key, type_wanted(k->type),
+                json_type_name(v));
+}
+
+/* Parses a decimal integer that fills the whole string. */
+static int parse_ll(const char *s, long long *out) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end) return -1;
+    *out = v;
+    return 0;
+}
+
+/* Stores a value given as text (an env variable or a flag). */
+static int store_text(void *base, const cfg_key *k, const char *s, const char *src,
+                      const char *key, char *err, size_t errlen) {
+    if (k->type == K_INT || k->type == K_LL) {
+        long long v;
+        if (parse_ll(s, &v) != 0)
+            return fail(err, errlen, "%s: %s: \"%s\" is not an integer.", src, key, s);
+        return store_number(base, k, v, src, key, err, errlen);
+    }
+    if (k->type == K_STRLIST) { /* comma-separated; "" = empty list */
+        const char *items[CORS_MAX + 1];
+        size_t lens[CORS_MAX + 1];
+        int n = 0;
+        for (const char *p = s; *s && n <= CORS_MAX; n++) {
+            while (*p == ' ') p++;
+            const char *comma = strchr(p, ',');
+            size_t len = comma ? (size_t)(comma - p) : strlen(p);
+            items[n] = p;
+            lens[n] = len;
+            if (!comma) {
+                n++;
+                break;
+            }
+            p = comma + 1;
+        }
+        return store_strlist(base, k, items, lens, n, src, key, err, errlen);
+    }
+    return store_string(base, k, s, strlen(s), src, key, err, errlen);
+}
+
+static void key_path(char *out, size_t n, const cfg_key *k) {
+    snprintf(out, n, "%s.%s", k->section, k->key);
+}
+
+static int set_default(void *base, const cfg_key *k) {
+    switch (k->type) {
+    case K_STR: return k->def_str ? set_str((char **)((char *)base + k->off), k->def_str) : 0;
+    case K_INT:
+    case K_BOOL: *(int *)((char *)base + k->off) = (int)k->def; return 0;
+    case K_LL: *(long long *)((char *)base + k->off) = k->def; return 0;
+    default: return 0; /* lists, names and maps start empty */
+    }
+}
+
+static void model_config_free(attnd_model_config *mc) {
+    free(mc->weights);
+    free(mc->prefix);
+    free(mc->layout);
+    for (int r = 0; r < ROLE_COUNT; r++) free(mc->tensors[r]);
+    memset(mc, 0, sizeof *mc);
+}
+
+static void models_free(attnd_model_config *models, int n) {
+    for (int i = 0; i < n; i++) model_config_free(&models[i]);
+    free(models);
+}
+
+int attnd_config_defaults(attnd_config *c) {
+    memset(c, 0, sizeof *c);
+    for (int i = 0; i < N_CONFIG_KEYS; i++) {
+        if (set_default(c, &config_keys[i]) != 0) {
+            attnd_config_free(c);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+void attnd_config_free(attnd_config *c) {
+    if (!c) return;
+    free(c->host);
+    free(c->api_key_env);
+    free_strlist(&c->cors_origins, &c->n_cors_origins);
+    models_free(c->models, c->n_models);
+    free(c->config_path);
+    memset(c, 0, sizeof *c);
+}
+
+/* The folder part of path with a trailing '/', or "" when it has none. */
+static char *folder_of(const char *path) {
+    const char *slash = strrchr(path, '/');
+    return strndup(path, slash ? (size_t)(slash - path + 1) : 0);
+}
+
+/* Resolves mc->weights against dir and checks that it can be read. */
+static int resolve_weights(attnd_model_config *mc, const char *dir, int check_files,
+                           const char *src, const char *key, char *err, size_t errlen) {
+    if (mc->weights[0] != '/' && dir[0]) {
+        size_t n = strlen(dir) + strlen(mc->weights) + 1;
+        char *full = malloc(n);
+        if (!full) return fail(err, errlen, "%s: %s: out of memory.", src, key);
+        snprintf(full, n, "%s%s", dir, mc->weights);
+        free(mc->weights);
+        mc->weights = full;
+    }
+    if (!check_files) return 0;
+    int fd = open(mc->weights, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return fail(err, errlen, "%s: %s: cannot open weights file \"%s\": %s.", src, key,
+                    mc->weights, strerror(errno));
+    struct stat st;
+    int regular = fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+    close(fd);
+    if (!regular)
+        return fail(err, errlen, "%s: %s: weights \"%s\" is not a regular file.", src, key,
+                    mc->weights);
+    return 0;
+}
+
+/* Reads one entry of "models" into mc (zeroed by the caller). */
+static int parse_model(attnd_model_config *mc, json_t *obj, int idx, const char *dir,
+                       int check_files, const char *src, char *err, size_t errlen) {
+    char key[160];
+    int given[N_MODEL_KEYS] = {0};
+    snprintf(key, sizeof key, "models[%d]", idx);
+    if (!json_is_object(obj))
+        return fail(err, errlen, "%s: %s: must be an object, not %s.", src, key,
+                    json_type_name(obj));
+    for (int i = 0; i < N_MODEL_KEYS; i++)
+        if (set_default(mc, &model_keys[i]) != 0)
+            return fail(err, errlen, "%s: %s: out of memory.", src, key);
+    const char *name;
+    json_t *v;
+    json_object_foreach(obj, name, v) {
+        int i = 0;
+        while (i < N_MODEL_KEYS && strcmp(model_keys[i].key, name) != 0) i++;
+        snprintf(key, sizeof key, "models[%d].%.100s", idx, name);
+        if (i == N_MODEL_KEYS) return fail(err, errlen, "%s: %s: unknown key.", src, key);
+        if (store_json(mc, &model_keys[i], v, src, key, err, errlen) != 0) return -1;
+        given[i] = 1;
+    }
+    for (int i = 0; i < N_MODEL_KEYS; i++)
+        if (model_keys[i].required && !given[i])
+            return fail(err, errlen, "%s: models[%d].%s: missing; every model needs it.", src,
+                        idx, model_keys[i].key);
+    attn_hparams *hp = &mc->hp;
+    if (hp->kdim == 0) hp->kdim = hp->embed_dim;
+    if (hp->vdim == 0) hp->vdim = hp->embed_dim;
+    if (hp->embed_dim % hp->num_heads != 0)
+        return fail(err, errlen,
+                    "%s: models[%d].num_heads: %d does not divide embed_dim %d (E must be "
+                    "divisible by H).",
+                    src, idx, hp->num_heads, hp->embed_dim);
+    snprintf(key, sizeof key, "models[%d].weights", idx);
+    return resolve_weights(mc, dir, check_files, src, key, err, errlen);
+}
+
+static int parse_models(attnd_config *c, json_t *arr, const char *dir, int check_files,
+                        const char *src, char *err, size_t errlen) {
+    attnd_model_config *models = NULL;
+    int n = 0, rc = -1;
+    if (!json_is_array(arr)) {
+        fail(err, errlen, "%s: models: must be an array, not %s.", src, json_type_name(arr));
+        goto cleanup;
+    }
+    if (json_array_size(arr) > MODELS_MAX) {
+        fail(err, errlen, "%s: models: %zu models, at most %d allowed.", src,
+             json_array_size(arr), MODELS_MAX);
+        goto cleanup;
+    }
+    size_t want = json_array_size(arr);
+    models = calloc(want ? want : 1, sizeof *models);
+    if (!models) {
+        fail(err, errlen, "%s: models: out of memory.", src);
+        goto cleanup;
+    }
+    for (; n < (int)want; n++) {
+        attnd_model_config *mc = &models[n];
+        if (parse_model(mc, json_array_get(arr, (size_t)n), n, dir, check_files, src, err,
+                        errlen) != 0) {
+            n++; /* free the partly filled one too */
+            goto cleanup;
+        }
+        for (int j = 0; j < n; j++) {
+            if (strcmp(models[j].name, mc->name) == 0) {
+                fail(err, errlen, "%s: models[%d].name: \"%s\" is already the name of models[%d].",
+                     src, n, mc->name, j);
+                n++;
+                goto cleanup;
+            }
+        }
+    }
+    models_free(c->models, c->n_models);
+    c->models = models;
+    c->n_models = n;
+    models = NULL;
+    rc = 0;
+cleanup:
+    models_free(models, n);
+    return rc;
+}
+
+static int parse_section(attnd_config *c, const char *section, json_t *obj, const char *src,
+                         char *err, size_t errlen) {
+    if (!json_is_object(obj))
+        return fail(err, errlen, "%s: %s: must be an object, not %s.", src, section,
+                    json_type_name(obj));
+    const char *name;
+    json_t *v;
+    json_object_foreach(obj, name, v) {
+        char key[160];
+        snprintf(key, sizeof key, "%s.%.100s", section, name);
+        const cfg_key *k = NULL;
+        for (int i = 0; i < N_CONFIG_KEYS && !k; i++)
+            if (strcmp(config_keys[i].section, section) == 0 &&
+                strcmp(config_keys[i].key, name) == 0)
+                k = &config_keys[i];
+        if (!k) return fail(err, errlen, "%s: %s: unknown key.", src, key);
+        if (store_json(c, k, v, src, key, err, errlen) != 0) return -1;
+    }
+    return 0;
+}
+
+int attnd_config_load_mem(attnd_config *c, const char *text, size_t len, const char *file,
+                          int check_files, char *err, size_t errlen) {
+    json_error_t jerr;
+    json_t *root = NULL;
+    char *dir = NULL;
+    int rc = -1;
+    root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root) {
+        fail(err, errlen, "%s: not valid JSON (line %d, column %d): %s.", file, jerr.line,
+             jerr.column, jerr.text);
+        goto cleanup;
+    }
+    if (!json_is_object(root)) {
+        fail(err, errlen, "%s: the top level must be an object, not %s.", file,
+             json_type_name(root));
+        goto cleanup;
+    }
+    dir = folder_of(file);
+    if (!dir || set_str(&c->config_path, file) != 0) {
+        fail(err, errlen, "%s: out of memory.", file);
+        goto cleanup;
+    }
+    const char *name;
+    json_t *v;
+    json_object_foreach(root, name, v) {
+        int s = 0;
+        while (s < N_SECTIONS && strcmp(sections[s], name) != 0) s++;
+        if (s == N_SECTIONS) {
+            fail(err, errlen,
+                 "%s: %.100s: unknown key (known: server, batching, workers, limits, models).",
+                 file, name);
+            goto cleanup;
+        }
+        int bad = strcmp(name, "models") == 0
+                      ? parse_models(c, v, dir, check_files, file, err, errlen)
+                      : parse_section(c, name, v, file, err, errlen);
+        if (bad) goto cleanup;
+    }
+    rc = 0;
+cleanup:
+    free(dir);
+    json_decref(root);
+    return rc;
+}
+
+int attnd_config_load_file(attnd_config *c, const char *path, char *err, size_t errlen) {
+    FILE *f = NULL;
+    char *text = NULL;
+    int rc = -1;
+    f = fopen(path, "rb");
+    if (!f) {
+        fail(err, errlen, "%s: cannot open config file: %s.", path, strerror(errno));
+        goto cleanup;
+    }
+    text = malloc(CONFIG_MAX_BYTES + 1);
+    if (!text) {
+        fail(err, errlen, "%s: out of memory.", path);
+        goto cleanup;
+    }
+    size_t n = fread(text, 1, CONFIG_MAX_BYTES + 1, f);
+    if (ferror(f)) {
+        fail(err, errlen, "%s: cannot read config file: %s.", path, strerror(errno));
+        goto cleanup;
+    }
+    if (n > CONFIG_MAX_BYTES) {
+        fail(err, errlen, "%s: config file is larger than %u bytes.", path, CONFIG_MAX_BYTES);
+        goto cleanup;
+    }
+    rc = attnd_config_load_mem(c, text, n, path, 1, err, errlen);
+cleanup:
+    free(text);
+    if (f) fclose(f);
+    return rc;
+}
+
+/* Adds the embedded default model (weights == NULL). */
+static int add_default_model(attnd_config *c, char *err, size_t errlen) {
+    attnd_model_config *mc = calloc(1, sizeof *mc);
+    if (!mc) return fail(err, errlen, "out of memory.");
+    snprintf(mc->name, sizeof mc->name, "default");
+    attnd_default_hparams(&mc->hp);
+    if (set_str(&mc->prefix, "") != 0 || set_str(&mc->layout, "torch") != 0) {
+        models_free(mc, 1);
+        return fail(err, errlen, "out of memory.");
+    }
+    models_free(c->models, c->n_models);
+    c->models = mc;
+    c->n_models = 1;
+    return 0;
+}
+
+static const cfg_key *find_flag(const char *flag, size_t len) {
+    for (int i = 0; i < N_CONFIG_KEYS; i++)
+        if (config_keys[i].flag && strlen(config_keys[i].flag) == len &&
+            strncmp(config_keys[i].flag, flag, len) == 0)
+            return &config_keys[i];
+    return NULL;
+}
+
+/* Splits argv[*i] into a flag and its value ("--x=v" or "--x v").
+ * Returns 0, or -1 with err set when the value is missing. */
+static int flag_value(int argc, char **argv, int *i, size_t *flen, const char **val, char *err,
+                      size_t errlen) {
+    const char *a = argv[*i];
+    const char *eq = strchr(a, '=');
+    if (eq) {
+        *flen = (size_t)(eq - a);
+        *val = eq + 1;
+        return 0;
+    }
+    *flen = strlen(a);
+    if (*i + 1 >= argc) return fail(err, errlen, "flag %s: needs a value.", a);
+    *val = argv[++*i];
+    return 0;
+}
+
+int attnd_config_from_args(attnd_config *c, int argc, char **argv, int *want_help, char *err,
+                           size_t errlen) {
+    const char *config_file = NULL;
+    char src[200], key[160];
+    *want_help = 0;
+    if (attnd_config_defaults(c) != 0) return fail(err, errlen, "out of memory.");
+    /* First pass: --help, --config, and every flag checked for a known name. */
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *val;
+        size_t flen;
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            *want_help = 1;
+            return 0;
+        }
+        if (strncmp(a, "--", 2) != 0) {
+            fail(err, errlen, "unexpected argument \"%s\" (see --help).", a);
+            goto fail;
+        }
+        const char *eq = strchr(a, '=');
+        flen = eq ? (size_t)(eq - a) : strlen(a);
+        int is_config = flen == 8 && strncmp(a, "--config", 8) == 0;
+        if (!is_config && !find_flag(a, flen)) {
+            fail(err, errlen, "unknown flag \"%.*s\" (see --help).", (int)flen, a);
+            goto fail;
+        }
+        if (flag_value(argc, argv, &i, &flen, &val, err, errlen) != 0) goto fail;
+        if (is_config) config_file = val;
+    }
+    if (!config_file) {
+        const char *env = getenv("ATTND_CONFIG");
+        if (env && *env) config_file = env;
+    }
+    if (config_file && attnd_config_load_file(c, config_file, err, errlen) != 0) goto fail;
+    for (int i = 0; i < N_CONFIG_KEYS; i++) {
+        const cfg_key *k = &config_keys[i];
+        const char *env = k->env ? getenv(k->env) : NULL;
+        if (!env || !*env) continue; /* empty = unset, as Docker's "VAR=" means */
+        snprintf(src, sizeof src, "environment variable %s", k->env);
+        key_path(key, sizeof key, k);
+        if (store_text(c, k, env, src, key, err, errlen) != 0) goto fail;
+    }
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *val;
+        size_t flen;
+        if (flag_value(argc, argv, &i, &flen, &val, err, errlen) != 0) goto fail;
+        const cfg_key *k = find_flag(a, flen);
+        if (!k) continue; /* --config */
+        snprintf(src, sizeof src, "flag %s", k->flag);
+        key_path(key, sizeof key, k);
+        if (store_text(c, k, val, src, key, err, errlen) != 0) goto fail;
+    }
+    if (c->n_models == 0 && add_default_model(c, err, errlen) != 0) goto fail;
+    return 0;
+fail:
+    attnd_config_free(c);
+    return -1;
+}
+
+void attnd_config_usage(FILE *f, const char *argv0) {
+    fprintf(f,
+            "Usage: %s [--config FILE] [flags]\n"
+            "Serves torch.nn.MultiheadAttention layers over HTTP (docs/config.md).\n"
+            "Precedence: defaults < config file < ATTND_* variables < flags.\n\n"
+            "Flags:\n"
+            "  --config FILE                JSON config file (env ATTND_CONFIG)\n",
+            argv0 ? argv0 : "attnd");
+    for (int i = 0; i < N_CONFIG_KEYS; i++) {
+        const cfg_key *k = &config_keys[i];
+        if (!k->flag) continue;
+        char left[64];
+        snprintf(left, sizeof left, "%s %s", k->flag, k->type == K_STR ? "STR" : "N");
+        fprintf(f, "  %-28s %s.%s: %s\n", left, k->section, k->key, k->help);
+    }
+    fprintf(f, "  %-28s print this and exit\n\nEnvironment:\n", "-h, --help");
+    fprintf(f, "  %-28s config file, when --config is not given\n", "ATTND_CONFIG");
+    for (int i = 0; i < N_CONFIG_KEYS; i++) {
+        const cfg_key *k = &config_keys[i];
+        if (!k->env) continue;
+        char def[64];
+        if (k->type == K_STR)
+            snprintf(def, sizeof def, "\"%s\"", k->def_str ? k->def_str : "");
+        else if (k->type == K_STRLIST)
+            snprintf(def, sizeof def, "none");
+        else
+            snprintf(def, sizeof def, "%lld", k->def);
+        fprintf(f, "  %-28s %s.%s (default %s)\n", k->env, k->section, k->key, def);
+    }
+    fprintf(f,
+            "  %-28s the API key clients must send as \"Authorization: Bearer KEY\";\n"
+            "  %-28s read from the variable named by server.api_key_env\n\n"
+            "With no model configured, the embedded model \"default\" (E=%d, H=%d, seeded\n"
+            "weights) is served.\n",
+            "ATTND_API_KEY", "", ATTND_DEFAULT_E, ATTND_DEFAULT_H);
+}

@@ -1,0 +1,256 @@
+/* weights.c - fills an attn_model from a model's config: finds the tensor
+ * for each of the eight weight roles (by layout, "tensors" map and prefix),
+ * checks its dtype and shape against the hyper-parameters, and reads and
+ * converts its data to float32. Or, with no weights file, draws the
+ * embedded default weights. The header checks live in safetensors.c.
+ *
+ * Layouts (names before the prefix; docs/config.md):
+ *   torch    in_proj_weight (3E,E) + in_proj_bias (3E) when kdim = vdim = E,
+ *            else q_proj_weight (E,E), k_proj_weight (E,Kd), v_proj_weight
+ *            (E,Vd) + in_proj_bias (3E); out_proj.weight, out_proj.bias
+ *   bert     attention.self.{query,key,value}.{weight,bias},
+ *            attention.output.dense.{weight,bias}
+ *   hf_proj  {q,k,v}_proj.{weight,bias}; out_proj.* or else o_proj.*
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config_internal.h"
+
+static const char *const role_names[ROLE_COUNT] = {
+    "q_weight", "q_bias", "k_weight", "k_bias", "v_weight", "v_bias", "out_weight", "out_bias",
+};
+
+const char *attnd_role_name(attnd_role r) {
+    return (unsigned)r < ROLE_COUNT ? role_names[r] : "?";
+}
+
+enum { LAYOUT_TORCH, LAYOUT_BERT, LAYOUT_HF_PROJ, LAYOUT_COUNT };
+static const char *const layout_names[LAYOUT_COUNT] = {"torch", "bert", "hf_proj"};
+
+int attnd_layout_index(const char *name) {
+    for (int i = 0; i < LAYOUT_COUNT; i++)
+        if (name && strcmp(name, layout_names[i]) == 0) return i;
+    return -1;
+}
+
+/* Where one role's floats come from. */
+typedef struct {
+    const char *name; /* tensor name before the prefix */
+    const char *alt;  /* second choice when name is absent (o_proj.*), or NULL */
+    int part;         /* -1: the tensor is the role; 0..2: rows [part*E, part*E+E) of a
+                         3-part tensor (in_proj_weight, in_proj_bias) */
+} role_src;
+
+static const char *const bert_names[ROLE_COUNT] = {
+    "attention.self.query.weight", "attention.self.query.bias",
+    "attention.self.key.weight",   "attention.self.key.bias",
+    "attention.self.value.weight", "attention.self.value.bias",
+    "attention.output.dense.weight", "attention.output.dense.bias",
+};
+static const char *const hf_names[ROLE_COUNT] = {
+    "q_proj.weight", "q_proj.bias", "k_proj.weight", "k_proj.bias",
+    "v_proj.weight", "v_proj.bias", "out_proj.weight", "out_proj.bias",
+};
+static const char *const torch_split_names[ROLE_COUNT] = {
+    "q_proj_weight", "in_proj_bias", "k_proj_weight", "in_proj_bias",
+    "v_proj_weight", "in_proj_bias", "out_proj.weight", "out_proj.bias",
+};
+
+static role_src layout_role(int layout, attnd_role r, const attn_hparams *hp) {
+    role_src s = {NULL, NULL, -1};
+    int is_bias = r == ROLE_Q_BIAS || r == ROLE_K_BIAS || r == ROLE_V_BIAS || r == ROLE_OUT_BIAS;
+    int qkv = r / 2; /* 0 q, 1 k, 2 v, 3 out */
+    switch (layout) {
+    case LAYOUT_BERT: s.name = bert_names[r]; break;
+    case LAYOUT_HF_PROJ:
+        s.name = hf_names[r];
+        if (r == ROLE_OUT_WEIGHT) s.alt = "o_proj.weight";
+        if (r == ROLE_OUT_BIAS) s.alt = "o_proj.bias";
+        break;
+    default:
+        s.name = torch_split_names[r];
+        if (qkv < 3 && is_bias) s.part = qkv;
+        if (qkv < 3 && !is_bias && hp->kdim == hp->embed_dim && hp->vdim == hp->embed_dim) {
+            s.name = "in_proj_weight";
+            s.part = qkv;
+        }
+    }
+    return s;
+}
+
+static int fail(char *err, size_t errlen, const char *fmt, ...) {
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+/* The bytes of a safetensors file: an open file or a buffer. */
+typedef struct {
+    int fd;                   /* >= 0: read with pread */
+    const unsigned char *mem; /* else: the whole file */
+    size_t len;
+} source;
+
+static int source_read(const source *s, void *dst, size_t n, uint64_t off) {
+    if (s->fd < 0) {
+        if (off > s->len || n > s->len - off) return -1;
+        memcpy(dst, s->mem + off, n);
+        return 0;
+    }
+    unsigned char *p = dst;
+    while (n) {
+        ssize_t got = pread(s->fd, p, n, (off_t)off);
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) return -1;
+        p += got;
+        n -= (size_t)got;
+        off += (uint64_t)got;
+    }
+    return 0;
+}
+
+static void shape_text(char *out, size_t n, int ndim, const uint64_t *shape) {
+    size_t at = (size_t)snprintf(out, n, "[");
+    for (int i = 0; i < ndim && at < n; i++)
+        at += (size_t)snprintf(out + at, n - at, "%s%llu", i ? ", " : "",
+                               (unsigned long long)shape[i]);
+    if (at < n) snprintf(out + at, n - at, "]");
+}
+
+/* Reads count floats starting at element first of tensor t into dst,
+ * refusing NaN and Inf. */
+static int read_floats(float *dst, const source *src, const st_header *h, const st_tensor *t,
+                       uint64_t first, size_t count, const char *file, char *err,
+                       size_t errlen) {
+    enum { CHUNK = 16384 };
+    unsigned char buf[CHUNK * 4];
+    size_t esz = st_dtype_size(t->dtype);
+    for (size_t done = 0; done < count;) {
+        size_t n = count - done < CHUNK ? count - done : CHUNK;
+        uint64_t off = h->data_start + t->begin + (first + done) * esz;
+        if (source_read(src, buf, n * esz, off) != 0)
+            return fail(err, errlen, "%s: tensor \"%s\": cannot read its data (file changed or "
+                        "truncated).", file, t->name);
+        st_to_f32(dst + done, buf, t->dtype, n);
+        for (size_t i = 0; i < n; i++)
+            if (!isfinite(dst[done + i]))
+                return fail(err, errlen, "%s: tensor \"%s\": element %llu is NaN or Inf.", file,
+                            t->name, (unsigned long long)(first + done + i));
+        done += n;
+    }
+    return 0;
+}
+
+/* Finds, checks and reads the tensor behind one role. */
+static int load_role(attn_model *m, attnd_role r, const attnd_model_config *mc, int layout,
+                     const st_header *h, const source *src, const char *file, char *err,
+                     size_t errlen) {
+    const attn_hparams *hp = &m->hp;
+    uint64_t E = (uint64_t)hp->embed_dim;
+    float *dst[ROLE_COUNT] = {m->q_w, m->q_b, m->k_w, m->k_b, m->v_w, m->v_b, m->out_w, m->out_b};
+    uint64_t cols[ROLE_COUNT] = {E, 0, (uint64_t)hp->kdim, 0, (uint64_t)hp->vdim, 0, E, 0};
+    role_src rs = layout_role(layout, r, hp);
+    if (mc->tensors[r]) rs = (role_src){mc->tensors[r], NULL, -1};
+    const char *prefix = mc->prefix ? mc->prefix : "";
+    char name[2200], alt[2200];
+    snprintf(name, sizeof name, "%s%s", prefix, rs.name);
+    const st_tensor *t = st_find(h, name);
+    if (rs.alt) {
+        snprintf(alt, sizeof alt, "%s%s", prefix, rs.alt);
+        const st_tensor *ta = st_find(h, alt);
+        if (t && ta)
+            return fail(err, errlen,
+                        "%s: both \"%s\" and \"%s\" are present for role %s; name one in "
+                        "\"tensors\".",
+                        file, name, alt, role_names[r]);
+        if (!t) t = ta;
+    }
+    if (!t)
+        return fail(err, errlen, "%s: tensor \"%s\"%s%s%s is missing (role %s, layout %s).",
+                    file, name, rs.alt ? " (or \"" : "", rs.alt ? alt : "", rs.alt ? "\")" : "",
+                    role_names[r], mc->tensors[r] ? "tensors map" : layout_names[layout]);
+    if (t->dtype != ST_F32 && t->dtype != ST_F16 && t->dtype != ST_BF16)
+        return fail(err, errlen,
+                    "%s: tensor \"%s\": dtype %s cannot be read; weights must be F32, F16 or "
+                    "BF16.",
+                    file, t->name, st_dtype_name(t->dtype));
+    /* The shape the tensor must have: the role's, or 3 parts stacked. */
+    uint64_t parts = rs.part >= 0 ? 3 : 1;
+    uint64_t want[2] = {parts * E, cols[r]};
+    int want_ndim = cols[r] ? 2 : 1;
+    int ok = t->ndim == want_ndim;
+    for (int i = 0; ok && i < want_ndim; i++) ok = t->shape[i] == want[i];
+    if (!ok) {
+        char got_s[128], want_s[64];
+        shape_text(got_s, sizeof got_s, t->ndim, t->shape);
+        shape_text(want_s, sizeof want_s, want_ndim, want);
+        return fail(err, errlen,
+                    "%s: tensor \"%s\" has shape %s but model \"%s\" (embed_dim %d, kdim %d, "
+                    "vdim %d) needs %s for role %s.",
+                    file, t->name, got_s, mc->name, hp->embed_dim, hp->kdim, hp->vdim, want_s,
+                    role_names[r]);
+    }
+    size_t count = (size_t)(E * (cols[r] ? cols[r] : 1));
+    uint64_t first = rs.part >= 0 ? (uint64_t)rs.part * count : 0;
+    return read_floats(dst[r], src, h, t, first, count, file, err, errlen);
+}
+
+static int load_from(attn_model *m, const attnd_model_config *mc, const st_header *h,
+                     const source *src, const char *file, char *err, size_t errlen) {
+    int layout = mc->layout ? attnd_layout_index(mc->layout) : LAYOUT_TORCH;
+    if (layout < 0)
+        return fail(err, errlen, "%s: model \"%s\": unknown layout \"%s\".", file, mc->name,
+                    mc->layout);
+    if (attn_model_init(m, &mc->hp, err, errlen) != 0) return -1;
+    for (int r = 0; r < ROLE_COUNT; r++) {
+        int is_bias = r == ROLE_Q_BIAS || r == ROLE_K_BIAS || r == ROLE_V_BIAS ||
+                      r == ROLE_OUT_BIAS;
+        if (is_bias && !mc->hp.bias) continue; /* stays zero */
+        if (load_role(m, (attnd_role)r, mc, layout, h, src, file, err, errlen) != 0) {
+            attn_model_free(m);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int attnd_model_load_mem(attn_model *m, const attnd_model_config *mc, const void *buf,
+                         size_t len, const char *file, char *err, size_t errlen) {
+    st_header h;
+    source src = {-1, buf, len};
+    memset(m, 0, sizeof *m);
+    if (st_header_parse(&h, buf, len, len, file, err, errlen) != 0) return -1;
+    int rc = load_from(m, mc, &h, &src, file, err, errlen);
+    st_header_free(&h);
+    return rc;
+}
+
+int attnd_model_load(attn_model *m, const attnd_model_config *mc, char *err, size_t errlen) {
+    st_header h = {0};
+    int fd = -1, rc = -1;
+    memset(m, 0, sizeof *m);
+    if (!mc->weights) return attnd_seeded_model(m, &mc->hp, ATTND_DEFAULT_SEED, err, errlen);
+    fd = open(mc->weights, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        fail(err, errlen, "%s: cannot open weights file: %s.", mc->weights, strerror(errno));
+        goto cleanup;
+    }
+    if (st_header_read(&h, fd, mc->weights, err, errlen) != 0) goto cleanup;
+    source src = {fd, NULL, 0};
+    rc = load_from(m, mc, &h, &src, mc->weights, err, errlen);
+cleanup:
+    st_header_free(&h);
+    if (fd >= 0) close(fd);
+    return rc;
+}
