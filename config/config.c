@@ -547,6 +547,7 @@ static int parse_models(attnd_config *c, json_t *arr, const char *dir, int check
     c->models = models;
     c->n_models = n;
     models = NULL;
+    n = 0;
     rc = 0;
 cleanup:
     models_free(models, n);

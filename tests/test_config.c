@@ -1,0 +1,552 @@
+/* test_config.c - the config file, the ATTND_* variables and the flags
+ * (config/config.c).
+ *
+ *   defaults     every key has its documented default; no config gives one
+ *                model "default" with weights == NULL.
+ *   file         every key lands in its field; relative weight paths resolve
+ *                against the config's folder; kdim/vdim default to E.
+ *   precedence   defaults < file < env < flags, ATTND_CONFIG vs --config.
+ *   refused      temp configs with one fault each (wrong type, out of range,
+ *                unknown key, E not divisible by H, duplicate names, missing
+ *                weights file, ...), checking that each message names the
+ *                file, the key and the reason.
+ */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../config/config.h"
+#include "../config/config_internal.h"
+
+static char g_dir[256];     /* a fresh folder per test */
+static char g_weights[512]; /* g_dir/sub/w.safetensors, an empty file */
+static char g_cfg[512];     /* g_dir/sub/c.json */
+
+/* Variables a test may set; cleared around every test. */
+static const char *const env_vars[] = {
+    "ATTND_CONFIG",       "ATTND_HOST",         "ATTND_PORT",      "ATTND_WORKERS",
+    "ATTND_HTTP_THREADS", "ATTND_BLAS_THREADS", "ATTND_CORS_ORIGINS",
+    "ATTND_MAX_BATCH_REQUESTS",
+};
+
+static void clear_env(void) {
+    for (size_t i = 0; i < sizeof env_vars / sizeof env_vars[0]; i++) unsetenv(env_vars[i]);
+}
+
+static void setup(void) {
+    char sub[300];
+    clear_env();
+    snprintf(g_dir, sizeof g_dir, "/tmp/attnd-cfg-XXXXXX");
+    ck_assert(mkdtemp(g_dir) != NULL);
+    snprintf(sub, sizeof sub, "%s/sub", g_dir);
+    ck_assert(mkdir(sub, 0700) == 0);
+    snprintf(g_weights, sizeof g_weights, "%s/w.safetensors", sub);
+    snprintf(g_cfg, sizeof g_cfg, "%s/c.json", sub);
+    FILE *f = fopen(g_weights, "w");
+    ck_assert(f && fclose(f) == 0);
+}
+
+static void teardown(void) {
+    char sub[300];
+    clear_env();
+    unlink(g_cfg);
+    unlink(g_weights);
+    snprintf(sub, sizeof sub, "%s/sub", g_dir);
+    rmdir(sub);
+    rmdir(g_dir);
+}
+
+static void write_cfg(const char *text) {
+    FILE *f = fopen(g_cfg, "w");
+    ck_assert(f != NULL);
+    ck_assert(fputs(text, f) >= 0);
+    ck_assert(fclose(f) == 0);
+}
+
+/* A model entry reading w.safetensors next to the config. */
+#define MODEL(name, e, h) \
+    "{\"name\":\"" name "\",\"embed_dim\":" #e ",\"num_heads\":" #h ",\"weights\":\"w.safetensors\"}"
+
+/* Loads text as g_cfg and expects a refusal whose message names the file
+ * and holds each of the (up to two) fragments. */
+static void expect_refused(const char *text, const char *key, const char *why) {
+    char err[512];
+    attnd_config c;
+    write_cfg(text);
+    ck_assert(attnd_config_defaults(&c) == 0);
+    int rc = attnd_config_load_file(&c, g_cfg, err, sizeof err);
+    attnd_config_free(&c);
+    ck_assert_msg(rc == -1, "accepted: %s", text);
+    ck_assert_msg(strstr(err, g_cfg) != NULL, "message does not name the file: %s", err);
+    ck_assert_msg(!key || strstr(err, key), "message \"%s\" lacks the key \"%s\"", err, key);
+    ck_assert_msg(!why || strstr(err, why), "message \"%s\" lacks the reason \"%s\"", err, why);
+}
+
+static int from_args(attnd_config *c, int argc, char **argv, char *err, size_t errlen) {
+    int help = 0;
+    int rc = attnd_config_from_args(c, argc, argv, &help, err, errlen);
+    ck_assert(help == 0);
+    return rc;
+}
+
+/* ------------------------------------------------------------ defaults */
+
+START_TEST(defaults) {
+    attnd_config c;
+    ck_assert(attnd_config_defaults(&c) == 0);
+    ck_assert_str_eq(c.host, "0.0.0.0");
+    ck_assert_int_eq(c.port, 8080);
+    ck_assert_int_eq(c.http_threads, 2);
+    ck_assert(c.max_body_bytes == 67108864);
+    ck_assert_int_eq(c.request_timeout_ms, 30000);
+    ck_assert_int_eq(c.max_connections, 1024);
+    ck_assert_int_eq(c.connection_timeout_s, 30);
+    ck_assert_str_eq(c.api_key_env, "ATTND_API_KEY");
+    ck_assert_int_eq(c.n_cors_origins, 0);
+    ck_assert_int_eq(c.max_batch_tokens, 16384);
+    ck_assert_int_eq(c.max_batch_requests, 64);
+    ck_assert_int_eq(c.max_queue_delay_us, 1000);
+    ck_assert_int_eq(c.max_queue_requests, 4096);
+    ck_assert_int_eq(c.worker_threads, 2);
+    ck_assert_int_eq(c.blas_threads, 1);
+    ck_assert_int_eq(c.max_tokens_per_request, 16384);
+    ck_assert(c.max_attention_floats == 16777216);
+    ck_assert_int_eq(c.n_models, 0);
+    ck_assert(c.config_path == NULL);
+    attnd_config_free(&c);
+    attnd_config_free(&c); /* a freed config frees again safely */
+}
+END_TEST
+
+START_TEST(no_config_gives_default_model) {
+    char err[512];
+    char *argv[] = {"attnd", NULL};
+    attnd_config c;
+    ck_assert_msg(from_args(&c, 1, argv, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(c.n_models, 1);
+    ck_assert_str_eq(c.models[0].name, "default");
+    ck_assert(c.models[0].weights == NULL);
+    ck_assert_int_eq(c.models[0].hp.embed_dim, 512);
+    ck_assert_int_eq(c.models[0].hp.num_heads, 8);
+    ck_assert_int_eq(c.models[0].hp.kdim, 512);
+    ck_assert_int_eq(c.models[0].hp.vdim, 512);
+    ck_assert_int_eq(c.models[0].hp.bias, 1);
+    ck_assert_int_eq(c.models[0].hp.causal, 0);
+    ck_assert(c.config_path == NULL);
+    attnd_config_free(&c);
+}
+END_TEST
+
+START_TEST(help_flag) {
+    char err[512];
+    char *argv[] = {"attnd", "--port", "1", "-h", NULL};
+    attnd_config c;
+    int help = 0;
+    ck_assert(attnd_config_from_args(&c, 4, argv, &help, err, sizeof err) == 0);
+    ck_assert_int_eq(help, 1);
+    attnd_config_free(&c);
+    char *argv2[] = {"attnd", "--help", NULL};
+    ck_assert(attnd_config_from_args(&c, 2, argv2, &help, err, sizeof err) == 0);
+    ck_assert_int_eq(help, 1);
+    attnd_config_free(&c);
+}
+END_TEST
+
+/* --help lists every flag and every environment variable. */
+START_TEST(usage_lists_everything) {
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    ck_assert(f != NULL);
+    attnd_config_usage(f, "attnd");
+    fclose(f);
+    const char *want[] = {
+        "--config",         "--host",          "--port",           "--workers",
+        "--http-threads",   "--blas-threads",  "--api-key-env",    "--max-batch-requests",
+        "--max-batch-tokens", "--max-queue-delay-us", "--help",    "ATTND_CONFIG",
+        "ATTND_HOST",       "ATTND_PORT",      "ATTND_WORKERS",    "ATTND_HTTP_THREADS",
+        "ATTND_BLAS_THREADS", "ATTND_MAX_BATCH_REQUESTS", "ATTND_MAX_BATCH_TOKENS",
+        "ATTND_MAX_QUEUE_DELAY_US", "ATTND_MAX_QUEUE_REQUESTS", "ATTND_MAX_BODY_BYTES",
+        "ATTND_REQUEST_TIMEOUT_MS", "ATTND_MAX_CONNECTIONS", "ATTND_CONNECTION_TIMEOUT_S",
+        "ATTND_CORS_ORIGINS", "ATTND_MAX_TOKENS_PER_REQUEST", "ATTND_MAX_ATTENTION_FLOATS",
+        "ATTND_API_KEY",    "default",
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        ck_assert_msg(strstr(text, want[i]) != NULL, "--help lacks %s", want[i]);
+    free(text);
+}
+END_TEST
+
+/* ------------------------------------------------------------ the file */
+
+START_TEST(every_key_lands) {
+    char err[512];
+    write_cfg("{\"server\":{\"host\":\"127.0.0.1\",\"port\":0,\"http_threads\":3,"
+              "\"max_body_bytes\":1000,\"request_timeout_ms\":5,\"max_connections\":7,"
+              "\"connection_timeout_s\":0,\"api_key_env\":\"MY_KEY\","
+              "\"cors_origins\":[\"http://a\",\"https://b.example\"]},"
+              "\"batching\":{\"max_batch_tokens\":11,\"max_batch_requests\":1,"
+              "\"max_queue_delay_us\":0,\"max_queue_requests\":13},"
+              "\"workers\":{\"threads\":4,\"blas_threads\":3},"
+              "\"limits\":{\"max_tokens_per_request\":17,\"max_attention_floats\":4294967296},"
+              "\"models\":[{\"name\":\"enc.0\",\"embed_dim\":12,\"num_heads\":3,\"kdim\":8,"
+              "\"vdim\":10,\"bias\":false,\"causal\":true,\"weights\":\"w.safetensors\","
+              "\"prefix\":\"encoder.layers.3.self_attn.\",\"layout\":\"hf_proj\","
+              "\"tensors\":{\"out_weight\":\"o.w\",\"q_bias\":\"q.b\"}},"
+              MODEL("second", 8, 8) "]}");
+    attnd_config c;
+    ck_assert(attnd_config_defaults(&c) == 0);
+    ck_assert_msg(attnd_config_load_file(&c, g_cfg, err, sizeof err) == 0, "%s", err);
+    ck_assert_str_eq(c.host, "127.0.0.1");
+    ck_assert_int_eq(c.port, 0);
+    ck_assert_int_eq(c.http_threads, 3);
+    ck_assert(c.max_body_bytes == 1000);
+    ck_assert_int_eq(c.request_timeout_ms, 5);
+    ck_assert_int_eq(c.max_connections, 7);
+    ck_assert_int_eq(c.connection_timeout_s, 0);
+    ck_assert_str_eq(c.api_key_env, "MY_KEY");
+    ck_assert_int_eq(c.n_cors_origins, 2);
+    ck_assert_str_eq(c.cors_origins[1], "https://b.example");
+    ck_assert_int_eq(c.max_batch_tokens, 11);
+    ck_assert_int_eq(c.max_batch_requests, 1);
+    ck_assert_int_eq(c.max_queue_delay_us, 0);
+    ck_assert_int_eq(c.max_queue_requests, 13);
+    ck_assert_int_eq(c.worker_threads, 4);
+    ck_assert_int_eq(c.blas_threads, 3);
+    ck_assert_int_eq(c.max_tokens_per_request, 17);
+    ck_assert(c.max_attention_floats == 4294967296LL);
+    ck_assert_str_eq(c.config_path, g_cfg);
+    ck_assert_int_eq(c.n_models, 2);
+    attnd_model_config *m = &c.models[0];
+    ck_assert_str_eq(m->name, "enc.0");
+    ck_assert_int_eq(m->hp.embed_dim, 12);
+    ck_assert_int_eq(m->hp.num_heads, 3);
+    ck_assert_int_eq(m->hp.kdim, 8);
+    ck_assert_int_eq(m->hp.vdim, 10);
+    ck_assert_int_eq(m->hp.bias, 0);
+    ck_assert_int_eq(m->hp.causal, 1);
+    ck_assert_str_eq(m->weights, g_weights); /* resolved against the config's folder */
+    ck_assert_str_eq(m->prefix, "encoder.layers.3.self_attn.");
+    ck_assert_str_eq(m->layout, "hf_proj");
+    ck_assert_str_eq(m->tensors[ROLE_OUT_WEIGHT], "o.w");
+    ck_assert_str_eq(m->tensors[ROLE_Q_BIAS], "q.b");
+    ck_assert(m->tensors[ROLE_K_WEIGHT] == NULL);
+    m = &c.models[1];
+    ck_assert_str_eq(m->name, "second");
+    ck_assert_int_eq(m->hp.kdim, 8); /* kdim and vdim default to embed_dim */
+    ck_assert_int_eq(m->hp.vdim, 8);
+    ck_assert_int_eq(m->hp.bias, 1);
+    ck_assert_int_eq(m->hp.causal, 0);
+    ck_assert_str_eq(m->prefix, "");
+    ck_assert_str_eq(m->layout, "torch");
+    attnd_config_free(&c);
+}
+END_TEST
+
+START_TEST(absolute_weights_path_kept) {
+    char err[512], text[1200];
+    snprintf(text, sizeof text,
+             "{\"models\":[{\"name\":\"a\",\"embed_dim\":4,\"num_heads\":2,\"weights\":\"%s\"}]}",
+             g_weights);
+    write_cfg(text);
+    attnd_config c;
+    ck_assert(attnd_config_defaults(&c) == 0);
+    ck_assert_msg(attnd_config_load_file(&c, g_cfg, err, sizeof err) == 0, "%s", err);
+    ck_assert_str_eq(c.models[0].weights, g_weights);
+    attnd_config_free(&c);
+}
+END_TEST
+
+START_TEST(empty_models_give_default) {
+    char err[512];
+    write_cfg("{\"server\":{\"port\":9000},\"models\":[]}");
+    char *argv[] = {"attnd", "--config", g_cfg, NULL};
+    attnd_config c;
+    ck_assert_msg(from_args(&c, 3, argv, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(c.port, 9000);
+    ck_assert_int_eq(c.n_models, 1);
+    ck_assert_str_eq(c.models[0].name, "default");
+    ck_assert(c.models[0].weights == NULL);
+    attnd_config_free(&c);
+}
+END_TEST
+
+/* ------------------------------------------------------------ precedence */
+
+START_TEST(precedence) {
+    char err[512];
+    write_cfg("{\"server\":{\"port\":1000,\"host\":\"10.0.0.1\",\"http_threads\":5},"
+              "\"workers\":{\"threads\":3},\"models\":[" MODEL("m", 4, 2) "]}");
+    attnd_config c;
+    char *plain[] = {"attnd", "--config", g_cfg, NULL};
+    ck_assert_msg(from_args(&c, 3, plain, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(c.port, 1000); /* file over default */
+    ck_assert_int_eq(c.worker_threads, 3);
+    attnd_config_free(&c);
+
+    setenv("ATTND_PORT", "2000", 1);
+    setenv("ATTND_WORKERS", "6", 1);
+    setenv("ATTND_HOST", "", 1); /* empty = unset */
+    ck_assert_msg(from_args(&c, 3, plain, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(c.port, 2000); /* env over file */
+    ck_assert_int_eq(c.worker_threads, 6);
+    ck_assert_str_eq(c.host, "10.0.0.1");
+    ck_assert_int_eq(c.http_threads, 5);
+    attnd_config_free(&c);
+
+    char *flags[] = {"attnd", "--port=3000", "--config", g_cfg, "--workers", "7",
+                     "--host", "::1", NULL};
+    ck_assert_msg(from_args(&c, 8, flags, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(c.port, 3000); /* flag over env */
+    ck_assert_int_eq(c.worker_threads, 7);
+    ck_assert_str_eq(c.host, "::1");
+    ck_assert_str_eq(c.models[0].name, "m");
+    attnd_config_free(&c);
+}
+END_TEST
+
+START_TEST(config_from_env) {
+    char err[512];
+    write_cfg("{\"models\":[" MODEL("from_env", 4, 2) "]}");
+    setenv("ATTND_CONFIG", g_cfg, 1);
+    char *argv[] = {"attnd", NULL};
+    attnd_config c;
+    ck_assert_msg(from_args(&c, 1, argv, err, sizeof err) == 0, "%s", err);
+    ck_assert_str_eq(c.models[0].name, "from_env");
+    attnd_config_free(&c);
+    /* --config wins over ATTND_CONFIG */
+    setenv("ATTND_CONFIG", "/nonexistent/c.json", 1);
+    char *argv2[] = {"attnd", "--config", g_cfg, NULL};
+    ck_assert_msg(from_args(&c, 3, argv2, err, sizeof err) == 0, "%s", err);
+    attnd_config_free(&c);
+    ck_assert(from_args(&c, 1, argv, err, sizeof err) == -1);
+    ck_assert_msg(strstr(err, "/nonexistent/c.json") && strstr(err, "cannot open"), "%s", err);
+    attnd_config_free(&c);
+}
+END_TEST
+
+START_TEST(env_values) {
+    char err[512];
+    char *argv[] = {"attnd", NULL};
+    attnd_config c;
+    setenv("ATTND_CORS_ORIGINS", "http://a, https://b", 1);
+    setenv("ATTND_BLAS_THREADS", "4", 1);
+    setenv("ATTND_MAX_BATCH_REQUESTS", "1", 1);
+    setenv("ATTND_HTTP_THREADS", "3", 1);
+    ck_assert_msg(from_args(&c, 1, argv, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(c.n_cors_origins, 2);
+    ck_assert_str_eq(c.cors_origins[0], "http://a");
+    ck_assert_str_eq(c.cors_origins[1], "https://b");
+    ck_assert_int_eq(c.blas_threads, 4);
+    ck_assert_int_eq(c.max_batch_requests, 1);
+    ck_assert_int_eq(c.http_threads, 3);
+    attnd_config_free(&c);
+
+    setenv("ATTND_PORT", "80x", 1);
+    ck_assert(from_args(&c, 1, argv, err, sizeof err) == -1);
+    ck_assert_msg(strstr(err, "ATTND_PORT") && strstr(err, "server.port") &&
+                      strstr(err, "not an integer"),
+                  "%s", err);
+    setenv("ATTND_PORT", "70000", 1);
+    ck_assert(from_args(&c, 1, argv, err, sizeof err) == -1);
+    ck_assert_msg(strstr(err, "ATTND_PORT") && strstr(err, "out of range"), "%s", err);
+    unsetenv("ATTND_PORT");
+    setenv("ATTND_WORKERS", "0", 1);
+    ck_assert(from_args(&c, 1, argv, err, sizeof err) == -1);
+    ck_assert_msg(strstr(err, "ATTND_WORKERS") && strstr(err, "workers.threads"), "%s", err);
+    attnd_config_free(&c); /* already freed by the failed call: a no-op */
+}
+END_TEST
+
+START_TEST(bad_flags) {
+    char err[512];
+    attnd_config c;
+    char *a1[] = {"attnd", "--prot", "1", NULL};
+    ck_assert(from_args(&c, 3, a1, err, sizeof err) == -1);
+    ck_assert_msg(strstr(err, "unknown flag \"--prot\""), "%s", err);
+    char *a2[] = {"attnd", "--port", NULL};
+    ck_assert(from_args(&c, 2, a2, err, sizeof err) == -1);
+    ck_assert_msg(strstr(err, "--port") && strstr(err, "needs a value"), "%s", err);
+    char *a3[] = {"attnd", "--workers", "many", NULL};
+    ck_assert(from_args(&c, 3, a3, err, sizeof err) == -1);
+    ck_assert_msg(strstr(err, "--workers") && strstr(err, "not an integer"), "%s", err);
+    char *a4[] = {"attnd", "serve", NULL};
+    ck_assert(from_args(&c, 2, a4, err, sizeof err) == -1);
+    ck_assert_msg(strstr(err, "unexpected argument \"serve\""), "%s", err);
+    char *a5[] = {"attnd", "--http-threads=0", NULL};
+    ck_assert(from_args(&c, 2, a5, err, sizeof err) == -1);
+    ck_assert_msg(strstr(err, "server.http_threads") && strstr(err, "out of range"), "%s", err);
+    char *a6[] = {"attnd", "--api-key-env", "BAD-NAME", NULL};
+    ck_assert(from_args(&c, 3, a6, err, sizeof err) == -1);
+    ck_assert_msg(strstr(err, "not an environment variable name"), "%s", err);
+    attnd_config_free(&c);
+}
+END_TEST
+
+/* ------------------------------------------------------------ refused configs */
+
+START_TEST(refuse_wrong_type) {
+    expect_refused("{\"server\":{\"port\":\"8080\"}}", "server.port", "must be an integer");
+    expect_refused("{\"server\":{\"port\":80.5}}", "server.port", "must be an integer");
+    expect_refused("{\"server\":{\"host\":1}}", "server.host", "must be a string");
+    expect_refused("{\"server\":{\"cors_origins\":\"*\"}}", "server.cors_origins",
+                   "must be an array of strings");
+    expect_refused("{\"server\":{\"cors_origins\":[\"a\",2]}}", "server.cors_origins[1]",
+                   "must be a string");
+    expect_refused("{\"server\":[]}", "server", "must be an object");
+    expect_refused("{\"models\":{}}", "models", "must be an array");
+    expect_refused("{\"models\":[3]}", "models[0]", "must be an object");
+    expect_refused("{\"models\":[{\"name\":\"a\",\"embed_dim\":4,\"num_heads\":2,"
+                   "\"weights\":\"w.safetensors\",\"bias\":1}]}",
+                   "models[0].bias", "must be true or false");
+    expect_refused("{\"models\":[{\"name\":\"a\",\"embed_dim\":4,\"num_heads\":2,"
+                   "\"weights\":\"w.safetensors\",\"tensors\":{\"q_weight\":5}}]}",
+                   "models[0].tensors.q_weight", "must be a string");
+    expect_refused("[1]", NULL, "top level must be an object");
+}
+END_TEST
+
+START_TEST(refuse_out_of_range) {
+    expect_refused("{\"server\":{\"port\":65536}}", "server.port", "out of range [0, 65535]");
+    expect_refused("{\"server\":{\"port\":-1}}", "server.port", "out of range");
+    expect_refused("{\"workers\":{\"threads\":0}}", "workers.threads", "out of range");
+    expect_refused("{\"batching\":{\"max_batch_requests\":0}}", "batching.max_batch_requests",
+                   "out of range");
+    expect_refused("{\"limits\":{\"max_attention_floats\":0}}", "limits.max_attention_floats",
+                   "out of range");
+    expect_refused("{\"server\":{\"host\":\"\"}}", "server.host", "length 0 is out of range");
+    expect_refused("{\"models\":[" MODEL("a", 0, 1) "]}", "models[0].embed_dim", "out of range");
+    expect_refused("{\"models\":[{\"name\":\"a\",\"embed_dim\":4,\"num_heads\":2,\"kdim\":0,"
+                   "\"weights\":\"w.safetensors\"}]}",
+                   "models[0].kdim", "out of range");
+    expect_refused("{\"models\":[" MODEL("a b", 4, 2) "]}", "models[0].name",
+                   "may hold only letters");
+    expect_refused("{\"models\":[{\"name\":\"a\",\"embed_dim\":4,\"num_heads\":2,"
+                   "\"weights\":\"w.safetensors\",\"layout\":\"gpt2\"}]}",
+                   "models[0].layout", "must be \"torch\", \"bert\" or \"hf_proj\"");
+}
+END_TEST
+
+START_TEST(refuse_unknown_key) {
+    expect_refused("{\"server\":{\"prot\":1}}", "server.prot", "unknown key");
+    expect_refused("{\"sever\":{}}", "sever", "unknown key");
+    expect_refused("{\"workers\":{\"worker_threads\":2}}", "workers.worker_threads",
+                   "unknown key");
+    expect_refused("{\"models\":[{\"name\":\"a\",\"embed_dim\":4,\"num_heads\":2,"
+                   "\"weights\":\"w.safetensors\",\"dropout\":0.1}]}",
+                   "models[0].dropout", "unknown key");
+    expect_refused("{\"models\":[{\"name\":\"a\",\"embed_dim\":4,\"num_heads\":2,"
+                   "\"weights\":\"w.safetensors\",\"tensors\":{\"query\":\"q\"}}]}",
+                   "models[0].tensors.query", "unknown role");
+}
+END_TEST
+
+START_TEST(refuse_heads_not_dividing) {
+    expect_refused("{\"models\":[" MODEL("a", 4, 2) "," MODEL("b", 512, 7) "]}",
+                   "models[1].num_heads", "7 does not divide embed_dim 512");
+    expect_refused("{\"models\":[" MODEL("a", 4, 8) "]}", "models[0].num_heads",
+                   "does not divide");
+}
+END_TEST
+
+START_TEST(refuse_duplicate_names) {
+    expect_refused("{\"models\":[" MODEL("a", 4, 2) "," MODEL("b", 4, 2) "," MODEL("a", 8, 2) "]}",
+                   "models[2].name", "already the name of models[0]");
+}
+END_TEST
+
+START_TEST(refuse_missing_weights_file) {
+    expect_refused("{\"models\":[{\"name\":\"a\",\"embed_dim\":4,\"num_heads\":2,"
+                   "\"weights\":\"nope.safetensors\"}]}",
+                   "models[0].weights", "cannot open weights file");
+    /* the message shows where it looked: next to the config */
+    expect_refused("{\"models\":[{\"name\":\"a\",\"embed_dim\":4,\"num_heads\":2,"
+                   "\"weights\":\"nope.safetensors\"}]}",
+                   "sub/nope.safetensors", "No such file");
+    expect_refused("{\"models\":[{\"name\":\"a\",\"embed_dim\":4,\"num_heads\":2,"
+                   "\"weights\":\".\"}]}",
+                   "models[0].weights", "not a regular file");
+}
+END_TEST
+
+START_TEST(refuse_missing_required) {
+    expect_refused("{\"models\":[{\"name\":\"a\",\"num_heads\":2,\"weights\":\"w.safetensors\"}]}",
+                   "models[0].embed_dim", "missing");
+    expect_refused("{\"models\":[{\"name\":\"a\",\"embed_dim\":4,\"num_heads\":2}]}",
+                   "models[0].weights", "missing");
+    expect_refused("{\"models\":[{\"embed_dim\":4,\"num_heads\":2,\"weights\":\"w.safetensors\"}]}",
+                   "models[0].name", "missing");
+}
+END_TEST
+
+START_TEST(refuse_bad_json) {
+    expect_refused("{\"server\":{\"port\":8080,}}", NULL, "not valid JSON (line 1");
+    expect_refused("{\"server\":{\"port\":1},\"server\":{\"port\":2}}", NULL, "duplicate");
+    expect_refused("", NULL, "not valid JSON");
+}
+END_TEST
+
+START_TEST(missing_config_file) {
+    char err[512];
+    attnd_config c;
+    ck_assert(attnd_config_defaults(&c) == 0);
+    ck_assert(attnd_config_load_file(&c, "/nonexistent/attnd.json", err, sizeof err) == -1);
+    ck_assert_msg(strstr(err, "/nonexistent/attnd.json") && strstr(err, "cannot open"), "%s", err);
+    attnd_config_free(&c);
+}
+END_TEST
+
+/* A refused file leaves the config whole (still freeable, old models kept). */
+START_TEST(refusal_keeps_config_consistent) {
+    char err[512];
+    attnd_config c;
+    write_cfg("{\"models\":[" MODEL("keep", 4, 2) "]}");
+    ck_assert(attnd_config_defaults(&c) == 0);
+    ck_assert(attnd_config_load_file(&c, g_cfg, err, sizeof err) == 0);
+    write_cfg("{\"models\":[" MODEL("x", 4, 2) "," MODEL("y", 4, 3) "]}");
+    ck_assert(attnd_config_load_file(&c, g_cfg, err, sizeof err) == -1);
+    ck_assert_int_eq(c.n_models, 1);
+    ck_assert_str_eq(c.models[0].name, "keep");
+    attnd_config_free(&c);
+}
+END_TEST
+
+static Suite *suite(void) {
+    Suite *s = suite_create("config");
+    TCase *t = tcase_create("config");
+    tcase_add_checked_fixture(t, setup, teardown);
+    tcase_add_test(t, defaults);
+    tcase_add_test(t, no_config_gives_default_model);
+    tcase_add_test(t, help_flag);
+    tcase_add_test(t, usage_lists_everything);
+    tcase_add_test(t, every_key_lands);
+    tcase_add_test(t, absolute_weights_path_kept);
+    tcase_add_test(t, empty_models_give_default);
+    tcase_add_test(t, precedence);
+    tcase_add_test(t, config_from_env);
+    tcase_add_test(t, env_values);
+    tcase_add_test(t, bad_flags);
+    tcase_add_test(t, refuse_wrong_type);
+    tcase_add_test(t, refuse_out_of_range);
+    tcase_add_test(t, refuse_unknown_key);
+    tcase_add_test(t, refuse_heads_not_dividing);
+    tcase_add_test(t, refuse_duplicate_names);
+    tcase_add_test(t, refuse_missing_weights_file);
+    tcase_add_test(t, refuse_missing_required);
+    tcase_add_test(t, refuse_bad_json);
+    tcase_add_test(t, missing_config_file);
+    tcase_add_test(t, refusal_keeps_config_consistent);
+    suite_add_tcase(s, t);
+    return s;
+}
+
+int main(void) {
+    SRunner *r = srunner_create(suite());
+    srunner_run_all(r, CK_NORMAL);
+    int failed = srunner_ntests_failed(r);
+    srunner_free(r);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
