@@ -33,6 +33,7 @@ TESTS      := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 BENCHES    := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
 .PHONY: all deps test test-unit test-blackbox asan tsan run bench clean fuzz fuzz-smoke venv
+.PHONY: docker-test scaleout-test
 
 all: $(BUILD)/attnd $(LIBS)
 
@@ -114,6 +115,16 @@ run: deps
 bench: deps
 	$(MAKE) all $(BENCHES)
 	env -u OPENBLAS_CORETYPE $(BUILD)/bench/bench_core
+
+# Deployment (tests/deploy/): docker-test lints docker/, checks the Kubernetes
+# and KServe manifests against schemas and the daemon, builds the image with
+# podman and runs it; scaleout-test runs three replicas behind nginx
+# (docker/nginx.conf) on 127.0.0.1 and kills and stops replicas under load.
+docker-test: $(BUILD)/attnd $(VENV)/.stamp
+	ATTND_BIN=$(abspath $(BUILD)/attnd) PYTHON=$(abspath $(VENV)/bin/python) bash tests/deploy/docker_test.sh
+
+scaleout-test: $(BUILD)/attnd $(VENV)/.stamp
+	ATTND_BIN=$(abspath $(BUILD)/attnd) $(VENV)/bin/python tests/deploy/scaleout_test.py
 
 clean:
 	rm -rf build build-asan build-tsan build-fuzz

@@ -1,0 +1,262 @@
+"""make scaleout-test: three attnd replicas behind a real nginx on 127.0.0.1,
+with docker/nginx.conf as the one source of truth (sed rewrites only its
+host, port and path lines).
+
+Under a bounded load (a few threads, at most MAX_REQUESTS requests, about
+LOAD_SECONDS seconds) it kills one replica with SIGKILL, restarts it, and
+later stops another with SIGTERM. Every request must get a 200 with the right
+answer: nginx retries what a dead or draining replica fails on another one.
+It then checks, from nginx's access log, that nginx did retry, that the
+restarted replica took traffic again, and that the SIGTERM'd replica exited 0.
+"""
+
+import http.client
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import numpy as np
+
+import deploylib as dl
+
+LOAD_SECONDS = 18.0
+MAX_REQUESTS = 12000
+THREADS = 6
+KILL_AT, RESTART_AT, TERM_AT = 4.0, 8.0, 12.0
+E = 512
+L = 4
+
+
+def nginx_config(tmp, lb_port, ports):
+    """docker/nginx.conf, rewritten by sed for loopback. Every rewrite must
+    match exactly once, so a change to the original that breaks the mapping
+    fails here instead of testing something else."""
+    src = os.path.join(dl.ROOT, "docker", "nginx.conf")
+    text = open(src).read()
+    expect = {r"^pid ": 1, r"^error_log ": 1, r"access_log /dev/stdout": 1,
+              r"listen 8080;": 1, r"server attnd:8080": 1, r"^http \{": 1}
+    for pat, n in expect.items():
+        got = len(re.findall(pat, text, re.M))
+        if got != n:
+            raise RuntimeError(f"docker/nginx.conf: expected {n} line(s) matching {pat!r}, "
+                               f"found {got}; update scaleout_test.py's rewrite")
+    servers = "\\n".join(f"        server 127.0.0.1:{p}\\1;" for p in ports)
+    temp = "\\n".join(f"    {d}_temp_path {tmp}/{d};"
+                      for d in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
+    script = ";".join([
+        f"s|^pid .*|pid {tmp}/nginx.pid;|",
+        f"s|^error_log .*|error_log {tmp}/error.log warn;|",
+        f"s|access_log /dev/stdout|access_log {tmp}/access.log|",
+        f"s|listen 8080;|listen 127.0.0.1:{lb_port};|",
+        f"s|^ *server attnd:8080\\(.*\\);|{servers}|",
+        f"s|^http {{|http {{\\n{temp}|",
+    ])
+    out = subprocess.run(["sed", "-e", script, src], capture_output=True, text=True, check=True)
+    path = os.path.join(tmp, "nginx.conf")
+    with open(path, "w") as f:
+        f.write(out.stdout)
+    return path
+
+
+class Replica:
+    def __init__(self, idx, port, tmp):
+        self.idx, self.port, self.tmp = idx, port, tmp
+        self.proc = None
+        self.starts = 0
+
+    def start(self):
+        self.starts += 1
+        log = open(os.path.join(self.tmp, f"attnd{self.idx}.{self.starts}.log"), "wb")
+        self.proc = dl.start_attnd(self.port, env={"ATTND_WORKERS": "1", "ATTND_HTTP_THREADS": "1"},
+                                   log=log)
+        log.close()
+
+    def log_text(self):
+        return open(os.path.join(self.tmp, f"attnd{self.idx}.{self.starts}.log"),
+                    errors="replace").read()
+
+
+class Load:
+    """THREADS clients, each on its own keep-alive connection to nginx,
+    posting one of a few fixed queries and checking every answer."""
+
+    def __init__(self, port, bodies, refs):
+        self.port, self.bodies, self.refs = port, bodies, refs
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.ok = 0
+        self.failures = []  # (t, what)
+        self.sent = 0
+        self.t0 = None
+
+    def take(self):
+        with self.lock:
+            if self.sent >= MAX_REQUESTS:
+                return -1
+            self.sent += 1
+            return self.sent
+
+    def client(self, tid):
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+        i = tid
+        while not self.stop.is_set():
+            if self.take() < 0:
+                break
+            k = i % len(self.bodies)
+            i += 1
+            try:
+                conn.request("POST", "/v1/attention", body=self.bodies[k],
+                             headers={"Content-Type": "application/json"})
+                r = conn.getresponse()
+                raw = r.read()
+                if r.status != 200:
+                    self.fail(f"status {r.status}: {raw[:200]!r}")
+                    continue
+                out = json.loads(raw).get("output")
+                err = dl.rel_err(out, self.refs[k])
+                if not err < 1e-5:
+                    self.fail(f"wrong answer, relative error {err}")
+                    continue
+                with self.lock:
+                    self.ok += 1
+            except (OSError, http.client.HTTPException, ValueError) as e:
+                self.fail(f"{type(e).__name__}: {e}")
+                conn.close()
+                conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+        conn.close()
+
+    def fail(self, what):
+        with self.lock:
+            self.failures.append((time.monotonic() - self.t0, what))
+
+    def run(self, events):
+        """Runs the clients for LOAD_SECONDS, calling each (at, fn) of events
+        at its time; returns the elapsed seconds."""
+        self.t0 = time.monotonic()
+        threads = [threading.Thread(target=self.client, args=(t,)) for t in range(THREADS)]
+        for t in threads:
+            t.start()
+        for at, fn in sorted(events, key=lambda e: e[0]):
+            time.sleep(max(0.0, at - (time.monotonic() - self.t0)))
+            fn()
+        time.sleep(max(0.0, LOAD_SECONDS - (time.monotonic() - self.t0)))
+        self.stop.set()
+        for t in threads:
+            t.join()
+        return time.monotonic() - self.t0
+
+
+def access_lines(tmp):
+    path = os.path.join(tmp, "access.log")
+    return open(path, errors="replace").read().splitlines() if os.path.exists(path) else []
+
+
+def main():
+    c = dl.Checks("scaleout-test")
+    nginx_bin = shutil.which("nginx") or "/usr/sbin/nginx"
+    tmp = tempfile.mkdtemp(prefix="attnd-scaleout-")
+    os.chmod(tmp, 0o755)  # nginx workers may run as another user
+    reps = [Replica(i, dl.free_port(), tmp) for i in range(3)]
+    nginx = None
+    try:
+        for r in reps:
+            r.start()
+        lb_port = dl.free_port()
+        conf = nginx_config(tmp, lb_port, [r.port for r in reps])
+        t = subprocess.run([nginx_bin, "-t", "-p", tmp, "-c", conf, "-e", f"{tmp}/error.log"],
+                           capture_output=True, text=True)
+        c.check(t.returncode == 0, "nginx -t accepts the config made from docker/nginx.conf",
+                t.stderr, fatal=True)
+        nginx = subprocess.Popen([nginx_bin, "-p", tmp, "-c", conf, "-e", f"{tmp}/error.log",
+                                  "-g", "daemon off;"], stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL)
+        c.check(dl.wait_status(f"http://127.0.0.1:{lb_port}/nginx-health", 200, 10, nginx),
+                "nginx answers on 127.0.0.1", fatal=True)
+
+        # Reference answers straight from one replica.
+        queries = [dl.query(L, E, seed=s) for s in range(4)]
+        bodies = [json.dumps({"query": q}).encode() for q in queries]
+        refs = []
+        for q in queries:
+            st, body, _ = dl.http("POST", f"http://127.0.0.1:{reps[2].port}/v1/attention",
+                                  {"query": q})
+            ok, why = dl.output_ok(body.get("output") if st == 200 else None, L, E)
+            c.check(ok, "reference answer from a replica", f"{st} {why}", fatal=True)
+            refs.append(np.asarray(body["output"]))
+
+        marks = {}
+        term_code = {}
+
+        def kill0():
+            marks["kill"] = len(access_lines(tmp))
+            reps[0].proc.send_signal(signal.SIGKILL)
+            reps[0].proc.wait()
+
+        def restart0():
+            reps[0].start()
+            marks["restart"] = len(access_lines(tmp))
+
+        def term1():
+            reps[1].proc.send_signal(signal.SIGTERM)
+            threading.Thread(target=lambda: term_code.setdefault(
+                1, reps[1].proc.wait(45))).start()
+
+        load = Load(lb_port, bodies, refs)
+        took = load.run([(KILL_AT, kill0), (RESTART_AT, restart0), (TERM_AT, term1)])
+        total = load.ok + len(load.failures)
+        print(f"load: {total} requests in {took:.1f} s ({total / took:.0f}/s), "
+              f"{len(load.failures)} failed", flush=True)
+        c.check(total >= 1000, "load reached at least 1000 requests", str(total))
+        c.check(not load.failures, "no request failed through kill -9, restart and SIGTERM",
+                "; ".join(f"t={t:.1f}s {w}" for t, w in load.failures[:5]))
+
+        deadline = time.monotonic() + 45
+        while 1 not in term_code and time.monotonic() < deadline:
+            time.sleep(0.1)
+        c.check(term_code.get(1) == 0, "the SIGTERM'd replica drained and exited 0",
+                str(term_code.get(1)))
+
+        lines = access_lines(tmp)
+        # Wait for nginx to write its last lines (it logs after answering).
+        time.sleep(0.3)
+        lines = access_lines(tmp)
+        addr = {i: f"127.0.0.1:{r.port}" for i, r in enumerate(reps)}
+        first = lines[:marks.get("kill", 0)]
+        c.check(all(any(f"upstream={addr[i]}" in ln for ln in first) for i in range(3)),
+                "before the kill, every replica took traffic")
+        retried = [ln for ln in lines if re.search(r"upstream=\S+, ", ln)]
+        c.check(len(retried) > 0, "nginx retried requests on another replica",
+                "no access log line with two upstreams")
+        after = lines[marks.get("restart", len(lines)):]
+        back = [ln for ln in after if re.search(rf"upstream=(\S+, )*{re.escape(addr[0])} "
+                                                 r"upstream_status=(\S+, )*200 ", ln)]
+        c.check(len(back) > 0, "the restarted replica takes traffic again (nginx log)",
+                f"{len(after)} lines after restart")
+        c.check("/v1/attention" in reps[0].log_text(),
+                "the restarted replica logged served /v1/attention requests")
+        if retried:
+            print("a retried request:", retried[0], flush=True)
+    finally:
+        if nginx is not None:
+            nginx.send_signal(signal.SIGQUIT)
+            try:
+                nginx.wait(10)
+            except subprocess.TimeoutExpired:
+                nginx.kill()
+        for r in reps:
+            if r.proc is not None and r.proc.poll() is None:
+                r.proc.kill()
+                r.proc.wait()
+        shutil.rmtree(tmp, ignore_errors=True)
+    return c.finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
