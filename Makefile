@@ -7,10 +7,10 @@
 #   make bench      benchmark tables (never part of the tests)
 
 CC      ?= cc
-OPT     ?= -O2
+OPT     ?= -O3
 SAN     ?=
 BUILD   ?= build
-CFLAGS  += $(OPT) -g -std=c11 -D_GNU_SOURCE -Wall -Wextra -fPIC $(SAN)
+CFLAGS  += $(OPT) -g -std=c11 -ffp-contract=fast -D_GNU_SOURCE -Wall -Wextra -fPIC $(SAN)
 PKGS     = libmicrohttpd jansson openblas
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) check 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)

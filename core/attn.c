@@ -23,9 +23,15 @@
 #include "attn.h"
 #include "internal.h"
 
+#ifndef ATTN_QB
+#define ATTN_QB 128
+#endif
+#ifndef ATTN_KB
+#define ATTN_KB 256
+#endif
 enum {
-    QB = 128,          /* query rows per tile (online softmax path) */
-    KB = 256,          /* key rows per tile (online softmax path) */
+    QB = ATTN_QB,          /* query rows per tile (online softmax path) */
+    KB = ATTN_KB,          /* key rows per tile (online softmax path) */
     FULL_FLOATS = 1 << 18, /* score floats per task on the weights path */
 };
 
@@ -288,7 +294,14 @@ static void mask_scores(float *sc, int ldsc, const attn_seq *s, int i0, int Lb, 
 /* Tile floats one thread needs for the online softmax path. */
 static size_t tiled_floats(int D)
 {
+    if (attn_fused_supported(D)) return attn_fused_floats(D);
     return (size_t)QB * KB + (size_t)QB * D + 2 * QB;
+}
+
+/* Query rows per task on the online softmax path. */
+static int tiled_rows(int D)
+{
+    return attn_fused_supported(D) ? ATTN_FUSED_ROWS : QB;
 }
 
 /* One (sequence, head, row block) with an online softmax over key tiles:
@@ -301,6 +314,11 @@ static void attend_tiled(const fwd_state *st, const attn_task *tk, float *scratc
     float *q = st->q + (st->qoff[tk->seq] + i0) * st->ldq + (size_t)tk->head * D; /* (Lb,D) */
     const float *k = st->k + st->koff[tk->seq] * st->ldk + (size_t)tk->head * D; /* (S,D) */
     const float *v = st->v + st->koff[tk->seq] * st->ldv + (size_t)tk->head * D; /* (S,D) */
+    if (attn_fused_supported(D)) {
+        attn_fused_block(q, st->ldq, q, st->ldq, k, st->ldk, v, st->ldv, s, i0, Lb, D, st->scale,
+                         scratch);
+        return;
+    }
     float *sc = scratch;                  /* (Lb,KB) scores, then probabilities */
     float *acc = sc + (size_t)QB * KB;    /* (Lb,D) unnormalised output */
     float *mx = acc + (size_t)QB * D;     /* (Lb) running row max */
@@ -430,7 +448,7 @@ static void plan(const attn_model *m, const attn_batch *b, size_t T, size_t U, f
     for (int i = 0; i < b->B; i++) {
         const attn_seq *s = &b->seqs[i];
         if (s->weights == ATTN_WEIGHTS_NONE) {
-            p->tasks += (size_t)H * ((s->L + QB - 1) / QB);
+            p->tasks += (size_t)H * ((s->L + tiled_rows(D) - 1) / tiled_rows(D));
             if (tiled_floats(D) > p->tile) p->tile = tiled_floats(D);
         } else {
             int rows = full_rows(s->S);
@@ -485,12 +503,12 @@ static int reserve(attn_ctx *ctx, const fwd_plan *p, int B)
 }
 
 /* Fills the task list: later row blocks first (they cost more under causal). */
-static size_t make_tasks(attn_task *tasks, const attn_batch *b, int H)
+static size_t make_tasks(attn_task *tasks, const attn_batch *b, int H, int D)
 {
     size_t n = 0;
     for (int i = 0; i < b->B; i++) {
         const attn_seq *s = &b->seqs[i];
-        int rows = s->weights == ATTN_WEIGHTS_NONE ? QB : full_rows(s->S);
+        int rows = s->weights == ATTN_WEIGHTS_NONE ? tiled_rows(D) : full_rows(s->S);
         int blocks = (s->L + rows - 1) / rows;
         for (int blk = blocks - 1; blk >= 0; blk--) {
             int i0 = blk * rows, i1 = i0 + rows < s->L ? i0 + rows : s->L;
@@ -553,7 +571,7 @@ int attn_forward(attn_ctx *ctx, const attn_model *m, attn_batch *b, char *err, s
         st.ldk = st.ldv = 2 * (size_t)E;
     }
 
-    size_t ntasks = make_tasks(ctx->tasks, b, H);
+    size_t ntasks = make_tasks(ctx->tasks, b, H, D);
     attend_job job = {&st, ctx->tasks};
     attn_pool_run(ctx->pool, (int)ntasks, attend_task, &job);
 

@@ -22,4 +22,15 @@ void attn_pool_free(attn_pool *p);
  * and returns when all are done. */
 void attn_pool_run(attn_pool *p, int ntasks, attn_task_fn fn, void *arg);
 
+/* fused.c: the AVX-512 online-softmax block (see there). Supported when the
+ * CPU has AVX-512F and D is a multiple of 16 up to 128. */
+int attn_fused_supported(int D);
+size_t attn_fused_floats(int D); /* scratch floats one block needs */
+enum { ATTN_FUSED_ROWS = 64 };   /* query rows of one block */
+/* out (Lb,D) at stride ldo = softmax(q k^T * scale + masks) v for query
+ * rows [i0, i0+Lb) of sequence s, Lb <= ATTN_FUSED_ROWS; out may be q. */
+void attn_fused_block(float *out, size_t ldo, const float *q, size_t ldq, const float *k,
+                      size_t ldk, const float *v, size_t ldv, const attn_seq *s, int i0, int Lb,
+                      int D, float scale, float *scratch);
+
 #endif
