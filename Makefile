@@ -5,6 +5,7 @@
 #   make tsan       the concurrency suite under ThreadSanitizer
 #   make run        serve the embedded default model on port 8080
 #   make bench      benchmark tables (never part of the tests)
+#   make bench-compare  the same tables for torch too
 
 CC      ?= cc
 OPT     ?= -O3
@@ -32,7 +33,7 @@ LIBS       := $(BUILD)/libattnd_server.a $(BUILD)/libattnd_config.a $(BUILD)/lib
 TESTS      := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 BENCHES    := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
-.PHONY: all deps test test-unit test-blackbox asan tsan run bench clean fuzz fuzz-smoke venv
+.PHONY: all deps test test-unit test-blackbox asan tsan run bench bench-compare clean fuzz fuzz-smoke venv
 .PHONY: docker-test scaleout-test
 
 all: $(BUILD)/attnd $(LIBS)
@@ -115,6 +116,10 @@ run: deps
 bench: deps
 	$(MAKE) all $(BENCHES)
 	env -u OPENBLAS_CORETYPE $(BUILD)/bench/bench_core
+
+# The same table for torch.nn.MultiheadAttention (Debian's python3-torch).
+bench-compare: bench
+	env -u OPENBLAS_CORETYPE /usr/bin/python3 bench/bench_torch.py
 
 # Deployment (tests/deploy/): docker-test lints docker/, checks the Kubernetes
 # and KServe manifests against schemas and the daemon, builds the image with

@@ -1,0 +1,342 @@
+/* bench_core.c - speed and memory of the attention core, printed as a table.
+ *
+ * For each shape (B sequences of L tokens, width E, H heads), self-attention
+ * with no attention matrix asked for: the median time of one attn_forward
+ * over N runs after a warm-up, its rate in GFLOP/s and that rate as a share
+ * of OpenBLAS sgemm's own rate measured in the same run with as many threads.
+ * FLOPs = 8 T E^2 (the four projections, T = B L) + 4 B L^2 E (QK^T and AV).
+ * Then the peak memory of one long forward beyond its weights, inputs and
+ * outputs, next to attn_workspace_bytes for the same batch.
+ *
+ *   build/bench/bench_core [--threads 1,2] [--seconds 1.5] [--no-memory]
+ *
+ * Never part of the tests: timings depend on the machine and its load.
+ * bench/bench_torch.py prints the same table for torch.
+ */
+#include "../core/attn.h"
+
+#include <cblas.h>
+#include <malloc.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define MAX_THREADS 8
+
+typedef struct {
+    int B, L, E, H;
+} shape;
+
+static const shape g_shapes[] = {
+    {1, 128, 512, 8},  {1, 512, 1024, 16}, {8, 128, 512, 8},
+    {32, 64, 768, 12}, {1, 2048, 1024, 16}, {1, 4096, 512, 8},
+};
+#define NSHAPES ((int)(sizeof(g_shapes) / sizeof(g_shapes[0])))
+
+/* The long forward whose memory is measured. */
+static const shape g_mem_shape = {1, 8192, 512, 8};
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n) {
+    qsort(v, n, sizeof(double), cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static uint32_t g_seed = 12345;
+
+static float frand(void) { /* uniform in [-1, 1) */
+    g_seed = g_seed * 1664525u + 1013904223u;
+    return (float)(g_seed >> 8) / 8388608.0f - 1.0f;
+}
+
+static void fill(float *p, size_t n, float scale) {
+    for (size_t i = 0; i < n; i++)
+        p[i] = frand() * scale;
+}
+
+static double shape_flops(const shape *s) {
+    double T = (double)s->B * s->L, E = s->E;
+    return 8.0 * T * E * E + 4.0 * s->B * (double)s->L * s->L * E;
+}
+
+/* A model of random weights; returns 0 or -1 with err filled. */
+static int make_model(attn_model *m, int E, int H, char *err, size_t errlen) {
+    attn_hparams hp = {E, H, E, E, 1, 0};
+    if (attn_model_init(m, &hp, err, errlen) < 0)
+        return -1;
+    fill(m->mem, m->n_floats, 1.0f / sqrtf((float)E));
+    return 0;
+}
+
+/* A self-attention batch of B sequences of L tokens; inputs filled, output
+ * touched, so that their pages count before any forward. */
+typedef struct {
+    attn_batch b;
+    attn_seq *seqs;
+    float *query; /* (T,E) */
+    float *out;   /* (T,E) */
+} bench_batch;
+
+static int batch_new(bench_batch *bb, const shape *s) {
+    size_t T = (size_t)s->B * s->L;
+    memset(bb, 0, sizeof(*bb));
+    bb->seqs = calloc(s->B, sizeof(attn_seq));
+    bb->query = malloc(sizeof(float) * T * s->E);
+    bb->out = malloc(sizeof(float) * T * s->E);
+    if (!bb->seqs || !bb->query || !bb->out)
+        return -1;
+    for (int i = 0; i < s->B; i++) {
+        bb->seqs[i].L = bb->seqs[i].S = s->L;
+        bb->seqs[i].weights = ATTN_WEIGHTS_NONE;
+    }
+    fill(bb->query, T * s->E, 1.0f);
+    fill(bb->out, T * s->E, 1.0f); /* not memset: malloc + memset(0) may become calloc */
+    bb->b = (attn_batch){.B = s->B, .seqs = bb->seqs, .query = bb->query, .out = bb->out};
+    return 0;
+}
+
+static void batch_free(bench_batch *bb) {
+    free(bb->seqs);
+    free(bb->query);
+    free(bb->out);
+    memset(bb, 0, sizeof(*bb));
+}
+
+/* OpenBLAS sgemm of n x n x n with `threads` BLAS threads, GFLOP/s (median
+ * of a few runs). Leaves OpenBLAS single-threaded, as the core wants it. */
+static double sgemm_rate(int threads, int n) {
+    float *a = malloc(sizeof(float) * n * n), *b = malloc(sizeof(float) * n * n);
+    float *c = malloc(sizeof(float) * n * n);
+    double t[5], rate = 0;
+    if (!a || !b || !c)
+        goto cleanup;
+    fill(a, (size_t)n * n, 1.0f);
+    fill(b, (size_t)n * n, 1.0f);
+    openblas_set_num_threads(threads);
+    // a (n,n) @ b (n,n) -> c (n,n), once to warm up
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+    for (int r = 0; r < 5; r++) {
+        double t0 = now_s();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f,
+                    c, n);
+        t[r] = now_s() - t0;
+    }
+    openblas_set_num_threads(1);
+    rate = 2.0 * n * n * (double)n / median(t, 5) / 1e9;
+cleanup:
+    free(a);
+    free(b);
+    free(c);
+    return rate;
+}
+
+/* Median seconds of one forward of shape s with `threads` threads; runs in
+ * *runs. Returns -1 on error (message printed). */
+static double time_forward(const shape *s, int threads, double budget, int *runs) {
+    char err[256] = "";
+    attn_model m = {0};
+    bench_batch bb;
+    attn_ctx *ctx = NULL;
+    double *t = NULL, med = -1;
+    memset(&bb, 0, sizeof(bb));
+    if (make_model(&m, s->E, s->H, err, sizeof(err)) < 0 || batch_new(&bb, s) < 0 ||
+        !(ctx = attn_ctx_new(threads))) {
+        fprintf(stderr, "bench_core: setup failed: %s\n", err[0] ? err : "out of memory");
+        goto cleanup;
+    }
+    double t0 = now_s();
+    if (attn_forward(ctx, &m, &bb.b, err, sizeof(err)) < 0) { /* warm-up */
+        fprintf(stderr, "bench_core: %s\n", err);
+        goto cleanup;
+    }
+    double once = now_s() - t0;
+    int n = (int)(budget / (once > 1e-6 ? once : 1e-6));
+    n = n < 3 ? 3 : n > 200 ? 200 : n;
+    t = malloc(sizeof(double) * n);
+    if (!t)
+        goto cleanup;
+    for (int r = 0; r < n; r++) {
+        t0 = now_s();
+        attn_forward(ctx, &m, &bb.b, err, sizeof(err));
+        t[r] = now_s() - t0;
+    }
+    med = median(t, n);
+    *runs = n;
+cleanup:
+    free(t);
+    attn_ctx_free(ctx);
+    batch_free(&bb);
+    attn_model_free(&m);
+    return med;
+}
+
+/* One value of /proc/self/status in kB ("VmHWM", "VmRSS"), or -1. */
+static long status_kb(const char *key) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long v = -1;
+    size_t n = strlen(key);
+    if (!f)
+        return -1;
+    while (fgets(line, sizeof(line), f))
+        if (strncmp(line, key, n) == 0 && line[n] == ':') {
+            v = strtol(line + n + 1, NULL, 10);
+            break;
+        }
+    fclose(f);
+    return v;
+}
+
+/* Resets the peak RSS to the current RSS; 0 when the kernel allows it. */
+static int reset_peak(void) {
+    FILE *f = fopen("/proc/self/clear_refs", "w");
+    if (!f)
+        return -1;
+    int ok = fputs("5", f) >= 0;
+    return fclose(f) == 0 && ok ? 0 : -1;
+}
+
+/* Peak memory of one forward of g_mem_shape beyond weights, inputs and
+ * outputs. They are allocated and touched first; a throwaway context runs
+ * the same forward once, so that OpenBLAS's own buffers (allocated once per
+ * process, touched further as matrices grow) are resident; then a fresh
+ * context's first forward runs between a reset of the peak RSS and its
+ * reading, so the rise is the core's scratch (malloc returns big blocks to
+ * the system on free: see main). */
+static void measure_memory(int threads) {
+    const shape *s = &g_mem_shape;
+    char err[256] = "";
+    attn_model m = {0};
+    bench_batch bb;
+    memset(&bb, 0, sizeof(bb));
+    attn_ctx *ctx = NULL;
+    if (make_model(&m, s->E, s->H, err, sizeof(err)) < 0 || batch_new(&bb, s) < 0 ||
+        !(ctx = attn_ctx_new(threads))) {
+        fprintf(stderr, "bench_core: setup failed: %s\n", err[0] ? err : "out of memory");
+        goto cleanup;
+    }
+    if (attn_forward(ctx, &m, &bb.b, err, sizeof(err)) < 0) {
+        fprintf(stderr, "bench_core: %s\n", err);
+        goto cleanup;
+    }
+    attn_ctx_free(ctx);
+    if (!(ctx = attn_ctx_new(threads))) {
+        fprintf(stderr, "bench_core: no context\n");
+        goto cleanup;
+    }
+    int reset = reset_peak() == 0;
+    long base = reset ? status_kb("VmHWM") : status_kb("VmRSS");
+    double t0 = now_s();
+    if (attn_forward(ctx, &m, &bb.b, err, sizeof(err)) < 0) {
+        fprintf(stderr, "bench_core: %s\n", err);
+        goto cleanup;
+    }
+    double secs = now_s() - t0;
+    long peak = status_kb("VmHWM");
+    size_t ws = attn_workspace_bytes(&m, &bb.b, threads);
+    double rise = (peak - base) / 1024.0;
+    printf("  threads %d: forward %.2f s, peak RSS +%.1f MiB over weights+inputs+outputs "
+           "(%.1f MiB); attn_workspace_bytes %.1f MiB%s%s\n",
+           threads, secs, rise,
+           (m.n_floats + 2.0 * s->B * s->L * s->E) * sizeof(float) / 1048576.0,
+           ws / 1048576.0, reset ? "" : " (peak not resettable: VmHWM - VmRSS)",
+           rise > ws / 1048576.0 + 1.0 ? " (rise above the workspace bound)" : "");
+cleanup:
+    attn_ctx_free(ctx);
+    batch_free(&bb);
+    attn_model_free(&m);
+}
+
+static void usage(void) {
+    fprintf(stderr, "usage: bench_core [--threads 1,2] [--seconds S] [--no-memory]\n"
+                    "  --threads   thread counts to compare, comma separated (default 1,2)\n"
+                    "  --seconds   time budget per table cell (default 1.5)\n"
+                    "  --no-memory skip the peak-memory measurement\n");
+}
+
+int main(int argc, char **argv) {
+    int threads[MAX_THREADS] = {1, 2}, nt = 2, memory = 1;
+    double budget = 1.5;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
+            char *p = argv[++i];
+            nt = 0;
+            while (*p && nt < MAX_THREADS) {
+                threads[nt] = (int)strtol(p, &p, 10);
+                if (threads[nt] < 1 || (*p && *p != ',')) {
+                    usage();
+                    return 2;
+                }
+                nt++;
+                if (*p == ',')
+                    p++;
+            }
+        } else if (strcmp(argv[i], "--seconds") == 0 && i + 1 < argc) {
+            budget = atof(argv[++i]);
+        } else if (strcmp(argv[i], "--no-memory") == 0) {
+            memory = 0;
+        } else {
+            usage();
+            return 2;
+        }
+    }
+    if (nt == 0 || !(budget > 0)) {
+        usage();
+        return 2;
+    }
+
+    /* a fixed mmap threshold: big blocks come from and go back to the system,
+     * so the memory rise of a forward is not hidden by reused heap pages */
+    mallopt(M_MMAP_THRESHOLD, 128 * 1024);
+    printf("attnd core: self-attention, no attention matrix; OpenBLAS core %s\n",
+           attn_blas_corename());
+    if (memory) {
+        printf("memory of one forward, B=%d L=%d E=%d H=%d:\n", g_mem_shape.B, g_mem_shape.L,
+               g_mem_shape.E, g_mem_shape.H);
+        for (int t = 0; t < nt; t++)
+            measure_memory(threads[t]);
+    }
+
+    double gemm[MAX_THREADS];
+    printf("sgemm 2048^3 (OpenBLAS):");
+    for (int t = 0; t < nt; t++) {
+        gemm[t] = sgemm_rate(threads[t], 2048);
+        printf("  %d thread%s %.1f GFLOP/s", threads[t], threads[t] > 1 ? "s" : "", gemm[t]);
+    }
+    printf("\nFLOPs = 8*T*E^2 + 4*B*L^2*E; median ms over N runs; %% = share of sgemm's rate\n");
+    printf("%4s %5s %5s %3s", "B", "L", "E", "H");
+    for (int t = 0; t < nt; t++)
+        printf(" | %2dt %4s %9s %8s %5s", threads[t], "N", "ms", "GFLOP/s", "%");
+    printf("\n");
+    for (int i = 0; i < NSHAPES; i++) {
+        const shape *s = &g_shapes[i];
+        printf("%4d %5d %5d %3d", s->B, s->L, s->E, s->H);
+        fflush(stdout);
+        for (int t = 0; t < nt; t++) {
+            int runs = 0;
+            double sec = time_forward(s, threads[t], budget, &runs);
+            if (sec < 0) {
+                printf(" | %2s %4s %9s %8s %5s", "", "-", "failed", "-", "-");
+                continue;
+            }
+            double rate = shape_flops(s) / sec / 1e9;
+            printf(" | %3s %4d %9.2f %8.1f %5.1f", "", runs, sec * 1e3, rate,
+                   gemm[t] > 0 ? 100.0 * rate / gemm[t] : 0.0);
+            fflush(stdout);
+        }
+        printf("\n");
+    }
+    return 0;
+}
