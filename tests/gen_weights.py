@@ -341,6 +341,33 @@ def case_tensors_map(name, dtype, gen):
     return items, model, x, None, None, out
 
 
+def case_exported(name, dtype, gen):
+    """The whole road: a TransformerEncoder saved with torch.save, its
+    layers.0.self_attn written by config/export_safetensors.py (run as a
+    program), served through the config entry the script printed."""
+    import subprocess
+    import tempfile
+    E, L = 16, 4
+    layer = torch.nn.TransformerEncoderLayer(E, 4, dim_feedforward=24, dropout=0.0,
+                                             batch_first=True)
+    owner = fill(torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False), gen)
+    owner.float()
+    round_module(owner, dtype)
+    script = os.path.join(os.path.dirname(OUT_DIR), "..", "..", "config",
+                          "export_safetensors.py")
+    with tempfile.TemporaryDirectory() as tmp:
+        src, out = os.path.join(tmp, "model.pt"), os.path.join(tmp, name + ".safetensors")
+        torch.save(owner, src)
+        printed = subprocess.run([sys.executable, script, src, out, "--attr",
+                                  "layers.0.self_attn", "--dtype", dtype, "--name", name],
+                                 check=True, capture_output=True, text=True).stdout
+        data = open(out, "rb").read()
+    model = json.loads(printed)["models"][0]
+    owner.double()
+    x = randn32(gen, L, E)
+    return data, model, x, None, None, mha_out(owner.layers[0].self_attn, x, x, x)
+
+
 CASES = [
     ("torch_f32", lambda g: case_torch("torch_f32", "F32", g)),
     ("torch_f16", lambda g: case_torch("torch_f16", "F16", g)),
@@ -357,13 +384,17 @@ CASES = [
     ("hf_llama_bf16", lambda g: case_hf("hf_llama_bf16", "BF16", g, "o_proj", False,
                                         "model.layers.0.self_attn.")),
     ("tensors_map_f32", lambda g: case_tensors_map("tensors_map_f32", "F32", g)),
+    ("exported_bf16", lambda g: case_exported("exported_bf16", "BF16", g)),
 ]
 
 
 def build_case(index, make):
     gen = torch.Generator().manual_seed(1000 + index)
     items, model, q, k, v, out = make(gen)
-    st = safetensors_file(items, metadata={"format": "pt", "source": "tests/gen_weights.py"})
+    if isinstance(items, bytes):  # written by config/export_safetensors.py
+        st = items
+    else:
+        st = safetensors_file(items, metadata={"format": "pt", "source": "tests/gen_weights.py"})
     golden = {"config": {"models": [model]}, "query": f32(q),
               "key": None if k is None else f32(k), "value": None if v is None else f32(v),
               "output": f32(out)}

@@ -4,7 +4,8 @@
  *   golden    every case of tests/data/weights/ (made by tests/gen_weights.py
  *             from the torch module that owns the weights: nn.MultiheadAttention,
  *             a TransformerEncoder layer, BERT, BART and Llama attention, a
- *             custom "tensors" map; F32, F16, BF16; prefix; kdim != vdim)
+ *             custom "tensors" map, a layer written by config/export_safetensors.py;
+ *             F32, F16, BF16; prefix; kdim != vdim)
  *             is loaded through its config and run through attn_forward_ref
  *             and attn_forward: ||out - torch|| / ||torch|| <= 1e-5.
  *   default   the embedded default model against default_model.json (a
@@ -104,7 +105,7 @@ static const char *const cases[] = {
     "torch_f32",        "torch_f16",           "torch_bf16",           "torch_prefix_f32",
     "torch_prefix_f16", "torch_prefix_bf16",   "torch_kdim_vdim_f32",  "torch_kdim_vdim_bf16",
     "bert_f32",         "bert_f16",            "hf_bart_f16",          "hf_llama_bf16",
-    "tensors_map_f32",
+    "tensors_map_f32",  "exported_bf16",
 };
 #define N_CASES (int)(sizeof cases / sizeof cases[0])
 
