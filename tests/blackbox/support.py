@@ -1,0 +1,583 @@
+"""support.py - what the black-box suites share: starting the real daemon on
+127.0.0.1, a plain numpy reference of SPEC section 1, safetensors files,
+golden data, tensor encodings and a Prometheus text parser.
+
+Nothing here knows how the daemon is written; it only speaks HTTP to it.
+"""
+import base64
+import json
+import math
+import os
+import re
+import signal
+import socket
+import struct
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+import requests
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(os.environ.get("ATTND_BIN", str(REPO / "build" / "attnd")))
+GOLDEN_DIR = REPO / "tests" / "data" / "golden"
+
+# Every network call of the suites is bounded by this many seconds.
+HTTP_TIMEOUT = 60.0
+
+SANITIZER_MARKS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "LeakSanitizer",
+                   "runtime error:", "WARNING: ThreadSanitizer", "ThreadSanitizer: ")
+
+
+def sanitized_build():
+    """True when the daemon under test is an ASan or TSan build (slower)."""
+    b = str(BIN)
+    return ("asan" in b or "tsan" in b or os.environ.get("ATTND_TSAN") == "1"
+            or os.environ.get("ATTND_ASAN") == "1")
+
+
+def tsan_build():
+    return "tsan" in str(BIN) or os.environ.get("ATTND_TSAN") == "1"
+
+
+def free_port():
+    """A port nobody listens on right now (bind 0, read, close)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Daemon:
+    """One attnd process on 127.0.0.1 with its own port, config and logs."""
+
+    def __init__(self, workdir, config=None, env=None, args=None, name="attnd", flags=True):
+        self.workdir = Path(workdir)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        self.url = "http://127.0.0.1:%d" % self.port
+        self.config_path = None
+        if config is not None:
+            self.config_path = self.workdir / (name + ".json")
+            self.config_path.write_text(json.dumps(config, indent=1))
+        self.stdout_path = self.workdir / (name + ".stdout")
+        self.stderr_path = self.workdir / (name + ".stderr")
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("ATTND_")}
+        self.env.update(env or {})
+        self.args = [str(BIN)]
+        if flags:  # otherwise the caller says where to listen (env or config)
+            self.args += ["--host", "127.0.0.1", "--port", str(self.port)]
+        if self.config_path is not None:
+            self.args += ["--config", str(self.config_path)]
+        self.args += list(args or [])
+        self.proc = None
+        self.returncode = None
+
+    def start(self, wait=True, timeout=60.0):
+        assert BIN.exists(), "daemon binary %s is missing: run make" % BIN
+        self._out = open(self.stdout_path, "wb")
+        self._err = open(self.stderr_path, "wb")
+        self.proc = subprocess.Popen(self.args, stdout=self._out, stderr=self._err,
+                                     stdin=subprocess.DEVNULL, env=self.env, cwd=self.workdir)
+        if wait:
+            self.wait_healthy(timeout)
+        return self
+
+    def wait_healthy(self, timeout=60.0):
+        deadline = time.monotonic() + timeout
+        last = None
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError("attnd exited with %s before it was healthy:\n%s"
+                                     % (self.proc.returncode, self.logs()))
+            try:
+                r = requests.get(self.url + "/health", timeout=2)
+                last = r.status_code
+                if r.status_code == 200:
+                    return
+            except requests.RequestException as e:
+                last = repr(e)
+            time.sleep(0.05)
+        raise AssertionError("attnd not healthy after %.0fs (last: %s):\n%s"
+                             % (timeout, last, self.logs()))
+
+    def alive(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def signal(self, sig=signal.SIGTERM):
+        self.proc.send_signal(sig)
+
+    def stop(self, sig=signal.SIGTERM, timeout=60.0):
+        """Signals the daemon and waits; returns its exit code."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+                self._close()
+                raise AssertionError("attnd did not exit within %.0fs of signal %d:\n%s"
+                                     % (timeout, sig, self.logs()))
+        self._close()
+        self.returncode = self.proc.returncode
+        return self.returncode
+
+    def wait_exit(self, timeout=60.0):
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+        self._close()
+        self.returncode = self.proc.returncode
+        return self.returncode
+
+    def _close(self):
+        for f in (getattr(self, "_out", None), getattr(self, "_err", None)):
+            if f is not None and not f.closed:
+                f.close()
+
+    def stdout(self):
+        return self.stdout_path.read_text(errors="replace") if self.stdout_path.exists() else ""
+
+    def stderr(self):
+        return self.stderr_path.read_text(errors="replace") if self.stderr_path.exists() else ""
+
+    def logs(self, tail=4000):
+        return ("--- stderr ---\n" + self.stderr()[-tail:] + "\n--- stdout ---\n"
+                + self.stdout()[-tail:])
+
+    def sanitizer_reports(self):
+        err = self.stderr() + self.stdout()
+        return [m for m in SANITIZER_MARKS if m in err]
+
+    def check_clean_exit(self, sig=signal.SIGTERM):
+        """Stops (if running) and asserts exit 0 and no sanitizer report."""
+        rc = self.stop(sig)
+        problems = []
+        if rc != 0:
+            problems.append("exit code %s, expected 0" % rc)
+        marks = self.sanitizer_reports()
+        if marks:
+            problems.append("sanitizer reports: %s" % marks)
+        assert not problems, "attnd on port %d: %s\n%s" % (self.port, "; ".join(problems),
+                                                          self.logs(20000))
+
+    # -- HTTP shortcuts
+    def get(self, path, **kw):
+        kw.setdefault("timeout", HTTP_TIMEOUT)
+        return requests.get(self.url + path, **kw)
+
+    def post(self, path, body=None, **kw):
+        kw.setdefault("timeout", HTTP_TIMEOUT)
+        if body is not None and "data" not in kw and "json" not in kw:
+            kw["data"] = json.dumps(body)
+            kw.setdefault("headers", {}).setdefault("Content-Type", "application/json")
+        return requests.post(self.url + path, **kw)
+
+    def request(self, method, path, **kw):
+        kw.setdefault("timeout", HTTP_TIMEOUT)
+        return requests.request(method, self.url + path, **kw)
+
+
+class DaemonFactory:
+    """Starts daemons on demand; at teardown stops every one still running and
+    asserts that each exited 0 without sanitizer reports."""
+
+    def __init__(self, tmpdir):
+        self.tmpdir = Path(tmpdir)
+        self.daemons = []
+
+    def __call__(self, config=None, env=None, args=None, wait=True, timeout=60.0, flags=True,
+                 port=None):
+        n = len(self.daemons)
+        d = Daemon(self.tmpdir / ("d%d" % n), config=config, env=env, args=args,
+                   name="attnd%d" % n, flags=flags)
+        if port is not None:
+            d.port, d.url = port, "http://127.0.0.1:%d" % port
+        self.daemons.append(d)
+        d.start(wait=wait, timeout=timeout)
+        return d
+
+    def finish(self):
+        problems = []
+        for d in self.daemons:
+            if d.proc is None:
+                continue
+            try:
+                if d.returncode is None and d.proc.poll() is None:
+                    d.check_clean_exit()
+                else:
+                    # already stopped by its test, which checked its exit code;
+                    # sanitizer reports are still checked here
+                    d.stop()
+                    marks = d.sanitizer_reports()
+                    assert not marks, "sanitizer reports %s:\n%s" % (marks, d.logs(20000))
+            except AssertionError as e:
+                problems.append(str(e))
+        assert not problems, "\n\n".join(problems)
+
+
+# ---------------------------------------------------------------- tensors
+
+def b64_tensor(a):
+    """A tensor object of SPEC section 4: shape, float32, base64 little-endian."""
+    a = np.ascontiguousarray(a, dtype="<f4")
+    return {"shape": list(a.shape), "dtype": "float32",
+            "b64": base64.b64encode(a.tobytes()).decode()}
+
+
+def from_b64_tensor(obj):
+    assert isinstance(obj, dict), "expected a tensor object, got %r" % type(obj)
+    assert obj.get("dtype") == "float32", obj.get("dtype")
+    raw = base64.b64decode(obj["b64"], validate=True)
+    a = np.frombuffer(raw, dtype="<f4")
+    assert a.size == int(np.prod(obj["shape"])), (a.size, obj["shape"])
+    return a.reshape(obj["shape"])
+
+
+def rel_err(out, ref):
+    out = np.asarray(out, dtype=np.float64)
+    ref = np.asarray(ref, dtype=np.float64)
+    assert out.shape == ref.shape, "shape %s, expected %s" % (out.shape, ref.shape)
+    assert np.isfinite(out).all(), "non-finite numbers in the answer"
+    n = np.linalg.norm(ref)
+    d = np.linalg.norm(out - ref)
+    return d / n if n > 0 else d
+
+
+def tolist32(a):
+    """Nested lists of floats that round-trip float32 (for JSON requests)."""
+    a = np.asarray(a)
+    if a.dtype == np.bool_:
+        return a.tolist()
+    return np.asarray(a, dtype=np.float32).astype(np.float64).tolist()
+
+
+# ---------------------------------------------------------------- safetensors
+
+def write_safetensors(path, tensors, dtype="F32"):
+    """tensors: dict name -> numpy array, written as F32 (or F16/BF16)."""
+    header, blobs, off = {}, [], 0
+    for name, arr in tensors.items():
+        arr = np.asarray(arr, dtype=np.float32)
+        if dtype == "F32":
+            data = np.ascontiguousarray(arr, dtype="<f4").tobytes()
+        elif dtype == "F16":
+            data = np.ascontiguousarray(arr, dtype="<f2").tobytes()
+        elif dtype == "BF16":
+            u = np.ascontiguousarray(arr, dtype="<f4").view("<u4")
+            data = (u >> 16).astype("<u2").tobytes()  # exact for bf16-representable values
+        else:
+            raise ValueError(dtype)
+        header[name] = {"dtype": dtype, "shape": list(arr.shape),
+                        "data_offsets": [off, off + len(data)]}
+        blobs.append(data)
+        off += len(data)
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * ((8 - len(h) % 8) % 8)
+    Path(path).write_bytes(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+
+
+def read_safetensors(path):
+    raw = Path(path).read_bytes()
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8:8 + n])
+    out = {}
+    for name, t in header.items():
+        if name == "__metadata__":
+            continue
+        assert t["dtype"] == "F32"
+        a, b = t["data_offsets"]
+        out[name] = np.frombuffer(raw[8 + n + a:8 + n + b], dtype="<f4").reshape(t["shape"])
+    return out
+
+
+# ---------------------------------------------------------------- the reference
+
+class Model:
+    """One attention layer's hyper-parameters and weights (float32, torch names)."""
+
+    def __init__(self, name, E, H, kdim=None, vdim=None, bias=True, weights=None):
+        self.name, self.E, self.H = name, E, H
+        self.kdim = kdim or E
+        self.vdim = vdim or E
+        self.bias = bias
+        self.sd = weights  # state_dict name -> float32 array
+        self.path = None   # safetensors file
+
+    @classmethod
+    def random(cls, name, E, H, kdim=None, vdim=None, bias=True, seed=0):
+        rng = np.random.default_rng(seed)
+        kdim, vdim = kdim or E, vdim or E
+        sd = {}
+        if kdim == E and vdim == E:
+            sd["in_proj_weight"] = rng.standard_normal((3 * E, E)) / math.sqrt(E)
+        else:
+            sd["q_proj_weight"] = rng.standard_normal((E, E)) / math.sqrt(E)
+            sd["k_proj_weight"] = rng.standard_normal((E, kdim)) / math.sqrt(kdim)
+            sd["v_proj_weight"] = rng.standard_normal((E, vdim)) / math.sqrt(vdim)
+        if bias:
+            sd["in_proj_bias"] = rng.standard_normal(3 * E) * 0.5
+        sd["out_proj.weight"] = rng.standard_normal((E, E)) / math.sqrt(E)
+        if bias:
+            sd["out_proj.bias"] = rng.standard_normal(E) * 0.5
+        sd = {k: v.astype(np.float32) for k, v in sd.items()}
+        return cls(name, E, H, kdim, vdim, bias, sd)
+
+    @classmethod
+    def from_golden(cls, golden):
+        m = cls(golden["name"], golden["embed_dim"], golden["num_heads"], golden["kdim"],
+                golden["vdim"], golden["bias"])
+        m.path = GOLDEN_DIR / (golden["name"] + ".safetensors")
+        m.sd = read_safetensors(m.path)
+        return m
+
+    def save(self, path, dtype="F32", rename=None):
+        rename = rename or {}
+        write_safetensors(path, {rename.get(k, k): v for k, v in self.sd.items()}, dtype)
+        self.path = Path(path)
+        return self.path
+
+    def config(self, **extra):
+        c = {"name": self.name, "embed_dim": self.E, "num_heads": self.H, "kdim": self.kdim,
+             "vdim": self.vdim, "bias": self.bias, "weights": str(self.path)}
+        c.update(extra)
+        return c
+
+    def forward(self, query, key=None, value=None, causal=False, key_padding_mask=None,
+                attn_mask=None):
+        """SPEC section 1 in float64 for one sequence (L,E) or a batch (B,L,E).
+        Returns (output, attention weights (.., H, L, S))."""
+        q = np.asarray(query, dtype=np.float64)
+        if q.ndim == 3:
+            outs, ws = [], []
+            for b in range(q.shape[0]):
+                kpm = None
+                if key_padding_mask is not None:
+                    kpm = np.asarray(key_padding_mask)
+                    kpm = kpm[b] if kpm.ndim == 2 else kpm
+                o, w = self.forward(q[b], None if key is None else key[b],
+                                    None if value is None else value[b], causal, kpm, attn_mask)
+                outs.append(o)
+                ws.append(w)
+            return np.stack(outs), np.stack(ws)
+        k = q if key is None else np.asarray(key, dtype=np.float64)
+        v = k if value is None else np.asarray(value, dtype=np.float64)
+        E, H = self.E, self.H
+        D = E // H
+        sd = {n: a.astype(np.float64) for n, a in self.sd.items()}
+        if "in_proj_weight" in sd:
+            wq, wk, wv = np.split(sd["in_proj_weight"], 3)
+        else:
+            wq, wk, wv = sd["q_proj_weight"], sd["k_proj_weight"], sd["v_proj_weight"]
+        bq, bk, bv = np.split(sd.get("in_proj_bias", np.zeros(3 * E)), 3)
+        wo, bo = sd["out_proj.weight"], sd.get("out_proj.bias", np.zeros(E))
+        L, S = q.shape[0], k.shape[0]
+        hidden = np.zeros((L, S), dtype=bool)
+        add = np.zeros((L, S))
+        if key_padding_mask is not None:
+            hidden |= np.asarray(key_padding_mask, dtype=bool)[None, :]
+        if attn_mask is not None:
+            am = np.asarray(attn_mask)
+            if am.dtype == np.bool_:
+                hidden |= am
+            else:
+                add = am.astype(np.float64)
+                hidden |= np.isneginf(add)
+                add = np.where(np.isneginf(add), 0.0, add)
+        if causal:
+            hidden |= np.triu(np.ones((L, S), dtype=bool), 1)
+        qp, kp, vp = q @ wq.T + bq, k @ wk.T + bk, v @ wv.T + bv
+        att = np.zeros((H, L, S))
+        ctx = np.zeros((L, E))
+        for h in range(H):
+            sl = slice(h * D, (h + 1) * D)
+            s = qp[:, sl] @ kp[:, sl].T / math.sqrt(D) + add
+            s = np.where(hidden, -np.inf, s)
+            for i in range(L):
+                if hidden[i].all():
+                    continue
+                e = np.exp(s[i] - s[i].max())
+                att[h, i] = e / e.sum()
+            ctx[:, sl] = att[h] @ vp[:, sl]
+        out = ctx @ wo.T + bo
+        out[hidden.all(axis=1)] = bo
+        return out, att
+
+
+def load_goldens():
+    """Every golden model: list of (json object, Model)."""
+    out = []
+    for p in sorted(GOLDEN_DIR.glob("*.json")):
+        g = json.loads(p.read_text())
+        out.append((g, Model.from_golden(g)))
+    return out
+
+
+def golden_body(seq, model_name=None, encoding=None, b64_inputs=False):
+    """The native request of one golden sequence."""
+    body = {"query": b64_tensor(np.array(seq["query"])) if b64_inputs else seq["query"]}
+    if model_name is not None:
+        body["model"] = model_name
+    for f in ("key", "value"):
+        if seq.get(f) is not None:
+            body[f] = b64_tensor(np.array(seq[f])) if b64_inputs else seq[f]
+    if seq.get("key_padding_mask") is not None:
+        body["key_padding_mask"] = seq["key_padding_mask"]
+    if seq.get("attn_mask") is not None:
+        if b64_inputs and seq.get("attn_mask_kind") == "float":
+            body["attn_mask"] = b64_tensor(np.array(seq["attn_mask"]))
+        else:
+            body["attn_mask"] = seq["attn_mask"]
+    body["causal"] = bool(seq.get("causal", False))
+    body["attention"] = seq.get("attention", "none")
+    if encoding is not None:
+        body["encoding"] = encoding
+    return body
+
+
+def golden_mask(seq):
+    am = seq.get("attn_mask")
+    if am is None:
+        return None
+    return np.array(am, dtype=bool if seq.get("attn_mask_kind") == "bool" else np.float64)
+
+
+def check_error_body(r, status):
+    """Asserts the status and that the body is exactly {"error": "<sentence>"}.
+    Returns the sentence."""
+    assert r.status_code == status, "status %d, expected %d; body %r" % (
+        r.status_code, status, r.text[:500])
+    ct = r.headers.get("Content-Type", "")
+    assert ct.startswith("application/json"), "Content-Type %r" % ct
+    try:
+        body = r.json()
+    except ValueError:
+        raise AssertionError("error body is not JSON: %r" % r.text[:500])
+    assert isinstance(body, dict) and list(body.keys()) == ["error"], body
+    msg = body["error"]
+    assert isinstance(msg, str) and msg.strip(), body
+    assert "\n" not in msg.strip(), "error is not one sentence: %r" % msg
+    return msg
+
+
+# ---------------------------------------------------------------- Prometheus text
+
+_SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)(\s+-?\d+)?$')
+_LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
+
+
+def parse_prometheus(text):
+    """Strict enough parse of the text exposition format 0.0.4.
+    Returns (types: name -> type, samples: list of (name, labels dict, value))."""
+    types, samples = {}, []
+    for ln, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        if line.startswith("#"):
+            parts = line.split(None, 3)
+            if len(parts) >= 3 and parts[1] == "TYPE":
+                assert len(parts) == 4 and parts[3].strip() in (
+                    "counter", "gauge", "histogram", "summary", "untyped"), \
+                    "line %d: bad TYPE line %r" % (ln, line)
+                types[parts[2]] = parts[3].strip()
+            continue
+        m = _SAMPLE.match(line)
+        assert m, "line %d is not a Prometheus sample: %r" % (ln, line)
+        name, lab, val = m.group(1), m.group(2), m.group(3)
+        labels = {}
+        if lab:
+            inner = lab[1:-1]
+            pos = 0
+            while pos < len(inner):
+                lm = _LABEL.match(inner, pos)
+                assert lm and lm.end() > pos, "line %d: bad labels %r" % (ln, lab)
+                labels[lm.group(1)] = lm.group(2)
+                pos = lm.end()
+        try:
+            v = float(val)
+        except ValueError:
+            raise AssertionError("line %d: bad value %r" % (ln, val))
+        samples.append((name, labels, v))
+    return types, samples
+
+
+def histograms(text):
+    """name -> {"buckets": [(le, count)], "sum": x, "count": n} summed over
+    every label set other than le."""
+    types, samples = parse_prometheus(text)
+    out = {}
+    for name, typ in types.items():
+        if typ != "histogram":
+            continue
+        h = {"buckets": {}, "sum": 0.0, "count": 0.0}
+        for n, labels, v in samples:
+            if n == name + "_bucket":
+                le = float(labels["le"].replace("+Inf", "inf"))
+                h["buckets"][le] = h["buckets"].get(le, 0.0) + v
+            elif n == name + "_sum":
+                h["sum"] += v
+            elif n == name + "_count":
+                h["count"] += v
+        h["buckets"] = sorted(h["buckets"].items())
+        out[name] = h
+    return out
+
+
+def metric_sum(text, name, **labels):
+    """Sum of the samples of `name` whose labels include `labels`."""
+    _, samples = parse_prometheus(text)
+    return sum(v for n, l, v in samples
+               if n == name and all(l.get(k) == str(x) for k, x in labels.items()))
+
+
+def find_histogram(hists, *words):
+    """The histogram whose name contains every word (exactly one expected)."""
+    names = [n for n in hists if all(w in n for w in words)]
+    assert names, "no histogram named with %s among %s" % (words, sorted(hists))
+    names.sort(key=len)
+    return names[0], hists[names[0]]
+
+
+def raw_http(port, data, timeout=10.0, read=True):
+    """Sends raw bytes to 127.0.0.1:port and returns what comes back (bytes)."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    try:
+        try:
+            s.sendall(data)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        if not read:
+            return b""
+        chunks = []
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                c = s.recv(65536)
+            except (ConnectionResetError, socket.timeout):
+                break
+            if not c:
+                break
+            chunks.append(c)
+            blob = b"".join(chunks)
+            # stop when a full response with Content-Length has arrived
+            head, sep, rest = blob.partition(b"\r\n\r\n")
+            if sep:
+                m = re.search(rb"(?im)^content-length:\s*(\d+)", head)
+                if m and len(rest) >= int(m.group(1)):
+                    break
+        return b"".join(chunks)
+    finally:
+        s.close()
+
+
+def wait_until(pred, timeout, step=0.02):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(step)
+    return pred()

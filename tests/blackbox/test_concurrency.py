@@ -1,0 +1,216 @@
+"""Concurrency (SPEC section 5): many clients with different shapes, options
+and models at once; each answer equals its own reference, malformed requests
+in the crowd change nobody's answer, and the batcher forms real batches
+(attnd_batch_size histogram). `make tsan` runs the tests named *concurrency*."""
+import json
+import threading
+
+import numpy as np
+import pytest
+import requests
+
+import support
+from support import b64_tensor, from_b64_tensor, rel_err
+
+TSAN = support.tsan_build()
+THREADS = 8 if TSAN else 32
+PER_THREAD = 2 if TSAN else 4
+TIMEOUT = 120.0
+GOLDENS = {g["name"]: m for g, m in support.load_goldens()}
+MODELS = ["self_e64_h8", "cross_e48_h4_k40_v24", "self_e30_h3", "nobias_e32_h4"]
+
+
+@pytest.fixture(scope="module")
+def d(daemons):
+    cfg = {"batching": {"max_queue_delay_us": 5000, "max_batch_requests": 16},
+           "workers": {"threads": 2},
+           "models": [GOLDENS[n].config() for n in MODELS]}
+    return daemons(cfg)
+
+
+def make_job(rng, idx):
+    """One request with its expected answer."""
+    m = GOLDENS[MODELS[idx % len(MODELS)]]
+    L = int(rng.integers(1, 25))
+    cross = m.kdim != m.E or rng.random() < 0.3
+    S = int(rng.integers(1, 25)) if cross else L
+    q = rng.standard_normal((L, m.E)).astype(np.float32)
+    k = rng.standard_normal((S, m.kdim)).astype(np.float32) if cross else None
+    v = rng.standard_normal((S, m.vdim)).astype(np.float32) if cross else None
+    causal = bool(rng.random() < 0.3)
+    kpm = None
+    if rng.random() < 0.4:
+        kpm = rng.random(S) < 0.3
+        kpm[int(rng.integers(S))] = False
+    attention = ["none", "mean", "heads"][int(rng.integers(3))]
+    how = ["json", "b64", "v2"][int(rng.integers(3))]
+    out, w = m.forward(q, k, v, causal, kpm)
+    if attention == "mean":
+        w = w.mean(axis=0)
+    if how == "v2":
+        ins = [{"name": "query", "shape": [L, m.E], "datatype": "FP32",
+                "data": support.tolist32(q.reshape(-1))}]
+        if cross:
+            ins.append({"name": "key", "shape": [S, m.kdim], "datatype": "FP32",
+                        "data": support.tolist32(k.reshape(-1))})
+            ins.append({"name": "value", "shape": [S, m.vdim], "datatype": "FP32",
+                        "data": support.tolist32(v.reshape(-1))})
+        if kpm is not None:
+            ins.append({"name": "key_padding_mask", "shape": [S], "datatype": "BOOL",
+                        "data": kpm.tolist()})
+        path = "/v2/models/%s/infer" % m.name
+        body = {"inputs": ins, "parameters": {"causal": causal, "attention": attention}}
+    else:
+        enc = b64_tensor if how == "b64" else support.tolist32
+        path = "/v1/attention"
+        body = {"model": m.name, "query": enc(q), "causal": causal, "attention": attention}
+        if cross:
+            body["key"], body["value"] = enc(k), enc(v)
+        if kpm is not None:
+            body["key_padding_mask"] = kpm.tolist()
+        if how == "b64":
+            body["encoding"] = "base64"
+    return {"path": path, "body": json.dumps(body), "how": how, "out": out,
+            "att": None if attention == "none" else w, "model": m.name}
+
+
+def check_answer(job, r):
+    if r.status_code != 200:
+        return "status %d: %s" % (r.status_code, r.text[:200])
+    body = r.json()
+    if job["how"] == "v2":
+        outs = {o["name"]: np.asarray(o["data"], dtype=np.float64).reshape(o["shape"])
+                for o in body["outputs"]}
+        out, att = outs.get("output"), outs.get("attention")
+    else:
+        out, att = body.get("output"), body.get("attention")
+        if job["how"] == "b64":
+            out = from_b64_tensor(out)
+            att = None if att is None else from_b64_tensor(att)
+    if out is None:
+        return "no output"
+    out = np.asarray(out, dtype=np.float64)
+    if out.shape != job["out"].shape:
+        return "output shape %s, expected %s" % (out.shape, job["out"].shape)
+    e = rel_err(out, job["out"])
+    if e > 1e-5:
+        return "output relative error %.3g (%s)" % (e, job["model"])
+    if job["att"] is None:
+        if att is not None:
+            return "attention returned although not asked"
+    else:
+        if att is None:
+            return "attention missing"
+        att = np.asarray(att, dtype=np.float64)
+        if att.shape != job["att"].shape:
+            return "attention shape %s, expected %s" % (att.shape, job["att"].shape)
+        e = rel_err(att, job["att"])
+        if e > 1e-5:
+            return "attention relative error %.3g" % e
+    return None
+
+
+def run_crowd(d, jobs_per_thread, bad_per_thread=None):
+    barrier = threading.Barrier(len(jobs_per_thread))
+    failures = []
+    lock = threading.Lock()
+
+    def client(t):
+        s = requests.Session()
+        try:
+            barrier.wait(30)
+            for i, job in enumerate(jobs_per_thread[t]):
+                if bad_per_thread and bad_per_thread[t]:
+                    bad = bad_per_thread[t][i % len(bad_per_thread[t])]
+                    rb = s.post(d.url + bad[0], data=bad[1], timeout=TIMEOUT,
+                                headers={"Content-Type": "application/json"})
+                    if rb.status_code not in (400, 404, 413):
+                        with lock:
+                            failures.append("bad request got %d" % rb.status_code)
+                r = s.post(d.url + job["path"], data=job["body"], timeout=TIMEOUT,
+                           headers={"Content-Type": "application/json"})
+                err = check_answer(job, r)
+                if err:
+                    with lock:
+                        failures.append("thread %d job %d: %s" % (t, i, err))
+        except Exception as e:  # noqa: BLE001 - reported as a failure below
+            with lock:
+                failures.append("thread %d: %r" % (t, e))
+        finally:
+            s.close()
+
+    threads = [threading.Thread(target=client, args=(t,)) for t in range(len(jobs_per_thread))]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(TIMEOUT * 2)
+    assert not any(th.is_alive() for th in threads), "clients still running"
+    return failures
+
+
+def batch_hist(d):
+    r = d.get("/metrics")
+    assert r.status_code == 200
+    hists = support.histograms(r.text)
+    assert "attnd_batch_size" in hists, "no attnd_batch_size histogram: %s" % sorted(hists)
+    return hists["attnd_batch_size"]
+
+
+def test_concurrency_each_answer_is_its_own(d):
+    rng = np.random.default_rng(2024)
+    jobs = [[make_job(rng, t * PER_THREAD + i) for i in range(PER_THREAD)]
+            for t in range(THREADS)]
+    before = batch_hist(d)
+    failures = run_crowd(d, jobs)
+    assert not failures, "\n".join(failures[:20])
+    after = batch_hist(d)
+    n = after["count"] - before["count"]
+    total = after["sum"] - before["sum"]
+    assert total == THREADS * PER_THREAD, \
+        "batch size histogram sum grew by %g, expected %d requests" % (total, THREADS * PER_THREAD)
+    assert 0 < n < total, "no batch held more than one request (%g batches for %g)" % (n, total)
+    b1 = dict(after["buckets"]).get(1.0)
+    if b1 is not None:
+        assert b1 < after["count"], "every batch is in the le=1 bucket"
+    assert d.alive()
+
+
+def test_concurrency_bad_neighbours_change_nothing(d):
+    rng = np.random.default_rng(77)
+    jobs = [[make_job(rng, t + 3 * i) for i in range(PER_THREAD)] for t in range(THREADS)]
+    E = 64
+    bad = [
+        ("/v1/attention", json.dumps({"model": "self_e64_h8", "query": [[0.5] * E, [0.5] * 3]})),
+        ("/v1/attention", json.dumps({"model": "self_e64_h8", "query": [[1e39] * E]})),
+        ("/v1/attention", '{"model": "self_e64_h8", "query": [[1,'),
+        ("/v1/attention", json.dumps({"model": "nope", "query": [[0.5] * E]})),
+        ("/v2/models/self_e64_h8/infer", json.dumps({"inputs": [
+            {"name": "query", "shape": [2, E], "datatype": "FP32", "data": [0.5] * E}]})),
+        ("/v1/attention", json.dumps({"model": "self_e64_h8", "query": {
+            "shape": [2, E], "dtype": "float32", "b64": "AAAA"}})),
+    ]
+    bad_per_thread = [bad[t % len(bad):] + bad[:t % len(bad)] if t % 2 else None
+                      for t in range(THREADS)]
+    failures = run_crowd(d, jobs, bad_per_thread)
+    assert not failures, "\n".join(failures[:20])
+    assert d.alive()
+
+
+def test_concurrency_batched_requests_in_the_crowd(d):
+    """B x L x E requests mixed with single ones: every sequence its own."""
+    m = GOLDENS["self_e64_h8"]
+    rng = np.random.default_rng(5)
+    jobs = []
+    for t in range(THREADS):
+        B, L = int(rng.integers(1, 4)), int(rng.integers(1, 12))
+        q = rng.standard_normal((B, L, m.E)).astype(np.float32)
+        kpm = rng.random((B, L)) < 0.2
+        kpm[:, 0] = False
+        out, w = m.forward(q, None, None, False, kpm)
+        jobs.append([{"path": "/v1/attention", "how": "b64", "model": m.name, "out": out,
+                      "att": w.mean(axis=1),
+                      "body": json.dumps({"model": m.name, "query": b64_tensor(q),
+                                          "key_padding_mask": kpm.tolist(),
+                                          "attention": "mean", "encoding": "base64"})}])
+    failures = run_crowd(d, jobs)
+    assert not failures, "\n".join(failures[:20])

@@ -1,0 +1,554 @@
+"""Bad input (SPEC section 4, "What bad input gets"): every row of the table,
+each error body exactly {"error": "<sentence>"}, 400s naming the field and
+the index; the API key; then a bounded loop of malformed bodies. After all of
+it the daemon still answers a golden request correctly."""
+import json
+import random
+import re
+
+import numpy as np
+import pytest
+import requests
+
+import support
+from support import b64_tensor, check_error_body, golden_body, rel_err
+
+GOLDENS = {g["name"]: (g, m) for g, m in support.load_goldens()}
+M = "self_e64_h8"            # E=64, H=8, self-attention
+C = "cross_e48_h4_k40_v24"   # E=48, H=4, kdim=40, vdim=24
+E, H = 64, 8
+CE, CK, CV = 48, 40, 24
+MAX_BODY = 65536
+MAX_TOKENS = 64
+MAX_ATT = 4096
+API_KEY = "s3cret-key-value-7f1c"
+
+
+def rows(L, width, seed=0):
+    rng = np.random.default_rng(seed)
+    return support.tolist32(rng.standard_normal((L, width)))
+
+
+@pytest.fixture(scope="module")
+def d(daemons):
+    cfg = {"server": {"max_body_bytes": MAX_BODY},
+           "limits": {"max_tokens_per_request": MAX_TOKENS, "max_attention_floats": MAX_ATT},
+           "models": [GOLDENS[M][1].config(), GOLDENS[C][1].config()]}
+    return daemons(cfg)
+
+
+def check_golden(d):
+    """The daemon still answers the golden sequences of both models exactly."""
+    for name in (M, C):
+        g, _ = GOLDENS[name]
+        for s in g["sequences"]:
+            r = d.post("/v1/attention", golden_body(s, name))
+            assert r.status_code == 200, r.text[:300]
+            assert rel_err(r.json()["output"], s["output"]) <= 1e-5
+
+
+class Either:
+    """Any one of several ways of naming a place, e.g. a flat index 70 or
+    the pair (1, 6) of a 2 x 64 tensor."""
+
+    def __init__(self, *alternatives):
+        self.alternatives = alternatives
+
+
+def mentions(msg, *words):
+    low = msg.lower()
+    for w in words:
+        if isinstance(w, Either):
+            errs = []
+            for alt in w.alternatives:
+                try:
+                    mentions(msg, *(alt if isinstance(alt, tuple) else (alt,)))
+                    break
+                except AssertionError as e:
+                    errs.append(str(e))
+            else:
+                raise AssertionError(" / ".join(errs))
+        elif isinstance(w, int):
+            assert re.search(r"(?<![0-9])%d(?![0-9])" % w, msg), \
+                "error %r does not name the index %d" % (msg, w)
+        else:
+            assert w.lower() in low, "error %r does not name %r" % (msg, w)
+
+
+def with_elem(L, width, r, c, value, seed=0):
+    q = rows(L, width, seed)
+    q[r][c] = value
+    return q
+
+
+# (id, body (dict, or raw bytes), words the message must name)
+BAD_400 = [
+    ("invalid_json", b'{"model": "self_e64_h8", "query": [[1.0, 2.0', ()),
+    ("not_json", b"hello there", ()),
+    ("empty_body", b"", ()),
+    ("trailing_garbage", json.dumps({"model": M, "query": rows(2, E)}).encode() + b" }x", ()),
+    ("nan_literal", b'{"model": "self_e64_h8", "query": [[NaN' + b", 0.5" * (E - 1) + b"]]}", ()),
+    ("body_is_array", b"[1, 2, 3]", ()),
+    ("body_is_number", b"42", ()),
+    ("missing_query", {"model": M}, ("query",)),
+    ("query_ragged", {"model": M, "query": rows(3, E)[:2] + [rows(1, E - 1)[0]]}, ("query", 2)),
+    ("query_wrong_width", {"model": M, "query": rows(3, E + 1)}, ("query",)),
+    ("query_empty", {"model": M, "query": []}, ("query",)),
+    ("query_empty_row", {"model": M, "query": [[]]}, ("query",)),
+    ("query_rank1", {"model": M, "query": rows(1, E)[0]}, ("query",)),
+    ("query_rank4", {"model": M, "query": [[rows(2, E)]]}, ("query",)),
+    ("query_huge_is_inf", {"model": M, "query": with_elem(4, E, 2, 5, 1e39)}, ("query", 2, 5)),
+    ("query_huge_neg", {"model": M, "query": with_elem(4, E, 3, 7, -1e39)}, ("query", 3, 7)),
+    ("query_nan_string", {"model": M, "query": with_elem(3, E, 1, 3, "NaN")}, ("query", 1, 3)),
+    ("query_inf_string", {"model": M, "query": with_elem(3, E, 2, 9, "Infinity")},
+     ("query", 2, 9)),
+    ("query_string_elem", {"model": M, "query": with_elem(3, E, 1, 4, "abc")}, ("query", 1, 4)),
+    ("query_null_elem", {"model": M, "query": with_elem(3, E, 2, 6, None)}, ("query", 2, 6)),
+    ("query_bool_elem", {"model": M, "query": with_elem(3, E, 1, 8, True)}, ("query", 1, 8)),
+    ("query_object_elem", {"model": M, "query": with_elem(3, E, 2, 3, {})}, ("query", 2, 3)),
+    ("query_is_string", {"model": M, "query": "0.1 0.2"}, ("query",)),
+    ("query_is_number", {"model": M, "query": 5}, ("query",)),
+    ("query_batch_ragged", {"model": M, "query": [rows(3, E), rows(2, E)]}, ("query", 1)),
+    ("key_wrong_width", {"model": C, "query": rows(2, CE), "key": rows(3, CK + 1),
+                         "value": rows(3, CV)}, ("key",)),
+    ("value_wrong_width", {"model": C, "query": rows(2, CE), "key": rows(3, CK),
+                           "value": rows(3, CV - 1)}, ("value",)),
+    ("value_length_mismatch", {"model": C, "query": rows(2, CE), "key": rows(5, CK),
+                               "value": rows(4, CV)}, ("value",)),
+    ("key_ragged", {"model": C, "query": rows(2, CE),
+                    "key": rows(3, CK) + [rows(1, CK - 2)[0]], "value": rows(4, CV)},
+     ("key", 3)),
+    ("key_empty", {"model": C, "query": rows(2, CE), "key": [], "value": []}, ("key",)),
+    ("key_huge", {"model": C, "query": rows(2, CE), "key": with_elem(3, CK, 1, 2, 1e39),
+                  "value": rows(3, CV)}, ("key", 1, 2)),
+    ("value_nan_string", {"model": C, "query": rows(2, CE), "key": rows(3, CK),
+                          "value": with_elem(3, CV, 2, 1, "nan")}, ("value", 2, 1)),
+    ("batch_key_count", {"model": M, "query": [rows(2, E), rows(2, E)],
+                         "key": [rows(2, E)] * 3}, ("key",)),
+    ("causal_string", {"model": M, "query": rows(2, E), "causal": "yes"}, ("causal",)),
+    ("causal_number", {"model": M, "query": rows(2, E), "causal": 1}, ("causal",)),
+    ("attention_unknown", {"model": M, "query": rows(2, E), "attention": "all"}, ("attention",)),
+    ("attention_bool", {"model": M, "query": rows(2, E), "attention": True}, ("attention",)),
+    ("encoding_unknown", {"model": M, "query": rows(2, E), "encoding": "hex"}, ("encoding",)),
+    ("model_number", {"model": 5, "query": rows(2, E)}, ("model",)),
+    ("model_missing_two_loaded", {"query": rows(2, E)}, ("model",)),
+    ("kpm_wrong_length", {"model": M, "query": rows(3, E), "key_padding_mask": [False] * 4},
+     ("key_padding_mask",)),
+    ("kpm_numbers", {"model": M, "query": rows(3, E), "key_padding_mask": [0, 1, 0]},
+     ("key_padding_mask",)),
+    ("kpm_string", {"model": M, "query": rows(3, E), "key_padding_mask": "none"},
+     ("key_padding_mask",)),
+    ("kpm_elem_string", {"model": M, "query": rows(3, E), "key_padding_mask": [False, "x", True]},
+     ("key_padding_mask", 1)),
+    ("attn_mask_wrong_shape", {"model": M, "query": rows(3, E),
+                               "attn_mask": [[False] * 4] * 3}, ("attn_mask",)),
+    ("attn_mask_ragged", {"model": M, "query": rows(3, E),
+                          "attn_mask": [[False] * 3, [False] * 3, [False] * 2]},
+     ("attn_mask", 2)),
+    ("attn_mask_mixed", {"model": M, "query": rows(2, E),
+                         "attn_mask": [[False, 0.5], [0.1, True]]}, ("attn_mask",)),
+    ("attn_mask_nan", {"model": M, "query": rows(2, E),
+                       "attn_mask": [[0.0, 0.5], [0.1, "NaN"]]}, ("attn_mask", 1)),
+    ("b64_bad_chars", {"model": M, "query": {"shape": [2, E], "dtype": "float32",
+                                             "b64": "!!!not base64!!!"}}, ("query",)),
+    ("b64_length_mismatch", {"model": M, "query": dict(b64_tensor(np.ones((2, E))),
+                                                       shape=[3, E])}, ("query",)),
+    ("b64_short_by_one_float", {"model": M, "query": dict(
+        b64_tensor(np.ones(2 * E - 1)), shape=[2, E])}, ("query",)),
+    ("b64_wrong_width", {"model": M, "query": b64_tensor(np.ones((2, E + 2)))}, ("query",)),
+    ("b64_dtype_unknown", {"model": M, "query": dict(b64_tensor(np.ones((2, E))),
+                                                     dtype="complex64")}, ("query",)),
+    ("b64_shape_negative", {"model": M, "query": dict(b64_tensor(np.ones((2, E))),
+                                                      shape=[-2, -E])}, ("query",)),
+    ("b64_shape_not_list", {"model": M, "query": dict(b64_tensor(np.ones((2, E))),
+                                                      shape="2x64")}, ("query",)),
+    ("b64_missing", {"model": M, "query": {"shape": [2, E], "dtype": "float32"}}, ("query",)),
+    ("b64_nan", {"model": M, "query": b64_tensor(np.where(np.arange(2 * E) == 70, np.nan,
+                                                          1.0).reshape(2, E))}, ("query",)),
+    ("b64_inf", {"model": M, "query": b64_tensor(np.where(np.arange(2 * E) == 3, np.inf,
+                                                          1.0).reshape(2, E))}, ("query",)),
+]
+
+
+def post_raw(d, path, body, headers=None):
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    h = {"Content-Type": "application/json"}
+    h.update(headers or {})
+    return requests.post(d.url + path, data=data, headers=h, timeout=support.HTTP_TIMEOUT)
+
+
+@pytest.mark.parametrize("case", BAD_400, ids=[c[0] for c in BAD_400])
+def test_bad_request_400(d, case):
+    _, body, words = case
+    r = post_raw(d, "/v1/attention", body)
+    msg = check_error_body(r, 400)
+    mentions(msg, *words)
+    assert "X-Request-Id" in r.headers
+
+
+def test_invalid_json_names_position(d):
+    """For a body that is not JSON, the index is the position of the fault."""
+    r = post_raw(d, "/v1/attention", b'{"model": "self_e64_h8", "query": [[1.0, 2.0,, 3.0]]}')
+    msg = check_error_body(r, 400)
+    assert re.search(r"\d", msg), "no position in %r" % msg
+
+
+def v2(query=None, extra=None, **kw):
+    ins = []
+    if query is not None:
+        ins.append({"name": "query", "shape": [len(query), len(query[0])], "datatype": "FP32",
+                    "data": [x for row in query for x in row]})
+    ins += extra or []
+    body = {"inputs": ins}
+    body.update(kw)
+    return body
+
+
+BAD_V2 = [
+    ("invalid_json", b'{"inputs": [', ()),
+    ("no_inputs", {"parameters": {}}, ("inputs",)),
+    ("inputs_not_list", {"inputs": {"name": "query"}}, ("inputs",)),
+    ("no_query", v2(None, [{"name": "key", "shape": [2, E], "datatype": "FP32",
+                            "data": [0.0] * (2 * E)}]), ("query",)),
+    ("shape_data_mismatch", {"inputs": [{"name": "query", "shape": [3, E], "datatype": "FP32",
+                                         "data": [0.5] * (2 * E)}]}, ("query",)),
+    ("wrong_width", {"inputs": [{"name": "query", "shape": [2, E + 1], "datatype": "FP32",
+                                 "data": [0.5] * (2 * (E + 1))}]}, ("query",)),
+    ("wrong_datatype", {"inputs": [{"name": "query", "shape": [2, E], "datatype": "BYTES",
+                                    "data": ["a"] * (2 * E)}]}, ("query",)),
+    ("huge_is_inf", {"inputs": [{"name": "query", "shape": [2, E], "datatype": "FP32",
+                                 "data": [0.5] * 70 + [1e39] + [0.5] * (2 * E - 71)}]},
+     ("query", Either(70, (1, 6)))),
+    ("string_elem", {"inputs": [{"name": "query", "shape": [2, E], "datatype": "FP32",
+                                 "data": [0.5] * 5 + ["x"] + [0.5] * (2 * E - 6)}]},
+     ("query", Either(5, (0, 5)))),
+    ("unknown_input", v2(rows(2, E), [{"name": "keys", "shape": [2, E], "datatype": "FP32",
+                                       "data": [0.0] * (2 * E)}]), ("keys",)),
+    ("bad_attention_param", v2(rows(2, E), parameters={"attention": "everything"}),
+     ("attention",)),
+    ("bad_causal_param", v2(rows(2, E), parameters={"causal": "maybe"}), ("causal",)),
+    ("kpm_wrong_type", v2(rows(2, E), [{"name": "key_padding_mask", "shape": [2],
+                                        "datatype": "FP32", "data": [0.0, 1.0]}]),
+     ("key_padding_mask",)),
+    ("unknown_output", v2(rows(2, E), outputs=[{"name": "logits"}]), ("logits",)),
+]
+
+
+@pytest.mark.parametrize("case", BAD_V2, ids=[c[0] for c in BAD_V2])
+def test_bad_v2_request_400(d, case):
+    _, body, words = case
+    r = post_raw(d, "/v2/models/%s/infer" % M, body)
+    msg = check_error_body(r, 400)
+    mentions(msg, *words)
+
+
+NOT_FOUND = [
+    ("GET", "/nope", None),
+    ("POST", "/v1/nothing", {"query": rows(1, E)}),
+    ("GET", "/v1/models/%s/nope" % M, None),
+    ("POST", "/v1/models/nope/attention", {"query": rows(2, E)}),
+    ("POST", "/v1/attention", {"model": "nope", "query": rows(2, E)}),
+    ("GET", "/v2/models/nope", None),
+    ("GET", "/v2/models/nope/ready", None),
+    ("POST", "/v2/models/nope/infer", v2(rows(2, E))),
+    ("GET", "/v2/nope", None),
+    ("GET", "/v1", None),
+]
+
+
+@pytest.mark.parametrize("method,path,body", NOT_FOUND,
+                         ids=["%s %s" % (m, p) for m, p, _ in NOT_FOUND])
+def test_not_found_404(d, method, path, body):
+    kw = {} if body is None else {"data": json.dumps(body),
+                                  "headers": {"Content-Type": "application/json"}}
+    r = d.request(method, path, **kw)
+    msg = check_error_body(r, 404)
+    if "/models/nope" in path or (body and body.get("model") == "nope"):
+        assert "nope" in msg, "the error should name the unknown model: %r" % msg
+
+
+WRONG_METHOD = [
+    ("GET", "/v1/attention", "POST"),
+    ("PUT", "/v1/attention", "POST"),
+    ("DELETE", "/v1/attention", "POST"),
+    ("GET", "/v1/models/%s/attention" % M, "POST"),
+    ("POST", "/health", "GET"),
+    ("POST", "/metrics", "GET"),
+    ("DELETE", "/v1/models", "GET"),
+    ("POST", "/openapi.json", "GET"),
+    ("POST", "/v2", "GET"),
+    ("POST", "/v2/health/live", "GET"),
+    ("PUT", "/v2/health/ready", "GET"),
+    ("POST", "/v2/models/%s" % M, "GET"),
+    ("POST", "/v2/models/%s/ready" % M, "GET"),
+    ("GET", "/v2/models/%s/infer" % M, "POST"),
+]
+
+
+@pytest.mark.parametrize("method,path,allowed", WRONG_METHOD,
+                         ids=["%s %s" % (m, p) for m, p, _ in WRONG_METHOD])
+def test_wrong_method_405(d, method, path, allowed):
+    r = d.request(method, path, data=b"{}" if method in ("POST", "PUT") else None)
+    check_error_body(r, 405)
+    # RFC 9110 15.5.6: a 405 carries Allow with the route's methods
+    allow = r.headers.get("Allow", "")
+    assert allow.upper().find(allowed) >= 0, "Allow header %r lacks %s" % (allow, allowed)
+
+
+# ---------------------------------------------------------------- 413
+
+def test_body_over_limit_413(d):
+    body = '{"model": "%s", "query": [%s]}' % (
+        M, ",".join("[" + ",".join(["0.1" + "0" * 40 + "1"] * E) + "]" for _ in range(30)))
+    assert len(body) > MAX_BODY and 30 * 2 <= MAX_TOKENS
+    r = post_raw(d, "/v1/attention", body.encode())
+    check_error_body(r, 413)
+    # the same request under the body limit is fine
+    small = {"model": M, "query": rows(30, E)}
+    assert len(json.dumps(small)) < MAX_BODY
+    r = post_raw(d, "/v1/attention", small)
+    assert r.status_code == 200, r.text[:300]
+
+
+def test_chunked_body_over_limit_413(d):
+    piece = ("[" + ",".join(["0.125"] * E) + "],").encode()
+
+    def gen():
+        yield b'{"model": "%s", "query": [' % M.encode()
+        for _ in range(MAX_BODY // len(piece) + 50):
+            yield piece
+        yield b"[" + b",".join([b"0.125"] * E) + b"]]}"
+    try:
+        r = requests.post(d.url + "/v1/attention", data=gen(), timeout=support.HTTP_TIMEOUT,
+                          headers={"Content-Type": "application/json"})
+    except requests.ConnectionError as e:
+        raise AssertionError("connection dropped instead of a 413 answer: %r" % e)
+    check_error_body(r, 413)
+
+
+TOO_BIG = [
+    ("tokens_self", "/v1/attention", {"model": M, "query": rows(70, E)}),
+    ("tokens_batch", "/v1/attention", {"model": M, "query": [rows(25, E)] * 3}),
+    ("tokens_query_plus_key", "/v1/attention",
+     {"model": C, "query": rows(10, CE), "key": rows(60, CK), "value": rows(60, CV)}),
+    ("tokens_v2", "/v2/models/%s/infer" % M, v2(rows(70, E))),
+    ("attention_heads", "/v1/attention", {"model": M, "query": rows(24, E),
+                                          "attention": "heads"}),
+    ("attention_v2", "/v2/models/%s/infer" % M, v2(rows(24, E),
+                                                   parameters={"attention": "heads"})),
+]
+
+
+@pytest.mark.parametrize("case", TOO_BIG, ids=[c[0] for c in TOO_BIG])
+def test_request_over_limits_413(d, case):
+    _, path, body = case
+    r = post_raw(d, path, body)
+    check_error_body(r, 413)
+
+
+FITS = [
+    ("attention_mean_24", {"model": M, "query": rows(24, E), "attention": "mean"}),
+    ("attention_none_30", {"model": M, "query": rows(30, E)}),
+    ("attention_heads_at_limit", {"model": M, "query": [rows(16, E)] * 2, "attention": "heads"}),
+    ("tokens_at_limit", {"model": C, "query": rows(10, CE), "key": rows(54, CK),
+                         "value": rows(54, CV)}),
+]
+
+
+@pytest.mark.parametrize("case", FITS, ids=[c[0] for c in FITS])
+def test_request_at_limits_200(d, case):
+    """Just under or at each limit is served (the limits are inclusive)."""
+    _, body = case
+    r = post_raw(d, "/v1/attention", body)
+    assert r.status_code == 200, r.text[:300]
+
+
+# ---------------------------------------------------------------- API key
+
+PROTECTED = [
+    ("GET", "/v1/models", None),
+    ("POST", "/v1/attention", {"model": M, "query": rows(2, E)}),
+    ("POST", "/v1/models/%s/attention" % M, {"query": rows(2, E)}),
+    ("GET", "/v2", None),
+    ("GET", "/v2/models/%s" % M, None),
+    ("GET", "/v2/models/%s/ready" % M, None),
+    ("POST", "/v2/models/%s/infer" % M, v2(rows(2, E))),
+    ("GET", "/openapi.json", None),
+]
+OPEN = ["/health", "/v2/health/live", "/v2/health/ready", "/metrics"]
+BAD_AUTH = [None, "Bearer wrong", "Bearer " + API_KEY + "x", "Bearer " + API_KEY[:-1],
+            "Bearer", "Bearer ", "Basic " + API_KEY, API_KEY, "Bearer  " + API_KEY + " extra"]
+
+
+@pytest.fixture(scope="module")
+def keyed(daemons):
+    cfg = {"models": [GOLDENS[M][1].config(), GOLDENS[C][1].config()]}
+    return daemons(cfg, env={"ATTND_API_KEY": API_KEY})
+
+
+@pytest.mark.parametrize("method,path,body", PROTECTED,
+                         ids=["%s %s" % (m, p) for m, p, _ in PROTECTED])
+def test_api_key_required(keyed, method, path, body):
+    kw = {} if body is None else {"data": json.dumps(body)}
+    for auth in BAD_AUTH:
+        h = {"Content-Type": "application/json"}
+        if auth is not None:
+            h["Authorization"] = auth
+        r = keyed.request(method, path, headers=h, **kw)
+        check_error_body(r, 401)
+        assert "WWW-Authenticate" in r.headers, "401 without WWW-Authenticate (RFC 9110 11.6.1)"
+    r = keyed.request(method, path, headers={"Content-Type": "application/json",
+                                             "Authorization": "Bearer " + API_KEY}, **kw)
+    assert r.status_code == 200, r.text[:300]
+
+
+@pytest.mark.parametrize("path", OPEN)
+def test_api_key_open_routes(keyed, path):
+    r = keyed.get(path)
+    assert r.status_code == 200, r.text[:300]
+
+
+def test_api_key_not_logged(keyed):
+    r = keyed.post("/v1/attention", {"model": M, "query": rows(2, E)},
+                   headers={"Authorization": "Bearer " + API_KEY})
+    assert r.status_code == 200
+    r = keyed.get("/v1/models", headers={"Authorization": "Bearer " + API_KEY + "x"})
+    assert r.status_code == 401
+    assert support.wait_until(lambda: "/v1/models" in keyed.stdout(), 5), \
+        "no access log line on stdout"
+    for text in (keyed.stdout(), keyed.stderr()):
+        assert API_KEY not in text, "the API key appears in the daemon's output"
+
+
+def test_api_key_env_name_from_config(daemons):
+    cfg = {"server": {"api_key_env": "ATTND_TEST_OTHER_KEY"},
+           "models": [GOLDENS[M][1].config()]}
+    k = daemons(cfg, env={"ATTND_TEST_OTHER_KEY": "other-key-1"})
+    body = {"query": rows(2, E)}
+    check_error_body(k.post("/v1/attention", body), 401)
+    r = k.post("/v1/attention", body, headers={"Authorization": "Bearer other-key-1"})
+    assert r.status_code == 200, r.text[:300]
+    assert k.get("/health").status_code == 200
+
+
+def test_no_api_key_means_open(d):
+    r = d.get("/v1/models")
+    assert r.status_code == 200
+
+
+# ---------------------------------------------------------------- garbage
+
+def random_json(rng, depth=0):
+    c = rng.randrange(9 if depth < 4 else 5)
+    if c == 0:
+        return rng.choice([None, True, False])
+    if c == 1:
+        return rng.choice([0, -1, 1, 2 ** 31, -2 ** 63, 1e39, -1e39, 1e-46, 3.5])
+    if c == 2:
+        return rng.choice(["", "x", "NaN", "inf", "\u00e9\u4e2d", "\\u0000", "a" * 300])
+    if c == 3:
+        return rng.random() * 10 - 5
+    if c == 4:
+        return rng.choice(["none", "mean", "heads", "base64", "json", M, C])
+    if c in (5, 6):
+        n = rng.randrange(0, 6)
+        return [random_json(rng, depth + 1) for _ in range(n)]
+    if c == 7:
+        return {"shape": random_json(rng, depth + 1), "dtype": rng.choice(["float32", "x"]),
+                "b64": rng.choice(["", "AAAA", "AAAAAA==", "////", "%%%"])}
+    keys = ["query", "key", "value", "model", "causal", "attention", "encoding",
+            "key_padding_mask", "attn_mask", "inputs", "outputs", "parameters", "name",
+            "shape", "datatype", "data"]
+    return {rng.choice(keys): random_json(rng, depth + 1) for _ in range(rng.randrange(1, 5))}
+
+
+def garbage_bodies(n, seed=1234):
+    rng = random.Random(seed)
+    base = [json.dumps({"model": M, "query": rows(3, E, 5), "attention": "mean"}),
+            json.dumps({"model": C, "query": rows(2, CE), "key": rows(3, CK),
+                        "value": rows(3, CV), "key_padding_mask": [False, True, False]}),
+            json.dumps(v2(rows(2, E), parameters={"attention": "heads"}))]
+    out = []
+    for i in range(n):
+        kind = i % 5
+        if kind == 0:
+            out.append(bytes(rng.randrange(256) for _ in range(rng.randrange(0, 400))))
+        elif kind in (1, 2):
+            s = bytearray(rng.choice(base).encode())
+            for _ in range(rng.randrange(1, 6)):
+                op = rng.randrange(3)
+                p = rng.randrange(len(s))
+                if op == 0:
+                    s[p] = rng.choice(b'[]{},:"0123456789.eE-+ntfa\\\x00\xff')
+                elif op == 1:
+                    del s[p:p + rng.randrange(1, 20)]
+                else:
+                    s[p:p] = rng.choice([b"[", b"]]", b",", b'"', b"1e999", b"-", b"{}"])
+            out.append(bytes(s))
+        elif kind == 3:
+            out.append(json.dumps(random_json(rng)).encode())
+        else:
+            d = json.loads(rng.choice(base))
+            d[rng.choice(list(d.keys()))] = random_json(rng)
+            out.append(json.dumps(d).encode())
+    # deep nesting and long flat arrays
+    out.append(b"[" * 100000 + b"]" * 100000)
+    out.append(b'{"model": "self_e64_h8", "query": ' + b"[" * 5000 + b"1" + b"]" * 5000 + b"}")
+    out.append(b'{"query": [' + b"1," * 30000 + b"1]}")
+    out.append(b'{"query": "' + b"\\u" * 1000 + b'"}')
+    return out
+
+
+def test_garbage_bodies(d):
+    bodies = garbage_bodies(300)
+    paths = ["/v1/attention", "/v1/models/%s/attention" % M, "/v2/models/%s/infer" % M]
+    bad = []
+    for i, body in enumerate(bodies):
+        path = paths[i % 3]
+        r = post_raw(d, path, body)
+        if r.status_code == 200:
+            continue
+        if r.status_code not in (400, 404, 413):
+            bad.append((path, body[:200], r.status_code, r.text[:200]))
+            continue
+        check_error_body(r, r.status_code)
+    assert not bad, "unexpected statuses:\n%s" % "\n".join(map(repr, bad[:10]))
+    assert d.alive()
+    check_golden(d)
+
+
+RAW = [
+    b"GARBAGE\r\n\r\n",
+    b"GET / HTTP/1.1\r\nHost 127.0.0.1\r\n\r\n",
+    b"GET /health HTTP/9.9\r\nHost: x\r\n\r\n",
+    b"POST /v1/attention HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n{}",
+    b"POST /v1/attention HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n{}",
+    b"POST /v1/attention HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999999999999\r\n\r\n{}",
+    b"POST /v1/attention HTTP/1.1\r\nHost: x\r\nContent-Length: 500\r\n\r\n{\"query\":",
+    b"POST /v1/attention HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nZZ\r\n",
+    b"GET /" + b"a" * 100000 + b" HTTP/1.1\r\nHost: x\r\n\r\n",
+    b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"b" * 100000 + b"\r\n\r\n",
+    b"GET /health HTTP/1.1\r\nHost: x\r\n" + b"X-H: 1\r\n" * 2000 + b"\r\n",
+    b"\x00\xff\xfe\r\n\r\n",
+    b"GET /health HTTP/1.1\r\nHost: x\r\n\r\nGET /metrics HTTP/1.1\r\nHost: x\r\n\r\n",
+    b"GET /v1/models/%00/attention HTTP/1.1\r\nHost: x\r\n\r\n",
+    b"GET /health HTTP/1.1\r\nHost: x\r\nX-Request-Id: " + b"\x01\x7f" * 50 + b"\r\n\r\n",
+    b"POST /v1/attention HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n",
+]
+
+
+def test_raw_socket_garbage(d):
+    for data in RAW:
+        resp = support.raw_http(d.port, data, timeout=1.5)
+        if resp:
+            status = resp.split(b"\r\n", 1)[0]
+            # 505 (HTTP version not supported) is the right answer to HTTP/9.9
+            assert not re.match(rb"HTTP/1\.[01] 50[0-4]", status), (data[:80], status)
+    assert d.alive()
+    assert d.get("/health").status_code == 200
+
+
+def test_zz_still_serves_correctly(d):
+    """Runs last: after every bad input above, golden answers are unchanged."""
+    assert d.alive()
+    check_golden(d)

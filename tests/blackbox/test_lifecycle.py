@@ -1,0 +1,467 @@
+"""Life of the daemon (SPEC sections 4 and 5): drain on SIGTERM and SIGINT,
+overload (429 + Retry-After), deadlines (504, dropped before compute),
+X-Request-Id and Server-Timing, /metrics as Prometheus text, CORS, and a
+client that leaves while its request is queued."""
+import json
+import re
+import signal
+import socket
+import threading
+import time
+
+import numpy as np
+import pytest
+import requests
+from prometheus_client.parser import text_string_to_metric_families
+
+import support
+from support import b64_tensor, check_error_body, from_b64_tensor, rel_err
+
+GOLDENS = {g["name"]: (g, m) for g, m in support.load_goldens()}
+SMALL = "self_e16_h1"
+BIG_E, BIG_H = 512, 8
+
+
+@pytest.fixture(scope="module")
+def big(tmp_path_factory):
+    """A model wide enough that a long request takes a while to compute."""
+    m = support.Model.random("big", BIG_E, BIG_H, seed=11)
+    m.save(tmp_path_factory.mktemp("big") / "big.safetensors")
+    return m
+
+
+def big_config(big, **sections):
+    cfg = {"models": [big.config()]}
+    for k, v in sections.items():
+        cfg[k] = v
+    return cfg
+
+
+def big_query(L, seed=3):
+    return np.random.default_rng(seed).standard_normal((L, BIG_E)).astype(np.float32)
+
+
+def send_async(url, body, results, i, timeout=120.0, headers=None):
+    def run():
+        try:
+            r = requests.post(url, data=body, timeout=timeout,
+                              headers=dict({"Content-Type": "application/json"}, **(headers or {})))
+            results[i] = (r.status_code, r.headers, r.content, time.monotonic())
+        except requests.RequestException as e:
+            results[i] = (None, None, repr(e).encode(), time.monotonic())
+    t = threading.Thread(target=run)
+    t.start()
+    return t
+
+
+def metric_value(text, *words, typ=None):
+    """Sum of the samples of the families whose name has every word."""
+    types, samples = support.parse_prometheus(text)
+    names = [n for n in types if all(w in n for w in words) and (typ is None or types[n] == typ)]
+    assert names, "no metric named with %s (type %s) in %s" % (words, typ, sorted(types))
+    name = sorted(names, key=len)[0]
+    suffix = "_total" if types[name] == "counter" and not name.endswith("_total") else ""
+    vals = [v for n, _, v in samples if n in (name, name + suffix)]
+    return sum(vals)
+
+
+def queue_depth(d):
+    try:
+        return metric_value(d.get("/metrics", timeout=5).text, "queue", "depth", typ="gauge")
+    except (AssertionError, requests.RequestException):
+        return -1
+
+
+def batch_sum(d):
+    h = support.histograms(d.get("/metrics").text)
+    assert "attnd_batch_size" in h, sorted(h)
+    return h["attnd_batch_size"]["sum"]
+
+
+def wait_admitted(d, queued, results, timeout=20.0):
+    """Waits until `queued` requests wait behind the one being computed
+    (queue depth gauge), or every request has been answered."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        qd = queue_depth(d)
+        if qd < 0:  # no gauge (reported by test_metrics_prometheus_text)
+            time.sleep(1.0)
+            return
+        if qd >= queued or all(results):
+            return
+        time.sleep(0.02)
+
+
+# ---------------------------------------------------------------- drain
+
+def drain(fresh_daemons, big, sig, n):
+    d = fresh_daemons(big_config(big, workers={"threads": 1},
+                                 batching={"max_batch_requests": 1}))
+    q = big_query(1024)
+    ref, _ = big.forward(q)
+    body = json.dumps({"query": b64_tensor(q), "encoding": "base64"})
+    results = [None] * n
+    threads = [send_async(d.url + "/v1/attention", body, results, i) for i in range(n)]
+    wait_admitted(d, n - 2, results)
+    assert not all(results), "every request was answered before the signal: nothing to drain"
+    sig_time = time.monotonic()
+    d.signal(sig)
+    time.sleep(0.2)
+    still_running = d.alive()
+    probes = []
+    if still_running:
+        for path in ("/health", "/v1/models"):
+            try:
+                probes.append((path, requests.get(d.url + path, timeout=5).status_code))
+            except requests.ConnectionError:
+                probes.append((path, "refused"))
+    for t in threads:
+        t.join(180)
+    rc = d.wait_exit(60)
+    assert rc == 0, "exit code %s after signal %d\n%s" % (rc, sig, d.logs())
+    for path, st in probes:
+        assert st in ("refused", 503), "%s answered %s while draining" % (path, st)
+    late = 0
+    for i, res in enumerate(results):
+        assert res is not None and res[0] == 200, "request %d: %r" % (i, res and res[:3:2])
+        out = from_b64_tensor(json.loads(res[2])["output"])
+        assert rel_err(out, ref) <= 1e-5
+        late += res[3] > sig_time
+    assert late >= 1, "no request was still in flight at the signal"
+    assert not d.sanitizer_reports(), d.logs()
+    return late
+
+
+def test_drain_on_sigterm(fresh_daemons, big):
+    drain(fresh_daemons, big, signal.SIGTERM, 8)
+
+
+def test_drain_on_sigint(fresh_daemons, big):
+    drain(fresh_daemons, big, signal.SIGINT, 4)
+
+
+def test_idle_sigterm_exits_zero(fresh_daemons):
+    d = fresh_daemons({"models": [GOLDENS[SMALL][1].config()]})
+    assert d.get("/health").status_code == 200
+    assert d.get("/v2/health/live").status_code == 200
+    assert d.get("/v2/health/ready").status_code == 200
+    d.check_clean_exit(signal.SIGTERM)
+
+
+# ---------------------------------------------------------------- overload, deadline
+
+def test_overload_429_with_retry_after(fresh_daemons, big):
+    d = fresh_daemons(big_config(big, workers={"threads": 1},
+                                 batching={"max_batch_requests": 1, "max_queue_requests": 1}))
+    q = big_query(1024, seed=4)
+    ref, _ = big.forward(q)
+    body = json.dumps({"query": b64_tensor(q), "encoding": "base64"})
+    n = 12
+    results = [None] * n
+    threads = [send_async(d.url + "/v1/attention", body, results, i) for i in range(n)]
+    for t in threads:
+        t.join(180)
+    statuses = [r[0] for r in results]
+    assert statuses.count(429) >= 1, statuses
+    assert statuses.count(200) >= 1, statuses
+    assert set(statuses) <= {200, 429}, statuses
+    for st, headers, content, _ in results:
+        if st == 429:
+            ra = headers.get("Retry-After")
+            assert ra is not None, "429 without Retry-After"
+            assert re.fullmatch(r"\d+", ra.strip()), "Retry-After %r is not delta-seconds" % ra
+            body = json.loads(content)
+            assert list(body) == ["error"] and body["error"]
+        else:
+            assert rel_err(from_b64_tensor(json.loads(content)["output"]), ref) <= 1e-5
+    text = d.get("/metrics").text
+    assert metric_value(text, "rejected") >= statuses.count(429)
+    # and it serves again once the crowd is gone
+    r = d.post("/v1/attention", {"query": support.tolist32(q[:3])})
+    assert r.status_code == 200
+
+
+def test_deadline_504_and_dropped_before_compute(fresh_daemons, big):
+    d = fresh_daemons(big_config(big, workers={"threads": 1},
+                                 server={"request_timeout_ms": 5},
+                                 batching={"max_batch_requests": 1}))
+    before = batch_sum(d)
+    body = json.dumps({"query": b64_tensor(big_query(1024))})
+    r = d.post("/v1/attention", data=body, headers={"Content-Type": "application/json"})
+    check_error_body(r, 504)
+    n = 6
+    results = [None] * n
+    threads = [send_async(d.url + "/v1/attention", body, results, i) for i in range(n)]
+    for t in threads:
+        t.join(180)
+    assert [x[0] for x in results] == [504] * n, [(x[0], x[2][:100]) for x in results]
+    text = d.get("/metrics").text
+    names = support.parse_prometheus(text)[0]
+    word = "timed" if any("timed" in x for x in names) else "timeout"
+    assert metric_value(text, word) >= n + 1
+    computed = batch_sum(d) - before
+    # the 7 requests each outlive 5 ms by far; at most the one (or two) that a
+    # worker took before its deadline reached compute
+    assert computed <= 3, "%g of %d timed-out requests were computed anyway" % (computed, n + 1)
+    assert d.get("/health").status_code == 200
+
+
+# ---------------------------------------------------------------- headers
+
+@pytest.fixture(scope="module")
+def small(daemons):
+    return daemons({"models": [GOLDENS[SMALL][1].config(), GOLDENS["self_e64_h8"][1].config()]})
+
+
+def small_body(name=SMALL):
+    g, _ = GOLDENS[name]
+    return support.golden_body(g["sequences"][0], name)
+
+
+REQS = [
+    ("GET", "/health", None, 200),
+    ("GET", "/v1/models", None, 200),
+    ("POST", "/v1/attention", "ok", 200),
+    ("POST", "/v1/attention", {"model": SMALL, "query": [[1.0]]}, 400),
+    ("GET", "/nope", None, 404),
+    ("GET", "/v1/attention", None, 405),
+    ("GET", "/metrics", None, 200),
+    ("GET", "/v2", None, 200),
+]
+
+
+@pytest.mark.parametrize("method,path,body,status", REQS,
+                         ids=["%s %s %d" % (m, p, s) for m, p, _, s in REQS])
+def test_request_id_echoed_and_made(small, method, path, body, status):
+    if body == "ok":
+        body = small_body()
+    kw = {} if body is None else {"data": json.dumps(body),
+                                  "headers": {"Content-Type": "application/json"}}
+    rid = "req-%s-42" % path.strip("/").replace("/", "-")
+    h = dict(kw.get("headers", {}), **{"X-Request-Id": rid})
+    r = small.request(method, path, **dict(kw, headers=h))
+    assert r.status_code == status, r.text[:200]
+    assert r.headers.get("X-Request-Id") == rid
+    ids = set()
+    for _ in range(2):
+        r = small.request(method, path, **kw)
+        assert r.status_code == status
+        got = r.headers.get("X-Request-Id")
+        assert got and got.strip() == got and len(got) <= 128, got
+        ids.add(got)
+    assert len(ids) == 2, "two requests got the same made-up id %s" % ids
+    st = r.headers.get("Server-Timing")
+    assert st, "no Server-Timing header"
+    timing = parse_server_timing(st)
+    assert "total" in timing, st
+    if path == "/v1/attention" and status == 200:
+        for k in ("queue", "compute", "total"):
+            assert k in timing and timing[k] is not None and timing[k] >= 0, st
+
+
+def parse_server_timing(value):
+    out = {}
+    for part in value.split(","):
+        items = [x.strip() for x in part.split(";")]
+        assert re.fullmatch(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+", items[0]), "bad metric %r" % part
+        dur = None
+        for p in items[1:]:
+            k, _, v = p.partition("=")
+            if k.strip() == "dur":
+                dur = float(v.strip().strip('"'))
+        out[items[0]] = dur
+    return out
+
+
+def test_json_content_type_everywhere(small):
+    for method, path in (("GET", "/health"), ("GET", "/v1/models"), ("GET", "/v2"),
+                         ("GET", "/openapi.json"), ("GET", "/nope")):
+        r = small.request(method, path)
+        ct = r.headers.get("Content-Type", "")
+        assert ct.startswith("application/json"), (path, ct)
+        r.json()
+
+
+def test_access_log_line_per_request(small):
+    rid = "log-probe-%d" % time.monotonic_ns()
+    r = small.post("/v1/attention", small_body(), headers={"X-Request-Id": rid})
+    assert r.status_code == 200
+    r = small.get("/v1/models/nope-log-probe/attention")
+    assert r.status_code in (404, 405)
+
+    def lines():
+        return [ln for ln in small.stdout().splitlines()
+                if "/v1/attention" in ln or "nope-log-probe" in ln]
+    assert support.wait_until(lambda: any("nope-log-probe" in ln for ln in lines()), 5), \
+        "no access log line on stdout:\n" + small.stdout()[-2000:]
+    ok = [ln for ln in lines() if "POST" in ln and "/v1/attention" in ln and "200" in ln]
+    assert ok, "no access log line with method, path and status 200"
+    probe = [ln for ln in lines() if "nope-log-probe" in ln]
+    assert len(probe) == 1, "expected one line for one request: %s" % probe
+
+
+# ---------------------------------------------------------------- metrics
+
+def test_metrics_prometheus_text(small):
+    for _ in range(3):
+        assert small.post("/v1/attention", small_body()).status_code == 200
+    r = small.get("/metrics")
+    assert r.status_code == 200
+    assert r.headers.get("Content-Type", "").startswith("text/plain"), r.headers
+    text = r.text
+    # a real parser reads it
+    fams = list(text_string_to_metric_families(text))
+    assert fams
+    types, samples = support.parse_prometheus(text)
+    hist = [n for n, t in types.items() if t == "histogram"]
+    for name in hist:
+        series = {}
+        for n, labels, v in samples:
+            if n in (name + "_bucket", name + "_sum", name + "_count"):
+                key = tuple(sorted((k, x) for k, x in labels.items() if k != "le"))
+                s = series.setdefault(key, {"buckets": [], "sum": None, "count": None})
+                if n.endswith("_bucket"):
+                    assert "le" in labels, "bucket without le: %s" % name
+                    s["buckets"].append((float(labels["le"].replace("+Inf", "inf")), v))
+                elif n.endswith("_sum"):
+                    s["sum"] = v
+                else:
+                    s["count"] = v
+        assert series, "histogram %s has no samples" % name
+        for key, s in series.items():
+            assert s["sum"] is not None and s["count"] is not None, (name, key)
+            b = s["buckets"]
+            assert len(b) >= 3, "%s%s has %d buckets" % (name, key, len(b))
+            les = [le for le, _ in b]
+            assert les == sorted(les) and les[-1] == float("inf"), (name, les)
+            counts = [c for _, c in b]
+            assert all(x <= y for x, y in zip(counts, counts[1:])), (name, "not cumulative")
+            assert counts[-1] == s["count"], (name, "+Inf bucket != _count")
+
+    def has_hist(*alts):
+        return any(all(w in n for w in alt) for alt in alts for n in hist)
+    assert has_hist(("latency",), ("request", "duration"), ("request", "seconds")), hist
+    assert has_hist(("queue",)), hist
+    assert has_hist(("compute",)), hist
+    assert has_hist(("batch", "size")), hist
+    assert has_hist(("batch", "tokens")), hist
+    gauges = [n for n, t in types.items() if t == "gauge"]
+    assert any("queue" in n for n in gauges), "no queue depth gauge: %s" % gauges
+    counters = [n for n, t in types.items() if t == "counter"]
+    assert any("tokens" in n for n in counters), "no tokens counter: %s" % counters
+    assert any("reject" in n for n in counters), "no rejected counter: %s" % counters
+    assert any("timed" in n or "timeout" in n for n in counters), \
+        "no timed-out counter: %s" % counters
+
+
+def request_count(text, route, status):
+    """Requests by route and status, from whichever counter carries both."""
+    types, samples = support.parse_prometheus(text)
+    total = 0.0
+    for n, labels, v in samples:
+        base = n[:-6] if n.endswith("_total") else n
+        if types.get(base, types.get(n)) != "counter" or "request" not in n:
+            continue
+        vals = list(labels.values())
+        if any(x == str(status) for x in vals) and any(route == x for x in vals):
+            total += v
+    return total
+
+
+def test_metrics_count_requests_by_route_and_status(small):
+    t0 = small.get("/metrics").text
+    for _ in range(3):
+        assert small.post("/v1/attention", small_body()).status_code == 200
+    for _ in range(2):
+        assert small.post("/v1/attention", {"model": SMALL, "query": [[1.0]]}).status_code == 400
+    t1 = small.get("/metrics").text
+    assert request_count(t1, "/v1/attention", 200) - request_count(t0, "/v1/attention", 200) \
+        == 3, "requests{route=/v1/attention,status=200} did not grow by 3"
+    assert request_count(t1, "/v1/attention", 400) - request_count(t0, "/v1/attention", 400) \
+        == 2, "requests{route=/v1/attention,status=400} did not grow by 2"
+    h0, h1 = support.histograms(t0), support.histograms(t1)
+    name, _ = support.find_histogram(h1, "batch", "size")
+    assert h1[name]["count"] - h0[name]["count"] >= 1
+    assert h1[name]["sum"] - h0[name]["sum"] == 3
+
+
+# ---------------------------------------------------------------- CORS
+
+ORIGIN = "http://app.example.test"
+
+
+@pytest.fixture(scope="module")
+def cors(daemons):
+    return daemons({"server": {"cors_origins": [ORIGIN]},
+                    "models": [GOLDENS[SMALL][1].config()]})
+
+
+def preflight(d, origin, path="/v1/attention"):
+    return d.request("OPTIONS", path, headers={
+        "Origin": origin, "Access-Control-Request-Method": "POST",
+        "Access-Control-Request-Headers": "content-type, authorization"})
+
+
+def test_cors_preflight_allowed_origin(cors):
+    for path in ("/v1/attention", "/v2/models/%s/infer" % SMALL):
+        r = preflight(cors, ORIGIN, path)
+        assert r.status_code in (200, 204), (r.status_code, r.text[:200])
+        assert r.headers.get("Access-Control-Allow-Origin") in (ORIGIN, "*")
+        methods = r.headers.get("Access-Control-Allow-Methods", "").upper()
+        assert "POST" in methods, methods
+        allowed = r.headers.get("Access-Control-Allow-Headers", "").lower()
+        assert "content-type" in allowed and "authorization" in allowed, allowed
+    r = cors.post("/v1/attention", small_body(), headers={"Origin": ORIGIN})
+    assert r.status_code == 200
+    assert r.headers.get("Access-Control-Allow-Origin") in (ORIGIN, "*")
+
+
+def test_cors_other_origin_refused(cors):
+    r = preflight(cors, "http://evil.example.test")
+    assert "Access-Control-Allow-Origin" not in r.headers
+    r = cors.post("/v1/attention", small_body(), headers={"Origin": "http://evil.example.test"})
+    assert r.status_code == 200
+    assert "Access-Control-Allow-Origin" not in r.headers
+
+
+def test_cors_off_by_default(small):
+    r = preflight(small, ORIGIN)
+    assert "Access-Control-Allow-Origin" not in r.headers
+    assert r.status_code not in (200, 204), "preflight accepted with CORS off"
+    r = small.post("/v1/attention", small_body(), headers={"Origin": ORIGIN})
+    assert r.status_code == 200
+    assert "Access-Control-Allow-Origin" not in r.headers
+
+
+# ---------------------------------------------------------------- disconnects
+
+def test_client_leaving_while_queued(fresh_daemons, big):
+    d = fresh_daemons(big_config(big, workers={"threads": 1},
+                                 batching={"max_batch_requests": 1}))
+    before = batch_sum(d)
+    q = big_query(1536, seed=9)
+    body = json.dumps({"query": b64_tensor(q)})
+    results = [None] * 2
+    threads = [send_async(d.url + "/v1/attention", body, results, i) for i in range(2)]
+    wait_admitted(d, 1, results)
+    # four clients queue a request and leave at once
+    small_q = json.dumps({"query": b64_tensor(big_query(256, seed=10))}).encode()
+    req = (b"POST /v1/attention HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json"
+           b"\r\nContent-Length: %d\r\n\r\n" % len(small_q)) + small_q
+    for _ in range(4):
+        s = socket.create_connection(("127.0.0.1", d.port), timeout=10)
+        s.sendall(req)
+        s.close()
+    in_flight = not all(results)
+    for t in threads:
+        t.join(180)
+    assert in_flight, "the long requests ended before the clients left: nothing was queued"
+    assert [r[0] for r in results] == [200, 200], [(r[0], r[2][:100]) for r in results]
+    q3 = big_query(3, seed=12)
+    r = d.post("/v1/attention", {"query": support.tolist32(q3)})
+    assert r.status_code == 200
+    assert rel_err(r.json()["output"], big.forward(q3)[0]) <= 1e-5
+    computed = batch_sum(d) - before
+    assert computed == 3, "%g requests computed; the 4 whose clients left should be dropped" \
+        % computed
+    assert d.alive()

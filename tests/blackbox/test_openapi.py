@@ -1,0 +1,70 @@
+"""/openapi.json: an OpenAPI 3 description of every route of SPEC section 4,
+kept true by schemathesis generating requests against the running daemon."""
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import support
+
+GOLDENS = {g["name"]: m for g, m in support.load_goldens()}
+MODEL = "self_e16_h1"
+
+# (method, path) of every route the SPEC lists; {} stands for any parameter name
+ROUTES = [
+    ("post", "/v1/attention"),
+    ("post", "/v1/models/{}/attention"),
+    ("get", "/v1/models"),
+    ("get", "/v2/health/live"),
+    ("get", "/v2/health/ready"),
+    ("get", "/v2"),
+    ("get", "/v2/models/{}"),
+    ("get", "/v2/models/{}/ready"),
+    ("post", "/v2/models/{}/infer"),
+    ("get", "/health"),
+    ("get", "/metrics"),
+    ("get", "/openapi.json"),
+]
+
+
+@pytest.fixture(scope="module")
+def d(daemons):
+    return daemons({"models": [GOLDENS[MODEL].config()]})
+
+
+def test_openapi_lists_every_route(d):
+    r = d.get("/openapi.json")
+    assert r.status_code == 200
+    assert r.headers.get("Content-Type", "").startswith("application/json")
+    doc = r.json()
+    assert str(doc.get("openapi", "")).startswith("3."), doc.get("openapi")
+    assert doc.get("info", {}).get("title") and doc["info"].get("version")
+    paths = {re.sub(r"\{[^}]*\}", "{}", p): ops for p, ops in doc.get("paths", {}).items()}
+    missing = [(m, p) for m, p in ROUTES if p not in paths or m not in paths[p]]
+    assert not missing, "routes missing from /openapi.json: %s" % missing
+    for m, p in ROUTES:
+        op = paths[p][m]
+        assert op.get("responses"), "%s %s documents no responses" % (m, p)
+    for p in ("/v1/attention", "/v1/models/{}/attention", "/v2/models/{}/infer"):
+        op = paths[p]["post"]
+        assert "application/json" in op.get("requestBody", {}).get("content", {}), p
+        codes = set(op["responses"])
+        assert {"200", "400", "413"} <= codes, (p, sorted(codes))
+
+
+def test_schemathesis_all_checks(d, tmp_path):
+    st = Path(sys.executable).parent / "st"
+    assert st.exists(), "schemathesis CLI missing from the venv (tests/requirements.txt)"
+    max_examples = "10" if support.sanitized_build() else "25"
+    cmd = [str(st), "run", d.url + "/openapi.json", "--base-url", d.url,
+           "--checks", "all", "--hypothesis-max-examples", max_examples,
+           "--hypothesis-derandomize", "--hypothesis-database", "none",
+           "--request-timeout", "20000", "--workers", "1", "--no-color"]
+    env = dict(os.environ, SCHEMATHESIS_TELEMETRY="false", NO_COLOR="1")
+    p = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+    out = p.stdout + p.stderr
+    assert p.returncode == 0, "schemathesis found problems:\n" + out[-12000:]
+    assert d.alive()

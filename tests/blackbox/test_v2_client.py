@@ -1,0 +1,145 @@
+"""KServe v2 / Open Inference Protocol through an existing client
+(tritonclient.http): health, metadata, readiness and infer, with the numbers
+of the golden files."""
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+import support
+from support import golden_mask, rel_err
+
+GOLDENS = support.load_goldens()
+BY_NAME = {g["name"]: (g, m) for g, m in GOLDENS}
+CASES = [pytest.param(g["name"], i, id="%s-%d" % (g["name"], i))
+         for g, _ in GOLDENS for i in range(len(g["sequences"]))]
+
+
+@pytest.fixture(scope="module")
+def d(daemons, golden_config):
+    return daemons(golden_config)
+
+
+@pytest.fixture(scope="module")
+def client(d):
+    c = httpclient.InferenceServerClient(url="127.0.0.1:%d" % d.port, connection_timeout=30,
+                                         network_timeout=60)
+    yield c
+    c.close()
+
+
+def test_server_live_ready(client):
+    assert client.is_server_live() is True
+    assert client.is_server_ready() is True
+
+
+def test_server_metadata(client):
+    md = client.get_server_metadata()
+    assert isinstance(md.get("name"), str) and md["name"]
+    assert isinstance(md.get("version"), str) and md["version"]
+    assert isinstance(md.get("extensions", []), list)
+
+
+@pytest.mark.parametrize("name", sorted(BY_NAME))
+def test_model_ready_and_metadata(client, name):
+    g, _ = BY_NAME[name]
+    assert client.is_model_ready(name) is True
+    md = client.get_model_metadata(name)
+    assert md["name"] == name
+    assert isinstance(md.get("platform", ""), str)
+    ins = {i["name"]: i for i in md["inputs"]}
+    outs = {o["name"]: o for o in md["outputs"]}
+    assert {"query", "key", "value", "key_padding_mask", "attn_mask"} <= set(ins), sorted(ins)
+    for n in ("query", "key", "value"):
+        assert ins[n]["datatype"] == "FP32", ins[n]
+    assert ins["key_padding_mask"]["datatype"] == "BOOL"
+    assert ins["attn_mask"]["datatype"] in ("BOOL", "FP32")
+    assert ins["query"]["shape"][-1] == g["embed_dim"], ins["query"]
+    assert ins["key"]["shape"][-1] == g["kdim"], ins["key"]
+    assert ins["value"]["shape"][-1] == g["vdim"], ins["value"]
+    assert {"output", "attention"} <= set(outs), sorted(outs)
+    assert outs["output"]["datatype"] == "FP32"
+    assert outs["output"]["shape"][-1] == g["embed_dim"]
+
+
+def test_unknown_model(client):
+    assert client.is_model_ready("no_such_model") is False
+    with pytest.raises(InferenceServerException):
+        client.get_model_metadata("no_such_model")
+    q = httpclient.InferInput("query", [1, 16], "FP32")
+    q.set_data_from_numpy(np.zeros((1, 16), dtype=np.float32), binary_data=False)
+    with pytest.raises(InferenceServerException):
+        client.infer("no_such_model", [q])
+
+
+def make_inputs(s, batch=False):
+    def add(name, a, dt):
+        a = np.asarray(a, dtype=np.bool_ if dt == "BOOL" else np.float32)
+        if batch:
+            a = a[None]
+        t = httpclient.InferInput(name, list(a.shape), dt)
+        t.set_data_from_numpy(a, binary_data=False)
+        return t
+    ins = [add("query", s["query"], "FP32")]
+    if s["key"] is not None:
+        ins.append(add("key", s["key"], "FP32"))
+    if s["value"] is not None:
+        ins.append(add("value", s["value"], "FP32"))
+    if s["key_padding_mask"] is not None:
+        ins.append(add("key_padding_mask", s["key_padding_mask"], "BOOL"))
+    am = golden_mask(s)
+    if am is not None:
+        # the mask is shared by every sequence of a batch: never batched
+        t = httpclient.InferInput("attn_mask", list(am.shape),
+                                  "BOOL" if am.dtype == np.bool_ else "FP32")
+        t.set_data_from_numpy(am if am.dtype == np.bool_ else am.astype(np.float32),
+                              binary_data=False)
+        ins.append(t)
+    return ins
+
+
+@pytest.mark.parametrize("name,i", CASES)
+def test_infer_golden(client, name, i):
+    g, _ = BY_NAME[name]
+    s = g["sequences"][i]
+    outs = [httpclient.InferRequestedOutput("output", binary_data=False)]
+    if s["attention"] != "none":
+        outs.append(httpclient.InferRequestedOutput("attention", binary_data=False))
+    res = client.infer(name, make_inputs(s), outputs=outs,
+                       parameters={"causal": bool(s["causal"]), "attention": s["attention"]})
+    out = res.as_numpy("output")
+    assert out is not None and out.dtype == np.float32
+    assert rel_err(out, s["output"]) <= 1e-5
+    if s["attention"] != "none":
+        assert rel_err(res.as_numpy("attention"), s["attn_weights"]) <= 1e-5
+    resp = res.get_response()
+    assert resp["model_name"] == name
+
+
+@pytest.mark.parametrize("name", sorted(BY_NAME))
+def test_infer_batched_golden(client, name):
+    """The golden sequences as B=1 batches (1 x L x E)."""
+    g, _ = BY_NAME[name]
+    for s in g["sequences"]:
+        outs = [httpclient.InferRequestedOutput("output", binary_data=False)]
+        if s["attention"] != "none":
+            outs.append(httpclient.InferRequestedOutput("attention", binary_data=False))
+        res = client.infer(name, make_inputs(s, batch=True), outputs=outs,
+                           parameters={"causal": bool(s["causal"]),
+                                       "attention": s["attention"]})
+        out = res.as_numpy("output")
+        assert out.shape == (1, len(s["query"]), g["embed_dim"])
+        assert rel_err(out[0], s["output"]) <= 1e-5
+        if s["attention"] != "none":
+            att = res.as_numpy("attention")
+            assert att.shape[0] == 1
+            assert rel_err(att[0], s["attn_weights"]) <= 1e-5
+
+
+def test_infer_bad_input_is_an_error(client):
+    name = "self_e64_h8"
+    q = httpclient.InferInput("query", [2, 63], "FP32")
+    q.set_data_from_numpy(np.zeros((2, 63), dtype=np.float32), binary_data=False)
+    with pytest.raises(InferenceServerException) as e:
+        client.infer(name, [q])
+    assert "query" in str(e.value)
