@@ -109,6 +109,12 @@ int attn_forward(attn_ctx *ctx, const attn_model *m, attn_batch *b, char *err, s
 /* The naive reference: plain loops, plainly right, slow. Same contract. */
 int attn_forward_ref(const attn_model *m, attn_batch *b, char *err, size_t errlen);
 
+/* The no-weights path runs a fused AVX-512 kernel when the CPU has AVX-512F
+ * and D is a multiple of 16 up to 128, and OpenBLAS tiles otherwise. on = 0
+ * forces the OpenBLAS tiles everywhere (tests and benchmarks compare both);
+ * call it before forwards start, not during. Returns the previous setting. */
+int attn_set_fused(int on);
+
 /* Name of the OpenBLAS kernel set in use (e.g. "Cooperlake"), for logs. */
 const char *attn_blas_corename(void);
 

@@ -21,14 +21,18 @@
 #endif
 #define FK ATTN_FK /* keys per tile */
 
+static int fused_on = 1; /* attn_set_fused() */
+
+int attn_set_fused(int on)
+{
+    int was = fused_on;
+    fused_on = on != 0;
+    return was;
+}
+
 int attn_fused_supported(int D)
 {
-    static int have = -1;
-    if (have < 0) {
-        __builtin_cpu_init();
-        have = __builtin_cpu_supports("avx512f");
-    }
-    return have && D % 16 == 0 && D <= 128;
+    return fused_on && __builtin_cpu_supports("avx512f") && D % 16 == 0 && D <= 128;
 }
 
 size_t attn_fused_floats(int D)
