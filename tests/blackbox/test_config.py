@@ -225,8 +225,7 @@ def test_prefix_layouts_and_tensor_map(fresh_daemons, tmp_path):
     support.write_safetensors(ckpt, t)
     models = [
         dict(torch_m.config(weights=str(ckpt)), prefix="encoder.layers.3.self_attn."),
-        dict(bert_m.config(weights=str(ckpt)), prefix="bert.encoder.layer.0.attention.",
-             layout="bert"),
+        dict(bert_m.config(weights=str(ckpt)), prefix="bert.encoder.layer.0.", layout="bert"),
         dict(bart_m.config(weights=str(ckpt)), prefix="model.decoder.layers.1.self_attn.",
              layout="hf_proj"),
         dict(llama_m.config(weights=str(ckpt)), prefix="model.layers.0.self_attn.",

@@ -31,9 +31,11 @@ def big(tmp_path_factory):
 
 
 def big_config(big, **sections):
-    cfg = {"models": [big.config()]}
+    """Limits set wide enough for the long requests below, whatever the defaults."""
+    cfg = {"models": [big.config()], "server": {"max_body_bytes": 64 << 20},
+           "limits": {"max_tokens_per_request": 16384}}
     for k, v in sections.items():
-        cfg[k] = v
+        cfg[k] = dict(cfg.get(k, {}), **v)
     return cfg
 
 
@@ -105,7 +107,7 @@ def drain(fresh_daemons, big, sig, n):
     wait_admitted(d, n - 2, results)
     assert not all(results), "every request was answered before the signal: nothing to drain"
     sig_time = time.monotonic()
-    d.signal(sig)
+    d.send_signal(sig)
     time.sleep(0.2)
     still_running = d.alive()
     probes = []
@@ -115,6 +117,8 @@ def drain(fresh_daemons, big, sig, n):
                 probes.append((path, requests.get(d.url + path, timeout=5).status_code))
             except requests.ConnectionError:
                 probes.append((path, "refused"))
+            except requests.Timeout:
+                probes.append((path, "no answer within 5 s (connection left hanging)"))
     for t in threads:
         t.join(180)
     rc = d.wait_exit(60)
