@@ -165,9 +165,14 @@ def main(argv=None):
     ap.add_argument("--config", help="write the config here instead of stdout")
     a = ap.parse_args(argv)
     try:
-        source = torch.load(a.source, map_location="cpu", weights_only=False)
-    except TypeError:  # torch < 1.13 has no weights_only
-        source = torch.load(a.source, map_location="cpu")
+        try:
+            source = torch.load(a.source, map_location="cpu", weights_only=False)
+        except TypeError:  # torch < 1.13 has no weights_only
+            source = torch.load(a.source, map_location="cpu")
+    except (ImportError, AttributeError) as e:
+        raise SystemExit("export_safetensors.py: %s: %s; a whole module needs its classes "
+                         "importable (set PYTHONPATH), or save its state_dict instead"
+                         % (a.source, e))
     entry = export(source, a.out, a.attr, a.dtype, a.name, a.num_heads)
     # attnd resolves a relative weights path against the config's folder
     folder = os.path.dirname(os.path.abspath(a.config or a.out))
