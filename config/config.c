@@ -57,16 +57,16 @@ typedef struct {
 
 /* The server settings. Ranges and defaults are documented in docs/config.md. */
 static const cfg_key config_keys[] = {
-    {"server", "host", K_STR, 1, 255, 0, "0.0.0.0", C_OFF(host), 0, "ATTND_HOST", "--host",
-     NULL, 0, "address to listen on"},
-    {"server", "port", K_INT, 0, 65535, 8080, NULL, C_OFF(port), 0, "ATTND_PORT", "--port", NULL,
-     0, "TCP port; 0 picks a free one"},
-    {"server", "http_threads", K_INT, 1, 256, 2, NULL, C_OFF(http_threads), 0,
-     "ATTND_HTTP_THREADS", "--http-threads", NULL, 0, "HTTP polling threads"},
+    {"server", "host", K_STR, 1, 255, 0, "0.0.0.0", C_OFF(host), 0, "ATTND_HOST", "--host", NULL, 0,
+     "address to listen on"},
+    {"server", "port", K_INT, 0, 65535, 8080, NULL, C_OFF(port), 0, "ATTND_PORT", "--port", NULL, 0,
+     "TCP port; 0 picks a free one"},
+    {"server", "http_threads", K_INT, 1, 256, 2, NULL, C_OFF(http_threads), 0, "ATTND_HTTP_THREADS",
+     "--http-threads", NULL, 0, "HTTP polling threads"},
     {"server", "max_body_bytes", K_LL, 1, 1LL << 34, 67108864, NULL, C_OFF(max_body_bytes), 0,
      "ATTND_MAX_BODY_BYTES", NULL, NULL, 0, "request body limit, bytes (413 past it)"},
-    {"server", "request_timeout_ms", K_INT, 1, 3600000, 30000, NULL, C_OFF(request_timeout_ms),
-     0, "ATTND_REQUEST_TIMEOUT_MS", NULL, NULL, 0, "admission to answer, ms (504 past it)"},
+    {"server", "request_timeout_ms", K_INT, 1, 3600000, 30000, NULL, C_OFF(request_timeout_ms), 0,
+     "ATTND_REQUEST_TIMEOUT_MS", NULL, NULL, 0, "admission to answer, ms (504 past it)"},
     {"server", "max_connections", K_INT, 1, 1000000, 1024, NULL, C_OFF(max_connections), 0,
      "ATTND_MAX_CONNECTIONS", NULL, NULL, 0, "concurrent connections"},
     {"server", "connection_timeout_s", K_INT, 0, 86400, 30, NULL, C_OFF(connection_timeout_s), 0,
@@ -81,11 +81,11 @@ static const cfg_key config_keys[] = {
     {"batching", "max_batch_requests", K_INT, 1, 4096, 64, NULL, C_OFF(max_batch_requests), 0,
      "ATTND_MAX_BATCH_REQUESTS", "--max-batch-requests", NULL, 0,
      "requests per batch; 1 = batching off"},
-    {"batching", "max_queue_delay_us", K_INT, 0, 10000000, 1000, NULL, C_OFF(max_queue_delay_us),
-     0, "ATTND_MAX_QUEUE_DELAY_US", "--max-queue-delay-us", NULL, 0,
+    {"batching", "max_queue_delay_us", K_INT, 0, 10000000, 1000, NULL, C_OFF(max_queue_delay_us), 0,
+     "ATTND_MAX_QUEUE_DELAY_US", "--max-queue-delay-us", NULL, 0,
      "how long the oldest queued request waits for company, us"},
-    {"batching", "max_queue_requests", K_INT, 1, 1000000, 4096, NULL, C_OFF(max_queue_requests),
-     0, "ATTND_MAX_QUEUE_REQUESTS", NULL, NULL, 0, "queued requests per model (429 past it)"},
+    {"batching", "max_queue_requests", K_INT, 1, 1000000, 4096, NULL, C_OFF(max_queue_requests), 0,
+     "ATTND_MAX_QUEUE_REQUESTS", NULL, NULL, 0, "queued requests per model (429 past it)"},
     {"workers", "threads", K_INT, 1, 256, 2, NULL, C_OFF(worker_threads), 0, "ATTND_WORKERS",
      "--workers", NULL, 0, "worker threads: batches computed at once"},
     {"workers", "blas_threads", K_INT, 1, 256, 1, NULL, C_OFF(blas_threads), 0,
@@ -149,7 +149,8 @@ static int set_str(char **slot, const char *s) {
 }
 
 static void free_strlist(char ***list, int *n) {
-    for (int i = 0; i < *n; i++) free((*list)[i]);
+    for (int i = 0; i < *n; i++)
+        free((*list)[i]);
     free(*list);
     *list = NULL;
     *n = 0;
@@ -157,26 +158,38 @@ static void free_strlist(char ***list, int *n) {
 
 static const char *json_type_name(const json_t *v) {
     switch (json_typeof(v)) {
-    case JSON_OBJECT: return "an object";
-    case JSON_ARRAY: return "an array";
-    case JSON_STRING: return "a string";
-    case JSON_INTEGER: return "an integer";
-    case JSON_REAL: return "a number with a fraction";
+    case JSON_OBJECT:
+        return "an object";
+    case JSON_ARRAY:
+        return "an array";
+    case JSON_STRING:
+        return "a string";
+    case JSON_INTEGER:
+        return "an integer";
+    case JSON_REAL:
+        return "a number with a fraction";
     case JSON_TRUE:
-    case JSON_FALSE: return "a boolean";
-    default: return "null";
+    case JSON_FALSE:
+        return "a boolean";
+    default:
+        return "null";
     }
 }
 
 static const char *type_wanted(key_type t) {
     switch (t) {
     case K_STR:
-    case K_NAME: return "a string";
+    case K_NAME:
+        return "a string";
     case K_INT:
-    case K_LL: return "an integer";
-    case K_BOOL: return "true or false";
-    case K_STRLIST: return "an array of strings";
-    default: return "an object of strings";
+    case K_LL:
+        return "an integer";
+    case K_BOOL:
+        return "true or false";
+    case K_STRLIST:
+        return "an array of strings";
+    default:
+        return "an object of strings";
     }
 }
 
@@ -200,13 +213,12 @@ static const char *string_rule(const cfg_key *k, const char *s) {
 
 /* Checks a string value against k's length range and rules, then stores it.
  * src names where it came from (the file, a variable or a flag). */
-static int store_string(void *base, const cfg_key *k, const char *s, size_t len,
-                        const char *src, const char *key, char *err, size_t errlen) {
-    if (memchr(s, '\0', len))
-        return fail(err, errlen, "%s: %s: holds a NUL character.", src, key);
+static int store_string(void *base, const cfg_key *k, const char *s, size_t len, const char *src,
+                        const char *key, char *err, size_t errlen) {
+    if (memchr(s, '\0', len)) return fail(err, errlen, "%s: %s: holds a NUL character.", src, key);
     if ((long long)len < k->min || (long long)len > k->max)
-        return fail(err, errlen, "%s: %s: length %zu is out of range [%lld, %lld].", src, key,
-                    len, k->min, k->max);
+        return fail(err, errlen, "%s: %s: length %zu is out of range [%lld, %lld].", src, key, len,
+                    k->min, k->max);
     const char *why = string_rule(k, s);
     if (why) return fail(err, errlen, "%s: %s: \"%s\" %s.", src, key, s, why);
     if (k->type == K_NAME) {
@@ -218,11 +230,11 @@ static int store_string(void *base, const cfg_key *k, const char *s, size_t len,
     return 0;
 }
 
-static int store_number(void *base, const cfg_key *k, long long v, const char *src,
-                        const char *key, char *err, size_t errlen) {
+static int store_number(void *base, const cfg_key *k, long long v, const char *src, const char *key,
+                        char *err, size_t errlen) {
     if (v < k->min || v > k->max)
-        return fail(err, errlen, "%s: %s: %lld is out of range [%lld, %lld].", src, key, v,
-                    k->min, k->max);
+        return fail(err, errlen, "%s: %s: %lld is out of range [%lld, %lld].", src, key, v, k->min,
+                    k->max);
     if (k->type == K_LL)
         *(long long *)((char *)base + k->off) = v;
     else
@@ -248,8 +260,8 @@ static int store_strlist(void *base, const cfg_key *k, const char **items, const
     }
     for (; made < n; made++) {
         if (lens[made] < 1 || lens[made] > 1024 || memchr(items[made], '\0', lens[made])) {
-            fail(err, errlen, "%s: %s[%d]: must be a non-empty string of at most 1024 bytes.",
-                 src, key, made);
+            fail(err, errlen, "%s: %s[%d]: must be a non-empty string of at most 1024 bytes.", src,
+                 key, made);
             goto cleanup;
         }
         list[made] = strndup(items[made], lens[made]);
@@ -265,7 +277,8 @@ static int store_strlist(void *base, const cfg_key *k, const char **items, const
     rc = 0;
 cleanup:
     if (list) {
-        for (int i = 0; i < made; i++) free(list[i]);
+        for (int i = 0; i < made; i++)
+            free(list[i]);
         free(list);
     }
     return rc;
@@ -280,7 +293,8 @@ static int store_rolemap(attnd_model_config *mc, json_t *v, const char *src, con
     json_t *name;
     json_object_foreach(v, role, name) {
         int r = 0;
-        while (r < ROLE_COUNT && strcmp(attnd_role_name((attnd_role)r), role) != 0) r++;
+        while (r < ROLE_COUNT && strcmp(attnd_role_name((attnd_role)r), role) != 0)
+            r++;
         if (r == ROLE_COUNT)
             return fail(err, errlen,
                         "%s: %s.%s: unknown role (roles: q_weight, q_bias, k_weight, k_bias, "
@@ -345,7 +359,8 @@ static int store_json(void *base, const cfg_key *k, json_t *v, const char *src, 
         free(lens);
         return rc;
     }
-    case K_ROLEMAP: return store_rolemap((attnd_model_config *)base, v, src, key, err, errlen);
+    case K_ROLEMAP:
+        return store_rolemap((attnd_model_config *)base, v, src, key, err, errlen);
     }
     return fail(err, errlen, "%s: %s: must be %s, not %s.", src, key, type_wanted(k->type),
                 json_type_name(v));
@@ -362,8 +377,8 @@ static int parse_ll(const char *s, long long *out) {
 }
 
 /* Stores a value given as text (an env variable or a flag). */
-static int store_text(void *base, const cfg_key *k, const char *s, const char *src,
-                      const char *key, char *err, size_t errlen) {
+static int store_text(void *base, const cfg_key *k, const char *s, const char *src, const char *key,
+                      char *err, size_t errlen) {
     if (k->type == K_INT || k->type == K_LL) {
         long long v;
         if (parse_ll(s, &v) != 0)
@@ -375,7 +390,8 @@ static int store_text(void *base, const cfg_key *k, const char *s, const char *s
         size_t lens[CORS_MAX + 1];
         int n = 0;
         for (const char *p = s; *s && n <= CORS_MAX; n++) {
-            while (*p == ' ') p++;
+            while (*p == ' ')
+                p++;
             const char *comma = strchr(p, ',');
             size_t len = comma ? (size_t)(comma - p) : strlen(p);
             items[n] = p;
@@ -397,11 +413,17 @@ static void key_path(char *out, size_t n, const cfg_key *k) {
 
 static int set_default(void *base, const cfg_key *k) {
     switch (k->type) {
-    case K_STR: return k->def_str ? set_str((char **)((char *)base + k->off), k->def_str) : 0;
+    case K_STR:
+        return k->def_str ? set_str((char **)((char *)base + k->off), k->def_str) : 0;
     case K_INT:
-    case K_BOOL: *(int *)((char *)base + k->off) = (int)k->def; return 0;
-    case K_LL: *(long long *)((char *)base + k->off) = k->def; return 0;
-    default: return 0; /* lists, names and maps start empty */
+    case K_BOOL:
+        *(int *)((char *)base + k->off) = (int)k->def;
+        return 0;
+    case K_LL:
+        *(long long *)((char *)base + k->off) = k->def;
+        return 0;
+    default:
+        return 0; /* lists, names and maps start empty */
     }
 }
 
@@ -409,12 +431,14 @@ static void model_config_free(attnd_model_config *mc) {
     free(mc->weights);
     free(mc->prefix);
     free(mc->layout);
-    for (int r = 0; r < ROLE_COUNT; r++) free(mc->tensors[r]);
+    for (int r = 0; r < ROLE_COUNT; r++)
+        free(mc->tensors[r]);
     memset(mc, 0, sizeof *mc);
 }
 
 static void models_free(attnd_model_config *models, int n) {
-    for (int i = 0; i < n; i++) model_config_free(&models[i]);
+    for (int i = 0; i < n; i++)
+        model_config_free(&models[i]);
     free(models);
 }
 
@@ -486,7 +510,8 @@ static int parse_model(attnd_model_config *mc, json_t *obj, int idx, const char 
     json_t *v;
     json_object_foreach(obj, name, v) {
         int i = 0;
-        while (i < N_MODEL_KEYS && strcmp(model_keys[i].key, name) != 0) i++;
+        while (i < N_MODEL_KEYS && strcmp(model_keys[i].key, name) != 0)
+            i++;
         snprintf(key, sizeof key, "models[%d].%.100s", idx, name);
         if (i == N_MODEL_KEYS) return fail(err, errlen, "%s: %s: unknown key.", src, key);
         if (store_json(mc, &model_keys[i], v, src, key, err, errlen) != 0) return -1;
@@ -494,8 +519,8 @@ static int parse_model(attnd_model_config *mc, json_t *obj, int idx, const char 
     }
     for (int i = 0; i < N_MODEL_KEYS; i++)
         if (model_keys[i].required && !given[i])
-            return fail(err, errlen, "%s: models[%d].%s: missing; every model needs it.", src,
-                        idx, model_keys[i].key);
+            return fail(err, errlen, "%s: models[%d].%s: missing; every model needs it.", src, idx,
+                        model_keys[i].key);
     attn_hparams *hp = &mc->hp;
     if (hp->kdim == 0) hp->kdim = hp->embed_dim;
     if (hp->vdim == 0) hp->vdim = hp->embed_dim;
@@ -517,8 +542,8 @@ static int parse_models(attnd_config *c, json_t *arr, const char *dir, int check
         goto cleanup;
     }
     if (json_array_size(arr) > MODELS_MAX) {
-        fail(err, errlen, "%s: models: %zu models, at most %d allowed.", src,
-             json_array_size(arr), MODELS_MAX);
+        fail(err, errlen, "%s: models: %zu models, at most %d allowed.", src, json_array_size(arr),
+             MODELS_MAX);
         goto cleanup;
     }
     size_t want = json_array_size(arr);
@@ -601,7 +626,8 @@ int attnd_config_load_mem(attnd_config *c, const char *text, size_t len, const c
     json_t *v;
     json_object_foreach(root, name, v) {
         int s = 0;
-        while (s < N_SECTIONS && strcmp(sections[s], name) != 0) s++;
+        while (s < N_SECTIONS && strcmp(sections[s], name) != 0)
+            s++;
         if (s == N_SECTIONS) {
             fail(err, errlen,
                  "%s: %.100s: unknown key (known: server, batching, workers, limits, models).",
@@ -699,7 +725,7 @@ int attnd_config_from_args(attnd_config *c, int argc, char **argv, int *want_hel
     if (attnd_config_defaults(c) != 0) return fail(err, errlen, "out of memory.");
     /* First pass: --help, --config, and every flag checked for a known name. */
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *val;
+        const char *a = argv[i], *val = NULL;
         size_t flen;
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
             *want_help = 1;
@@ -733,7 +759,7 @@ int attnd_config_from_args(attnd_config *c, int argc, char **argv, int *want_hel
         if (store_text(c, k, env, src, key, err, errlen) != 0) goto fail;
     }
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *val;
+        const char *a = argv[i], *val = NULL;
         size_t flen;
         if (flag_value(argc, argv, &i, &flen, &val, err, errlen) != 0) goto fail;
         const cfg_key *k = find_flag(a, flen);

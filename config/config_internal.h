@@ -36,24 +36,38 @@ int attnd_seeded_model(attn_model *m, const attn_hparams *hp, uint64_t seed, cha
 /* Every dtype the format defines; only F32, F16 and BF16 can be loaded as
  * weights, the rest are known so that their offsets can be checked. */
 typedef enum {
-    ST_BOOL, ST_U8, ST_I8, ST_F8_E5M2, ST_F8_E4M3, ST_I16, ST_U16, ST_F16, ST_BF16,
-    ST_I32, ST_U32, ST_F32, ST_F64, ST_I64, ST_U64, ST_DTYPE_COUNT
+    ST_BOOL,
+    ST_U8,
+    ST_I8,
+    ST_F8_E5M2,
+    ST_F8_E4M3,
+    ST_I16,
+    ST_U16,
+    ST_F16,
+    ST_BF16,
+    ST_I32,
+    ST_U32,
+    ST_F32,
+    ST_F64,
+    ST_I64,
+    ST_U64,
+    ST_DTYPE_COUNT
 } st_dtype;
 
 typedef struct {
-    char *name;                /* owned */
+    char *name; /* owned */
     st_dtype dtype;
-    int ndim;                  /* 0 (a scalar) .. ST_MAX_DIMS */
+    int ndim; /* 0 (a scalar) .. ST_MAX_DIMS */
     uint64_t shape[ST_MAX_DIMS];
-    uint64_t numel;            /* product of shape, checked for overflow */
-    uint64_t begin, end;       /* data_offsets, bytes from the start of the data */
+    uint64_t numel;      /* product of shape, checked for overflow */
+    uint64_t begin, end; /* data_offsets, bytes from the start of the data */
 } st_tensor;
 
 typedef struct {
-    st_tensor *tensors;        /* (n), owned, in header order */
+    st_tensor *tensors; /* (n), owned, in header order */
     int n;
-    uint64_t data_start;       /* 8 + header length: file offset of the data */
-    uint64_t file_size;        /* bytes */
+    uint64_t data_start; /* 8 + header length: file offset of the data */
+    uint64_t file_size;  /* bytes */
 } st_header;
 
 /* Parses a safetensors header from the first len bytes of a file of
@@ -65,7 +79,7 @@ int st_header_parse(st_header *h, const unsigned char *buf, size_t len, uint64_t
                     const char *file, char *err, size_t errlen);
 /* Reads and parses the header of an open file. */
 int st_header_read(st_header *h, int fd, const char *file, char *err, size_t errlen);
-void st_header_free(st_header *h); /* safe on a zeroed header */
+void st_header_free(st_header *h);                              /* safe on a zeroed header */
 const st_tensor *st_find(const st_header *h, const char *name); /* NULL when absent */
 const char *st_dtype_name(st_dtype d);
 size_t st_dtype_size(st_dtype d);
@@ -78,8 +92,8 @@ void st_to_f32(float *dst, const unsigned char *src, st_dtype d, size_t n);
 
 /* attnd_model_load over a whole safetensors file held in memory; `file`
  * only names it in messages. */
-int attnd_model_load_mem(attn_model *m, const attnd_model_config *mc, const void *buf,
-                         size_t len, const char *file, char *err, size_t errlen);
+int attnd_model_load_mem(attn_model *m, const attnd_model_config *mc, const void *buf, size_t len,
+                         const char *file, char *err, size_t errlen);
 /* The role names used in the "tensors" map ("q_weight", ...). */
 const char *attnd_role_name(attnd_role r);
 /* Index of a layout name, or -1. */

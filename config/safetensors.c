@@ -20,11 +20,11 @@ static const struct {
     const char *name;
     size_t size; /* bytes per element */
 } dtypes[ST_DTYPE_COUNT] = {
-    [ST_BOOL] = {"BOOL", 1}, [ST_U8] = {"U8", 1},   [ST_I8] = {"I8", 1},
+    [ST_BOOL] = {"BOOL", 1},       [ST_U8] = {"U8", 1},           [ST_I8] = {"I8", 1},
     [ST_F8_E5M2] = {"F8_E5M2", 1}, [ST_F8_E4M3] = {"F8_E4M3", 1}, [ST_I16] = {"I16", 2},
-    [ST_U16] = {"U16", 2},   [ST_F16] = {"F16", 2}, [ST_BF16] = {"BF16", 2},
-    [ST_I32] = {"I32", 4},   [ST_U32] = {"U32", 4}, [ST_F32] = {"F32", 4},
-    [ST_F64] = {"F64", 8},   [ST_I64] = {"I64", 8}, [ST_U64] = {"U64", 8},
+    [ST_U16] = {"U16", 2},         [ST_F16] = {"F16", 2},         [ST_BF16] = {"BF16", 2},
+    [ST_I32] = {"I32", 4},         [ST_U32] = {"U32", 4},         [ST_F32] = {"F32", 4},
+    [ST_F64] = {"F64", 8},         [ST_I64] = {"I64", 8},         [ST_U64] = {"U64", 8},
 };
 
 const char *st_dtype_name(st_dtype d) {
@@ -47,7 +47,8 @@ static int fail(char *err, size_t errlen, const char *fmt, ...) {
 
 static uint64_t le64(const unsigned char *b) {
     uint64_t v = 0;
-    for (int i = 7; i >= 0; i--) v = (v << 8) | b[i];
+    for (int i = 7; i >= 0; i--)
+        v = (v << 8) | b[i];
     return v;
 }
 
@@ -78,8 +79,8 @@ void st_to_f32(float *dst, const unsigned char *src, st_dtype d, size_t n) {
     for (size_t i = 0; i < n; i++) {
         if (d == ST_F32) {
             const unsigned char *p = src + 4 * i;
-            uint32_t bits = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-                            (uint32_t)p[3] << 24;
+            uint32_t bits =
+                (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
             memcpy(&dst[i], &bits, sizeof bits);
         } else {
             uint16_t v = (uint16_t)(src[2 * i] | src[2 * i + 1] << 8);
@@ -90,7 +91,8 @@ void st_to_f32(float *dst, const unsigned char *src, st_dtype d, size_t n) {
 
 void st_header_free(st_header *h) {
     if (!h) return;
-    for (int i = 0; i < h->n; i++) free(h->tensors[i].name);
+    for (int i = 0; i < h->n; i++)
+        free(h->tensors[i].name);
     free(h->tensors);
     memset(h, 0, sizeof *h);
 }
@@ -103,8 +105,8 @@ const st_tensor *st_find(const st_header *h, const char *name) {
 
 /* Reads the header length from the first 8 bytes and checks it against the
  * format's limit and the file's size. */
-static int header_length(const unsigned char *b8, uint64_t file_size, const char *file,
-                         uint64_t *n, char *err, size_t errlen) {
+static int header_length(const unsigned char *b8, uint64_t file_size, const char *file, uint64_t *n,
+                         char *err, size_t errlen) {
     if (file_size < 8)
         return fail(err, errlen,
                     "%s: file is %llu bytes, too short for the 8-byte header length "
@@ -136,10 +138,10 @@ static int parse_entry(st_tensor *t, const char *name, json_t *v, uint64_t data_
         return fail(err, errlen, "%s: tensor \"%s\": header entry is not an object.", file, name);
     json_t *dt = json_object_get(v, "dtype");
     if (!json_is_string(dt))
-        return fail(err, errlen, "%s: tensor \"%s\": missing or non-string \"dtype\".", file,
-                    name);
+        return fail(err, errlen, "%s: tensor \"%s\": missing or non-string \"dtype\".", file, name);
     int d = 0;
-    while (d < ST_DTYPE_COUNT && strcmp(dtypes[d].name, json_string_value(dt)) != 0) d++;
+    while (d < ST_DTYPE_COUNT && strcmp(dtypes[d].name, json_string_value(dt)) != 0)
+        d++;
     if (d == ST_DTYPE_COUNT)
         return fail(err, errlen, "%s: tensor \"%s\": unknown dtype \"%.32s\".", file, name,
                     json_string_value(dt));
@@ -164,11 +166,11 @@ static int parse_entry(st_tensor *t, const char *name, json_t *v, uint64_t data_
         get_u64(json_array_get(off, 0), &t->begin) != 0 ||
         get_u64(json_array_get(off, 1), &t->end) != 0)
         return fail(err, errlen,
-                    "%s: tensor \"%s\": \"data_offsets\" must be two non-negative integers.",
-                    file, name);
+                    "%s: tensor \"%s\": \"data_offsets\" must be two non-negative integers.", file,
+                    name);
     if (t->begin > t->end)
-        return fail(err, errlen, "%s: tensor \"%s\": data_offsets [%llu, %llu] are reversed.",
-                    file, name, (unsigned long long)t->begin, (unsigned long long)t->end);
+        return fail(err, errlen, "%s: tensor \"%s\": data_offsets [%llu, %llu] are reversed.", file,
+                    name, (unsigned long long)t->begin, (unsigned long long)t->end);
     if (t->end > data_size)
         return fail(err, errlen,
                     "%s: tensor \"%s\": data_offsets [%llu, %llu] run past the end of the file "
@@ -311,8 +313,7 @@ int st_header_read(st_header *h, int fd, const char *file, char *err, size_t err
     if (header_length(b8, size, file, &n, err, errlen) != 0) goto cleanup;
     buf = malloc((size_t)(8 + n));
     if (!buf) {
-        fail(err, errlen, "%s: out of memory for a %llu-byte header.", file,
-             (unsigned long long)n);
+        fail(err, errlen, "%s: out of memory for a %llu-byte header.", file, (unsigned long long)n);
         goto cleanup;
     }
     memcpy(buf, b8, 8);

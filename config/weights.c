@@ -49,17 +49,16 @@ typedef struct {
 } role_src;
 
 static const char *const bert_names[ROLE_COUNT] = {
-    "attention.self.query.weight", "attention.self.query.bias",
-    "attention.self.key.weight",   "attention.self.key.bias",
-    "attention.self.value.weight", "attention.self.value.bias",
+    "attention.self.query.weight",   "attention.self.query.bias",   "attention.self.key.weight",
+    "attention.self.key.bias",       "attention.self.value.weight", "attention.self.value.bias",
     "attention.output.dense.weight", "attention.output.dense.bias",
 };
 static const char *const hf_names[ROLE_COUNT] = {
-    "q_proj.weight", "q_proj.bias", "k_proj.weight", "k_proj.bias",
+    "q_proj.weight", "q_proj.bias", "k_proj.weight",   "k_proj.bias",
     "v_proj.weight", "v_proj.bias", "out_proj.weight", "out_proj.bias",
 };
 static const char *const torch_split_names[ROLE_COUNT] = {
-    "q_proj_weight", "in_proj_bias", "k_proj_weight", "in_proj_bias",
+    "q_proj_weight", "in_proj_bias", "k_proj_weight",   "in_proj_bias",
     "v_proj_weight", "in_proj_bias", "out_proj.weight", "out_proj.bias",
 };
 
@@ -68,7 +67,9 @@ static role_src layout_role(int layout, attnd_role r, const attn_hparams *hp) {
     int is_bias = r == ROLE_Q_BIAS || r == ROLE_K_BIAS || r == ROLE_V_BIAS || r == ROLE_OUT_BIAS;
     int qkv = r / 2; /* 0 q, 1 k, 2 v, 3 out */
     switch (layout) {
-    case LAYOUT_BERT: s.name = bert_names[r]; break;
+    case LAYOUT_BERT:
+        s.name = bert_names[r];
+        break;
     case LAYOUT_HF_PROJ:
         s.name = hf_names[r];
         if (r == ROLE_OUT_WEIGHT) s.alt = "o_proj.weight";
@@ -131,8 +132,7 @@ static void shape_text(char *out, size_t n, int ndim, const uint64_t *shape) {
 /* Reads count floats starting at element first of tensor t into dst,
  * refusing NaN and Inf. */
 static int read_floats(float *dst, const source *src, const st_header *h, const st_tensor *t,
-                       uint64_t first, size_t count, const char *file, char *err,
-                       size_t errlen) {
+                       uint64_t first, size_t count, const char *file, char *err, size_t errlen) {
     enum { CHUNK = 16384 };
     unsigned char buf[CHUNK * 4];
     size_t esz = st_dtype_size(t->dtype);
@@ -140,8 +140,10 @@ static int read_floats(float *dst, const source *src, const st_header *h, const 
         size_t n = count - done < CHUNK ? count - done : CHUNK;
         uint64_t off = h->data_start + t->begin + (first + done) * esz;
         if (source_read(src, buf, n * esz, off) != 0)
-            return fail(err, errlen, "%s: tensor \"%s\": cannot read its data (file changed or "
-                        "truncated).", file, t->name);
+            return fail(err, errlen,
+                        "%s: tensor \"%s\": cannot read its data (file changed or "
+                        "truncated).",
+                        file, t->name);
         st_to_f32(dst + done, buf, t->dtype, n);
         for (size_t i = 0; i < n; i++)
             if (!isfinite(dst[done + i]))
@@ -177,8 +179,8 @@ static int load_role(attn_model *m, attnd_role r, const attnd_model_config *mc, 
         if (!t) t = ta;
     }
     if (!t)
-        return fail(err, errlen, "%s: tensor \"%s\"%s%s%s is missing (role %s, layout %s).",
-                    file, name, rs.alt ? " (or \"" : "", rs.alt ? alt : "", rs.alt ? "\")" : "",
+        return fail(err, errlen, "%s: tensor \"%s\"%s%s%s is missing (role %s, layout %s).", file,
+                    name, rs.alt ? " (or \"" : "", rs.alt ? alt : "", rs.alt ? "\")" : "",
                     role_names[r], mc->tensors[r] ? "tensors map" : layout_names[layout]);
     if (t->dtype != ST_F32 && t->dtype != ST_F16 && t->dtype != ST_BF16)
         return fail(err, errlen,
@@ -190,7 +192,8 @@ static int load_role(attn_model *m, attnd_role r, const attnd_model_config *mc, 
     uint64_t want[2] = {parts * E, cols[r]};
     int want_ndim = cols[r] ? 2 : 1;
     int ok = t->ndim == want_ndim;
-    for (int i = 0; ok && i < want_ndim; i++) ok = t->shape[i] == want[i];
+    for (int i = 0; ok && i < want_ndim; i++)
+        ok = t->shape[i] == want[i];
     if (!ok) {
         char got_s[128], want_s[64];
         shape_text(got_s, sizeof got_s, t->ndim, t->shape);
@@ -214,8 +217,8 @@ static int load_from(attn_model *m, const attnd_model_config *mc, const st_heade
                     mc->layout);
     if (attn_model_init(m, &mc->hp, err, errlen) != 0) return -1;
     for (int r = 0; r < ROLE_COUNT; r++) {
-        int is_bias = r == ROLE_Q_BIAS || r == ROLE_K_BIAS || r == ROLE_V_BIAS ||
-                      r == ROLE_OUT_BIAS;
+        int is_bias =
+            r == ROLE_Q_BIAS || r == ROLE_K_BIAS || r == ROLE_V_BIAS || r == ROLE_OUT_BIAS;
         if (is_bias && !mc->hp.bias) continue; /* stays zero */
         if (load_role(m, (attnd_role)r, mc, layout, h, src, file, err, errlen) != 0) {
             attn_model_free(m);
@@ -225,8 +228,8 @@ static int load_from(attn_model *m, const attnd_model_config *mc, const st_heade
     return 0;
 }
 
-int attnd_model_load_mem(attn_model *m, const attnd_model_config *mc, const void *buf,
-                         size_t len, const char *file, char *err, size_t errlen) {
+int attnd_model_load_mem(attn_model *m, const attnd_model_config *mc, const void *buf, size_t len,
+                         const char *file, char *err, size_t errlen) {
     st_header h;
     source src = {-1, buf, len};
     memset(m, 0, sizeof *m);

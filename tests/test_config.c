@@ -27,13 +27,13 @@ static char g_cfg[512];     /* g_dir/sub/c.json */
 
 /* Variables a test may set; cleared around every test. */
 static const char *const env_vars[] = {
-    "ATTND_CONFIG",       "ATTND_HOST",         "ATTND_PORT",      "ATTND_WORKERS",
-    "ATTND_HTTP_THREADS", "ATTND_BLAS_THREADS", "ATTND_CORS_ORIGINS",
-    "ATTND_MAX_BATCH_REQUESTS",
+    "ATTND_CONFIG",       "ATTND_HOST",         "ATTND_PORT",         "ATTND_WORKERS",
+    "ATTND_HTTP_THREADS", "ATTND_BLAS_THREADS", "ATTND_CORS_ORIGINS", "ATTND_MAX_BATCH_REQUESTS",
 };
 
 static void clear_env(void) {
-    for (size_t i = 0; i < sizeof env_vars / sizeof env_vars[0]; i++) unsetenv(env_vars[i]);
+    for (size_t i = 0; i < sizeof env_vars / sizeof env_vars[0]; i++)
+        unsetenv(env_vars[i]);
 }
 
 static void setup(void) {
@@ -67,8 +67,9 @@ static void write_cfg(const char *text) {
 }
 
 /* A model entry reading w.safetensors next to the config. */
-#define MODEL(name, e, h) \
-    "{\"name\":\"" name "\",\"embed_dim\":" #e ",\"num_heads\":" #h ",\"weights\":\"w.safetensors\"}"
+#define MODEL(name, e, h)                                                                          \
+    "{\"name\":\"" name "\",\"embed_dim\":" #e ",\"num_heads\":" #h                                \
+    ",\"weights\":\"w.safetensors\"}"
 
 /* Loads text as g_cfg and expects a refusal whose message names the file
  * and holds each of the (up to two) fragments. */
@@ -164,15 +165,36 @@ START_TEST(usage_lists_everything) {
     attnd_config_usage(f, "attnd");
     fclose(f);
     const char *want[] = {
-        "--config",         "--host",          "--port",           "--workers",
-        "--http-threads",   "--blas-threads",  "--api-key-env",    "--max-batch-requests",
-        "--max-batch-tokens", "--max-queue-delay-us", "--help",    "ATTND_CONFIG",
-        "ATTND_HOST",       "ATTND_PORT",      "ATTND_WORKERS",    "ATTND_HTTP_THREADS",
-        "ATTND_BLAS_THREADS", "ATTND_MAX_BATCH_REQUESTS", "ATTND_MAX_BATCH_TOKENS",
-        "ATTND_MAX_QUEUE_DELAY_US", "ATTND_MAX_QUEUE_REQUESTS", "ATTND_MAX_BODY_BYTES",
-        "ATTND_REQUEST_TIMEOUT_MS", "ATTND_MAX_CONNECTIONS", "ATTND_CONNECTION_TIMEOUT_S",
-        "ATTND_CORS_ORIGINS", "ATTND_MAX_TOKENS_PER_REQUEST", "ATTND_MAX_ATTENTION_FLOATS",
-        "ATTND_API_KEY",    "default",
+        "--config",
+        "--host",
+        "--port",
+        "--workers",
+        "--http-threads",
+        "--blas-threads",
+        "--api-key-env",
+        "--max-batch-requests",
+        "--max-batch-tokens",
+        "--max-queue-delay-us",
+        "--help",
+        "ATTND_CONFIG",
+        "ATTND_HOST",
+        "ATTND_PORT",
+        "ATTND_WORKERS",
+        "ATTND_HTTP_THREADS",
+        "ATTND_BLAS_THREADS",
+        "ATTND_MAX_BATCH_REQUESTS",
+        "ATTND_MAX_BATCH_TOKENS",
+        "ATTND_MAX_QUEUE_DELAY_US",
+        "ATTND_MAX_QUEUE_REQUESTS",
+        "ATTND_MAX_BODY_BYTES",
+        "ATTND_REQUEST_TIMEOUT_MS",
+        "ATTND_MAX_CONNECTIONS",
+        "ATTND_CONNECTION_TIMEOUT_S",
+        "ATTND_CORS_ORIGINS",
+        "ATTND_MAX_TOKENS_PER_REQUEST",
+        "ATTND_MAX_ATTENTION_FLOATS",
+        "ATTND_API_KEY",
+        "default",
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
         ck_assert_msg(strstr(text, want[i]) != NULL, "--help lacks %s", want[i]);
@@ -184,19 +206,19 @@ END_TEST
 
 START_TEST(every_key_lands) {
     char err[512];
-    write_cfg("{\"server\":{\"host\":\"127.0.0.1\",\"port\":0,\"http_threads\":3,"
-              "\"max_body_bytes\":1000,\"request_timeout_ms\":5,\"max_connections\":7,"
-              "\"connection_timeout_s\":0,\"api_key_env\":\"MY_KEY\","
-              "\"cors_origins\":[\"http://a\",\"https://b.example\"]},"
-              "\"batching\":{\"max_batch_tokens\":11,\"max_batch_requests\":1,"
-              "\"max_queue_delay_us\":0,\"max_queue_requests\":13},"
-              "\"workers\":{\"threads\":4,\"blas_threads\":3},"
-              "\"limits\":{\"max_tokens_per_request\":17,\"max_attention_floats\":4294967296},"
-              "\"models\":[{\"name\":\"enc.0\",\"embed_dim\":12,\"num_heads\":3,\"kdim\":8,"
-              "\"vdim\":10,\"bias\":false,\"causal\":true,\"weights\":\"w.safetensors\","
-              "\"prefix\":\"encoder.layers.3.self_attn.\",\"layout\":\"hf_proj\","
-              "\"tensors\":{\"out_weight\":\"o.w\",\"q_bias\":\"q.b\"}},"
-              MODEL("second", 8, 8) "]}");
+    write_cfg(
+        "{\"server\":{\"host\":\"127.0.0.1\",\"port\":0,\"http_threads\":3,"
+        "\"max_body_bytes\":1000,\"request_timeout_ms\":5,\"max_connections\":7,"
+        "\"connection_timeout_s\":0,\"api_key_env\":\"MY_KEY\","
+        "\"cors_origins\":[\"http://a\",\"https://b.example\"]},"
+        "\"batching\":{\"max_batch_tokens\":11,\"max_batch_requests\":1,"
+        "\"max_queue_delay_us\":0,\"max_queue_requests\":13},"
+        "\"workers\":{\"threads\":4,\"blas_threads\":3},"
+        "\"limits\":{\"max_tokens_per_request\":17,\"max_attention_floats\":4294967296},"
+        "\"models\":[{\"name\":\"enc.0\",\"embed_dim\":12,\"num_heads\":3,\"kdim\":8,"
+        "\"vdim\":10,\"bias\":false,\"causal\":true,\"weights\":\"w.safetensors\","
+        "\"prefix\":\"encoder.layers.3.self_attn.\",\"layout\":\"hf_proj\","
+        "\"tensors\":{\"out_weight\":\"o.w\",\"q_bias\":\"q.b\"}}," MODEL("second", 8, 8) "]}");
     attnd_config c;
     ck_assert(attnd_config_defaults(&c) == 0);
     ck_assert_msg(attnd_config_load_file(&c, g_cfg, err, sizeof err) == 0, "%s", err);
@@ -297,8 +319,8 @@ START_TEST(precedence) {
     ck_assert_int_eq(c.http_threads, 5);
     attnd_config_free(&c);
 
-    char *flags[] = {"attnd", "--port=3000", "--config", g_cfg, "--workers", "7",
-                     "--host", "::1", NULL};
+    char *flags[] = {"attnd", "--port=3000", "--config", g_cfg, "--workers",
+                     "7",     "--host",      "::1",      NULL};
     ck_assert_msg(from_args(&c, 8, flags, err, sizeof err) == 0, "%s", err);
     ck_assert_int_eq(c.port, 3000); /* flag over env */
     ck_assert_int_eq(c.worker_threads, 7);
@@ -433,8 +455,7 @@ END_TEST
 START_TEST(refuse_unknown_key) {
     expect_refused("{\"server\":{\"prot\":1}}", "server.prot", "unknown key");
     expect_refused("{\"sever\":{}}", "sever", "unknown key");
-    expect_refused("{\"workers\":{\"worker_threads\":2}}", "workers.worker_threads",
-                   "unknown key");
+    expect_refused("{\"workers\":{\"worker_threads\":2}}", "workers.worker_threads", "unknown key");
     expect_refused("{\"models\":[{\"name\":\"a\",\"embed_dim\":4,\"num_heads\":2,"
                    "\"weights\":\"w.safetensors\",\"dropout\":0.1}]}",
                    "models[0].dropout", "unknown key");
@@ -447,8 +468,7 @@ END_TEST
 START_TEST(refuse_heads_not_dividing) {
     expect_refused("{\"models\":[" MODEL("a", 4, 2) "," MODEL("b", 512, 7) "]}",
                    "models[1].num_heads", "7 does not divide embed_dim 512");
-    expect_refused("{\"models\":[" MODEL("a", 4, 8) "]}", "models[0].num_heads",
-                   "does not divide");
+    expect_refused("{\"models\":[" MODEL("a", 4, 8) "]}", "models[0].num_heads", "does not divide");
 }
 END_TEST
 

@@ -102,9 +102,9 @@ static void check_forward(const attn_model *m, const float *q, size_t L, const f
 /* ------------------------------------------------------------ golden cases */
 
 static const char *const cases[] = {
-    "torch_f32",        "torch_f16",           "torch_bf16",           "torch_prefix_f32",
-    "torch_prefix_f16", "torch_prefix_bf16",   "torch_kdim_vdim_f32",  "torch_kdim_vdim_bf16",
-    "bert_f32",         "bert_f16",            "hf_bart_f16",          "hf_llama_bf16",
+    "torch_f32",        "torch_f16",         "torch_bf16",          "torch_prefix_f32",
+    "torch_prefix_f16", "torch_prefix_bf16", "torch_kdim_vdim_f32", "torch_kdim_vdim_bf16",
+    "bert_f32",         "bert_f16",          "hf_bart_f16",         "hf_llama_bf16",
     "tensors_map_f32",  "exported_bf16",
 };
 #define N_CASES (int)(sizeof cases / sizeof cases[0])
@@ -160,8 +160,8 @@ START_TEST(golden_depends_on_weights) {
     const char *text = "{\"models\":[{\"name\":\"other\",\"embed_dim\":16,\"num_heads\":4,"
                        "\"weights\":\"torch_f16.safetensors\"}]}";
     ck_assert(attnd_config_defaults(&c) == 0);
-    ck_assert_msg(attnd_config_load_mem(&c, text, strlen(text), cfg, 1, err, sizeof err) == 0,
-                  "%s", err);
+    ck_assert_msg(attnd_config_load_mem(&c, text, strlen(text), cfg, 1, err, sizeof err) == 0, "%s",
+                  err);
     attn_model m;
     ck_assert_msg(attnd_model_load(&m, &c.models[0], err, sizeof err) == 0, "%s", err);
     float *out = calloc(no, sizeof *out);
@@ -203,7 +203,8 @@ START_TEST(default_model_golden) {
     expect_floats(m.v_w + E * E - 8, json_object_get(g, "in_proj_weight_tail"),
                   "in_proj_weight tail");
     expect_floats(m.out_w, json_object_get(g, "out_proj_weight_head"), "out_proj.weight head");
-    for (size_t i = 0; i < E; i++) ck_assert(m.q_b[i] == 0 && m.out_b[i] == 0);
+    for (size_t i = 0; i < E; i++)
+        ck_assert(m.q_b[i] == 0 && m.out_b[i] == 0);
     size_t nq, no;
     float *q = floats(json_object_get(g, "query"), &nq);
     float *want = floats(json_object_get(g, "output"), &no);
@@ -231,8 +232,10 @@ START_TEST(default_model_via_config) {
     ck_assert(memcmp(a.mem, b.mem, a.n_floats * sizeof(float)) == 0);
     /* xavier over (3E,E): bound sqrt(6/4E); kaiming(a=sqrt 5): 1/sqrt(E). */
     double in_b = sqrt(6.0 / 2048), out_b = 1 / sqrt(512.0), in_max = 0, out_max = 0;
-    for (size_t i = 0; i < 3 * 512 * 512; i++) in_max = fmax(in_max, fabs(a.q_w[i]));
-    for (size_t i = 0; i < 512 * 512; i++) out_max = fmax(out_max, fabs(a.out_w[i]));
+    for (size_t i = 0; i < 3 * 512 * 512; i++)
+        in_max = fmax(in_max, fabs(a.q_w[i]));
+    for (size_t i = 0; i < 512 * 512; i++)
+        out_max = fmax(out_max, fabs(a.out_w[i]));
     ck_assert(in_max <= in_b && in_max > 0.99 * in_b);
     ck_assert(out_max <= out_b && out_max > 0.99 * out_b);
     attn_model_free(&a);
@@ -273,7 +276,8 @@ static unsigned char *file_bytes(const char *header, long long forced_len, size_
     unsigned char *b = calloc(total + 1, 1);
     ck_assert(b != NULL);
     unsigned long long n = forced_len >= 0 ? (unsigned long long)forced_len : hl;
-    for (int i = 0; i < 8; i++) b[i] = (unsigned char)(n >> (8 * i));
+    for (int i = 0; i < 8; i++)
+        b[i] = (unsigned char)(n >> (8 * i));
     memcpy(b + 8, header, hl);
     for (size_t i = 0; i + 4 <= data_len; i += 4) {
         float f = (float)(i % 97) * 0.01f;
@@ -287,9 +291,10 @@ static char *header_of(const entry *e, int n) {
     static char h[4096];
     size_t at = (size_t)snprintf(h, sizeof h, "{\"__metadata__\":{\"format\":\"pt\"}");
     for (int i = 0; i < n; i++)
-        at += (size_t)snprintf(h + at, sizeof h - at,
-                               ",\"%s\":{\"dtype\":\"%s\",\"shape\":%s,\"data_offsets\":[%lld,%lld]}",
-                               e[i].name, e[i].dtype, e[i].shape, e[i].begin, e[i].end);
+        at +=
+            (size_t)snprintf(h + at, sizeof h - at,
+                             ",\"%s\":{\"dtype\":\"%s\",\"shape\":%s,\"data_offsets\":[%lld,%lld]}",
+                             e[i].name, e[i].dtype, e[i].shape, e[i].begin, e[i].end);
     snprintf(h + at, sizeof h - at, "}");
     return h;
 }
@@ -340,8 +345,7 @@ static void expect_refused(const unsigned char *b, size_t size, const char *layo
     ck_assert_msg(load_bytes(b, size, &mc, err, sizeof err) == -1, "accepted; wanted: %s", want);
     ck_assert_msg(strstr(err, g_dir) != NULL, "message does not name the file: %s", err);
     ck_assert_msg(strstr(err, want) != NULL, "message \"%s\" lacks \"%s\"", err, want);
-    ck_assert_msg(!want2 || strstr(err, want2) != NULL, "message \"%s\" lacks \"%s\"", err,
-                  want2);
+    ck_assert_msg(!want2 || strstr(err, want2) != NULL, "message \"%s\" lacks \"%s\"", err, want2);
     rmdir(g_dir);
 }
 
@@ -504,10 +508,10 @@ END_TEST
 
 /* hf_proj: out_proj.* or o_proj.*, but not both. */
 static const entry hf[] = {
-    {"q_proj.weight", "F32", "[4,4]", 0, 64},    {"q_proj.bias", "F32", "[4]", 64, 80},
-    {"k_proj.weight", "F32", "[4,4]", 80, 144},  {"k_proj.bias", "F32", "[4]", 144, 160},
-    {"v_proj.weight", "F32", "[4,4]", 160, 224}, {"v_proj.bias", "F32", "[4]", 224, 240},
-    {"o_proj.weight", "F32", "[4,4]", 240, 304}, {"o_proj.bias", "F32", "[4]", 304, 320},
+    {"q_proj.weight", "F32", "[4,4]", 0, 64},      {"q_proj.bias", "F32", "[4]", 64, 80},
+    {"k_proj.weight", "F32", "[4,4]", 80, 144},    {"k_proj.bias", "F32", "[4]", 144, 160},
+    {"v_proj.weight", "F32", "[4,4]", 160, 224},   {"v_proj.bias", "F32", "[4]", 224, 240},
+    {"o_proj.weight", "F32", "[4,4]", 240, 304},   {"o_proj.bias", "F32", "[4]", 304, 320},
     {"out_proj.weight", "F32", "[4,4]", 320, 384},
 };
 

@@ -21,8 +21,8 @@ static void convert_all(const st_header *h, const uint8_t *data) {
     }
 }
 
-static void load(const uint8_t *data, size_t size, const char *layout, int E, int H, int kd,
-                 int vd, int bias, const char *prefix) {
+static void load(const uint8_t *data, size_t size, const char *layout, int E, int H, int kd, int vd,
+                 int bias, const char *prefix) {
     attnd_model_config mc;
     attn_model m;
     char err[512];
