@@ -1,0 +1,423 @@
+/* codec.c - text buffer, float32 printing and reading, base64, JSON string
+ * escaping, monotonic clock. See codec.h. Everything here is pure and
+ * thread-safe; nothing allocates except the sbuf functions. */
+#include "codec.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* ---- sbuf ---- */
+
+void sb_init(sbuf *b) {
+    memset(b, 0, sizeof(*b));
+}
+
+void sb_free(sbuf *b) {
+    if (!b) return;
+    free(b->p);
+    memset(b, 0, sizeof(*b));
+}
+
+int sb_reserve(sbuf *b, size_t extra) {
+    if (b->oom) return -1;
+    if (b->len + extra + 1 <= b->cap) return 0;
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap < b->len + extra + 1) {
+        if (cap > SIZE_MAX / 2) goto fail;
+        cap *= 2;
+    }
+    char *p = realloc(b->p, cap);
+    if (!p) goto fail;
+    b->p = p;
+    b->cap = cap;
+    return 0;
+fail:
+    b->oom = 1;
+    return -1;
+}
+
+void sb_put(sbuf *b, const void *s, size_t n) {
+    if (sb_reserve(b, n) < 0) return;
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = '\0';
+}
+
+void sb_puts(sbuf *b, const char *s) {
+    sb_put(b, s, strlen(s));
+}
+
+void sb_putc(sbuf *b, char c) {
+    if (sb_reserve(b, 1) < 0) return;
+    b->p[b->len++] = c;
+    b->p[b->len] = '\0';
+}
+
+void sb_printf(sbuf *b, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    char tmp[256];
+    int n = vsnprintf(tmp, sizeof(tmp), fmt, ap);
+    va_end(ap);
+    if (n < 0) return;
+    if ((size_t)n < sizeof(tmp)) {
+        sb_put(b, tmp, (size_t)n);
+        return;
+    }
+    if (sb_reserve(b, (size_t)n) < 0) return;
+    va_start(ap, fmt);
+    vsnprintf(b->p + b->len, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    b->len += (size_t)n;
+}
+
+char *sb_take(sbuf *b, size_t *len) {
+    if (b->oom) {
+        sb_free(b);
+        return NULL;
+    }
+    if (!b->p && sb_reserve(b, 0) < 0) return NULL;
+    b->p[b->len] = '\0';
+    char *p = b->p;
+    if (len) *len = b->len;
+    memset(b, 0, sizeof(*b));
+    return p;
+}
+
+void sb_json_str(sbuf *b, const char *s) {
+    static const char hex[] = "0123456789abcdef";
+    sb_putc(b, '"');
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        unsigned char c = *p;
+        if (c == '"' || c == '\\') {
+            sb_putc(b, '\\');
+            sb_putc(b, (char)c);
+        } else if (c == '\n') {
+            sb_puts(b, "\\n");
+        } else if (c < 0x20 || c == 0x7f) {
+            char e[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15]};
+            sb_put(b, e, 6);
+        } else {
+            sb_putc(b, (char)c);
+        }
+    }
+    sb_putc(b, '"');
+}
+
+/* ---- float32 printing ---- */
+
+static const double P10[23] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
+                               1e8,  1e9,  1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
+                               1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+
+/* x * 10^k with k in [-60, 60], each step exact in its operands. */
+static double scale10(double x, int k) {
+    while (k > 22) {
+        x *= P10[22];
+        k -= 22;
+    }
+    while (k < -22) {
+        x /= P10[22];
+        k += 22;
+    }
+    return k >= 0 ? x * P10[k] : x / P10[-k];
+}
+
+/* The nine significant digits of v (v finite, nonzero) as an integer in
+ * [1e8, 1e9) and the decimal exponent of the first; returns -1 when the
+ * double arithmetic is too close to a rounding tie to be trusted. */
+static int digits9(double x, uint32_t *digits, int *exp10) {
+    int e2;
+    frexp(x, &e2);
+    int e10 = (int)floor((e2 - 1) * 0.30102999566398120);
+    double r = scale10(x, 8 - e10);
+    if (r >= 1e9) {
+        e10++;
+        r = scale10(x, 8 - e10);
+    } else if (r < 1e8) {
+        e10--;
+        r = scale10(x, 8 - e10);
+    }
+    double fl = floor(r);
+    double frac = r - fl;
+    if (fabs(frac - 0.5) < 1e-5) return -1;
+    uint32_t n = (uint32_t)fl + (frac > 0.5);
+    if (n >= 1000000000u) {
+        n = 100000000u;
+        e10++;
+    }
+    *digits = n;
+    *exp10 = e10;
+    return 0;
+}
+
+size_t fmt_f32(char *dst, float v) {
+    char *s = dst;
+    if (!isfinite(v)) {
+        *s = '0';
+        return 1;
+    }
+    if (signbit(v)) *s++ = '-';
+    double x = fabs((double)v);
+    if (x == 0) {
+        *s++ = '0';
+        return (size_t)(s - dst);
+    }
+    uint32_t n;
+    int e;
+    if (digits9(x, &n, &e) < 0) {
+        /* a near tie: let the C library round the exact binary value */
+        int k = snprintf(s, F32_TEXT_MAX, "%.9g", x);
+        return (size_t)(s - dst) + (size_t)k;
+    }
+    char d[9];
+    for (int i = 8; i >= 0; i--) {
+        d[i] = (char)('0' + n % 10);
+        n /= 10;
+    }
+    int nd = 9;
+    while (nd > 1 && d[nd - 1] == '0') nd--;
+    if (e < -4 || e >= 9) { /* d.ddde+XX */
+        *s++ = d[0];
+        if (nd > 1) {
+            *s++ = '.';
+            memcpy(s, d + 1, (size_t)nd - 1);
+            s += nd - 1;
+        }
+        *s++ = 'e';
+        *s++ = e < 0 ? '-' : '+';
+        int ae = e < 0 ? -e : e;
+        if (ae >= 10) {
+            *s++ = (char)('0' + ae / 10);
+            *s++ = (char)('0' + ae % 10);
+        } else {
+            *s++ = '0';
+            *s++ = (char)('0' + ae);
+        }
+    } else if (e >= 0) { /* ddd.ddd */
+        int ip = e + 1;
+        for (int i = 0; i < ip; i++) *s++ = i < nd ? d[i] : '0';
+        if (nd > ip) {
+            *s++ = '.';
+            memcpy(s, d + ip, (size_t)(nd - ip));
+            s += nd - ip;
+        }
+    } else { /* 0.000ddd */
+        *s++ = '0';
+        *s++ = '.';
+        for (int i = 0; i < -e - 1; i++) *s++ = '0';
+        memcpy(s, d, (size_t)nd);
+        s += nd;
+    }
+    return (size_t)(s - dst);
+}
+
+void sb_floats(sbuf *b, const float *x, size_t n) {
+    /* reserve in chunks so the inner loop writes straight into memory */
+    size_t i = 0;
+    while (i < n) {
+        size_t chunk = n - i < 4096 ? n - i : 4096;
+        if (sb_reserve(b, chunk * (F32_TEXT_MAX + 1)) < 0) return;
+        char *s = b->p + b->len;
+        for (size_t k = 0; k < chunk; k++, i++) {
+            if (i) *s++ = ',';
+            s += fmt_f32(s, x[i]);
+        }
+        b->len = (size_t)(s - b->p);
+        b->p[b->len] = '\0';
+    }
+}
+
+static void tensor_json(sbuf *b, const float *x, int rank, const int *shape) {
+    if (rank == 1) {
+        sb_putc(b, '[');
+        sb_floats(b, x, (size_t)shape[0]);
+        sb_putc(b, ']');
+        return;
+    }
+    size_t inner = 1;
+    for (int i = 1; i < rank; i++) inner *= (size_t)shape[i];
+    sb_putc(b, '[');
+    for (int i = 0; i < shape[0]; i++) {
+        if (i) sb_putc(b, ',');
+        tensor_json(b, x + (size_t)i * inner, rank - 1, shape + 1);
+    }
+    sb_putc(b, ']');
+}
+
+void sb_tensor_json(sbuf *b, const float *x, int rank, const int *shape) {
+    tensor_json(b, x, rank, shape);
+}
+
+/* ---- number reading ---- */
+
+size_t parse_number(const char *s, size_t n, double *v) {
+    size_t i = 0;
+    int neg = 0;
+    if (i < n && s[i] == '-') {
+        neg = 1;
+        i++;
+    }
+    if (i >= n || s[i] < '0' || s[i] > '9') return 0;
+    uint64_t m = 0;
+    int sig = 0;     /* significant digits kept in m */
+    int dropped = 0; /* integer digits beyond the 19 kept */
+    int exp10 = 0;
+    if (s[i] == '0') {
+        i++;
+    } else {
+        while (i < n && s[i] >= '0' && s[i] <= '9') {
+            if (sig < 19) {
+                m = m * 10 + (uint64_t)(s[i] - '0');
+                sig++;
+            } else {
+                dropped++;
+            }
+            i++;
+        }
+    }
+    exp10 += dropped;
+    int inexact = dropped > 0;
+    if (i < n && s[i] == '.') {
+        i++;
+        if (i >= n || s[i] < '0' || s[i] > '9') return 0;
+        while (i < n && s[i] >= '0' && s[i] <= '9') {
+            if (m == 0 && s[i] == '0') {
+                exp10--;
+            } else if (sig < 19) {
+                m = m * 10 + (uint64_t)(s[i] - '0');
+                sig++;
+                exp10--;
+            } else if (s[i] != '0') {
+                inexact = 1;
+            }
+            i++;
+        }
+    }
+    if (i < n && (s[i] == 'e' || s[i] == 'E')) {
+        i++;
+        int eneg = 0;
+        if (i < n && (s[i] == '+' || s[i] == '-')) eneg = s[i++] == '-';
+        if (i >= n || s[i] < '0' || s[i] > '9') return 0;
+        int ev = 0;
+        while (i < n && s[i] >= '0' && s[i] <= '9') {
+            if (ev < 100000) ev = ev * 10 + (s[i] - '0');
+            i++;
+        }
+        exp10 += eneg ? -ev : ev;
+    }
+    double r;
+    if (m == 0) {
+        r = 0;
+    } else if (!inexact && m <= (1ull << 53) && exp10 >= -22 && exp10 <= 22) {
+        r = exp10 >= 0 ? (double)m * P10[exp10] : (double)m / P10[-exp10];
+    } else { /* slow road: the C library's correctly rounded strtod */
+        char tmp[512];
+        char *buf = i < sizeof(tmp) ? tmp : malloc(i + 1);
+        if (!buf) return 0;
+        memcpy(buf, s, i);
+        buf[i] = '\0';
+        r = strtod(buf, NULL);
+        if (buf != tmp) free(buf);
+        *v = r;
+        return i;
+    }
+    *v = neg ? -r : r;
+    return i;
+}
+
+/* ---- base64 ---- */
+
+static const char B64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+void sb_b64(sbuf *b, const void *data, size_t n) {
+    const unsigned char *p = data;
+    if (sb_reserve(b, (n + 2) / 3 * 4) < 0) return;
+    char *o = b->p + b->len;
+    size_t i = 0;
+    for (; i + 3 <= n; i += 3) {
+        uint32_t v = (uint32_t)p[i] << 16 | (uint32_t)p[i + 1] << 8 | p[i + 2];
+        o[0] = B64[v >> 18];
+        o[1] = B64[(v >> 12) & 63];
+        o[2] = B64[(v >> 6) & 63];
+        o[3] = B64[v & 63];
+        o += 4;
+    }
+    if (n - i == 1) {
+        uint32_t v = (uint32_t)p[i] << 16;
+        o[0] = B64[v >> 18];
+        o[1] = B64[(v >> 12) & 63];
+        o[2] = o[3] = '=';
+        o += 4;
+    } else if (n - i == 2) {
+        uint32_t v = (uint32_t)p[i] << 16 | (uint32_t)p[i + 1] << 8;
+        o[0] = B64[v >> 18];
+        o[1] = B64[(v >> 12) & 63];
+        o[2] = B64[(v >> 6) & 63];
+        o[3] = '=';
+        o += 4;
+    }
+    b->len = (size_t)(o - b->p);
+    b->p[b->len] = '\0';
+}
+
+size_t b64_decoded_max(size_t n) {
+    return n / 4 * 3 + 3;
+}
+
+/* 0..63 for an alphabet character, 64 otherwise */
+static const unsigned char *b64_table(void) {
+    static unsigned char t[256];
+    static int ready;
+    if (!__atomic_load_n(&ready, __ATOMIC_ACQUIRE)) {
+        unsigned char tmp[256];
+        memset(tmp, 64, sizeof(tmp));
+        for (int i = 0; i < 64; i++) tmp[(unsigned char)B64[i]] = (unsigned char)i;
+        for (int i = 0; i < 256; i++) __atomic_store_n(&t[i], tmp[i], __ATOMIC_RELAXED);
+        __atomic_store_n(&ready, 1, __ATOMIC_RELEASE);
+    }
+    return t;
+}
+
+int b64_decode(const char *s, size_t n, void *out, size_t cap, size_t *outlen) {
+    const unsigned char *t = b64_table();
+    unsigned char *o = out;
+    if (n % 4 == 0 && n >= 1 && s[n - 1] == '=') n--;
+    if (n % 4 == 3 && n >= 1 && s[n - 1] == '=') n--;
+    if (n % 4 == 1) return -1;
+    size_t need = n / 4 * 3 + (n % 4 ? n % 4 - 1 : 0);
+    if (need > cap) return -1;
+    size_t i = 0, k = 0;
+    for (; i + 4 <= n; i += 4) {
+        unsigned a = t[(unsigned char)s[i]], b = t[(unsigned char)s[i + 1]];
+        unsigned c = t[(unsigned char)s[i + 2]], d = t[(unsigned char)s[i + 3]];
+        if ((a | b | c | d) & 64) return -1;
+        uint32_t v = a << 18 | b << 12 | c << 6 | d;
+        o[k++] = (unsigned char)(v >> 16);
+        o[k++] = (unsigned char)(v >> 8);
+        o[k++] = (unsigned char)v;
+    }
+    size_t rest = n - i;
+    if (rest) {
+        unsigned a = t[(unsigned char)s[i]], b = t[(unsigned char)s[i + 1]];
+        unsigned c = rest == 3 ? t[(unsigned char)s[i + 2]] : 0;
+        if ((a | b | c) & 64) return -1;
+        uint32_t v = a << 18 | b << 12 | c << 6;
+        o[k++] = (unsigned char)(v >> 16);
+        if (rest == 3) o[k++] = (unsigned char)(v >> 8);
+    }
+    *outlen = k;
+    return 0;
+}
+
+/* ---- clock ---- */
+
+uint64_t mono_us(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}

@@ -1,0 +1,63 @@
+/* codec.h - bytes in and bytes out for the server: a growable text buffer,
+ * the float32 printer (9 significant digits, the same text as "%.9g", which
+ * every float32 parses back from bit for bit), the float reader, base64 and
+ * JSON string escaping, and the monotonic clock the server times with.
+ * No HTTP, no threads, no JSON objects: plain functions on plain buffers.
+ */
+#ifndef ATTND_CODEC_H
+#define ATTND_CODEC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* A growable byte buffer. A failed allocation sets `oom` and turns every
+ * later write into a no-op, so a writer checks once at the end. */
+typedef struct {
+    char *p;    /* bytes, NUL-terminated when len < cap; owned */
+    size_t len; /* bytes written */
+    size_t cap; /* bytes allocated */
+    int oom;    /* 1 after an allocation failed */
+} sbuf;
+
+void sb_init(sbuf *b);
+void sb_free(sbuf *b); /* frees p; the buffer is reusable after sb_init */
+int sb_reserve(sbuf *b, size_t extra); /* room for extra more bytes; 0 or -1 */
+void sb_put(sbuf *b, const void *s, size_t n);
+void sb_puts(sbuf *b, const char *s);
+void sb_putc(sbuf *b, char c);
+void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Hands the bytes to the caller (who frees them) and empties b. Returns NULL
+ * when b->oom. */
+char *sb_take(sbuf *b, size_t *len);
+
+/* s as a JSON string, quotes included; control characters escaped. */
+void sb_json_str(sbuf *b, const char *s);
+
+/* Longest text fmt_f32 writes: "-1.23456789e-38" is 15 bytes. */
+#define F32_TEXT_MAX 16
+/* Writes v as "%.9g" would (no NUL); returns the bytes written. A NaN or an
+ * infinity, which the server never sends, is written as 0. */
+size_t fmt_f32(char *dst, float v);
+/* n floats separated by commas, no brackets. */
+void sb_floats(sbuf *b, const float *x, size_t n);
+/* A row-major tensor of rank 1..4 as nested JSON arrays. */
+void sb_tensor_json(sbuf *b, const float *x, int rank, const int *shape);
+
+/* Parses a JSON number (strict grammar) at s[0..n) into *v; returns the
+ * bytes consumed, or 0 when s does not start with a number. Exact: the
+ * double nearest the decimal. */
+size_t parse_number(const char *s, size_t n, double *v);
+
+/* Standard base64 with '=' padding. */
+void sb_b64(sbuf *b, const void *data, size_t n);
+/* Upper bound of the bytes n base64 characters decode to. */
+size_t b64_decoded_max(size_t n);
+/* Decodes s[0..n) (standard alphabet, padding optional, no whitespace) into
+ * out (room for cap bytes). Returns 0 and sets *outlen, or -1 when s is not
+ * base64 or does not fit. */
+int b64_decode(const char *s, size_t n, void *out, size_t cap, size_t *outlen);
+
+/* Microseconds of CLOCK_MONOTONIC. */
+uint64_t mono_us(void);
+
+#endif

@@ -1,0 +1,682 @@
+/* http.c - libmicrohttpd glue: one access handler walks every request
+ * through route -> auth -> body -> parse -> queue, and one send function
+ * writes every answer with its headers (X-Request-Id, Server-Timing, CORS,
+ * Allow, WWW-Authenticate, Retry-After). Errors take one road: an
+ * attnd_error, its status from attnd_err_status(), its body from
+ * attnd_error_body().
+ *
+ * A request that needs compute is parsed here, its connection suspended,
+ * and it is handed to the scheduler; the worker that answers it resumes the
+ * connection and the handler, called again, sends the answer it wrote.
+ */
+#include "http.h"
+
+#include <jansson.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "codec.h"
+#include "errors.h"
+#include "metrics.h"
+#include "request.h"
+#include "routes.h"
+#include "sched.h"
+
+#define ATTND_VERSION "0.1.0"
+
+extern const char attnd_openapi_json[];
+extern const size_t attnd_openapi_json_len;
+
+enum { S_STARTING = 0, S_READY = 1, S_DRAINING = 2 };
+
+struct attnd_server {
+    const attnd_config *cfg;   /* borrowed; outlives the server */
+    attn_model *models;        /* (n_models) loaded weights, owned */
+    attnd_model_info *info;    /* (n_models) */
+    const char **names;        /* (n_models), borrowed from cfg */
+    int n_models;
+    attnd_parse_env env;
+    attnd_sched *sched;
+    attnd_metrics metrics;
+    struct MHD_Daemon *mhd;
+    int port;
+    char *api_key;             /* NULL = no key needed; owned copy of the env value */
+    size_t api_key_len;
+    atomic_int state;          /* S_STARTING, S_READY, S_DRAINING */
+    atomic_long active;        /* requests between their first byte and completion */
+    /* bodies built once at start-up */
+    char *models_body;         /* GET /v1/models */
+    char *v2_body;             /* GET /v2 */
+    char **v2_model_body;      /* (n_models) GET /v2/models/{name} */
+    char **ready_body;         /* (n_models) GET /v2/models/{name}/ready */
+    uint64_t id_seed;          /* request id generator */
+    atomic_ullong id_next;
+};
+
+enum { P_HEADERS = 0, P_BODY, P_WAIT, P_SENT };
+
+/* One HTTP request. Lives from the first handler call to the completion
+ * callback and, when queued, until the scheduler lets go (refcounted in r). */
+typedef struct {
+    attnd_req r;               /* first member: the scheduler's part */
+    attnd_server *srv;
+    struct MHD_Connection *conn;
+    route_match rm;            /* route, captures, Allow */
+    route_id rid;              /* for metrics; R_UNKNOWN when no route */
+    char method[12];
+    char path[160];            /* for the access log, control characters replaced */
+    char id[65];               /* X-Request-Id */
+    const char *origin;        /* allowed CORS origin to echo (MHD-owned header), or NULL */
+    uint64_t t_recv_us;        /* first handler call */
+    int phase;                 /* P_HEADERS, P_BODY, P_WAIT (suspended), P_SENT */
+    attnd_error pre;           /* refusal decided before the body was read */
+    sbuf in;                   /* the body */
+    long long in_total;        /* body bytes received, kept or not */
+    int submitted;             /* 1: handed to the scheduler */
+    int status;                /* status sent, 0 before */
+    attnd_err sent_err;        /* error kind sent, AERR_NONE for 2xx */
+    size_t sent_bytes;         /* body bytes of the answer */
+} hreq;
+
+/* ---- small helpers ---- */
+
+static void hreq_free(attnd_req *r) {
+    hreq *h = (hreq *)r;
+    attnd_job_free(&r->job);
+    free(r->body);
+    sb_free(&h->in);
+    free(h);
+}
+
+static uint64_t splitmix(uint64_t x) {
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+static int sane_id(const char *s) {
+    size_t n = 0;
+    for (; s[n]; n++) {
+        char c = s[n];
+        if (n >= 64) return 0;
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '-' || c == '_' || c == '.' || c == ':'))
+            return 0;
+    }
+    return n > 0;
+}
+
+static int key_ok(const attnd_server *s, const char *hdr) {
+    if (!hdr || strncasecmp(hdr, "Bearer ", 7) != 0) return 0;
+    const char *t = hdr + 7;
+    while (*t == ' ') t++;
+    size_t n = strlen(t);
+    /* constant time in the key's length, whatever the client sent */
+    unsigned char d = n != s->api_key_len;
+    for (size_t i = 0; i < s->api_key_len; i++)
+        d |= (unsigned char)(s->api_key[i] ^ (i < n ? t[i] : 0));
+    return d == 0;
+}
+
+static const char *cors_origin(const attnd_server *s, struct MHD_Connection *c) {
+    if (s->cfg->n_cors_origins == 0) return NULL;
+    const char *o = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+    if (!o) return NULL;
+    for (int i = 0; i < s->cfg->n_cors_origins; i++) {
+        const char *a = s->cfg->cors_origins[i];
+        if (strcmp(a, "*") == 0 || strcmp(a, o) == 0) return o;
+    }
+    return NULL;
+}
+
+static int is_compute(route_id id) {
+    return id == R_ATTENTION || id == R_MODEL_ATTENTION || id == R_V2_INFER || id == R_V2_VINFER;
+}
+
+static int find_model(const attnd_server *s, const char *name) {
+    for (int i = 0; i < s->n_models; i++)
+        if (strcmp(s->names[i], name) == 0) return i;
+    return -1;
+}
+
+/* ---- sending ---- */
+
+/* Every answer goes through here. body is freed by MHD when must_free. */
+static enum MHD_Result send_answer(hreq *h, int status, char *body, size_t len, int must_free,
+                                   const char *ctype) {
+    attnd_server *s = h->srv;
+    struct MHD_Response *resp = MHD_create_response_from_buffer(
+        len, body, must_free ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
+    if (!resp) {
+        if (must_free) free(body);
+        return MHD_NO;
+    }
+    char timing[160];
+    uint64_t now = mono_us();
+    const attnd_req *r = &h->r;
+    double q_ms = 0, c_ms = 0;
+    if (r->t_admit_us) q_ms = (double)((r->t_start_us ? r->t_start_us : now) - r->t_admit_us) / 1e3;
+    if (r->t_start_us) c_ms = (double)(r->t_end_us - r->t_start_us) / 1e3;
+    snprintf(timing, sizeof(timing), "queue;dur=%.3f, compute;dur=%.3f, total;dur=%.3f", q_ms,
+             c_ms, (double)(now - h->t_recv_us) / 1e3);
+    if (ctype) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+    MHD_add_response_header(resp, "X-Request-Id", h->id);
+    MHD_add_response_header(resp, "Server-Timing", timing);
+    MHD_add_response_header(resp, "Cache-Control", "no-store");
+    if (s->cfg->n_cors_origins > 0) MHD_add_response_header(resp, "Vary", "Origin");
+    if (h->origin) {
+        MHD_add_response_header(resp, "Access-Control-Allow-Origin", h->origin);
+        MHD_add_response_header(resp, "Access-Control-Expose-Headers",
+                                "X-Request-Id, Server-Timing, Retry-After");
+    }
+    if (status == 405 || (status == 204 && h->rm.route)) MHD_add_response_header(resp, "Allow", h->rm.allow);
+    if (status == 401) MHD_add_response_header(resp, "WWW-Authenticate", "Bearer realm=\"attnd\"");
+    if (status == 429 || status == 503) MHD_add_response_header(resp, "Retry-After", "1");
+    if (atomic_load(&s->state) == S_DRAINING || h->pre.code == AERR_TOO_LARGE)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+    enum MHD_Result ret = MHD_queue_response(h->conn, (unsigned)status, resp);
+    MHD_destroy_response(resp);
+    h->status = status;
+    h->sent_bytes = len;
+    h->phase = P_SENT;
+    return ret;
+}
+
+static enum MHD_Result send_json(hreq *h, int status, char *body, int must_free) {
+    return send_answer(h, status, body, strlen(body), must_free, "application/json");
+}
+
+static enum MHD_Result send_error(hreq *h, const attnd_error *e) {
+    size_t len = 0;
+    char *body = attnd_error_body(e->msg, &len);
+    if (!body) return MHD_NO;
+    h->sent_err = e->code;
+    return send_answer(h, attnd_err_status(e->code), body, len, 1, "application/json");
+}
+
+static enum MHD_Result send_err(hreq *h, attnd_err code, const char *fmt, const char *arg) {
+    attnd_error e;
+    e.code = code;
+    snprintf(e.msg, sizeof(e.msg), fmt, arg);
+    return send_error(h, &e);
+}
+
+/* ---- routes that answer at once ---- */
+
+static enum MHD_Result answer_metrics(hreq *h) {
+    attnd_server *s = h->srv;
+    int *depth = calloc((size_t)s->n_models, sizeof(int));
+    sbuf b;
+    sb_init(&b);
+    if (depth) attnd_sched_depths(s->sched, depth);
+    metrics_write(&s->metrics, &b, s->names, depth ? depth : (int[1]){0},
+                  depth ? s->n_models : 0);
+    free(depth);
+    size_t len = 0;
+    char *body = sb_take(&b, &len);
+    if (!body) return send_err(h, AERR_INTERNAL, "%s", "out of memory");
+    return send_answer(h, 200, body, len, 1, "text/plain; version=0.0.4; charset=utf-8");
+}
+
+/* GET routes; compute routes go to dispatch_compute. */
+static enum MHD_Result dispatch_get(hreq *h) {
+    attnd_server *s = h->srv;
+    int state = atomic_load(&s->state);
+    int mi = -1;
+    if (h->rm.name[0]) {
+        mi = find_model(s, h->rm.name);
+        if (mi < 0) return send_err(h, AERR_NOT_FOUND, "unknown model '%s'", h->rm.name);
+        if (h->rm.version[0] && strcmp(h->rm.version, "1") != 0)
+            return send_err(h, AERR_NOT_FOUND, "unknown model version '%s' (attnd serves version 1)",
+                            h->rm.version);
+    }
+    switch (h->rid) {
+    case R_HEALTH:
+        if (state != S_READY)
+            return send_err(h, AERR_UNAVAILABLE, "%s",
+                            state == S_DRAINING ? "draining" : "starting");
+        return send_json(h, 200, "{\"status\":\"ok\"}\n", 0);
+    case R_V2_LIVE: return send_json(h, 200, "{\"live\":true}\n", 0);
+    case R_V2_READY:
+        if (state != S_READY)
+            return send_err(h, AERR_UNAVAILABLE, "%s",
+                            state == S_DRAINING ? "draining" : "starting");
+        return send_json(h, 200, "{\"ready\":true}\n", 0);
+    case R_V1_MODELS: return send_json(h, 200, s->models_body, 0);
+    case R_METRICS: return answer_metrics(h);
+    case R_OPENAPI:
+        return send_answer(h, 200, (char *)attnd_openapi_json, attnd_openapi_json_len, 0,
+                           "application/json");
+    case R_V2: return send_json(h, 200, s->v2_body, 0);
+    case R_V2_MODEL:
+    case R_V2_VMODEL: return send_json(h, 200, s->v2_model_body[mi], 0);
+    case R_V2_MODEL_READY:
+    case R_V2_VMODEL_READY:
+        if (state != S_READY)
+            return send_err(h, AERR_UNAVAILABLE, "%s", "draining");
+        return send_json(h, 200, s->ready_body[mi], 0);
+    default: break;
+    }
+    return send_err(h, AERR_INTERNAL, "%s", "no handler for this route");
+}
+
+static enum MHD_Result dispatch_compute(hreq *h) {
+    attnd_server *s = h->srv;
+    attnd_error e = {AERR_NONE, ""};
+    const char *path_model = h->rm.name[0] ? h->rm.name : NULL;
+    if (h->rm.version[0] && strcmp(h->rm.version, "1") != 0)
+        return send_err(h, AERR_NOT_FOUND, "unknown model version '%s' (attnd serves version 1)",
+                        h->rm.version);
+    const char *body = h->in.p ? h->in.p : "";
+    int rc = (h->rid == R_V2_INFER || h->rid == R_V2_VINFER)
+                 ? attnd_parse_v2(&s->env, path_model, body, h->in.len, &h->r.job, &e)
+                 : attnd_parse_native(&s->env, path_model, body, h->in.len, &h->r.job, &e);
+    sb_free(&h->in);
+    if (rc < 0) return send_error(h, &e);
+    h->r.tokens = attnd_job_tokens(&h->r.job);
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(h->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    h->r.sock = ci ? ci->connect_fd : -1;
+    /* suspend first: a fast worker may resume before we return */
+    h->phase = P_WAIT;
+    MHD_suspend_connection(h->conn);
+    h->submitted = 1;
+    if (attnd_sched_submit(s->sched, &h->r, &e) < 0) {
+        h->submitted = 0;
+        attnd_req_fail(&h->r, &e);
+        MHD_resume_connection(h->conn);
+    }
+    return MHD_YES;
+}
+
+/* The body is in (or there was none): answer or queue. */
+static enum MHD_Result dispatch(hreq *h) {
+    attnd_server *s = h->srv;
+    if (h->pre.code != AERR_NONE) return send_error(h, &h->pre);
+    if (strcmp(h->method, "OPTIONS") == 0) {
+        struct MHD_Response *resp = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
+        if (!resp) return MHD_NO;
+        if (h->origin) {
+            const char *methods = strcmp(h->rm.route->method, "GET") == 0 ? "GET, HEAD, OPTIONS"
+                                                                         : "POST, OPTIONS";
+            MHD_add_response_header(resp, "Access-Control-Allow-Origin", h->origin);
+            MHD_add_response_header(resp, "Access-Control-Allow-Methods", methods);
+            MHD_add_response_header(resp, "Access-Control-Allow-Headers",
+                                    "Authorization, Content-Type, X-Request-Id");
+            MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
+        }
+        if (s->cfg->n_cors_origins > 0) MHD_add_response_header(resp, "Vary", "Origin");
+        MHD_add_response_header(resp, "Allow", h->rm.allow);
+        MHD_add_response_header(resp, "X-Request-Id", h->id);
+        MHD_add_response_header(resp, "Server-Timing",
+                                "queue;dur=0, compute;dur=0, total;dur=0");
+        enum MHD_Result ret = MHD_queue_response(h->conn, 204, resp);
+        MHD_destroy_response(resp);
+        h->status = 204;
+        h->phase = P_SENT;
+        return ret;
+    }
+    if (is_compute(h->rid)) return dispatch_compute(h);
+    return dispatch_get(h);
+}
+
+/* First call: route, method, key, draining, declared body size. Refusals
+ * other than 413 wait for the body so the connection stays usable. */
+static void examine(hreq *h, const char *url) {
+    attnd_server *s = h->srv;
+    struct MHD_Connection *c = h->conn;
+    route_find(h->method, url, &h->rm);
+    h->rid = h->rm.route ? h->rm.route->id : R_UNKNOWN;
+    h->origin = cors_origin(s, c);
+    if (h->rm.status == 404) {
+        attnd_set_error(&h->pre, AERR_NOT_FOUND, "no route %s %.100s", h->method, h->path);
+        return;
+    }
+    if (h->rm.status == 405) {
+        attnd_set_error(&h->pre, AERR_METHOD, "%s is not allowed on %.100s (allowed: %s)",
+                        h->method, h->path, h->rm.allow);
+        return;
+    }
+    if (strcmp(h->method, "OPTIONS") == 0) return; /* preflights carry no credentials */
+    if (s->api_key && !h->rm.route->open &&
+        !key_ok(s, MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization"))) {
+        attnd_set_error(&h->pre, AERR_UNAUTHORIZED,
+                        "missing or wrong API key: send Authorization: Bearer <key>");
+        return;
+    }
+    if (is_compute(h->rid) && atomic_load(&s->state) != S_READY) {
+        attnd_set_error(&h->pre, AERR_UNAVAILABLE, "the server is draining");
+        return;
+    }
+    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+    if (cl) {
+        char *end;
+        long long n = strtoll(cl, &end, 10);
+        if (n > s->cfg->max_body_bytes)
+            attnd_set_error(&h->pre, AERR_TOO_LARGE, "body of %lld bytes, the limit is %lld", n,
+                            s->cfg->max_body_bytes);
+    }
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version,
+                                  const char *upload_data, size_t *upload_size, void **con_cls) {
+    (void)version;
+    attnd_server *s = cls;
+    hreq *h = *con_cls;
+    if (!h) {
+        h = calloc(1, sizeof(*h));
+        if (!h) return MHD_NO;
+        atomic_init(&h->r.refs, 1);
+        h->r.free_fn = hreq_free;
+        h->r.sock = -1;
+        h->srv = s;
+        h->conn = conn;
+        h->t_recv_us = mono_us();
+        snprintf(h->method, sizeof(h->method), "%s", method);
+        snprintf(h->path, sizeof(h->path), "%s", url);
+        for (char *p = h->path; *p; p++)
+            if ((unsigned char)*p < 0x20 || *p == ' ' || *p == 0x7f) *p = '?';
+        const char *rid = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-Request-Id");
+        if (rid && sane_id(rid)) {
+            snprintf(h->id, sizeof(h->id), "%s", rid);
+        } else {
+            uint64_t n = atomic_fetch_add(&s->id_next, 1);
+            snprintf(h->id, sizeof(h->id), "%016llx",
+                     (unsigned long long)splitmix(s->id_seed ^ n));
+        }
+        *con_cls = h;
+        atomic_fetch_add(&s->active, 1);
+        examine(h, url);
+        /* 413 now, before the body is read */
+        if (h->pre.code == AERR_TOO_LARGE) return send_error(h, &h->pre);
+        h->phase = P_BODY;
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        size_t n = *upload_size;
+        *upload_size = 0;
+        h->in_total += (long long)n;
+        if (h->phase != P_BODY) return MHD_YES;
+        if (h->pre.code == AERR_NONE) {
+            if ((long long)(h->in.len + n) > s->cfg->max_body_bytes) {
+                attnd_set_error(&h->pre, AERR_TOO_LARGE, "body over the limit of %lld bytes",
+                                s->cfg->max_body_bytes);
+                sb_free(&h->in);
+            } else {
+                sb_put(&h->in, upload_data, n);
+                if (h->in.oom) {
+                    attnd_set_error(&h->pre, AERR_INTERNAL, "out of memory reading the body");
+                    sb_free(&h->in);
+                }
+            }
+        }
+        /* a refused body is read and dropped, but not without end */
+        if (h->pre.code != AERR_NONE && h->in_total > 2 * s->cfg->max_body_bytes + (1 << 20))
+            return MHD_NO;
+        return MHD_YES;
+    }
+    if (h->phase == P_WAIT) { /* resumed: the scheduler answered */
+        if (h->r.gone) return MHD_NO;
+        h->sent_err = h->r.err;
+        char *body = h->r.body;
+        h->r.body = NULL;
+        if (!body) return MHD_NO;
+        return send_answer(h, h->r.status, body, h->r.body_len, 1, "application/json");
+    }
+    if (h->phase == P_SENT) return MHD_YES;
+    return dispatch(h);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode toe) {
+    (void)conn;
+    attnd_server *s = cls;
+    hreq *h = *con_cls;
+    if (!h) return;
+    *con_cls = NULL;
+    if (h->submitted) attnd_sched_cancel(s->sched, &h->r);
+    uint64_t now = mono_us();
+    int status = h->status;
+    if (status == 0 || h->r.gone) { /* the client left before the answer */
+        status = 499;
+        metrics_disconnect(&s->metrics);
+    } else if (h->sent_err != AERR_NONE) {
+        metrics_reject(&s->metrics, h->sent_err);
+    }
+    (void)toe;
+    metrics_request(&s->metrics, h->rid, status, now - h->t_recv_us);
+    /* the access log: one line, nothing secret */
+    char ts[32];
+    struct timespec wall;
+    struct tm tm;
+    clock_gettime(CLOCK_REALTIME, &wall);
+    gmtime_r(&wall.tv_sec, &tm);
+    strftime(ts, sizeof(ts), "%Y-%m-%dT%H:%M:%S", &tm);
+    printf("%s.%03ldZ method=%s path=%s status=%d bytes=%zu ms=%.3f batch=%d id=%s\n", ts,
+           wall.tv_nsec / 1000000, h->method, h->path, status, h->sent_bytes,
+           (double)(now - h->t_recv_us) / 1e3, h->r.batch_requests, h->id);
+    atomic_fetch_sub(&s->active, 1);
+    attnd_req_unref(&h->r);
+}
+
+/* ---- finish callback from the scheduler (worker or sweeper thread) ---- */
+
+static void on_answer_ready(attnd_req *r, void *arg) {
+    (void)arg;
+    hreq *h = (hreq *)r;
+    MHD_resume_connection(h->conn);
+}
+
+/* ---- start-up ---- */
+
+static char *dump(json_t *j) {
+    char *s = json_dumps(j, JSON_COMPACT);
+    json_decref(j);
+    if (!s) return NULL;
+    size_t n = strlen(s);
+    char *t = realloc(s, n + 2);
+    if (!t) {
+        free(s);
+        return NULL;
+    }
+    t[n] = '\n';
+    t[n + 1] = '\0';
+    return t;
+}
+
+static int build_bodies(attnd_server *s) {
+    const attnd_config *c = s->cfg;
+    json_t *models = json_array();
+    for (int i = 0; i < s->n_models; i++) {
+        const attn_hparams *hp = &s->info[i].hp;
+        json_array_append_new(
+            models, json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:b, s:b, s:s}", "name", s->names[i],
+                              "embed_dim", hp->embed_dim, "num_heads", hp->num_heads, "head_dim",
+                              hp->embed_dim / hp->num_heads, "kdim", hp->kdim, "vdim", hp->vdim,
+                              "bias", hp->bias, "causal", hp->causal, "weights",
+                              c->models[i].weights ? "safetensors" : "embedded"));
+    }
+    s->models_body = dump(json_pack(
+        "{s:o, s:{s:I, s:I, s:I, s:i}, s:{s:i, s:i, s:i, s:i}, s:{s:i, s:i}}", "models", models,
+        "limits", "max_body_bytes", (json_int_t)c->max_body_bytes, "max_tokens_per_request",
+        (json_int_t)c->max_tokens_per_request, "max_attention_floats",
+        (json_int_t)c->max_attention_floats, "request_timeout_ms", c->request_timeout_ms,
+        "batching", "max_batch_tokens", c->max_batch_tokens, "max_batch_requests",
+        c->max_batch_requests, "max_queue_delay_us", c->max_queue_delay_us, "max_queue_requests",
+        c->max_queue_requests, "workers", "threads", c->worker_threads, "blas_threads",
+        c->blas_threads));
+    s->v2_body = dump(json_pack("{s:s, s:s, s:[]}", "name", "attnd", "version", ATTND_VERSION,
+                                "extensions"));
+    s->v2_model_body = calloc((size_t)s->n_models, sizeof(char *));
+    s->ready_body = calloc((size_t)s->n_models, sizeof(char *));
+    if (!s->models_body || !s->v2_body || !s->v2_model_body || !s->ready_body) return -1;
+    for (int i = 0; i < s->n_models; i++) {
+        const attn_hparams *hp = &s->info[i].hp;
+        s->v2_model_body[i] = dump(json_pack(
+            "{s:s, s:[s], s:s, s:[{s:s,s:s,s:[i,i,i]}, {s:s,s:s,s:[i,i,i]}, {s:s,s:s,s:[i,i,i]},"
+            " {s:s,s:s,s:[i,i]}, {s:s,s:s,s:[i,i,i]}],"
+            " s:[{s:s,s:s,s:[i,i,i]}, {s:s,s:s,s:[i,i,i,i]}]}",
+            "name", s->names[i], "versions", "1", "platform", "attnd", "inputs", "name", "query",
+            "datatype", "FP32", "shape", -1, -1, hp->embed_dim, "name", "key", "datatype", "FP32",
+            "shape", -1, -1, hp->kdim, "name", "value", "datatype", "FP32", "shape", -1, -1,
+            hp->vdim, "name", "key_padding_mask", "datatype", "BOOL", "shape", -1, -1, "name",
+            "attn_mask", "datatype", "BOOL", "shape", -1, -1, -1, "outputs", "name", "output",
+            "datatype", "FP32", "shape", -1, -1, hp->embed_dim, "name", "attention", "datatype",
+            "FP32", "shape", -1, -1, -1, -1));
+        s->ready_body[i] = dump(json_pack("{s:s, s:b}", "name", s->names[i], "ready", 1));
+        if (!s->v2_model_body[i] || !s->ready_body[i]) return -1;
+    }
+    return 0;
+}
+
+static int load_models(attnd_server *s, char *err, size_t errlen) {
+    const attnd_config *c = s->cfg;
+    s->n_models = c->n_models;
+    s->models = calloc((size_t)c->n_models, sizeof(attn_model));
+    s->info = calloc((size_t)c->n_models, sizeof(attnd_model_info));
+    s->names = calloc((size_t)c->n_models, sizeof(char *));
+    if (!s->models || !s->info || !s->names) {
+        snprintf(err, errlen, "out of memory loading models");
+        return -1;
+    }
+    for (int i = 0; i < c->n_models; i++) {
+        const attnd_model_config *mc = &c->models[i];
+        if (attnd_model_load(&s->models[i], mc, err, errlen) < 0) return -1;
+        s->names[i] = mc->name;
+        s->info[i].name = mc->name;
+        s->info[i].hp = s->models[i].hp;
+        const attn_hparams *hp = &s->models[i].hp;
+        printf("model %s: embed_dim=%d num_heads=%d kdim=%d vdim=%d bias=%s causal=%s weights=%s\n",
+               mc->name, hp->embed_dim, hp->num_heads, hp->kdim, hp->vdim,
+               hp->bias ? "true" : "false", hp->causal ? "true" : "false",
+               mc->weights ? mc->weights : "embedded default (fixed seed)");
+    }
+    s->env.models = s->info;
+    s->env.n_models = s->n_models;
+    s->env.max_tokens_per_request = c->max_tokens_per_request;
+    s->env.max_attention_floats = c->max_attention_floats;
+    return 0;
+}
+
+static int start_mhd(attnd_server *s, char *err, size_t errlen) {
+    const attnd_config *c = s->cfg;
+    struct addrinfo hints, *ai = NULL;
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+    char port[16];
+    snprintf(port, sizeof(port), "%d", c->port);
+    int gai = getaddrinfo(c->host, port, &hints, &ai);
+    if (gai != 0 || !ai) {
+        snprintf(err, errlen, "cannot resolve host '%s': %s", c->host, gai_strerror(gai));
+        return -1;
+    }
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
+                     MHD_USE_ERROR_LOG;
+    if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
+    s->mhd = MHD_start_daemon(
+        flags, (uint16_t)c->port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+        MHD_OPTION_THREAD_POOL_SIZE, (unsigned)c->http_threads, MHD_OPTION_CONNECTION_LIMIT,
+        (unsigned)c->max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned)c->connection_timeout_s, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+        MHD_OPTION_LISTENING_ADDRESS_REUSE, 1, MHD_OPTION_END);
+    freeaddrinfo(ai);
+    if (!s->mhd) {
+        snprintf(err, errlen, "cannot listen on %s:%d (address in use, or not allowed)", c->host,
+                 c->port);
+        return -1;
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_BIND_PORT);
+    s->port = di ? di->port : c->port;
+    return 0;
+}
+
+attnd_server *attnd_server_new(const attnd_config *cfg, char *err, size_t errlen) {
+    attnd_server *s = calloc(1, sizeof(*s));
+    if (!s) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    s->cfg = cfg;
+    metrics_init(&s->metrics);
+    atomic_init(&s->state, S_STARTING);
+    atomic_init(&s->active, 0);
+    uint64_t seed = 0;
+    if (getrandom(&seed, sizeof(seed), 0) != (ssize_t)sizeof(seed)) seed = mono_us();
+    s->id_seed = seed;
+    atomic_init(&s->id_next, 0);
+    const char *key = cfg->api_key_env && cfg->api_key_env[0] ? getenv(cfg->api_key_env) : NULL;
+    if (key && key[0]) {
+        s->api_key = strdup(key);
+        s->api_key_len = strlen(key);
+        if (!s->api_key) goto oom;
+    }
+    if (load_models(s, err, errlen) < 0) goto fail;
+    if (build_bodies(s) < 0) goto oom;
+    attnd_sched_opts o = {cfg, s->models, s->info, s->n_models, &s->metrics, on_answer_ready, s};
+    s->sched = attnd_sched_new(&o, err, errlen);
+    if (!s->sched) goto fail;
+    if (start_mhd(s, err, errlen) < 0) goto fail;
+    printf("api key: %s; cors: %s\n", s->api_key ? "required" : "none",
+           cfg->n_cors_origins ? "on" : "off");
+    atomic_store(&s->state, S_READY);
+    return s;
+oom:
+    snprintf(err, errlen, "out of memory");
+fail:
+    attnd_server_free(s);
+    return NULL;
+}
+
+int attnd_server_port(const attnd_server *s) {
+    return s->port;
+}
+
+void attnd_server_drain(attnd_server *s) {
+    atomic_store(&s->state, S_DRAINING);
+    if (s->mhd) {
+        MHD_socket ls = MHD_quiesce_daemon(s->mhd);
+        if (ls != MHD_INVALID_SOCKET) close(ls);
+    }
+    if (s->sched) attnd_sched_drain(s->sched);
+    uint64_t limit = mono_us() + ((uint64_t)s->cfg->request_timeout_ms + 10000u) * 1000u;
+    while (mono_us() < limit) {
+        if (atomic_load(&s->active) == 0 && (!s->sched || attnd_sched_pending(s->sched) == 0))
+            break;
+        usleep(2000);
+    }
+}
+
+void attnd_server_free(attnd_server *s) {
+    if (!s) return;
+    atomic_store(&s->state, S_DRAINING);
+    attnd_sched_stop(s->sched);
+    if (s->mhd) MHD_stop_daemon(s->mhd);
+    attnd_sched_free(s->sched);
+    for (int i = 0; i < s->n_models; i++) attn_model_free(&s->models[i]);
+    free(s->models);
+    free(s->info);
+    free(s->names);
+    free(s->models_body);
+    free(s->v2_body);
+    for (int i = 0; i < s->n_models; i++) {
+        if (s->v2_model_body) free(s->v2_model_body[i]);
+        if (s->ready_body) free(s->ready_body[i]);
+    }
+    free(s->v2_model_body);
+    free(s->ready_body);
+    free(s->api_key);
+    free(s);
+}

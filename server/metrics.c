@@ -1,0 +1,121 @@
+/* metrics.c - Prometheus text format for attnd's counters. See metrics.h. */
+#include "metrics.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const int STATUSES[METRICS_STATUSES - 1] = {200, 204, 400, 401, 404, 405, 413,
+                                                   429, 499, 500, 503, 504, 411};
+
+static void hist_init(attnd_hist *h, const char *name, const char *help, const double *bounds,
+                      int nb, double scale) {
+    h->name = name;
+    h->help = help;
+    h->nb = nb;
+    memcpy(h->bounds, bounds, (size_t)nb * sizeof(double));
+    h->scale = scale;
+    for (int i = 0; i <= HIST_MAX_BUCKETS; i++) atomic_init(&h->count[i], 0);
+    atomic_init(&h->sum, 0);
+}
+
+void metrics_init(attnd_metrics *m) {
+    memset(m, 0, sizeof(*m));
+    static const double secs[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+                                  0.1,    0.25,  0.5,    1,     2.5,  5,     10,  30};
+    static const double sizes[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
+    static const double toks[] = {16, 64, 256, 1024, 4096, 16384, 65536, 262144};
+    hist_init(&m->request_seconds, "attnd_request_duration_seconds",
+              "Time from a request's arrival to its answer.", secs, 15, 1e-6);
+    hist_init(&m->queue_seconds, "attnd_queue_seconds",
+              "Time a request waited between admission and compute.", secs, 15, 1e-6);
+    hist_init(&m->compute_seconds, "attnd_compute_seconds", "Time of one batch's forward.", secs,
+              15, 1e-6);
+    hist_init(&m->batch_size, "attnd_batch_size", "Requests per computed batch.", sizes, 9, 1);
+    hist_init(&m->batch_tokens, "attnd_batch_tokens", "Query plus key tokens per computed batch.",
+              toks, 8, 1);
+}
+
+static int status_index(int status) {
+    for (int i = 0; i < METRICS_STATUSES - 1; i++)
+        if (STATUSES[i] == status) return i;
+    return METRICS_STATUSES - 1;
+}
+
+void hist_observe(attnd_hist *h, uint64_t v) {
+    int i = 0;
+    while (i < h->nb && (double)v * h->scale > h->bounds[i]) i++;
+    atomic_fetch_add_explicit(&h->count[i], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&h->sum, v, memory_order_relaxed);
+}
+
+void metrics_request(attnd_metrics *m, route_id route, int status, uint64_t total_us) {
+    if (route > R_COUNT) route = R_UNKNOWN;
+    atomic_fetch_add_explicit(&m->requests[route][status_index(status)], 1, memory_order_relaxed);
+    hist_observe(&m->request_seconds, total_us);
+}
+
+void metrics_reject(attnd_metrics *m, attnd_err reason) {
+    if (reason >= AERR_COUNT) reason = AERR_INTERNAL;
+    atomic_fetch_add_explicit(&m->rejected[reason], 1, memory_order_relaxed);
+    if (reason == AERR_TIMEOUT) atomic_fetch_add_explicit(&m->timeouts, 1, memory_order_relaxed);
+}
+
+void metrics_disconnect(attnd_metrics *m) {
+    atomic_fetch_add_explicit(&m->rejected[AERR_COUNT], 1, memory_order_relaxed);
+}
+
+static uint64_t ld(const atomic_uint_least64_t *a) {
+    return atomic_load_explicit((atomic_uint_least64_t *)a, memory_order_relaxed);
+}
+
+static void hist_write(const attnd_hist *h, sbuf *b) {
+    sb_printf(b, "# HELP %s %s\n# TYPE %s histogram\n", h->name, h->help, h->name);
+    uint64_t cum = 0;
+    for (int i = 0; i < h->nb; i++) {
+        cum += ld(&h->count[i]);
+        sb_printf(b, "%s_bucket{le=\"%g\"} %llu\n", h->name, h->bounds[i],
+                  (unsigned long long)cum);
+    }
+    cum += ld(&h->count[h->nb]);
+    sb_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n", h->name, (unsigned long long)cum);
+    sb_printf(b, "%s_sum %.9g\n", h->name, (double)ld(&h->sum) * h->scale);
+    sb_printf(b, "%s_count %llu\n", h->name, (unsigned long long)cum);
+}
+
+void metrics_write(const attnd_metrics *m, sbuf *b, const char *const *model_names,
+                   const int *depth, int n_models) {
+    sb_puts(b, "# HELP attnd_requests_total Answered requests by route and status.\n"
+               "# TYPE attnd_requests_total counter\n");
+    for (int r = 0; r <= R_COUNT; r++)
+        for (int s = 0; s < METRICS_STATUSES; s++) {
+            uint64_t v = ld(&m->requests[r][s]);
+            if (!v) continue;
+            char st[8] = "other";
+            if (s < METRICS_STATUSES - 1) snprintf(st, sizeof(st), "%d", STATUSES[s]);
+            sb_printf(b, "attnd_requests_total{route=\"%s\",status=\"%s\"} %llu\n",
+                      route_label((route_id)r), st, (unsigned long long)v);
+        }
+    hist_write(&m->request_seconds, b);
+    hist_write(&m->queue_seconds, b);
+    hist_write(&m->compute_seconds, b);
+    hist_write(&m->batch_size, b);
+    hist_write(&m->batch_tokens, b);
+    sb_puts(b, "# HELP attnd_queue_depth Requests waiting in a model's queue.\n"
+               "# TYPE attnd_queue_depth gauge\n");
+    for (int i = 0; i < n_models; i++)
+        sb_printf(b, "attnd_queue_depth{model=\"%s\"} %d\n", model_names[i], depth[i]);
+    sb_printf(b,
+              "# HELP attnd_tokens_total Query plus key tokens computed.\n"
+              "# TYPE attnd_tokens_total counter\nattnd_tokens_total %llu\n",
+              (unsigned long long)ld(&m->tokens));
+    sb_puts(b, "# HELP attnd_rejected_total Requests refused or dropped, by reason.\n"
+               "# TYPE attnd_rejected_total counter\n");
+    for (int i = 1; i <= AERR_COUNT; i++)
+        sb_printf(b, "attnd_rejected_total{reason=\"%s\"} %llu\n",
+                  i == AERR_COUNT ? "disconnected" : attnd_err_reason((attnd_err)i),
+                  (unsigned long long)ld(&m->rejected[i]));
+    sb_printf(b,
+              "# HELP attnd_timeouts_total Requests answered 504.\n"
+              "# TYPE attnd_timeouts_total counter\nattnd_timeouts_total %llu\n",
+              (unsigned long long)ld(&m->timeouts));
+}

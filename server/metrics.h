@@ -1,0 +1,52 @@
+/* metrics.h - the Prometheus counters, gauges and histograms of attnd, kept
+ * in atomics so HTTP threads and workers update them without a lock, and
+ * written out in the text exposition format for GET /metrics.
+ */
+#ifndef ATTND_METRICS_H
+#define ATTND_METRICS_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "codec.h"
+#include "errors.h"
+#include "routes.h"
+
+#define METRICS_STATUSES 14 /* the status codes counted one by one, plus "other" */
+#define HIST_MAX_BUCKETS 16
+
+/* A histogram with fixed upper bounds; values in the unit of its bounds
+ * times `scale` (seconds histograms take microseconds, scale 1e-6). */
+typedef struct {
+    const char *name;
+    const char *help;
+    int nb;                                  /* bounds below +Inf */
+    double bounds[HIST_MAX_BUCKETS];         /* upper bounds, ascending */
+    double scale;                            /* value unit -> exported unit */
+    atomic_uint_least64_t count[HIST_MAX_BUCKETS + 1]; /* per bucket, not cumulative */
+    atomic_uint_least64_t sum;               /* in value units */
+} attnd_hist;
+
+typedef struct {
+    atomic_uint_least64_t requests[R_COUNT + 1][METRICS_STATUSES]; /* route × status */
+    attnd_hist request_seconds;  /* first byte of the request to the answer */
+    attnd_hist queue_seconds;    /* admission to compute start */
+    attnd_hist compute_seconds;  /* attn_forward of a batch */
+    attnd_hist batch_size;       /* requests per batch */
+    attnd_hist batch_tokens;     /* query + key tokens per batch */
+    atomic_uint_least64_t tokens;   /* query + key tokens computed */
+    atomic_uint_least64_t rejected[AERR_COUNT + 1]; /* by reason; [AERR_COUNT] = disconnected */
+    atomic_uint_least64_t timeouts; /* 504 answers */
+} attnd_metrics;
+
+void metrics_init(attnd_metrics *m);
+void metrics_request(attnd_metrics *m, route_id route, int status, uint64_t total_us);
+void hist_observe(attnd_hist *h, uint64_t v);
+void metrics_reject(attnd_metrics *m, attnd_err reason);
+void metrics_disconnect(attnd_metrics *m);
+
+/* Writes every metric; depth[i] is the queue depth of model_names[i]. */
+void metrics_write(const attnd_metrics *m, sbuf *b, const char *const *model_names,
+                   const int *depth, int n_models);
+
+#endif

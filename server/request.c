@@ -1,0 +1,793 @@
+/* request.c - native and Open Inference Protocol bodies into attnd_job, and
+ * attnd_job results back into bodies. See request.h.
+ *
+ * Choices where the contract is silent (docs/api.md repeats them):
+ * - unknown fields of a native body are refused (a typo like "atention"
+ *   must not silently return no attention); a v2 body's unknown top-level
+ *   fields and parameters are ignored, as the protocol allows extensions;
+ * - key_padding_mask is booleans only (0/1 numbers are refused: a
+ *   tokenizer's attention_mask means the opposite);
+ * - key_padding_mask (S) and attn_mask (L,S) apply to every sequence of a
+ *   batched query; (B,S) and (B,L,S) give one per sequence;
+ * - value without key is refused; key without value means value = key.
+ */
+#include "request.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "jsonin.h"
+#include "tensor.h"
+
+/* The tensors a body may carry, by role. */
+enum { T_QUERY, T_KEY, T_VALUE, T_KPM, T_MASK, T_COUNT };
+static const char *const TNAME[T_COUNT] = {"query", "key", "value", "key_padding_mask",
+                                           "attn_mask"};
+
+/* What both parsers collect before the common checks. */
+typedef struct {
+    tensor t[T_COUNT];
+    int given[T_COUNT];
+    const char *label[T_COUNT]; /* how messages name the tensor */
+    char model[ATTND_NAME_MAX + 8];
+    int have_model;
+    int causal;                 /* -1: the model's default */
+    attn_weights_mode weights;
+    attnd_encoding enc;
+} collected;
+
+static void collected_free(collected *c) {
+    for (int i = 0; i < T_COUNT; i++) tensor_free(&c->t[i]);
+}
+
+long long attnd_job_tokens(const attnd_job *job) {
+    return (long long)job->B * (job->L + job->S);
+}
+
+void attnd_job_free(attnd_job *job) {
+    if (!job) return;
+    free(job->query);
+    free(job->key);
+    free(job->value);
+    free(job->kpm);
+    free(job->mask_bool);
+    free(job->mask_add);
+    free(job->v2_id);
+    free(job->attn);
+    memset(job, 0, sizeof(*job));
+}
+
+static int find_model(const attnd_parse_env *env, const char *name) {
+    for (int i = 0; i < env->n_models; i++)
+        if (strcmp(env->models[i].name, name) == 0) return i;
+    return -1;
+}
+
+/* Picks the model from the path and the body. */
+static int resolve_model(const attnd_parse_env *env, const char *path_model, const collected *c,
+                         attnd_error *e) {
+    if (path_model) {
+        int m = find_model(env, path_model);
+        if (m < 0) return attnd_set_error(e, AERR_NOT_FOUND, "unknown model '%s'", path_model);
+        if (c->have_model && strcmp(c->model, path_model) != 0)
+            return attnd_set_error(e, AERR_BAD_REQUEST,
+                                   "model: '%s' does not match '%s' in the path", c->model,
+                                   path_model);
+        return m;
+    }
+    if (c->have_model) {
+        int m = find_model(env, c->model);
+        if (m < 0) return attnd_set_error(e, AERR_NOT_FOUND, "unknown model '%s'", c->model);
+        return m;
+    }
+    if (env->n_models == 1) return 0;
+    return attnd_set_error(e, AERR_BAD_REQUEST,
+                           "model: required when more than one model is loaded");
+}
+
+static float *take_f(tensor *t) {
+    float *f = t->f;
+    t->f = NULL;
+    return f;
+}
+
+static uint8_t *take_u(tensor *t) {
+    uint8_t *u = t->u;
+    t->u = NULL;
+    return u;
+}
+
+/* The checks both APIs share: shapes against the model, masks against the
+ * lengths, then the limits. Moves the tensors into job. */
+static int build_job(const attnd_parse_env *env, const char *path_model, collected *c,
+                     attnd_job *job, attnd_error *e) {
+    int mi = resolve_model(env, path_model, c, e);
+    if (mi < 0) return -1;
+    const attnd_model_info *m = &env->models[mi];
+    const attn_hparams *hp = &m->hp;
+    tensor *q = &c->t[T_QUERY], *k = &c->t[T_KEY], *v = &c->t[T_VALUE];
+    tensor *kpm = &c->t[T_KPM], *am = &c->t[T_MASK];
+    const char *const *lb = c->label;
+
+    if (!c->given[T_QUERY]) return attnd_set_error(e, AERR_BAD_REQUEST, "query: required");
+    if (q->rank != 2 && q->rank != 3)
+        return attnd_set_error(e, AERR_BAD_REQUEST,
+                               "%s: expected L×E or B×L×E, got %d dimension%s", lb[T_QUERY],
+                               q->rank, q->rank == 1 ? "" : "s");
+    int r3 = q->rank == 3;
+    int B = r3 ? q->shape[0] : 1, L = q->shape[q->rank - 2];
+    if (q->shape[q->rank - 1] != hp->embed_dim)
+        return attnd_set_error(e, AERR_BAD_REQUEST,
+                               "%s: rows have %d numbers, model '%s' has embed_dim %d", lb[T_QUERY],
+                               q->shape[q->rank - 1], m->name, hp->embed_dim);
+    int S = L;
+    if (c->given[T_VALUE] && !c->given[T_KEY])
+        return attnd_set_error(e, AERR_BAD_REQUEST, "value: given without key");
+    if (c->given[T_KEY]) {
+        if (k->rank != q->rank)
+            return attnd_set_error(e, AERR_BAD_REQUEST,
+                                   "%s: has %d dimensions where query has %d", lb[T_KEY], k->rank,
+                                   q->rank);
+        if (r3 && k->shape[0] != B)
+            return attnd_set_error(e, AERR_BAD_REQUEST, "%s: batch of %d where query has %d",
+                                   lb[T_KEY], k->shape[0], B);
+        if (k->shape[k->rank - 1] != hp->kdim)
+            return attnd_set_error(e, AERR_BAD_REQUEST,
+                                   "%s: rows have %d numbers, model '%s' has kdim %d", lb[T_KEY],
+                                   k->shape[k->rank - 1], m->name, hp->kdim);
+        S = k->shape[k->rank - 2];
+    } else if (hp->kdim != hp->embed_dim || hp->vdim != hp->embed_dim) {
+        return attnd_set_error(e, AERR_BAD_REQUEST,
+                               "key: required, model '%s' has kdim %d and vdim %d, not embed_dim %d",
+                               m->name, hp->kdim, hp->vdim, hp->embed_dim);
+    }
+    if (c->given[T_VALUE]) {
+        if (v->rank != q->rank)
+            return attnd_set_error(e, AERR_BAD_REQUEST,
+                                   "%s: has %d dimensions where query has %d", lb[T_VALUE],
+                                   v->rank, q->rank);
+        if (r3 && v->shape[0] != B)
+            return attnd_set_error(e, AERR_BAD_REQUEST, "%s: batch of %d where query has %d",
+                                   lb[T_VALUE], v->shape[0], B);
+        if (v->shape[v->rank - 2] != S)
+            return attnd_set_error(e, AERR_BAD_REQUEST, "%s: %d rows where key has %d",
+                                   lb[T_VALUE], v->shape[v->rank - 2], S);
+        if (v->shape[v->rank - 1] != hp->vdim)
+            return attnd_set_error(e, AERR_BAD_REQUEST,
+                                   "%s: rows have %d numbers, model '%s' has vdim %d", lb[T_VALUE],
+                                   v->shape[v->rank - 1], m->name, hp->vdim);
+    } else if (c->given[T_KEY] && hp->vdim != hp->kdim) {
+        return attnd_set_error(e, AERR_BAD_REQUEST,
+                               "value: required, model '%s' has vdim %d, not kdim %d", m->name,
+                               hp->vdim, hp->kdim);
+    }
+    if (c->given[T_KPM]) {
+        if (!kpm->is_bool)
+            return attnd_set_error(e, AERR_BAD_REQUEST, "%s: expected booleans (true = hidden)",
+                                   lb[T_KPM]);
+        int ok = (kpm->rank == 1 && kpm->shape[0] == S) ||
+                 (kpm->rank == 2 && kpm->shape[0] == B && kpm->shape[1] == S);
+        if (!ok)
+            return attnd_set_error(e, AERR_BAD_REQUEST,
+                                   "%s: expected %d booleans (S) or %d×%d (B×S)", lb[T_KPM], S, B,
+                                   S);
+    }
+    int mask_per_seq = 0;
+    if (c->given[T_MASK]) {
+        int ok2 = am->rank == 2 && am->shape[0] == L && am->shape[1] == S;
+        int ok3 = am->rank == 3 && am->shape[0] == B && am->shape[1] == L && am->shape[2] == S;
+        if (!ok2 && !ok3)
+            return attnd_set_error(e, AERR_BAD_REQUEST, "%s: expected %d×%d (L×S) or %d×%d×%d",
+                                   lb[T_MASK], L, S, B, L, S);
+        mask_per_seq = ok3;
+    }
+    long long tokens = (long long)B * (L + S);
+    if (tokens > env->max_tokens_per_request)
+        return attnd_set_error(e, AERR_TOO_LARGE,
+                               "request has %lld query and key tokens, the limit is %d", tokens,
+                               env->max_tokens_per_request);
+    if (c->weights != ATTN_WEIGHTS_NONE) {
+        long long floats = (long long)B * L * S * (c->weights == ATTN_WEIGHTS_HEADS ? hp->num_heads : 1);
+        if (floats > env->max_attention_floats)
+            return attnd_set_error(e, AERR_TOO_LARGE,
+                                   "attention matrix of %lld floats, the limit is %lld", floats,
+                                   env->max_attention_floats);
+    }
+
+    memset(job, 0, sizeof(*job));
+    job->model = mi;
+    job->B = B;
+    job->L = L;
+    job->S = S;
+    job->rank3 = r3;
+    job->self = !c->given[T_KEY];
+    job->causal = c->causal < 0 ? hp->causal : c->causal;
+    job->weights = c->weights;
+    job->enc = c->enc;
+    job->mask_per_seq = mask_per_seq;
+    job->query = take_f(q);
+    if (c->given[T_KEY]) job->key = take_f(k);
+    if (c->given[T_VALUE]) job->value = take_f(v);
+    if (c->given[T_KPM]) {
+        if (kpm->rank == 1 && B > 1) { /* one mask for every sequence */
+            job->kpm = malloc((size_t)B * (size_t)S);
+            if (!job->kpm) {
+                attnd_job_free(job);
+                return attnd_set_error(e, AERR_INTERNAL, "out of memory");
+            }
+            for (int b = 0; b < B; b++) memcpy(job->kpm + (size_t)b * S, kpm->u, (size_t)S);
+        } else {
+            job->kpm = take_u(kpm);
+        }
+    }
+    if (c->given[T_MASK]) {
+        if (am->is_bool) job->mask_bool = take_u(am);
+        else job->mask_add = take_f(am);
+    }
+    return 0;
+}
+
+/* Reads "field": "<one of words>" into *out (index of the word). */
+static int read_word(jin *j, const char *field, const char *const *words, int n, int *out,
+                     attnd_error *e) {
+    char buf[32];
+    int cut = 0;
+    if (jin_peek(j) != '"' || jin_string_buf(j, buf, sizeof(buf), &cut) < 0)
+        return attnd_set_error(e, AERR_BAD_REQUEST, "%s: expected a string, got %s", field,
+                               jin_kind(j));
+    for (int i = 0; i < n && !cut; i++)
+        if (strcmp(buf, words[i]) == 0) {
+            *out = i;
+            return 0;
+        }
+    char list[128] = "";
+    for (int i = 0; i < n; i++)
+        snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s\"%s\"", i ? ", " : "",
+                 words[i]);
+    return attnd_set_error(e, AERR_BAD_REQUEST, "%s: expected one of %s", field, list);
+}
+
+static const char *const WEIGHT_WORDS[] = {"none", "mean", "heads"};
+static const char *const ENC_WORDS[] = {"json", "base64"};
+
+static int read_causal(jin *j, const char *field, int *causal, attnd_error *e) {
+    if (jin_peek(j) == 'n') {
+        if (jin_null(j) < 0) return attnd_set_error(e, AERR_BAD_REQUEST, "%s", j->err);
+        *causal = -1;
+        return 0;
+    }
+    int b;
+    if (jin_bool(j, &b) < 0)
+        return attnd_set_error(e, AERR_BAD_REQUEST, "%s: expected true or false, got %s", field,
+                               jin_kind(j));
+    *causal = b;
+    return 0;
+}
+
+static int read_model_name(jin *j, const char *field, collected *c, attnd_error *e) {
+    int cut = 0;
+    if (jin_peek(j) != '"' || jin_string_buf(j, c->model, sizeof(c->model), &cut) < 0)
+        return attnd_set_error(e, AERR_BAD_REQUEST, "%s: expected a string, got %s", field,
+                               jin_kind(j));
+    if (cut) return attnd_set_error(e, AERR_NOT_FOUND, "unknown model (name too long)");
+    c->have_model = 1;
+    return 0;
+}
+
+int attnd_parse_native(const attnd_parse_env *env, const char *path_model, const char *body,
+                       size_t len, attnd_job *job, attnd_error *e) {
+    collected c;
+    memset(&c, 0, sizeof(c));
+    memset(job, 0, sizeof(*job));
+    c.causal = -1;
+    for (int i = 0; i < T_COUNT; i++) c.label[i] = TNAME[i];
+    int seen_causal = 0, seen_weights = 0, seen_enc = 0;
+    int ret = -1;
+    jin j;
+    jin_init(&j, body, len);
+    if (jin_peek(&j) != '{') {
+        if (jin_peek(&j) == -1) attnd_set_error(e, AERR_BAD_REQUEST, "body is empty");
+        else if (jin_skip(&j) < 0) attnd_set_error(e, AERR_BAD_REQUEST, "%s", j.err);
+        else attnd_set_error(e, AERR_BAD_REQUEST, "body must be a JSON object");
+        goto cleanup;
+    }
+    j.p++;
+    if (jin_peek(&j) == '}') {
+        j.p++;
+    } else {
+        for (;;) {
+            char key[40];
+            int cut = 0;
+            if (jin_string_buf(&j, key, sizeof(key), &cut) < 0 || jin_expect(&j, ':') < 0) {
+                attnd_set_error(e, AERR_BAD_REQUEST, "%s", j.err);
+                goto cleanup;
+            }
+            int ti = -1;
+            for (int i = 0; i < T_COUNT && !cut; i++)
+                if (strcmp(key, TNAME[i]) == 0) ti = i;
+            if (ti >= 0) {
+                if (c.given[ti]) {
+                    attnd_set_error(e, AERR_BAD_REQUEST, "%s: given twice", key);
+                    goto cleanup;
+                }
+                tensor_kind kind = ti == T_KPM ? TK_BOOL : ti == T_MASK ? TK_ANY : TK_FLOAT;
+                int max_rank = ti == T_KPM ? 2 : 3;
+                if (tensor_read(&j, TNAME[ti], kind, max_rank, ti == T_MASK, &c.t[ti], e) < 0)
+                    goto cleanup;
+                c.given[ti] = 1;
+            } else if (!cut && strcmp(key, "model") == 0) {
+                if (c.have_model) {
+                    attnd_set_error(e, AERR_BAD_REQUEST, "model: given twice");
+                    goto cleanup;
+                }
+                if (jin_peek(&j) == 'n') {
+                    if (jin_null(&j) < 0) {
+                        attnd_set_error(e, AERR_BAD_REQUEST, "%s", j.err);
+                        goto cleanup;
+                    }
+                } else if (read_model_name(&j, "model", &c, e) < 0) {
+                    goto cleanup;
+                }
+            } else if (!cut && strcmp(key, "causal") == 0) {
+                if (seen_causal++ || read_causal(&j, "causal", &c.causal, e) < 0) {
+                    if (seen_causal > 1) attnd_set_error(e, AERR_BAD_REQUEST, "causal: given twice");
+                    goto cleanup;
+                }
+            } else if (!cut && strcmp(key, "attention") == 0) {
+                int w = 0;
+                if (seen_weights++ || read_word(&j, "attention", WEIGHT_WORDS, 3, &w, e) < 0) {
+                    if (seen_weights > 1)
+                        attnd_set_error(e, AERR_BAD_REQUEST, "attention: given twice");
+                    goto cleanup;
+                }
+                c.weights = (attn_weights_mode)w;
+            } else if (!cut && strcmp(key, "encoding") == 0) {
+                int w = 0;
+                if (seen_enc++ || read_word(&j, "encoding", ENC_WORDS, 2, &w, e) < 0) {
+                    if (seen_enc > 1) attnd_set_error(e, AERR_BAD_REQUEST, "encoding: given twice");
+                    goto cleanup;
+                }
+                c.enc = (attnd_encoding)w;
+            } else {
+                attnd_set_error(e, AERR_BAD_REQUEST,
+                                "%s%s: unknown field (model, query, key, value, causal, "
+                                "key_padding_mask, attn_mask, attention, encoding)",
+                                key, cut ? "..." : "");
+                goto cleanup;
+            }
+            int r = jin_next(&j, '}');
+            if (r < 0) {
+                attnd_set_error(e, AERR_BAD_REQUEST, "%s", j.err);
+                goto cleanup;
+            }
+            if (r == 1) break;
+        }
+    }
+    if (jin_end(&j) < 0) {
+        attnd_set_error(e, AERR_BAD_REQUEST, "%s", j.err);
+        goto cleanup;
+    }
+    if (build_job(env, path_model, &c, job, e) < 0) goto cleanup;
+    job->api = API_NATIVE;
+    ret = 0;
+cleanup:
+    collected_free(&c);
+    return ret;
+}
+
+/* ---- Open Inference Protocol ---- */
+
+/* One element of "inputs". */
+typedef struct {
+    char name[40];
+    char datatype[16];
+    int have_shape, rank;
+    long long shape[TENSOR_MAX_RANK + 1];
+    tensor data;
+    int have_data;
+} v2_input;
+
+static int read_v2_input(jin *j, int idx, v2_input *in, attnd_error *e) {
+    char field[48];
+    memset(in, 0, sizeof(*in));
+    if (jin_peek(j) != '{')
+        return attnd_set_error(e, AERR_BAD_REQUEST, "inputs[%d]: expected an object, got %s", idx,
+                               jin_kind(j));
+    j->p++;
+    if (jin_peek(j) == '}') {
+        j->p++;
+        return attnd_set_error(e, AERR_BAD_REQUEST, "inputs[%d]: needs name, shape, datatype and data",
+                               idx);
+    }
+    for (;;) {
+        char key[32];
+        int cut = 0;
+        if (jin_string_buf(j, key, sizeof(key), &cut) < 0 || jin_expect(j, ':') < 0)
+            return attnd_set_error(e, AERR_BAD_REQUEST, "%s", j->err);
+        if (!cut && strcmp(key, "name") == 0) {
+            if (jin_peek(j) != '"' || jin_string_buf(j, in->name, sizeof(in->name), &cut) < 0)
+                return attnd_set_error(e, AERR_BAD_REQUEST, "inputs[%d].name: expected a string",
+                                       idx);
+        } else if (!cut && strcmp(key, "datatype") == 0) {
+            if (jin_peek(j) != '"' ||
+                jin_string_buf(j, in->datatype, sizeof(in->datatype), &cut) < 0)
+                return attnd_set_error(e, AERR_BAD_REQUEST,
+                                       "inputs[%d].datatype: expected a string", idx);
+        } else if (!cut && strcmp(key, "shape") == 0) {
+            if (jin_expect(j, '[') < 0)
+                return attnd_set_error(e, AERR_BAD_REQUEST,
+                                       "inputs[%d].shape: expected an array of sizes", idx);
+            in->rank = 0;
+            if (jin_peek(j) == ']') {
+                j->p++;
+            } else {
+                for (;;) {
+                    double d;
+                    if (in->rank > TENSOR_MAX_RANK)
+                        return attnd_set_error(e, AERR_BAD_REQUEST,
+                                               "inputs[%d].shape: too many dimensions", idx);
+                    if (jin_peek(j) == '[' || jin_number(j, &d) < 0 || d != floor(d) || d < 0 ||
+                        d > 1e9)
+                        return attnd_set_error(e, AERR_BAD_REQUEST,
+                                               "inputs[%d].shape[%d]: expected a size", idx,
+                                               in->rank);
+                    in->shape[in->rank++] = (long long)d;
+                    int r = jin_next(j, ']');
+                    if (r < 0) return attnd_set_error(e, AERR_BAD_REQUEST, "%s", j->err);
+                    if (r == 1) break;
+                }
+            }
+            in->have_shape = 1;
+        } else if (!cut && strcmp(key, "data") == 0) {
+            snprintf(field, sizeof(field), "inputs[%d].data", idx);
+            tensor_free(&in->data);
+            if (tensor_read(j, field, TK_ANY, TENSOR_MAX_RANK, 0, &in->data, e) < 0) return -1;
+            in->have_data = 1;
+        } else if (!cut && strcmp(key, "parameters") == 0) {
+            if (jin_peek(j) != '{' || jin_skip(j) < 0)
+                return attnd_set_error(e, AERR_BAD_REQUEST,
+                                       "inputs[%d].parameters: expected an object", idx);
+            /* binary data is not supported: say so rather than misread */
+        } else {
+            return attnd_set_error(e, AERR_BAD_REQUEST,
+                                   "inputs[%d].%s: unknown key (name, shape, datatype, data, "
+                                   "parameters)",
+                                   idx, key);
+        }
+        int r = jin_next(j, '}');
+        if (r < 0) return attnd_set_error(e, AERR_BAD_REQUEST, "%s", j->err);
+        if (r == 1) break;
+    }
+    if (!in->name[0] || !in->have_shape || !in->datatype[0] || !in->have_data)
+        return attnd_set_error(e, AERR_BAD_REQUEST,
+                               "inputs[%d]: needs name, shape, datatype and data", idx);
+    return 0;
+}
+
+/* Checks one input against its declared shape and datatype and files it
+ * under its role. */
+static int file_v2_input(v2_input *in, int idx, collected *c, char labels[][48], attnd_error *e) {
+    int ti = -1;
+    for (int i = 0; i < T_COUNT; i++)
+        if (strcmp(in->name, TNAME[i]) == 0) ti = i;
+    if (ti < 0)
+        return attnd_set_error(e, AERR_BAD_REQUEST,
+                               "inputs[%d].name: unknown input '%s' (query, key, value, "
+                               "key_padding_mask, attn_mask)",
+                               idx, in->name);
+    if (c->given[ti])
+        return attnd_set_error(e, AERR_BAD_REQUEST, "inputs[%d]: input '%s' given twice", idx,
+                               in->name);
+    int is_float = strcmp(in->datatype, "FP32") == 0 || strcmp(in->datatype, "FP64") == 0 ||
+                   strcmp(in->datatype, "FP16") == 0;
+    int is_bool = strcmp(in->datatype, "BOOL") == 0;
+    int want_float = ti <= T_VALUE, want_bool = ti == T_KPM;
+    if ((!is_float && !is_bool) || (want_float && !is_float) || (want_bool && !is_bool))
+        return attnd_set_error(e, AERR_BAD_REQUEST, "inputs[%d].datatype: '%s' cannot carry %s (%s)",
+                               idx, in->datatype, in->name,
+                               want_float ? "FP32" : want_bool ? "BOOL" : "BOOL or FP32");
+    if (in->data.is_bool != is_bool)
+        return attnd_set_error(e, AERR_BAD_REQUEST, "inputs[%d].data: expected %s for %s", idx,
+                               is_bool ? "booleans" : "numbers", in->datatype);
+    if (in->rank < 1 || in->rank > 3)
+        return attnd_set_error(e, AERR_BAD_REQUEST,
+                               "inputs[%d].shape: %s takes 1 to 3 dimensions, got %d", idx,
+                               in->name, in->rank);
+    long long n = 1;
+    for (int d = 0; d < in->rank; d++) {
+        if (in->shape[d] < 1)
+            return attnd_set_error(e, AERR_BAD_REQUEST, "inputs[%d].shape[%d]: must be positive",
+                                   idx, d);
+        n *= in->shape[d];
+    }
+    if ((size_t)n != in->data.n)
+        return attnd_set_error(e, AERR_BAD_REQUEST,
+                               "inputs[%d]: shape needs %lld values, data has %zu", idx, n,
+                               in->data.n);
+    tensor *t = &c->t[ti];
+    *t = in->data;
+    memset(&in->data, 0, sizeof(in->data));
+    t->rank = in->rank;
+    for (int d = 0; d < in->rank; d++) t->shape[d] = (int)in->shape[d];
+    c->given[ti] = 1;
+    snprintf(labels[ti], 48, "inputs[%d] (%s)", idx, TNAME[ti]);
+    c->label[ti] = labels[ti];
+    return 0;
+}
+
+/* "parameters": {"causal": bool, "attention": "none|mean|heads"}; other
+ * keys are ignored. */
+static int read_v2_parameters(jin *j, collected *c, int *weights_given, attnd_error *e) {
+    if (jin_peek(j) != '{')
+        return attnd_set_error(e, AERR_BAD_REQUEST, "parameters: expected an object, got %s",
+                               jin_kind(j));
+    j->p++;
+    if (jin_peek(j) == '}') {
+        j->p++;
+        return 0;
+    }
+    for (;;) {
+        char key[32];
+        int cut = 0;
+        if (jin_string_buf(j, key, sizeof(key), &cut) < 0 || jin_expect(j, ':') < 0)
+            return attnd_set_error(e, AERR_BAD_REQUEST, "%s", j->err);
+        if (!cut && strcmp(key, "causal") == 0) {
+            if (read_causal(j, "parameters.causal", &c->causal, e) < 0) return -1;
+        } else if (!cut && strcmp(key, "attention") == 0) {
+            int w = 0;
+            if (read_word(j, "parameters.attention", WEIGHT_WORDS, 3, &w, e) < 0) return -1;
+            c->weights = (attn_weights_mode)w;
+            *weights_given = 1;
+        } else if (jin_skip(j) < 0) {
+            return attnd_set_error(e, AERR_BAD_REQUEST, "%s", j->err);
+        }
+        int r = jin_next(j, '}');
+        if (r < 0) return attnd_set_error(e, AERR_BAD_REQUEST, "%s", j->err);
+        if (r == 1) return 0;
+    }
+}
+
+/* "outputs": [{"name": "output"|"attention", ...}]: sets *want_attention. */
+static int read_v2_outputs(jin *j, int *want_attention, attnd_error *e) {
+    if (jin_expect(j, '[') < 0)
+        return attnd_set_error(e, AERR_BAD_REQUEST, "outputs: expected an array");
+    if (jin_peek(j) == ']') {
+        j->p++;
+        return 0;
+    }
+    for (int idx = 0;; idx++) {
+        if (jin_expect(j, '{') < 0)
+            return attnd_set_error(e, AERR_BAD_REQUEST, "outputs[%d]: expected an object", idx);
+        if (jin_peek(j) == '}') {
+            j->p++;
+        } else {
+            for (;;) {
+                char key[32], name[32];
+                int cut = 0;
+                if (jin_string_buf(j, key, sizeof(key), &cut) < 0 || jin_expect(j, ':') < 0)
+                    return attnd_set_error(e, AERR_BAD_REQUEST, "%s", j->err);
+                if (!cut && strcmp(key, "name") == 0) {
+                    if (jin_peek(j) != '"' || jin_string_buf(j, name, sizeof(name), &cut) < 0)
+                        return attnd_set_error(e, AERR_BAD_REQUEST,
+                                               "outputs[%d].name: expected a string", idx);
+                    if (!cut && strcmp(name, "attention") == 0) *want_attention = 1;
+                    else if (cut || strcmp(name, "output") != 0)
+                        return attnd_set_error(e, AERR_BAD_REQUEST,
+                                               "outputs[%d].name: unknown output '%s' (output, "
+                                               "attention)",
+                                               idx, name);
+                } else if (jin_skip(j) < 0) {
+                    return attnd_set_error(e, AERR_BAD_REQUEST, "%s", j->err);
+                }
+                int r = jin_next(j, '}');
+                if (r < 0) return attnd_set_error(e, AERR_BAD_REQUEST, "%s", j->err);
+                if (r == 1) break;
+            }
+        }
+        int r = jin_next(j, ']');
+        if (r < 0) return attnd_set_error(e, AERR_BAD_REQUEST, "%s", j->err);
+        if (r == 1) return 0;
+    }
+}
+
+int attnd_parse_v2(const attnd_parse_env *env, const char *path_model, const char *body,
+                   size_t len, attnd_job *job, attnd_error *e) {
+    collected c;
+    memset(&c, 0, sizeof(c));
+    memset(job, 0, sizeof(*job));
+    c.causal = -1;
+    for (int i = 0; i < T_COUNT; i++) c.label[i] = TNAME[i];
+    char labels[T_COUNT][48];
+    char *id = NULL;
+    v2_input in;
+    memset(&in, 0, sizeof(in));
+    int have_inputs = 0, want_attention = 0, weights_given = 0;
+    int ret = -1;
+    jin j;
+    jin_init(&j, body, len);
+    if (jin_peek(&j) != '{') {
+        if (jin_peek(&j) == -1) attnd_set_error(e, AERR_BAD_REQUEST, "body is empty");
+        else if (jin_skip(&j) < 0) attnd_set_error(e, AERR_BAD_REQUEST, "%s", j.err);
+        else attnd_set_error(e, AERR_BAD_REQUEST, "body must be a JSON object");
+        goto cleanup;
+    }
+    j.p++;
+    if (jin_peek(&j) == '}') {
+        j.p++;
+    } else {
+        for (;;) {
+            char key[32];
+            int cut = 0;
+            if (jin_string_buf(&j, key, sizeof(key), &cut) < 0 || jin_expect(&j, ':') < 0) {
+                attnd_set_error(e, AERR_BAD_REQUEST, "%s", j.err);
+                goto cleanup;
+            }
+            if (!cut && strcmp(key, "id") == 0) {
+                free(id);
+                id = NULL;
+                if (jin_peek(&j) != '"' || jin_string(&j, &id, NULL) < 0) {
+                    attnd_set_error(e, AERR_BAD_REQUEST, "id: expected a string, got %s",
+                                    jin_kind(&j));
+                    goto cleanup;
+                }
+            } else if (!cut && strcmp(key, "inputs") == 0) {
+                if (have_inputs++) {
+                    attnd_set_error(e, AERR_BAD_REQUEST, "inputs: given twice");
+                    goto cleanup;
+                }
+                if (jin_peek(&j) != '[') {
+                    attnd_set_error(e, AERR_BAD_REQUEST, "inputs: expected an array, got %s",
+                                    jin_kind(&j));
+                    goto cleanup;
+                }
+                j.p++;
+                if (jin_peek(&j) == ']') {
+                    j.p++;
+                } else {
+                    for (int idx = 0;; idx++) {
+                        if (read_v2_input(&j, idx, &in, e) < 0 ||
+                            file_v2_input(&in, idx, &c, labels, e) < 0)
+                            goto cleanup;
+                        tensor_free(&in.data);
+                        int r = jin_next(&j, ']');
+                        if (r < 0) {
+                            attnd_set_error(e, AERR_BAD_REQUEST, "%s", j.err);
+                            goto cleanup;
+                        }
+                        if (r == 1) break;
+                    }
+                }
+            } else if (!cut && strcmp(key, "parameters") == 0) {
+                if (read_v2_parameters(&j, &c, &weights_given, e) < 0) goto cleanup;
+            } else if (!cut && strcmp(key, "outputs") == 0) {
+                if (read_v2_outputs(&j, &want_attention, e) < 0) goto cleanup;
+            } else if (jin_skip(&j) < 0) {
+                attnd_set_error(e, AERR_BAD_REQUEST, "%s", j.err);
+                goto cleanup;
+            }
+            int r = jin_next(&j, '}');
+            if (r < 0) {
+                attnd_set_error(e, AERR_BAD_REQUEST, "%s", j.err);
+                goto cleanup;
+            }
+            if (r == 1) break;
+        }
+    }
+    if (jin_end(&j) < 0) {
+        attnd_set_error(e, AERR_BAD_REQUEST, "%s", j.err);
+        goto cleanup;
+    }
+    if (!c.given[T_QUERY]) {
+        attnd_set_error(e, AERR_BAD_REQUEST, "inputs: an input named 'query' is required");
+        goto cleanup;
+    }
+    if (want_attention && !weights_given) c.weights = ATTN_WEIGHTS_MEAN;
+    if (build_job(env, path_model, &c, job, e) < 0) goto cleanup;
+    job->api = API_V2;
+    job->v2_id = id;
+    id = NULL;
+    ret = 0;
+cleanup:
+    tensor_free(&in.data);
+    free(id);
+    collected_free(&c);
+    return ret;
+}
+
+/* ---- answers ---- */
+
+static void put_shape(sbuf *b, int rank, const int *shape) {
+    sb_putc(b, '[');
+    for (int i = 0; i < rank; i++) sb_printf(b, "%s%d", i ? "," : "", shape[i]);
+    sb_putc(b, ']');
+}
+
+/* A tensor in the native encoding the client chose. */
+static void put_tensor(sbuf *b, const float *x, int rank, const int *shape, attnd_encoding enc) {
+    if (enc == ENC_BASE64) {
+        size_t n = 1;
+        for (int i = 0; i < rank; i++) n *= (size_t)shape[i];
+        sb_puts(b, "{\"shape\":");
+        put_shape(b, rank, shape);
+        sb_puts(b, ",\"dtype\":\"float32\",\"b64\":\"");
+        sb_b64(b, x, n * sizeof(float));
+        sb_puts(b, "\"}");
+    } else {
+        sb_tensor_json(b, x, rank, shape);
+    }
+}
+
+/* Shapes of the answer tensors, as the request's rank asks. */
+static int out_shape(const attnd_job *job, const attnd_model_info *m, int *shape) {
+    int r = 0;
+    if (job->rank3) shape[r++] = job->B;
+    shape[r++] = job->L;
+    shape[r++] = m->hp.embed_dim;
+    return r;
+}
+
+static int attn_shape(const attnd_job *job, const attnd_model_info *m, int *shape) {
+    int r = 0;
+    if (job->rank3) shape[r++] = job->B;
+    if (job->weights == ATTN_WEIGHTS_HEADS) shape[r++] = m->hp.num_heads;
+    shape[r++] = job->L;
+    shape[r++] = job->S;
+    return r;
+}
+
+int attnd_write_answer(sbuf *b, const attnd_job *job, const attnd_model_info *m,
+                       const float *out, const attnd_usage *u) {
+    int oshape[3], ashape[4];
+    int orank = out_shape(job, m, oshape);
+    int arank = attn_shape(job, m, ashape);
+    size_t nout = (size_t)job->B * job->L * m->hp.embed_dim;
+    size_t nattn = (size_t)job->B * job->L * job->S *
+                   (job->weights == ATTN_WEIGHTS_HEADS ? (size_t)m->hp.num_heads : 1);
+    int want_attn = job->weights != ATTN_WEIGHTS_NONE && job->attn;
+    size_t floats = nout + (want_attn ? nattn : 0);
+    sb_reserve(b, 256 + floats * (job->enc == ENC_BASE64 && job->api == API_NATIVE ? 6 : 13));
+    if (job->api == API_NATIVE) {
+        sb_puts(b, "{\"model\":");
+        sb_json_str(b, m->name);
+        sb_puts(b, ",\"output\":");
+        put_tensor(b, out, orank, oshape, job->enc);
+        if (want_attn) {
+            sb_puts(b, ",\"attention\":");
+            put_tensor(b, job->attn, arank, ashape, job->enc);
+        }
+        sb_printf(b,
+                  ",\"usage\":{\"batch\":%d,\"sequences\":%d,\"query_tokens\":%lld,"
+                  "\"key_tokens\":%lld,\"queue_us\":%llu,\"compute_us\":%llu}}\n",
+                  u->batch_requests, job->B, (long long)job->B * job->L,
+                  (long long)job->B * job->S, (unsigned long long)u->queue_us,
+                  (unsigned long long)u->compute_us);
+    } else {
+        sb_puts(b, "{\"model_name\":");
+        sb_json_str(b, m->name);
+        sb_puts(b, ",\"model_version\":\"1\"");
+        if (job->v2_id) {
+            sb_puts(b, ",\"id\":");
+            sb_json_str(b, job->v2_id);
+        }
+        sb_printf(b,
+                  ",\"parameters\":{\"batch\":%d,\"queue_us\":%llu,\"compute_us\":%llu}"
+                  ",\"outputs\":[{\"name\":\"output\",\"datatype\":\"FP32\",\"shape\":",
+                  u->batch_requests, (unsigned long long)u->queue_us,
+                  (unsigned long long)u->compute_us);
+        put_shape(b, orank, oshape);
+        sb_puts(b, ",\"data\":[");
+        sb_floats(b, out, nout);
+        sb_puts(b, "]}");
+        if (want_attn) {
+            sb_puts(b, ",{\"name\":\"attention\",\"datatype\":\"FP32\",\"shape\":");
+            put_shape(b, arank, ashape);
+            sb_puts(b, ",\"data\":[");
+            sb_floats(b, job->attn, nattn);
+            sb_puts(b, "]}");
+        }
+        sb_puts(b, "]}\n");
+    }
+    return b->oom ? -1 : 0;
+}

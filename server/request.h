@@ -1,0 +1,84 @@
+/* request.h - what a client asked for, as plain C: the native body
+ * (POST /v1/attention) and the Open Inference Protocol body (POST
+ * /v2/models/{name}/infer) are both read into one attnd_job, checked once
+ * against the model and the limits, and later written back by the same
+ * writers on the worker threads. No HTTP and no threads in here.
+ */
+#ifndef ATTND_REQUEST_H
+#define ATTND_REQUEST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../config/config.h"
+#include "../core/attn.h"
+#include "codec.h"
+#include "errors.h"
+
+/* What the parsers need to know about one served model. */
+typedef struct {
+    const char *name;       /* borrowed from the config */
+    attn_hparams hp;        /* E, H, kdim, vdim, bias, causal default */
+} attnd_model_info;
+
+typedef struct {
+    const attnd_model_info *models; /* (n_models), borrowed */
+    int n_models;
+    int max_tokens_per_request;     /* B*(L+S) above it -> 413 */
+    long long max_attention_floats; /* B*H*L*S (heads) or B*L*S (mean) above it -> 413 */
+} attnd_parse_env;
+
+typedef enum { API_NATIVE = 0, API_V2 = 1 } attnd_api;
+typedef enum { ENC_JSON = 0, ENC_BASE64 = 1 } attnd_encoding;
+
+/* One admitted request: B sequences of one model, all of query length L and
+ * key length S. Buffers are owned and freed by attnd_job_free. */
+typedef struct {
+    int model;            /* index into the served models */
+    attnd_api api;
+    int B, L, S;          /* sequences, query length, key length (S == L for self) */
+    int rank3;            /* 1: query came as B×L×E and answers keep the leading B */
+    int self;             /* 1: no key given: key = value = query */
+    float *query;         /* (B*L, E) */
+    float *key;           /* (B*S, Kd) or NULL when self */
+    float *value;         /* (B*S, Vd) or NULL: value = key */
+    uint8_t *kpm;         /* key_padding_mask (B, S), 1 = hidden, or NULL */
+    uint8_t *mask_bool;   /* attn_mask (L,S) or (B,L,S) booleans, 1 = hidden, or NULL */
+    float *mask_add;      /* attn_mask (L,S) or (B,L,S) floats, added, or NULL */
+    int mask_per_seq;     /* 1: the mask is (B,L,S); 0: one (L,S) for every sequence */
+    int causal;           /* 1: hide key j > query i */
+    attn_weights_mode weights; /* none, mean or heads */
+    attnd_encoding enc;   /* how the answer carries tensors */
+    char *v2_id;          /* the v2 "id" to echo, or NULL */
+    /* results, written by the worker */
+    float *attn;          /* (B,H,L,S) heads or (B,L,S) mean, owned, or NULL */
+} attnd_job;
+
+/* Query plus key tokens: what the token limits count. */
+long long attnd_job_tokens(const attnd_job *job);
+
+/* Reads a native body. path_model is the {name} of
+ * /v1/models/{name}/attention or NULL. Returns 0, or -1 with e set
+ * (400, 404, 413, 500); job holds nothing to free after a failure. */
+int attnd_parse_native(const attnd_parse_env *env, const char *path_model, const char *body,
+                       size_t len, attnd_job *job, attnd_error *e);
+
+/* Reads an Open Inference Protocol infer body for the model path_model. */
+int attnd_parse_v2(const attnd_parse_env *env, const char *path_model, const char *body,
+                   size_t len, attnd_job *job, attnd_error *e);
+
+void attnd_job_free(attnd_job *job); /* zeroed and NULL jobs are fine */
+
+/* How the answer was produced, for "usage" and "parameters". */
+typedef struct {
+    int batch_requests;  /* requests in the compute batch this one shared */
+    uint64_t queue_us;   /* admission to compute start */
+    uint64_t compute_us; /* attn_forward of the batch */
+} attnd_usage;
+
+/* Writes the 200 body for job (native or v2 as job->api says) from out
+ * (B*L, E) and job->attn. Returns 0, or -1 when out of memory. */
+int attnd_write_answer(sbuf *b, const attnd_job *job, const attnd_model_info *model,
+                       const float *out, const attnd_usage *u);
+
+#endif

@@ -1,0 +1,659 @@
+/* sched.c - model queues, the batcher the workers run, the worker pool and
+ * the deadline/hang-up sweeper. See sched.h.
+ *
+ * Locking: one mutex guards every queue and every attnd_req's scheduling
+ * fields. Workers and the sweeper take requests out under it and answer
+ * them outside it. finish() (MHD_resume_connection) is never called with
+ * the mutex held.
+ *
+ * Mixed batches: a batch may hold self-attention and cross-attention
+ * requests of the same model. When every request is self-attention the
+ * batch goes to the core with key == NULL (one QKV projection); otherwise
+ * the self-attention queries are copied in as their own keys and values.
+ */
+#include "sched.h"
+
+#include <math.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include "codec.h"
+
+/* How often queued requests' sockets are checked for hang-ups. */
+#define HANGUP_POLL_US 20000
+
+typedef struct {
+    attnd_req *head, *tail; /* FIFO, oldest first */
+    int count;              /* requests queued */
+    long long tokens;       /* their tokens */
+} squeue;
+
+typedef struct {
+    attnd_sched *s;
+    pthread_t tid;
+    int started;
+    attn_ctx *ctx;          /* this worker's compute context */
+    /* grow-only scratch, reused across batches */
+    float *q, *k, *v, *out;
+    size_t qcap, kcap, vcap, outcap; /* floats */
+    attn_seq *seqs;
+    size_t seqcap;
+} worker;
+
+struct attnd_sched {
+    attnd_sched_opts o;
+    pthread_mutex_t mu;
+    pthread_cond_t work_cv;  /* workers wait for work */
+    pthread_cond_t sweep_cv; /* the sweeper waits for deadlines */
+    squeue *q;               /* (n_models) */
+    int rr;                  /* queue the next pick starts at (fairness) */
+    int running;             /* requests taken by workers, not yet answered */
+    int draining;            /* 1: no waiting for company */
+    int stop;                /* 1: workers exit once the queues are empty */
+    int sweep_stop;          /* 1: the sweeper exits */
+    worker *w;
+    int n_workers;
+    pthread_t sweeper;
+    int sweeper_started;
+    int stopped;             /* 1 after attnd_sched_stop (main thread only) */
+};
+
+void attnd_req_ref(attnd_req *r) {
+    atomic_fetch_add_explicit(&r->refs, 1, memory_order_relaxed);
+}
+
+void attnd_req_unref(attnd_req *r) {
+    if (!r) return;
+    if (atomic_fetch_sub_explicit(&r->refs, 1, memory_order_acq_rel) == 1) r->free_fn(r);
+}
+
+void attnd_req_fail(attnd_req *r, const attnd_error *e) {
+    free(r->body);
+    r->err = e->code;
+    r->status = attnd_err_status(e->code);
+    r->body = attnd_error_body(e->msg, &r->body_len);
+}
+
+/* ---- queues (mutex held) ---- */
+
+static void q_push(squeue *q, attnd_req *r) {
+    r->prev = q->tail;
+    r->next = NULL;
+    if (q->tail) q->tail->next = r;
+    else q->head = r;
+    q->tail = r;
+    q->count++;
+    q->tokens += r->tokens;
+}
+
+static void q_remove(squeue *q, attnd_req *r) {
+    if (r->prev) r->prev->next = r->next;
+    else q->head = r->next;
+    if (r->next) r->next->prev = r->prev;
+    else q->tail = r->prev;
+    r->prev = r->next = NULL;
+    q->count--;
+    q->tokens -= r->tokens;
+}
+
+/* ---- answering ---- */
+
+/* Hands r's answer to the HTTP side and drops the scheduler's reference. */
+static void deliver(attnd_sched *s, attnd_req *r) {
+    pthread_mutex_lock(&s->mu);
+    int cancelled = r->cancelled;
+    r->state = RQ_DONE;
+    pthread_mutex_unlock(&s->mu);
+    if (!cancelled) s->o.finish(r, s->o.finish_arg);
+    attnd_req_unref(r);
+}
+
+static void answer_error(attnd_sched *s, attnd_req *r, attnd_err code, const char *msg) {
+    attnd_error e;
+    e.code = code;
+    snprintf(e.msg, sizeof(e.msg), "%s", msg);
+    attnd_req_fail(r, &e);
+    deliver(s, r);
+}
+
+static void answer_timeout(attnd_sched *s, attnd_req *r) {
+    char msg[128];
+    snprintf(msg, sizeof(msg), "request not done within %d ms; its work was dropped",
+             s->o.cfg->request_timeout_ms);
+    answer_error(s, r, AERR_TIMEOUT, msg);
+}
+
+/* ---- the batcher ---- */
+
+static int grow(float **p, size_t *cap, size_t n) {
+    if (n <= *cap) return 0;
+    size_t c = *cap ? *cap : 4096;
+    while (c < n) c *= 2;
+    float *q = realloc(*p, c * sizeof(float));
+    if (!q) return -1;
+    *p = q;
+    *cap = c;
+    return 0;
+}
+
+static int all_finite(const float *x, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i])) return 0;
+    return 1;
+}
+
+/* Packs, computes and answers one batch of n requests of one model. */
+static void run_batch(worker *w, attnd_req **rs, int n) {
+    attnd_sched *s = w->s;
+    int mi = rs[0]->job.model;
+    const attn_model *m = &s->o.models[mi];
+    const attnd_model_info *info = &s->o.info[mi];
+    int E = m->hp.embed_dim, Kd = m->hp.kdim, Vd = m->hp.vdim, H = m->hp.num_heads;
+    char err[256] = "";
+    int fail = 0;
+
+    size_t T = 0, U = 0, Btot = 0;
+    int all_self = 1, any_value = 0, any_self = 0;
+    long long tokens = 0;
+    for (int i = 0; i < n; i++) {
+        attnd_job *j = &rs[i]->job;
+        T += (size_t)j->B * j->L;
+        U += (size_t)j->B * j->S;
+        Btot += (size_t)j->B;
+        tokens += rs[i]->tokens;
+        all_self &= j->self;
+        any_self |= j->self;
+        any_value |= j->value != NULL;
+    }
+    /* per-request attention buffers */
+    for (int i = 0; i < n && !fail; i++) {
+        attnd_job *j = &rs[i]->job;
+        if (j->weights == ATTN_WEIGHTS_NONE) continue;
+        size_t na = (size_t)j->B * j->L * j->S * (j->weights == ATTN_WEIGHTS_HEADS ? (size_t)H : 1);
+        free(j->attn);
+        j->attn = malloc(na * sizeof(float));
+        if (!j->attn) {
+            fail = 1;
+            snprintf(err, sizeof(err), "out of memory for attention matrices");
+        }
+    }
+    attn_batch b;
+    memset(&b, 0, sizeof(b));
+    b.B = (int)Btot;
+    if (!fail && Btot > w->seqcap) {
+        attn_seq *sq = realloc(w->seqs, Btot * sizeof(attn_seq));
+        if (sq) {
+            w->seqs = sq;
+            w->seqcap = Btot;
+        } else {
+            fail = 1;
+        }
+    }
+    if (!fail && grow(&w->out, &w->outcap, T * (size_t)E) < 0) fail = 1;
+    /* query: the request's own buffer when alone, packed otherwise */
+    if (!fail && n == 1) {
+        b.query = rs[0]->job.query;
+    } else if (!fail) {
+        if (grow(&w->q, &w->qcap, T * (size_t)E) < 0) {
+            fail = 1;
+        } else {
+            size_t off = 0;
+            for (int i = 0; i < n; i++) {
+                attnd_job *j = &rs[i]->job;
+                size_t nq = (size_t)j->B * j->L * E;
+                memcpy(w->q + off, j->query, nq * sizeof(float));
+                off += nq;
+            }
+            b.query = w->q;
+        }
+    }
+    /* key and value */
+    if (!fail && !all_self) {
+        int need_value = any_value || any_self;
+        if (n == 1) {
+            b.key = rs[0]->job.key;
+            b.value = rs[0]->job.value;
+        } else if (grow(&w->k, &w->kcap, U * (size_t)Kd) < 0 ||
+                   (need_value && grow(&w->v, &w->vcap, U * (size_t)Vd) < 0)) {
+            fail = 1;
+        } else {
+            size_t ko = 0, vo = 0;
+            for (int i = 0; i < n; i++) {
+                attnd_job *j = &rs[i]->job;
+                size_t nk = (size_t)j->B * j->S * Kd, nv = (size_t)j->B * j->S * Vd;
+                const float *kk = j->self ? j->query : j->key;
+                const float *vv = j->self ? j->query : j->value ? j->value : j->key;
+                memcpy(w->k + ko, kk, nk * sizeof(float));
+                if (need_value) memcpy(w->v + vo, vv, nv * sizeof(float));
+                ko += nk;
+                vo += nv;
+            }
+            b.key = w->k;
+            b.value = need_value ? w->v : NULL;
+        }
+    }
+    if (fail && !err[0]) snprintf(err, sizeof(err), "out of memory packing a batch");
+    /* sequences */
+    if (!fail) {
+        size_t si = 0;
+        for (int i = 0; i < n; i++) {
+            attnd_job *j = &rs[i]->job;
+            size_t ls = (size_t)j->L * j->S;
+            size_t per_attn = ls * (j->weights == ATTN_WEIGHTS_HEADS ? (size_t)H : 1);
+            for (int bb = 0; bb < j->B; bb++, si++) {
+                attn_seq *q = &w->seqs[si];
+                memset(q, 0, sizeof(*q));
+                q->L = j->L;
+                q->S = j->S;
+                q->causal = j->causal;
+                if (j->kpm) q->key_padding_mask = j->kpm + (size_t)bb * j->S;
+                size_t mo = j->mask_per_seq ? (size_t)bb * ls : 0;
+                if (j->mask_bool) q->attn_mask_bool = j->mask_bool + mo;
+                if (j->mask_add) q->attn_mask_add = j->mask_add + mo;
+                q->weights = j->weights;
+                if (j->attn) q->attn = j->attn + (size_t)bb * per_attn;
+            }
+        }
+        b.seqs = w->seqs;
+        b.out = w->out;
+    }
+
+    uint64_t t0 = mono_us();
+    if (!fail && attn_forward(w->ctx, m, &b, err, sizeof(err)) < 0) fail = 1;
+    uint64_t t1 = mono_us();
+    attnd_metrics *mt = s->o.metrics;
+    if (!fail) {
+        hist_observe(&mt->compute_seconds, t1 - t0);
+        hist_observe(&mt->batch_size, (uint64_t)n);
+        hist_observe(&mt->batch_tokens, (uint64_t)tokens);
+        atomic_fetch_add_explicit(&mt->tokens, (uint64_t)tokens, memory_order_relaxed);
+    }
+
+    size_t off = 0;
+    for (int i = 0; i < n; i++) {
+        attnd_req *r = rs[i];
+        attnd_job *j = &r->job;
+        r->t_start_us = t0;
+        r->t_end_us = t1;
+        r->batch_requests = n;
+        hist_observe(&mt->queue_seconds, t0 - r->t_admit_us);
+        const float *out = w->out + off;
+        size_t nout = (size_t)j->B * j->L * E;
+        off += nout;
+        size_t na = j->attn ? (size_t)j->B * j->L * j->S *
+                                  (j->weights == ATTN_WEIGHTS_HEADS ? (size_t)H : 1)
+                            : 0;
+        if (fail) {
+            char msg[256];
+            snprintf(msg, sizeof(msg), "compute failed: %.200s", err);
+            answer_error(s, r, AERR_INTERNAL, msg);
+            continue;
+        }
+        if (!all_finite(out, nout) || (j->attn && !all_finite(j->attn, na))) {
+            answer_error(s, r, AERR_INTERNAL,
+                         "the result holds NaN or infinity (check attn_mask values)");
+            continue;
+        }
+        if (mono_us() > r->deadline_us) {
+            answer_timeout(s, r);
+            continue;
+        }
+        attnd_usage u = {n, t0 - r->t_admit_us, t1 - t0};
+        sbuf sb;
+        sb_init(&sb);
+        if (attnd_write_answer(&sb, j, info, out, &u) < 0) {
+            sb_free(&sb);
+            answer_error(s, r, AERR_INTERNAL, "out of memory writing the answer");
+            continue;
+        }
+        free(r->body);
+        r->body = sb_take(&sb, &r->body_len);
+        r->status = 200;
+        r->err = AERR_NONE;
+        /* the inputs are no longer needed: free them now, not at completion */
+        free(j->query);
+        free(j->key);
+        free(j->value);
+        j->query = j->key = j->value = NULL;
+        deliver(s, r);
+    }
+    pthread_mutex_lock(&s->mu);
+    s->running -= n;
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Takes a batch from the first ready queue (mutex held). Expired requests
+ * met on the way go to *expired. Returns the batch size, 0 when nothing is
+ * ready; *wake is when the earliest waiting queue becomes ready. */
+static int pick(attnd_sched *s, attnd_req **batch, int cap, attnd_req **expired, int *nexp,
+                uint64_t *wake) {
+    const attnd_config *c = s->o.cfg;
+    uint64_t now = mono_us();
+    *wake = UINT64_MAX;
+    for (int t = 0; t < s->o.n_models; t++) {
+        int qi = (s->rr + t) % s->o.n_models;
+        squeue *q = &s->q[qi];
+        if (!q->count) continue;
+        uint64_t ready_at = q->head->t_admit_us + (uint64_t)c->max_queue_delay_us;
+        int ready = s->draining || s->stop || q->count >= c->max_batch_requests ||
+                    q->tokens >= c->max_batch_tokens || now >= ready_at;
+        if (!ready) {
+            if (ready_at < *wake) *wake = ready_at;
+            continue;
+        }
+        int n = 0;
+        long long tokens = 0;
+        while (q->head && n < cap && *nexp < cap) {
+            attnd_req *r = q->head;
+            if (n > 0 && tokens + r->tokens > c->max_batch_tokens) break;
+            q_remove(q, r);
+            if (now >= r->deadline_us) {
+                expired[(*nexp)++] = r;
+                continue;
+            }
+            r->state = RQ_RUNNING;
+            batch[n++] = r;
+            tokens += r->tokens;
+        }
+        s->running += n;
+        s->rr = (qi + 1) % s->o.n_models;
+        if (n || *nexp) return n;
+    }
+    return 0;
+}
+
+static void timed_wait(pthread_cond_t *cv, pthread_mutex_t *mu, uint64_t until_mono_us) {
+    if (until_mono_us == UINT64_MAX) {
+        pthread_cond_wait(cv, mu);
+        return;
+    }
+    struct timespec ts;
+    ts.tv_sec = (time_t)(until_mono_us / 1000000u);
+    ts.tv_nsec = (long)(until_mono_us % 1000000u) * 1000;
+    pthread_cond_timedwait(cv, mu, &ts);
+}
+
+static void *worker_main(void *arg) {
+    worker *w = arg;
+    attnd_sched *s = w->s;
+    int cap = s->o.cfg->max_batch_requests;
+    attnd_req **batch = calloc((size_t)cap, sizeof(*batch));
+    attnd_req **expired = calloc((size_t)cap, sizeof(*expired));
+    if (!batch || !expired) {
+        fprintf(stderr, "attnd: worker out of memory\n");
+        free(batch);
+        free(expired);
+        return NULL;
+    }
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        uint64_t wake;
+        int nexp = 0;
+        int n = pick(s, batch, cap, expired, &nexp, &wake);
+        if (n == 0 && nexp == 0) {
+            int queued = 0;
+            for (int i = 0; i < s->o.n_models; i++) queued += s->q[i].count;
+            if (s->stop && queued == 0) break;
+            timed_wait(&s->work_cv, &s->mu, wake);
+            continue;
+        }
+        pthread_mutex_unlock(&s->mu);
+        for (int i = 0; i < nexp; i++) answer_timeout(s, expired[i]);
+        if (n) run_batch(w, batch, n);
+        pthread_mutex_lock(&s->mu);
+    }
+    pthread_mutex_unlock(&s->mu);
+    free(batch);
+    free(expired);
+    return NULL;
+}
+
+/* ---- the sweeper ---- */
+
+static void *sweeper_main(void *arg) {
+    attnd_sched *s = arg;
+    size_t cap = 64;
+    attnd_req **out = malloc(cap * sizeof(*out));
+    int *gone = malloc(cap * sizeof(*gone));
+    struct pollfd *pf = malloc(cap * sizeof(*pf));
+    attnd_req **polled = malloc(cap * sizeof(*polled));
+    if (!out || !gone || !pf || !polled) goto cleanup;
+    pthread_mutex_lock(&s->mu);
+    while (!s->sweep_stop) {
+        uint64_t now = mono_us(), wake = UINT64_MAX;
+        size_t n = 0, queued = 0;
+        for (int i = 0; i < s->o.n_models; i++) queued += (size_t)s->q[i].count;
+        if (queued > cap) {
+            size_t c = cap;
+            while (c < queued) c *= 2;
+            attnd_req **o2 = realloc(out, c * sizeof(*o2));
+            if (o2) out = o2;
+            int *g2 = realloc(gone, c * sizeof(*g2));
+            if (g2) gone = g2;
+            struct pollfd *p2 = realloc(pf, c * sizeof(*p2));
+            if (p2) pf = p2;
+            attnd_req **l2 = realloc(polled, c * sizeof(*l2));
+            if (l2) polled = l2;
+            if (o2 && g2 && p2 && l2) cap = c;
+        }
+        /* deadlines: the queues are in admission order, so heads first */
+        for (int i = 0; i < s->o.n_models; i++) {
+            squeue *q = &s->q[i];
+            while (q->head && q->head->deadline_us <= now && n < cap) {
+                attnd_req *r = q->head;
+                q_remove(q, r);
+                out[n] = r;
+                gone[n++] = 0;
+            }
+            if (q->head && q->head->deadline_us < wake) wake = q->head->deadline_us;
+        }
+        /* hang-ups: a peer that closed makes its socket readable at EOF */
+        size_t np = 0;
+        for (int i = 0; i < s->o.n_models; i++)
+            for (attnd_req *r = s->q[i].head; r && np < cap; r = r->next) {
+                if (r->sock < 0) continue;
+                pf[np].fd = r->sock;
+                pf[np].events = POLLIN | POLLRDHUP;
+                pf[np].revents = 0;
+                polled[np++] = r;
+            }
+        if (np && poll(pf, np, 0) > 0) {
+            for (size_t k = 0; k < np && n < cap; k++) {
+                if (!pf[k].revents) continue;
+                int hung = (pf[k].revents & (POLLHUP | POLLERR | POLLRDHUP)) != 0;
+                if (!hung && (pf[k].revents & POLLIN)) {
+                    char c;
+                    hung = recv(pf[k].fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+                }
+                if (!hung) continue;
+                attnd_req *r = polled[k];
+                q_remove(&s->q[r->job.model], r);
+                out[n] = r;
+                gone[n++] = 1;
+            }
+        }
+        if (np && now + HANGUP_POLL_US < wake) wake = now + HANGUP_POLL_US;
+        if (n) {
+            pthread_mutex_unlock(&s->mu);
+            for (size_t k = 0; k < n; k++) {
+                if (gone[k]) {
+                    out[k]->gone = 1;
+                    deliver(s, out[k]);
+                } else {
+                    answer_timeout(s, out[k]);
+                }
+            }
+            pthread_mutex_lock(&s->mu);
+            continue;
+        }
+        timed_wait(&s->sweep_cv, &s->mu, wake);
+    }
+    pthread_mutex_unlock(&s->mu);
+cleanup:
+    free(out);
+    free(gone);
+    free(pf);
+    free(polled);
+    return NULL;
+}
+
+/* ---- public ---- */
+
+int attnd_sched_submit(attnd_sched *s, attnd_req *r, attnd_error *e) {
+    const attnd_config *c = s->o.cfg;
+    pthread_mutex_lock(&s->mu);
+    if (s->stop) {
+        pthread_mutex_unlock(&s->mu);
+        return attnd_set_error(e, AERR_UNAVAILABLE, "the server is shutting down");
+    }
+    squeue *q = &s->q[r->job.model];
+    if (q->count >= c->max_queue_requests) {
+        pthread_mutex_unlock(&s->mu);
+        return attnd_set_error(e, AERR_QUEUE_FULL,
+                               "the queue of model '%s' is full (%d requests); retry later",
+                               s->o.info[r->job.model].name, c->max_queue_requests);
+    }
+    attnd_req_ref(r);
+    r->state = RQ_QUEUED;
+    r->t_admit_us = mono_us();
+    r->deadline_us = r->t_admit_us + (uint64_t)c->request_timeout_ms * 1000u;
+    int was_empty = q->count == 0;
+    q_push(q, r);
+    pthread_cond_signal(&s->work_cv);
+    if (was_empty) pthread_cond_signal(&s->sweep_cv);
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+}
+
+void attnd_sched_cancel(attnd_sched *s, attnd_req *r) {
+    pthread_mutex_lock(&s->mu);
+    r->cancelled = 1;
+    int queued = r->state == RQ_QUEUED;
+    if (queued) {
+        q_remove(&s->q[r->job.model], r);
+        r->state = RQ_DONE;
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (queued) attnd_req_unref(r);
+}
+
+void attnd_sched_drain(attnd_sched *s) {
+    pthread_mutex_lock(&s->mu);
+    s->draining = 1;
+    pthread_cond_broadcast(&s->work_cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+int attnd_sched_pending(attnd_sched *s) {
+    pthread_mutex_lock(&s->mu);
+    int n = s->running;
+    for (int i = 0; i < s->o.n_models; i++) n += s->q[i].count;
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+
+void attnd_sched_depths(attnd_sched *s, int *depth) {
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < s->o.n_models; i++) depth[i] = s->q[i].count;
+    pthread_mutex_unlock(&s->mu);
+}
+
+void attnd_sched_stop(attnd_sched *s) {
+    if (!s || s->stopped) return;
+    s->stopped = 1;
+    pthread_mutex_lock(&s->mu);
+    s->stop = 1;
+    pthread_cond_broadcast(&s->work_cv);
+    pthread_mutex_unlock(&s->mu);
+    for (int i = 0; i < s->n_workers; i++)
+        if (s->w[i].started) pthread_join(s->w[i].tid, NULL);
+    /* workers that never started leave their queues to us */
+    for (int i = 0; i < s->o.n_models; i++) {
+        for (;;) {
+            pthread_mutex_lock(&s->mu);
+            attnd_req *r = s->q[i].head;
+            if (r) q_remove(&s->q[i], r);
+            pthread_mutex_unlock(&s->mu);
+            if (!r) break;
+            answer_error(s, r, AERR_UNAVAILABLE, "the server is shutting down");
+        }
+    }
+    pthread_mutex_lock(&s->mu);
+    s->sweep_stop = 1;
+    pthread_cond_broadcast(&s->sweep_cv);
+    pthread_mutex_unlock(&s->mu);
+    if (s->sweeper_started) pthread_join(s->sweeper, NULL);
+}
+
+void attnd_sched_free(attnd_sched *s) {
+    if (!s) return;
+    attnd_sched_stop(s);
+    for (int i = 0; i < s->n_workers; i++) {
+        worker *w = &s->w[i];
+        attn_ctx_free(w->ctx);
+        free(w->q);
+        free(w->k);
+        free(w->v);
+        free(w->out);
+        free(w->seqs);
+    }
+    free(s->w);
+    free(s->q);
+    pthread_cond_destroy(&s->work_cv);
+    pthread_cond_destroy(&s->sweep_cv);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}
+
+attnd_sched *attnd_sched_new(const attnd_sched_opts *o, char *err, size_t errlen) {
+    attnd_sched *s = calloc(1, sizeof(*s));
+    if (!s) {
+        snprintf(err, errlen, "out of memory starting the scheduler");
+        return NULL;
+    }
+    s->o = *o;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&s->work_cv, &ca);
+    pthread_cond_init(&s->sweep_cv, &ca);
+    pthread_condattr_destroy(&ca);
+    s->q = calloc((size_t)o->n_models, sizeof(*s->q));
+    s->n_workers = o->cfg->worker_threads;
+    s->w = calloc((size_t)s->n_workers, sizeof(*s->w));
+    if (!s->q || !s->w) {
+        snprintf(err, errlen, "out of memory starting the scheduler");
+        goto fail;
+    }
+    for (int i = 0; i < s->n_workers; i++) {
+        s->w[i].s = s;
+        s->w[i].ctx = attn_ctx_new(o->cfg->blas_threads);
+        if (!s->w[i].ctx) {
+            snprintf(err, errlen, "cannot create a compute context with %d threads",
+                     o->cfg->blas_threads);
+            goto fail;
+        }
+    }
+    for (int i = 0; i < s->n_workers; i++) {
+        if (pthread_create(&s->w[i].tid, NULL, worker_main, &s->w[i]) != 0) {
+            snprintf(err, errlen, "cannot start worker thread %d", i);
+            goto fail;
+        }
+        s->w[i].started = 1;
+    }
+    if (pthread_create(&s->sweeper, NULL, sweeper_main, s) != 0) {
+        snprintf(err, errlen, "cannot start the sweeper thread");
+        goto fail;
+    }
+    s->sweeper_started = 1;
+    return s;
+fail:
+    attnd_sched_free(s);
+    return NULL;
+}

@@ -1,0 +1,47 @@
+/* tensor.h - one tensor out of a request body: nested JSON arrays
+ * ([[1,2],[3,4]]) or a base64 object ({"shape":[2,2],"dtype":"float32",
+ * "b64":"..."}), read straight into a packed row-major array. Every refusal
+ * names the field and the index: "query[2][5]: not a number (got a string)".
+ * NaN and infinities are refused (JSON numbers that overflow float32
+ * included); the one exception is -inf in a base64 float mask, which means
+ * "hidden" when the caller allows it.
+ */
+#ifndef ATTND_TENSOR_H
+#define ATTND_TENSOR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "errors.h"
+#include "jsonin.h"
+
+#define TENSOR_MAX_RANK 4
+
+typedef enum {
+    TK_FLOAT, /* numbers only */
+    TK_BOOL,  /* booleans only (base64: dtype "bool", one byte each) */
+    TK_ANY    /* booleans or numbers, all alike; the first element decides */
+} tensor_kind;
+
+typedef struct {
+    int rank;                    /* 1..TENSOR_MAX_RANK */
+    int shape[TENSOR_MAX_RANK];  /* dims, each >= 1 */
+    size_t n;                    /* elements: product of shape */
+    int is_bool;                 /* 1: u holds the elements; 0: f does */
+    float *f;                    /* (n) float32, owned, or NULL */
+    uint8_t *u;                  /* (n) 0 or 1, owned, or NULL */
+} tensor;
+
+/* Reads the next value of j as the tensor `field`. Nested arrays may be at
+ * most max_rank deep. neg_inf_ok lets base64 float32 data hold -inf.
+ * Returns 0, or -1 with e set (400; 500 when out of memory); t holds nothing
+ * to free after a failure. */
+int tensor_read(jin *j, const char *field, tensor_kind kind, int max_rank, int neg_inf_ok,
+                tensor *t, attnd_error *e);
+void tensor_free(tensor *t); /* NULL and zeroed tensors are fine */
+
+/* "field[i][j]" for the flat index k of a tensor of this shape. */
+void tensor_index_name(char *buf, size_t cap, const char *field, int rank, const int *shape,
+                       size_t k);
+
+#endif
