@@ -178,6 +178,56 @@ START_TEST(golden_depends_on_weights) {
 }
 END_TEST
 
+/* The core's golden files (tests/data/golden/, written by another script
+ * from nn.MultiheadAttention) load to exactly the weights their JSON lists. */
+static const char *const core_goldens[] = {
+    "self_e16_h1",   "self_e30_h3",          "self_e64_h8",
+    "nobias_e32_h4", "cross_e48_h4_k40_v24", "nobias_cross_e24_h2_k16_v20",
+};
+
+START_TEST(core_golden_weights) {
+    char path[1024], wpath[1024], err[512];
+    snprintf(path, sizeof path, "tests/data/golden/%s.json", core_goldens[_i]);
+    snprintf(wpath, sizeof wpath, "tests/data/golden/%s.safetensors", core_goldens[_i]);
+    json_t *g = load_json(path);
+    attnd_model_config mc;
+    memset(&mc, 0, sizeof mc);
+    snprintf(mc.name, sizeof mc.name, "%s", core_goldens[_i]);
+    mc.hp.embed_dim = (int)json_integer_value(json_object_get(g, "embed_dim"));
+    mc.hp.num_heads = (int)json_integer_value(json_object_get(g, "num_heads"));
+    mc.hp.kdim = (int)json_integer_value(json_object_get(g, "kdim"));
+    mc.hp.vdim = (int)json_integer_value(json_object_get(g, "vdim"));
+    mc.hp.bias = json_is_true(json_object_get(g, "bias"));
+    mc.weights = wpath;
+    attn_model m;
+    ck_assert_msg(attnd_model_load(&m, &mc, err, sizeof err) == 0, "%s", err);
+    const char *name;
+    json_t *w;
+    int seen = 0;
+    json_object_foreach(json_object_get(g, "weights"), name, w) {
+        const float *got = !strcmp(name, "in_proj_weight")    ? m.q_w
+                           : !strcmp(name, "q_proj_weight")   ? m.q_w
+                           : !strcmp(name, "k_proj_weight")   ? m.k_w
+                           : !strcmp(name, "v_proj_weight")   ? m.v_w
+                           : !strcmp(name, "in_proj_bias")    ? m.q_b
+                           : !strcmp(name, "out_proj.weight") ? m.out_w
+                           : !strcmp(name, "out_proj.bias")   ? m.out_b
+                                                              : NULL;
+        ck_assert_msg(got != NULL, "%s: unexpected tensor %s", path, name);
+        size_t n;
+        float *want = floats(w, &n);
+        for (size_t i = 0; i < n; i++)
+            ck_assert_msg(got[i] == want[i], "%s: %s[%zu] = %.9g, JSON says %.9g", path, name, i,
+                          got[i], want[i]);
+        free(want);
+        seen++;
+    }
+    ck_assert_int_ge(seen, 2);
+    attn_model_free(&m);
+    json_decref(g);
+}
+END_TEST
+
 /* ------------------------------------------------------------ default model */
 
 static void expect_floats(const float *got, const json_t *want, const char *what) {
@@ -595,6 +645,8 @@ static Suite *suite(void) {
     tcase_set_timeout(t, 60);
     tcase_add_loop_test(t, golden_case, 0, N_CASES);
     tcase_add_test(t, golden_depends_on_weights);
+    tcase_add_loop_test(t, core_golden_weights, 0,
+                        (int)(sizeof core_goldens / sizeof core_goldens[0]));
     tcase_add_test(t, default_model_golden);
     tcase_add_test(t, default_model_via_config);
     suite_add_tcase(s, t);
