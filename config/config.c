@@ -385,17 +385,19 @@ static int store_text(void *base, const cfg_key *k, const char *s, const char *s
             return fail(err, errlen, "%s: %s: \"%s\" is not an integer.", src, key, s);
         return store_number(base, k, v, src, key, err, errlen);
     }
-    if (k->type == K_STRLIST) { /* comma-separated; "" = empty list */
+    if (k->type == K_STRLIST) { /* comma-separated; spaces around items are dropped */
         const char *items[CORS_MAX + 1];
         size_t lens[CORS_MAX + 1];
         int n = 0;
-        for (const char *p = s; *s && n <= CORS_MAX; n++) {
-            while (*p == ' ')
-                p++;
+        for (const char *p = s; *p && n <= CORS_MAX; n++) {
             const char *comma = strchr(p, ',');
-            size_t len = comma ? (size_t)(comma - p) : strlen(p);
+            const char *end = comma ? comma : p + strlen(p);
+            while (p < end && *p == ' ')
+                p++;
             items[n] = p;
-            lens[n] = len;
+            while (end > p && end[-1] == ' ')
+                end--;
+            lens[n] = (size_t)(end - p);
             if (!comma) {
                 n++;
                 break;

@@ -354,7 +354,7 @@ START_TEST(env_values) {
     char err[512];
     char *argv[] = {"attnd", NULL};
     attnd_config c;
-    setenv("ATTND_CORS_ORIGINS", "http://a, https://b", 1);
+    setenv("ATTND_CORS_ORIGINS", "http://a , https://b", 1);
     setenv("ATTND_BLAS_THREADS", "4", 1);
     setenv("ATTND_MAX_BATCH_REQUESTS", "1", 1);
     setenv("ATTND_HTTP_THREADS", "3", 1);
@@ -367,6 +367,11 @@ START_TEST(env_values) {
     ck_assert_int_eq(c.http_threads, 3);
     attnd_config_free(&c);
 
+    setenv("ATTND_CORS_ORIGINS", "http://a,,http://c", 1);
+    ck_assert(from_args(&c, 1, argv, err, sizeof err) == -1);
+    ck_assert_msg(strstr(err, "ATTND_CORS_ORIGINS") && strstr(err, "server.cors_origins[1]"), "%s",
+                  err);
+    unsetenv("ATTND_CORS_ORIGINS");
     setenv("ATTND_PORT", "80x", 1);
     ck_assert(from_args(&c, 1, argv, err, sizeof err) == -1);
     ck_assert_msg(strstr(err, "ATTND_PORT") && strstr(err, "server.port") &&
