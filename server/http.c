@@ -307,10 +307,8 @@ static enum MHD_Result dispatch(hreq *h) {
         struct MHD_Response *resp = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
         if (!resp) return MHD_NO;
         if (h->origin) {
-            const char *methods = strcmp(h->rm.route->method, "GET") == 0 ? "GET, HEAD, OPTIONS"
-                                                                         : "POST, OPTIONS";
             MHD_add_response_header(resp, "Access-Control-Allow-Origin", h->origin);
-            MHD_add_response_header(resp, "Access-Control-Allow-Methods", methods);
+            MHD_add_response_header(resp, "Access-Control-Allow-Methods", h->rm.allow);
             MHD_add_response_header(resp, "Access-Control-Allow-Headers",
                                     "Authorization, Content-Type, X-Request-Id");
             MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
@@ -335,7 +333,7 @@ static enum MHD_Result dispatch(hreq *h) {
 static void examine(hreq *h, const char *url) {
     attnd_server *s = h->srv;
     struct MHD_Connection *c = h->conn;
-    route_find(h->method, url, &h->rm);
+    route_find(h->method, url, s->cfg->n_cors_origins > 0, &h->rm);
     h->rid = h->rm.route ? h->rm.route->id : R_UNKNOWN;
     h->origin = cors_origin(s, c);
     if (h->rm.status == 404) {

@@ -390,7 +390,7 @@ typedef struct {
 } v2_input;
 
 static int read_v2_input(jin *j, int idx, v2_input *in, attnd_error *e) {
-    char field[48];
+    char field[96];
     memset(in, 0, sizeof(*in));
     if (jin_peek(j) != '{')
         return attnd_set_error(e, AERR_BAD_REQUEST, "inputs[%d]: expected an object, got %s", idx,
@@ -441,7 +441,8 @@ static int read_v2_input(jin *j, int idx, v2_input *in, attnd_error *e) {
             }
             in->have_shape = 1;
         } else if (!cut && strcmp(key, "data") == 0) {
-            snprintf(field, sizeof(field), "inputs[%d].data", idx);
+            if (in->name[0]) snprintf(field, sizeof(field), "inputs[%d] (%s).data", idx, in->name);
+            else snprintf(field, sizeof(field), "inputs[%d].data", idx);
             tensor_free(&in->data);
             if (tensor_read(j, field, TK_ANY, TENSOR_MAX_RANK, 0, &in->data, e) < 0) return -1;
             in->have_data = 1;
@@ -489,23 +490,23 @@ static int file_v2_input(v2_input *in, int idx, collected *c, char labels[][48],
                                idx, in->datatype, in->name,
                                want_float ? "FP32" : want_bool ? "BOOL" : "BOOL or FP32");
     if (in->data.is_bool != is_bool)
-        return attnd_set_error(e, AERR_BAD_REQUEST, "inputs[%d].data: expected %s for %s", idx,
-                               is_bool ? "booleans" : "numbers", in->datatype);
+        return attnd_set_error(e, AERR_BAD_REQUEST, "inputs[%d] (%s).data: expected %s for %s",
+                               idx, in->name, is_bool ? "booleans" : "numbers", in->datatype);
     if (in->rank < 1 || in->rank > 3)
         return attnd_set_error(e, AERR_BAD_REQUEST,
-                               "inputs[%d].shape: %s takes 1 to 3 dimensions, got %d", idx,
+                               "inputs[%d] (%s).shape: takes 1 to 3 dimensions, got %d", idx,
                                in->name, in->rank);
     long long n = 1;
     for (int d = 0; d < in->rank; d++) {
         if (in->shape[d] < 1)
-            return attnd_set_error(e, AERR_BAD_REQUEST, "inputs[%d].shape[%d]: must be positive",
-                                   idx, d);
+            return attnd_set_error(e, AERR_BAD_REQUEST,
+                                   "inputs[%d] (%s).shape[%d]: must be positive", idx, in->name, d);
         n *= in->shape[d];
     }
     if ((size_t)n != in->data.n)
         return attnd_set_error(e, AERR_BAD_REQUEST,
-                               "inputs[%d]: shape needs %lld values, data has %zu", idx, n,
-                               in->data.n);
+                               "inputs[%d] (%s): shape needs %lld values, data has %zu", idx,
+                               in->name, n, in->data.n);
     tensor *t = &c->t[ti];
     *t = in->data;
     memset(&in->data, 0, sizeof(in->data));

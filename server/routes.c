@@ -23,8 +23,16 @@ const route attnd_routes[R_COUNT] = {
     {R_V2_VINFER,       "POST", "/v2/models/{name}/versions/{version}/infer",  0},
 };
 
+/* Patterns with {x} written :x, which every Prometheus parser takes. */
+static const char *const LABELS[R_COUNT] = {
+    "/v1/attention", "/v1/models/:name/attention", "/v1/models", "/health", "/metrics",
+    "/openapi.json", "/v2", "/v2/health/live", "/v2/health/ready", "/v2/models/:name",
+    "/v2/models/:name/ready", "/v2/models/:name/infer", "/v2/models/:name/versions/:version",
+    "/v2/models/:name/versions/:version/ready", "/v2/models/:name/versions/:version/infer",
+};
+
 const char *route_label(route_id id) {
-    return id < R_COUNT ? attnd_routes[id].pattern : "unknown";
+    return id < R_COUNT ? LABELS[id] : "unknown";
 }
 
 /* Matches one pattern; fills the captures of m on success. */
@@ -55,7 +63,7 @@ static int match(const char *pat, const char *path, route_match *m) {
     return 1;
 }
 
-int route_find(const char *method, const char *path, route_match *m) {
+int route_find(const char *method, const char *path, int options, route_match *m) {
     memset(m, 0, sizeof(*m));
     const route *hit = NULL;
     for (int i = 0; i < R_COUNT; i++)
@@ -65,9 +73,10 @@ int route_find(const char *method, const char *path, route_match *m) {
         }
     if (!hit) return m->status = 404;
     int get = strcmp(hit->method, "GET") == 0;
-    snprintf(m->allow, sizeof(m->allow), "%s", get ? "GET, HEAD, OPTIONS" : "POST, OPTIONS");
+    snprintf(m->allow, sizeof(m->allow), "%s%s", get ? "GET, HEAD" : "POST",
+             options ? ", OPTIONS" : "");
     m->route = hit;
-    if (strcmp(method, hit->method) == 0 || strcmp(method, "OPTIONS") == 0 ||
+    if (strcmp(method, hit->method) == 0 || (options && strcmp(method, "OPTIONS") == 0) ||
         (get && strcmp(method, "HEAD") == 0))
         return m->status = 0;
     return m->status = 405;

@@ -45,9 +45,10 @@ typedef struct {
     char version[ROUTE_CAPTURE_MAX];    /* {version}, "" when none */
 } route_match;
 
-/* Matches path (no query string) for method ("OPTIONS" matches any route of
- * the path). Fills m; returns m->status. */
-int route_find(const char *method, const char *path, route_match *m);
+/* Matches path (no query string) for method. With options set (CORS on),
+ * OPTIONS matches every route and Allow lists it. Fills m; returns
+ * m->status. */
+int route_find(const char *method, const char *path, int options, route_match *m);
 
 /* The label metrics use for a route id: its pattern, or "unknown". */
 const char *route_label(route_id id);
