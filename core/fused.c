@@ -1,5 +1,5 @@
-/* fused.c - the online-softmax attention of one (sequence, head, block of
- * up to 64 query rows) in AVX-512 registers, for head widths D that are a
+/* fused.c - the online-softmax attention of one (sequence, head, up to 256
+ * query rows) in AVX-512 registers, for head widths D that are a
  * multiple of 16 up to 128. It computes the same thing as attend_tiled() in
  * attn.c with OpenBLAS, which stays the path on other CPUs and head widths;
  * fusing saves OpenBLAS's packing of every score tile and keeps the
@@ -7,6 +7,9 @@
  *
  * Scores are kept transposed, sT (Sb, 64): one row per key, one lane per
  * query row, so the softmax over keys is lane-wise (vertical) arithmetic.
+ * Rows go in blocks of 64; the blocks of one call share each key and value
+ * tile, copied once into a contiguous buffer (the projections leave them
+ * strided by 3E).
  * Legend: see attn.h.
  */
 #include <immintrin.h>
@@ -16,6 +19,7 @@
 #include "internal.h"
 
 #define FQ 64  /* query rows per block: four 16-lane vectors */
+#define FBLOCKS (ATTN_FUSED_ROWS / FQ) /* blocks one call may take */
 #ifndef ATTN_FK
 #define ATTN_FK 128
 #endif
@@ -37,7 +41,7 @@ int attn_fused_supported(int D)
 
 size_t attn_fused_floats(int D)
 {
-    return (size_t)D * FQ + (size_t)FK * FQ + (size_t)FQ * D;
+    return (size_t)FK * FQ + 2 * (size_t)FK * D + (size_t)FBLOCKS * 2 * D * FQ;
 }
 
 #define AVX512 __attribute__((target("avx512f")))
@@ -65,11 +69,11 @@ AVX512 INLINE __m512 exp_neg(__m512 x)
     return _mm512_maskz_mul_ps(~tiny, p, scale);
 }
 
-/* sT (C,64) = k (C,D) @ qT (D,64) for C = 4 keys or 1 key. */
+/* sT (C,64) = k (C,D) @ qT (D,64) for C = 6, 4 or 1 keys. */
 AVX512 INLINE void scores_keys(float *sT, const float *k, size_t ldk, const float *qT, int D,
                                const int C)
 {
-    __m512 a[4][4];
+    __m512 a[6][4];
     _Pragma("GCC unroll 8")
     for (int c = 0; c < C; c++)
         _Pragma("GCC unroll 8")
@@ -92,39 +96,49 @@ AVX512 INLINE void scores_keys(float *sT, const float *k, size_t ldk, const floa
         for (int j = 0; j < 4; j++) _mm512_storeu_ps(sT + c * FQ + 16 * j, a[c][j]);
 }
 
-/* acc (R,D) += pT[:, r0:r0+R]^T (R,Sb) @ v (Sb,D), ND = D/16 vectors a row. */
-AVX512 INLINE void av_rows(float *acc, const float *pT, int r0, const float *v, size_t ldv,
-                           int Sb, const int R, const int ND)
+/* acc (R, 16*NC) += pT[:, r0:r0+R]^T (R,Sb) @ v (Sb, 16*NC): one chunk of at
+ * most four column vectors; acc rows are D floats apart. */
+AVX512 INLINE void av_rows(float *acc, int D, const float *pT, int r0, const float *v, size_t ldv,
+                           int Sb, const int R, const int NC)
 {
-    __m512 a[4][8];
+    __m512 a[6][4];
     _Pragma("GCC unroll 8")
     for (int r = 0; r < R; r++)
         _Pragma("GCC unroll 8")
-        for (int j = 0; j < ND; j++) a[r][j] = _mm512_loadu_ps(acc + (r0 + r) * ND * 16 + 16 * j);
+        for (int j = 0; j < NC; j++) a[r][j] = _mm512_loadu_ps(acc + (r0 + r) * D + 16 * j);
     for (int c = 0; c < Sb; c++) {
-        __m512 vv[8];
+        __m512 vv[4];
         _Pragma("GCC unroll 8")
-        for (int j = 0; j < ND; j++) vv[j] = _mm512_loadu_ps(v + c * ldv + 16 * j);
+        for (int j = 0; j < NC; j++) vv[j] = _mm512_loadu_ps(v + c * ldv + 16 * j);
         _Pragma("GCC unroll 8")
         for (int r = 0; r < R; r++) {
             __m512 p = _mm512_set1_ps(pT[c * FQ + r0 + r]);
             _Pragma("GCC unroll 8")
-            for (int j = 0; j < ND; j++) a[r][j] = _mm512_fmadd_ps(p, vv[j], a[r][j]);
+            for (int j = 0; j < NC; j++) a[r][j] = _mm512_fmadd_ps(p, vv[j], a[r][j]);
         }
     }
     _Pragma("GCC unroll 8")
     for (int r = 0; r < R; r++)
         _Pragma("GCC unroll 8")
-        for (int j = 0; j < ND; j++) _mm512_storeu_ps(acc + (r0 + r) * ND * 16 + 16 * j, a[r][j]);
+        for (int j = 0; j < NC; j++) _mm512_storeu_ps(acc + (r0 + r) * D + 16 * j, a[r][j]);
+}
+
+/* acc (Lb,D) += pT^T (Lb,Sb) @ v (Sb,D), rows six at a time (24 accumulators
+ * and 4 vectors of v fit the 32 registers), columns four vectors at a time. */
+AVX512 INLINE void av_cols(float *acc, int D, const float *pT, const float *v, size_t ldv, int Sb,
+                           int Lb, const int NC)
+{
+    int r = 0;
+    for (; r + 6 <= Lb; r += 6) av_rows(acc, D, pT, r, v, ldv, Sb, 6, NC);
+    for (; r + 4 <= Lb; r += 4) av_rows(acc, D, pT, r, v, ldv, Sb, 4, NC);
+    for (; r < Lb; r++) av_rows(acc, D, pT, r, v, ldv, Sb, 1, NC);
 }
 
 AVX512 INLINE void av_block(float *acc, const float *pT, const float *v, size_t ldv, int Sb,
                             int Lb, const int ND)
 {
-    const int R = ND <= 2 ? 4 : ND <= 4 ? 4 : 2; /* R * ND + ND vectors fit the 32 registers */
-    int r = 0;
-    for (; r + R <= Lb; r += R) av_rows(acc, pT, r, v, ldv, Sb, R, ND);
-    for (; r < Lb; r++) av_rows(acc, pT, r, v, ldv, Sb, 1, ND);
+    av_cols(acc, ND * 16, pT, v, ldv, Sb, Lb, ND < 4 ? ND : 4);
+    if (ND > 4) av_cols(acc + 64, ND * 16, pT, v + 64, ldv, Sb, Lb, ND - 4);
 }
 
 /* Hides masked scores of the tile: sT (Sb,64) for keys j0.. and rows i0... */
@@ -147,81 +161,129 @@ static void mask_tile(float *sT, const attn_seq *s, int i0, int Lb, int j0, int 
     }
 }
 
-AVX512 INLINE void fused_block(float *out, size_t ldo, const float *q, size_t ldq, const float *k,
-                               size_t ldk, const float *v, size_t ldv, const attn_seq *s, int i0,
-                               int Lb, float scale, float *scratch, const int ND)
+/* Online softmax state of one block of FQ query rows. */
+typedef struct {
+    float *qT;  /* (D,FQ) scaled queries, transposed; zero past the block's rows */
+    float *acc; /* (FQ,D) unnormalised output rows */
+    __m512 m[4], l[4]; /* running max and sum, one lane per row */
+} fused_rows;
+
+/* One key tile for one block: scores, masks, online softmax update, AV. */
+AVX512 INLINE void tile_update(fused_rows *st, float *sT, const float *kt, size_t ldk,
+                               const float *vt, size_t ldv, const attn_seq *s, int i0, int Lb,
+                               int j0, int Sb, int masked, const int ND)
 {
     const int D = ND * 16;
-    float *qT = scratch;           /* (D,64) scaled queries, transposed; zero past Lb */
-    float *sT = qT + D * FQ;       /* (FK,64) scores, then probabilities, transposed */
-    float *acc = sT + FK * FQ;     /* (64,D) unnormalised output rows */
-    for (int d = 0; d < D; d++) {
-        for (int r = 0; r < Lb; r++) qT[d * FQ + r] = q[(size_t)r * ldq + d] * scale;
-        for (int r = Lb; r < FQ; r++) qT[d * FQ + r] = 0.0f;
-    }
-    memset(acc, 0, sizeof(float) * (size_t)Lb * D);
-    __m512 m[4], l[4];
+    int c = 0;
+    // k (Sb,D) @ qT (D,64) -> sT (Sb,64)
+    for (; c + 6 <= Sb; c += 6) scores_keys(sT + c * FQ, kt + c * ldk, ldk, st->qT, D, 6);
+    for (; c + 4 <= Sb; c += 4) scores_keys(sT + c * FQ, kt + c * ldk, ldk, st->qT, D, 4);
+    for (; c < Sb; c++) scores_keys(sT + c * FQ, kt + c * ldk, ldk, st->qT, D, 1);
+    if (masked) mask_tile(sT, s, i0, Lb, j0, Sb);
+    __m512 mt[4], alpha[4], mn[4], ts[4];
     _Pragma("GCC unroll 8")
     for (int j = 0; j < 4; j++) {
-        m[j] = _mm512_set1_ps(-INFINITY);
-        l[j] = _mm512_setzero_ps();
+        mt[j] = _mm512_set1_ps(-INFINITY);
+        ts[j] = _mm512_setzero_ps();
+    }
+    for (c = 0; c < Sb; c++)
+        _Pragma("GCC unroll 8")
+        for (int j = 0; j < 4; j++) mt[j] = _mm512_max_ps(mt[j], _mm512_loadu_ps(sT + c * FQ + 16 * j));
+    _Pragma("GCC unroll 8")
+    for (int j = 0; j < 4; j++) {
+        mn[j] = _mm512_max_ps(st->m[j], mt[j]);
+        /* rows with nothing visible yet keep max -inf: shift by 0, so e^-inf = 0, no NaN */
+        __mmask16 none = _mm512_cmp_ps_mask(mn[j], _mm512_set1_ps(-INFINITY), _CMP_EQ_OQ);
+        mn[j] = _mm512_mask_blend_ps(none, mn[j], _mm512_setzero_ps());
+        alpha[j] = exp_neg(_mm512_sub_ps(st->m[j], mn[j]));
+        st->m[j] = _mm512_mask_blend_ps(none, mn[j], _mm512_set1_ps(-INFINITY));
+    }
+    for (c = 0; c < Sb; c++)
+        _Pragma("GCC unroll 8")
+        for (int j = 0; j < 4; j++) {
+            __m512 p = exp_neg(_mm512_sub_ps(_mm512_loadu_ps(sT + c * FQ + 16 * j), mn[j]));
+            _mm512_storeu_ps(sT + c * FQ + 16 * j, p);
+            ts[j] = _mm512_add_ps(ts[j], p);
+        }
+    float al[FQ];
+    _Pragma("GCC unroll 8")
+    for (int j = 0; j < 4; j++) {
+        st->l[j] = _mm512_fmadd_ps(st->l[j], alpha[j], ts[j]);
+        _mm512_storeu_ps(al + 16 * j, alpha[j]);
+    }
+    if (j0 > 0)
+        for (int r = 0; r < Lb; r++) {
+            __m512 a = _mm512_set1_ps(al[r]);
+            _Pragma("GCC unroll 8")
+            for (int j = 0; j < ND; j++)
+                _mm512_storeu_ps(st->acc + r * D + 16 * j,
+                                 _mm512_mul_ps(a, _mm512_loadu_ps(st->acc + r * D + 16 * j)));
+        }
+    // pT^T (Lb,Sb) @ v (Sb,D) + acc -> acc (Lb,D)
+    av_block(st->acc, sT, vt, ldv, Sb, Lb, ND);
+}
+
+/* Copies rows [j0, j0+Sb) of x (ld ldx) to a contiguous (Sb,D) tile. */
+static void copy_tile(float *dst, const float *x, size_t ldx, int Sb, int D)
+{
+    for (int c = 0; c < Sb; c++) memcpy(dst + (size_t)c * D, x + c * ldx, sizeof(float) * D);
+}
+
+AVX512 INLINE void fused_rows_all(float *out, size_t ldo, const float *q, size_t ldq,
+                                  const float *k, size_t ldk, const float *v, size_t ldv,
+                                  const attn_seq *s, int i0, int L, float scale, float *scratch,
+                                  const int ND)
+{
+    const int D = ND * 16;
+    int nb = (L + FQ - 1) / FQ; /* blocks of FQ rows, at most FBLOCKS */
+    float *sT = scratch;                /* (FK,FQ) scores, then probabilities, transposed */
+    float *kbuf = sT + FK * FQ;         /* (FK,D) key tile, contiguous */
+    float *vbuf = kbuf + FK * D;        /* (FK,D) value tile, contiguous */
+    float *blk = vbuf + FK * D;         /* per block: qT (D,FQ), acc (FQ,D) */
+    fused_rows st[FBLOCKS];
+    for (int b = 0; b < nb; b++) {
+        int r0 = b * FQ, Lb = L - r0 < FQ ? L - r0 : FQ;
+        st[b].qT = blk + (size_t)b * 2 * D * FQ;
+        st[b].acc = st[b].qT + D * FQ;
+        for (int d = 0; d < D; d++) {
+            for (int r = 0; r < Lb; r++) st[b].qT[d * FQ + r] = q[(size_t)(r0 + r) * ldq + d] * scale;
+            for (int r = Lb; r < FQ; r++) st[b].qT[d * FQ + r] = 0.0f;
+        }
+        memset(st[b].acc, 0, sizeof(float) * (size_t)Lb * D);
+        for (int j = 0; j < 4; j++) {
+            st[b].m[j] = _mm512_set1_ps(-INFINITY);
+            st[b].l[j] = _mm512_setzero_ps();
+        }
     }
     int masked = s->key_padding_mask || s->attn_mask_bool || s->attn_mask_add || s->causal;
     int jend = s->S;
-    if (s->causal && jend > i0 + Lb) jend = i0 + Lb; /* later keys are hidden from every row */
+    if (s->causal && jend > i0 + L) jend = i0 + L; /* later keys are hidden from every row */
     for (int j0 = 0; j0 < jend; j0 += FK) {
         int Sb = jend - j0 < FK ? jend - j0 : FK;
-        const float *kt = k + (size_t)j0 * ldk;
-        int c = 0;
-        // k (Sb,D) @ qT (D,64) -> sT (Sb,64)
-        for (; c + 4 <= Sb; c += 4) scores_keys(sT + c * FQ, kt + c * ldk, ldk, qT, D, 4);
-        for (; c < Sb; c++) scores_keys(sT + c * FQ, kt + c * ldk, ldk, qT, D, 1);
-        if (masked) mask_tile(sT, s, i0, Lb, j0, Sb);
-        __m512 mt[4], alpha[4], mn[4];
-        _Pragma("GCC unroll 8")
-        for (int j = 0; j < 4; j++) mt[j] = _mm512_set1_ps(-INFINITY);
-        for (c = 0; c < Sb; c++)
-            _Pragma("GCC unroll 8")
-            for (int j = 0; j < 4; j++) mt[j] = _mm512_max_ps(mt[j], _mm512_loadu_ps(sT + c * FQ + 16 * j));
-        _Pragma("GCC unroll 8")
-        for (int j = 0; j < 4; j++) {
-            mn[j] = _mm512_max_ps(m[j], mt[j]);
-            /* rows with nothing visible yet keep max -inf: shift by 0, so e^-inf = 0, no NaN */
-            __mmask16 none = _mm512_cmp_ps_mask(mn[j], _mm512_set1_ps(-INFINITY), _CMP_EQ_OQ);
-            mn[j] = _mm512_mask_blend_ps(none, mn[j], _mm512_setzero_ps());
-            alpha[j] = exp_neg(_mm512_sub_ps(m[j], mn[j]));
-            m[j] = _mm512_mask_blend_ps(none, mn[j], _mm512_set1_ps(-INFINITY));
+        const float *kt = k + (size_t)j0 * ldk, *vt = v + (size_t)j0 * ldv;
+        size_t ldkt = ldk, ldvt = ldv;
+        if (nb > 1) { /* reused by every block: worth a contiguous copy */
+            copy_tile(kbuf, kt, ldk, Sb, D);
+            copy_tile(vbuf, vt, ldv, Sb, D);
+            kt = kbuf;
+            vt = vbuf;
+            ldkt = ldvt = D;
         }
-        __m512 ts[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
-        for (c = 0; c < Sb; c++)
-            _Pragma("GCC unroll 8")
-            for (int j = 0; j < 4; j++) {
-                __m512 p = exp_neg(_mm512_sub_ps(_mm512_loadu_ps(sT + c * FQ + 16 * j), mn[j]));
-                _mm512_storeu_ps(sT + c * FQ + 16 * j, p);
-                ts[j] = _mm512_add_ps(ts[j], p);
-            }
-        float al[FQ];
-        _Pragma("GCC unroll 8")
-        for (int j = 0; j < 4; j++) {
-            l[j] = _mm512_fmadd_ps(l[j], alpha[j], ts[j]);
-            _mm512_storeu_ps(al + 16 * j, alpha[j]);
+        for (int b = 0; b < nb; b++) {
+            int bi0 = i0 + b * FQ, Lb = L - b * FQ < FQ ? L - b * FQ : FQ;
+            if (s->causal && j0 >= bi0 + Lb) continue; /* the whole tile is in the block's future */
+            tile_update(&st[b], sT, kt, ldkt, vt, ldvt, s, bi0, Lb, j0, Sb, masked, ND);
         }
-        if (j0 > 0)
-            for (int r = 0; r < Lb; r++) {
-                __m512 a = _mm512_set1_ps(al[r]);
-                _Pragma("GCC unroll 8")
-                for (int j = 0; j < ND; j++)
-                    _mm512_storeu_ps(acc + r * D + 16 * j, _mm512_mul_ps(a, _mm512_loadu_ps(acc + r * D + 16 * j)));
-            }
-        // pT^T (Lb,Sb) @ v (Sb,D) + acc -> acc (Lb,D)
-        av_block(acc, sT, v + (size_t)j0 * ldv, ldv, Sb, Lb, ND);
     }
-    float lsum[FQ];
-    _Pragma("GCC unroll 8")
-    for (int j = 0; j < 4; j++) _mm512_storeu_ps(lsum + 16 * j, l[j]);
-    for (int r = 0; r < Lb; r++) {
-        float inv = lsum[r] > 0 ? 1.0f / lsum[r] : 0.0f; /* all keys hidden: 0 */
-        for (int d = 0; d < D; d++) out[(size_t)r * ldo + d] = acc[r * D + d] * inv;
+    for (int b = 0; b < nb; b++) {
+        int r0 = b * FQ, Lb = L - r0 < FQ ? L - r0 : FQ;
+        float lsum[FQ];
+        for (int j = 0; j < 4; j++) _mm512_storeu_ps(lsum + 16 * j, st[b].l[j]);
+        for (int r = 0; r < Lb; r++) {
+            float inv = lsum[r] > 0 ? 1.0f / lsum[r] : 0.0f; /* all keys hidden: 0 */
+            for (int d = 0; d < D; d++)
+                out[(size_t)(r0 + r) * ldo + d] = st[b].acc[r * D + d] * inv;
+        }
     }
 }
 
@@ -230,13 +292,13 @@ AVX512 void attn_fused_block(float *out, size_t ldo, const float *q, size_t ldq,
                              int Lb, int D, float scale, float *scratch)
 {
     switch (D / 16) {
-    case 1: fused_block(out, ldo, q, ldq, k, ldk, v, ldv, s, i0, Lb, scale, scratch, 1); break;
-    case 2: fused_block(out, ldo, q, ldq, k, ldk, v, ldv, s, i0, Lb, scale, scratch, 2); break;
-    case 3: fused_block(out, ldo, q, ldq, k, ldk, v, ldv, s, i0, Lb, scale, scratch, 3); break;
-    case 4: fused_block(out, ldo, q, ldq, k, ldk, v, ldv, s, i0, Lb, scale, scratch, 4); break;
-    case 5: fused_block(out, ldo, q, ldq, k, ldk, v, ldv, s, i0, Lb, scale, scratch, 5); break;
-    case 6: fused_block(out, ldo, q, ldq, k, ldk, v, ldv, s, i0, Lb, scale, scratch, 6); break;
-    case 7: fused_block(out, ldo, q, ldq, k, ldk, v, ldv, s, i0, Lb, scale, scratch, 7); break;
-    default: fused_block(out, ldo, q, ldq, k, ldk, v, ldv, s, i0, Lb, scale, scratch, 8); break;
+    case 1: fused_rows_all(out, ldo, q, ldq, k, ldk, v, ldv, s, i0, Lb, scale, scratch, 1); break;
+    case 2: fused_rows_all(out, ldo, q, ldq, k, ldk, v, ldv, s, i0, Lb, scale, scratch, 2); break;
+    case 3: fused_rows_all(out, ldo, q, ldq, k, ldk, v, ldv, s, i0, Lb, scale, scratch, 3); break;
+    case 4: fused_rows_all(out, ldo, q, ldq, k, ldk, v, ldv, s, i0, Lb, scale, scratch, 4); break;
+    case 5: fused_rows_all(out, ldo, q, ldq, k, ldk, v, ldv, s, i0, Lb, scale, scratch, 5); break;
+    case 6: fused_rows_all(out, ldo, q, ldq, k, ldk, v, ldv, s, i0, Lb, scale, scratch, 6); break;
+    case 7: fused_rows_all(out, ldo, q, ldq, k, ldk, v, ldv, s, i0, Lb, scale, scratch, 7); break;
+    default: fused_rows_all(out, ldo, q, ldq, k, ldk, v, ldv, s, i0, Lb, scale, scratch, 8); break;
     }
 }
