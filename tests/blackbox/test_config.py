@@ -69,7 +69,8 @@ BAD = [
     ("duplicate_model_names", {"models": [model_cfg(), model_cfg()]}, ("self_e16_h1",)),
     ("weights_file_missing", {"models": [model_cfg(weights="no-such-file.safetensors")]},
      ("no-such-file.safetensors",)),
-    ("embed_dim_disagrees_with_weights", {"models": [model_cfg(embed_dim=32, num_heads=1)]},
+    ("embed_dim_disagrees_with_weights", {"models": [model_cfg(embed_dim=32, num_heads=1, kdim=32,
+                                                               vdim=32)]},
      ("in_proj_weight",)),
 ]
 

@@ -350,8 +350,9 @@ FITS = [
     ("attention_mean_24", {"model": M, "query": rows(24, E), "attention": "mean"}),
     ("attention_none_30", {"model": M, "query": rows(30, E)}),
     ("attention_heads_at_limit", {"model": M, "query": [rows(16, E)] * 2, "attention": "heads"}),
-    ("tokens_at_limit", {"model": C, "query": rows(10, CE), "key": rows(54, CK),
-                         "value": rows(54, CV)}),
+    ("tokens_at_limit", {"model": C, "query": rows(10, CE),
+                         "key": b64_tensor(np.array(rows(54, CK))),
+                         "value": b64_tensor(np.array(rows(54, CV)))}),
 ]
 
 

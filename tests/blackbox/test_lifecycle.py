@@ -99,7 +99,7 @@ def wait_admitted(d, queued, results, timeout=20.0):
 def drain(fresh_daemons, big, sig, n):
     d = fresh_daemons(big_config(big, workers={"threads": 1},
                                  batching={"max_batch_requests": 1}))
-    q = big_query(1024)
+    q = big_query(2048)
     ref, _ = big.forward(q)
     body = json.dumps({"query": b64_tensor(q), "encoding": "base64"})
     results = [None] * n
@@ -137,7 +137,7 @@ def drain(fresh_daemons, big, sig, n):
 
 
 def test_drain_on_sigterm(fresh_daemons, big):
-    drain(fresh_daemons, big, signal.SIGTERM, 8)
+    drain(fresh_daemons, big, signal.SIGTERM, 6)
 
 
 def test_drain_on_sigint(fresh_daemons, big):

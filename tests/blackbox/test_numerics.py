@@ -254,7 +254,7 @@ def test_batched(d, name, ci, how):
 
 def test_batched_matches_single(d):
     """A batch answers what its sequences answer one by one."""
-    g, m = GOLDENS[0]
+    g, m = BY_NAME["self_e64_h8"]
     rng = np.random.default_rng(7)
     q = rng.standard_normal((3, 5, m.E)).astype(np.float32)
     rb = d.post("/v1/attention", {"model": m.name, "query": b64_tensor(q), "encoding": "base64",
