@@ -1,0 +1,447 @@
+/* test_server_parse.c - request bodies into jobs: nested and base64
+ * tensors, ragged and wrong-width rows, NaN and infinities, non-numbers,
+ * the field and index in every message, limits, and answers written back. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../server/codec.h"
+#include "../server/jsonin.h"
+#include "../server/request.h"
+#include "../server/tensor.h"
+
+/* ---- tensors ---- */
+
+static int read_t(const char *json, tensor_kind kind, int max_rank, int neg_inf_ok, tensor *t,
+                  attnd_error *e) {
+    jin j;
+    jin_init(&j, json, strlen(json));
+    memset(e, 0, sizeof(*e));
+    return tensor_read(&j, "x", kind, max_rank, neg_inf_ok, t, e);
+}
+
+/* The read must fail with 400 and a message holding every word. */
+static void refused(const char *json, tensor_kind kind, int neg_inf_ok, const char *w1,
+                    const char *w2) {
+    tensor t;
+    attnd_error e;
+    int rc = read_t(json, kind, 3, neg_inf_ok, &t, &e);
+    ck_assert_msg(rc < 0, "%s was accepted", json);
+    ck_assert_int_eq(e.code, AERR_BAD_REQUEST);
+    ck_assert_msg(strstr(e.msg, w1), "'%s' does not hold '%s'", e.msg, w1);
+    if (w2) ck_assert_msg(strstr(e.msg, w2), "'%s' does not hold '%s'", e.msg, w2);
+    ck_assert_ptr_null(t.f);
+    ck_assert_ptr_null(t.u);
+}
+
+START_TEST(test_nested_2d_and_3d) {
+    tensor t;
+    attnd_error e;
+    ck_assert_int_eq(read_t("[[1, 2.5, -3], [4e1, 0, -0.125]]", TK_FLOAT, 3, 0, &t, &e), 0);
+    ck_assert_int_eq(t.rank, 2);
+    ck_assert_int_eq(t.shape[0], 2);
+    ck_assert_int_eq(t.shape[1], 3);
+    ck_assert_uint_eq(t.n, 6);
+    float want[6] = {1, 2.5f, -3, 40, 0, -0.125f};
+    for (int i = 0; i < 6; i++) ck_assert_float_eq(t.f[i], want[i]);
+    tensor_free(&t);
+    ck_assert_int_eq(read_t(" [ [[1],[2]] , [[3],[4]] ] ", TK_FLOAT, 3, 0, &t, &e), 0);
+    ck_assert_int_eq(t.rank, 3);
+    ck_assert_int_eq(t.shape[0], 2);
+    ck_assert_int_eq(t.shape[1], 2);
+    ck_assert_int_eq(t.shape[2], 1);
+    ck_assert_float_eq(t.f[3], 4);
+    tensor_free(&t);
+}
+END_TEST
+
+START_TEST(test_nested_refusals_name_index) {
+    refused("[[1,2],[3]]", TK_FLOAT, 0, "x[1]", "ragged");
+    refused("[[1,2],[3,4,5]]", TK_FLOAT, 0, "x[1]", "ragged");
+    refused("[[1,2],[3,\"a\"]]", TK_FLOAT, 0, "x[1][1]", "not a number");
+    refused("[[1,2],[3,null]]", TK_FLOAT, 0, "x[1][1]", "not a number");
+    refused("[[1,2],[3,true]]", TK_FLOAT, 0, "x[1][1]", "not a number");
+    refused("[[1,2],[3,1e39]]", TK_FLOAT, 0, "x[1][1]", "float32 range");
+    refused("[[1,2],[3,-1e400]]", TK_FLOAT, 0, "x[1][1]", "float32 range");
+    refused("[[1,2],[3,NaN]]", TK_FLOAT, 0, "x[1][1]", NULL);
+    refused("[[1,2],[3,Infinity]]", TK_FLOAT, 0, "x[1][1]", NULL);
+    refused("[]", TK_FLOAT, 0, "x", "empty");
+    refused("[[1],[]]", TK_FLOAT, 0, "x[1]", "empty");
+    refused("[[1],2]", TK_FLOAT, 0, "x[1]", "expected an array");
+    refused("[1,[2]]", TK_FLOAT, 0, "x[1]", "got an array");
+    refused("[[[[1]]]]", TK_FLOAT, 0, "x", "dimensions");
+    refused("\"abc\"", TK_FLOAT, 0, "x", "a string");
+    refused("[[1,2],[3,4]", TK_FLOAT, 0, "x", "JSON");
+    refused("[true,1]", TK_BOOL, 0, "x[1]", "not a boolean");
+    refused("[true,1]", TK_ANY, 0, "x[1]", "not a boolean");
+    refused("[1,false]", TK_ANY, 0, "x[1]", "not a number");
+}
+END_TEST
+
+START_TEST(test_bools_and_any) {
+    tensor t;
+    attnd_error e;
+    ck_assert_int_eq(read_t("[[true,false],[false,true]]", TK_ANY, 3, 0, &t, &e), 0);
+    ck_assert_int_eq(t.is_bool, 1);
+    ck_assert_int_eq(t.u[0], 1);
+    ck_assert_int_eq(t.u[1], 0);
+    ck_assert_int_eq(t.u[3], 1);
+    tensor_free(&t);
+    ck_assert_int_eq(read_t("[[0.5,-2]]", TK_ANY, 3, 0, &t, &e), 0);
+    ck_assert_int_eq(t.is_bool, 0);
+    ck_assert_float_eq(t.f[1], -2);
+    tensor_free(&t);
+}
+END_TEST
+
+/* {"shape": shape, "dtype": dtype, "b64": base64 of n floats} */
+static char *b64_obj(const char *shape, const char *dtype, const void *data, size_t bytes) {
+    sbuf b;
+    sb_init(&b);
+    sb_printf(&b, "{\"shape\": %s, \"dtype\": \"%s\", \"b64\": \"", shape, dtype);
+    sb_b64(&b, data, bytes);
+    sb_puts(&b, "\"}");
+    return sb_take(&b, NULL);
+}
+
+START_TEST(test_base64_tensors) {
+    float v[6] = {1, -2, 3.5f, 0, 1e-3f, 6};
+    char *j = b64_obj("[2, 3]", "float32", v, sizeof(v));
+    tensor t;
+    attnd_error e;
+    ck_assert_int_eq(read_t(j, TK_FLOAT, 3, 0, &t, &e), 0);
+    ck_assert_int_eq(t.rank, 2);
+    ck_assert_int_eq(t.shape[1], 3);
+    ck_assert(memcmp(t.f, v, sizeof(v)) == 0);
+    tensor_free(&t);
+    free(j);
+    /* the shape asks for more bytes than b64 holds */
+    j = b64_obj("[3, 3]", "float32", v, sizeof(v));
+    refused(j, TK_FLOAT, 0, "x.b64", NULL);
+    free(j);
+    /* NaN and +inf named by index; -inf only when allowed */
+    v[4] = NAN;
+    j = b64_obj("[2, 3]", "float32", v, sizeof(v));
+    refused(j, TK_FLOAT, 0, "x[1][1]", "NaN");
+    free(j);
+    v[4] = -INFINITY;
+    j = b64_obj("[2, 3]", "float32", v, sizeof(v));
+    refused(j, TK_FLOAT, 0, "x[1][1]", "infinity");
+    ck_assert_int_eq(read_t(j, TK_ANY, 3, 1, &t, &e), 0);
+    ck_assert(isinf(t.f[4]) && t.f[4] < 0);
+    tensor_free(&t);
+    free(j);
+    v[4] = INFINITY;
+    j = b64_obj("[2, 3]", "float32", v, sizeof(v));
+    refused(j, TK_ANY, 1, "x[1][1]", "infinity");
+    free(j);
+    /* bool dtype */
+    unsigned char m[3] = {1, 0, 1};
+    j = b64_obj("[3]", "bool", m, sizeof(m));
+    ck_assert_int_eq(read_t(j, TK_BOOL, 3, 0, &t, &e), 0);
+    ck_assert_int_eq(t.is_bool, 1);
+    ck_assert_int_eq(t.u[2], 1);
+    tensor_free(&t);
+    refused(j, TK_FLOAT, 0, "x.dtype", NULL);
+    free(j);
+    refused("{\"shape\": [1], \"dtype\": \"float64\", \"b64\": \"AAAAAAAAAAA=\"}", TK_FLOAT, 0,
+            "x.dtype", NULL);
+    refused("{\"shape\": [1], \"b64\": \"AA!A\"}", TK_FLOAT, 0, "x.b64", "base64");
+    refused("{\"shape\": [0], \"b64\": \"\"}", TK_FLOAT, 0, "x.shape[0]", NULL);
+    refused("{\"b64\": \"AAAAAA==\"}", TK_FLOAT, 0, "x", "shape");
+    refused("{\"shape\": [1], \"b64\": \"AAAAAA==\", \"extra\": 1}", TK_FLOAT, 0, "extra", NULL);
+}
+END_TEST
+
+/* ---- requests ---- */
+
+static attnd_model_info MODELS[2] = {
+    {"small", {4, 2, 4, 4, 1, 0}},
+    {"cross", {4, 2, 3, 2, 1, 1}},
+};
+
+static attnd_parse_env env_of(int n_models) {
+    attnd_parse_env env = {MODELS, n_models, 64, 100};
+    return env;
+}
+
+static int parse(const char *body, int n_models, const char *path_model, attnd_job *job,
+                 attnd_error *e) {
+    attnd_parse_env env = env_of(n_models);
+    memset(e, 0, sizeof(*e));
+    return attnd_parse_native(&env, path_model, body, strlen(body), job, e);
+}
+
+static void native_refused(const char *body, attnd_err code, const char *w1, const char *w2) {
+    attnd_job job;
+    attnd_error e;
+    int rc = parse(body, 2, NULL, &job, &e);
+    ck_assert_msg(rc < 0, "%s was accepted", body);
+    ck_assert_msg(e.code == code, "%s: code %d, wanted %d (%s)", body, e.code, code, e.msg);
+    if (w1) ck_assert_msg(strstr(e.msg, w1), "'%s' does not hold '%s'", e.msg, w1);
+    if (w2) ck_assert_msg(strstr(e.msg, w2), "'%s' does not hold '%s'", e.msg, w2);
+    ck_assert_ptr_null(job.query);
+}
+
+START_TEST(test_native_self_attention) {
+    attnd_job job;
+    attnd_error e;
+    const char *body = "{\"query\": [[1,2,3,4],[5,6,7,8],[9,10,11,12]], \"attention\": \"heads\","
+                       " \"causal\": true, \"key_padding_mask\": [false, true, false]}";
+    ck_assert_int_eq(parse(body, 1, NULL, &job, &e), 0);
+    ck_assert_int_eq(job.model, 0);
+    ck_assert_int_eq(job.B, 1);
+    ck_assert_int_eq(job.L, 3);
+    ck_assert_int_eq(job.S, 3);
+    ck_assert_int_eq(job.self, 1);
+    ck_assert_int_eq(job.causal, 1);
+    ck_assert_int_eq(job.weights, ATTN_WEIGHTS_HEADS);
+    ck_assert_int_eq(job.kpm[1], 1);
+    ck_assert_float_eq(job.query[11], 12);
+    ck_assert_int_eq(attnd_job_tokens(&job), 6);
+    attnd_job_free(&job);
+}
+END_TEST
+
+START_TEST(test_native_batched_cross) {
+    attnd_job job;
+    attnd_error e;
+    const char *body =
+        "{\"model\": \"cross\", \"query\": [[[1,2,3,4]],[[5,6,7,8]]],"
+        " \"key\": [[[1,2,3],[4,5,6]],[[7,8,9],[1,2,3]]],"
+        " \"value\": [[[1,2],[3,4]],[[5,6],[7,8]]], \"key_padding_mask\": [true, false],"
+        " \"attn_mask\": [[0.5, -1]], \"encoding\": \"base64\"}";
+    ck_assert_int_eq(parse(body, 2, NULL, &job, &e), 0);
+    ck_assert_int_eq(job.model, 1);
+    ck_assert_int_eq(job.B, 2);
+    ck_assert_int_eq(job.L, 1);
+    ck_assert_int_eq(job.S, 2);
+    ck_assert_int_eq(job.rank3, 1);
+    ck_assert_int_eq(job.self, 0);
+    ck_assert_int_eq(job.causal, 1); /* the model's default */
+    ck_assert_int_eq(job.enc, ENC_BASE64);
+    /* an (S) mask is repeated for every sequence */
+    ck_assert_int_eq(job.kpm[0], 1);
+    ck_assert_int_eq(job.kpm[2], 1);
+    ck_assert_int_eq(job.kpm[3], 0);
+    ck_assert_ptr_nonnull(job.mask_add);
+    ck_assert_int_eq(job.mask_per_seq, 0);
+    ck_assert_float_eq(job.value[7], 8);
+    attnd_job_free(&job);
+}
+END_TEST
+
+START_TEST(test_native_refusals) {
+    native_refused("", AERR_BAD_REQUEST, "empty", NULL);
+    native_refused("[1]", AERR_BAD_REQUEST, "object", NULL);
+    native_refused("{\"query\": [[1,2,3,4]]", AERR_BAD_REQUEST, "JSON", NULL);
+    native_refused("{\"query\": [[1,2,3,4]]} x", AERR_BAD_REQUEST, "JSON", NULL);
+    native_refused("{\"model\":\"small\",\"query\": [[1,2,3]]}", AERR_BAD_REQUEST, "query", "4");
+    native_refused("{\"model\":\"small\",\"query\": [[1,2,3,4],[1,2,\"x\",4]]}", AERR_BAD_REQUEST,
+                   "query[1][2]", "not a number");
+    native_refused("{\"model\":\"small\",\"query\": [[1,2,3,4]], \"atention\": \"mean\"}",
+                   AERR_BAD_REQUEST, "atention", "unknown");
+    native_refused("{\"model\":\"nope\",\"query\": [[1,2,3,4]]}", AERR_NOT_FOUND, "nope", NULL);
+    native_refused("{\"query\": [[1,2,3,4]]}", AERR_BAD_REQUEST, "model", NULL);
+    native_refused("{\"model\":\"small\",\"query\": [[1,2,3,4]], \"attention\": \"all\"}",
+                   AERR_BAD_REQUEST, "attention", NULL);
+    native_refused("{\"model\":\"small\",\"query\": [[1,2,3,4]], \"causal\": 1}", AERR_BAD_REQUEST,
+                   "causal", NULL);
+    native_refused("{\"model\":\"small\",\"query\": [[1,2,3,4]], \"key_padding_mask\": [0]}",
+                   AERR_BAD_REQUEST, "key_padding_mask[0]", NULL);
+    native_refused("{\"model\":\"small\",\"query\": [[1,2,3,4]], \"key_padding_mask\": [true, "
+                   "false]}",
+                   AERR_BAD_REQUEST, "key_padding_mask", "1");
+    native_refused("{\"model\":\"small\",\"query\": [[1,2,3,4]], \"attn_mask\": [[true],[true]]}",
+                   AERR_BAD_REQUEST, "attn_mask", NULL);
+    native_refused("{\"model\":\"small\",\"query\": [[1,2,3,4]], \"value\": [[1,2,3,4]]}",
+                   AERR_BAD_REQUEST, "value", "key");
+    native_refused("{\"model\":\"cross\",\"query\": [[1,2,3,4]]}", AERR_BAD_REQUEST, "key",
+                   "kdim");
+    native_refused("{\"model\":\"cross\",\"query\": [[1,2,3,4]], \"key\": [[1,2,3,4]]}",
+                   AERR_BAD_REQUEST, "key", "3");
+    native_refused("{\"model\":\"small\",\"query\": [[1,2,3,4]], \"query\": [[1,2,3,4]]}",
+                   AERR_BAD_REQUEST, "twice", NULL);
+    native_refused("{\"model\":\"small\",\"query\": [[1,2,3,4]],\"key\":[[[1,2,3,4]]]}",
+                   AERR_BAD_REQUEST, "key", "dimensions");
+}
+END_TEST
+
+START_TEST(test_native_limits_413) {
+    /* 33 query tokens + 33 key tokens > 64 */
+    sbuf b;
+    sb_init(&b);
+    sb_puts(&b, "{\"model\":\"small\",\"query\":[");
+    for (int i = 0; i < 33; i++) sb_puts(&b, i ? ",[1,2,3,4]" : "[1,2,3,4]");
+    sb_puts(&b, "]}");
+    native_refused(b.p, AERR_TOO_LARGE, "66", "64");
+    sb_free(&b);
+    /* 2 heads × 8 × 8 = 128 floats are over 100; their mean (64) is not */
+    for (int heads = 1; heads >= 0; heads--) {
+        sb_init(&b);
+        sb_printf(&b, "{\"model\":\"small\",\"attention\":\"%s\",\"query\":[",
+                  heads ? "heads" : "mean");
+        for (int i = 0; i < 8; i++) sb_puts(&b, i ? ",[1,2,3,4]" : "[1,2,3,4]");
+        sb_puts(&b, "]}");
+        if (heads) {
+            native_refused(b.p, AERR_TOO_LARGE, "128", "100");
+        } else {
+            attnd_job job;
+            attnd_error e;
+            ck_assert_int_eq(parse(b.p, 2, NULL, &job, &e), 0);
+            attnd_job_free(&job);
+        }
+        sb_free(&b);
+    }
+}
+END_TEST
+
+START_TEST(test_path_model) {
+    attnd_job job;
+    attnd_error e;
+    ck_assert_int_eq(parse("{\"query\": [[1,2,3,4]]}", 2, "small", &job, &e), 0);
+    ck_assert_int_eq(job.model, 0);
+    attnd_job_free(&job);
+    ck_assert_int_lt(parse("{\"query\": [[1,2,3,4]]}", 2, "zzz", &job, &e), 0);
+    ck_assert_int_eq(e.code, AERR_NOT_FOUND);
+    ck_assert_int_lt(parse("{\"model\":\"cross\",\"query\": [[1,2,3,4]]}", 2, "small", &job, &e), 0);
+    ck_assert_int_eq(e.code, AERR_BAD_REQUEST);
+}
+END_TEST
+
+static int parse_v2(const char *body, attnd_job *job, attnd_error *e) {
+    attnd_parse_env env = env_of(2);
+    memset(e, 0, sizeof(*e));
+    return attnd_parse_v2(&env, "small", body, strlen(body), job, e);
+}
+
+START_TEST(test_v2_inputs) {
+    attnd_job job;
+    attnd_error e;
+    const char *body =
+        "{\"id\": \"r1\", \"parameters\": {\"causal\": true, \"other\": [1]},"
+        " \"inputs\": [{\"name\": \"query\", \"shape\": [1, 2, 4], \"datatype\": \"FP32\","
+        " \"data\": [1,2,3,4,5,6,7,8]}, {\"name\": \"key_padding_mask\", \"shape\": [1, 2],"
+        " \"datatype\": \"BOOL\", \"data\": [false, true]}],"
+        " \"outputs\": [{\"name\": \"output\"}, {\"name\": \"attention\"}]}";
+    ck_assert_int_eq(parse_v2(body, &job, &e), 0);
+    ck_assert_int_eq(job.api, API_V2);
+    ck_assert_int_eq(job.B, 1);
+    ck_assert_int_eq(job.L, 2);
+    ck_assert_int_eq(job.rank3, 1);
+    ck_assert_int_eq(job.causal, 1);
+    ck_assert_int_eq(job.weights, ATTN_WEIGHTS_MEAN);
+    ck_assert_str_eq(job.v2_id, "r1");
+    ck_assert_int_eq(job.kpm[1], 1);
+    attnd_job_free(&job);
+    /* nested data is taken too */
+    ck_assert_int_eq(parse_v2("{\"inputs\": [{\"name\": \"query\", \"shape\": [2, 4], \"datatype\":"
+                              " \"FP32\", \"data\": [[1,2,3,4],[5,6,7,8]]}]}",
+                              &job, &e),
+                     0);
+    ck_assert_int_eq(job.L, 2);
+    attnd_job_free(&job);
+}
+END_TEST
+
+START_TEST(test_v2_refusals) {
+    attnd_job job;
+    attnd_error e;
+    struct {
+        const char *body, *w1, *w2;
+    } cases[] = {
+        {"{\"inputs\": [{\"name\": \"query\", \"shape\": [3, 4], \"datatype\": \"FP32\", \"data\":"
+         " [1,2,3,4,5,6,7,8]}]}",
+         "query", "12"},
+        {"{\"inputs\": [{\"name\": \"query\", \"shape\": [2, 4], \"datatype\": \"FP32\", \"data\":"
+         " [1,2,3,4,5,\"x\",7,8]}]}",
+         "query", "[5]"},
+        {"{\"inputs\": [{\"name\": \"query\", \"shape\": [2, 4], \"datatype\": \"BYTES\", \"data\":"
+         " [1,2,3,4,5,6,7,8]}]}",
+         "BYTES", NULL},
+        {"{\"inputs\": [{\"name\": \"keys\", \"shape\": [1, 4], \"datatype\": \"FP32\", \"data\":"
+         " [1,2,3,4]}]}",
+         "keys", NULL},
+        {"{\"parameters\": {}}", "query", NULL},
+        {"{\"inputs\": {}}", "inputs", NULL},
+        {"{\"inputs\": [{\"name\": \"query\", \"shape\": [1, 4], \"datatype\": \"FP32\", \"data\":"
+         " [1,2,3,4]}], \"parameters\": {\"attention\": \"most\"}}",
+         "attention", NULL},
+        {"{\"inputs\": [{\"name\": \"query\", \"shape\": [1, 4], \"datatype\": \"FP32\", \"data\":"
+         " [1,2,3,4]}], \"outputs\": [{\"name\": \"logits\"}]}",
+         "logits", NULL},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        int rc = parse_v2(cases[i].body, &job, &e);
+        ck_assert_msg(rc < 0, "%s was accepted", cases[i].body);
+        ck_assert_int_eq(e.code, AERR_BAD_REQUEST);
+        ck_assert_msg(strstr(e.msg, cases[i].w1), "'%s' lacks '%s'", e.msg, cases[i].w1);
+        if (cases[i].w2)
+            ck_assert_msg(strstr(e.msg, cases[i].w2), "'%s' lacks '%s'", e.msg, cases[i].w2);
+    }
+}
+END_TEST
+
+START_TEST(test_answers_written_back) {
+    attnd_job job;
+    attnd_error e;
+    ck_assert_int_eq(parse("{\"query\": [[1,2,3,4],[5,6,7,8]], \"attention\": \"mean\"}", 1, NULL,
+                           &job, &e),
+                     0);
+    float out[8] = {0.5f, -1, 2, 3, 4, 5, 6, 0.1f};
+    float attn[4] = {0.25f, 0.75f, 1, 0};
+    job.attn = malloc(sizeof(attn));
+    memcpy(job.attn, attn, sizeof(attn));
+    attnd_usage u = {3, 10, 20};
+    sbuf b;
+    sb_init(&b);
+    ck_assert_int_eq(attnd_write_answer(&b, &job, &MODELS[0], out, &u), 0);
+    ck_assert_str_eq(b.p, "{\"model\":\"small\",\"output\":[[0.5,-1,2,3],[4,5,6,0.100000001]],"
+                          "\"attention\":[[0.25,0.75],[1,0]],\"usage\":{\"batch\":3,"
+                          "\"sequences\":1,\"query_tokens\":2,\"key_tokens\":2,\"queue_us\":10,"
+                          "\"compute_us\":20}}\n");
+    sb_free(&b);
+    /* base64 answers decode to the same floats */
+    job.enc = ENC_BASE64;
+    sb_init(&b);
+    ck_assert_int_eq(attnd_write_answer(&b, &job, &MODELS[0], out, &u), 0);
+    const char *p = strstr(b.p, "\"output\":{\"shape\":[2,4],\"dtype\":\"float32\",\"b64\":\"");
+    ck_assert_ptr_nonnull(p);
+    p = strstr(p, "\"b64\":\"") + 7;
+    const char *q = strchr(p, '"');
+    float back[8];
+    size_t n = 0;
+    ck_assert_int_eq(b64_decode(p, (size_t)(q - p), back, sizeof(back), &n), 0);
+    ck_assert_uint_eq(n, sizeof(out));
+    ck_assert(memcmp(back, out, sizeof(out)) == 0);
+    sb_free(&b);
+    attnd_job_free(&job);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("server_parse");
+    TCase *tc = tcase_create("tensors");
+    tcase_add_test(tc, test_nested_2d_and_3d);
+    tcase_add_test(tc, test_nested_refusals_name_index);
+    tcase_add_test(tc, test_bools_and_any);
+    tcase_add_test(tc, test_base64_tensors);
+    suite_add_tcase(s, tc);
+    TCase *tr = tcase_create("requests");
+    tcase_add_test(tr, test_native_self_attention);
+    tcase_add_test(tr, test_native_batched_cross);
+    tcase_add_test(tr, test_native_refusals);
+    tcase_add_test(tr, test_native_limits_413);
+    tcase_add_test(tr, test_path_model);
+    tcase_add_test(tr, test_v2_inputs);
+    tcase_add_test(tr, test_v2_refusals);
+    tcase_add_test(tr, test_answers_written_back);
+    suite_add_tcase(s, tr);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,146 @@
+/* test_server_routes.c - the route table (matches, captures, 404, 405 and
+ * Allow), the error road (kind -> status, body) and the metrics text. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../server/errors.h"
+#include "../server/metrics.h"
+#include "../server/routes.h"
+
+START_TEST(test_every_route_matches_itself) {
+    for (int i = 0; i < R_COUNT; i++) {
+        const route *r = &attnd_routes[i];
+        ck_assert_int_eq(r->id, i);
+        char path[256];
+        const char *p = r->pattern;
+        size_t k = 0;
+        while (*p) { /* fill {name} with "m1" and {version} with "1" */
+            if (*p == '{') {
+                const char *v = strncmp(p, "{name}", 6) == 0 ? "m1" : "1";
+                k += (size_t)snprintf(path + k, sizeof(path) - k, "%s", v);
+                p = strchr(p, '}') + 1;
+            } else {
+                path[k++] = *p++;
+            }
+        }
+        path[k] = '\0';
+        route_match m;
+        ck_assert_int_eq(route_find(r->method, path, 0, &m), 0);
+        ck_assert_ptr_eq(m.route, r);
+        if (strstr(r->pattern, "{name}")) ck_assert_str_eq(m.name, "m1");
+        if (strstr(r->pattern, "{version}")) ck_assert_str_eq(m.version, "1");
+        /* the other method is 405 with Allow naming the right one */
+        const char *other = strcmp(r->method, "GET") == 0 ? "POST" : "GET";
+        ck_assert_int_eq(route_find(other, path, 0, &m), 405);
+        ck_assert_ptr_nonnull(strstr(m.allow, r->method));
+        ck_assert_ptr_null(strstr(m.allow, "OPTIONS"));
+    }
+}
+END_TEST
+
+START_TEST(test_unknown_paths_404) {
+    const char *paths[] = {"/",           "/v1",          "/v1/attention/",    "/health/",
+                           "/v1/models/", "/v2/models//infer", "/v2/models/a/b/infer", "/healthz",
+                           "",            "/v2/models/a/versions//infer"};
+    for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++) {
+        route_match m;
+        ck_assert_msg(route_find("GET", paths[i], 0, &m) == 404, "%s matched", paths[i]);
+        ck_assert_msg(route_find("POST", paths[i], 0, &m) == 404, "%s matched", paths[i]);
+        ck_assert_ptr_null(m.route);
+    }
+}
+END_TEST
+
+START_TEST(test_head_and_options) {
+    route_match m;
+    ck_assert_int_eq(route_find("HEAD", "/health", 0, &m), 0);
+    ck_assert_int_eq(route_find("HEAD", "/v1/attention", 0, &m), 405);
+    ck_assert_int_eq(route_find("OPTIONS", "/v1/attention", 0, &m), 405);
+    ck_assert_int_eq(route_find("OPTIONS", "/v1/attention", 1, &m), 0);
+    ck_assert_str_eq(m.allow, "POST, OPTIONS");
+    ck_assert_int_eq(route_find("DELETE", "/v1/models", 1, &m), 405);
+    ck_assert_str_eq(m.allow, "GET, HEAD, OPTIONS");
+    ck_assert_int_eq(route_find("GET", "/v2/models/enc.0-x_y/ready", 0, &m), 0);
+    ck_assert_int_eq(m.route->id, R_V2_MODEL_READY);
+    ck_assert_str_eq(m.name, "enc.0-x_y");
+}
+END_TEST
+
+START_TEST(test_open_routes) {
+    for (int i = 0; i < R_COUNT; i++) {
+        int open = i == R_HEALTH || i == R_METRICS || i == R_V2_LIVE || i == R_V2_READY;
+        ck_assert_msg(attnd_routes[i].open == open, "%s open=%d", attnd_routes[i].pattern,
+                      attnd_routes[i].open);
+    }
+}
+END_TEST
+
+START_TEST(test_error_statuses_and_body) {
+    int want[AERR_COUNT] = {200, 400, 401, 404, 405, 413, 429, 500, 503, 504};
+    for (int i = 0; i < AERR_COUNT; i++) ck_assert_int_eq(attnd_err_status((attnd_err)i), want[i]);
+    size_t n = 0;
+    char *b = attnd_error_body("query[2][5]: not a \"number\"", &n);
+    ck_assert_str_eq(b, "{\"error\":\"query[2][5]: not a \\\"number\\\"\"}\n");
+    ck_assert_uint_eq(n, strlen(b));
+    free(b);
+    attnd_error e;
+    ck_assert_int_eq(attnd_set_error(&e, AERR_TOO_LARGE, "%d > %d", 5, 4), -1);
+    ck_assert_int_eq(e.code, AERR_TOO_LARGE);
+    ck_assert_str_eq(e.msg, "5 > 4");
+}
+END_TEST
+
+START_TEST(test_metrics_text) {
+    static attnd_metrics m;
+    metrics_init(&m);
+    metrics_request(&m, R_ATTENTION, 200, 1500);
+    metrics_request(&m, R_ATTENTION, 200, 2400000);
+    metrics_request(&m, R_V2_INFER, 429, 10);
+    metrics_reject(&m, AERR_QUEUE_FULL);
+    metrics_reject(&m, AERR_TIMEOUT);
+    hist_observe(&m.batch_size, 3);
+    sbuf b;
+    sb_init(&b);
+    const char *names[1] = {"default"};
+    int depth[1] = {7};
+    metrics_write(&m, &b, names, depth, 1);
+    const char *want[] = {
+        "attnd_requests_total{route=\"/v1/attention\",status=\"200\"} 2\n",
+        "attnd_requests_total{route=\"/v2/models/:name/infer\",status=\"429\"} 1\n",
+        "attnd_request_duration_seconds_bucket{le=\"0.0025\"} 2\n",
+        "attnd_request_duration_seconds_bucket{le=\"2.5\"} 3\n",
+        "attnd_request_duration_seconds_bucket{le=\"+Inf\"} 3\n",
+        "attnd_request_duration_seconds_count 3\n",
+        "attnd_request_duration_seconds_sum 2.40151\n",
+        "attnd_batch_size_bucket{le=\"2\"} 0\n",
+        "attnd_batch_size_bucket{le=\"4\"} 1\n",
+        "attnd_queue_depth{model=\"default\"} 7\n",
+        "attnd_rejected_total{reason=\"queue_full\"} 1\n",
+        "attnd_timeouts_total 1\n",
+        "# TYPE attnd_compute_seconds histogram\n",
+        "# TYPE attnd_tokens_total counter\n",
+    };
+    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
+        ck_assert_msg(strstr(b.p, want[i]), "missing %s", want[i]);
+    sb_free(&b);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("server_routes");
+    TCase *tc = tcase_create("routes");
+    tcase_add_test(tc, test_every_route_matches_itself);
+    tcase_add_test(tc, test_unknown_paths_404);
+    tcase_add_test(tc, test_head_and_options);
+    tcase_add_test(tc, test_open_routes);
+    tcase_add_test(tc, test_error_statuses_and_body);
+    tcase_add_test(tc, test_metrics_text);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
