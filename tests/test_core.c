@@ -3,11 +3,13 @@
  * Three groups:
  *   golden   every .json file in tests/data/golden (made by tests/gen_golden.py from
  *            torch.nn.MultiheadAttention): each sequence alone and packed into
- *            ragged batches, through attn_forward (1, 2, 3 threads) and
+ *            ragged batches, through attn_forward (1, 2, 3 threads, fused
+ *            kernel on and off) and
  *            attn_forward_ref; outputs and attention matrices within a relative
  *            error of 1e-5 of torch.
  *   random   fixed-seed random shapes, weights, masks and weights modes:
- *            attn_forward against attn_forward_ref, same tolerance.
+ *            attn_forward (1, 2, 3 threads; fused kernel on and off) against
+ *            attn_forward_ref, same tolerance.
  *   errors   bad hyper-parameters and bad batches are refused with a sentence.
  * In every group: no NaN or Inf anywhere, and a query row whose keys are all
  * hidden has attention weights exactly 0 and an output row equal to out_b.
@@ -25,6 +27,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* For loops over elements: Check's ck_assert records its location on every
+ * call, even a passing one, which is slow over millions of elements. */
+#define REQUIRE(cond, ...)                                                                         \
+    do {                                                                                           \
+        if (!(cond)) ck_abort_msg(__VA_ARGS__);                                                    \
+    } while (0)
 
 #define REL_TOL 1e-5    /* ||out - ref|| / ||ref||, SPEC section 1 */
 #define HIDDEN_TOL 1e-6 /* fully hidden row: |out - out_b| */
@@ -64,10 +73,8 @@ static void tseq_free(tseq *s) {
 }
 
 static size_t attn_floats(const attn_model *m, const tseq *s) {
-    if (s->weights == ATTN_WEIGHTS_HEADS)
-        return (size_t)m->hp.num_heads * s->L * s->S;
-    if (s->weights == ATTN_WEIGHTS_MEAN)
-        return (size_t)s->L * s->S;
+    if (s->weights == ATTN_WEIGHTS_HEADS) return (size_t)m->hp.num_heads * s->L * s->S;
+    if (s->weights == ATTN_WEIGHTS_MEAN) return (size_t)s->L * s->S;
     return 0;
 }
 
@@ -94,25 +101,21 @@ static double rel_err(const float *a, const float *ref, size_t n) {
         double d = (double)a[i] - (double)ref[i];
         d2 += d * d;
         r2 += (double)ref[i] * ref[i];
-        if (fabs(d) > g_max_abs)
-            g_max_abs = fabs(d);
+        if (fabs(d) > g_max_abs) g_max_abs = fabs(d);
     }
     double e = r2 > 0 ? sqrt(d2 / r2) : sqrt(d2);
-    if (!(e <= g_max_rel))
-        g_max_rel = e;
+    if (!(e <= g_max_rel)) g_max_rel = e;
     return e;
 }
 
 static void assert_finite(const float *a, size_t n, const char *what) {
     for (size_t i = 0; i < n; i++)
-        ck_assert_msg(isfinite(a[i]), "%s: element %zu is %f", what, i, (double)a[i]);
+        REQUIRE(isfinite(a[i]), "%s: element %zu is %f", what, i, (double)a[i]);
 }
 
 static int key_hidden(const tseq *s, int i, int j) {
-    if (s->kpm && s->kpm[j])
-        return 1;
-    if (s->mask_bool && s->mask_bool[(size_t)i * s->S + j])
-        return 1;
+    if (s->kpm && s->kpm[j]) return 1;
+    if (s->mask_bool && s->mask_bool[(size_t)i * s->S + j]) return 1;
     if (s->mask_add && isinf(s->mask_add[(size_t)i * s->S + j]) &&
         s->mask_add[(size_t)i * s->S + j] < 0)
         return 1;
@@ -128,20 +131,19 @@ static int check_hidden_rows(const attn_model *m, const tseq *s, const float *ou
         int all = 1;
         for (int j = 0; j < s->S && all; j++)
             all = key_hidden(s, i, j);
-        if (!all)
-            continue;
+        if (!all) continue;
         rows++;
         for (int e = 0; e < E; e++) {
             double d = fabs((double)out[(size_t)i * E + e] - m->out_b[e]);
-            ck_assert_msg(d <= HIDDEN_TOL, "%s: hidden row %d col %d: out %g, out_b %g", what, i,
-                          e, (double)out[(size_t)i * E + e], (double)m->out_b[e]);
+            REQUIRE(d <= HIDDEN_TOL, "%s: hidden row %d col %d: out %g, out_b %g", what, i, e,
+                    (double)out[(size_t)i * E + e], (double)m->out_b[e]);
         }
         int nh = s->weights == ATTN_WEIGHTS_HEADS ? H : s->weights == ATTN_WEIGHTS_MEAN ? 1 : 0;
         for (int h = 0; h < nh; h++)
             for (int j = 0; j < s->S; j++) {
                 float w = attn[((size_t)h * s->L + i) * s->S + j];
-                ck_assert_msg(w == 0.0f, "%s: hidden row %d head %d key %d: weight %g", what, i,
-                              h, j, (double)w);
+                REQUIRE(w == 0.0f, "%s: hidden row %d head %d key %d: weight %g", what, i, h, j,
+                        (double)w);
             }
     }
     return rows;
@@ -237,8 +239,8 @@ static tres *run_batch(const attn_model *m, const tseq *seqs, const int *idx, in
     char err[256] = "";
     int rc = ctx ? attn_forward(ctx, m, &b, err, sizeof(err))
                  : attn_forward_ref(m, &b, err, sizeof(err));
-    ck_assert_msg(rc == 0, "%s: %s returned %d: %s", what, ctx ? "attn_forward" : "attn_forward_ref",
-                  rc, err);
+    ck_assert_msg(rc == 0, "%s: %s returned %d: %s", what,
+                  ctx ? "attn_forward" : "attn_forward_ref", rc, err);
     t = 0;
     for (int i = 0; i < n; i++) {
         const tseq *s = &seqs[idx[i]];
@@ -272,13 +274,11 @@ static void scan_golden(void) {
     DIR *d = opendir(golden_dir());
     struct dirent *de;
     g_ngolden = 0;
-    if (!d)
-        return;
+    if (!d) return;
     while ((de = readdir(d)) != NULL && g_ngolden < MAX_GOLDEN) {
         size_t n = strlen(de->d_name);
         if (n > 5 && strcmp(de->d_name + n - 5, ".json") == 0)
-            snprintf(g_golden[g_ngolden++], sizeof(g_golden[0]), "%s/%s", golden_dir(),
-                     de->d_name);
+            snprintf(g_golden[g_ngolden++], sizeof(g_golden[0]), "%s/%s", golden_dir(), de->d_name);
     }
     closedir(d);
     qsort(g_golden, g_ngolden, sizeof(g_golden[0]), cmp_str);
@@ -292,8 +292,8 @@ static size_t flatten(const json_t *j, float *dst, size_t cap, size_t n, const c
         json_array_foreach(j, i, x) n = flatten(x, dst, cap, n, what);
         return n;
     }
-    ck_assert_msg(json_is_number(j), "%s: not a number", what);
-    ck_assert_msg(n < cap, "%s: more than %zu values", what, cap);
+    REQUIRE(json_is_number(j), "%s: not a number", what);
+    REQUIRE(n < cap, "%s: more than %zu values", what, cap);
     dst[n] = (float)json_number_value(j);
     return n + 1;
 }
@@ -313,11 +313,11 @@ static uint8_t *json_bools(const json_t *j, size_t count, const char *what) {
     json_array_foreach(j, i, x) {
         if (json_is_array(x)) {
             json_array_foreach(x, k, y) {
-                ck_assert_msg(json_is_boolean(y) && n < count, "%s: bad bool", what);
+                REQUIRE(json_is_boolean(y) && n < count, "%s: bad bool", what);
                 p[n++] = json_is_true(y);
             }
         } else {
-            ck_assert_msg(json_is_boolean(x) && n < count, "%s: bad bool", what);
+            REQUIRE(json_is_boolean(x) && n < count, "%s: bad bool", what);
             p[n++] = json_is_true(x);
         }
     }
@@ -403,13 +403,10 @@ static void golden_load(golden *g, const char *path) {
         s->L = (int)json_array_size(q);
         s->S = json_is_null(k) ? s->L : (int)json_array_size(k);
         s->query = json_floats(q, (size_t)s->L * E, "query");
-        if (!json_is_null(k))
-            s->key = json_floats(k, (size_t)s->S * hp.kdim, "key");
-        if (!json_is_null(v))
-            s->value = json_floats(v, (size_t)s->S * hp.vdim, "value");
+        if (!json_is_null(k)) s->key = json_floats(k, (size_t)s->S * hp.kdim, "key");
+        if (!json_is_null(v)) s->value = json_floats(v, (size_t)s->S * hp.vdim, "value");
         json_t *kpm = json_object_get(js, "key_padding_mask");
-        if (!json_is_null(kpm))
-            s->kpm = json_bools(kpm, s->S, "key_padding_mask");
+        if (!json_is_null(kpm)) s->kpm = json_bools(kpm, s->S, "key_padding_mask");
         json_t *am = json_object_get(js, "attn_mask");
         const char *kind = json_string_value(json_object_get(js, "attn_mask_kind"));
         if (!json_is_null(am)) {
@@ -442,24 +439,32 @@ static void golden_free(golden *g) {
     attn_model_free(&g->m);
 }
 
-/* Runs one batch of golden sequences through every path and checks each
+/* Runs one batch of golden sequences through every path (the reference;
+ * the fast path with each context, fused kernel on, then off) and checks each
  * sequence against torch. */
-static void golden_batch(const golden *g, const int *idx, int n, enum kv_mode kv,
-                         attn_ctx **ctxs, int nctx, const char *what) {
-    char label[256];
-    for (int c = -1; c < nctx; c++) {
-        attn_ctx *ctx = c < 0 ? NULL : ctxs[c];
+static void golden_batch(const golden *g, const int *idx, int n, enum kv_mode kv, attn_ctx **ctxs,
+                         int nctx, const char *what) {
+    char label[1024];
+    int fused_default = attn_set_fused(1);
+    for (int c = -1; c < 2 * nctx; c++) {
+        attn_ctx *ctx = c < 0 ? NULL : ctxs[c % nctx];
+        int fused = c < nctx;
+        attn_set_fused(fused);
         tres *r = run_batch(&g->m, g->seqs, idx, n, kv, ctx, what);
         for (int i = 0; i < n; i++) {
             const tseq *s = &g->seqs[idx[i]];
-            snprintf(label, sizeof(label), "%s, %s, sequence %d of %d (golden #%d)", what,
-                     ctx ? (c == 0 ? "fast 1 thread" : c == 1 ? "fast 2 threads" : "fast 3 threads")
-                         : "reference",
-                     i, n, idx[i]);
+            if (ctx)
+                snprintf(label, sizeof(label),
+                         "%s, fast %d thread(s) fused %s, sequence %d of %d (golden #%d)", what,
+                         attn_ctx_threads(ctx), fused ? "on" : "off", i, n, idx[i]);
+            else
+                snprintf(label, sizeof(label), "%s, reference, sequence %d of %d (golden #%d)",
+                         what, i, n, idx[i]);
             check_seq(&g->m, s, r[i].out, r[i].attn, s->want_out, s->want_attn, label);
         }
         tres_free(r, n);
     }
+    attn_set_fused(fused_default);
 }
 
 START_TEST(test_golden_present) {
@@ -494,8 +499,7 @@ START_TEST(test_golden_file) {
     /* every self sequence in one ragged batch, key NULL */
     n = 0;
     for (int i = 0; i < g.n; i++)
-        if (!g.seqs[i].key)
-            idx[n++] = i;
+        if (!g.seqs[i].key) idx[n++] = i;
     if (n > 1) {
         snprintf(what, sizeof(what), "%s self batch", path);
         golden_batch(&g, idx, n, KV_SELF, ctxs, 3, what);
@@ -503,8 +507,7 @@ START_TEST(test_golden_file) {
     /* every sequence with a key and no value, value NULL */
     n = 0;
     for (int i = 0; i < g.n; i++)
-        if (g.seqs[i].key && !g.seqs[i].value)
-            idx[n++] = i;
+        if (g.seqs[i].key && !g.seqs[i].value) idx[n++] = i;
     if (n > 0 && hp->kdim == hp->vdim) {
         snprintf(what, sizeof(what), "%s key-only batch", path);
         golden_batch(&g, idx, n, KV_KEY_ONLY, ctxs, 3, what);
@@ -513,10 +516,8 @@ START_TEST(test_golden_file) {
     int all_ok = 1;
     for (int i = 0; i < g.n; i++) {
         const tseq *s = &g.seqs[i];
-        if (!s->key && (hp->kdim != hp->embed_dim || hp->vdim != hp->embed_dim))
-            all_ok = 0;
-        if (s->key && !s->value && hp->kdim != hp->vdim)
-            all_ok = 0;
+        if (!s->key && (hp->kdim != hp->embed_dim || hp->vdim != hp->embed_dim)) all_ok = 0;
+        if (s->key && !s->value && hp->kdim != hp->vdim) all_ok = 0;
     }
     ck_assert(all_ok);
     for (int i = 0; i < g.n; i++)
@@ -589,8 +590,7 @@ static void rand_model(attn_model *m, const attn_hparams *hp) {
         {m->out_b, (size_t)E, 0.5f, 1},
     };
     for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
-        if (t[i].is_bias && !hp->bias)
-            continue; /* attn.h: biases are zeros when bias == 0 */
+        if (t[i].is_bias && !hp->bias) continue; /* attn.h: biases are zeros when bias == 0 */
         for (size_t j = 0; j < t[i].n; j++)
             t[i].p[j] = rng_normal() * t[i].scale;
     }
@@ -606,23 +606,39 @@ typedef struct {
     int self;       /* 1: key NULL (self-attention) */
     int value_null; /* 1: value NULL (value = key) */
     int masks;      /* 1: random padding, bool and float masks, causal */
+    int causal;     /* 1: every sequence causal (after the masks) */
+    int edges;      /* 1: lengths from g_edges instead of [Lmin,Lmax], [Smin,Smax] */
 } rcase;
 
+/* Lengths around the core's row and key blocks (64, 128, 256). */
+static const int g_edges[] = {1, 63, 64, 65, 127, 128, 129, 255, 256, 257, 513};
+#define NEDGES ((int)(sizeof(g_edges) / sizeof(g_edges[0])))
+
 static const rcase g_cases[] = {
-    {"L=1 S=1 H=1", 8, 1, 8, 8, 1, 1, 1, 1, 1, 1, 0, 0, 0},
-    {"L=1 self, B=3", 32, 4, 32, 32, 1, 3, 1, 1, 0, 0, 1, 0, 1},
-    {"S=1 cross, B=4", 16, 2, 12, 20, 1, 4, 1, 9, 1, 1, 0, 0, 1},
-    {"E=30 H=3 ragged self", 30, 3, 30, 30, 1, 5, 1, 40, 0, 0, 1, 0, 1},
-    {"E=20 H=4 Kd=12 Vd=28", 20, 4, 12, 28, 1, 4, 1, 30, 1, 50, 0, 0, 1},
-    {"E=20 H=5 no bias", 20, 5, 20, 20, 0, 3, 1, 25, 1, 25, 1, 0, 1},
-    {"E=24 H=3 Kd=Vd=10 value=key", 24, 3, 10, 10, 1, 3, 2, 20, 3, 40, 0, 1, 1},
-    {"long S=300", 64, 4, 64, 64, 1, 2, 5, 20, 300, 300, 0, 1, 1},
-    {"long S=700", 48, 2, 40, 24, 1, 1, 33, 33, 700, 700, 0, 0, 1},
-    {"large L=600 self", 64, 8, 64, 64, 1, 1, 600, 600, 0, 0, 1, 0, 1},
-    {"large L=600 S=700 cross", 32, 2, 32, 32, 1, 1, 600, 600, 700, 700, 0, 0, 0},
-    {"B=5 ragged up to 300", 64, 8, 64, 64, 1, 5, 1, 300, 0, 0, 1, 0, 1},
-    {"E=128 H=16 D=8", 128, 16, 128, 128, 1, 3, 1, 130, 1, 130, 0, 0, 1},
-    {"E=96 H=1 D=96", 96, 1, 96, 96, 0, 2, 50, 200, 50, 200, 0, 0, 1},
+    {"L=1 S=1 H=1", 8, 1, 8, 8, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0},
+    {"L=1 self, B=3", 32, 4, 32, 32, 1, 3, 1, 1, 0, 0, 1, 0, 1, 0, 0},
+    {"S=1 cross, B=4", 16, 2, 12, 20, 1, 4, 1, 9, 1, 1, 0, 0, 1, 0, 0},
+    {"E=30 H=3 ragged self", 30, 3, 30, 30, 1, 5, 1, 40, 0, 0, 1, 0, 1, 0, 0},
+    {"E=20 H=4 Kd=12 Vd=28", 20, 4, 12, 28, 1, 4, 1, 30, 1, 50, 0, 0, 1, 0, 0},
+    {"E=20 H=5 no bias", 20, 5, 20, 20, 0, 3, 1, 25, 1, 25, 1, 0, 1, 0, 0},
+    {"E=24 H=3 Kd=Vd=10 value=key", 24, 3, 10, 10, 1, 3, 2, 20, 3, 40, 0, 1, 1, 0, 0},
+    {"long S=300", 64, 4, 64, 64, 1, 2, 5, 20, 300, 300, 0, 1, 1, 0, 0},
+    {"long S=700", 48, 2, 40, 24, 1, 1, 33, 33, 700, 700, 0, 0, 1, 0, 0},
+    {"large L=600 self", 64, 8, 64, 64, 1, 1, 600, 600, 0, 0, 1, 0, 1, 0, 0},
+    {"large L=600 S=700 cross", 32, 2, 32, 32, 1, 1, 600, 600, 700, 700, 0, 0, 0, 0, 0},
+    {"B=5 ragged up to 300", 64, 8, 64, 64, 1, 5, 1, 300, 0, 0, 1, 0, 1, 0, 0},
+    {"E=128 H=16 D=8", 128, 16, 128, 128, 1, 3, 1, 130, 1, 130, 0, 0, 1, 0, 0},
+    {"E=96 H=1 D=96", 96, 1, 96, 96, 0, 2, 50, 200, 50, 200, 0, 0, 1, 0, 0},
+    {"D=64 cross long S", 256, 4, 256, 256, 1, 3, 1, 200, 100, 500, 0, 1, 1, 0, 0},
+    {"D=128 self ragged", 256, 2, 256, 256, 1, 3, 1, 300, 0, 0, 1, 0, 1, 0, 0},
+    {"D=32 large L=600", 128, 4, 128, 128, 1, 1, 600, 600, 0, 0, 1, 0, 1, 0, 0},
+    {"D=48 Kd=40 Vd=24", 96, 2, 40, 24, 0, 2, 20, 130, 60, 260, 0, 0, 1, 0, 0},
+    {"D=144 cross", 288, 2, 288, 288, 1, 1, 50, 50, 300, 300, 0, 0, 1, 0, 0},
+    {"block edges causal D=16", 64, 4, 64, 64, 1, NEDGES, 0, 0, 0, 0, 1, 0, 0, 1, 1},
+    {"block edges causal D=8", 64, 8, 64, 64, 1, NEDGES, 0, 0, 0, 0, 1, 0, 0, 1, 1},
+    {"block edges causal D=64 masks", 128, 2, 128, 128, 1, NEDGES, 0, 0, 0, 0, 1, 0, 1, 1, 1},
+    {"block edges cross D=32", 64, 2, 48, 48, 1, NEDGES, 0, 0, 0, 0, 0, 1, 1, 0, 1},
+    {"block edges cross causal D=16", 32, 2, 32, 32, 1, NEDGES, 0, 0, 0, 0, 0, 0, 0, 1, 1},
 };
 #define NCASES ((int)(sizeof(g_cases) / sizeof(g_cases[0])))
 
@@ -642,14 +658,12 @@ static void rand_masks(tseq *s) {
         s->mask_bool = xcalloc((size_t)L * S, 1);
         for (size_t i = 0; i < (size_t)L * S; i++)
             s->mask_bool[i] = rng_unif() < 0.25;
-        if (rng_int(0, 1))
-            memset(s->mask_bool + (size_t)rng_int(0, L - 1) * S, 1, S);
+        if (rng_int(0, 1)) memset(s->mask_bool + (size_t)rng_int(0, L - 1) * S, 1, S);
     }
     if (r == 2 || r == 3) {
         s->mask_add = rand_floats((size_t)L * S, 1.5f);
         for (size_t i = 0; i < (size_t)L * S; i++)
-            if (rng_unif() < 0.1)
-                s->mask_add[i] = -INFINITY;
+            if (rng_unif() < 0.1) s->mask_add[i] = -INFINITY;
         if (rng_int(0, 1)) {
             float *row = s->mask_add + (size_t)rng_int(0, L - 1) * S;
             for (int j = 0; j < S; j++)
@@ -667,16 +681,15 @@ static tseq *make_case(int i, attn_model *m) {
     tseq *seqs = xcalloc(c->B, sizeof(tseq));
     for (int b = 0; b < c->B; b++) {
         tseq *s = &seqs[b];
-        s->L = rng_int(c->Lmin, c->Lmax);
-        s->S = c->self ? s->L : rng_int(c->Smin, c->Smax);
+        s->L = c->edges ? g_edges[b % NEDGES] : rng_int(c->Lmin, c->Lmax);
+        s->S = c->self ? s->L : c->edges ? g_edges[(b + 5) % NEDGES] : rng_int(c->Smin, c->Smax);
         s->query = rand_floats((size_t)s->L * c->E, 1.0f);
         if (!c->self) {
             s->key = rand_floats((size_t)s->S * c->Kd, 1.0f);
-            if (!c->value_null)
-                s->value = rand_floats((size_t)s->S * c->Vd, 1.0f);
+            if (!c->value_null) s->value = rand_floats((size_t)s->S * c->Vd, 1.0f);
         }
-        if (c->masks)
-            rand_masks(s);
+        if (c->masks) rand_masks(s);
+        if (c->causal) s->causal = 1;
     }
     return seqs;
 }
@@ -719,27 +732,30 @@ START_TEST(test_random_case) {
     }
     g_max_rel = g_max_abs = 0;
     char what[256];
+    int fused_default = attn_set_fused(1);
     for (int mode = 0; mode < 4; mode++) {
         for (int b = 0; b < c->B; b++)
-            seqs[b].weights = mode < 3 ? (attn_weights_mode)mode
-                                       : (attn_weights_mode)rng_int(0, 2);
+            seqs[b].weights = mode < 3 ? (attn_weights_mode)mode : (attn_weights_mode)rng_int(0, 2);
         tres *ref = run_batch(&m, seqs, idx, c->B, kv, NULL, c->name);
         for (int b = 0; b < c->B; b++) {
             snprintf(what, sizeof(what), "%s, mode %d, reference, sequence %d", c->name, mode, b);
             assert_finite(ref[b].out, (size_t)seqs[b].L * c->E, what);
-            if (ref[b].attn)
-                assert_finite(ref[b].attn, attn_floats(&m, &seqs[b]), what);
+            if (ref[b].attn) assert_finite(ref[b].attn, attn_floats(&m, &seqs[b]), what);
             check_hidden_rows(&m, &seqs[b], ref[b].out, ref[b].attn, what);
         }
-        for (int t = 0; t < 3; t++) {
-            tres *r = run_batch(&m, seqs, idx, c->B, kv, ctxs[t], c->name);
-            for (int b = 0; b < c->B; b++) {
-                snprintf(what, sizeof(what), "%s, mode %d, %d threads, sequence %d", c->name,
-                         mode, t + 1, b);
-                check_seq(&m, &seqs[b], r[b].out, r[b].attn, ref[b].out, ref[b].attn, what);
+        for (int f = 1; f >= 0; f--) {
+            attn_set_fused(f);
+            for (int t = 0; t < 3; t++) {
+                tres *r = run_batch(&m, seqs, idx, c->B, kv, ctxs[t], c->name);
+                for (int b = 0; b < c->B; b++) {
+                    snprintf(what, sizeof(what), "%s, mode %d, %d threads, fused %s, sequence %d",
+                             c->name, mode, t + 1, f ? "on" : "off", b);
+                    check_seq(&m, &seqs[b], r[b].out, r[b].attn, ref[b].out, ref[b].attn, what);
+                }
+                tres_free(r, c->B);
             }
-            tres_free(r, c->B);
         }
+        attn_set_fused(fused_default);
         tres_free(ref, c->B);
     }
     printf("random %-28s B=%d E=%d H=%d: fast vs reference, largest relative error %.3g, "
@@ -799,7 +815,7 @@ START_TEST(test_init_errors) {
     ck_assert(m.k_b == m.q_b + 12 && m.v_b == m.k_b + 12 && m.out_w == m.v_b + 12);
     ck_assert(m.out_b == m.out_w + 12 * 12);
     for (size_t i = 0; i < m.n_floats; i++)
-        ck_assert(m.mem[i] == 0.0f);
+        REQUIRE(m.mem[i] == 0.0f, "weight %zu not zeroed", i);
     attn_model_free(&m);
     attn_model_free(&m);
     attn_ctx_free(NULL);
@@ -816,8 +832,8 @@ static void expect_refused(const attn_model *m, attn_batch *b, const char *what)
                   what);
     ck_assert_msg(strlen(err) > 0, "%s: attn_forward gave no message", what);
     err[0] = '\0';
-    ck_assert_msg(attn_forward_ref(m, b, err, sizeof(err)) == -1,
-                  "%s: attn_forward_ref accepted", what);
+    ck_assert_msg(attn_forward_ref(m, b, err, sizeof(err)) == -1, "%s: attn_forward_ref accepted",
+                  what);
     ck_assert_msg(strlen(err) > 0, "%s: attn_forward_ref gave no message", what);
     attn_ctx_free(ctx);
 }
