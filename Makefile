@@ -42,6 +42,9 @@ $(BUILD)/%.o: %.c $(wildcard */*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(PKG_CFLAGS) -c $< -o $@
 
+# server/openapi.c embeds server/openapi.json (.incbin)
+$(BUILD)/server/openapi.o: server/openapi.json
+
 $(BUILD)/libattncore.a: $(CORE_OBJ)
 	ar rcs $@ $^
 $(BUILD)/libattnd_config.a: $(CONFIG_OBJ)
@@ -100,7 +103,8 @@ tsan: deps
 FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZERS  := $(FUZZ_SRC:tests/fuzz/%.c=build-fuzz/%)
 FUZZ_SECONDS ?= 15
-build-fuzz/%: tests/fuzz/%.c $(CONFIG_SRC) $(CORE_SRC)
+# The parsers need only the model allocation from core/.
+build-fuzz/%: tests/fuzz/%.c $(CONFIG_SRC) core/model.c
 	@mkdir -p build-fuzz
 	clang -g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined $(PKG_CFLAGS) -o $@ $^ $(PKG_LIBS) -lm -lpthread
 fuzz: $(FUZZERS)
