@@ -17,11 +17,14 @@ BASE=debian:bookworm-slim
 # crun cannot set up cgroups on some hosts; runc works everywhere we run.
 PODMAN=(podman --runtime runc)
 
+export PATH=$PATH:/usr/sbin:/sbin  # runc and debootstrap live there
 step() { echo "== $*"; }
 
+# command -> Debian package providing it, installed only when the command is missing
 need_pkgs=""
-for p in podman runc debootstrap nodejs npm; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need_pkgs="$need_pkgs $p"
+for cp in podman:podman runc:runc debootstrap:debootstrap node:nodejs npm:npm \
+          docker-compose:docker-compose; do
+    command -v "${cp%%:*}" >/dev/null 2>&1 || need_pkgs="$need_pkgs ${cp#*:}"
 done
 if [ -n "$need_pkgs" ]; then
     if [ "$(id -u)" != 0 ]; then
@@ -39,35 +42,15 @@ if [ ! -x tests/deploy/node_modules/.bin/dockerfilelint ]; then
 fi
 tests/deploy/node_modules/.bin/dockerfilelint docker/Dockerfile
 
+step "compose file (docker-compose config checks it against the Compose schema; no engine needed)"
+docker-compose -f docker/compose.yaml config -q
+
 step "manifests"
 "$PYTHON" tests/deploy/validate_manifests.py
 
 if ! "${PODMAN[@]}" image exists "$BASE"; then
-    step "making $BASE with debootstrap"
-    tmp=$(mktemp -d)
-    trap 'rm -rf "$tmp"' EXIT
-    debootstrap --variant=minbase bookworm "$tmp/root" >"$tmp/debootstrap.log" 2>&1 ||
-        { tail -20 "$tmp/debootstrap.log"; exit 1; }
-    # Like the published image: the three suites in deb822 form, and no
-    # downloaded package lists or archives left behind.
-    rm -f "$tmp/root/etc/apt/sources.list"
-    cat >"$tmp/root/etc/apt/sources.list.d/debian.sources" <<'EOF'
-Types: deb
-URIs: http://deb.debian.org/debian
-Suites: bookworm bookworm-updates
-Components: main
-Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
-
-Types: deb
-URIs: http://deb.debian.org/debian-security
-Suites: bookworm-security
-Components: main
-Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
-EOF
-    rm -rf "$tmp/root/var/lib/apt/lists/"* "$tmp/root/var/cache/apt/archives/"*.deb
-    tar -C "$tmp/root" -c . | "${PODMAN[@]}" import - "$BASE" >/dev/null
-    rm -rf "$tmp"
-    trap - EXIT
+    step "making $BASE with debootstrap (no registry needed)"
+    bash tests/deploy/make_base_image.sh "$BASE"
 fi
 
 step "podman build $IMAGE"

@@ -2,8 +2,8 @@
 with docker/nginx.conf as the one source of truth (sed rewrites only its
 host, port and path lines).
 
-Under a bounded load (a few threads, at most MAX_REQUESTS requests, about
-LOAD_SECONDS seconds) it kills one replica with SIGKILL, restarts it, and
+Under a bounded, paced load (a few threads, RATE requests per second for
+LOAD_SECONDS seconds, at most MAX_REQUESTS) it kills one replica with SIGKILL, restarts it, and
 later stops another with SIGTERM. Every request must get a 200 with the right
 answer: nginx retries what a dead or draining replica fails on another one.
 It then checks, from nginx's access log, that nginx did retry, that the
@@ -27,8 +27,12 @@ import numpy as np
 import deploylib as dl
 
 LOAD_SECONDS = 18.0
-MAX_REQUESTS = 12000
-THREADS = 6
+RATE = 300.0  # requests per second, paced, so the load lasts through every event
+MAX_REQUESTS = int(RATE * LOAD_SECONDS)
+THREADS = 12
+# Each replica holds a request up to this long for company before computing,
+# so that SIGKILL and SIGTERM find requests in flight (queued or computing).
+QUEUE_DELAY_US = 20000
 KILL_AT, RESTART_AT, TERM_AT = 4.0, 8.0, 12.0
 E = 512
 L = 4
@@ -74,7 +78,8 @@ class Replica:
     def start(self):
         self.starts += 1
         log = open(os.path.join(self.tmp, f"attnd{self.idx}.{self.starts}.log"), "wb")
-        self.proc = dl.start_attnd(self.port, env={"ATTND_WORKERS": "1", "ATTND_HTTP_THREADS": "1"},
+        self.proc = dl.start_attnd(self.port, env={"ATTND_WORKERS": "1", "ATTND_HTTP_THREADS": "1",
+                                        "ATTND_MAX_QUEUE_DELAY_US": str(QUEUE_DELAY_US)},
                                    log=log)
         log.close()
 
@@ -95,13 +100,20 @@ class Load:
         self.failures = []  # (t, what)
         self.sent = 0
         self.t0 = None
+        self.last_ok = 0.0  # seconds from the start to the last good answer
 
     def take(self):
+        """The next request's number, once its time (t0 + n / RATE) has
+        come; -1 when the load is over."""
         with self.lock:
             if self.sent >= MAX_REQUESTS:
                 return -1
+            n = self.sent
             self.sent += 1
-            return self.sent
+        delay = self.t0 + n / RATE - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        return n
 
     def client(self, tid):
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
@@ -126,6 +138,7 @@ class Load:
                     continue
                 with self.lock:
                     self.ok += 1
+                    self.last_ok = time.monotonic() - self.t0
             except (OSError, http.client.HTTPException, ValueError) as e:
                 self.fail(f"{type(e).__name__}: {e}")
                 conn.close()
@@ -151,6 +164,20 @@ class Load:
         for t in threads:
             t.join()
         return time.monotonic() - self.t0
+
+
+def wait_queued(port, timeout=3.0):
+    """Polls a replica's /metrics until a request waits in its queue, so a
+    signal sent next finds work in flight. Returns whether it saw one."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        st, text, _ = dl.http("GET", f"http://127.0.0.1:{port}/metrics", timeout=2)
+        if st == 200 and isinstance(text, str):
+            m = re.search(r"^attnd_queue_depth\{[^}]*\} (\d+)", text, re.M)
+            if m and int(m.group(1)) > 0:
+                return True
+        time.sleep(0.002)
+    return False
 
 
 def access_lines(tmp):
@@ -196,6 +223,7 @@ def main():
 
         def kill0():
             marks["kill"] = len(access_lines(tmp))
+            marks["kill_queued"] = wait_queued(reps[0].port)
             reps[0].proc.send_signal(signal.SIGKILL)
             reps[0].proc.wait()
 
@@ -204,6 +232,7 @@ def main():
             marks["restart"] = len(access_lines(tmp))
 
         def term1():
+            marks["term_queued"] = wait_queued(reps[1].port)
             reps[1].proc.send_signal(signal.SIGTERM)
             threading.Thread(target=lambda: term_code.setdefault(
                 1, reps[1].proc.wait(45))).start()
@@ -214,6 +243,10 @@ def main():
         print(f"load: {total} requests in {took:.1f} s ({total / took:.0f}/s), "
               f"{len(load.failures)} failed", flush=True)
         c.check(total >= 1000, "load reached at least 1000 requests", str(total))
+        c.check(load.last_ok > TERM_AT + 2, "the load went on past the last event",
+                f"last answer at {load.last_ok:.1f} s, SIGTERM at {TERM_AT} s")
+        c.check(marks.get("kill_queued"), "SIGKILL hit a replica with requests in its queue")
+        c.check(marks.get("term_queued"), "SIGTERM hit a replica with requests in its queue")
         c.check(not load.failures, "no request failed through kill -9, restart and SIGTERM",
                 "; ".join(f"t={t:.1f}s {w}" for t, w in load.failures[:5]))
 
