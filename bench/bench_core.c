@@ -8,7 +8,8 @@
  * Then the peak memory of one long forward beyond its weights, inputs and
  * outputs, next to attn_workspace_bytes for the same batch.
  *
- *   build/bench/bench_core [--threads 1,2] [--seconds 1.5] [--no-memory]
+ *   build/bench/bench_core [--threads 1,2] [--seconds 1.5] [--fused on|off|both]
+ *                          [--no-memory]
  *
  * Never part of the tests: timings depend on the machine and its load.
  * bench/bench_torch.py prints the same table for torch.
@@ -30,7 +31,7 @@ typedef struct {
 } shape;
 
 static const shape g_shapes[] = {
-    {1, 128, 512, 8},  {1, 512, 1024, 16}, {8, 128, 512, 8},
+    {1, 128, 512, 8},  {1, 512, 1024, 16},  {8, 128, 512, 8},
     {32, 64, 768, 12}, {1, 2048, 1024, 16}, {1, 4096, 512, 8},
 };
 #define NSHAPES ((int)(sizeof(g_shapes) / sizeof(g_shapes[0])))
@@ -74,8 +75,7 @@ static double shape_flops(const shape *s) {
 /* A model of random weights; returns 0 or -1 with err filled. */
 static int make_model(attn_model *m, int E, int H, char *err, size_t errlen) {
     attn_hparams hp = {E, H, E, E, 1, 0};
-    if (attn_model_init(m, &hp, err, errlen) < 0)
-        return -1;
+    if (attn_model_init(m, &hp, err, errlen) < 0) return -1;
     fill(m->mem, m->n_floats, 1.0f / sqrtf((float)E));
     return 0;
 }
@@ -95,8 +95,7 @@ static int batch_new(bench_batch *bb, const shape *s) {
     bb->seqs = calloc(s->B, sizeof(attn_seq));
     bb->query = malloc(sizeof(float) * T * s->E);
     bb->out = malloc(sizeof(float) * T * s->E);
-    if (!bb->seqs || !bb->query || !bb->out)
-        return -1;
+    if (!bb->seqs || !bb->query || !bb->out) return -1;
     for (int i = 0; i < s->B; i++) {
         bb->seqs[i].L = bb->seqs[i].S = s->L;
         bb->seqs[i].weights = ATTN_WEIGHTS_NONE;
@@ -120,8 +119,7 @@ static double sgemm_rate(int threads, int n) {
     float *a = malloc(sizeof(float) * n * n), *b = malloc(sizeof(float) * n * n);
     float *c = malloc(sizeof(float) * n * n);
     double t[5], rate = 0;
-    if (!a || !b || !c)
-        goto cleanup;
+    if (!a || !b || !c) goto cleanup;
     fill(a, (size_t)n * n, 1.0f);
     fill(b, (size_t)n * n, 1.0f);
     openblas_set_num_threads(threads);
@@ -129,8 +127,8 @@ static double sgemm_rate(int threads, int n) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
     for (int r = 0; r < 5; r++) {
         double t0 = now_s();
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f,
-                    c, n);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c,
+                    n);
         t[r] = now_s() - t0;
     }
     openblas_set_num_threads(1);
@@ -165,8 +163,7 @@ static double time_forward(const shape *s, int threads, double budget, int *runs
     int n = (int)(budget / (once > 1e-6 ? once : 1e-6));
     n = n < 3 ? 3 : n > 200 ? 200 : n;
     t = malloc(sizeof(double) * n);
-    if (!t)
-        goto cleanup;
+    if (!t) goto cleanup;
     for (int r = 0; r < n; r++) {
         t0 = now_s();
         attn_forward(ctx, &m, &bb.b, err, sizeof(err));
@@ -188,8 +185,7 @@ static long status_kb(const char *key) {
     char line[256];
     long v = -1;
     size_t n = strlen(key);
-    if (!f)
-        return -1;
+    if (!f) return -1;
     while (fgets(line, sizeof(line), f))
         if (strncmp(line, key, n) == 0 && line[n] == ':') {
             v = strtol(line + n + 1, NULL, 10);
@@ -202,8 +198,7 @@ static long status_kb(const char *key) {
 /* Resets the peak RSS to the current RSS; 0 when the kernel allows it. */
 static int reset_peak(void) {
     FILE *f = fopen("/proc/self/clear_refs", "w");
-    if (!f)
-        return -1;
+    if (!f) return -1;
     int ok = fputs("5", f) >= 0;
     return fclose(f) == 0 && ok ? 0 : -1;
 }
@@ -249,8 +244,7 @@ static void measure_memory(int threads) {
     double rise = (peak - base) / 1024.0;
     printf("  threads %d: forward %.2f s, peak RSS +%.1f MiB over weights+inputs+outputs "
            "(%.1f MiB); attn_workspace_bytes %.1f MiB%s%s\n",
-           threads, secs, rise,
-           (m.n_floats + 2.0 * s->B * s->L * s->E) * sizeof(float) / 1048576.0,
+           threads, secs, rise, (m.n_floats + 2.0 * s->B * s->L * s->E) * sizeof(float) / 1048576.0,
            ws / 1048576.0, reset ? "" : " (peak not resettable: VmHWM - VmRSS)",
            rise > ws / 1048576.0 + 1.0 ? " (rise above the workspace bound)" : "");
 cleanup:
@@ -259,15 +253,45 @@ cleanup:
     attn_model_free(&m);
 }
 
+/* One row per shape, one group of columns per thread count. */
+static void print_table(const int *threads, int nt, const double *gemm, double budget) {
+    printf("%4s %5s %5s %3s", "B", "L", "E", "H");
+    for (int t = 0; t < nt; t++)
+        printf(" | %2dt %4s %9s %8s %5s", threads[t], "N", "ms", "GFLOP/s", "%");
+    printf("\n");
+    for (int i = 0; i < NSHAPES; i++) {
+        const shape *s = &g_shapes[i];
+        printf("%4d %5d %5d %3d", s->B, s->L, s->E, s->H);
+        fflush(stdout);
+        for (int t = 0; t < nt; t++) {
+            int runs = 0;
+            double sec = time_forward(s, threads[t], budget, &runs);
+            if (sec < 0) {
+                printf(" | %2s %4s %9s %8s %5s", "", "-", "failed", "-", "-");
+                continue;
+            }
+            double rate = shape_flops(s) / sec / 1e9;
+            printf(" | %3s %4d %9.2f %8.1f %5.1f", "", runs, sec * 1e3, rate,
+                   gemm[t] > 0 ? 100.0 * rate / gemm[t] : 0.0);
+            fflush(stdout);
+        }
+        printf("\n");
+    }
+}
+
 static void usage(void) {
-    fprintf(stderr, "usage: bench_core [--threads 1,2] [--seconds S] [--no-memory]\n"
+    fprintf(stderr, "usage: bench_core [--threads 1,2] [--seconds S] [--fused on|off|both] "
+                    "[--no-memory]\n"
                     "  --threads   thread counts to compare, comma separated (default 1,2)\n"
                     "  --seconds   time budget per table cell (default 1.5)\n"
+                    "  --fused     the fused attention kernel: on (default, where the CPU has\n"
+                    "              it), off (OpenBLAS tiles), or both (one table each)\n"
                     "  --no-memory skip the peak-memory measurement\n");
 }
 
 int main(int argc, char **argv) {
     int threads[MAX_THREADS] = {1, 2}, nt = 2, memory = 1;
+    int fused[2] = {1, 0}, nf = 1; /* settings of attn_set_fused to run */
     double budget = 1.5;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
@@ -280,11 +304,23 @@ int main(int argc, char **argv) {
                     return 2;
                 }
                 nt++;
-                if (*p == ',')
-                    p++;
+                if (*p == ',') p++;
             }
         } else if (strcmp(argv[i], "--seconds") == 0 && i + 1 < argc) {
             budget = atof(argv[++i]);
+        } else if (strcmp(argv[i], "--fused") == 0 && i + 1 < argc) {
+            const char *v = argv[++i];
+            if (strcmp(v, "on") == 0) {
+                nf = 1;
+            } else if (strcmp(v, "off") == 0) {
+                fused[0] = 0;
+                nf = 1;
+            } else if (strcmp(v, "both") == 0) {
+                nf = 2;
+            } else {
+                usage();
+                return 2;
+            }
         } else if (strcmp(argv[i], "--no-memory") == 0) {
             memory = 0;
         } else {
@@ -316,27 +352,10 @@ int main(int argc, char **argv) {
         printf("  %d thread%s %.1f GFLOP/s", threads[t], threads[t] > 1 ? "s" : "", gemm[t]);
     }
     printf("\nFLOPs = 8*T*E^2 + 4*B*L^2*E; median ms over N runs; %% = share of sgemm's rate\n");
-    printf("%4s %5s %5s %3s", "B", "L", "E", "H");
-    for (int t = 0; t < nt; t++)
-        printf(" | %2dt %4s %9s %8s %5s", threads[t], "N", "ms", "GFLOP/s", "%");
-    printf("\n");
-    for (int i = 0; i < NSHAPES; i++) {
-        const shape *s = &g_shapes[i];
-        printf("%4d %5d %5d %3d", s->B, s->L, s->E, s->H);
-        fflush(stdout);
-        for (int t = 0; t < nt; t++) {
-            int runs = 0;
-            double sec = time_forward(s, threads[t], budget, &runs);
-            if (sec < 0) {
-                printf(" | %2s %4s %9s %8s %5s", "", "-", "failed", "-", "-");
-                continue;
-            }
-            double rate = shape_flops(s) / sec / 1e9;
-            printf(" | %3s %4d %9.2f %8.1f %5.1f", "", runs, sec * 1e3, rate,
-                   gemm[t] > 0 ? 100.0 * rate / gemm[t] : 0.0);
-            fflush(stdout);
-        }
-        printf("\n");
+    for (int f = 0; f < nf; f++) {
+        attn_set_fused(fused[f]);
+        printf("fused kernel %s:\n", fused[f] ? "on" : "off");
+        print_table(threads, nt, gemm, budget);
     }
     return 0;
 }
