@@ -461,7 +461,19 @@ def check_error_body(r, status):
     msg = body["error"]
     assert isinstance(msg, str) and msg.strip(), body
     assert "\n" not in msg.strip(), "error is not one sentence: %r" % msg
+    # every response, errors included, carries these two (SPEC 4, Operations)
+    assert r.headers.get("X-Request-Id"), "error response without X-Request-Id"
+    assert r.headers.get("Server-Timing"), "error response without Server-Timing"
     return msg
+
+
+def vm_hwm_bytes(pid):
+    """Peak resident memory of a process (VmHWM), in bytes."""
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmHWM for pid %d" % pid)
 
 
 # ---------------------------------------------------------------- Prometheus text

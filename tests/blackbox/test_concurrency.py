@@ -13,7 +13,7 @@ import support
 from support import b64_tensor, from_b64_tensor, rel_err
 
 TSAN = support.tsan_build()
-THREADS = 8 if TSAN else 32
+THREADS = 16 if TSAN else 32
 PER_THREAD = 2 if TSAN else 4
 TIMEOUT = 120.0
 GOLDENS = {g["name"]: m for g, m in support.load_goldens()}

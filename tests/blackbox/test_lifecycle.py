@@ -469,3 +469,70 @@ def test_client_leaving_while_queued(fresh_daemons, big):
     assert computed == 3, "%g requests computed; the 4 whose clients left should be dropped" \
         % computed
     assert d.alive()
+
+
+# ---------------------------------------------------------------- threads and memory
+
+def test_http_threads_free_while_computing(fresh_daemons, big):
+    """Waiting requests hold no HTTP thread: with one HTTP thread and long
+    requests queued, other routes still answer before the long ones end."""
+    d = fresh_daemons(big_config(big, workers={"threads": 1}, server={"http_threads": 1},
+                                 batching={"max_batch_requests": 1}))
+    body = json.dumps({"query": b64_tensor(big_query(2048, seed=13))})
+    n = 4
+    results = [None] * n
+    threads = [send_async(d.url + "/v1/attention", body, results, i) for i in range(n)]
+    wait_admitted(d, n - 2, results)
+    answered = []
+    for path in ("/health", "/v1/models", "/metrics", "/v2/health/ready") * 3:
+        r = requests.get(d.url + path, timeout=60)
+        answered.append((path, r.status_code, all(results)))
+    for t in threads:
+        t.join(180)
+    assert all(st == 200 for _, st, _ in answered), answered
+    assert not answered[-1][2], "the long requests ended before the other routes answered"
+    assert [r[0] for r in results] == [200] * n
+
+
+def test_long_sequence_without_attention_matrix_fits(fresh_daemons, tmp_path):
+    """Without attention weights the core never holds an L x S matrix per
+    head (SPEC 5): a 4096-token self-attention with 2 heads raises the peak
+    memory by far less than one head's 4096 x 4096 float32 matrix (64 MiB)."""
+    m = support.Model.random("long", 32, 2, seed=61)
+    m.save(tmp_path / "long.safetensors")
+    d = fresh_daemons({"models": [m.config()], "server": {"max_body_bytes": 64 << 20},
+                       "limits": {"max_tokens_per_request": 16384}})
+    rng = np.random.default_rng(8)
+    L = 4096
+    q = rng.standard_normal((L, 32)).astype(np.float32)
+    warm = d.post("/v1/attention", {"query": b64_tensor(q[:64]), "encoding": "base64"})
+    assert warm.status_code == 200
+    before = support.vm_hwm_bytes(d.proc.pid)
+    r = d.post("/v1/attention", {"query": b64_tensor(q), "encoding": "base64"})
+    assert r.status_code == 200, r.text[:300]
+    grew = support.vm_hwm_bytes(d.proc.pid) - before
+    print("peak memory grew by %.1f MiB" % (grew / 2 ** 20))
+    assert grew < 32 << 20, "peak memory grew by %.1f MiB for one request" % (grew / 2 ** 20)
+    out = from_b64_tensor(r.json()["output"])
+    rows = rng.choice(L, 4, replace=False)
+    # check a few rows against the reference (the full reference is slow in numpy)
+    ref = reference_rows(m, q, rows)
+    assert rel_err(out[rows], ref) <= 1e-5
+
+
+def reference_rows(m, q, rows):
+    """Output rows of self-attention for selected query rows (float64)."""
+    x = q.astype(np.float64)
+    sd = {k: v.astype(np.float64) for k, v in m.sd.items()}
+    E, H = m.E, m.H
+    D = E // H
+    wq, wk, wv = np.split(sd["in_proj_weight"], 3)
+    bq, bk, bv = np.split(sd["in_proj_bias"], 3)
+    qp, kp, vp = x[rows] @ wq.T + bq, x @ wk.T + bk, x @ wv.T + bv
+    ctx = np.zeros((len(rows), E))
+    for h in range(H):
+        sl = slice(h * D, (h + 1) * D)
+        s = qp[:, sl] @ kp[:, sl].T / np.sqrt(D)
+        s = np.exp(s - s.max(axis=1, keepdims=True))
+        ctx[:, sl] = (s / s.sum(axis=1, keepdims=True)) @ vp[:, sl]
+    return ctx @ sd["out_proj.weight"].T + sd["out_proj.bias"]

@@ -315,3 +315,37 @@ def test_default_model_deterministic(fresh_daemons):
         assert "default" in log, "the log does not say the default model is served"
     assert rel_err(outs[1][0], outs[0][0]) <= 1e-6, "default model differs across starts"
     assert rel_err(outs[1][1], outs[0][1]) <= 1e-6
+
+
+def test_default_model_initialised_like_torch(fresh_daemons):
+    """torch initialises nn.MultiheadAttention with zero biases, in_proj_weight
+    xavier-uniform and out_proj.weight uniform(+-1/sqrt(E)). Through the API:
+    a zero query gives a zero output (all biases 0), and one-token sequences
+    e_i give out = Wo Wv e_i, whose entries have variance
+    E * (1/E / 3) * (6/(4E) / 3) = 1/(6E)."""
+    d = fresh_daemons()
+    r = d.post("/v1/attention", {"query": b64_tensor(np.zeros((3, 512))), "encoding": "base64"})
+    assert r.status_code == 200, r.text[:300]
+    assert np.abs(from_b64_tensor(r.json()["output"])).max() == 0.0
+    eye = np.eye(512, dtype=np.float32).reshape(512, 1, 512)
+    r = d.post("/v1/attention", {"query": b64_tensor(eye), "encoding": "base64"})
+    assert r.status_code == 200, r.text[:300]
+    prod = from_b64_tensor(r.json()["output"]).reshape(512, 512)
+    var = prod.astype(np.float64).var()
+    expect = 1.0 / (6 * 512)
+    assert 0.9 * expect < var < 1.1 * expect, "variance %.3g, torch's init gives %.3g" % (
+        var, expect)
+    assert abs(prod.mean()) < 0.1 * np.sqrt(expect)
+
+
+def test_batched_shared_key_padding_mask(d):
+    """A key_padding_mask of shape S applies to every sequence of a batch."""
+    g, m = BY_NAME["self_e64_h8"]
+    rng = np.random.default_rng(9)
+    q = rng.standard_normal((3, 5, m.E)).astype(np.float32)
+    kpm = np.array([False, True, False, False, True])
+    ref, _ = m.forward(q, key_padding_mask=np.tile(kpm, (3, 1)))
+    r = d.post("/v1/attention", {"model": m.name, "query": b64_tensor(q),
+                                 "key_padding_mask": kpm.tolist(), "encoding": "base64"})
+    assert r.status_code == 200, r.text[:300]
+    assert rel_err(from_b64_tensor(r.json()["output"]), ref) <= TOL
