@@ -93,10 +93,12 @@ def main():
     try:
         # Image metadata: user, healthcheck, stop signal, exposed port.
         r = podman("image", "inspect", IMAGE, check=True)
-        cfg = json.loads(r.stdout)[0].get("Config", {})
+        top = json.loads(r.stdout)[0]
+        cfg = top.get("Config", {})
         c.check(cfg.get("User") == "10001:10001", "image runs as user 10001:10001",
                 cfg.get("User"))
-        hc = (cfg.get("Healthcheck") or {}).get("Test") or []
+        # podman shows it beside Config, docker inside it
+        hc = (cfg.get("Healthcheck") or top.get("Healthcheck") or {}).get("Test") or []
         c.check(any("/health" in part for part in hc), "image has a HEALTHCHECK on /health", hc)
         c.check(cfg.get("StopSignal") in ("SIGTERM", "15"), "STOPSIGNAL is SIGTERM",
                 cfg.get("StopSignal"))
@@ -197,8 +199,8 @@ def main():
         os.chmod(os.path.join(bad, "config.json"), 0o644)
         name = f"attnd-test-bad-{os.getpid()}"
         podman("rm", "-f", name)
-        r = podman("run", "--name", name, *ULIMITS, "-v", f"{bad}:/models:ro", IMAGE, timeout=60)
         extra.append(name)
+        r = podman("run", "--name", name, *ULIMITS, "-v", f"{bad}:/models:ro", IMAGE, timeout=60)
         c.check(r.returncode != 0 and "config.json" in (r.stdout + r.stderr),
                 "a bad /models/config.json stops the container with a message naming it",
                 f"rc {r.returncode}: {(r.stdout + r.stderr)[-500:]}")
