@@ -126,7 +126,7 @@ int attn_ctx_threads(const attn_ctx *ctx)
 typedef float vf16 __attribute__((vector_size(64)));
 typedef int vi16 __attribute__((vector_size(64)));
 #define VL 16
-#define MULTI_TARGET __attribute__((target_clones("avx512f", "avx2,fma", "default")))
+#define INLINE static inline __attribute__((always_inline))
 
 static inline __attribute__((always_inline)) vf16 vsplat(float x)
 {
@@ -161,8 +161,7 @@ static inline __attribute__((always_inline)) vf16 vexp_neg(vf16 x)
     return vselect(tiny, vsplat(0.0f), p * scale);
 }
 
-MULTI_TARGET
-static float row_max(const float *x, int n)
+INLINE float row_max_body(const float *x, int n)
 {
     vf16 m = vsplat(-INFINITY);
     int c = 0;
@@ -178,8 +177,7 @@ static float row_max(const float *x, int n)
 }
 
 /* x[c] = e^(x[c] - m); returns the sum. m is finite. */
-MULTI_TARGET
-static float row_exp_sum(float *x, int n, float m)
+INLINE float row_exp_sum_body(float *x, int n, float m)
 {
     vf16 acc = vsplat(0.0f), vm = vsplat(m);
     int c = 0;
@@ -200,6 +198,47 @@ static float row_exp_sum(float *x, int n, float m)
     float s = 0;
     for (int l = 0; l < VL; l++) s += acc[l];
     return s;
+}
+
+/* The two kernels above, compiled for AVX-512, AVX2 and the baseline, and
+ * chosen at run time (target_clones' load-time resolvers are not safe under
+ * ThreadSanitizer). */
+#define ROW_KERNELS(suffix, attr)                                                                  \
+    attr static float row_max_##suffix(const float *x, int n)                                     \
+    {                                                                                              \
+        return row_max_body(x, n);                                                                 \
+    }                                                                                              \
+    attr static float row_exp_sum_##suffix(float *x, int n, float m)                              \
+    {                                                                                              \
+        return row_exp_sum_body(x, n, m);                                                          \
+    }
+ROW_KERNELS(avx512, __attribute__((target("avx512f"))))
+ROW_KERNELS(avx2, __attribute__((target("avx2,fma"))))
+ROW_KERNELS(base, )
+
+static int cpu_level(void) /* 2: AVX-512F, 1: AVX2 + FMA, 0: neither */
+{
+    return __builtin_cpu_supports("avx512f") ? 2
+           : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? 1
+                                                                              : 0;
+}
+
+static float row_max(const float *x, int n)
+{
+    switch (cpu_level()) {
+    case 2: return row_max_avx512(x, n);
+    case 1: return row_max_avx2(x, n);
+    default: return row_max_base(x, n);
+    }
+}
+
+static float row_exp_sum(float *x, int n, float m)
+{
+    switch (cpu_level()) {
+    case 2: return row_exp_sum_avx512(x, n, m);
+    case 1: return row_exp_sum_avx2(x, n, m);
+    default: return row_exp_sum_base(x, n, m);
+    }
 }
 
 /* ---- projections ----------------------------------------------------------- */
