@@ -104,6 +104,13 @@ static uint64_t splitmix(uint64_t x) {
     return x ^ (x >> 31);
 }
 
+static int hexval(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
 static int sane_id(const char *s) {
     size_t n = 0;
     for (; s[n]; n++) {
@@ -476,6 +483,25 @@ static void on_answer_ready(attnd_req *r, void *arg) {
     MHD_resume_connection(h->conn);
 }
 
+/* Percent-decoding of the path (and query arguments), in place, except
+ * %00: a NUL would cut the path short and route "/a%00/b" as "/a". */
+static size_t unescape(void *cls, struct MHD_Connection *c, char *uri) {
+    (void)cls;
+    (void)c;
+    char *w = uri;
+    for (const char *r = uri; *r;) {
+        int hi, lo;
+        if (r[0] == '%' && (hi = hexval(r[1])) >= 0 && (lo = hexval(r[2])) >= 0 && (hi | lo)) {
+            *w++ = (char)(hi << 4 | lo);
+            r += 3;
+        } else {
+            *w++ = *r++;
+        }
+    }
+    *w = '\0';
+    return (size_t)(w - uri);
+}
+
 /* ---- start-up ---- */
 
 static char *dump(json_t *j) {
@@ -589,7 +615,8 @@ static int start_mhd(attnd_server *s, char *err, size_t errlen) {
         MHD_OPTION_THREAD_POOL_SIZE, (unsigned)c->http_threads, MHD_OPTION_CONNECTION_LIMIT,
         (unsigned)c->max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
         (unsigned)c->connection_timeout_s, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-        MHD_OPTION_LISTENING_ADDRESS_REUSE, 1, MHD_OPTION_END);
+        MHD_OPTION_LISTENING_ADDRESS_REUSE, 1, MHD_OPTION_UNESCAPE_CALLBACK, unescape, NULL,
+        MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!s->mhd) {
         snprintf(err, errlen, "cannot listen on %s:%d (address in use, or not allowed)", c->host,
