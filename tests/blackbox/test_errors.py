@@ -253,6 +253,12 @@ NOT_FOUND = [
     ("POST", "/v2/models/nope/infer", v2(rows(2, E))),
     ("GET", "/v2/nope", None),
     ("GET", "/v1", None),
+    # a percent-encoded NUL must not cut the path short into another route
+    ("POST", "/v1/attention%00/x", {"model": M, "query": rows(2, E)}),
+    ("GET", "/health%00x", None),
+    ("GET", "/v2/models/%s%%00x/ready" % M, None),
+    ("POST", "/v1/models/%s%%00x/attention" % M, {"query": rows(2, E)}),
+    ("POST", "/v2/models/%s/versions/1%%00/infer" % M, v2(rows(2, E))),
 ]
 
 
