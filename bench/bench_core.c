@@ -9,7 +9,7 @@
  * outputs, next to attn_workspace_bytes for the same batch.
  *
  *   build/bench/bench_core [--threads 1,2] [--seconds 1.5] [--fused on|off|both]
- *                          [--no-memory]
+ *                          [--owner core|blas|both] [--no-memory]
  *
  * Never part of the tests: timings depend on the machine and its load.
  * bench/bench_torch.py prints the same table for torch.
@@ -56,6 +56,10 @@ static double median(double *v, int n) {
 }
 
 static uint32_t g_seed = 12345;
+
+/* Who owns the threads: 0 the core (attn_ctx_new(n), OpenBLAS at one
+ * thread: what attnd does), 1 OpenBLAS (attn_ctx_new(1), OpenBLAS at n). */
+static int g_blas_owns;
 
 static float frand(void) { /* uniform in [-1, 1) */
     g_seed = g_seed * 1664525u + 1013904223u;
@@ -150,10 +154,11 @@ static double time_forward(const shape *s, int threads, double budget, int *runs
     double *t = NULL, med = -1;
     memset(&bb, 0, sizeof(bb));
     if (make_model(&m, s->E, s->H, err, sizeof(err)) < 0 || batch_new(&bb, s) < 0 ||
-        !(ctx = attn_ctx_new(threads))) {
+        !(ctx = attn_ctx_new(g_blas_owns ? 1 : threads))) {
         fprintf(stderr, "bench_core: setup failed: %s\n", err[0] ? err : "out of memory");
         goto cleanup;
     }
+    if (g_blas_owns) openblas_set_num_threads(threads); /* after attn_ctx_new, which sets 1 */
     double t0 = now_s();
     if (attn_forward(ctx, &m, &bb.b, err, sizeof(err)) < 0) { /* warm-up */
         fprintf(stderr, "bench_core: %s\n", err);
@@ -172,6 +177,7 @@ static double time_forward(const shape *s, int threads, double budget, int *runs
     med = median(t, n);
     *runs = n;
 cleanup:
+    openblas_set_num_threads(1);
     free(t);
     attn_ctx_free(ctx);
     batch_free(&bb);
@@ -286,12 +292,16 @@ static void usage(void) {
                     "  --seconds   time budget per table cell (default 1.5)\n"
                     "  --fused     the fused attention kernel: on (default, where the CPU has\n"
                     "              it), off (OpenBLAS tiles), or both (one table each)\n"
+                    "  --owner     who owns the threads: core (default: the core's own threads,\n"
+                    "              OpenBLAS at one), blas (one core thread, OpenBLAS at n),\n"
+                    "              or both (one table each)\n"
                     "  --no-memory skip the peak-memory measurement\n");
 }
 
 int main(int argc, char **argv) {
     int threads[MAX_THREADS] = {1, 2}, nt = 2, memory = 1;
     int fused[2] = {1, 0}, nf = 1; /* settings of attn_set_fused to run */
+    int owners[2] = {0, 1}, no = 1; /* settings of g_blas_owns to run */
     double budget = 1.5;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
@@ -317,6 +327,19 @@ int main(int argc, char **argv) {
                 nf = 1;
             } else if (strcmp(v, "both") == 0) {
                 nf = 2;
+            } else {
+                usage();
+                return 2;
+            }
+        } else if (strcmp(argv[i], "--owner") == 0 && i + 1 < argc) {
+            const char *v = argv[++i];
+            if (strcmp(v, "core") == 0) {
+                no = 1;
+            } else if (strcmp(v, "blas") == 0) {
+                owners[0] = 1;
+                no = 1;
+            } else if (strcmp(v, "both") == 0) {
+                no = 2;
             } else {
                 usage();
                 return 2;
@@ -352,10 +375,14 @@ int main(int argc, char **argv) {
         printf("  %d thread%s %.1f GFLOP/s", threads[t], threads[t] > 1 ? "s" : "", gemm[t]);
     }
     printf("\nFLOPs = 8*T*E^2 + 4*B*L^2*E; median ms over N runs; %% = share of sgemm's rate\n");
-    for (int f = 0; f < nf; f++) {
-        attn_set_fused(fused[f]);
-        printf("fused kernel %s:\n", fused[f] ? "on" : "off");
-        print_table(threads, nt, gemm, budget);
-    }
+    for (int o = 0; o < no; o++)
+        for (int f = 0; f < nf; f++) {
+            g_blas_owns = owners[o];
+            attn_set_fused(fused[f]);
+            printf("threads owned by %s, fused kernel %s:\n",
+                   owners[o] ? "OpenBLAS (one core thread)" : "the core (OpenBLAS at one)",
+                   fused[f] ? "on" : "off");
+            print_table(threads, nt, gemm, budget);
+        }
     return 0;
 }
