@@ -5,13 +5,14 @@ it the daemon still answers a golden request correctly."""
 import json
 import random
 import re
+import socket
 
 import numpy as np
 import pytest
 import requests
 
 import support
-from support import b64_tensor, check_error_body, golden_body, rel_err
+from support import b64_tensor, check_error_body, from_b64_tensor, golden_body, rel_err
 
 GOLDENS = {g["name"]: (g, m) for g, m in support.load_goldens()}
 M = "self_e64_h8"            # E=64, H=8, self-attention
@@ -163,6 +164,8 @@ BAD_400 = [
     ("b64_shape_not_list", {"model": M, "query": dict(b64_tensor(np.ones((2, E))),
                                                       shape="2x64")}, ("query",)),
     ("b64_missing", {"model": M, "query": {"shape": [2, E], "dtype": "float32"}}, ("query",)),
+    ("b64_empty_tensor", {"model": M, "query": {"shape": [0, E], "dtype": "float32", "b64": ""}},
+     ("query",)),
     ("b64_nan", {"model": M, "query": b64_tensor(np.where(np.arange(2 * E) == 70, np.nan,
                                                           1.0).reshape(2, E))}, ("query",)),
     ("b64_inf", {"model": M, "query": b64_tensor(np.where(np.arange(2 * E) == 3, np.inf,
@@ -553,6 +556,86 @@ def test_raw_socket_garbage(d):
             assert not re.match(rb"HTTP/1\.[01] 50[0-4]", status), (data[:80], status)
     assert d.alive()
     assert d.get("/health").status_code == 200
+
+
+# ---------------------------------------------------------------- HTTP details
+
+def test_overflow_in_compute_never_leaks_nan(d):
+    """Finite inputs whose products overflow float32: whatever the status, no
+    NaN or Inf leaves the server (SPEC 1)."""
+    q = np.full((3, E), 3e37, dtype=np.float32)
+    q[1] = -3e37
+    for enc in ("base64", "json"):
+        r = post_raw(d, "/v1/attention", {"model": M, "query": b64_tensor(q), "encoding": enc,
+                                          "attention": "heads"})
+        if r.status_code == 200:
+            body = r.json()
+            for k in ("output", "attention"):
+                a = from_b64_or_list(body[k])
+                assert np.isfinite(a).all(), "%s carries NaN/Inf" % k
+        else:
+            # SPEC 4: "anything else: 500, and the daemon keeps serving"
+            msg = check_error_body(r, r.status_code)
+            assert r.status_code in (400, 422, 500), (r.status_code, msg)
+    assert d.get("/health").status_code == 200
+
+
+def from_b64_or_list(x):
+    return support.from_b64_tensor(x) if isinstance(x, dict) else np.asarray(x, dtype=np.float64)
+
+
+def test_curl_default_content_type(d):
+    """curl -d sends application/x-www-form-urlencoded; the body is still JSON."""
+    body = json.dumps({"model": M, "query": rows(2, E)})
+    r = requests.post(d.url + "/v1/attention", data=body, timeout=support.HTTP_TIMEOUT,
+                      headers={"Content-Type": "application/x-www-form-urlencoded"})
+    assert r.status_code == 200, r.text[:300]
+
+
+def test_chunked_body_within_limit(d):
+    body = json.dumps({"model": M, "query": rows(3, E)}).encode()
+    r = requests.post(d.url + "/v1/attention", data=iter([body[:100], body[100:]]),
+                      headers={"Content-Type": "application/json"}, timeout=support.HTTP_TIMEOUT)
+    assert r.status_code == 200, r.text[:300]
+
+
+def test_json_string_escapes_in_model_name(d):
+    body = ('{"model": "self_e64\\u005fh8", "query": %s}' % json.dumps(rows(2, E))).encode()
+    r = post_raw(d, "/v1/attention", body)
+    assert r.status_code == 200, r.text[:300]
+
+
+@pytest.mark.parametrize("path", ["/health", "/metrics", "/v1/models", "/v2/health/live"])
+def test_head_on_get_routes(d, path):
+    r = d.request("HEAD", path)
+    assert r.status_code == 200
+    assert r.content == b""
+
+
+def test_expect_100_continue(d):
+    """curl sends Expect: 100-continue for large bodies: a body over the limit
+    is refused with 413 before it is sent; one within it gets 100 Continue."""
+    head = (b"POST /v1/attention HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json"
+            b"\r\nExpect: 100-continue\r\nContent-Length: %d\r\n\r\n")
+    resp = support.raw_http(d.port, head % (MAX_BODY * 4), timeout=5)
+    assert resp.startswith(b"HTTP/1.1 413"), resp[:200]
+    body = json.dumps({"model": M, "query": rows(2, E)}).encode()
+    s = socket.create_connection(("127.0.0.1", d.port), timeout=10)
+    try:
+        s.sendall(head % len(body))
+        first = s.recv(4096)
+        assert first.startswith(b"HTTP/1.1 100"), first[:200]
+        s.sendall(body)
+        data = b""
+        while b"\r\n\r\n" not in data or len(data.split(b"\r\n\r\n", 1)[1]) < int(
+                re.search(rb"(?i)content-length:\s*(\d+)", data).group(1)):
+            c = s.recv(65536)
+            if not c:
+                break
+            data += c
+        assert data.startswith(b"HTTP/1.1 200"), data[:200]
+    finally:
+        s.close()
 
 
 def test_zz_still_serves_correctly(d):
