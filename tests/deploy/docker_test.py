@@ -2,7 +2,9 @@
 relies on: it serves the embedded default model with nothing mounted and
 gives the same answers as build/attnd; its HEALTHCHECK works; it runs as a
 non-root user with attnd as PID 1; SIGTERM makes it exit 0; a mounted folder
-with a config.json is served; ATTND_* variables configure it.
+with a config.json is served; ATTND_* variables configure it; arguments
+after the image (as KServe's ServingRuntime passes them) reach attnd; a bad
+config stops it.
 
 Only 127.0.0.1 ports are published. Containers are removed at the end.
 """
@@ -190,7 +192,21 @@ def main():
         r = podman("stop", "-t", "40", m.name, timeout=60)
         c.check(m.exit_code() == 0, "mounted container exits 0 on SIGTERM", str(m.exit_code()))
 
-        # 3. A bad mounted config is refused: non-zero exit, message names the file.
+        # 3. As KServe runs it: the folder at /mnt/models, the ServingRuntime's
+        # args after the image name (they reach attnd through the entrypoint).
+        port3 = dl.free_port()
+        k = Container(f"attnd-test-kserve-{os.getpid()}", port3,
+                      mounts=[f"{models}:/mnt/models:ro"],
+                      args=["--config", "/mnt/models/config.json"])
+        containers.append(k)
+        c.check(k.wait_healthy(), "container with --config /mnt/models/config.json becomes healthy",
+                k.logs()[-2000:])
+        st = dl.http("GET", k.url("/v2/models/mounted/ready"))[0]
+        c.check(st == 200, "GET /v2/models/mounted/ready on the KServe-style container: 200",
+                str(st))
+        k.remove()
+
+        # 4. A bad mounted config is refused: non-zero exit, message names the file.
         bad = os.path.join(tmp, "bad")
         os.makedirs(bad)
         with open(os.path.join(bad, "config.json"), "w") as f:
