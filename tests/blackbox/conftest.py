@@ -9,7 +9,9 @@ import support
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "slow: takes more than a few seconds")
+    # schemathesis 3.39 imports a name jsonschema deprecates; not ours to fix
+    config.addinivalue_line("filterwarnings",
+                            "ignore:jsonschema.exceptions.RefResolutionError:DeprecationWarning")
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -3,7 +3,10 @@ and models at once; each answer equals its own reference, malformed requests
 in the crowd change nobody's answer, and the batcher forms real batches
 (attnd_batch_size histogram). `make tsan` runs the tests named *concurrency*."""
 import json
+import signal
+import socket
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -214,3 +217,100 @@ def test_concurrency_batched_requests_in_the_crowd(d):
                                           "attention": "mean", "encoding": "base64"})}])
     failures = run_crowd(d, jobs)
     assert not failures, "\n".join(failures[:20])
+
+
+def test_concurrency_clients_leaving_in_the_crowd(d):
+    """Clients that send a request and leave at once, among clients that wait:
+    the waiting ones get their own answers and the daemon keeps serving."""
+    rng = np.random.default_rng(31)
+    jobs = [[make_job(rng, t * 7 + i) for i in range(PER_THREAD)] for t in range(THREADS)]
+    leaving = [j for row in jobs for j in row][:THREADS]
+    stop = threading.Event()
+
+    def leaver():
+        i = 0
+        while not stop.is_set() and i < 4 * THREADS:
+            job = leaving[i % len(leaving)]
+            raw = (("POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                    "Content-Length: %d\r\n\r\n" % (job["path"], len(job["body"]))).encode()
+                   + job["body"].encode())
+            try:
+                s = socket.create_connection(("127.0.0.1", d.port), timeout=10)
+                s.sendall(raw)
+                s.close()
+            except OSError:
+                pass
+            i += 1
+    lv = [threading.Thread(target=leaver) for _ in range(2)]
+    for t in lv:
+        t.start()
+    try:
+        failures = run_crowd(d, jobs)
+    finally:
+        stop.set()
+        for t in lv:
+            t.join(60)
+    assert not failures, "\n".join(failures[:20])
+    assert d.alive()
+    assert d.get("/health").status_code == 200
+
+
+def test_concurrency_idle_connections_do_not_block(d):
+    """Many open idle connections hold no thread: requests still get answers."""
+    socks = []
+    try:
+        for _ in range(64):
+            socks.append(socket.create_connection(("127.0.0.1", d.port), timeout=10))
+        for s in socks[::2]:
+            s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")  # headers never finished
+        rng = np.random.default_rng(3)
+        jobs = [[make_job(rng, t)] for t in range(4)]
+        failures = run_crowd(d, jobs)
+        assert not failures, failures
+    finally:
+        for s in socks:
+            s.close()
+
+
+def test_concurrency_drain_under_load(fresh_daemons):
+    """SIGTERM while many clients are in flight: every admitted request gets
+    its own correct answer, then exit 0."""
+    cfg = {"batching": {"max_queue_delay_us": 2000, "max_batch_requests": 8},
+           "workers": {"threads": 2}, "models": [GOLDENS[n].config() for n in MODELS]}
+    dd = fresh_daemons(cfg)
+    rng = np.random.default_rng(99)
+    n = THREADS
+    jobs = [make_job(rng, i) for i in range(n)]
+    results = [None] * n
+    started = threading.Barrier(n + 1)
+
+    def client(i):
+        try:
+            started.wait(30)
+            results[i] = requests.post(dd.url + jobs[i]["path"], data=jobs[i]["body"],
+                                       timeout=TIMEOUT,
+                                       headers={"Content-Type": "application/json"})
+        except requests.RequestException as e:
+            results[i] = e
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    started.wait(30)
+    time.sleep(0.05)  # let some requests in; the rest race the signal
+    dd.send_signal(signal.SIGTERM)
+    for t in threads:
+        t.join(TIMEOUT)
+    rc = dd.wait_exit(60)
+    assert rc == 0, "exit %s\n%s" % (rc, dd.logs())
+    answered = 0
+    for i, r in enumerate(results):
+        if isinstance(r, requests.ConnectionError):
+            continue  # not admitted before the signal: refused
+        assert not isinstance(r, Exception), "client %d: %r" % (i, r)
+        if r.status_code == 503:
+            continue  # arrived while draining
+        err = check_answer(jobs[i], r)
+        assert err is None, "client %d: %s" % (i, err)
+        answered += 1
+    print("drain under load: %d of %d answered" % (answered, n))
+    assert not dd.sanitizer_reports(), dd.logs()

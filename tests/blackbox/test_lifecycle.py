@@ -428,6 +428,23 @@ def test_cors_other_origin_refused(cors):
     assert "Access-Control-Allow-Origin" not in r.headers
 
 
+def test_cors_preflight_with_api_key(daemons):
+    """Browsers send preflights without credentials: with an API key set, the
+    preflight still passes and the real request still needs the key."""
+    d = daemons({"server": {"cors_origins": [ORIGIN]}, "models": [GOLDENS[SMALL][1].config()]},
+                env={"ATTND_API_KEY": "cors-key-1"})
+    r = preflight(d, ORIGIN)
+    assert r.status_code in (200, 204), (r.status_code, r.text[:200])
+    assert r.headers.get("Access-Control-Allow-Origin") in (ORIGIN, "*")
+    r = d.post("/v1/attention", small_body(), headers={"Origin": ORIGIN})
+    check_error_body(r, 401)
+    assert r.headers.get("Access-Control-Allow-Origin") in (ORIGIN, "*"), \
+        "a 401 without CORS headers is unreadable by the page"
+    r = d.post("/v1/attention", small_body(), headers={"Origin": ORIGIN,
+                                                       "Authorization": "Bearer cors-key-1"})
+    assert r.status_code == 200
+
+
 def test_cors_off_by_default(small):
     r = preflight(small, ORIGIN)
     assert "Access-Control-Allow-Origin" not in r.headers

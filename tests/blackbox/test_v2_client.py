@@ -143,3 +143,30 @@ def test_infer_bad_input_is_an_error(client):
     with pytest.raises(InferenceServerException) as e:
         client.infer(name, [q])
     assert "query" in str(e.value)
+
+
+def test_infer_request_id_echoed(client):
+    """KServe v2: a request's id comes back in the response."""
+    g, _ = BY_NAME["self_e64_h8"]
+    s = g["sequences"][0]
+    res = client.infer("self_e64_h8", make_inputs(s), request_id="req-v2-7",
+                       outputs=[httpclient.InferRequestedOutput("output", binary_data=False)])
+    assert res.get_response().get("id") == "req-v2-7"
+    assert rel_err(res.as_numpy("output"), s["output"]) <= 1e-5
+
+
+def test_infer_binary_tensors_right_or_refused(client):
+    """tritonclient's default sends tensors in the binary extension; the daemon
+    either answers right or refuses it clearly, never a wrong number or a 500."""
+    g, _ = BY_NAME["self_e64_h8"]
+    s = g["sequences"][0]
+    q = httpclient.InferInput("query", [len(s["query"]), 64], "FP32")
+    q.set_data_from_numpy(np.asarray(s["query"], dtype=np.float32), binary_data=True)
+    try:
+        res = client.infer("self_e64_h8", [q], outputs=[
+            httpclient.InferRequestedOutput("output", binary_data=True)])
+    except InferenceServerException as e:
+        assert e.status() in ("400", "415", 400, 415), (e.status(), e.message())
+        assert e.message(), e
+        return
+    assert rel_err(res.as_numpy("output"), s["output"]) <= 1e-5
