@@ -17,6 +17,8 @@ import sys
 import tempfile
 import time
 
+import yaml
+
 import deploylib as dl
 
 IMAGE = os.environ.get("ATTND_IMAGE", "localhost/attnd:test")
@@ -36,10 +38,11 @@ def podman(*args, check=False, timeout=120):
 class Container:
     """One detached container publishing its port on 127.0.0.1."""
 
-    def __init__(self, name, host_port, container_port=8080, env=None, mounts=(), args=()):
+    def __init__(self, name, host_port, container_port=8080, env=None, mounts=(), args=(),
+                 opts=()):
         self.name = name
         self.host_port = host_port
-        cmd = ["run", "-d", "--name", name, *ULIMITS,
+        cmd = ["run", "-d", "--name", name, *ULIMITS, *opts,
                "-p", f"127.0.0.1:{host_port}:{container_port}"]
         for k, v in (env or {}).items():
             cmd += ["-e", f"{k}={v}"]
@@ -119,11 +122,16 @@ def main():
         c.check(r.returncode == 0 and r.stdout.strip() == "",
                 "runtime image has no compiler, make or curl", r.stdout + r.stderr)
 
-        # 1. Nothing mounted: the embedded default model.
+        # 1. Nothing mounted: the embedded default model, under the
+        # restrictions docker/k8s/deployment.yaml sets (read-only root
+        # filesystem, no capabilities, no privilege escalation).
         port = dl.free_port()
-        d = Container(f"attnd-test-default-{os.getpid()}", port)
+        d = Container(f"attnd-test-default-{os.getpid()}", port,
+                      opts=["--read-only", "--cap-drop=ALL",
+                            "--security-opt", "no-new-privileges"])
         containers.append(d)
-        c.check(d.wait_healthy(), "default container becomes healthy (podman healthcheck run)",
+        c.check(d.wait_healthy(), "default container (read-only, no capabilities) becomes healthy"
+                " (podman healthcheck run)",
                 d.logs()[-2000:], fatal=True)
         c.check(dl.http("GET", d.url("/health"))[0] == 200, "GET /health through the published port")
         status, body, _ = dl.http("GET", d.url("/v1/models"))
@@ -140,6 +148,12 @@ def main():
         puid = d.exec("awk", "/^Uid:/{print $2}", "/proc/1/status")
         c.check(puid.stdout.strip() not in ("", "0"), "PID 1 runs with a non-zero uid",
                 puid.stdout + puid.stderr)
+
+        dep = yaml.safe_load(open(os.path.join(dl.ROOT, "docker", "k8s", "deployment.yaml")))
+        pre = dep["spec"]["template"]["spec"]["containers"][0]["lifecycle"]["preStop"]["exec"]
+        r = d.exec(*pre["command"])
+        c.check(r.returncode == 0, f"the Deployment's preStop command {pre['command']} runs in the image",
+                r.stdout + r.stderr)
 
         q = dl.query(5, E_DEFAULT, seed=7)
         status, out, body = attention(d.url("/v1/attention"), q)
