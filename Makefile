@@ -129,10 +129,12 @@ bench-compare: bench
 # and KServe manifests against schemas and the daemon, builds the image with
 # podman and runs it; scaleout-test runs three replicas behind nginx
 # (docker/nginx.conf) on 127.0.0.1 and kills and stops replicas under load.
-docker-test: $(BUILD)/attnd $(VENV)/.stamp
+docker-test: deps
+	$(MAKE) $(BUILD)/attnd venv
 	ATTND_BIN=$(abspath $(BUILD)/attnd) PYTHON=$(abspath $(VENV)/bin/python) bash tests/deploy/docker_test.sh
 
-scaleout-test: $(BUILD)/attnd $(VENV)/.stamp
+scaleout-test: deps
+	$(MAKE) $(BUILD)/attnd venv
 	ATTND_BIN=$(abspath $(BUILD)/attnd) $(VENV)/bin/python tests/deploy/scaleout_test.py
 
 clean:
