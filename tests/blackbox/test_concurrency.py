@@ -314,3 +314,54 @@ def test_concurrency_drain_under_load(fresh_daemons):
         answered += 1
     print("drain under load: %d of %d answered" % (answered, n))
     assert not dd.sanitizer_reports(), dd.logs()
+
+
+def max_batch_bound(hist, limit):
+    """Batches in buckets up to the smallest bucket bound >= limit."""
+    bounds = [(le, c) for le, c in hist["buckets"] if le >= limit]
+    assert bounds, hist
+    return bounds[0]
+
+
+@pytest.mark.parametrize("limit", [1, 2])
+def test_concurrency_max_batch_requests(fresh_daemons, limit):
+    """max_batch_requests caps a batch (1 turns batching off)."""
+    m = GOLDENS["self_e64_h8"]
+    dd = fresh_daemons({"batching": {"max_batch_requests": limit, "max_queue_delay_us": 5000},
+                        "workers": {"threads": 1}, "models": [m.config()]})
+    rng = np.random.default_rng(limit)
+    jobs = [[make_job(rng, 0)] for _ in range(THREADS)]
+    for row in jobs:
+        assert row[0]["model"] == m.name
+    failures = run_crowd(dd, jobs)
+    assert not failures, "\n".join(failures[:20])
+    h = batch_hist(dd)
+    assert h["sum"] == THREADS
+    le, c = max_batch_bound(h, limit)
+    assert c == h["count"], "a batch held more than %d requests: %s" % (limit, h["buckets"])
+    if limit == 1:
+        assert h["count"] == THREADS
+
+
+def test_concurrency_max_batch_tokens(fresh_daemons):
+    """max_batch_tokens caps the query + key tokens of a batch: with 20-token
+    requests and a 40-token cap, no batch holds more than two requests."""
+    m = GOLDENS["self_e64_h8"]
+    dd = fresh_daemons({"batching": {"max_batch_tokens": 40, "max_batch_requests": 64,
+                                     "max_queue_delay_us": 5000},
+                        "workers": {"threads": 1}, "models": [m.config()]})
+    rng = np.random.default_rng(12)
+    jobs = []
+    for _ in range(THREADS):
+        q = rng.standard_normal((10, m.E)).astype(np.float32)
+        out, _ = m.forward(q)
+        jobs.append([{"path": "/v1/attention", "how": "b64", "model": m.name, "out": out,
+                      "att": None, "body": json.dumps({"model": m.name, "query": b64_tensor(q),
+                                                       "encoding": "base64"})}])
+    failures = run_crowd(dd, jobs)
+    assert not failures, "\n".join(failures[:20])
+    h = batch_hist(dd)
+    assert h["sum"] == THREADS
+    le, c = max_batch_bound(h, 2)
+    assert c == h["count"], "a batch went over 40 tokens: %s" % h["buckets"]
+    assert h["count"] < THREADS, "no two requests shared a batch"

@@ -441,6 +441,33 @@ def test_api_key_env_name_from_config(daemons):
     assert k.get("/health").status_code == 200
 
 
+def find_key(obj, key):
+    """Every value of `key` anywhere in a JSON document."""
+    out = []
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            if k == key:
+                out.append(v)
+            out += find_key(v, key)
+    elif isinstance(obj, list):
+        for v in obj:
+            out += find_key(v, key)
+    return out
+
+
+def test_models_listing_shows_limits(d):
+    """GET /v1/models: the loaded models, their hyper-parameters and limits."""
+    r = d.get("/v1/models")
+    assert r.status_code == 200
+    body = r.json()
+    assert find_key(body, "max_tokens_per_request") and all(
+        v == MAX_TOKENS for v in find_key(body, "max_tokens_per_request")), body
+    assert find_key(body, "max_attention_floats") and all(
+        v == MAX_ATT for v in find_key(body, "max_attention_floats")), body
+    names = find_key(body, "name")
+    assert M in names and C in names, names
+
+
 def test_no_api_key_means_open(d):
     r = d.get("/v1/models")
     assert r.status_code == 200

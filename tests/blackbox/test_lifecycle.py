@@ -171,6 +171,7 @@ def test_overload_429_with_retry_after(fresh_daemons, big):
     assert set(statuses) <= {200, 429}, statuses
     for st, headers, content, _ in results:
         if st == 429:
+            assert headers.get("X-Request-Id") and headers.get("Server-Timing"), headers
             ra = headers.get("Retry-After")
             assert ra is not None, "429 without Retry-After"
             assert re.fullmatch(r"\d+", ra.strip()), "Retry-After %r is not delta-seconds" % ra
@@ -288,8 +289,8 @@ def test_json_content_type_everywhere(small):
 
 def test_access_log_line_per_request(small):
     rid = "log-probe-%d" % time.monotonic_ns()
-    r = small.post("/v1/attention", small_body(), headers={"X-Request-Id": rid})
-    assert r.status_code == 200
+    r_ok = small.post("/v1/attention", small_body(), headers={"X-Request-Id": rid})
+    assert r_ok.status_code == 200
     r = small.get("/v1/models/nope-log-probe/attention")
     assert r.status_code in (404, 405)
 
@@ -298,8 +299,12 @@ def test_access_log_line_per_request(small):
                 if "/v1/attention" in ln or "nope-log-probe" in ln]
     assert support.wait_until(lambda: any("nope-log-probe" in ln for ln in lines()), 5), \
         "no access log line on stdout:\n" + small.stdout()[-2000:]
-    ok = [ln for ln in lines() if "POST" in ln and "/v1/attention" in ln and "200" in ln]
-    assert ok, "no access log line with method, path and status 200"
+    ok = [ln for ln in lines() if "POST" in ln and "/v1/attention" in ln and "200" in ln
+          and rid in ln]
+    assert ok, "no access log line with method, path, status 200 and the request id"
+    assert re.search(r"(?<!\d)%d(?!\d)" % len(r_ok.content), ok[-1]), \
+        "the access log line does not give the response bytes (%d): %s" % (len(r_ok.content),
+                                                                          ok[-1])
     probe = [ln for ln in lines() if "nope-log-probe" in ln]
     assert len(probe) == 1, "expected one line for one request: %s" % probe
 
