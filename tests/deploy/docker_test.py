@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 import yaml
@@ -26,6 +27,9 @@ PODMAN = ["podman", "--runtime", "runc"]
 # Limits the container runtime may set here; the host refuses higher ones.
 ULIMITS = ["--ulimit", "nofile=20000:20000", "--ulimit", "nproc=32768:32768"]
 E_DEFAULT = 512
+# Queue delay of the drain check: requests wait this long (us) for company,
+# so podman stop finds them in flight.
+DRAIN_DELAY_US = 600000
 
 
 def podman(*args, check=False, timeout=120):
@@ -183,7 +187,8 @@ def main():
         dl.write_model_dir(models, "mounted", 64, 4, seed=11)
         port2 = dl.free_port()
         m = Container(f"attnd-test-mounted-{os.getpid()}", port2, container_port=9000,
-                      env={"ATTND_PORT": "9000"}, mounts=[f"{models}:/models:ro"])
+                      env={"ATTND_PORT": "9000", "ATTND_MAX_QUEUE_DELAY_US": str(DRAIN_DELAY_US)},
+                      mounts=[f"{models}:/models:ro"])
         containers.append(m)
         c.check(m.wait_healthy(), "mounted-config container becomes healthy on ATTND_PORT=9000",
                 m.logs()[-2000:], fatal=True)
@@ -203,8 +208,21 @@ def main():
                 f"relative error {err}; local {lstatus}")
         dl.stop(local)
         local = None
+        # Drain: requests wait DRAIN_DELAY_US in the queue for company; stop
+        # the container while they wait. Each must still get its answer.
+        answers = []
+        threads = [threading.Thread(target=lambda: answers.append(
+            attention(m.url("/v1/attention"), q2)[0])) for _ in range(4)]
+        for t in threads:
+            t.start()
+        time.sleep(DRAIN_DELAY_US / 1e6 / 3)
         r = podman("stop", "-t", "40", m.name, timeout=60)
+        for t in threads:
+            t.join()
         c.check(m.exit_code() == 0, "mounted container exits 0 on SIGTERM", str(m.exit_code()))
+        c.check(answers == [200] * 4,
+                "requests in flight when podman stop sent SIGTERM were all answered 200",
+                str(answers))
 
         # 3. As KServe runs it: the folder at /mnt/models, the ServingRuntime's
         # args after the image name (they reach attnd through the entrypoint).
