@@ -119,6 +119,25 @@ static long decode_string(jin *j, char *out, size_t cap, int *cut) {
     if (jin_expect(j, '"') < 0) return -1;
     size_t k = 0;
     for (;;) {
+        /* fast path: a run of plain ASCII (base64 text is all of it) */
+        const char *run = j->p;
+        while (j->p < j->end) {
+            unsigned char a = (unsigned char)*j->p;
+            if (a < 0x20 || a >= 0x80 || a == '"' || a == '\\') break;
+            j->p++;
+        }
+        if (j->p > run && out) {
+            size_t rn = (size_t)(j->p - run);
+            if (k + rn < cap) {
+                memcpy(out + k, run, rn);
+                k += rn;
+            } else {
+                size_t fit = cap > k + 1 ? cap - k - 1 : 0;
+                memcpy(out + k, run, fit);
+                k += fit;
+                if (cut) *cut = 1;
+            }
+        }
         if (j->p >= j->end) return fail(j, "unterminated string");
         unsigned char c = (unsigned char)*j->p;
         char tmp[4];
@@ -196,6 +215,18 @@ int jin_string(jin *j, char **out, size_t *len) {
     }
     *out = buf;
     if (len) *len = (size_t)n;
+    return 0;
+}
+
+int jin_string_span(jin *j, const char **s, size_t *n) {
+    if (jin_peek(j) != '"') return fail(j, "expected a string");
+    const char *start = j->p + 1;
+    const char *q = memchr(start, '"', (size_t)(j->end - start));
+    if (!q) return fail(j, "unterminated string");
+    if (memchr(start, '\\', (size_t)(q - start))) return 1;
+    *s = start;
+    *n = (size_t)(q - start);
+    j->p = q + 1;
     return 0;
 }
 

@@ -31,6 +31,11 @@ int jin_next(jin *j, char close);
  * new NUL-terminated buffer the caller frees. Strings holding NUL (\u0000)
  * are refused. */
 int jin_string(jin *j, char **out, size_t *len);
+/* A string without escapes, as a span of the body (not NUL-terminated, not
+ * checked for UTF-8 or control characters: for base64 text, whose decoder
+ * refuses anything else). Returns 0, 1 when the string holds escapes (the
+ * reader has not moved: read it with jin_string), -1 on error. */
+int jin_string_span(jin *j, const char **s, size_t *n);
 /* A string into buf (cap bytes with the NUL); longer ones are cut to fit
  * and *cut is set. */
 int jin_string_buf(jin *j, char *buf, size_t cap, int *cut);

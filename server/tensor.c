@@ -183,7 +183,8 @@ fail:
 static int read_b64(jin *j, const char *field, tensor_kind kind, int neg_inf_ok, tensor *t,
                     attnd_error *e) {
     char key[32], dtype[32] = "float32";
-    char *b64 = NULL;
+    char *b64 = NULL;      /* decoded copy, when the string held escapes */
+    const char *b64s = NULL; /* the base64 text: a span of the body or b64 */
     size_t b64n = 0;
     int have_shape = 0, rank = 0, shape[TENSOR_MAX_RANK] = {0};
     int ret = -1;
@@ -247,7 +248,12 @@ static int read_b64(jin *j, const char *field, tensor_kind kind, int neg_inf_ok,
         } else if (!cut && strcmp(key, "b64") == 0) {
             free(b64);
             b64 = NULL;
-            if (jin_peek(j) != '"' || jin_string(j, &b64, &b64n) < 0) {
+            int rs = jin_peek(j) == '"' ? jin_string_span(j, &b64s, &b64n) : -1;
+            if (rs == 1 && jin_string(j, &b64, &b64n) == 0) {
+                b64s = b64;
+                rs = 0;
+            }
+            if (rs != 0) {
                 attnd_set_error(e, AERR_BAD_REQUEST, "%s.b64: expected a base64 string, got %s",
                                 field, jin_kind(j));
                 goto cleanup;
@@ -265,7 +271,7 @@ static int read_b64(jin *j, const char *field, tensor_kind kind, int neg_inf_ok,
         }
         if (r == 1) break;
     }
-    if (!have_shape || !b64) {
+    if (!have_shape || !b64s) {
         attnd_set_error(e, AERR_BAD_REQUEST, "%s: a tensor object needs \"shape\" and \"b64\"",
                         field);
         goto cleanup;
@@ -300,7 +306,7 @@ static int read_b64(jin *j, const char *field, tensor_kind kind, int neg_inf_ok,
         attnd_set_error(e, AERR_INTERNAL, "out of memory reading %s", field);
         goto cleanup;
     }
-    if (b64_decode(b64, b64n, buf, cap, &got) < 0) {
+    if (b64_decode(b64s, b64n, buf, cap, &got) < 0) {
         free(buf);
         attnd_set_error(e, AERR_BAD_REQUEST, "%s.b64: not valid base64", field);
         goto cleanup;
