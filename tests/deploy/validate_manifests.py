@@ -267,8 +267,9 @@ def main():
             "nginx client_max_body_size = attnd's max_body_bytes default",
             f"{body_limit} vs {help_default(help_text, 'ATTND_MAX_BODY_BYTES')}")
     m = re.search(r"^\s*proxy_read_timeout\s+(\d+)s;", nginx, re.M)
-    c.check(bool(m) and int(m.group(1)) > help_default(help_text, "ATTND_REQUEST_TIMEOUT_MS") / 1000,
-            "nginx waits longer than attnd's request timeout")
+    req_ms = help_default(help_text, "ATTND_REQUEST_TIMEOUT_MS")
+    c.check(bool(m) and req_ms is not None and int(m.group(1)) > req_ms / 1000,
+            "nginx waits longer than attnd's request timeout", f"{m and m.group(1)} s vs {req_ms} ms")
 
     # --- the daemon serves what the manifests expect ---
     tmp = tempfile.mkdtemp(prefix="attnd-manifests-")
