@@ -1,0 +1,149 @@
+#!/bin/sh
+# bench_http.sh - attnd over HTTP on 127.0.0.1, printed as a table:
+#   1. small requests (L=16, E=512, the default model) at 64 connections with
+#      wrk: requests/s, p50, p99, with batching on (the defaults) and off
+#      (ATTND_MAX_BATCH_REQUESTS=1);
+#   2. one large request (B=1, L=512, E=1024, H=16) in base64: round trip
+#      against the core's own compute time (usage.compute_us);
+#   3. the codec costs on their own (build/bench/bench_codec).
+# Numbers only; nothing is asserted. Run by `make bench-http`.
+# Env: ATTND_BIN (build/attnd), BENCH_SECONDS (10), PYTHON (python3).
+set -eu
+
+BIN=${ATTND_BIN:-build/attnd}
+PY=${PYTHON:-python3}
+DUR=${BENCH_SECONDS:-10}
+HERE=$(cd "$(dirname "$0")" && pwd)
+TMP=$(mktemp -d)
+PID=""
+
+cleanup() {
+    if [ -n "$PID" ]; then kill -TERM "$PID" 2>/dev/null || true; wait "$PID" 2>/dev/null || true; fi
+    rm -rf "$TMP"
+}
+trap cleanup EXIT INT TERM
+
+for tool in wrk curl "$PY"; do
+    command -v "$tool" >/dev/null 2>&1 || { echo "bench_http: $tool is missing" >&2; exit 1; }
+done
+[ -x "$BIN" ] || { echo "bench_http: $BIN is missing: run make" >&2; exit 1; }
+
+free_port() {
+    "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+# start ENV... -- ARGS...: starts the daemon, waits for /health
+start() {
+    PORT=$(free_port)
+    env "$@" "$BIN" --host 127.0.0.1 --port "$PORT" >"$TMP/daemon.log" 2>&1 &
+    PID=$!
+    i=0
+    until curl -sf "http://127.0.0.1:$PORT/health" >/dev/null 2>&1; do
+        i=$((i + 1))
+        if [ $i -gt 300 ] || ! kill -0 "$PID" 2>/dev/null; then
+            echo "bench_http: the daemon did not start:" >&2
+            cat "$TMP/daemon.log" >&2
+            exit 1
+        fi
+        sleep 0.1
+    done
+}
+
+stop() {
+    kill -TERM "$PID"
+    wait "$PID" || true
+    PID=""
+}
+
+# The bodies and the large model's weights, from a fixed seed.
+"$PY" - "$TMP" <<'EOF'
+import array, base64, json, random, struct, sys
+tmp = sys.argv[1]
+rnd = random.Random(1234)
+q = [[round(rnd.uniform(-1, 1), 6) for _ in range(512)] for _ in range(16)]
+open(tmp + "/small.json", "w").write(json.dumps({"query": q}))
+# large: (1, 512, 1024) float32 in base64
+big = array.array("f", (rnd.uniform(-1, 1) for _ in range(512 * 1024)))
+open(tmp + "/large.json", "w").write(json.dumps({
+    "query": {"shape": [1, 512, 1024], "dtype": "float32",
+              "b64": base64.b64encode(big.tobytes()).decode()},
+    "encoding": "base64"}))
+# weights of a 1024-wide, 16-head layer as safetensors (torch's names)
+E = 1024
+def tensor(n, bound):
+    return array.array("f", (rnd.uniform(-bound, bound) for _ in range(n))).tobytes()
+parts = [("in_proj_weight", [3 * E, E], tensor(3 * E * E, (6 / (4 * E)) ** 0.5)),
+         ("in_proj_bias", [3 * E], bytes(4 * 3 * E)),
+         ("out_proj.weight", [E, E], tensor(E * E, 1 / E ** 0.5)),
+         ("out_proj.bias", [E], bytes(4 * E))]
+header, off = {}, 0
+for name, shape, data in parts:
+    header[name] = {"dtype": "F32", "shape": shape, "data_offsets": [off, off + len(data)]}
+    off += len(data)
+h = json.dumps(header).encode()
+h += b" " * (-len(h) % 8)
+with open(tmp + "/large.safetensors", "wb") as f:
+    f.write(struct.pack("<Q", len(h)) + h)
+    for _, _, data in parts:
+        f.write(data)
+json.dump({"models": [{"name": "large", "embed_dim": E, "num_heads": 16,
+                       "weights": tmp + "/large.safetensors"}]},
+          open(tmp + "/large_config.json", "w"))
+EOF
+
+cat >"$TMP/post.lua" <<'EOF'
+local f = assert(io.open(os.getenv("BODY"), "rb"))
+wrk.method = "POST"
+wrk.body = f:read("*a")
+f:close()
+wrk.headers["Content-Type"] = "application/json"
+function done(summary, latency, requests)
+    local e = summary.errors
+    io.write(string.format("RESULT %.1f %.3f %.3f %d %d\n",
+        summary.requests / (summary.duration / 1e6),
+        latency:percentile(50) / 1000, latency:percentile(99) / 1000,
+        e.status + e.connect + e.read + e.write + e.timeout, summary.requests))
+end
+EOF
+
+echo "attnd HTTP benchmark: $(nproc) cores, $BIN, wrk 64 connections for ${DUR}s per row"
+echo
+echo "| small requests (16×512, default model) | req/s    | p50 ms  | p99 ms  | p99/p50 | errors | mean batch |"
+echo "|----------------------------------------|----------|---------|---------|---------|--------|------------|"
+for mode in on off; do
+    if [ "$mode" = on ]; then start; else start ATTND_MAX_BATCH_REQUESTS=1; fi
+    # warm-up, then the measured run
+    BODY="$TMP/small.json" wrk -t2 -c64 -d2s --timeout 10s -s "$TMP/post.lua" \
+        "http://127.0.0.1:$PORT/v1/attention" >/dev/null
+    b0=$(curl -s "http://127.0.0.1:$PORT/metrics" | awk '/^attnd_batch_size_(sum|count) /{printf "%s ", $2}')
+    out=$(BODY="$TMP/small.json" wrk -t2 -c64 -d"${DUR}s" --timeout 10s -s "$TMP/post.lua" \
+        "http://127.0.0.1:$PORT/v1/attention" | grep '^RESULT')
+    b1=$(curl -s "http://127.0.0.1:$PORT/metrics" | awk '/^attnd_batch_size_(sum|count) /{printf "%s ", $2}')
+    stop
+    echo "$out $b0 $b1" | awk -v mode="$mode" '{
+        mb = ($10 - $8) > 0 ? ($9 - $7) / ($10 - $8) : 0;
+        printf "| batching %-29s | %8.1f | %7.2f | %7.2f | %7.2f | %6d | %10.1f |\n",
+            mode, $2, $3, $4, ($3 > 0 ? $4 / $3 : 0), $5, mb }' | tee -a "$TMP/rows"
+done
+awk '{ gsub(/\|/, " "); r[NR] = $3 } END { if (r[2] > 0) printf "\nbatching on / off throughput: %.2fx\n", r[1] / r[2] }' "$TMP/rows"
+
+echo
+echo "| large request (1×512×1024, H=16, base64) | round trip ms | compute ms (usage) | ratio |"
+echo "|------------------------------------------|---------------|--------------------|-------|"
+start ATTND_CONFIG="$TMP/large_config.json" ATTND_MAX_BODY_BYTES=67108864
+URL="http://127.0.0.1:$PORT/v1/attention"
+curl -s -o /dev/null --data-binary @"$TMP/large.json" -H 'Content-Type: application/json' "$URL"
+for i in 1 2 3 4 5; do
+    t=$(curl -s -o "$TMP/resp.json" -w '%{time_total}' --data-binary @"$TMP/large.json" \
+        -H 'Content-Type: application/json' "$URL")
+    c=$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["usage"]["compute_us"])' "$TMP/resp.json")
+    echo "$t $c"
+done | sort -n | awk '{ rt[NR] = $1 * 1000; cu[NR] = $2 / 1000 } END {
+    m = int((NR + 1) / 2);
+    printf "| median of %d                             | %13.1f | %18.1f | %5.2f |\n", NR, rt[m], cu[m], rt[m] / cu[m] }'
+stop
+
+echo
+if [ -x "${BENCH_CODEC:-build/bench/bench_codec}" ]; then
+    "${BENCH_CODEC:-build/bench/bench_codec}"
+fi
