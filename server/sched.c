@@ -147,9 +147,38 @@ static int all_finite(const float *x, size_t n) {
     return 1;
 }
 
+/* 1 when the client of r has closed its connection (r is suspended, so its
+ * socket is still open on our side). */
+static int hung_up(const attnd_req *r) {
+    if (r->sock < 0) return 0;
+    struct pollfd pf = {r->sock, POLLIN | POLLRDHUP, 0};
+    if (poll(&pf, 1, 0) <= 0) return 0;
+    if (pf.revents & (POLLHUP | POLLERR | POLLRDHUP)) return 1;
+    char c;
+    return (pf.revents & POLLIN) && recv(r->sock, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+}
+
 /* Packs, computes and answers one batch of n requests of one model. */
 static void run_batch(worker *w, attnd_req **rs, int n) {
     attnd_sched *s = w->s;
+    int taken = n;
+    /* clients that left since the sweeper last looked are dropped here */
+    int kept = 0;
+    for (int i = 0; i < n; i++) {
+        if (hung_up(rs[i])) {
+            rs[i]->gone = 1;
+            deliver(s, rs[i]);
+        } else {
+            rs[kept++] = rs[i];
+        }
+    }
+    n = kept;
+    if (n == 0) {
+        pthread_mutex_lock(&s->mu);
+        s->running -= taken;
+        pthread_mutex_unlock(&s->mu);
+        return;
+    }
     int mi = rs[0]->job.model;
     const attn_model *m = &s->o.models[mi];
     const attnd_model_info *info = &s->o.info[mi];
@@ -323,7 +352,7 @@ static void run_batch(worker *w, attnd_req **rs, int n) {
         deliver(s, r);
     }
     pthread_mutex_lock(&s->mu);
-    s->running -= n;
+    s->running -= taken;
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -464,13 +493,7 @@ static void *sweeper_main(void *arg) {
             }
         if (np && poll(pf, np, 0) > 0) {
             for (size_t k = 0; k < np && n < cap; k++) {
-                if (!pf[k].revents) continue;
-                int hung = (pf[k].revents & (POLLHUP | POLLERR | POLLRDHUP)) != 0;
-                if (!hung && (pf[k].revents & POLLIN)) {
-                    char c;
-                    hung = recv(pf[k].fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
-                }
-                if (!hung) continue;
+                if (!pf[k].revents || !hung_up(polled[k])) continue;
                 attnd_req *r = polled[k];
                 q_remove(&s->q[r->job.model], r);
                 out[n] = r;
