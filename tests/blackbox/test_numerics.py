@@ -349,3 +349,83 @@ def test_batched_shared_key_padding_mask(d):
                                  "key_padding_mask": kpm.tolist(), "encoding": "base64"})
     assert r.status_code == 200, r.text[:300]
     assert rel_err(from_b64_tensor(r.json()["output"]), ref) <= TOL
+
+
+# ---------------------------------------------------------------- tile edges
+
+@pytest.fixture(scope="module")
+def tiles(daemons, tmp_path_factory):
+    """Two random models whose head widths take different kernels (16 and 12)."""
+    tmp = tmp_path_factory.mktemp("tiles")
+    ms = [support.Model.random("d16", 64, 4, seed=71),
+          support.Model.random("d12", 48, 4, kdim=40, vdim=24, seed=72)]
+    for m in ms:
+        m.save(tmp / (m.name + ".safetensors"))
+    d = daemons({"models": [m.config() for m in ms], "server": {"max_body_bytes": 64 << 20},
+                 "limits": {"max_tokens_per_request": 16384,
+                            "max_attention_floats": 1 << 26}})
+    return d, {m.name: m for m in ms}
+
+
+TILE_CASES = [
+    # (L, S, options): lengths around 16/64/128/256-row and key tiles
+    (1, 1, ""), (15, 17, ""), (16, 64, ""), (17, 65, "kpm"), (63, 129, "causal"),
+    (255, 256, ""), (256, 257, "kpm_first_tile"), (257, 255, "causal"),
+    (300, 513, "kpm_first_tile"), (3, 1500, "kpm_last_tile"), (700, 5, "float_mask"),
+    (129, 300, "causal_kpm"), (64, 600, "bool_mask"), (2, 1025, "kpm_all_but_one"),
+]
+
+
+@pytest.mark.parametrize("model", ["d16", "d12"])
+@pytest.mark.parametrize("attention", ["none", "heads"])
+@pytest.mark.parametrize("case", TILE_CASES, ids=["L%d-S%d-%s" % c for c in TILE_CASES])
+def test_tile_edges(tiles, model, attention, case):
+    """Query and key lengths on both sides of the kernels' tile sizes, with
+    whole key tiles hidden: each equals the reference (online softmax must
+    survive a tile whose keys are all hidden)."""
+    d, models = tiles
+    m = models[model]
+    L, S, opt = case
+    rng = np.random.default_rng(L * 10007 + S)
+    q = rng.standard_normal((L, m.E)).astype(np.float32)
+    cross = m.kdim != m.E or L != S
+    k = rng.standard_normal((S, m.kdim)).astype(np.float32) if cross else None
+    v = rng.standard_normal((S, m.vdim)).astype(np.float32) if cross else None
+    if not cross:
+        S = L
+    kpm = am = None
+    causal = "causal" in opt
+    if "kpm" in opt:
+        kpm = rng.random(S) < 0.3
+        if opt == "kpm_first_tile":
+            kpm[:min(S - 1, 256)] = True
+        elif opt == "kpm_last_tile":
+            kpm[:] = False
+            kpm[-min(S - 1, 300):] = True
+        elif opt == "kpm_all_but_one":
+            kpm[:] = True
+            kpm[S // 2 + 1] = False
+    if opt == "float_mask":
+        am = (rng.standard_normal((L, S)) * 3).astype(np.float32)
+        am[:, :2] = -1e9
+    elif opt == "bool_mask":
+        am = rng.random((L, S)) < 0.5
+        am[:, :256] = True  # the first key tile is hidden from every row...
+        am[5] = True        # ...and row 5 sees nothing at all
+    ref, w = m.forward(q, k, v, causal, kpm, am)
+    body = {"model": model, "query": b64_tensor(q), "causal": causal, "attention": attention,
+            "encoding": "base64"}
+    if cross:
+        body["key"], body["value"] = b64_tensor(k), b64_tensor(v)
+    if kpm is not None:
+        body["key_padding_mask"] = kpm.tolist()
+    if am is not None:
+        body["attn_mask"] = am.tolist() if am.dtype == np.bool_ else b64_tensor(am)
+    r = d.post("/v1/attention", body)
+    assert r.status_code == 200, r.text[:300]
+    out = from_b64_tensor(r.json()["output"])
+    err = rel_err(out, ref)
+    assert err <= TOL, "output relative error %.3g" % err
+    if attention == "heads":
+        err = rel_err(from_b64_tensor(r.json()["attention"]), w)
+        assert err <= TOL, "attention relative error %.3g" % err
