@@ -33,7 +33,7 @@ LIBS       := $(BUILD)/libattnd_server.a $(BUILD)/libattnd_config.a $(BUILD)/lib
 TESTS      := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 BENCHES    := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
-.PHONY: all deps test test-unit test-blackbox asan tsan run bench bench-compare clean fuzz fuzz-smoke venv
+.PHONY: all deps test test-unit test-blackbox asan tsan run bench bench-compare bench-http clean fuzz fuzz-smoke venv
 .PHONY: docker-test scaleout-test
 
 all: $(BUILD)/attnd $(LIBS)
@@ -120,6 +120,12 @@ run: deps
 bench: deps
 	$(MAKE) all $(BENCHES)
 	env -u OPENBLAS_CORETYPE $(BUILD)/bench/bench_core
+
+# HTTP throughput and latency with wrk, batching on and off, the large
+# request's round trip, and the codec costs (bench/bench_http.sh).
+bench-http: deps
+	$(MAKE) all $(BUILD)/bench/bench_codec
+	ATTND_BIN=$(BUILD)/attnd BENCH_CODEC=$(BUILD)/bench/bench_codec sh bench/bench_http.sh
 
 # The same table for torch.nn.MultiheadAttention (Debian's python3-torch).
 bench-compare: bench
