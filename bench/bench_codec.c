@@ -87,8 +87,10 @@ static void bench(int L, int E) {
 
 int main(void) {
     printf("attnd codec costs (one thread): request body -> job, answer -> body\n\n");
-    printf("| query     | coding | body MB   | parse ms   | Mfloat/s | answer MB | write ms   | Mfloat/s |\n");
-    printf("|-----------|--------|-----------|------------|----------|-----------|------------|----------|\n");
+    printf("| query     | coding | body MB   | parse ms   | Mfloat/s | answer MB | write ms   | "
+           "Mfloat/s |\n");
+    printf("|-----------|--------|-----------|------------|----------|-----------|------------|----"
+           "------|\n");
     bench(16, 512);
     bench(512, 1024);
     return 0;

@@ -181,7 +181,8 @@ size_t fmt_f32(char *dst, float v) {
         n /= 10;
     }
     int nd = 9;
-    while (nd > 1 && d[nd - 1] == '0') nd--;
+    while (nd > 1 && d[nd - 1] == '0')
+        nd--;
     if (e < -4 || e >= 9) { /* d.ddde+XX */
         *s++ = d[0];
         if (nd > 1) {
@@ -201,7 +202,8 @@ size_t fmt_f32(char *dst, float v) {
         }
     } else if (e >= 0) { /* ddd.ddd */
         int ip = e + 1;
-        for (int i = 0; i < ip; i++) *s++ = i < nd ? d[i] : '0';
+        for (int i = 0; i < ip; i++)
+            *s++ = i < nd ? d[i] : '0';
         if (nd > ip) {
             *s++ = '.';
             memcpy(s, d + ip, (size_t)(nd - ip));
@@ -210,7 +212,8 @@ size_t fmt_f32(char *dst, float v) {
     } else { /* 0.000ddd */
         *s++ = '0';
         *s++ = '.';
-        for (int i = 0; i < -e - 1; i++) *s++ = '0';
+        for (int i = 0; i < -e - 1; i++)
+            *s++ = '0';
         memcpy(s, d, (size_t)nd);
         s += nd;
     }
@@ -241,7 +244,8 @@ static void tensor_json(sbuf *b, const float *x, int rank, const int *shape) {
         return;
     }
     size_t inner = 1;
-    for (int i = 1; i < rank; i++) inner *= (size_t)shape[i];
+    for (int i = 1; i < rank; i++)
+        inner *= (size_t)shape[i];
     sb_putc(b, '[');
     for (int i = 0; i < shape[0]; i++) {
         if (i) sb_putc(b, ',');
@@ -344,7 +348,8 @@ static pthread_once_t b64_once = PTHREAD_ONCE_INIT;
 static void b64_tables(void) {
     unsigned char v[256];
     memset(v, 64, sizeof(v));
-    for (int i = 0; i < 64; i++) v[(unsigned char)B64[i]] = (unsigned char)i;
+    for (int i = 0; i < 64; i++)
+        v[(unsigned char)B64[i]] = (unsigned char)i;
     for (int i = 0; i < 4096; i++) {
         unsigned char two[2] = {(unsigned char)B64[i >> 6], (unsigned char)B64[i & 63]};
         memcpy(&ENC2[i], two, 2);

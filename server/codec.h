@@ -20,7 +20,7 @@ typedef struct {
 } sbuf;
 
 void sb_init(sbuf *b);
-void sb_free(sbuf *b); /* frees p; the buffer is reusable after sb_init */
+void sb_free(sbuf *b);                 /* frees p; the buffer is reusable after sb_init */
 int sb_reserve(sbuf *b, size_t extra); /* room for extra more bytes; 0 or -1 */
 void sb_put(sbuf *b, const void *s, size_t n);
 void sb_puts(sbuf *b, const char *s);

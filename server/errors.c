@@ -8,34 +8,54 @@
 
 int attnd_err_status(attnd_err e) {
     switch (e) {
-    case AERR_NONE: return 200;
-    case AERR_BAD_REQUEST: return 400;
-    case AERR_UNAUTHORIZED: return 401;
-    case AERR_NOT_FOUND: return 404;
-    case AERR_METHOD: return 405;
-    case AERR_TOO_LARGE: return 413;
-    case AERR_QUEUE_FULL: return 429;
-    case AERR_UNAVAILABLE: return 503;
-    case AERR_TIMEOUT: return 504;
+    case AERR_NONE:
+        return 200;
+    case AERR_BAD_REQUEST:
+        return 400;
+    case AERR_UNAUTHORIZED:
+        return 401;
+    case AERR_NOT_FOUND:
+        return 404;
+    case AERR_METHOD:
+        return 405;
+    case AERR_TOO_LARGE:
+        return 413;
+    case AERR_QUEUE_FULL:
+        return 429;
+    case AERR_UNAVAILABLE:
+        return 503;
+    case AERR_TIMEOUT:
+        return 504;
     case AERR_INTERNAL:
-    case AERR_COUNT: break;
+    case AERR_COUNT:
+        break;
     }
     return 500;
 }
 
 const char *attnd_err_reason(attnd_err e) {
     switch (e) {
-    case AERR_NONE: return "none";
-    case AERR_BAD_REQUEST: return "bad_request";
-    case AERR_UNAUTHORIZED: return "unauthorized";
-    case AERR_NOT_FOUND: return "not_found";
-    case AERR_METHOD: return "method";
-    case AERR_TOO_LARGE: return "too_large";
-    case AERR_QUEUE_FULL: return "queue_full";
-    case AERR_UNAVAILABLE: return "unavailable";
-    case AERR_TIMEOUT: return "timeout";
+    case AERR_NONE:
+        return "none";
+    case AERR_BAD_REQUEST:
+        return "bad_request";
+    case AERR_UNAUTHORIZED:
+        return "unauthorized";
+    case AERR_NOT_FOUND:
+        return "not_found";
+    case AERR_METHOD:
+        return "method";
+    case AERR_TOO_LARGE:
+        return "too_large";
+    case AERR_QUEUE_FULL:
+        return "queue_full";
+    case AERR_UNAVAILABLE:
+        return "unavailable";
+    case AERR_TIMEOUT:
+        return "timeout";
     case AERR_INTERNAL:
-    case AERR_COUNT: break;
+    case AERR_COUNT:
+        break;
     }
     return "internal";
 }

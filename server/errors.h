@@ -9,15 +9,15 @@
 
 typedef enum {
     AERR_NONE = 0,
-    AERR_BAD_REQUEST,    /* 400: bad JSON, bad tensor, wrong type; names field and index */
-    AERR_UNAUTHORIZED,   /* 401: missing or wrong API key (WWW-Authenticate: Bearer) */
-    AERR_NOT_FOUND,      /* 404: unknown model or route */
-    AERR_METHOD,         /* 405: wrong method on a known route (Allow) */
-    AERR_TOO_LARGE,      /* 413: body, tokens or attention floats over a limit */
-    AERR_QUEUE_FULL,     /* 429: the model's queue is full (Retry-After) */
-    AERR_INTERNAL,       /* 500: anything else; the daemon keeps serving */
-    AERR_UNAVAILABLE,    /* 503: starting or draining (Retry-After) */
-    AERR_TIMEOUT,        /* 504: not done within request_timeout_ms */
+    AERR_BAD_REQUEST,  /* 400: bad JSON, bad tensor, wrong type; names field and index */
+    AERR_UNAUTHORIZED, /* 401: missing or wrong API key (WWW-Authenticate: Bearer) */
+    AERR_NOT_FOUND,    /* 404: unknown model or route */
+    AERR_METHOD,       /* 405: wrong method on a known route (Allow) */
+    AERR_TOO_LARGE,    /* 413: body, tokens or attention floats over a limit */
+    AERR_QUEUE_FULL,   /* 429: the model's queue is full (Retry-After) */
+    AERR_INTERNAL,     /* 500: anything else; the daemon keeps serving */
+    AERR_UNAVAILABLE,  /* 503: starting or draining (Retry-After) */
+    AERR_TIMEOUT,      /* 504: not done within request_timeout_ms */
     AERR_COUNT
 } attnd_err;
 

@@ -39,26 +39,26 @@ extern const size_t attnd_openapi_json_len;
 enum { S_STARTING = 0, S_READY = 1, S_DRAINING = 2 };
 
 struct attnd_server {
-    const attnd_config *cfg;   /* borrowed; outlives the server */
-    attn_model *models;        /* (n_models) loaded weights, owned */
-    attnd_model_info *info;    /* (n_models) */
-    const char **names;        /* (n_models), borrowed from cfg */
+    const attnd_config *cfg; /* borrowed; outlives the server */
+    attn_model *models;      /* (n_models) loaded weights, owned */
+    attnd_model_info *info;  /* (n_models) */
+    const char **names;      /* (n_models), borrowed from cfg */
     int n_models;
     attnd_parse_env env;
     attnd_sched *sched;
     attnd_metrics metrics;
     struct MHD_Daemon *mhd;
     int port;
-    char *api_key;             /* NULL = no key needed; owned copy of the env value */
+    char *api_key; /* NULL = no key needed; owned copy of the env value */
     size_t api_key_len;
-    atomic_int state;          /* S_STARTING, S_READY, S_DRAINING */
-    atomic_long active;        /* requests between their first byte and completion */
+    atomic_int state;   /* S_STARTING, S_READY, S_DRAINING */
+    atomic_long active; /* requests between their first byte and completion */
     /* bodies built once at start-up */
-    char *models_body;         /* GET /v1/models */
-    char *v2_body;             /* GET /v2 */
-    char **v2_model_body;      /* (n_models) GET /v2/models/{name} */
-    char **ready_body;         /* (n_models) GET /v2/models/{name}/ready */
-    uint64_t id_seed;          /* request id generator */
+    char *models_body;    /* GET /v1/models */
+    char *v2_body;        /* GET /v2 */
+    char **v2_model_body; /* (n_models) GET /v2/models/{name} */
+    char **ready_body;    /* (n_models) GET /v2/models/{name}/ready */
+    uint64_t id_seed;     /* request id generator */
     atomic_ullong id_next;
 };
 
@@ -67,24 +67,24 @@ enum { P_HEADERS = 0, P_BODY, P_WAIT, P_SENT };
 /* One HTTP request. Lives from the first handler call to the completion
  * callback and, when queued, until the scheduler lets go (refcounted in r). */
 typedef struct {
-    attnd_req r;               /* first member: the scheduler's part */
+    attnd_req r; /* first member: the scheduler's part */
     attnd_server *srv;
     struct MHD_Connection *conn;
-    route_match rm;            /* route, captures, Allow */
-    route_id rid;              /* for metrics; R_UNKNOWN when no route */
+    route_match rm; /* route, captures, Allow */
+    route_id rid;   /* for metrics; R_UNKNOWN when no route */
     char method[12];
-    char path[160];            /* for the access log, control characters replaced */
-    char id[65];               /* X-Request-Id */
-    const char *origin;        /* allowed CORS origin to echo (MHD-owned header), or NULL */
-    uint64_t t_recv_us;        /* first handler call */
-    int phase;                 /* P_HEADERS, P_BODY, P_WAIT (suspended), P_SENT */
-    attnd_error pre;           /* refusal decided before the body was read */
-    sbuf in;                   /* the body */
-    long long in_total;        /* body bytes received, kept or not */
-    int submitted;             /* 1: handed to the scheduler */
-    int status;                /* status sent, 0 before */
-    attnd_err sent_err;        /* error kind sent, AERR_NONE for 2xx */
-    size_t sent_bytes;         /* body bytes of the answer */
+    char path[160];     /* for the access log, control characters replaced */
+    char id[65];        /* X-Request-Id */
+    const char *origin; /* allowed CORS origin to echo (MHD-owned header), or NULL */
+    uint64_t t_recv_us; /* first handler call */
+    int phase;          /* P_HEADERS, P_BODY, P_WAIT (suspended), P_SENT */
+    attnd_error pre;    /* refusal decided before the body was read */
+    sbuf in;            /* the body */
+    long long in_total; /* body bytes received, kept or not */
+    int submitted;      /* 1: handed to the scheduler */
+    int status;         /* status sent, 0 before */
+    attnd_err sent_err; /* error kind sent, AERR_NONE for 2xx */
+    size_t sent_bytes;  /* body bytes of the answer */
 } hreq;
 
 /* ---- small helpers ---- */
@@ -126,7 +126,8 @@ static int sane_id(const char *s) {
 static int key_ok(const attnd_server *s, const char *hdr) {
     if (!hdr || strncasecmp(hdr, "Bearer ", 7) != 0) return 0;
     const char *t = hdr + 7;
-    while (*t == ' ') t++;
+    while (*t == ' ')
+        t++;
     size_t n = strlen(t);
     /* constant time in the key's length, whatever the client sent */
     unsigned char d = n != s->api_key_len;
@@ -174,8 +175,8 @@ static enum MHD_Result send_answer(hreq *h, int status, char *body, size_t len, 
     double q_ms = 0, c_ms = 0;
     if (r->t_admit_us) q_ms = (double)((r->t_start_us ? r->t_start_us : now) - r->t_admit_us) / 1e3;
     if (r->t_start_us) c_ms = (double)(r->t_end_us - r->t_start_us) / 1e3;
-    snprintf(timing, sizeof(timing), "queue;dur=%.3f, compute;dur=%.3f, total;dur=%.3f", q_ms,
-             c_ms, (double)(now - h->t_recv_us) / 1e3);
+    snprintf(timing, sizeof(timing), "queue;dur=%.3f, compute;dur=%.3f, total;dur=%.3f", q_ms, c_ms,
+             (double)(now - h->t_recv_us) / 1e3);
     if (ctype) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
     MHD_add_response_header(resp, "X-Request-Id", h->id);
     MHD_add_response_header(resp, "Server-Timing", timing);
@@ -186,7 +187,8 @@ static enum MHD_Result send_answer(hreq *h, int status, char *body, size_t len, 
         MHD_add_response_header(resp, "Access-Control-Expose-Headers",
                                 "X-Request-Id, Server-Timing, Retry-After");
     }
-    if (status == 405 || (status == 204 && h->rm.route)) MHD_add_response_header(resp, "Allow", h->rm.allow);
+    if (status == 405 || (status == 204 && h->rm.route))
+        MHD_add_response_header(resp, "Allow", h->rm.allow);
     if (status == 401) MHD_add_response_header(resp, "WWW-Authenticate", "Bearer realm=\"attnd\"");
     if (status == 429 || status == 503) MHD_add_response_header(resp, "Retry-After", "1");
     if (atomic_load(&s->state) == S_DRAINING || h->pre.code == AERR_TOO_LARGE)
@@ -226,8 +228,7 @@ static enum MHD_Result answer_metrics(hreq *h) {
     sbuf b;
     sb_init(&b);
     if (depth) attnd_sched_depths(s->sched, depth);
-    metrics_write(&s->metrics, &b, s->names, depth ? depth : (int[1]){0},
-                  depth ? s->n_models : 0);
+    metrics_write(&s->metrics, &b, s->names, depth ? depth : (int[1]){0}, depth ? s->n_models : 0);
     free(depth);
     size_t len = 0;
     char *body = sb_take(&b, &len);
@@ -244,8 +245,8 @@ static enum MHD_Result dispatch_get(hreq *h) {
         mi = find_model(s, h->rm.name);
         if (mi < 0) return send_err(h, AERR_NOT_FOUND, "unknown model '%s'", h->rm.name);
         if (h->rm.version[0] && strcmp(h->rm.version, "1") != 0)
-            return send_err(h, AERR_NOT_FOUND, "unknown model version '%s' (attnd serves version 1)",
-                            h->rm.version);
+            return send_err(h, AERR_NOT_FOUND,
+                            "unknown model version '%s' (attnd serves version 1)", h->rm.version);
     }
     switch (h->rid) {
     case R_HEALTH:
@@ -253,26 +254,31 @@ static enum MHD_Result dispatch_get(hreq *h) {
             return send_err(h, AERR_UNAVAILABLE, "%s",
                             state == S_DRAINING ? "draining" : "starting");
         return send_json(h, 200, "{\"status\":\"ok\"}\n", 0);
-    case R_V2_LIVE: return send_json(h, 200, "{\"live\":true}\n", 0);
+    case R_V2_LIVE:
+        return send_json(h, 200, "{\"live\":true}\n", 0);
     case R_V2_READY:
         if (state != S_READY)
             return send_err(h, AERR_UNAVAILABLE, "%s",
                             state == S_DRAINING ? "draining" : "starting");
         return send_json(h, 200, "{\"ready\":true}\n", 0);
-    case R_V1_MODELS: return send_json(h, 200, s->models_body, 0);
-    case R_METRICS: return answer_metrics(h);
+    case R_V1_MODELS:
+        return send_json(h, 200, s->models_body, 0);
+    case R_METRICS:
+        return answer_metrics(h);
     case R_OPENAPI:
         return send_answer(h, 200, (char *)attnd_openapi_json, attnd_openapi_json_len, 0,
                            "application/json");
-    case R_V2: return send_json(h, 200, s->v2_body, 0);
+    case R_V2:
+        return send_json(h, 200, s->v2_body, 0);
     case R_V2_MODEL:
-    case R_V2_VMODEL: return send_json(h, 200, s->v2_model_body[mi], 0);
+    case R_V2_VMODEL:
+        return send_json(h, 200, s->v2_model_body[mi], 0);
     case R_V2_MODEL_READY:
     case R_V2_VMODEL_READY:
-        if (state != S_READY)
-            return send_err(h, AERR_UNAVAILABLE, "%s", "draining");
+        if (state != S_READY) return send_err(h, AERR_UNAVAILABLE, "%s", "draining");
         return send_json(h, 200, s->ready_body[mi], 0);
-    default: break;
+    default:
+        break;
     }
     return send_err(h, AERR_INTERNAL, "%s", "no handler for this route");
 }
@@ -323,8 +329,7 @@ static enum MHD_Result dispatch(hreq *h) {
         if (s->cfg->n_cors_origins > 0) MHD_add_response_header(resp, "Vary", "Origin");
         MHD_add_response_header(resp, "Allow", h->rm.allow);
         MHD_add_response_header(resp, "X-Request-Id", h->id);
-        MHD_add_response_header(resp, "Server-Timing",
-                                "queue;dur=0, compute;dur=0, total;dur=0");
+        MHD_add_response_header(resp, "Server-Timing", "queue;dur=0, compute;dur=0, total;dur=0");
         enum MHD_Result ret = MHD_queue_response(h->conn, 204, resp);
         MHD_destroy_response(resp);
         h->status = 204;
@@ -376,8 +381,8 @@ static void examine(hreq *h, const char *url) {
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
-                                  const char *method, const char *version,
-                                  const char *upload_data, size_t *upload_size, void **con_cls) {
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_size, void **con_cls) {
     (void)version;
     attnd_server *s = cls;
     hreq *h = *con_cls;
@@ -399,8 +404,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             snprintf(h->id, sizeof(h->id), "%s", rid);
         } else {
             uint64_t n = atomic_fetch_add(&s->id_next, 1);
-            snprintf(h->id, sizeof(h->id), "%016llx",
-                     (unsigned long long)splitmix(s->id_seed ^ n));
+            snprintf(h->id, sizeof(h->id), "%016llx", (unsigned long long)splitmix(s->id_seed ^ n));
         }
         *con_cls = h;
         atomic_fetch_add(&s->active, 1);
@@ -533,17 +537,17 @@ static int build_bodies(attnd_server *s) {
                               "bias", hp->bias, "causal", hp->causal, "weights",
                               c->models[i].weights ? "safetensors" : "embedded"));
     }
-    s->models_body = dump(json_pack(
-        "{s:o, s:{s:I, s:I, s:I, s:i}, s:{s:i, s:i, s:i, s:i}, s:{s:i, s:i}}", "models", models,
-        "limits", "max_body_bytes", (json_int_t)c->max_body_bytes, "max_tokens_per_request",
-        (json_int_t)c->max_tokens_per_request, "max_attention_floats",
-        (json_int_t)c->max_attention_floats, "request_timeout_ms", c->request_timeout_ms,
-        "batching", "max_batch_tokens", c->max_batch_tokens, "max_batch_requests",
-        c->max_batch_requests, "max_queue_delay_us", c->max_queue_delay_us, "max_queue_requests",
-        c->max_queue_requests, "workers", "threads", c->worker_threads, "blas_threads",
-        c->blas_threads));
-    s->v2_body = dump(json_pack("{s:s, s:s, s:[]}", "name", "attnd", "version", ATTND_VERSION,
-                                "extensions"));
+    s->models_body = dump(
+        json_pack("{s:o, s:{s:I, s:I, s:I, s:i}, s:{s:i, s:i, s:i, s:i}, s:{s:i, s:i}}", "models",
+                  models, "limits", "max_body_bytes", (json_int_t)c->max_body_bytes,
+                  "max_tokens_per_request", (json_int_t)c->max_tokens_per_request,
+                  "max_attention_floats", (json_int_t)c->max_attention_floats, "request_timeout_ms",
+                  c->request_timeout_ms, "batching", "max_batch_tokens", c->max_batch_tokens,
+                  "max_batch_requests", c->max_batch_requests, "max_queue_delay_us",
+                  c->max_queue_delay_us, "max_queue_requests", c->max_queue_requests, "workers",
+                  "threads", c->worker_threads, "blas_threads", c->blas_threads));
+    s->v2_body = dump(
+        json_pack("{s:s, s:s, s:[]}", "name", "attnd", "version", ATTND_VERSION, "extensions"));
     s->v2_model_body = calloc((size_t)s->n_models, sizeof(char *));
     s->ready_body = calloc((size_t)s->n_models, sizeof(char *));
     if (!s->models_body || !s->v2_body || !s->v2_model_body || !s->ready_body) return -1;
@@ -691,7 +695,8 @@ void attnd_server_free(attnd_server *s) {
     attnd_sched_stop(s->sched);
     if (s->mhd) MHD_stop_daemon(s->mhd);
     attnd_sched_free(s->sched);
-    for (int i = 0; i < s->n_models; i++) attn_model_free(&s->models[i]);
+    for (int i = 0; i < s->n_models; i++)
+        attn_model_free(&s->models[i]);
     free(s->models);
     free(s->info);
     free(s->names);

@@ -8,8 +8,7 @@
 #include "codec.h"
 
 static int fail(jin *j, const char *what) {
-    snprintf(j->err, sizeof(j->err), "body is not valid JSON: %s at byte %zu", what,
-             jin_offset(j));
+    snprintf(j->err, sizeof(j->err), "body is not valid JSON: %s at byte %zu", what, jin_offset(j));
     return -1;
 }
 
@@ -25,8 +24,7 @@ size_t jin_offset(const jin *j) {
 }
 
 int jin_peek(jin *j) {
-    while (j->p < j->end &&
-           (*j->p == ' ' || *j->p == '\n' || *j->p == '\r' || *j->p == '\t'))
+    while (j->p < j->end && (*j->p == ' ' || *j->p == '\n' || *j->p == '\r' || *j->p == '\t'))
         j->p++;
     return j->p < j->end ? (unsigned char)*j->p : -1;
 }
@@ -61,10 +59,14 @@ static int hex4(const char *s, unsigned *v) {
     for (int i = 0; i < 4; i++) {
         char c = s[i];
         r <<= 4;
-        if (c >= '0' && c <= '9') r |= (unsigned)(c - '0');
-        else if (c >= 'a' && c <= 'f') r |= (unsigned)(c - 'a' + 10);
-        else if (c >= 'A' && c <= 'F') r |= (unsigned)(c - 'A' + 10);
-        else return -1;
+        if (c >= '0' && c <= '9')
+            r |= (unsigned)(c - '0');
+        else if (c >= 'a' && c <= 'f')
+            r |= (unsigned)(c - 'a' + 10);
+        else if (c >= 'A' && c <= 'F')
+            r |= (unsigned)(c - 'A' + 10);
+        else
+            return -1;
     }
     *v = r;
     return 0;
@@ -76,10 +78,14 @@ static size_t utf8_len(const unsigned char *s, const unsigned char *end) {
     size_t n;
     unsigned min;
     if (c < 0x80) return 1;
-    if (c >= 0xc2 && c <= 0xdf) n = 2, min = 0x80;
-    else if (c >= 0xe0 && c <= 0xef) n = 3, min = 0x800;
-    else if (c >= 0xf0 && c <= 0xf4) n = 4, min = 0x10000;
-    else return 0;
+    if (c >= 0xc2 && c <= 0xdf)
+        n = 2, min = 0x80;
+    else if (c >= 0xe0 && c <= 0xef)
+        n = 3, min = 0x800;
+    else if (c >= 0xf0 && c <= 0xf4)
+        n = 4, min = 0x10000;
+    else
+        return 0;
     if ((size_t)(end - s) < n) return 0;
     unsigned cp = c & (0x7f >> n);
     for (size_t i = 1; i < n; i++) {
@@ -152,14 +158,30 @@ static long decode_string(jin *j, char *out, size_t cap, int *cut) {
             char e = j->p[1];
             j->p += 2;
             switch (e) {
-            case '"': tmp[tn++] = '"'; break;
-            case '\\': tmp[tn++] = '\\'; break;
-            case '/': tmp[tn++] = '/'; break;
-            case 'b': tmp[tn++] = '\b'; break;
-            case 'f': tmp[tn++] = '\f'; break;
-            case 'n': tmp[tn++] = '\n'; break;
-            case 'r': tmp[tn++] = '\r'; break;
-            case 't': tmp[tn++] = '\t'; break;
+            case '"':
+                tmp[tn++] = '"';
+                break;
+            case '\\':
+                tmp[tn++] = '\\';
+                break;
+            case '/':
+                tmp[tn++] = '/';
+                break;
+            case 'b':
+                tmp[tn++] = '\b';
+                break;
+            case 'f':
+                tmp[tn++] = '\f';
+                break;
+            case 'n':
+                tmp[tn++] = '\n';
+                break;
+            case 'r':
+                tmp[tn++] = '\r';
+                break;
+            case 't':
+                tmp[tn++] = '\t';
+                break;
             case 'u': {
                 unsigned cp, lo;
                 if (j->end - j->p < 4 || hex4(j->p, &cp) < 0) return fail(j, "bad \\u escape");
@@ -177,7 +199,8 @@ static long decode_string(jin *j, char *out, size_t cap, int *cut) {
                 tn = put_utf8(tmp, cp);
                 break;
             }
-            default: return fail(j, "bad escape in string");
+            default:
+                return fail(j, "bad escape in string");
             }
         } else {
             size_t n = utf8_len((const unsigned char *)j->p, (const unsigned char *)j->end);
@@ -204,7 +227,8 @@ int jin_string(jin *j, char **out, size_t *len) {
     if (jin_peek(j) != '"') return fail(j, "expected a string");
     /* the raw length bounds the decoded one */
     const char *q = j->p + 1;
-    while (q < j->end && *q != '"') q += (*q == '\\' && q + 1 < j->end) ? 2 : 1;
+    while (q < j->end && *q != '"')
+        q += (*q == '\\' && q + 1 < j->end) ? 2 : 1;
     size_t raw = (size_t)(q - j->p);
     char *buf = malloc(raw + 1);
     if (!buf) return fail(j, "out of memory");
@@ -274,13 +298,15 @@ int jin_skip(jin *j) {
     int c = jin_peek(j);
     double d;
     switch (c) {
-    case '"': return decode_string(j, NULL, 0, NULL) < 0 ? -1 : 0;
+    case '"':
+        return decode_string(j, NULL, 0, NULL) < 0 ? -1 : 0;
     case 't':
     case 'f': {
         int b;
         return jin_bool(j, &b) < 0 ? fail(j, "bad literal") : 0;
     }
-    case 'n': return jin_null(j);
+    case 'n':
+        return jin_null(j);
     case '[':
     case '{': {
         char close = c == '[' ? ']' : '}';
@@ -318,13 +344,20 @@ int jin_end(jin *j) {
 const char *jin_kind(jin *j) {
     int c = jin_peek(j);
     switch (c) {
-    case '"': return "a string";
-    case '[': return "an array";
-    case '{': return "an object";
+    case '"':
+        return "a string";
+    case '[':
+        return "an array";
+    case '{':
+        return "an object";
     case 't':
-    case 'f': return "a boolean";
-    case 'n': return "null";
-    case -1: return "nothing";
-    default: return (c == '-' || (c >= '0' && c <= '9')) ? "a number" : "an invalid token";
+    case 'f':
+        return "a boolean";
+    case 'n':
+        return "null";
+    case -1:
+        return "nothing";
+    default:
+        return (c == '-' || (c >= '0' && c <= '9')) ? "a number" : "an invalid token";
     }
 }

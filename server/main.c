@@ -43,8 +43,10 @@ int main(int argc, char **argv) {
            attn_blas_corename(), cfg.worker_threads, cfg.worker_threads == 1 ? "" : "s",
            cfg.blas_threads, cfg.blas_threads == 1 ? "" : "s", cfg.http_threads,
            cfg.http_threads == 1 ? "" : "s");
-    if (cfg.config_path) printf("config %s\n", cfg.config_path);
-    else printf("no config file: serving the embedded default model\n");
+    if (cfg.config_path)
+        printf("config %s\n", cfg.config_path);
+    else
+        printf("no config file: serving the embedded default model\n");
     attnd_server *srv = attnd_server_new(&cfg, err, sizeof(err));
     if (!srv) {
         fprintf(stderr, "attnd: %s\n", err);
@@ -53,8 +55,7 @@ int main(int argc, char **argv) {
     }
     const char *host = cfg.host;
     int v6 = strchr(host, ':') != NULL;
-    printf("listening on %s%s%s:%d\n", v6 ? "[" : "", host, v6 ? "]" : "",
-           attnd_server_port(srv));
+    printf("listening on %s%s%s:%d\n", v6 ? "[" : "", host, v6 ? "]" : "", attnd_server_port(srv));
 
     int sig = 0;
     sigwait(&set, &sig);

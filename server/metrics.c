@@ -14,14 +14,15 @@ static void hist_init(attnd_hist *h, const char *name, const char *help, const d
     h->nb = nb;
     memcpy(h->bounds, bounds, (size_t)nb * sizeof(double));
     h->scale = scale;
-    for (int i = 0; i <= HIST_MAX_BUCKETS; i++) atomic_init(&h->count[i], 0);
+    for (int i = 0; i <= HIST_MAX_BUCKETS; i++)
+        atomic_init(&h->count[i], 0);
     atomic_init(&h->sum, 0);
 }
 
 void metrics_init(attnd_metrics *m) {
     memset(m, 0, sizeof(*m));
-    static const double secs[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
-                                  0.1,    0.25,  0.5,    1,     2.5,  5,     10,  30};
+    static const double secs[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                                  0.25,   0.5,   1,      2.5,   5,    10,    30};
     static const double sizes[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
     static const double toks[] = {16, 64, 256, 1024, 4096, 16384, 65536, 262144};
     hist_init(&m->request_seconds, "attnd_request_duration_seconds",
@@ -43,7 +44,8 @@ static int status_index(int status) {
 
 void hist_observe(attnd_hist *h, uint64_t v) {
     int i = 0;
-    while (i < h->nb && (double)v * h->scale > h->bounds[i]) i++;
+    while (i < h->nb && (double)v * h->scale > h->bounds[i])
+        i++;
     atomic_fetch_add_explicit(&h->count[i], 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&h->sum, v, memory_order_relaxed);
 }
@@ -73,8 +75,7 @@ static void hist_write(const attnd_hist *h, sbuf *b) {
     uint64_t cum = 0;
     for (int i = 0; i < h->nb; i++) {
         cum += ld(&h->count[i]);
-        sb_printf(b, "%s_bucket{le=\"%g\"} %llu\n", h->name, h->bounds[i],
-                  (unsigned long long)cum);
+        sb_printf(b, "%s_bucket{le=\"%g\"} %llu\n", h->name, h->bounds[i], (unsigned long long)cum);
     }
     cum += ld(&h->count[h->nb]);
     sb_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n", h->name, (unsigned long long)cum);

@@ -20,23 +20,23 @@
 typedef struct {
     const char *name;
     const char *help;
-    int nb;                                  /* bounds below +Inf */
-    double bounds[HIST_MAX_BUCKETS];         /* upper bounds, ascending */
-    double scale;                            /* value unit -> exported unit */
+    int nb;                                            /* bounds below +Inf */
+    double bounds[HIST_MAX_BUCKETS];                   /* upper bounds, ascending */
+    double scale;                                      /* value unit -> exported unit */
     atomic_uint_least64_t count[HIST_MAX_BUCKETS + 1]; /* per bucket, not cumulative */
-    atomic_uint_least64_t sum;               /* in value units */
+    atomic_uint_least64_t sum;                         /* in value units */
 } attnd_hist;
 
 typedef struct {
     atomic_uint_least64_t requests[R_COUNT + 1][METRICS_STATUSES]; /* route × status */
-    attnd_hist request_seconds;  /* first byte of the request to the answer */
-    attnd_hist queue_seconds;    /* admission to compute start */
-    attnd_hist compute_seconds;  /* attn_forward of a batch */
-    attnd_hist batch_size;       /* requests per batch */
-    attnd_hist batch_tokens;     /* query + key tokens per batch */
-    atomic_uint_least64_t tokens;   /* query + key tokens computed */
+    attnd_hist request_seconds;                     /* first byte of the request to the answer */
+    attnd_hist queue_seconds;                       /* admission to compute start */
+    attnd_hist compute_seconds;                     /* attn_forward of a batch */
+    attnd_hist batch_size;                          /* requests per batch */
+    attnd_hist batch_tokens;                        /* query + key tokens per batch */
+    atomic_uint_least64_t tokens;                   /* query + key tokens computed */
     atomic_uint_least64_t rejected[AERR_COUNT + 1]; /* by reason; [AERR_COUNT] = disconnected */
-    atomic_uint_least64_t timeouts; /* 504 answers */
+    atomic_uint_least64_t timeouts;                 /* 504 answers */
 } attnd_metrics;
 
 void metrics_init(attnd_metrics *m);

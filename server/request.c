@@ -33,13 +33,14 @@ typedef struct {
     const char *label[T_COUNT]; /* how messages name the tensor */
     char model[ATTND_NAME_MAX + 8];
     int have_model;
-    int causal;                 /* -1: the model's default */
+    int causal; /* -1: the model's default */
     attn_weights_mode weights;
     attnd_encoding enc;
 } collected;
 
 static void collected_free(collected *c) {
-    for (int i = 0; i < T_COUNT; i++) tensor_free(&c->t[i]);
+    for (int i = 0; i < T_COUNT; i++)
+        tensor_free(&c->t[i]);
 }
 
 long long attnd_job_tokens(const attnd_job *job) {
@@ -113,9 +114,8 @@ static int build_job(const attnd_parse_env *env, const char *path_model, collect
 
     if (!c->given[T_QUERY]) return attnd_set_error(e, AERR_BAD_REQUEST, "query: required");
     if (q->rank != 2 && q->rank != 3)
-        return attnd_set_error(e, AERR_BAD_REQUEST,
-                               "%s: expected L×E or B×L×E, got %d dimension%s", lb[T_QUERY],
-                               q->rank, q->rank == 1 ? "" : "s");
+        return attnd_set_error(e, AERR_BAD_REQUEST, "%s: expected L×E or B×L×E, got %d dimension%s",
+                               lb[T_QUERY], q->rank, q->rank == 1 ? "" : "s");
     int r3 = q->rank == 3;
     int B = r3 ? q->shape[0] : 1, L = q->shape[q->rank - 2];
     if (q->shape[q->rank - 1] != hp->embed_dim)
@@ -127,9 +127,8 @@ static int build_job(const attnd_parse_env *env, const char *path_model, collect
         return attnd_set_error(e, AERR_BAD_REQUEST, "value: given without key");
     if (c->given[T_KEY]) {
         if (k->rank != q->rank)
-            return attnd_set_error(e, AERR_BAD_REQUEST,
-                                   "%s: has %d dimensions where query has %d", lb[T_KEY], k->rank,
-                                   q->rank);
+            return attnd_set_error(e, AERR_BAD_REQUEST, "%s: has %d dimensions where query has %d",
+                                   lb[T_KEY], k->rank, q->rank);
         if (r3 && k->shape[0] != B)
             return attnd_set_error(e, AERR_BAD_REQUEST, "%s: batch of %d where query has %d",
                                    lb[T_KEY], k->shape[0], B);
@@ -139,21 +138,21 @@ static int build_job(const attnd_parse_env *env, const char *path_model, collect
                                    k->shape[k->rank - 1], m->name, hp->kdim);
         S = k->shape[k->rank - 2];
     } else if (hp->kdim != hp->embed_dim || hp->vdim != hp->embed_dim) {
-        return attnd_set_error(e, AERR_BAD_REQUEST,
-                               "key: required, model '%s' has kdim %d and vdim %d, not embed_dim %d",
-                               m->name, hp->kdim, hp->vdim, hp->embed_dim);
+        return attnd_set_error(
+            e, AERR_BAD_REQUEST,
+            "key: required, model '%s' has kdim %d and vdim %d, not embed_dim %d", m->name,
+            hp->kdim, hp->vdim, hp->embed_dim);
     }
     if (c->given[T_VALUE]) {
         if (v->rank != q->rank)
-            return attnd_set_error(e, AERR_BAD_REQUEST,
-                                   "%s: has %d dimensions where query has %d", lb[T_VALUE],
-                                   v->rank, q->rank);
+            return attnd_set_error(e, AERR_BAD_REQUEST, "%s: has %d dimensions where query has %d",
+                                   lb[T_VALUE], v->rank, q->rank);
         if (r3 && v->shape[0] != B)
             return attnd_set_error(e, AERR_BAD_REQUEST, "%s: batch of %d where query has %d",
                                    lb[T_VALUE], v->shape[0], B);
         if (v->shape[v->rank - 2] != S)
-            return attnd_set_error(e, AERR_BAD_REQUEST, "%s: %d rows where key has %d",
-                                   lb[T_VALUE], v->shape[v->rank - 2], S);
+            return attnd_set_error(e, AERR_BAD_REQUEST, "%s: %d rows where key has %d", lb[T_VALUE],
+                                   v->shape[v->rank - 2], S);
         if (v->shape[v->rank - 1] != hp->vdim)
             return attnd_set_error(e, AERR_BAD_REQUEST,
                                    "%s: rows have %d numbers, model '%s' has vdim %d", lb[T_VALUE],
@@ -189,10 +188,11 @@ static int build_job(const attnd_parse_env *env, const char *path_model, collect
                                "request has %lld query and key tokens, the limit is %d", tokens,
                                env->max_tokens_per_request);
     if (c->weights != ATTN_WEIGHTS_NONE) {
-        long long floats = (long long)B * L * S * (c->weights == ATTN_WEIGHTS_HEADS ? hp->num_heads : 1);
-        if (floats > env->max_attention_floats)
+        /* in double: B*L*S*H can pass 2^63 with extreme limits */
+        double floats = (double)B * L * S * (c->weights == ATTN_WEIGHTS_HEADS ? hp->num_heads : 1);
+        if (floats > (double)env->max_attention_floats)
             return attnd_set_error(e, AERR_TOO_LARGE,
-                                   "attention matrix of %lld floats, the limit is %lld", floats,
+                                   "attention matrix of %.0f floats, the limit is %lld", floats,
                                    env->max_attention_floats);
     }
 
@@ -217,14 +217,17 @@ static int build_job(const attnd_parse_env *env, const char *path_model, collect
                 attnd_job_free(job);
                 return attnd_set_error(e, AERR_INTERNAL, "out of memory");
             }
-            for (int b = 0; b < B; b++) memcpy(job->kpm + (size_t)b * S, kpm->u, (size_t)S);
+            for (int b = 0; b < B; b++)
+                memcpy(job->kpm + (size_t)b * S, kpm->u, (size_t)S);
         } else {
             job->kpm = take_u(kpm);
         }
     }
     if (c->given[T_MASK]) {
-        if (am->is_bool) job->mask_bool = take_u(am);
-        else job->mask_add = take_f(am);
+        if (am->is_bool)
+            job->mask_bool = take_u(am);
+        else
+            job->mask_add = take_f(am);
     }
     return 0;
 }
@@ -282,15 +285,19 @@ int attnd_parse_native(const attnd_parse_env *env, const char *path_model, const
     memset(&c, 0, sizeof(c));
     memset(job, 0, sizeof(*job));
     c.causal = -1;
-    for (int i = 0; i < T_COUNT; i++) c.label[i] = TNAME[i];
+    for (int i = 0; i < T_COUNT; i++)
+        c.label[i] = TNAME[i];
     int seen_causal = 0, seen_weights = 0, seen_enc = 0;
     int ret = -1;
     jin j;
     jin_init(&j, body, len);
     if (jin_peek(&j) != '{') {
-        if (jin_peek(&j) == -1) attnd_set_error(e, AERR_BAD_REQUEST, "body is empty");
-        else if (jin_skip(&j) < 0) attnd_set_error(e, AERR_BAD_REQUEST, "%s", j.err);
-        else attnd_set_error(e, AERR_BAD_REQUEST, "body must be a JSON object");
+        if (jin_peek(&j) == -1)
+            attnd_set_error(e, AERR_BAD_REQUEST, "body is empty");
+        else if (jin_skip(&j) < 0)
+            attnd_set_error(e, AERR_BAD_REQUEST, "%s", j.err);
+        else
+            attnd_set_error(e, AERR_BAD_REQUEST, "body must be a JSON object");
         goto cleanup;
     }
     j.p++;
@@ -332,7 +339,8 @@ int attnd_parse_native(const attnd_parse_env *env, const char *path_model, const
                 }
             } else if (!cut && strcmp(key, "causal") == 0) {
                 if (seen_causal++ || read_causal(&j, "causal", &c.causal, e) < 0) {
-                    if (seen_causal > 1) attnd_set_error(e, AERR_BAD_REQUEST, "causal: given twice");
+                    if (seen_causal > 1)
+                        attnd_set_error(e, AERR_BAD_REQUEST, "causal: given twice");
                     goto cleanup;
                 }
             } else if (!cut && strcmp(key, "attention") == 0) {
@@ -398,8 +406,8 @@ static int read_v2_input(jin *j, int idx, v2_input *in, attnd_error *e) {
     j->p++;
     if (jin_peek(j) == '}') {
         j->p++;
-        return attnd_set_error(e, AERR_BAD_REQUEST, "inputs[%d]: needs name, shape, datatype and data",
-                               idx);
+        return attnd_set_error(e, AERR_BAD_REQUEST,
+                               "inputs[%d]: needs name, shape, datatype and data", idx);
     }
     for (;;) {
         char key[32];
@@ -441,8 +449,10 @@ static int read_v2_input(jin *j, int idx, v2_input *in, attnd_error *e) {
             }
             in->have_shape = 1;
         } else if (!cut && strcmp(key, "data") == 0) {
-            if (in->name[0]) snprintf(field, sizeof(field), "inputs[%d] (%s).data", idx, in->name);
-            else snprintf(field, sizeof(field), "inputs[%d].data", idx);
+            if (in->name[0])
+                snprintf(field, sizeof(field), "inputs[%d] (%s).data", idx, in->name);
+            else
+                snprintf(field, sizeof(field), "inputs[%d].data", idx);
             tensor_free(&in->data);
             if (tensor_read(j, field, TK_ANY, TENSOR_MAX_RANK, 0, &in->data, e) < 0) return -1;
             in->have_data = 1;
@@ -486,12 +496,15 @@ static int file_v2_input(v2_input *in, int idx, collected *c, char labels[][48],
     int is_bool = strcmp(in->datatype, "BOOL") == 0;
     int want_float = ti <= T_VALUE, want_bool = ti == T_KPM;
     if ((!is_float && !is_bool) || (want_float && !is_float) || (want_bool && !is_bool))
-        return attnd_set_error(e, AERR_BAD_REQUEST, "inputs[%d].datatype: '%s' cannot carry %s (%s)",
-                               idx, in->datatype, in->name,
-                               want_float ? "FP32" : want_bool ? "BOOL" : "BOOL or FP32");
+        return attnd_set_error(e, AERR_BAD_REQUEST,
+                               "inputs[%d].datatype: '%s' cannot carry %s (%s)", idx, in->datatype,
+                               in->name,
+                               want_float  ? "FP32"
+                               : want_bool ? "BOOL"
+                                           : "BOOL or FP32");
     if (in->data.is_bool != is_bool)
-        return attnd_set_error(e, AERR_BAD_REQUEST, "inputs[%d] (%s).data: expected %s for %s",
-                               idx, in->name, is_bool ? "booleans" : "numbers", in->datatype);
+        return attnd_set_error(e, AERR_BAD_REQUEST, "inputs[%d] (%s).data: expected %s for %s", idx,
+                               in->name, is_bool ? "booleans" : "numbers", in->datatype);
     if (in->rank < 1 || in->rank > 3)
         return attnd_set_error(e, AERR_BAD_REQUEST,
                                "inputs[%d] (%s).shape: takes 1 to 3 dimensions, got %d", idx,
@@ -511,7 +524,8 @@ static int file_v2_input(v2_input *in, int idx, collected *c, char labels[][48],
     *t = in->data;
     memset(&in->data, 0, sizeof(in->data));
     t->rank = in->rank;
-    for (int d = 0; d < in->rank; d++) t->shape[d] = (int)in->shape[d];
+    for (int d = 0; d < in->rank; d++)
+        t->shape[d] = (int)in->shape[d];
     c->given[ti] = 1;
     snprintf(labels[ti], 48, "inputs[%d] (%s)", idx, TNAME[ti]);
     c->label[ti] = labels[ti];
@@ -573,7 +587,8 @@ static int read_v2_outputs(jin *j, int *want_attention, attnd_error *e) {
                     if (jin_peek(j) != '"' || jin_string_buf(j, name, sizeof(name), &cut) < 0)
                         return attnd_set_error(e, AERR_BAD_REQUEST,
                                                "outputs[%d].name: expected a string", idx);
-                    if (!cut && strcmp(name, "attention") == 0) *want_attention = 1;
+                    if (!cut && strcmp(name, "attention") == 0)
+                        *want_attention = 1;
                     else if (cut || strcmp(name, "output") != 0)
                         return attnd_set_error(e, AERR_BAD_REQUEST,
                                                "outputs[%d].name: unknown output '%s' (output, "
@@ -593,13 +608,14 @@ static int read_v2_outputs(jin *j, int *want_attention, attnd_error *e) {
     }
 }
 
-int attnd_parse_v2(const attnd_parse_env *env, const char *path_model, const char *body,
-                   size_t len, attnd_job *job, attnd_error *e) {
+int attnd_parse_v2(const attnd_parse_env *env, const char *path_model, const char *body, size_t len,
+                   attnd_job *job, attnd_error *e) {
     collected c;
     memset(&c, 0, sizeof(c));
     memset(job, 0, sizeof(*job));
     c.causal = -1;
-    for (int i = 0; i < T_COUNT; i++) c.label[i] = TNAME[i];
+    for (int i = 0; i < T_COUNT; i++)
+        c.label[i] = TNAME[i];
     char labels[T_COUNT][48];
     char *id = NULL;
     v2_input in;
@@ -609,9 +625,12 @@ int attnd_parse_v2(const attnd_parse_env *env, const char *path_model, const cha
     jin j;
     jin_init(&j, body, len);
     if (jin_peek(&j) != '{') {
-        if (jin_peek(&j) == -1) attnd_set_error(e, AERR_BAD_REQUEST, "body is empty");
-        else if (jin_skip(&j) < 0) attnd_set_error(e, AERR_BAD_REQUEST, "%s", j.err);
-        else attnd_set_error(e, AERR_BAD_REQUEST, "body must be a JSON object");
+        if (jin_peek(&j) == -1)
+            attnd_set_error(e, AERR_BAD_REQUEST, "body is empty");
+        else if (jin_skip(&j) < 0)
+            attnd_set_error(e, AERR_BAD_REQUEST, "%s", j.err);
+        else
+            attnd_set_error(e, AERR_BAD_REQUEST, "body must be a JSON object");
         goto cleanup;
     }
     j.p++;
@@ -701,7 +720,8 @@ cleanup:
 
 static void put_shape(sbuf *b, int rank, const int *shape) {
     sb_putc(b, '[');
-    for (int i = 0; i < rank; i++) sb_printf(b, "%s%d", i ? "," : "", shape[i]);
+    for (int i = 0; i < rank; i++)
+        sb_printf(b, "%s%d", i ? "," : "", shape[i]);
     sb_putc(b, ']');
 }
 
@@ -709,7 +729,8 @@ static void put_shape(sbuf *b, int rank, const int *shape) {
 static void put_tensor(sbuf *b, const float *x, int rank, const int *shape, attnd_encoding enc) {
     if (enc == ENC_BASE64) {
         size_t n = 1;
-        for (int i = 0; i < rank; i++) n *= (size_t)shape[i];
+        for (int i = 0; i < rank; i++)
+            n *= (size_t)shape[i];
         sb_puts(b, "{\"shape\":");
         put_shape(b, rank, shape);
         sb_puts(b, ",\"dtype\":\"float32\",\"b64\":\"");
@@ -738,8 +759,8 @@ static int attn_shape(const attnd_job *job, const attnd_model_info *m, int *shap
     return r;
 }
 
-int attnd_write_answer(sbuf *b, const attnd_job *job, const attnd_model_info *m,
-                       const float *out, const attnd_usage *u) {
+int attnd_write_answer(sbuf *b, const attnd_job *job, const attnd_model_info *m, const float *out,
+                       const attnd_usage *u) {
     int oshape[3], ashape[4];
     int orank = out_shape(job, m, oshape);
     int arank = attn_shape(job, m, ashape);
@@ -761,9 +782,8 @@ int attnd_write_answer(sbuf *b, const attnd_job *job, const attnd_model_info *m,
         sb_printf(b,
                   ",\"usage\":{\"batch\":%d,\"sequences\":%d,\"query_tokens\":%lld,"
                   "\"key_tokens\":%lld,\"queue_us\":%llu,\"compute_us\":%llu}}\n",
-                  u->batch_requests, job->B, (long long)job->B * job->L,
-                  (long long)job->B * job->S, (unsigned long long)u->queue_us,
-                  (unsigned long long)u->compute_us);
+                  u->batch_requests, job->B, (long long)job->B * job->L, (long long)job->B * job->S,
+                  (unsigned long long)u->queue_us, (unsigned long long)u->compute_us);
     } else {
         sb_puts(b, "{\"model_name\":");
         sb_json_str(b, m->name);

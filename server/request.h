@@ -17,8 +17,8 @@
 
 /* What the parsers need to know about one served model. */
 typedef struct {
-    const char *name;       /* borrowed from the config */
-    attn_hparams hp;        /* E, H, kdim, vdim, bias, causal default */
+    const char *name; /* borrowed from the config */
+    attn_hparams hp;  /* E, H, kdim, vdim, bias, causal default */
 } attnd_model_info;
 
 typedef struct {
@@ -34,24 +34,24 @@ typedef enum { ENC_JSON = 0, ENC_BASE64 = 1 } attnd_encoding;
 /* One admitted request: B sequences of one model, all of query length L and
  * key length S. Buffers are owned and freed by attnd_job_free. */
 typedef struct {
-    int model;            /* index into the served models */
+    int model; /* index into the served models */
     attnd_api api;
-    int B, L, S;          /* sequences, query length, key length (S == L for self) */
-    int rank3;            /* 1: query came as B×L×E and answers keep the leading B */
-    int self;             /* 1: no key given: key = value = query */
-    float *query;         /* (B*L, E) */
-    float *key;           /* (B*S, Kd) or NULL when self */
-    float *value;         /* (B*S, Vd) or NULL: value = key */
-    uint8_t *kpm;         /* key_padding_mask (B, S), 1 = hidden, or NULL */
-    uint8_t *mask_bool;   /* attn_mask (L,S) or (B,L,S) booleans, 1 = hidden, or NULL */
-    float *mask_add;      /* attn_mask (L,S) or (B,L,S) floats, added, or NULL */
-    int mask_per_seq;     /* 1: the mask is (B,L,S); 0: one (L,S) for every sequence */
-    int causal;           /* 1: hide key j > query i */
+    int B, L, S;               /* sequences, query length, key length (S == L for self) */
+    int rank3;                 /* 1: query came as B×L×E and answers keep the leading B */
+    int self;                  /* 1: no key given: key = value = query */
+    float *query;              /* (B*L, E) */
+    float *key;                /* (B*S, Kd) or NULL when self */
+    float *value;              /* (B*S, Vd) or NULL: value = key */
+    uint8_t *kpm;              /* key_padding_mask (B, S), 1 = hidden, or NULL */
+    uint8_t *mask_bool;        /* attn_mask (L,S) or (B,L,S) booleans, 1 = hidden, or NULL */
+    float *mask_add;           /* attn_mask (L,S) or (B,L,S) floats, added, or NULL */
+    int mask_per_seq;          /* 1: the mask is (B,L,S); 0: one (L,S) for every sequence */
+    int causal;                /* 1: hide key j > query i */
     attn_weights_mode weights; /* none, mean or heads */
-    attnd_encoding enc;   /* how the answer carries tensors */
-    char *v2_id;          /* the v2 "id" to echo, or NULL */
+    attnd_encoding enc;        /* how the answer carries tensors */
+    char *v2_id;               /* the v2 "id" to echo, or NULL */
     /* results, written by the worker */
-    float *attn;          /* (B,H,L,S) heads or (B,L,S) mean, owned, or NULL */
+    float *attn; /* (B,H,L,S) heads or (B,L,S) mean, owned, or NULL */
 } attnd_job;
 
 /* Query plus key tokens: what the token limits count. */
@@ -64,8 +64,8 @@ int attnd_parse_native(const attnd_parse_env *env, const char *path_model, const
                        size_t len, attnd_job *job, attnd_error *e);
 
 /* Reads an Open Inference Protocol infer body for the model path_model. */
-int attnd_parse_v2(const attnd_parse_env *env, const char *path_model, const char *body,
-                   size_t len, attnd_job *job, attnd_error *e);
+int attnd_parse_v2(const attnd_parse_env *env, const char *path_model, const char *body, size_t len,
+                   attnd_job *job, attnd_error *e);
 
 void attnd_job_free(attnd_job *job); /* zeroed and NULL jobs are fine */
 

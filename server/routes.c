@@ -5,6 +5,7 @@
 #include <string.h>
 #include <strings.h>
 
+// clang-format off
 const route attnd_routes[R_COUNT] = {
     {R_ATTENTION,       "POST", "/v1/attention",                               0},
     {R_MODEL_ATTENTION, "POST", "/v1/models/{name}/attention",                 0},
@@ -22,13 +23,25 @@ const route attnd_routes[R_COUNT] = {
     {R_V2_VMODEL_READY, "GET",  "/v2/models/{name}/versions/{version}/ready",  0},
     {R_V2_VINFER,       "POST", "/v2/models/{name}/versions/{version}/infer",  0},
 };
+// clang-format on
 
 /* Patterns with {x} written :x, which every Prometheus parser takes. */
 static const char *const LABELS[R_COUNT] = {
-    "/v1/attention", "/v1/models/:name/attention", "/v1/models", "/health", "/metrics",
-    "/openapi.json", "/v2", "/v2/health/live", "/v2/health/ready", "/v2/models/:name",
-    "/v2/models/:name/ready", "/v2/models/:name/infer", "/v2/models/:name/versions/:version",
-    "/v2/models/:name/versions/:version/ready", "/v2/models/:name/versions/:version/infer",
+    "/v1/attention",
+    "/v1/models/:name/attention",
+    "/v1/models",
+    "/health",
+    "/metrics",
+    "/openapi.json",
+    "/v2",
+    "/v2/health/live",
+    "/v2/health/ready",
+    "/v2/models/:name",
+    "/v2/models/:name/ready",
+    "/v2/models/:name/infer",
+    "/v2/models/:name/versions/:version",
+    "/v2/models/:name/versions/:version/ready",
+    "/v2/models/:name/versions/:version/infer",
 };
 
 const char *route_label(route_id id) {

@@ -7,21 +7,21 @@
 #include <stddef.h>
 
 typedef enum {
-    R_ATTENTION,        /* POST /v1/attention */
-    R_MODEL_ATTENTION,  /* POST /v1/models/{name}/attention */
-    R_V1_MODELS,        /* GET  /v1/models */
-    R_HEALTH,           /* GET  /health */
-    R_METRICS,          /* GET  /metrics */
-    R_OPENAPI,          /* GET  /openapi.json */
-    R_V2,               /* GET  /v2 */
-    R_V2_LIVE,          /* GET  /v2/health/live */
-    R_V2_READY,         /* GET  /v2/health/ready */
-    R_V2_MODEL,         /* GET  /v2/models/{name} */
-    R_V2_MODEL_READY,   /* GET  /v2/models/{name}/ready */
-    R_V2_INFER,         /* POST /v2/models/{name}/infer */
-    R_V2_VMODEL,        /* GET  /v2/models/{name}/versions/{version} */
-    R_V2_VMODEL_READY,  /* GET  /v2/models/{name}/versions/{version}/ready */
-    R_V2_VINFER,        /* POST /v2/models/{name}/versions/{version}/infer */
+    R_ATTENTION,       /* POST /v1/attention */
+    R_MODEL_ATTENTION, /* POST /v1/models/{name}/attention */
+    R_V1_MODELS,       /* GET  /v1/models */
+    R_HEALTH,          /* GET  /health */
+    R_METRICS,         /* GET  /metrics */
+    R_OPENAPI,         /* GET  /openapi.json */
+    R_V2,              /* GET  /v2 */
+    R_V2_LIVE,         /* GET  /v2/health/live */
+    R_V2_READY,        /* GET  /v2/health/ready */
+    R_V2_MODEL,        /* GET  /v2/models/{name} */
+    R_V2_MODEL_READY,  /* GET  /v2/models/{name}/ready */
+    R_V2_INFER,        /* POST /v2/models/{name}/infer */
+    R_V2_VMODEL,       /* GET  /v2/models/{name}/versions/{version} */
+    R_V2_VMODEL_READY, /* GET  /v2/models/{name}/versions/{version}/ready */
+    R_V2_VINFER,       /* POST /v2/models/{name}/versions/{version}/infer */
     R_COUNT,
     R_UNKNOWN = R_COUNT /* metrics label for paths no route matches */
 } route_id;
@@ -38,11 +38,11 @@ extern const route attnd_routes[R_COUNT];
 #define ROUTE_CAPTURE_MAX 128
 
 typedef struct {
-    const route *route;                 /* the match, or NULL */
-    int status;                         /* 0 matched, 404 no such path, 405 wrong method */
-    char allow[32];                     /* for 405 and OPTIONS: "GET, HEAD, OPTIONS" */
-    char name[ROUTE_CAPTURE_MAX];       /* {name}, "" when none */
-    char version[ROUTE_CAPTURE_MAX];    /* {version}, "" when none */
+    const route *route;              /* the match, or NULL */
+    int status;                      /* 0 matched, 404 no such path, 405 wrong method */
+    char allow[32];                  /* for 405 and OPTIONS: "GET, HEAD, OPTIONS" */
+    char name[ROUTE_CAPTURE_MAX];    /* {name}, "" when none */
+    char version[ROUTE_CAPTURE_MAX]; /* {version}, "" when none */
 } route_match;
 
 /* Matches path (no query string) for method. With options set (CORS on),

@@ -37,7 +37,7 @@ typedef struct {
     attnd_sched *s;
     pthread_t tid;
     int started;
-    attn_ctx *ctx;          /* this worker's compute context */
+    attn_ctx *ctx; /* this worker's compute context */
     /* grow-only scratch, reused across batches */
     float *q, *k, *v, *out;
     size_t qcap, kcap, vcap, outcap; /* floats */
@@ -60,7 +60,7 @@ struct attnd_sched {
     int n_workers;
     pthread_t sweeper;
     int sweeper_started;
-    int stopped;             /* 1 after attnd_sched_stop (main thread only) */
+    int stopped; /* 1 after attnd_sched_stop (main thread only) */
 };
 
 void attnd_req_ref(attnd_req *r) {
@@ -84,18 +84,24 @@ void attnd_req_fail(attnd_req *r, const attnd_error *e) {
 static void q_push(squeue *q, attnd_req *r) {
     r->prev = q->tail;
     r->next = NULL;
-    if (q->tail) q->tail->next = r;
-    else q->head = r;
+    if (q->tail)
+        q->tail->next = r;
+    else
+        q->head = r;
     q->tail = r;
     q->count++;
     q->tokens += r->tokens;
 }
 
 static void q_remove(squeue *q, attnd_req *r) {
-    if (r->prev) r->prev->next = r->next;
-    else q->head = r->next;
-    if (r->next) r->next->prev = r->prev;
-    else q->tail = r->prev;
+    if (r->prev)
+        r->prev->next = r->next;
+    else
+        q->head = r->next;
+    if (r->next)
+        r->next->prev = r->prev;
+    else
+        q->tail = r->prev;
     r->prev = r->next = NULL;
     q->count--;
     q->tokens -= r->tokens;
@@ -133,7 +139,8 @@ static void answer_timeout(attnd_sched *s, attnd_req *r) {
 static int grow(float **p, size_t *cap, size_t n) {
     if (n <= *cap) return 0;
     size_t c = *cap ? *cap : 4096;
-    while (c < n) c *= 2;
+    while (c < n)
+        c *= 2;
     float *q = realloc(*p, c * sizeof(float));
     if (!q) return -1;
     *p = q;
@@ -426,13 +433,15 @@ static void *worker_main(void *arg) {
         int n = pick(s, batch, cap, expired, &nexp, &wake);
         if (n == 0 && nexp == 0) {
             int queued = 0;
-            for (int i = 0; i < s->o.n_models; i++) queued += s->q[i].count;
+            for (int i = 0; i < s->o.n_models; i++)
+                queued += s->q[i].count;
             if (s->stop && queued == 0) break;
             timed_wait(&s->work_cv, &s->mu, wake);
             continue;
         }
         pthread_mutex_unlock(&s->mu);
-        for (int i = 0; i < nexp; i++) answer_timeout(s, expired[i]);
+        for (int i = 0; i < nexp; i++)
+            answer_timeout(s, expired[i]);
         if (n) run_batch(w, batch, n);
         pthread_mutex_lock(&s->mu);
     }
@@ -456,10 +465,12 @@ static void *sweeper_main(void *arg) {
     while (!s->sweep_stop) {
         uint64_t now = mono_us(), wake = UINT64_MAX;
         size_t n = 0, queued = 0;
-        for (int i = 0; i < s->o.n_models; i++) queued += (size_t)s->q[i].count;
+        for (int i = 0; i < s->o.n_models; i++)
+            queued += (size_t)s->q[i].count;
         if (queued > cap) {
             size_t c = cap;
-            while (c < queued) c *= 2;
+            while (c < queued)
+                c *= 2;
             attnd_req **o2 = realloc(out, c * sizeof(*o2));
             if (o2) out = o2;
             int *g2 = realloc(gone, c * sizeof(*g2));
@@ -575,14 +586,16 @@ void attnd_sched_drain(attnd_sched *s) {
 int attnd_sched_pending(attnd_sched *s) {
     pthread_mutex_lock(&s->mu);
     int n = s->running;
-    for (int i = 0; i < s->o.n_models; i++) n += s->q[i].count;
+    for (int i = 0; i < s->o.n_models; i++)
+        n += s->q[i].count;
     pthread_mutex_unlock(&s->mu);
     return n;
 }
 
 void attnd_sched_depths(attnd_sched *s, int *depth) {
     pthread_mutex_lock(&s->mu);
-    for (int i = 0; i < s->o.n_models; i++) depth[i] = s->q[i].count;
+    for (int i = 0; i < s->o.n_models; i++)
+        depth[i] = s->q[i].count;
     pthread_mutex_unlock(&s->mu);
 }
 

@@ -35,27 +35,27 @@ typedef struct attnd_req attnd_req;
 /* One request on its way through the scheduler. The HTTP side embeds it as
  * the first member of its own per-request struct. */
 struct attnd_req {
-    atomic_int refs;        /* one for the connection, one for the scheduler while queued or
-                               running; the last unref calls free_fn */
+    atomic_int refs;               /* one for the connection, one for the scheduler while queued or
+                                      running; the last unref calls free_fn */
     void (*free_fn)(attnd_req *r); /* frees the embedding struct */
     /* guarded by the scheduler mutex */
     rq_state state;
     attnd_req *prev, *next; /* queue links */
     int cancelled;          /* 1: the connection is gone; never finish() it */
     /* set before admission */
-    attnd_job job;          /* what to compute; owned */
-    long long tokens;       /* B*(L+S), for the batch token limit */
-    int sock;               /* client socket, polled for hang-ups while queued; -1 = don't */
-    uint64_t t_admit_us;    /* mono_us() at admission */
-    uint64_t deadline_us;   /* t_admit_us + request_timeout_ms */
+    attnd_job job;        /* what to compute; owned */
+    long long tokens;     /* B*(L+S), for the batch token limit */
+    int sock;             /* client socket, polled for hang-ups while queued; -1 = don't */
+    uint64_t t_admit_us;  /* mono_us() at admission */
+    uint64_t deadline_us; /* t_admit_us + request_timeout_ms */
     /* the answer, written once by whoever finishes the request, before finish() */
-    int status;             /* HTTP status of the answer */
-    attnd_err err;          /* AERR_NONE for 200 */
-    char *body;             /* malloc'd answer body; the HTTP side takes it */
+    int status;    /* HTTP status of the answer */
+    attnd_err err; /* AERR_NONE for 200 */
+    char *body;    /* malloc'd answer body; the HTTP side takes it */
     size_t body_len;
-    int gone;               /* 1: the client hung up: close, do not answer */
+    int gone;                      /* 1: the client hung up: close, do not answer */
     uint64_t t_start_us, t_end_us; /* compute of its batch; 0 when it never ran */
-    int batch_requests;     /* requests in that batch */
+    int batch_requests;            /* requests in that batch */
 };
 
 void attnd_req_ref(attnd_req *r);
@@ -64,12 +64,12 @@ void attnd_req_unref(attnd_req *r);
 typedef void (*attnd_finish_fn)(attnd_req *r, void *arg);
 
 typedef struct {
-    const attnd_config *cfg;         /* limits, batching and worker counts; borrowed */
-    const attn_model *models;        /* (n_models) weights; borrowed */
-    const attnd_model_info *info;    /* (n_models) names and hyper-parameters; borrowed */
+    const attnd_config *cfg;      /* limits, batching and worker counts; borrowed */
+    const attn_model *models;     /* (n_models) weights; borrowed */
+    const attnd_model_info *info; /* (n_models) names and hyper-parameters; borrowed */
     int n_models;
-    attnd_metrics *metrics;          /* borrowed */
-    attnd_finish_fn finish;          /* the answer of r is ready; must not block */
+    attnd_metrics *metrics; /* borrowed */
+    attnd_finish_fn finish; /* the answer of r is ready; must not block */
     void *finish_arg;
 } attnd_sched_opts;
 

@@ -32,9 +32,9 @@ void tensor_index_name(char *buf, size_t cap, const char *field, int rank, const
 typedef struct {
     jin *j;
     const char *field;
-    tensor_kind kind;   /* TK_ANY turns into TK_FLOAT or TK_BOOL at the first leaf */
+    tensor_kind kind; /* TK_ANY turns into TK_FLOAT or TK_BOOL at the first leaf */
     int max_rank;
-    int rank;           /* 0 until the first leaf fixes it */
+    int rank;                       /* 0 until the first leaf fixes it */
     int shape[TENSOR_MAX_RANK + 1]; /* 0 until the first array of that depth closes */
     int idx[TENSOR_MAX_RANK + 1];   /* where we are, for messages */
     float *f;
@@ -72,7 +72,8 @@ static int leaf(nested *c, int depth) {
     int is_bool = ch == 't' || ch == 'f';
     if (c->kind == TK_ANY) {
         if (!is_num && !is_bool)
-            return attnd_set_error(c->e, AERR_BAD_REQUEST, "%s: expected booleans or numbers, got %s",
+            return attnd_set_error(c->e, AERR_BAD_REQUEST,
+                                   "%s: expected booleans or numbers, got %s",
                                    where(c, depth, at, sizeof(at)), jin_kind(c->j));
         c->kind = is_bool ? TK_BOOL : TK_FLOAT;
     }
@@ -105,8 +106,8 @@ static int leaf(nested *c, int depth) {
 static int level(nested *c, int depth) {
     char at[128];
     if (depth >= c->max_rank)
-        return attnd_set_error(c->e, AERR_BAD_REQUEST, "%s: more than %d dimensions",
-                               c->field, c->max_rank);
+        return attnd_set_error(c->e, AERR_BAD_REQUEST, "%s: more than %d dimensions", c->field,
+                               c->max_rank);
     c->j->p++; /* '[' */
     if (jin_peek(c->j) == ']')
         return attnd_set_error(c->e, AERR_BAD_REQUEST, "%s: empty",
@@ -124,18 +125,16 @@ static int level(nested *c, int depth) {
         } else {
             if (!c->rank) c->rank = depth + 1;
             if (depth + 1 != c->rank)
-                return attnd_set_error(c->e, AERR_BAD_REQUEST,
-                                       "%s: expected an array of %d, got %s",
-                                       where(c, depth + 1, at, sizeof(at)),
-                                       c->shape[depth + 1 < c->rank ? depth + 1 : 0],
-                                       jin_kind(c->j));
+                return attnd_set_error(
+                    c->e, AERR_BAD_REQUEST, "%s: expected an array of %d, got %s",
+                    where(c, depth + 1, at, sizeof(at)),
+                    c->shape[depth + 1 < c->rank ? depth + 1 : 0], jin_kind(c->j));
             if (leaf(c, depth + 1) < 0) return -1;
         }
         count++;
         if (c->shape[depth] && count > c->shape[depth]) break;
         int r = jin_next(c->j, ']');
-        if (r < 0)
-            return attnd_set_error(c->e, AERR_BAD_REQUEST, "%s: %s", c->field, c->j->err);
+        if (r < 0) return attnd_set_error(c->e, AERR_BAD_REQUEST, "%s: %s", c->field, c->j->err);
         if (r == 1) break;
     }
     if (!c->shape[depth]) {
@@ -167,7 +166,8 @@ static int read_nested(jin *j, const char *field, tensor_kind kind, int max_rank
     c.e = e;
     if (level(&c, 0) < 0) goto fail;
     t->rank = c.rank;
-    for (int d = 0; d < c.rank; d++) t->shape[d] = c.shape[d];
+    for (int d = 0; d < c.rank; d++)
+        t->shape[d] = c.shape[d];
     t->n = c.n;
     t->is_bool = c.kind == TK_BOOL;
     t->f = c.f;
@@ -183,7 +183,7 @@ fail:
 static int read_b64(jin *j, const char *field, tensor_kind kind, int neg_inf_ok, tensor *t,
                     attnd_error *e) {
     char key[32], dtype[32] = "float32";
-    char *b64 = NULL;      /* decoded copy, when the string held escapes */
+    char *b64 = NULL;        /* decoded copy, when the string held escapes */
     const char *b64s = NULL; /* the base64 text: a span of the body or b64 */
     size_t b64n = 0;
     int have_shape = 0, rank = 0, shape[TENSOR_MAX_RANK] = {0};
@@ -241,8 +241,8 @@ static int read_b64(jin *j, const char *field, tensor_kind kind, int neg_inf_ok,
         } else if (!cut && strcmp(key, "dtype") == 0) {
             if (jin_peek(j) != '"' || jin_string_buf(j, dtype, sizeof(dtype), &cut) < 0 || cut ||
                 (strcmp(dtype, "float32") != 0 && strcmp(dtype, "bool") != 0)) {
-                attnd_set_error(e, AERR_BAD_REQUEST,
-                                "%s.dtype: expected \"float32\" or \"bool\"", field);
+                attnd_set_error(e, AERR_BAD_REQUEST, "%s.dtype: expected \"float32\" or \"bool\"",
+                                field);
                 goto cleanup;
             }
         } else if (!cut && strcmp(key, "b64") == 0) {
@@ -324,7 +324,8 @@ static int read_b64(jin *j, const char *field, tensor_kind kind, int neg_inf_ok,
     t->is_bool = is_bool;
     if (is_bool) {
         t->u = buf;
-        for (size_t k = 0; k < n; k++) t->u[k] = t->u[k] != 0;
+        for (size_t k = 0; k < n; k++)
+            t->u[k] = t->u[k] != 0;
     } else {
         t->f = buf;
         for (size_t k = 0; k < n; k++) {

@@ -24,12 +24,12 @@ typedef enum {
 } tensor_kind;
 
 typedef struct {
-    int rank;                    /* 1..TENSOR_MAX_RANK */
-    int shape[TENSOR_MAX_RANK];  /* dims, each >= 1 */
-    size_t n;                    /* elements: product of shape */
-    int is_bool;                 /* 1: u holds the elements; 0: f does */
-    float *f;                    /* (n) float32, owned, or NULL */
-    uint8_t *u;                  /* (n) 0 or 1, owned, or NULL */
+    int rank;                   /* 1..TENSOR_MAX_RANK */
+    int shape[TENSOR_MAX_RANK]; /* dims, each >= 1 */
+    size_t n;                   /* elements: product of shape */
+    int is_bool;                /* 1: u holds the elements; 0: f does */
+    float *f;                   /* (n) float32, owned, or NULL */
+    uint8_t *u;                 /* (n) 0 or 1, owned, or NULL */
 } tensor;
 
 /* Reads the next value of j as the tensor `field`. Nested arrays may be at

@@ -46,10 +46,11 @@ static void check_one(float f) {
 }
 
 START_TEST(test_f32_special_values) {
-    float v[] = {0.0f,    -0.0f,       1.0f,       -1.0f,       0.1f,     1e-45f, FLT_MIN,
-                 FLT_MAX, -FLT_MAX,    123456789.f, 999999999.f, 1e9f,    1e-5f,  0.0001f,
+    float v[] = {0.0f,    -0.0f,       1.0f,          -1.0f,           0.1f,      1e-45f, FLT_MIN,
+                 FLT_MAX, -FLT_MAX,    123456789.f,   999999999.f,     1e9f,      1e-5f,  0.0001f,
                  1e-4f,   123456.789f, 3.4028235e38f, 1.17549435e-38f, 16777216.f};
-    for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++) check_one(v[i]);
+    for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++)
+        check_one(v[i]);
 }
 END_TEST
 
@@ -92,9 +93,21 @@ START_TEST(test_sb_floats_and_tensor) {
 END_TEST
 
 START_TEST(test_parse_number_matches_strtod) {
-    const char *ok[] = {"0",       "-0",          "1",     "-12.5e-3",  "1e22",  "1e23",
-                        "123456789012345678901234", "0.000001", "4.9e-324", "1.7976931348623157e308",
-                        "2.5E+3",  "0.1",         "3.14159265358979323846", "1e-400", "1e400"};
+    const char *ok[] = {"0",
+                        "-0",
+                        "1",
+                        "-12.5e-3",
+                        "1e22",
+                        "1e23",
+                        "123456789012345678901234",
+                        "0.000001",
+                        "4.9e-324",
+                        "1.7976931348623157e308",
+                        "2.5E+3",
+                        "0.1",
+                        "3.14159265358979323846",
+                        "1e-400",
+                        "1e400"};
     for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
         double v = -99, ref = strtod(ok[i], NULL);
         size_t n = parse_number(ok[i], strlen(ok[i]), &v);
@@ -109,7 +122,8 @@ START_TEST(test_parse_number_matches_strtod) {
         if (rnd32() & 1) s[k++] = '-';
         s[k++] = (char)('1' + rnd32() % 9);
         if (digits > 1) s[k++] = '.';
-        for (int d = 1; d < digits; d++) s[k++] = (char)('0' + rnd32() % 10);
+        for (int d = 1; d < digits; d++)
+            s[k++] = (char)('0' + rnd32() % 10);
         k += snprintf(s + k, sizeof(s) - (size_t)k, "e%d", e);
         double v, ref = strtod(s, NULL);
         ck_assert_uint_eq(parse_number(s, (size_t)k, &v), (size_t)k);
@@ -119,7 +133,8 @@ START_TEST(test_parse_number_matches_strtod) {
 END_TEST
 
 START_TEST(test_parse_number_refuses_bad_grammar) {
-    const char *bad[] = {"-", ".5", "+1", "e5", "-.5", "1.", "1.e5", "1e", "1e+", "NaN", "Infinity", ""};
+    const char *bad[] = {"-",    ".5", "+1",  "e5",  "-.5",      "1.",
+                         "1.e5", "1e", "1e+", "NaN", "Infinity", ""};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         double v;
         size_t n = parse_number(bad[i], strlen(bad[i]), &v);
@@ -172,7 +187,8 @@ END_TEST
 START_TEST(test_b64_random_round_trip) {
     for (int len = 0; len < 300; len++) {
         unsigned char in[300], out[300];
-        for (int i = 0; i < len; i++) in[i] = (unsigned char)rnd32();
+        for (int i = 0; i < len; i++)
+            in[i] = (unsigned char)rnd32();
         sbuf b;
         sb_init(&b);
         sb_b64(&b, in, (size_t)len);

@@ -45,7 +45,8 @@ START_TEST(test_nested_2d_and_3d) {
     ck_assert_int_eq(t.shape[1], 3);
     ck_assert_uint_eq(t.n, 6);
     float want[6] = {1, 2.5f, -3, 40, 0, -0.125f};
-    for (int i = 0; i < 6; i++) ck_assert_float_eq(t.f[i], want[i]);
+    for (int i = 0; i < 6; i++)
+        ck_assert_float_eq(t.f[i], want[i]);
     tensor_free(&t);
     ck_assert_int_eq(read_t(" [ [[1],[2]] , [[3],[4]] ] ", TK_FLOAT, 3, 0, &t, &e), 0);
     ck_assert_int_eq(t.rank, 3);
@@ -258,8 +259,7 @@ START_TEST(test_native_refusals) {
                    AERR_BAD_REQUEST, "attn_mask", NULL);
     native_refused("{\"model\":\"small\",\"query\": [[1,2,3,4]], \"value\": [[1,2,3,4]]}",
                    AERR_BAD_REQUEST, "value", "key");
-    native_refused("{\"model\":\"cross\",\"query\": [[1,2,3,4]]}", AERR_BAD_REQUEST, "key",
-                   "kdim");
+    native_refused("{\"model\":\"cross\",\"query\": [[1,2,3,4]]}", AERR_BAD_REQUEST, "key", "kdim");
     native_refused("{\"model\":\"cross\",\"query\": [[1,2,3,4]], \"key\": [[1,2,3,4]]}",
                    AERR_BAD_REQUEST, "key", "3");
     native_refused("{\"model\":\"small\",\"query\": [[1,2,3,4]], \"query\": [[1,2,3,4]]}",
@@ -274,7 +274,8 @@ START_TEST(test_native_limits_413) {
     sbuf b;
     sb_init(&b);
     sb_puts(&b, "{\"model\":\"small\",\"query\":[");
-    for (int i = 0; i < 33; i++) sb_puts(&b, i ? ",[1,2,3,4]" : "[1,2,3,4]");
+    for (int i = 0; i < 33; i++)
+        sb_puts(&b, i ? ",[1,2,3,4]" : "[1,2,3,4]");
     sb_puts(&b, "]}");
     native_refused(b.p, AERR_TOO_LARGE, "66", "64");
     sb_free(&b);
@@ -283,7 +284,8 @@ START_TEST(test_native_limits_413) {
         sb_init(&b);
         sb_printf(&b, "{\"model\":\"small\",\"attention\":\"%s\",\"query\":[",
                   heads ? "heads" : "mean");
-        for (int i = 0; i < 8; i++) sb_puts(&b, i ? ",[1,2,3,4]" : "[1,2,3,4]");
+        for (int i = 0; i < 8; i++)
+            sb_puts(&b, i ? ",[1,2,3,4]" : "[1,2,3,4]");
         sb_puts(&b, "]}");
         if (heads) {
             native_refused(b.p, AERR_TOO_LARGE, "128", "100");
@@ -306,7 +308,8 @@ START_TEST(test_path_model) {
     attnd_job_free(&job);
     ck_assert_int_lt(parse("{\"query\": [[1,2,3,4]]}", 2, "zzz", &job, &e), 0);
     ck_assert_int_eq(e.code, AERR_NOT_FOUND);
-    ck_assert_int_lt(parse("{\"model\":\"cross\",\"query\": [[1,2,3,4]]}", 2, "small", &job, &e), 0);
+    ck_assert_int_lt(parse("{\"model\":\"cross\",\"query\": [[1,2,3,4]]}", 2, "small", &job, &e),
+                     0);
     ck_assert_int_eq(e.code, AERR_BAD_REQUEST);
 }
 END_TEST
@@ -387,9 +390,8 @@ END_TEST
 START_TEST(test_answers_written_back) {
     attnd_job job;
     attnd_error e;
-    ck_assert_int_eq(parse("{\"query\": [[1,2,3,4],[5,6,7,8]], \"attention\": \"mean\"}", 1, NULL,
-                           &job, &e),
-                     0);
+    ck_assert_int_eq(
+        parse("{\"query\": [[1,2,3,4],[5,6,7,8]], \"attention\": \"mean\"}", 1, NULL, &job, &e), 0);
     float out[8] = {0.5f, -1, 2, 3, 4, 5, 6, 0.1f};
     float attn[4] = {0.25f, 0.75f, 1, 0};
     job.attn = malloc(sizeof(attn));

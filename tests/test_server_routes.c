@@ -41,9 +41,16 @@ START_TEST(test_every_route_matches_itself) {
 END_TEST
 
 START_TEST(test_unknown_paths_404) {
-    const char *paths[] = {"/",           "/v1",          "/v1/attention/",    "/health/",
-                           "/v1/models/", "/v2/models//infer", "/v2/models/a/b/infer", "/healthz",
-                           "",            "/v2/models/a/versions//infer"};
+    const char *paths[] = {"/",
+                           "/v1",
+                           "/v1/attention/",
+                           "/health/",
+                           "/v1/models/",
+                           "/v2/models//infer",
+                           "/v2/models/a/b/infer",
+                           "/healthz",
+                           "",
+                           "/v2/models/a/versions//infer"};
     for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++) {
         route_match m;
         ck_assert_msg(route_find("GET", paths[i], 0, &m) == 404, "%s matched", paths[i]);
@@ -79,7 +86,8 @@ END_TEST
 
 START_TEST(test_error_statuses_and_body) {
     int want[AERR_COUNT] = {200, 400, 401, 404, 405, 413, 429, 500, 503, 504};
-    for (int i = 0; i < AERR_COUNT; i++) ck_assert_int_eq(attnd_err_status((attnd_err)i), want[i]);
+    for (int i = 0; i < AERR_COUNT; i++)
+        ck_assert_int_eq(attnd_err_status((attnd_err)i), want[i]);
     size_t n = 0;
     char *b = attnd_error_body("query[2][5]: not a \"number\"", &n);
     ck_assert_str_eq(b, "{\"error\":\"query[2][5]: not a \\\"number\\\"\"}\n");
