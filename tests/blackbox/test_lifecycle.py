@@ -20,6 +20,12 @@ from support import b64_tensor, check_error_body, from_b64_tensor, rel_err
 GOLDENS = {g["name"]: (g, m) for g, m in support.load_goldens()}
 SMALL = "self_e16_h1"
 BIG_E, BIG_H = 512, 8
+# Long requests: long enough to keep a worker busy for a good fraction of a
+# second in an optimised build; sanitizer builds compute several times slower.
+SAN = support.sanitized_build()
+LONG = 2048 if SAN else 6144     # about 0.6 s optimised
+MEDIUM = 1024 if SAN else 2048
+OVERLOAD = 1024 if SAN else 3072
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +38,8 @@ def big(tmp_path_factory):
 
 def big_config(big, **sections):
     """Limits set wide enough for the long requests below, whatever the defaults."""
-    cfg = {"models": [big.config()], "server": {"max_body_bytes": 64 << 20},
+    cfg = {"models": [big.config()],
+           "server": {"max_body_bytes": 64 << 20, "request_timeout_ms": 120000},
            "limits": {"max_tokens_per_request": 16384}}
     for k, v in sections.items():
         cfg[k] = dict(cfg.get(k, {}), **v)
@@ -99,8 +106,8 @@ def wait_admitted(d, queued, results, timeout=20.0):
 def drain(fresh_daemons, big, sig, n):
     d = fresh_daemons(big_config(big, workers={"threads": 1},
                                  batching={"max_batch_requests": 1}))
-    q = big_query(2048)
-    rows = np.arange(0, 2048, 257)
+    q = big_query(MEDIUM)
+    rows = np.arange(0, MEDIUM, 257)
     ref = reference_rows(big, q, rows)
     body = json.dumps({"query": b64_tensor(q), "encoding": "base64"})
     results = [None] * n
@@ -130,7 +137,7 @@ def drain(fresh_daemons, big, sig, n):
     for i, res in enumerate(results):
         assert res is not None and res[0] == 200, "request %d: %r" % (i, res and res[:3:2])
         out = from_b64_tensor(json.loads(res[2])["output"])
-        assert out.shape == (2048, BIG_E)
+        assert out.shape == (MEDIUM, BIG_E)
         assert rel_err(out[rows], ref) <= 1e-5
         late += res[3] > sig_time
     assert late >= 1, "no request was still in flight at the signal"
@@ -159,8 +166,8 @@ def test_idle_sigterm_exits_zero(fresh_daemons):
 def test_overload_429_with_retry_after(fresh_daemons, big):
     d = fresh_daemons(big_config(big, workers={"threads": 1},
                                  batching={"max_batch_requests": 1, "max_queue_requests": 1}))
-    q = big_query(3072, seed=4)
-    rows = np.arange(0, 3072, 385)
+    q = big_query(OVERLOAD, seed=4)
+    rows = np.arange(0, OVERLOAD, 385)
     ref = reference_rows(big, q, rows)
     body = json.dumps({"query": b64_tensor(q), "encoding": "base64"})
     n = 12
@@ -182,7 +189,7 @@ def test_overload_429_with_retry_after(fresh_daemons, big):
             assert list(body) == ["error"] and body["error"]
         else:
             out = from_b64_tensor(json.loads(content)["output"])
-            assert out.shape == (3072, BIG_E)
+            assert out.shape == (OVERLOAD, BIG_E)
             assert rel_err(out[rows], ref) <= 1e-5
     # a counter may be bumped just after its answer went out: poll briefly
     assert support.wait_until(
@@ -199,7 +206,7 @@ def server_timing_of(headers):
 
 def test_deadline_504_and_dropped_before_compute(fresh_daemons, big):
     """Past request_timeout_ms a request gets 504; one still queued then is
-    dropped before compute. A long request (well over the 100 ms timeout)
+    dropped before compute. A long request (far over the 100 ms timeout)
     keeps the single worker busy; small probes go one at a time until one
     waits in the queue (504); then six small requests queue behind the long
     one: all 504, none computed (attnd_batch_size counts computed requests)."""
@@ -212,7 +219,7 @@ def test_deadline_504_and_dropped_before_compute(fresh_daemons, big):
     t0 = metric_value(d.get("/metrics").text, word)
     long_res = [None]
     threads = [send_async(d.url + "/v1/attention",
-                          json.dumps({"query": b64_tensor(big_query(6144, seed=5))}), long_res, 0)]
+                          json.dumps({"query": b64_tensor(big_query(LONG, seed=5))}), long_res, 0)]
     small = json.dumps({"query": b64_tensor(big_query(16, seed=6))})
     probes = []
     deadline = time.monotonic() + 30
@@ -512,7 +519,7 @@ def test_client_leaving_while_queued(fresh_daemons, big):
     d = fresh_daemons(big_config(big, workers={"threads": 1},
                                  batching={"max_batch_requests": 1}))
     before = batch_sum(d)
-    q = big_query(6144, seed=9)
+    q = big_query(LONG, seed=9)
     body = json.dumps({"query": b64_tensor(q)})
     results = [None] * 2
     threads = [send_async(d.url + "/v1/attention", body, results, i) for i in range(2)]
@@ -547,7 +554,7 @@ def test_http_threads_free_while_computing(fresh_daemons, big):
     requests queued, other routes still answer before the long ones end."""
     d = fresh_daemons(big_config(big, workers={"threads": 1}, server={"http_threads": 1},
                                  batching={"max_batch_requests": 1}))
-    body = json.dumps({"query": b64_tensor(big_query(2048, seed=13))})
+    body = json.dumps({"query": b64_tensor(big_query(MEDIUM, seed=13))})
     n = 4
     results = [None] * n
     threads = [send_async(d.url + "/v1/attention", body, results, i) for i in range(n)]
