@@ -132,8 +132,9 @@ static double scale10(double x, int k) {
  * [1e8, 1e9) and the decimal exponent of the first; returns -1 when the
  * double arithmetic is too close to a rounding tie to be trusted. */
 static int digits9(double x, uint32_t *digits, int *exp10) {
-    int e2;
-    frexp(x, &e2);
+    uint64_t xb;
+    memcpy(&xb, &x, 8);
+    int e2 = (int)((xb >> 52) & 0x7ff) - 1022; /* x in [2^(e2-1), 2^e2); x is a normal double */
     int e10 = (int)floor((e2 - 1) * 0.30102999566398120);
     double r = scale10(x, 8 - e10);
     if (r >= 1e9) {
@@ -143,10 +144,10 @@ static int digits9(double x, uint32_t *digits, int *exp10) {
         e10--;
         r = scale10(x, 8 - e10);
     }
-    double fl = floor(r);
-    double frac = r - fl;
+    uint32_t fl = (uint32_t)r; /* r in [1e8, 1e9) */
+    double frac = r - (double)fl;
     if (fabs(frac - 0.5) < 1e-5) return -1;
-    uint32_t n = (uint32_t)fl + (frac > 0.5);
+    uint32_t n = fl + (frac > 0.5);
     if (n >= 1000000000u) {
         n = 100000000u;
         e10++;
@@ -175,7 +176,7 @@ size_t fmt_f32(char *dst, float v) {
         int k = snprintf(s, F32_TEXT_MAX, "%.9g", x);
         return (size_t)(s - dst) + (size_t)k;
     }
-    char d[9];
+    char d[16] = {0}; /* 9 digits, then room for the fixed-size copies below */
     for (int i = 8; i >= 0; i--) {
         d[i] = (char)('0' + n % 10);
         n /= 10;
@@ -187,7 +188,8 @@ size_t fmt_f32(char *dst, float v) {
         *s++ = d[0];
         if (nd > 1) {
             *s++ = '.';
-            memcpy(s, d + 1, (size_t)nd - 1);
+            memcpy(s, d + 1,
+                   8); /* fixed size: no call; the extra bytes are overwritten or unused */
             s += nd - 1;
         }
         *s++ = 'e';
@@ -206,7 +208,7 @@ size_t fmt_f32(char *dst, float v) {
             *s++ = i < nd ? d[i] : '0';
         if (nd > ip) {
             *s++ = '.';
-            memcpy(s, d + ip, (size_t)(nd - ip));
+            memcpy(s, d + ip, 8);
             s += nd - ip;
         }
     } else { /* 0.000ddd */
@@ -214,7 +216,7 @@ size_t fmt_f32(char *dst, float v) {
         *s++ = '.';
         for (int i = 0; i < -e - 1; i++)
             *s++ = '0';
-        memcpy(s, d, (size_t)nd);
+        memcpy(s, d, 9);
         s += nd;
     }
     return (size_t)(s - dst);

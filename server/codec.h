@@ -33,10 +33,13 @@ char *sb_take(sbuf *b, size_t *len);
 /* s as a JSON string, quotes included; control characters escaped. */
 void sb_json_str(sbuf *b, const char *s);
 
-/* Longest text fmt_f32 writes: "-1.23456789e-38" is 15 bytes. */
-#define F32_TEXT_MAX 16
-/* Writes v as "%.9g" would (no NUL); returns the bytes written. A NaN or an
- * infinity, which the server never sends, is written as 0. */
+/* Room fmt_f32 needs at dst: the longest text ("-1.23456789e-38") is 15
+ * bytes, and it may scribble up to 20 bytes (fixed-size copies are faster
+ * than exact ones). */
+#define F32_TEXT_MAX 24
+/* Writes v as "%.9g" would (no NUL) into dst (F32_TEXT_MAX bytes of room);
+ * returns the length of the text. A NaN or an infinity, which the server
+ * never sends, is written as 0. */
 size_t fmt_f32(char *dst, float v);
 /* n floats separated by commas, no brackets. */
 void sb_floats(sbuf *b, const float *x, size_t n);

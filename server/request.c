@@ -769,7 +769,7 @@ int attnd_write_answer(sbuf *b, const attnd_job *job, const attnd_model_info *m,
                    (job->weights == ATTN_WEIGHTS_HEADS ? (size_t)m->hp.num_heads : 1);
     int want_attn = job->weights != ATTN_WEIGHTS_NONE && job->attn;
     size_t floats = nout + (want_attn ? nattn : 0);
-    sb_reserve(b, 256 + floats * (job->enc == ENC_BASE64 && job->api == API_NATIVE ? 6 : 13));
+    sb_reserve(b, 256 + floats * (job->enc == ENC_BASE64 && job->api == API_NATIVE ? 6 : 17));
     if (job->api == API_NATIVE) {
         sb_puts(b, "{\"model\":");
         sb_json_str(b, m->name);
