@@ -665,6 +665,50 @@ def test_expect_100_continue(d):
         s.close()
 
 
+def test_keep_alive_across_errors(d):
+    """One connection: good, bad, unknown, good... every answer right."""
+    g, _ = GOLDENS[M]
+    seq = g["sequences"][0]
+    with requests.Session() as s:
+        for i in range(30):
+            kind = i % 3
+            if kind == 0:
+                r = s.post(d.url + "/v1/attention", data=json.dumps(golden_body(seq, M)),
+                           headers={"Content-Type": "application/json"}, timeout=30)
+                assert r.status_code == 200, r.text[:200]
+                assert rel_err(r.json()["output"], seq["output"]) <= 1e-5
+            elif kind == 1:
+                r = s.post(d.url + "/v1/attention", data=b'{"model": "self_e64_h8", "query": [[1',
+                           headers={"Content-Type": "application/json"}, timeout=30)
+                check_error_body(r, 400)
+            else:
+                check_error_body(s.get(d.url + "/nope", timeout=30), 404)
+
+
+def test_http10_clients(d):
+    """HTTP/1.0 clients (nginx talks HTTP/1.0 to upstreams by default) are
+    answered, with the connection closed after the answer."""
+    resp = support.raw_http(d.port, b"GET /health HTTP/1.0\r\n\r\n", timeout=5)
+    assert re.match(rb"HTTP/1\.[01] 200", resp), resp[:200]
+    body = json.dumps({"model": M, "query": rows(2, E)}).encode()
+    req = (b"POST /v1/attention HTTP/1.0\r\nContent-Type: application/json\r\n"
+           b"Content-Length: %d\r\n\r\n" % len(body)) + body
+    s = socket.create_connection(("127.0.0.1", d.port), timeout=10)
+    try:
+        s.sendall(req)
+        data = b""
+        while True:
+            c = s.recv(65536)
+            if not c:
+                break  # closed by the server, as HTTP/1.0 without keep-alive wants
+            data += c
+    finally:
+        s.close()
+    head, _, payload = data.partition(b"\r\n\r\n")
+    assert re.match(rb"HTTP/1\.[01] 200", head), head[:200]
+    assert len(json.loads(payload)["output"]) == 2
+
+
 def test_zz_still_serves_correctly(d):
     """Runs last: after every bad input above, golden answers are unchanged."""
     assert d.alive()
