@@ -1,0 +1,318 @@
+/* test_server_sched.c - the scheduler without HTTP: requests of different
+ * kinds packed into one batch answer what each answers alone (naive
+ * reference), a full queue refuses with 429, a request still queued at its
+ * deadline is answered 504 without compute. */
+#include <check.h>
+#include <jansson.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../core/attn.h"
+#include "../server/codec.h"
+#include "../server/request.h"
+#include "../server/sched.h"
+
+/* A request as the HTTP side would hold it, plus a "done" flag. */
+typedef struct {
+    attnd_req r;
+    int done; /* guarded by mu */
+} treq;
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+
+static void treq_free(attnd_req *r) {
+    attnd_job_free(&r->job);
+    free(r->body);
+    free(r);
+}
+
+static void on_done(attnd_req *r, void *arg) {
+    (void)arg;
+    pthread_mutex_lock(&mu);
+    ((treq *)r)->done = 1;
+    pthread_cond_broadcast(&cv);
+    pthread_mutex_unlock(&mu);
+}
+
+static void wait_done(treq *t) {
+    pthread_mutex_lock(&mu);
+    while (!t->done)
+        pthread_cond_wait(&cv, &mu);
+    pthread_mutex_unlock(&mu);
+}
+
+static treq *treq_new(void) {
+    treq *t = calloc(1, sizeof(*t));
+    atomic_init(&t->r.refs, 1);
+    t->r.free_fn = treq_free;
+    t->r.sock = -1;
+    return t;
+}
+
+static unsigned seed = 7;
+static float rnd(void) {
+    seed = seed * 1103515245u + 12345u;
+    return ((float)(seed >> 8) / 16777216.0f - 0.5f);
+}
+
+static float *rnd_floats(size_t n) {
+    float *x = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++)
+        x[i] = rnd();
+    return x;
+}
+
+static attn_model model;
+static attnd_model_info info;
+
+static void setup_model(void) {
+    attn_hparams hp = {8, 2, 8, 8, 1, 0};
+    char err[256];
+    ck_assert_int_eq(attn_model_init(&model, &hp, err, sizeof(err)), 0);
+    for (size_t i = 0; i < model.n_floats; i++)
+        model.mem[i] = rnd();
+    info.name = "m";
+    info.hp = model.hp;
+}
+
+static void config(attnd_config *c, int batch_requests, int delay_us, int queue, int timeout_ms) {
+    ck_assert_int_eq(attnd_config_defaults(c), 0);
+    c->max_batch_requests = batch_requests;
+    c->max_batch_tokens = 1 << 20;
+    c->max_queue_delay_us = delay_us;
+    c->max_queue_requests = queue;
+    c->request_timeout_ms = timeout_ms;
+    c->worker_threads = 1;
+    c->blas_threads = 1;
+}
+
+static attnd_sched *sched_of(const attnd_config *c, attnd_metrics *mt) {
+    metrics_init(mt);
+    attnd_sched_opts o = {c, &model, &info, 1, mt, on_done, NULL};
+    char err[256];
+    attnd_sched *s = attnd_sched_new(&o, err, sizeof(err));
+    ck_assert_msg(s != NULL, "%s", err);
+    return s;
+}
+
+/* The answer's "output" (and "attention" when asked) against the naive
+ * reference of this one request alone. */
+static void check_against_reference(treq *t, const float *q, const float *k, const float *v) {
+    attnd_job *j = &t->r.job;
+    ck_assert_int_eq(t->r.status, 200);
+    json_error_t je;
+    json_t *root = json_loads(t->r.body, 0, &je);
+    ck_assert_msg(root != NULL, "answer is not JSON: %s", je.text);
+    int E = model.hp.embed_dim, H = model.hp.num_heads;
+    size_t nout = (size_t)j->B * j->L * E;
+    float *ref = calloc(nout, sizeof(float));
+    size_t na = j->weights == ATTN_WEIGHTS_NONE
+                    ? 0
+                    : (size_t)j->B * j->L * j->S * (j->weights == ATTN_WEIGHTS_HEADS ? H : 1);
+    float *refa = calloc(na ? na : 1, sizeof(float));
+    attn_seq *seqs = calloc((size_t)j->B, sizeof(attn_seq));
+    for (int b = 0; b < j->B; b++) {
+        seqs[b].L = j->L;
+        seqs[b].S = j->S;
+        seqs[b].causal = j->causal;
+        seqs[b].weights = j->weights;
+        if (j->kpm) seqs[b].key_padding_mask = j->kpm + (size_t)b * j->S;
+        if (j->mask_bool) seqs[b].attn_mask_bool = j->mask_bool;
+        if (j->weights != ATTN_WEIGHTS_NONE) seqs[b].attn = refa + (size_t)b * (na / j->B);
+    }
+    attn_batch bt = {j->B, seqs, q, k, v, ref};
+    char err[256];
+    ck_assert_int_eq(attn_forward_ref(&model, &bt, err, sizeof(err)), 0);
+    /* flatten the nested answer */
+    json_t *out = json_object_get(root, "output");
+    size_t got = 0;
+    double worst = 0;
+    json_t *stack[4] = {out};
+    size_t idx[4] = {0};
+    int depth = 0;
+    while (depth >= 0) {
+        json_t *a = stack[depth];
+        if (idx[depth] >= json_array_size(a)) {
+            depth--;
+            if (depth >= 0) idx[depth]++;
+            continue;
+        }
+        json_t *x = json_array_get(a, idx[depth]);
+        if (json_is_array(x)) {
+            stack[++depth] = x;
+            idx[depth] = 0;
+            continue;
+        }
+        ck_assert_uint_lt(got, nout);
+        double d = fabs(json_number_value(x) - ref[got]);
+        if (d > worst) worst = d;
+        got++;
+        idx[depth]++;
+    }
+    ck_assert_uint_eq(got, nout);
+    ck_assert_msg(worst < 1e-5, "output differs from the reference by %g", worst);
+    if (na) {
+        json_t *at = json_object_get(root, "attention");
+        ck_assert_ptr_nonnull(at);
+        ck_assert_ptr_nonnull(j->attn);
+        double wa = 0;
+        for (size_t i = 0; i < na; i++)
+            wa = fmax(wa, fabs(j->attn[i] - refa[i]));
+        ck_assert_msg(wa < 1e-5, "attention differs from the reference by %g", wa);
+    }
+    free(seqs);
+    free(ref);
+    free(refa);
+    json_decref(root);
+}
+
+START_TEST(test_mixed_batch_matches_reference) {
+    setup_model();
+    attnd_config c;
+    config(&c, 3, 10000000, 16, 60000); /* the batch leaves when all 3 are queued */
+    attnd_metrics mt;
+    attnd_sched *s = sched_of(&c, &mt);
+    /* A: self-attention, L=3, causal */
+    treq *a = treq_new();
+    a->r.job.B = 1, a->r.job.L = 3, a->r.job.S = 3, a->r.job.self = 1, a->r.job.causal = 1;
+    a->r.job.query = rnd_floats(3 * 8);
+    float *aq = malloc(3 * 8 * sizeof(float));
+    memcpy(aq, a->r.job.query, 3 * 8 * sizeof(float));
+    /* B: cross-attention, L=2 over S=4, value given, key padding, mean attention */
+    treq *b = treq_new();
+    b->r.job.B = 1, b->r.job.L = 2, b->r.job.S = 4, b->r.job.weights = ATTN_WEIGHTS_MEAN;
+    b->r.job.query = rnd_floats(2 * 8);
+    b->r.job.key = rnd_floats(4 * 8);
+    b->r.job.value = rnd_floats(4 * 8);
+    b->r.job.kpm = calloc(4, 1);
+    b->r.job.kpm[3] = 1;
+    float *bq = malloc(16 * 4), *bk = malloc(32 * 4), *bv = malloc(32 * 4);
+    memcpy(bq, b->r.job.query, 16 * 4);
+    memcpy(bk, b->r.job.key, 32 * 4);
+    memcpy(bv, b->r.job.value, 32 * 4);
+    /* C: self-attention, B=2 sequences of L=2, per-head attention, a bool mask */
+    treq *cr = treq_new();
+    cr->r.job.B = 2, cr->r.job.L = 2, cr->r.job.S = 2, cr->r.job.self = 1, cr->r.job.rank3 = 1;
+    cr->r.job.weights = ATTN_WEIGHTS_HEADS;
+    cr->r.job.query = rnd_floats(4 * 8);
+    cr->r.job.mask_bool = calloc(4, 1);
+    cr->r.job.mask_bool[1] = 1;
+    float *cq = malloc(32 * 4);
+    memcpy(cq, cr->r.job.query, 32 * 4);
+    treq *all[3] = {a, b, cr};
+    for (int i = 0; i < 3; i++) {
+        attnd_error e;
+        all[i]->r.tokens = attnd_job_tokens(&all[i]->r.job);
+        ck_assert_int_eq(attnd_sched_submit(s, &all[i]->r, &e), 0);
+    }
+    for (int i = 0; i < 3; i++)
+        wait_done(all[i]);
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(all[i]->r.batch_requests, 3);
+    check_against_reference(a, aq, NULL, NULL);
+    check_against_reference(b, bq, bk, bv);
+    check_against_reference(cr, cq, NULL, NULL);
+    ck_assert_uint_eq(atomic_load(&mt.batch_size.count[1]), 0); /* not in le=1 */
+    attnd_sched_free(s);
+    for (int i = 0; i < 3; i++)
+        attnd_req_unref(&all[i]->r);
+    free(aq);
+    free(bq);
+    free(bk);
+    free(bv);
+    free(cq);
+    attn_model_free(&model);
+    attnd_config_free(&c);
+}
+END_TEST
+
+START_TEST(test_full_queue_429_and_deadline_504) {
+    setup_model();
+    attnd_config c;
+    /* nothing leaves on its own: a huge batch, a long delay, a 100 ms deadline */
+    config(&c, 64, 10000000, 2, 100);
+    attnd_metrics mt;
+    attnd_sched *s = sched_of(&c, &mt);
+    treq *t[3];
+    uint64_t t0 = mono_us();
+    for (int i = 0; i < 3; i++) {
+        t[i] = treq_new();
+        t[i]->r.job.B = 1, t[i]->r.job.L = 2, t[i]->r.job.S = 2, t[i]->r.job.self = 1;
+        t[i]->r.job.query = rnd_floats(16);
+        t[i]->r.tokens = 4;
+        attnd_error e = {AERR_NONE, ""};
+        int rc = attnd_sched_submit(s, &t[i]->r, &e);
+        if (i < 2) {
+            ck_assert_int_eq(rc, 0);
+        } else {
+            ck_assert_int_eq(rc, -1);
+            ck_assert_int_eq(e.code, AERR_QUEUE_FULL);
+            ck_assert_int_eq(attnd_err_status(e.code), 429);
+            ck_assert_ptr_nonnull(strstr(e.msg, "full"));
+        }
+    }
+    int depth = -1;
+    attnd_sched_depths(s, &depth);
+    ck_assert_int_eq(depth, 2);
+    for (int i = 0; i < 2; i++) {
+        wait_done(t[i]);
+        ck_assert_int_eq(t[i]->r.status, 504);
+        ck_assert_int_eq(t[i]->r.err, AERR_TIMEOUT);
+        ck_assert_uint_eq(t[i]->r.t_start_us, 0); /* never computed */
+        ck_assert_ptr_nonnull(strstr(t[i]->r.body, "\"error\""));
+    }
+    /* answered by the timer, not at shutdown (which is 10 s away) */
+    ck_assert_uint_lt(mono_us() - t0, 5000000);
+    ck_assert_uint_eq(atomic_load(&mt.batch_size.count[0]), 0);
+    attnd_sched_free(s);
+    for (int i = 0; i < 3; i++)
+        attnd_req_unref(&t[i]->r);
+    attn_model_free(&model);
+    attnd_config_free(&c);
+}
+END_TEST
+
+START_TEST(test_cancel_drops_queued_work) {
+    setup_model();
+    attnd_config c;
+    config(&c, 64, 10000000, 8, 60000);
+    attnd_metrics mt;
+    attnd_sched *s = sched_of(&c, &mt);
+    treq *t = treq_new();
+    t->r.job.B = 1, t->r.job.L = 2, t->r.job.S = 2, t->r.job.self = 1;
+    t->r.job.query = rnd_floats(16);
+    t->r.tokens = 4;
+    attnd_error e;
+    ck_assert_int_eq(attnd_sched_submit(s, &t->r, &e), 0);
+    ck_assert_int_eq(atomic_load(&t->r.refs), 2);
+    attnd_sched_cancel(s, &t->r); /* the connection closed */
+    ck_assert_int_eq(atomic_load(&t->r.refs), 1);
+    ck_assert_int_eq(attnd_sched_pending(s), 0);
+    attnd_sched_free(s);
+    ck_assert_int_eq(t->done, 0); /* never finished, never computed */
+    ck_assert_uint_eq(atomic_load(&mt.batch_size.count[0]), 0);
+    attnd_req_unref(&t->r);
+    attn_model_free(&model);
+    attnd_config_free(&c);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("server_sched");
+    TCase *tc = tcase_create("sched");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_mixed_batch_matches_reference);
+    tcase_add_test(tc, test_full_queue_429_and_deadline_504);
+    tcase_add_test(tc, test_cancel_drops_queued_work);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
