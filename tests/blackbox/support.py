@@ -539,13 +539,6 @@ def histograms(text):
     return out
 
 
-def metric_sum(text, name, **labels):
-    """Sum of the samples of `name` whose labels include `labels`."""
-    _, samples = parse_prometheus(text)
-    return sum(v for n, l, v in samples
-               if n == name and all(l.get(k) == str(x) for k, x in labels.items()))
-
-
 def find_histogram(hists, *words):
     """The histogram whose name contains every word (exactly one expected)."""
     names = [n for n in hists if all(w in n for w in words)]

@@ -12,7 +12,7 @@ import pytest
 import requests
 
 import support
-from support import b64_tensor, check_error_body, from_b64_tensor, golden_body, rel_err
+from support import b64_tensor, check_error_body, golden_body, rel_err
 
 GOLDENS = {g["name"]: (g, m) for g, m in support.load_goldens()}
 M = "self_e64_h8"            # E=64, H=8, self-attention

@@ -41,7 +41,7 @@ def test_reference_matches_golden(name, i):
         assert rel_err(np.float32(w.mean(axis=0)), s["attn_weights"]) <= 1e-6
 
 
-def check_native(r, seq, name, batch=1, attention=None):
+def check_native(r, seq, name):
     assert r.status_code == 200, r.text[:500]
     assert r.headers.get("Content-Type", "").startswith("application/json")
     body = r.json()
@@ -52,7 +52,7 @@ def check_native(r, seq, name, batch=1, attention=None):
     out = np.asarray(out, dtype=np.float64)
     err = rel_err(out, seq["output"])
     assert err <= TOL, "output relative error %.3g" % err
-    mode = attention or seq["attention"]
+    mode = seq["attention"]
     if mode == "none":
         assert "attention" not in body, "attention returned although not asked"
     else:
