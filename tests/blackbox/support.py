@@ -207,12 +207,15 @@ class DaemonFactory:
             if d.proc is None:
                 continue
             try:
-                if d.returncode is None and d.proc.poll() is None:
+                if d.returncode is None:
+                    # not stopped by a test: it must still run, then exit 0 on SIGTERM
+                    rc = d.proc.poll()
+                    assert rc is None, "attnd exited by itself during the tests (code %s):\n%s" \
+                        % (rc, d.logs(20000))
                     d.check_clean_exit()
                 else:
-                    # already stopped by its test, which checked its exit code;
-                    # sanitizer reports are still checked here
-                    d.stop()
+                    # stopped by its test, which checked its exit code; sanitizer
+                    # reports are still checked here
                     marks = d.sanitizer_reports()
                     assert not marks, "sanitizer reports %s:\n%s" % (marks, d.logs(20000))
             except AssertionError as e:
