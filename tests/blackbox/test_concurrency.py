@@ -74,7 +74,7 @@ def make_job(rng, idx):
         if how == "b64":
             body["encoding"] = "base64"
     return {"path": path, "body": json.dumps(body), "how": how, "out": out,
-            "att": None if attention == "none" else w, "model": m.name}
+            "att": None if attention == "none" else w, "model": m.name, "tokens": L + S}
 
 
 def check_answer(job, r):
@@ -159,13 +159,35 @@ def batch_hist(d):
     return hists["attnd_batch_size"]
 
 
+def token_metrics(d):
+    """(batch tokens histogram sum, tokens counter, queue depth) from /metrics."""
+    text = d.get("/metrics").text
+    types, samples = support.parse_prometheus(text)
+    hists = support.histograms(text)
+    _, bt = support.find_histogram(hists, "batch", "tokens")
+    counters = [n for n, t in types.items() if t == "counter" and "token" in n]
+    assert counters, "no tokens counter"
+    c = sorted(counters, key=len)[0]
+    tokens = sum(v for n, _, v in samples if n in (c, c + "_total"))
+    depth = sum(v for n, _, v in samples
+                if types.get(n) == "gauge" and "queue" in n and "depth" in n)
+    return bt["sum"], tokens, depth
+
+
 def test_concurrency_each_answer_is_its_own(d):
     rng = np.random.default_rng(2024)
     jobs = [[make_job(rng, t * PER_THREAD + i) for i in range(PER_THREAD)]
             for t in range(THREADS)]
     before = batch_hist(d)
+    bt0, tok0, _ = token_metrics(d)
     failures = run_crowd(d, jobs)
     assert not failures, "\n".join(failures[:20])
+    # batches hold the requests' own tokens, no padding: query + key tokens
+    want = sum(j["tokens"] for row in jobs for j in row)
+    bt1, tok1, depth = token_metrics(d)
+    assert bt1 - bt0 == want, "batch tokens grew by %g, the requests hold %d" % (bt1 - bt0, want)
+    assert tok1 - tok0 == want, "tokens counter grew by %g, expected %d" % (tok1 - tok0, want)
+    assert depth == 0, "queue depth %g after every answer" % depth
     after = batch_hist(d)
     n = after["count"] - before["count"]
     total = after["sum"] - before["sum"]

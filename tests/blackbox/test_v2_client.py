@@ -170,3 +170,30 @@ def test_infer_binary_tensors_right_or_refused(client):
         assert e.message(), e
         return
     assert rel_err(res.as_numpy("output"), s["output"]) <= 1e-5
+
+
+def test_client_with_api_key(daemons):
+    """An API key travels as a client header; health stays open without it."""
+    name = "self_e16_h1"
+    g, m = BY_NAME[name]
+    d = daemons({"models": [m.config()]}, env={"ATTND_API_KEY": "v2-key-9"})
+    url = "127.0.0.1:%d" % d.port
+    anon = httpclient.InferenceServerClient(url=url, network_timeout=60)
+    keyed = httpclient.InferenceServerClient(url=url, network_timeout=60)
+    auth = {"Authorization": "Bearer v2-key-9"}
+    try:
+        assert anon.is_server_live() is True
+        assert anon.is_server_ready() is True
+        s = g["sequences"][0]
+        with pytest.raises(InferenceServerException) as e:
+            anon.infer(name, make_inputs(s))
+        assert e.value.status() in ("401", 401), e.value.status()
+        with pytest.raises(InferenceServerException):
+            anon.get_model_metadata(name)
+        assert keyed.get_model_metadata(name, headers=auth)["name"] == name
+        res = keyed.infer(name, make_inputs(s), headers=auth, outputs=[
+            httpclient.InferRequestedOutput("output", binary_data=False)])
+        assert rel_err(res.as_numpy("output"), s["output"]) <= 1e-5
+    finally:
+        anon.close()
+        keyed.close()
