@@ -264,3 +264,45 @@ def test_cross_weights_with_kdim_vdim(fresh_daemons, tmp_path):
                                  "value": b64_tensor(v), "encoding": "base64"})
     assert r.status_code == 200, r.text[:300]
     assert rel_err(from_b64_tensor(r.json()["output"]), m.forward(q, k, v)[0]) <= 1e-5
+
+
+def start_refused(args, env=None, must_name=()):
+    """Runs attnd with args (no config file); asserts a prompt non-zero exit
+    whose output names every string in must_name."""
+    e = {k: v for k, v in os.environ.items() if not k.startswith("ATTND_")}
+    e.update(env or {})
+    try:
+        p = subprocess.run([str(BIN)] + args, capture_output=True, env=e, timeout=30)
+    except subprocess.TimeoutExpired:
+        raise AssertionError("attnd kept running with %s %s" % (args, env))
+    text = (p.stdout + p.stderr).decode(errors="replace")
+    assert p.returncode > 0, "exit %d for %s %s:\n%s" % (p.returncode, args, env, text)
+    for w in must_name:
+        assert w in text, "the message does not name %r:\n%s" % (w, text)
+    return text
+
+
+def test_port_in_use_refused():
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen(1)
+    port = s.getsockname()[1]
+    try:
+        start_refused(["--host", "127.0.0.1", "--port", str(port)], must_name=(str(port),))
+    finally:
+        s.close()
+
+
+@pytest.mark.parametrize("args,env,word", [
+    (["--port", "eighty"], None, "--port"),
+    (["--port", "70000"], None, "--port"),
+    (["--workers", "-2"], None, "--workers"),
+    ([], {"ATTND_PORT": "x1"}, "ATTND_PORT"),
+    ([], {"ATTND_WORKERS": "many"}, "ATTND_WORKERS"),
+    (["--config", "/nonexistent/attnd.json"], None, "/nonexistent/attnd.json"),
+    (["--config", "/"], None, "/"),
+], ids=["port-word", "port-range", "workers-negative", "env-port", "env-workers", "config-missing",
+        "config-dir"])
+def test_bad_flags_and_env_refused(args, env, word):
+    start_refused(["--host", "127.0.0.1"] + args, env=env, must_name=(word,))
