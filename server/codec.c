@@ -262,7 +262,8 @@ void sb_tensor_json(sbuf *b, const float *x, int rank, const int *shape) {
 
 /* ---- number reading ---- */
 
-size_t parse_number(const char *s, size_t n, double *v) {
+/* approx: see parse_number_f32 in codec.h. */
+static size_t parse_num(const char *s, size_t n, double *v, int approx) {
     size_t i = 0;
     int neg = 0;
     if (i < n && s[i] == '-') {
@@ -322,6 +323,10 @@ size_t parse_number(const char *s, size_t n, double *v) {
         r = 0;
     } else if (!inexact && m <= (1ull << 53) && exp10 >= -22 && exp10 <= 22) {
         r = exp10 >= 0 ? (double)m * P10[exp10] : (double)m / P10[-exp10];
+    } else if (approx && exp10 >= -44 && exp10 <= 44) {
+        /* up to three roundings in double: a few ulps of double, far below
+         * the float32 rounding the caller does next */
+        r = scale10((double)m, exp10);
     } else { /* slow road: the C library's correctly rounded strtod */
         char tmp[512];
         char *buf = i < sizeof(tmp) ? tmp : malloc(i + 1);
@@ -335,6 +340,14 @@ size_t parse_number(const char *s, size_t n, double *v) {
     }
     *v = neg ? -r : r;
     return i;
+}
+
+size_t parse_number(const char *s, size_t n, double *v) {
+    return parse_num(s, n, v, 0);
+}
+
+size_t parse_number_f32(const char *s, size_t n, double *v) {
+    return parse_num(s, n, v, 1);
 }
 
 /* ---- base64 ---- */

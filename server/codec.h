@@ -50,6 +50,10 @@ void sb_tensor_json(sbuf *b, const float *x, int rank, const int *shape);
  * bytes consumed, or 0 when s does not start with a number. Exact: the
  * double nearest the decimal. */
 size_t parse_number(const char *s, size_t n, double *v);
+/* The same grammar for numbers bound to float32: long mantissas (numpy's
+ * 17-digit float32 values) skip strtod and land within a few ulps of the
+ * exact double, so that (float)*v is the float32 the text names. */
+size_t parse_number_f32(const char *s, size_t n, double *v);
 
 /* Standard base64 with '=' padding. */
 void sb_b64(sbuf *b, const void *data, size_t n);

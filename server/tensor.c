@@ -91,7 +91,7 @@ static int leaf(nested *c, int depth) {
     if (!is_num)
         return attnd_set_error(c->e, AERR_BAD_REQUEST, "%s: not a number (got %s)",
                                where(c, depth, at, sizeof(at)), jin_kind(c->j));
-    if (jin_number(c->j, &d) < 0)
+    if (jin_number_f32(c->j, &d) < 0)
         return attnd_set_error(c->e, AERR_BAD_REQUEST, "%s: %s", where(c, depth, at, sizeof(at)),
                                c->j->err);
     float f = (float)d;
@@ -113,7 +113,7 @@ static int fast_row(nested *c, int depth, int *count) {
         while (p < end && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t'))
             p++;
         double d;
-        size_t k = p < end ? parse_number(p, (size_t)(end - p), &d) : 0;
+        size_t k = p < end ? parse_number_f32(p, (size_t)(end - p), &d) : 0;
         if (!k) {
             j->p = p;
             return 0;

@@ -132,6 +132,32 @@ START_TEST(test_parse_number_matches_strtod) {
 }
 END_TEST
 
+START_TEST(test_parse_number_f32_lands_on_the_float) {
+    /* float32 values as clients print them: numpy's 17 digits, %.9g, 12 digits */
+    const char *fmts[] = {"%.17g", "%.9g", "%.12g", "%.17e"};
+    for (int i = 0; i < 600000; i++) {
+        float f = from_bits(rnd32());
+        if (!isfinite(f)) continue;
+        char s[64];
+        int k = snprintf(s, sizeof(s), fmts[i % 4], (double)f);
+        double v;
+        ck_assert_uint_eq(parse_number_f32(s, (size_t)k, &v), (size_t)k);
+        ck_assert_msg(bits((float)v) == bits(f), "%s read as %08x, was %08x", s, bits((float)v),
+                      bits(f));
+    }
+    /* and any decimal lands within a few ulps of the exact double */
+    for (int i = 0; i < 200000; i++) {
+        char s[64];
+        int k = snprintf(s, sizeof(s), "%u%u.%ue%d", rnd32(), rnd32(), rnd32(),
+                         (int)(rnd32() % 60) - 45);
+        double v, ref = strtod(s, NULL);
+        ck_assert_uint_eq(parse_number_f32(s, (size_t)k, &v), (size_t)k);
+        ck_assert_msg(fabs(v - ref) <= 4 * fabs(ref) * DBL_EPSILON, "%s: %.17g vs %.17g", s, v,
+                      ref);
+    }
+}
+END_TEST
+
 START_TEST(test_parse_number_refuses_bad_grammar) {
     const char *bad[] = {"-",    ".5", "+1",  "e5",  "-.5",      "1.",
                          "1.e5", "1e", "1e+", "NaN", "Infinity", ""};
@@ -222,6 +248,7 @@ int main(void) {
     tcase_add_test(tc, test_sb_floats_and_tensor);
     tcase_add_test(tc, test_parse_number_matches_strtod);
     tcase_add_test(tc, test_parse_number_refuses_bad_grammar);
+    tcase_add_test(tc, test_parse_number_f32_lands_on_the_float);
     tcase_add_test(tc, test_b64_vectors);
     tcase_add_test(tc, test_b64_refuses_garbage);
     tcase_add_test(tc, test_b64_random_round_trip);
