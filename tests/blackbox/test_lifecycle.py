@@ -612,3 +612,25 @@ def reference_rows(m, q, rows):
         s = np.exp(s - s.max(axis=1, keepdims=True))
         ctx[:, sl] = (s / s.sum(axis=1, keepdims=True)) @ vp[:, sl]
     return ctx @ sd["out_proj.weight"].T + sd["out_proj.bias"]
+
+
+def test_client_leaving_while_computed(fresh_daemons, big):
+    """A client that leaves while its request is being computed: the answer
+    has nowhere to go, and the daemon carries on (no SIGPIPE, no leak)."""
+    d = fresh_daemons(big_config(big, workers={"threads": 1}))
+    body = json.dumps({"query": b64_tensor(big_query(LONG, seed=21))}).encode()
+    req = (b"POST /v1/attention HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json"
+           b"\r\nContent-Length: %d\r\n\r\n" % len(body)) + body
+    before = batch_sum(d)
+    for _ in range(2):
+        s = socket.create_connection(("127.0.0.1", d.port), timeout=30)
+        s.sendall(req)
+        time.sleep(0.3)  # well into the compute of about 0.6 s (longer when sanitized)
+        s.close()
+    # let the computes end (their answers find the sockets closed)
+    support.wait_until(lambda: batch_sum(d) - before >= 2, 20, 0.05)
+    q3 = big_query(3, seed=22)
+    r = d.post("/v1/attention", {"query": support.tolist32(q3)})
+    assert r.status_code == 200
+    assert rel_err(r.json()["output"], big.forward(q3)[0]) <= 1e-5
+    assert d.alive()
