@@ -54,10 +54,20 @@ if ! "${PODMAN[@]}" image exists "$BASE"; then
 fi
 
 step "podman build $IMAGE"
+# The build stage is tagged too ($IMAGE-build), so that it stays cached and
+# the images a previous run left can be removed by id, and only those.
+old_ids=$("${PODMAN[@]}" image inspect --format '{{.Id}}' "$IMAGE" "$IMAGE-build" 2>/dev/null || true)
+log=${TMPDIR:-/tmp}/attnd-image-build.log
 t0=$(date +%s)
-"${PODMAN[@]}" build --pull=never --format docker -f docker/Dockerfile -t "$IMAGE" . >"${TMPDIR:-/tmp}/attnd-image-build.log" 2>&1 ||
-    { tail -40 "${TMPDIR:-/tmp}/attnd-image-build.log"; exit 1; }
+{ "${PODMAN[@]}" build --pull=never --format docker --target build -f docker/Dockerfile \
+      -t "$IMAGE-build" . &&
+  "${PODMAN[@]}" build --pull=never --format docker -f docker/Dockerfile -t "$IMAGE" .; } >"$log" 2>&1 ||
+    { tail -40 "$log"; exit 1; }
 echo "built in $(($(date +%s) - t0)) s"
+new_ids=$("${PODMAN[@]}" image inspect --format '{{.Id}}' "$IMAGE" "$IMAGE-build")
+for id in $old_ids; do
+    case "$new_ids" in *"$id"*) ;; *) "${PODMAN[@]}" rmi "$id" >/dev/null 2>&1 || true ;; esac
+done
 "${PODMAN[@]}" image ls --format '{{.Repository}}:{{.Tag}} {{.Size}}' "$IMAGE"
 
 step "running the image"
