@@ -622,13 +622,12 @@ def test_client_leaving_while_computed(fresh_daemons, big):
     req = (b"POST /v1/attention HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json"
            b"\r\nContent-Length: %d\r\n\r\n" % len(body)) + body
     before = batch_sum(d)
-    for _ in range(2):
-        s = socket.create_connection(("127.0.0.1", d.port), timeout=30)
-        s.sendall(req)
-        time.sleep(0.3)  # well into the compute of about 0.6 s (longer when sanitized)
-        s.close()
-    # let the computes end (their answers find the sockets closed)
-    support.wait_until(lambda: batch_sum(d) - before >= 2, 20, 0.05)
+    s = socket.create_connection(("127.0.0.1", d.port), timeout=30)
+    s.sendall(req)
+    time.sleep(0.3)  # well into the compute of about 0.6 s (longer when sanitized)
+    s.close()
+    # let the compute end (its answer finds the socket closed)
+    support.wait_until(lambda: batch_sum(d) - before >= 1, 10, 0.05)
     q3 = big_query(3, seed=22)
     r = d.post("/v1/attention", {"query": support.tolist32(q3)})
     assert r.status_code == 200
