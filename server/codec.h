@@ -30,8 +30,12 @@ void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3
  * when b->oom. */
 char *sb_take(sbuf *b, size_t *len);
 
-/* s as a JSON string, quotes included; control characters escaped. */
+/* s as a JSON string, quotes included; control characters escaped and
+ * bytes that are not UTF-8 written as U+FFFD, so the output is always valid
+ * JSON whatever s holds (paths and names come from clients). */
 void sb_json_str(sbuf *b, const char *s);
+/* Length of the valid UTF-8 sequence at s (s < end), or 0. */
+size_t utf8_seq_len(const unsigned char *s, const unsigned char *end);
 
 /* Room fmt_f32 needs at dst: the longest text ("-1.23456789e-38") is 15
  * bytes, and it may scribble up to 20 bytes (fixed-size copies are faster

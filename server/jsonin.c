@@ -72,30 +72,6 @@ static int hex4(const char *s, unsigned *v) {
     return 0;
 }
 
-/* Length of a valid UTF-8 sequence at s (s < end), or 0. */
-static size_t utf8_len(const unsigned char *s, const unsigned char *end) {
-    unsigned c = s[0];
-    size_t n;
-    unsigned min;
-    if (c < 0x80) return 1;
-    if (c >= 0xc2 && c <= 0xdf)
-        n = 2, min = 0x80;
-    else if (c >= 0xe0 && c <= 0xef)
-        n = 3, min = 0x800;
-    else if (c >= 0xf0 && c <= 0xf4)
-        n = 4, min = 0x10000;
-    else
-        return 0;
-    if ((size_t)(end - s) < n) return 0;
-    unsigned cp = c & (0x7f >> n);
-    for (size_t i = 1; i < n; i++) {
-        if ((s[i] & 0xc0) != 0x80) return 0;
-        cp = cp << 6 | (s[i] & 0x3f);
-    }
-    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
-    return n;
-}
-
 static size_t put_utf8(char *o, unsigned cp) {
     if (cp < 0x80) {
         o[0] = (char)cp;
@@ -203,7 +179,7 @@ static long decode_string(jin *j, char *out, size_t cap, int *cut) {
                 return fail(j, "bad escape in string");
             }
         } else {
-            size_t n = utf8_len((const unsigned char *)j->p, (const unsigned char *)j->end);
+            size_t n = utf8_seq_len((const unsigned char *)j->p, (const unsigned char *)j->end);
             if (!n) return fail(j, "invalid UTF-8 in string");
             memcpy(tmp, j->p, n);
             tn = n;

@@ -234,6 +234,11 @@ START_TEST(test_json_str_escapes) {
     sb_json_str(&b, "a\"b\\c\nd\x01");
     ck_assert_str_eq(b.p, "\"a\\\"b\\\\c\\nd\\u0001\"");
     sb_free(&b);
+    /* not UTF-8 (a lone 0xff, a cut sequence, an overlong slash) -> U+FFFD; valid kept */
+    sb_init(&b);
+    sb_json_str(&b, "m\xff\xc3\xa9\xe2\x82\xc0\xaf");
+    ck_assert_str_eq(b.p, "\"m\\ufffd\xc3\xa9\\ufffd\\ufffd\\ufffd\\ufffd\"");
+    sb_free(&b);
 }
 END_TEST
 
