@@ -376,7 +376,8 @@ static void examine(hreq *h, const char *url) {
             attnd_set_error(&h->pre, AERR_TOO_LARGE, "body of %lld bytes, the limit is %lld", n,
                             s->cfg->max_body_bytes);
         else if (n > 0 && is_compute(h->rid) && h->pre.code == AERR_NONE)
-            sb_reserve(&h->in, (size_t)n); /* one allocation for the whole body */
+            /* one allocation for the body; a claim above 16 MiB grows as data comes */
+            sb_reserve(&h->in, (size_t)(n < (16 << 20) ? n : (16 << 20)));
     }
 }
 
