@@ -13,7 +13,8 @@ SAN     ?=
 BUILD   ?= build
 CFLAGS  += $(OPT) -g -std=c11 -ffp-contract=fast -D_GNU_SOURCE -Wall -Wextra -fPIC $(SAN)
 PKGS     = libmicrohttpd jansson openblas
-PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) check 2>/dev/null)
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+CHECK_CFLAGS := $(shell pkg-config --cflags check 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 CHECK_LIBS := $(shell pkg-config --libs check 2>/dev/null)
 LDLIBS   = $(PKG_LIBS) -lpthread -lm
@@ -59,7 +60,7 @@ $(BUILD)/attnd: $(BUILD)/server/main.o $(LIBS)
 
 $(BUILD)/tests/%: tests/%.c $(LIBS) $(wildcard tests/*.h)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(PKG_CFLAGS) -o $@ $< $(LIBS) $(CHECK_LIBS) $(LDLIBS)
+	$(CC) $(CFLAGS) $(PKG_CFLAGS) $(CHECK_CFLAGS) -o $@ $< $(LIBS) $(CHECK_LIBS) $(LDLIBS)
 
 $(BUILD)/bench/%: bench/%.c $(LIBS)
 	@mkdir -p $(dir $@)
