@@ -70,7 +70,8 @@ static void bench(int L, int E) {
         for (int r = 0; r < reps; r++) {
             sbuf b;
             sb_init(&b);
-            attnd_write_answer(&b, &job, &m, out, &u);
+            size_t jl;
+            attnd_write_answer(&b, &job, &m, out, &u, &jl);
             olen = b.len;
             sb_free(&b);
         }

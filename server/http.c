@@ -182,6 +182,11 @@ static enum MHD_Result send_answer(hreq *h, int status, char *body, size_t len, 
     MHD_add_response_header(resp, "Server-Timing", timing);
     MHD_add_response_header(resp, "Cache-Control", "no-store");
     if (s->cfg->n_cors_origins > 0) MHD_add_response_header(resp, "Vary", "Origin");
+    if (status == 200 && r->json_len) {
+        char hl[32];
+        snprintf(hl, sizeof(hl), "%zu", r->json_len);
+        MHD_add_response_header(resp, "Inference-Header-Content-Length", hl);
+    }
     if (h->origin) {
         MHD_add_response_header(resp, "Access-Control-Allow-Origin", h->origin);
         MHD_add_response_header(resp, "Access-Control-Expose-Headers",
@@ -291,9 +296,20 @@ static enum MHD_Result dispatch_compute(hreq *h) {
         return send_err(h, AERR_NOT_FOUND, "unknown model version '%s' (attnd serves version 1)",
                         h->rm.version);
     const char *body = h->in.p ? h->in.p : "";
-    int rc = (h->rid == R_V2_INFER || h->rid == R_V2_VINFER)
-                 ? attnd_parse_v2(&s->env, path_model, body, h->in.len, &h->r.job, &e)
-                 : attnd_parse_native(&s->env, path_model, body, h->in.len, &h->r.job, &e);
+    int rc;
+    if (h->rid == R_V2_INFER || h->rid == R_V2_VINFER) {
+        /* the binary data extension: the JSON part's length */
+        const char *hl = MHD_lookup_connection_value(h->conn, MHD_HEADER_KIND,
+                                                     "Inference-Header-Content-Length");
+        char *end = NULL;
+        unsigned long long json_len = hl ? strtoull(hl, &end, 10) : 0;
+        if (hl && (end == hl || *end || json_len == 0))
+            return send_err(h, AERR_BAD_REQUEST,
+                            "Inference-Header-Content-Length: '%.40s' is not a positive size", hl);
+        rc = attnd_parse_v2(&s->env, path_model, body, h->in.len, (size_t)json_len, &h->r.job, &e);
+    } else {
+        rc = attnd_parse_native(&s->env, path_model, body, h->in.len, &h->r.job, &e);
+    }
     sb_free(&h->in);
     if (rc < 0) return send_error(h, &e);
     h->r.tokens = attnd_job_tokens(&h->r.job);
@@ -444,7 +460,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         char *body = h->r.body;
         h->r.body = NULL;
         if (!body) return MHD_NO;
-        return send_answer(h, h->r.status, body, h->r.body_len, 1, "application/json");
+        return send_answer(h, h->r.status, body, h->r.body_len, 1,
+                           h->r.json_len ? "application/octet-stream" : "application/json");
     }
     if (h->phase == P_SENT) return MHD_YES;
     return dispatch(h);

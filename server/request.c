@@ -395,11 +395,51 @@ typedef struct {
     long long shape[TENSOR_MAX_RANK + 1];
     tensor data;
     int have_data;
+    long long bin_size; /* parameters.binary_data_size, or -1: data in the JSON */
 } v2_input;
+
+/* The binary part of a body (binary data extension): inputs take their
+ * bytes from it in order. */
+typedef struct {
+    const unsigned char *p; /* next unread byte */
+    size_t left;            /* bytes not yet taken */
+} v2_bin;
+
+/* An input's "parameters": binary_data_size is read, the rest ignored. */
+static int read_input_parameters(jin *j, int idx, v2_input *in, attnd_error *e) {
+    if (jin_peek(j) != '{')
+        return attnd_set_error(e, AERR_BAD_REQUEST, "inputs[%d].parameters: expected an object",
+                               idx);
+    j->p++;
+    if (jin_peek(j) == '}') {
+        j->p++;
+        return 0;
+    }
+    for (;;) {
+        char key[32];
+        int cut = 0;
+        if (jin_string_buf(j, key, sizeof(key), &cut) < 0 || jin_expect(j, ':') < 0)
+            return attnd_set_error(e, AERR_BAD_REQUEST, "%s", j->err);
+        if (!cut && strcmp(key, "binary_data_size") == 0) {
+            double d;
+            if (jin_peek(j) == '[' || jin_number(j, &d) < 0 || d != floor(d) || d < 0 || d > 1e15)
+                return attnd_set_error(e, AERR_BAD_REQUEST,
+                                       "inputs[%d].parameters.binary_data_size: expected a size",
+                                       idx);
+            in->bin_size = (long long)d;
+        } else if (jin_skip(j) < 0) {
+            return attnd_set_error(e, AERR_BAD_REQUEST, "%s", j->err);
+        }
+        int r = jin_next(j, '}');
+        if (r < 0) return attnd_set_error(e, AERR_BAD_REQUEST, "%s", j->err);
+        if (r == 1) return 0;
+    }
+}
 
 static int read_v2_input(jin *j, int idx, v2_input *in, attnd_error *e) {
     char field[96];
     memset(in, 0, sizeof(*in));
+    in->bin_size = -1;
     if (jin_peek(j) != '{')
         return attnd_set_error(e, AERR_BAD_REQUEST, "inputs[%d]: expected an object, got %s", idx,
                                jin_kind(j));
@@ -457,10 +497,7 @@ static int read_v2_input(jin *j, int idx, v2_input *in, attnd_error *e) {
             if (tensor_read(j, field, TK_ANY, TENSOR_MAX_RANK, 0, &in->data, e) < 0) return -1;
             in->have_data = 1;
         } else if (!cut && strcmp(key, "parameters") == 0) {
-            if (jin_peek(j) != '{' || jin_skip(j) < 0)
-                return attnd_set_error(e, AERR_BAD_REQUEST,
-                                       "inputs[%d].parameters: expected an object", idx);
-            /* binary data is not supported: say so rather than misread */
+            if (read_input_parameters(j, idx, in, e) < 0) return -1;
         } else {
             return attnd_set_error(e, AERR_BAD_REQUEST,
                                    "inputs[%d].%s: unknown key (name, shape, datatype, data, "
@@ -471,7 +508,10 @@ static int read_v2_input(jin *j, int idx, v2_input *in, attnd_error *e) {
         if (r < 0) return attnd_set_error(e, AERR_BAD_REQUEST, "%s", j->err);
         if (r == 1) break;
     }
-    if (!in->name[0] || !in->have_shape || !in->datatype[0] || !in->have_data)
+    if (in->have_data && in->bin_size >= 0)
+        return attnd_set_error(e, AERR_BAD_REQUEST,
+                               "inputs[%d]: both data and parameters.binary_data_size", idx);
+    if (!in->name[0] || !in->have_shape || !in->datatype[0] || (!in->have_data && in->bin_size < 0))
         return attnd_set_error(e, AERR_BAD_REQUEST,
                                "inputs[%d]: needs name, shape, datatype and data", idx);
     return 0;
@@ -479,7 +519,57 @@ static int read_v2_input(jin *j, int idx, v2_input *in, attnd_error *e) {
 
 /* Checks one input against its declared shape and datatype and files it
  * under its role. */
-static int file_v2_input(v2_input *in, int idx, collected *c, char labels[][48], attnd_error *e) {
+/* The bytes of a binary input, checked like JSON data (finite floats). */
+static int take_binary(v2_input *in, int idx, long long n, int is_bool, v2_bin *bin,
+                       attnd_error *e) {
+    size_t esz = is_bool ? 1 : sizeof(float);
+    if (!is_bool && strcmp(in->datatype, "FP32") != 0)
+        return attnd_set_error(e, AERR_BAD_REQUEST,
+                               "inputs[%d] (%s): binary data must be FP32 or BOOL, not %s", idx,
+                               in->name, in->datatype);
+    if ((unsigned long long)in->bin_size != (unsigned long long)n * esz)
+        return attnd_set_error(e, AERR_BAD_REQUEST,
+                               "inputs[%d] (%s): binary_data_size %lld where shape and datatype "
+                               "need %lld",
+                               idx, in->name, in->bin_size, n * (long long)esz);
+    if ((size_t)in->bin_size > bin->left)
+        return attnd_set_error(e, AERR_BAD_REQUEST,
+                               "inputs[%d] (%s): binary_data_size %lld, but %zu bytes of binary "
+                               "data are left",
+                               idx, in->name, in->bin_size, bin->left);
+    tensor *t = &in->data;
+    memset(t, 0, sizeof(*t));
+    void *buf = malloc(in->bin_size ? (size_t)in->bin_size : 1);
+    if (!buf) return attnd_set_error(e, AERR_INTERNAL, "out of memory reading %s", in->name);
+    memcpy(buf, bin->p, (size_t)in->bin_size);
+    bin->p += in->bin_size;
+    bin->left -= (size_t)in->bin_size;
+    t->n = (size_t)n;
+    t->is_bool = is_bool;
+    if (is_bool) {
+        t->u = buf;
+        for (long long k = 0; k < n; k++)
+            t->u[k] = t->u[k] != 0;
+        return 0;
+    }
+    t->f = buf;
+    for (long long k = 0; k < n; k++) {
+        if (isfinite(t->f[k])) continue;
+        int shape[TENSOR_MAX_RANK];
+        for (int d = 0; d < in->rank; d++)
+            shape[d] = (int)in->shape[d];
+        char at[128];
+        tensor_index_name(at, sizeof(at), in->name, in->rank, shape, (size_t)k);
+        float bad = t->f[k];
+        tensor_free(t);
+        return attnd_set_error(e, AERR_BAD_REQUEST, "%s: %s is not allowed", at,
+                               isnan(bad) ? "NaN" : "infinity");
+    }
+    return 0;
+}
+
+static int file_v2_input(v2_input *in, int idx, collected *c, char labels[][48], v2_bin *bin,
+                         attnd_error *e) {
     int ti = -1;
     for (int i = 0; i < T_COUNT; i++)
         if (strcmp(in->name, TNAME[i]) == 0) ti = i;
@@ -502,7 +592,7 @@ static int file_v2_input(v2_input *in, int idx, collected *c, char labels[][48],
                                want_float  ? "FP32"
                                : want_bool ? "BOOL"
                                            : "BOOL or FP32");
-    if (in->data.is_bool != is_bool)
+    if (in->have_data && in->data.is_bool != is_bool)
         return attnd_set_error(e, AERR_BAD_REQUEST, "inputs[%d] (%s).data: expected %s for %s", idx,
                                in->name, is_bool ? "booleans" : "numbers", in->datatype);
     if (in->rank < 1 || in->rank > 3)
@@ -516,6 +606,7 @@ static int file_v2_input(v2_input *in, int idx, collected *c, char labels[][48],
                                    "inputs[%d] (%s).shape[%d]: must be positive", idx, in->name, d);
         n *= in->shape[d];
     }
+    if (in->bin_size >= 0 && take_binary(in, idx, n, is_bool, bin, e) < 0) return -1;
     if ((size_t)n != in->data.n)
         return attnd_set_error(e, AERR_BAD_REQUEST,
                                "inputs[%d] (%s): shape needs %lld values, data has %zu", idx,
@@ -534,7 +625,8 @@ static int file_v2_input(v2_input *in, int idx, collected *c, char labels[][48],
 
 /* "parameters": {"causal": bool, "attention": "none|mean|heads"}; other
  * keys are ignored. */
-static int read_v2_parameters(jin *j, collected *c, int *weights_given, attnd_error *e) {
+static int read_v2_parameters(jin *j, collected *c, int *weights_given, int *bin_all,
+                              attnd_error *e) {
     if (jin_peek(j) != '{')
         return attnd_set_error(e, AERR_BAD_REQUEST, "parameters: expected an object, got %s",
                                jin_kind(j));
@@ -555,6 +647,10 @@ static int read_v2_parameters(jin *j, collected *c, int *weights_given, attnd_er
             if (read_word(j, "parameters.attention", WEIGHT_WORDS, 3, &w, e) < 0) return -1;
             c->weights = (attn_weights_mode)w;
             *weights_given = 1;
+        } else if (!cut && strcmp(key, "binary_data_output") == 0) {
+            if (jin_bool(j, bin_all) < 0)
+                return attnd_set_error(e, AERR_BAD_REQUEST,
+                                       "parameters.binary_data_output: expected true or false");
         } else if (jin_skip(j) < 0) {
             return attnd_set_error(e, AERR_BAD_REQUEST, "%s", j->err);
         }
@@ -564,8 +660,38 @@ static int read_v2_parameters(jin *j, collected *c, int *weights_given, attnd_er
     }
 }
 
-/* "outputs": [{"name": "output"|"attention", ...}]: sets *want_attention. */
-static int read_v2_outputs(jin *j, int *want_attention, attnd_error *e) {
+/* {"binary_data": bool, ...} of one requested output. */
+static int read_output_parameters(jin *j, int idx, int *binary, attnd_error *e) {
+    if (jin_peek(j) != '{')
+        return attnd_set_error(e, AERR_BAD_REQUEST, "outputs[%d].parameters: expected an object",
+                               idx);
+    j->p++;
+    if (jin_peek(j) == '}') {
+        j->p++;
+        return 0;
+    }
+    for (;;) {
+        char key[32];
+        int cut = 0;
+        if (jin_string_buf(j, key, sizeof(key), &cut) < 0 || jin_expect(j, ':') < 0)
+            return attnd_set_error(e, AERR_BAD_REQUEST, "%s", j->err);
+        if (!cut && strcmp(key, "binary_data") == 0) {
+            if (jin_bool(j, binary) < 0)
+                return attnd_set_error(e, AERR_BAD_REQUEST,
+                                       "outputs[%d].parameters.binary_data: expected true or false",
+                                       idx);
+        } else if (jin_skip(j) < 0) {
+            return attnd_set_error(e, AERR_BAD_REQUEST, "%s", j->err);
+        }
+        int r = jin_next(j, '}');
+        if (r < 0) return attnd_set_error(e, AERR_BAD_REQUEST, "%s", j->err);
+        if (r == 1) return 0;
+    }
+}
+
+/* "outputs": [{"name": "output"|"attention", "parameters": {"binary_data": b}}]:
+ * sets *want_attention and the binary bits (1 output, 2 attention). */
+static int read_v2_outputs(jin *j, int *want_attention, int *bin_bits, attnd_error *e) {
     if (jin_expect(j, '[') < 0)
         return attnd_set_error(e, AERR_BAD_REQUEST, "outputs: expected an array");
     if (jin_peek(j) == ']') {
@@ -578,6 +704,7 @@ static int read_v2_outputs(jin *j, int *want_attention, attnd_error *e) {
         if (jin_peek(j) == '}') {
             j->p++;
         } else {
+            int is_attn = 0, binary = 0;
             for (;;) {
                 char key[32], name[32];
                 int cut = 0;
@@ -588,12 +715,14 @@ static int read_v2_outputs(jin *j, int *want_attention, attnd_error *e) {
                         return attnd_set_error(e, AERR_BAD_REQUEST,
                                                "outputs[%d].name: expected a string", idx);
                     if (!cut && strcmp(name, "attention") == 0)
-                        *want_attention = 1;
+                        *want_attention = is_attn = 1;
                     else if (cut || strcmp(name, "output") != 0)
                         return attnd_set_error(e, AERR_BAD_REQUEST,
                                                "outputs[%d].name: unknown output '%s' (output, "
                                                "attention)",
                                                idx, name);
+                } else if (!cut && strcmp(key, "parameters") == 0) {
+                    if (read_output_parameters(j, idx, &binary, e) < 0) return -1;
                 } else if (jin_skip(j) < 0) {
                     return attnd_set_error(e, AERR_BAD_REQUEST, "%s", j->err);
                 }
@@ -601,6 +730,7 @@ static int read_v2_outputs(jin *j, int *want_attention, attnd_error *e) {
                 if (r < 0) return attnd_set_error(e, AERR_BAD_REQUEST, "%s", j->err);
                 if (r == 1) break;
             }
+            if (binary) *bin_bits |= is_attn ? 2 : 1;
         }
         int r = jin_next(j, ']');
         if (r < 0) return attnd_set_error(e, AERR_BAD_REQUEST, "%s", j->err);
@@ -609,7 +739,7 @@ static int read_v2_outputs(jin *j, int *want_attention, attnd_error *e) {
 }
 
 int attnd_parse_v2(const attnd_parse_env *env, const char *path_model, const char *body, size_t len,
-                   attnd_job *job, attnd_error *e) {
+                   size_t json_len, attnd_job *job, attnd_error *e) {
     collected c;
     memset(&c, 0, sizeof(c));
     memset(job, 0, sizeof(*job));
@@ -620,8 +750,21 @@ int attnd_parse_v2(const attnd_parse_env *env, const char *path_model, const cha
     char *id = NULL;
     v2_input in;
     memset(&in, 0, sizeof(in));
-    int have_inputs = 0, want_attention = 0, weights_given = 0;
+    int have_inputs = 0, want_attention = 0, weights_given = 0, bin_bits = 0, bin_all = 0;
     int ret = -1;
+    v2_bin bin = {NULL, 0};
+    if (json_len > len) {
+        attnd_set_error(
+            e, AERR_BAD_REQUEST,
+            "Inference-Header-Content-Length %zu is more than the %zu bytes of the body", json_len,
+            len);
+        goto cleanup;
+    }
+    if (json_len) { /* binary data extension: JSON, then the tensors' bytes */
+        bin.p = (const unsigned char *)body + json_len;
+        bin.left = len - json_len;
+        len = json_len;
+    }
     jin j;
     jin_init(&j, body, len);
     if (jin_peek(&j) != '{') {
@@ -668,7 +811,7 @@ int attnd_parse_v2(const attnd_parse_env *env, const char *path_model, const cha
                 } else {
                     for (int idx = 0;; idx++) {
                         if (read_v2_input(&j, idx, &in, e) < 0 ||
-                            file_v2_input(&in, idx, &c, labels, e) < 0)
+                            file_v2_input(&in, idx, &c, labels, &bin, e) < 0)
                             goto cleanup;
                         tensor_free(&in.data);
                         int r = jin_next(&j, ']');
@@ -680,9 +823,9 @@ int attnd_parse_v2(const attnd_parse_env *env, const char *path_model, const cha
                     }
                 }
             } else if (!cut && strcmp(key, "parameters") == 0) {
-                if (read_v2_parameters(&j, &c, &weights_given, e) < 0) goto cleanup;
+                if (read_v2_parameters(&j, &c, &weights_given, &bin_all, e) < 0) goto cleanup;
             } else if (!cut && strcmp(key, "outputs") == 0) {
-                if (read_v2_outputs(&j, &want_attention, e) < 0) goto cleanup;
+                if (read_v2_outputs(&j, &want_attention, &bin_bits, e) < 0) goto cleanup;
             } else if (jin_skip(&j) < 0) {
                 attnd_set_error(e, AERR_BAD_REQUEST, "%s", j.err);
                 goto cleanup;
@@ -703,9 +846,15 @@ int attnd_parse_v2(const attnd_parse_env *env, const char *path_model, const cha
         attnd_set_error(e, AERR_BAD_REQUEST, "inputs: an input named 'query' is required");
         goto cleanup;
     }
+    if (bin.left) {
+        attnd_set_error(e, AERR_BAD_REQUEST,
+                        "%zu bytes of binary data after the inputs' binary_data_size", bin.left);
+        goto cleanup;
+    }
     if (want_attention && !weights_given) c.weights = ATTN_WEIGHTS_MEAN;
     if (build_job(env, path_model, &c, job, e) < 0) goto cleanup;
     job->api = API_V2;
+    job->v2_binary = bin_all ? 3 : bin_bits;
     job->v2_id = id;
     id = NULL;
     ret = 0;
@@ -760,7 +909,8 @@ static int attn_shape(const attnd_job *job, const attnd_model_info *m, int *shap
 }
 
 int attnd_write_answer(sbuf *b, const attnd_job *job, const attnd_model_info *m, const float *out,
-                       const attnd_usage *u) {
+                       const attnd_usage *u, size_t *json_len) {
+    *json_len = 0;
     int oshape[3], ashape[4];
     int orank = out_shape(job, m, oshape);
     int arank = attn_shape(job, m, ashape);
@@ -798,17 +948,33 @@ int attnd_write_answer(sbuf *b, const attnd_job *job, const attnd_model_info *m,
                   u->batch_requests, (unsigned long long)u->queue_us,
                   (unsigned long long)u->compute_us);
         put_shape(b, orank, oshape);
-        sb_puts(b, ",\"data\":[");
-        sb_floats(b, out, nout);
-        sb_puts(b, "]}");
+        int bin_out = job->v2_binary & 1, bin_attn = want_attn && (job->v2_binary & 2);
+        if (bin_out) {
+            sb_printf(b, ",\"parameters\":{\"binary_data_size\":%zu}}", nout * sizeof(float));
+        } else {
+            sb_puts(b, ",\"data\":[");
+            sb_floats(b, out, nout);
+            sb_puts(b, "]}");
+        }
         if (want_attn) {
             sb_puts(b, ",{\"name\":\"attention\",\"datatype\":\"FP32\",\"shape\":");
             put_shape(b, arank, ashape);
-            sb_puts(b, ",\"data\":[");
-            sb_floats(b, job->attn, nattn);
-            sb_puts(b, "]}");
+            if (bin_attn) {
+                sb_printf(b, ",\"parameters\":{\"binary_data_size\":%zu}}", nattn * sizeof(float));
+            } else {
+                sb_puts(b, ",\"data\":[");
+                sb_floats(b, job->attn, nattn);
+                sb_puts(b, "]}");
+            }
         }
-        sb_puts(b, "]}\n");
+        if (bin_out || bin_attn) { /* binary data extension: the JSON, then the bytes */
+            sb_puts(b, "]}");
+            *json_len = b->len;
+            if (bin_out) sb_put(b, out, nout * sizeof(float));
+            if (bin_attn) sb_put(b, job->attn, nattn * sizeof(float));
+        } else {
+            sb_puts(b, "]}\n");
+        }
     }
     return b->oom ? -1 : 0;
 }

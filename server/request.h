@@ -50,6 +50,7 @@ typedef struct {
     attn_weights_mode weights; /* none, mean or heads */
     attnd_encoding enc;        /* how the answer carries tensors */
     char *v2_id;               /* the v2 "id" to echo, or NULL */
+    int v2_binary;             /* binary data extension for outputs: 1 output, 2 attention */
     /* results, written by the worker */
     float *attn; /* (B,H,L,S) heads or (B,L,S) mean, owned, or NULL */
 } attnd_job;
@@ -63,9 +64,12 @@ long long attnd_job_tokens(const attnd_job *job);
 int attnd_parse_native(const attnd_parse_env *env, const char *path_model, const char *body,
                        size_t len, attnd_job *job, attnd_error *e);
 
-/* Reads an Open Inference Protocol infer body for the model path_model. */
+/* Reads an Open Inference Protocol infer body for the model path_model.
+ * json_len is the Inference-Header-Content-Length of the binary data
+ * extension (the JSON part; the inputs' bytes follow it), 0 when the whole
+ * body is JSON. */
 int attnd_parse_v2(const attnd_parse_env *env, const char *path_model, const char *body, size_t len,
-                   attnd_job *job, attnd_error *e);
+                   size_t json_len, attnd_job *job, attnd_error *e);
 
 void attnd_job_free(attnd_job *job); /* zeroed and NULL jobs are fine */
 
@@ -77,8 +81,10 @@ typedef struct {
 } attnd_usage;
 
 /* Writes the 200 body for job (native or v2 as job->api says) from out
- * (B*L, E) and job->attn. Returns 0, or -1 when out of memory. */
+ * (B*L, E) and job->attn. *json_len is set to the length of the JSON part
+ * when binary outputs follow it (Inference-Header-Content-Length), else 0.
+ * Returns 0, or -1 when out of memory. */
 int attnd_write_answer(sbuf *b, const attnd_job *job, const attnd_model_info *model,
-                       const float *out, const attnd_usage *u);
+                       const float *out, const attnd_usage *u, size_t *json_len);
 
 #endif

@@ -342,7 +342,7 @@ static void run_batch(worker *w, attnd_req **rs, int n) {
         attnd_usage u = {n, t0 - r->t_admit_us, t1 - t0};
         sbuf sb;
         sb_init(&sb);
-        if (attnd_write_answer(&sb, j, info, out, &u) < 0) {
+        if (attnd_write_answer(&sb, j, info, out, &u, &r->json_len) < 0) {
             sb_free(&sb);
             answer_error(s, r, AERR_INTERNAL, "out of memory writing the answer");
             continue;

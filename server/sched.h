@@ -53,6 +53,7 @@ struct attnd_req {
     attnd_err err; /* AERR_NONE for 200 */
     char *body;    /* malloc'd answer body; the HTTP side takes it */
     size_t body_len;
+    size_t json_len;               /* > 0: the body is JSON of this length, then binary tensors */
     int gone;                      /* 1: the client hung up: close, do not answer */
     uint64_t t_start_us, t_end_us; /* compute of its batch; 0 when it never ran */
     int batch_requests;            /* requests in that batch */

@@ -317,7 +317,7 @@ END_TEST
 static int parse_v2(const char *body, attnd_job *job, attnd_error *e) {
     attnd_parse_env env = env_of(2);
     memset(e, 0, sizeof(*e));
-    return attnd_parse_v2(&env, "small", body, strlen(body), job, e);
+    return attnd_parse_v2(&env, "small", body, strlen(body), 0, job, e);
 }
 
 START_TEST(test_v2_inputs) {
@@ -387,6 +387,64 @@ START_TEST(test_v2_refusals) {
 }
 END_TEST
 
+/* A binary-extension body: JSON header, then the raw bytes. */
+static int parse_v2_bin(const char *json, const void *bin, size_t bin_len, attnd_job *job,
+                        attnd_error *e) {
+    size_t jl = strlen(json);
+    char *body = malloc(jl + bin_len);
+    memcpy(body, json, jl);
+    memcpy(body + jl, bin, bin_len);
+    attnd_parse_env env = env_of(2);
+    memset(e, 0, sizeof(*e));
+    int rc = attnd_parse_v2(&env, "small", body, jl + bin_len, jl, job, e);
+    free(body);
+    return rc;
+}
+
+START_TEST(test_v2_binary_extension) {
+    attnd_job job;
+    attnd_error e;
+    struct {
+        float q[8];
+        unsigned char kpm[2];
+    } __attribute__((packed)) bin = {{1, 2, 3, 4, 5, 6, 7, 8}, {0, 1}};
+    const char *json =
+        "{\"inputs\":[{\"name\":\"query\",\"shape\":[2,4],\"datatype\":\"FP32\","
+        "\"parameters\":{\"binary_data_size\":32}},{\"name\":\"key_padding_mask\",\"shape\":[2],"
+        "\"datatype\":\"BOOL\",\"parameters\":{\"binary_data_size\":2}}],"
+        "\"outputs\":[{\"name\":\"output\",\"parameters\":{\"binary_data\":true}}]}";
+    ck_assert_int_eq(parse_v2_bin(json, &bin, sizeof(bin), &job, &e), 0);
+    ck_assert_int_eq(job.L, 2);
+    ck_assert_float_eq(job.query[7], 8);
+    ck_assert_int_eq(job.kpm[1], 1);
+    ck_assert_int_eq(job.v2_binary, 1);
+    /* the answer: JSON of json_len bytes, then the output's floats */
+    float out[8] = {0.5f, 1, 2, 3, 4, 5, 6, 7};
+    attnd_usage u = {1, 0, 0};
+    size_t jl = 0;
+    sbuf b;
+    sb_init(&b);
+    ck_assert_int_eq(attnd_write_answer(&b, &job, &MODELS[0], out, &u, &jl), 0);
+    ck_assert_uint_eq(b.len, jl + sizeof(out));
+    ck_assert(memcmp(b.p + jl, out, sizeof(out)) == 0);
+    ck_assert_ptr_nonnull(strstr(b.p, "\"binary_data_size\":32"));
+    ck_assert_ptr_null(strstr(b.p, "\"data\""));
+    sb_free(&b);
+    attnd_job_free(&job);
+    /* refusals: short, left over, size mismatch, NaN by index */
+    ck_assert_int_lt(parse_v2_bin(json, &bin, sizeof(bin) - 1, &job, &e), 0);
+    ck_assert_ptr_nonnull(strstr(e.msg, "key_padding_mask"));
+    unsigned char more[sizeof(bin) + 4];
+    memcpy(more, &bin, sizeof(bin));
+    ck_assert_int_lt(parse_v2_bin(json, more, sizeof(more), &job, &e), 0);
+    ck_assert_ptr_nonnull(strstr(e.msg, "4 bytes"));
+    bin.q[6] = NAN;
+    ck_assert_int_lt(parse_v2_bin(json, &bin, sizeof(bin), &job, &e), 0);
+    ck_assert_ptr_nonnull(strstr(e.msg, "query[1][2]"));
+    ck_assert_int_eq(e.code, AERR_BAD_REQUEST);
+}
+END_TEST
+
 START_TEST(test_answers_written_back) {
     attnd_job job;
     attnd_error e;
@@ -397,9 +455,10 @@ START_TEST(test_answers_written_back) {
     job.attn = malloc(sizeof(attn));
     memcpy(job.attn, attn, sizeof(attn));
     attnd_usage u = {3, 10, 20};
+    size_t jl = 99;
     sbuf b;
     sb_init(&b);
-    ck_assert_int_eq(attnd_write_answer(&b, &job, &MODELS[0], out, &u), 0);
+    ck_assert_int_eq(attnd_write_answer(&b, &job, &MODELS[0], out, &u, &jl), 0);
     ck_assert_str_eq(b.p, "{\"model\":\"small\",\"output\":[[0.5,-1,2,3],[4,5,6,0.100000001]],"
                           "\"attention\":[[0.25,0.75],[1,0]],\"usage\":{\"batch\":3,"
                           "\"sequences\":1,\"query_tokens\":2,\"key_tokens\":2,\"queue_us\":10,"
@@ -408,7 +467,7 @@ START_TEST(test_answers_written_back) {
     /* base64 answers decode to the same floats */
     job.enc = ENC_BASE64;
     sb_init(&b);
-    ck_assert_int_eq(attnd_write_answer(&b, &job, &MODELS[0], out, &u), 0);
+    ck_assert_int_eq(attnd_write_answer(&b, &job, &MODELS[0], out, &u, &jl), 0);
     const char *p = strstr(b.p, "\"output\":{\"shape\":[2,4],\"dtype\":\"float32\",\"b64\":\"");
     ck_assert_ptr_nonnull(p);
     p = strstr(p, "\"b64\":\"") + 7;
@@ -439,6 +498,7 @@ int main(void) {
     tcase_add_test(tr, test_path_model);
     tcase_add_test(tr, test_v2_inputs);
     tcase_add_test(tr, test_v2_refusals);
+    tcase_add_test(tr, test_v2_binary_extension);
     tcase_add_test(tr, test_answers_written_back);
     suite_add_tcase(s, tr);
     SRunner *sr = srunner_create(s);
