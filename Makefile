@@ -96,8 +96,11 @@ asan: deps
 	ASAN_OPTIONS=detect_leaks=1 CK_FORK=no $(MAKE) BUILD=build-asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" test-unit
 	ASAN_OPTIONS=detect_leaks=1 $(MAKE) BUILD=build-asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" test-blackbox
 
+# The core suite exercises the core's own thread pool (2 and 3 threads); the
+# daemon's concurrency suite exercises the queue, batcher and workers.
 tsan: deps
-	$(MAKE) BUILD=build-tsan OPT=-O1 SAN="-fsanitize=thread" all
+	$(MAKE) BUILD=build-tsan OPT=-O1 SAN="-fsanitize=thread" all build-tsan/tests/test_core
+	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no build-tsan/tests/test_core
 	TSAN_OPTIONS="halt_on_error=1" $(MAKE) BUILD=build-tsan OPT=-O1 SAN="-fsanitize=thread" test-blackbox PYTEST_ARGS="-k concurrency"
 
 # libFuzzer targets (clang): tests/fuzz/fuzz_*.c, each linked with the config library.
