@@ -2,7 +2,8 @@
 # bench_http.sh - attnd over HTTP on 127.0.0.1, printed as a table:
 #   1. small requests (L=16, E=512, the default model) at 64 connections with
 #      wrk: requests/s, p50, p99, with batching on (the defaults) and off
-#      (ATTND_MAX_BATCH_REQUESTS=1);
+#      (ATTND_MAX_BATCH_REQUESTS=1), with JSON number bodies and with base64
+#      tensor bodies (which take the decimal text out of the cost);
 #   2. one large request (B=1, L=512, E=1024, H=16) in base64: round trip
 #      against the core's own compute time (usage.compute_us);
 #   3. the codec costs on their own (build/bench/bench_codec).
@@ -62,6 +63,10 @@ tmp = sys.argv[1]
 rnd = random.Random(1234)
 q = [[round(rnd.uniform(-1, 1), 6) for _ in range(512)] for _ in range(16)]
 open(tmp + "/small.json", "w").write(json.dumps({"query": q}))
+flat = array.array("f", (x for row in q for x in row))
+open(tmp + "/small.base64", "w").write(json.dumps({
+    "query": {"shape": [16, 512], "dtype": "float32", "b64": base64.b64encode(flat.tobytes()).decode()},
+    "encoding": "base64"}))
 # large: (1, 512, 1024) float32 in base64
 big = array.array("f", (rnd.uniform(-1, 1) for _ in range(512 * 1024)))
 open(tmp + "/large.json", "w").write(json.dumps({
@@ -110,22 +115,27 @@ echo "attnd HTTP benchmark: $(nproc) cores, $BIN, wrk 64 connections for ${DUR}s
 echo
 echo "| small requests (16×512, default model) | req/s    | p50 ms  | p99 ms  | p99/p50 | errors | mean batch |"
 echo "|----------------------------------------|----------|---------|---------|---------|--------|------------|"
-for mode in on off; do
-    if [ "$mode" = on ]; then start; else start ATTND_MAX_BATCH_REQUESTS=1; fi
-    # warm-up, then the measured run
-    BODY="$TMP/small.json" wrk -t2 -c64 -d2s --timeout 10s -s "$TMP/post.lua" \
-        "http://127.0.0.1:$PORT/v1/attention" >/dev/null
-    b0=$(curl -s "http://127.0.0.1:$PORT/metrics" | awk '/^attnd_batch_size_(sum|count) /{printf "%s ", $2}')
-    out=$(BODY="$TMP/small.json" wrk -t2 -c64 -d"${DUR}s" --timeout 10s -s "$TMP/post.lua" \
-        "http://127.0.0.1:$PORT/v1/attention" | grep '^RESULT')
-    b1=$(curl -s "http://127.0.0.1:$PORT/metrics" | awk '/^attnd_batch_size_(sum|count) /{printf "%s ", $2}')
-    stop
-    echo "$out $b0 $b1" | awk -v mode="$mode" '{
-        mb = ($10 - $8) > 0 ? ($9 - $7) / ($10 - $8) : 0;
-        printf "| batching %-29s | %8.1f | %7.2f | %7.2f | %7.2f | %6d | %10.1f |\n",
-            mode, $2, $3, $4, ($3 > 0 ? $4 / $3 : 0), $5, mb }' | tee -a "$TMP/rows"
+for enc in json base64; do
+    : >"$TMP/rows"
+    for mode in on off; do
+        if [ "$mode" = on ]; then start; else start ATTND_MAX_BATCH_REQUESTS=1; fi
+        # warm-up, then the measured run
+        BODY="$TMP/small.$enc" wrk -t2 -c64 -d2s --timeout 10s -s "$TMP/post.lua" \
+            "http://127.0.0.1:$PORT/v1/attention" >/dev/null
+        b0=$(curl -s "http://127.0.0.1:$PORT/metrics" | awk '/^attnd_batch_size_(sum|count) /{printf "%s ", $2}')
+        out=$(BODY="$TMP/small.$enc" wrk -t2 -c64 -d"${DUR}s" --timeout 10s -s "$TMP/post.lua" \
+            "http://127.0.0.1:$PORT/v1/attention" | grep '^RESULT')
+        b1=$(curl -s "http://127.0.0.1:$PORT/metrics" | awk '/^attnd_batch_size_(sum|count) /{printf "%s ", $2}')
+        stop
+        echo "$out $b0 $b1" | awk -v mode="$mode, $enc" '{
+            mb = ($10 - $8) > 0 ? ($9 - $7) / ($10 - $8) : 0;
+            printf "| batching %-29s | %8.1f | %7.2f | %7.2f | %7.2f | %6d | %10.1f |\n",
+                mode, $2, $3, $4, ($3 > 0 ? $4 / $3 : 0), $5, mb }' | tee -a "$TMP/rows"
+    done
+    awk -v enc="$enc" '{ gsub(/\|/, " "); r[NR] = $4 } END { if (r[2] > 0) printf "batching on / off throughput, %s bodies: %.2fx\n", enc, r[1] / r[2] }' "$TMP/rows" >>"$TMP/ratios"
 done
-awk '{ gsub(/\|/, " "); r[NR] = $3 } END { if (r[2] > 0) printf "\nbatching on / off throughput: %.2fx\n", r[1] / r[2] }' "$TMP/rows"
+echo
+cat "$TMP/ratios"
 
 echo
 echo "| large request (1×512×1024, H=16, base64)   | round trip ms | compute ms (usage) | ratio |"
