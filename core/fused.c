@@ -1,4 +1,4 @@
-/* fused.c - the online-softmax attention of one (sequence, head, up to 256
+/* fused.c - the online-softmax attention of one (sequence, head, up to 512
  * query rows) in AVX-512 registers, for head widths D that are a
  * multiple of 16 up to 128. It computes the same thing as attend_tiled() in
  * attn.c with OpenBLAS, which stays the path on other CPUs and head widths;
@@ -7,7 +7,7 @@
  *
  * Scores are kept transposed, sT (Sb, 64): one row per key, one lane per
  * query row, so the softmax over keys is lane-wise (vertical) arithmetic.
- * Rows go in blocks of 64; the blocks of one call share each key and value
+ * Rows go in blocks of 64; the (up to 8) blocks of one call share each key and value
  * tile, copied once into a contiguous buffer (the projections leave them
  * strided by 3E).
  * Legend: see attn.h.

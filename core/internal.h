@@ -26,7 +26,7 @@ void attn_pool_run(attn_pool *p, int ntasks, attn_task_fn fn, void *arg);
  * CPU has AVX-512F and D is a multiple of 16 up to 128. */
 int attn_fused_supported(int D);
 size_t attn_fused_floats(int D); /* scratch floats one block needs */
-enum { ATTN_FUSED_ROWS = 256 };  /* query rows one call may take */
+enum { ATTN_FUSED_ROWS = 512 };  /* query rows one call may take */
 /* out (Lb,D) at stride ldo = softmax(q k^T * scale + masks) v for query
  * rows [i0, i0+Lb) of sequence s, Lb <= ATTN_FUSED_ROWS; out may be q. */
 void attn_fused_block(float *out, size_t ldo, const float *q, size_t ldq, const float *k,
