@@ -129,7 +129,7 @@ static const cfg_key model_keys[] = {
 static const char *const sections[] = {"server", "batching", "workers", "limits", "models"};
 #define N_SECTIONS (int)(sizeof sections / sizeof sections[0])
 
-static int fail(char *err, size_t errlen, const char *fmt, ...) {
+int cfg_fail(char *err, size_t errlen, const char *fmt, ...) {
     if (err && errlen) {
         va_list ap;
         va_start(ap, fmt);
@@ -215,25 +215,25 @@ static const char *string_rule(const cfg_key *k, const char *s) {
  * src names where it came from (the file, a variable or a flag). */
 static int store_string(void *base, const cfg_key *k, const char *s, size_t len, const char *src,
                         const char *key, char *err, size_t errlen) {
-    if (memchr(s, '\0', len)) return fail(err, errlen, "%s: %s: holds a NUL character.", src, key);
+    if (memchr(s, '\0', len)) return cfg_fail(err, errlen, "%s: %s: holds a NUL character.", src, key);
     if ((long long)len < k->min || (long long)len > k->max)
-        return fail(err, errlen, "%s: %s: length %zu is out of range [%lld, %lld].", src, key, len,
+        return cfg_fail(err, errlen, "%s: %s: length %zu is out of range [%lld, %lld].", src, key, len,
                     k->min, k->max);
     const char *why = string_rule(k, s);
-    if (why) return fail(err, errlen, "%s: %s: \"%s\" %s.", src, key, s, why);
+    if (why) return cfg_fail(err, errlen, "%s: %s: \"%s\" %s.", src, key, s, why);
     if (k->type == K_NAME) {
         memcpy((char *)base + k->off, s, len + 1);
         return 0;
     }
     if (set_str((char **)((char *)base + k->off), s) != 0)
-        return fail(err, errlen, "%s: %s: out of memory.", src, key);
+        return cfg_fail(err, errlen, "%s: %s: out of memory.", src, key);
     return 0;
 }
 
 static int store_number(void *base, const cfg_key *k, long long v, const char *src, const char *key,
                         char *err, size_t errlen) {
     if (v < k->min || v > k->max)
-        return fail(err, errlen, "%s: %s: %lld is out of range [%lld, %lld].", src, key, v, k->min,
+        return cfg_fail(err, errlen, "%s: %s: %lld is out of range [%lld, %lld].", src, key, v, k->min,
                     k->max);
     if (k->type == K_LL)
         *(long long *)((char *)base + k->off) = v;
@@ -250,23 +250,23 @@ static int store_strlist(void *base, const cfg_key *k, const char **items, const
     char **list = NULL;
     int made = 0, rc = -1;
     if (n > k->max) {
-        fail(err, errlen, "%s: %s: %d entries, at most %lld allowed.", src, key, n, k->max);
+        cfg_fail(err, errlen, "%s: %s: %d entries, at most %lld allowed.", src, key, n, k->max);
         goto cleanup;
     }
     list = calloc(n ? (size_t)n : 1, sizeof *list);
     if (!list) {
-        fail(err, errlen, "%s: %s: out of memory.", src, key);
+        cfg_fail(err, errlen, "%s: %s: out of memory.", src, key);
         goto cleanup;
     }
     for (; made < n; made++) {
         if (lens[made] < 1 || lens[made] > 1024 || memchr(items[made], '\0', lens[made])) {
-            fail(err, errlen, "%s: %s[%d]: must be a non-empty string of at most 1024 bytes.", src,
+            cfg_fail(err, errlen, "%s: %s[%d]: must be a non-empty string of at most 1024 bytes.", src,
                  key, made);
             goto cleanup;
         }
         list[made] = strndup(items[made], lens[made]);
         if (!list[made]) {
-            fail(err, errlen, "%s: %s: out of memory.", src, key);
+            cfg_fail(err, errlen, "%s: %s: out of memory.", src, key);
             goto cleanup;
         }
     }
@@ -287,7 +287,7 @@ cleanup:
 static int store_rolemap(attnd_model_config *mc, json_t *v, const char *src, const char *key,
                          char *err, size_t errlen) {
     if (!json_is_object(v))
-        return fail(err, errlen, "%s: %s: must be an object of strings, not %s.", src, key,
+        return cfg_fail(err, errlen, "%s: %s: must be an object of strings, not %s.", src, key,
                     json_type_name(v));
     const char *role;
     json_t *name;
@@ -296,19 +296,19 @@ static int store_rolemap(attnd_model_config *mc, json_t *v, const char *src, con
         while (r < ROLE_COUNT && strcmp(attnd_role_name((attnd_role)r), role) != 0)
             r++;
         if (r == ROLE_COUNT)
-            return fail(err, errlen,
+            return cfg_fail(err, errlen,
                         "%s: %s.%s: unknown role (roles: q_weight, q_bias, k_weight, k_bias, "
                         "v_weight, v_bias, out_weight, out_bias).",
                         src, key, role);
         if (!json_is_string(name))
-            return fail(err, errlen, "%s: %s.%s: must be a string, not %s.", src, key, role,
+            return cfg_fail(err, errlen, "%s: %s.%s: must be a string, not %s.", src, key, role,
                         json_type_name(name));
         size_t len = json_string_length(name);
         if (len < 1 || len > 1024 || memchr(json_string_value(name), '\0', len))
-            return fail(err, errlen, "%s: %s.%s: must be a tensor name of 1 to 1024 bytes.", src,
+            return cfg_fail(err, errlen, "%s: %s.%s: must be a tensor name of 1 to 1024 bytes.", src,
                         key, role);
         if (set_str(&mc->tensors[r], json_string_value(name)) != 0)
-            return fail(err, errlen, "%s: %s: out of memory.", src, key);
+            return cfg_fail(err, errlen, "%s: %s: out of memory.", src, key);
     }
     return 0;
 }
@@ -333,20 +333,20 @@ static int store_json(void *base, const cfg_key *k, json_t *v, const char *src, 
     case K_STRLIST: {
         if (!json_is_array(v)) break;
         if ((long long)json_array_size(v) > k->max)
-            return fail(err, errlen, "%s: %s: %zu entries, at most %lld allowed.", src, key,
+            return cfg_fail(err, errlen, "%s: %s: %zu entries, at most %lld allowed.", src, key,
                         json_array_size(v), k->max);
         int n = (int)json_array_size(v);
         const char **items = calloc(n ? (size_t)n : 1, sizeof *items);
         size_t *lens = calloc(n ? (size_t)n : 1, sizeof *lens);
         int rc = -1;
         if (!items || !lens) {
-            fail(err, errlen, "%s: %s: out of memory.", src, key);
+            cfg_fail(err, errlen, "%s: %s: out of memory.", src, key);
             goto list_done;
         }
         for (int i = 0; i < n; i++) {
             json_t *s = json_array_get(v, (size_t)i);
             if (!json_is_string(s)) {
-                fail(err, errlen, "%s: %s[%d]: must be a string, not %s.", src, key, i,
+                cfg_fail(err, errlen, "%s: %s[%d]: must be a string, not %s.", src, key, i,
                      json_type_name(s));
                 goto list_done;
             }
@@ -362,7 +362,7 @@ static int store_json(void *base, const cfg_key *k, json_t *v, const char *src, 
     case K_ROLEMAP:
         return store_rolemap((attnd_model_config *)base, v, src, key, err, errlen);
     }
-    return fail(err, errlen, "%s: %s: must be %s, not %s.", src, key, type_wanted(k->type),
+    return cfg_fail(err, errlen, "%s: %s: must be %s, not %s.", src, key, type_wanted(k->type),
                 json_type_name(v));
 }
 
@@ -382,7 +382,7 @@ static int store_text(void *base, const cfg_key *k, const char *s, const char *s
     if (k->type == K_INT || k->type == K_LL) {
         long long v;
         if (parse_ll(s, &v) != 0)
-            return fail(err, errlen, "%s: %s: \"%s\" is not an integer.", src, key, s);
+            return cfg_fail(err, errlen, "%s: %s: \"%s\" is not an integer.", src, key, s);
         return store_number(base, k, v, src, key, err, errlen);
     }
     if (k->type == K_STRLIST) { /* comma-separated; spaces around items are dropped */
@@ -477,7 +477,7 @@ static int resolve_weights(attnd_model_config *mc, const char *dir, int check_fi
     if (mc->weights[0] != '/' && dir[0]) {
         size_t n = strlen(dir) + strlen(mc->weights) + 1;
         char *full = malloc(n);
-        if (!full) return fail(err, errlen, "%s: %s: out of memory.", src, key);
+        if (!full) return cfg_fail(err, errlen, "%s: %s: out of memory.", src, key);
         snprintf(full, n, "%s%s", dir, mc->weights);
         free(mc->weights);
         mc->weights = full;
@@ -485,13 +485,13 @@ static int resolve_weights(attnd_model_config *mc, const char *dir, int check_fi
     if (!check_files) return 0;
     int fd = open(mc->weights, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        return fail(err, errlen, "%s: %s: cannot open weights file \"%s\": %s.", src, key,
+        return cfg_fail(err, errlen, "%s: %s: cannot open weights file \"%s\": %s.", src, key,
                     mc->weights, strerror(errno));
     struct stat st;
     int regular = fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
     close(fd);
     if (!regular)
-        return fail(err, errlen, "%s: %s: weights \"%s\" is not a regular file.", src, key,
+        return cfg_fail(err, errlen, "%s: %s: weights \"%s\" is not a regular file.", src, key,
                     mc->weights);
     return 0;
 }
@@ -503,11 +503,11 @@ static int parse_model(attnd_model_config *mc, json_t *obj, int idx, const char 
     int given[N_MODEL_KEYS] = {0};
     snprintf(key, sizeof key, "models[%d]", idx);
     if (!json_is_object(obj))
-        return fail(err, errlen, "%s: %s: must be an object, not %s.", src, key,
+        return cfg_fail(err, errlen, "%s: %s: must be an object, not %s.", src, key,
                     json_type_name(obj));
     for (int i = 0; i < N_MODEL_KEYS; i++)
         if (set_default(mc, &model_keys[i]) != 0)
-            return fail(err, errlen, "%s: %s: out of memory.", src, key);
+            return cfg_fail(err, errlen, "%s: %s: out of memory.", src, key);
     const char *name;
     json_t *v;
     json_object_foreach(obj, name, v) {
@@ -515,19 +515,19 @@ static int parse_model(attnd_model_config *mc, json_t *obj, int idx, const char 
         while (i < N_MODEL_KEYS && strcmp(model_keys[i].key, name) != 0)
             i++;
         snprintf(key, sizeof key, "models[%d].%.100s", idx, name);
-        if (i == N_MODEL_KEYS) return fail(err, errlen, "%s: %s: unknown key.", src, key);
+        if (i == N_MODEL_KEYS) return cfg_fail(err, errlen, "%s: %s: unknown key.", src, key);
         if (store_json(mc, &model_keys[i], v, src, key, err, errlen) != 0) return -1;
         given[i] = 1;
     }
     for (int i = 0; i < N_MODEL_KEYS; i++)
         if (model_keys[i].required && !given[i])
-            return fail(err, errlen, "%s: models[%d].%s: missing; every model needs it.", src, idx,
+            return cfg_fail(err, errlen, "%s: models[%d].%s: missing; every model needs it.", src, idx,
                         model_keys[i].key);
     attn_hparams *hp = &mc->hp;
     if (hp->kdim == 0) hp->kdim = hp->embed_dim;
     if (hp->vdim == 0) hp->vdim = hp->embed_dim;
     if (hp->embed_dim % hp->num_heads != 0)
-        return fail(err, errlen,
+        return cfg_fail(err, errlen,
                     "%s: models[%d].num_heads: %d does not divide embed_dim %d (E must be "
                     "divisible by H).",
                     src, idx, hp->num_heads, hp->embed_dim);
@@ -540,18 +540,18 @@ static int parse_models(attnd_config *c, json_t *arr, const char *dir, int check
     attnd_model_config *models = NULL;
     int n = 0, rc = -1;
     if (!json_is_array(arr)) {
-        fail(err, errlen, "%s: models: must be an array, not %s.", src, json_type_name(arr));
+        cfg_fail(err, errlen, "%s: models: must be an array, not %s.", src, json_type_name(arr));
         goto cleanup;
     }
     if (json_array_size(arr) > MODELS_MAX) {
-        fail(err, errlen, "%s: models: %zu models, at most %d allowed.", src, json_array_size(arr),
+        cfg_fail(err, errlen, "%s: models: %zu models, at most %d allowed.", src, json_array_size(arr),
              MODELS_MAX);
         goto cleanup;
     }
     size_t want = json_array_size(arr);
     models = calloc(want ? want : 1, sizeof *models);
     if (!models) {
-        fail(err, errlen, "%s: models: out of memory.", src);
+        cfg_fail(err, errlen, "%s: models: out of memory.", src);
         goto cleanup;
     }
     for (; n < (int)want; n++) {
@@ -563,7 +563,7 @@ static int parse_models(attnd_config *c, json_t *arr, const char *dir, int check
         }
         for (int j = 0; j < n; j++) {
             if (strcmp(models[j].name, mc->name) == 0) {
-                fail(err, errlen, "%s: models[%d].name: \"%s\" is already the name of models[%d].",
+                cfg_fail(err, errlen, "%s: models[%d].name: \"%s\" is already the name of models[%d].",
                      src, n, mc->name, j);
                 n++;
                 goto cleanup;
@@ -584,7 +584,7 @@ cleanup:
 static int parse_section(attnd_config *c, const char *section, json_t *obj, const char *src,
                          char *err, size_t errlen) {
     if (!json_is_object(obj))
-        return fail(err, errlen, "%s: %s: must be an object, not %s.", src, section,
+        return cfg_fail(err, errlen, "%s: %s: must be an object, not %s.", src, section,
                     json_type_name(obj));
     const char *name;
     json_t *v;
@@ -596,7 +596,7 @@ static int parse_section(attnd_config *c, const char *section, json_t *obj, cons
             if (strcmp(config_keys[i].section, section) == 0 &&
                 strcmp(config_keys[i].key, name) == 0)
                 k = &config_keys[i];
-        if (!k) return fail(err, errlen, "%s: %s: unknown key.", src, key);
+        if (!k) return cfg_fail(err, errlen, "%s: %s: unknown key.", src, key);
         if (store_json(c, k, v, src, key, err, errlen) != 0) return -1;
     }
     return 0;
@@ -610,18 +610,18 @@ int attnd_config_load_mem(attnd_config *c, const char *text, size_t len, const c
     int rc = -1;
     root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
     if (!root) {
-        fail(err, errlen, "%s: not valid JSON (line %d, column %d): %s.", file, jerr.line,
+        cfg_fail(err, errlen, "%s: not valid JSON (line %d, column %d): %s.", file, jerr.line,
              jerr.column, jerr.text);
         goto cleanup;
     }
     if (!json_is_object(root)) {
-        fail(err, errlen, "%s: the top level must be an object, not %s.", file,
+        cfg_fail(err, errlen, "%s: the top level must be an object, not %s.", file,
              json_type_name(root));
         goto cleanup;
     }
     dir = folder_of(file);
     if (!dir || set_str(&c->config_path, file) != 0) {
-        fail(err, errlen, "%s: out of memory.", file);
+        cfg_fail(err, errlen, "%s: out of memory.", file);
         goto cleanup;
     }
     const char *name;
@@ -631,7 +631,7 @@ int attnd_config_load_mem(attnd_config *c, const char *text, size_t len, const c
         while (s < N_SECTIONS && strcmp(sections[s], name) != 0)
             s++;
         if (s == N_SECTIONS) {
-            fail(err, errlen,
+            cfg_fail(err, errlen,
                  "%s: %.100s: unknown key (known: server, batching, workers, limits, models).",
                  file, name);
             goto cleanup;
@@ -654,21 +654,21 @@ int attnd_config_load_file(attnd_config *c, const char *path, char *err, size_t 
     int rc = -1;
     f = fopen(path, "rb");
     if (!f) {
-        fail(err, errlen, "%s: cannot open config file: %s.", path, strerror(errno));
+        cfg_fail(err, errlen, "%s: cannot open config file: %s.", path, strerror(errno));
         goto cleanup;
     }
     text = malloc(CONFIG_MAX_BYTES + 1);
     if (!text) {
-        fail(err, errlen, "%s: out of memory.", path);
+        cfg_fail(err, errlen, "%s: out of memory.", path);
         goto cleanup;
     }
     size_t n = fread(text, 1, CONFIG_MAX_BYTES + 1, f);
     if (ferror(f)) {
-        fail(err, errlen, "%s: cannot read config file: %s.", path, strerror(errno));
+        cfg_fail(err, errlen, "%s: cannot read config file: %s.", path, strerror(errno));
         goto cleanup;
     }
     if (n > CONFIG_MAX_BYTES) {
-        fail(err, errlen, "%s: config file is larger than %u bytes.", path, CONFIG_MAX_BYTES);
+        cfg_fail(err, errlen, "%s: config file is larger than %u bytes.", path, CONFIG_MAX_BYTES);
         goto cleanup;
     }
     rc = attnd_config_load_mem(c, text, n, path, 1, err, errlen);
@@ -681,12 +681,12 @@ cleanup:
 /* Adds the embedded default model (weights == NULL). */
 static int add_default_model(attnd_config *c, char *err, size_t errlen) {
     attnd_model_config *mc = calloc(1, sizeof *mc);
-    if (!mc) return fail(err, errlen, "out of memory.");
+    if (!mc) return cfg_fail(err, errlen, "out of memory.");
     snprintf(mc->name, sizeof mc->name, "default");
     attnd_default_hparams(&mc->hp);
     if (set_str(&mc->prefix, "") != 0 || set_str(&mc->layout, "torch") != 0) {
         models_free(mc, 1);
-        return fail(err, errlen, "out of memory.");
+        return cfg_fail(err, errlen, "out of memory.");
     }
     models_free(c->models, c->n_models);
     c->models = mc;
@@ -714,7 +714,7 @@ static int flag_value(int argc, char **argv, int *i, size_t *flen, const char **
         return 0;
     }
     *flen = strlen(a);
-    if (*i + 1 >= argc) return fail(err, errlen, "flag %s: needs a value.", a);
+    if (*i + 1 >= argc) return cfg_fail(err, errlen, "flag %s: needs a value.", a);
     *val = argv[++*i];
     return 0;
 }
@@ -724,7 +724,7 @@ int attnd_config_from_args(attnd_config *c, int argc, char **argv, int *want_hel
     const char *config_file = NULL;
     char src[200], key[160];
     *want_help = 0;
-    if (attnd_config_defaults(c) != 0) return fail(err, errlen, "out of memory.");
+    if (attnd_config_defaults(c) != 0) return cfg_fail(err, errlen, "out of memory.");
     /* First pass: --help, --config, and every flag checked for a known name. */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = NULL;
@@ -734,14 +734,14 @@ int attnd_config_from_args(attnd_config *c, int argc, char **argv, int *want_hel
             return 0;
         }
         if (strncmp(a, "--", 2) != 0) {
-            fail(err, errlen, "unexpected argument \"%s\" (see --help).", a);
+            cfg_fail(err, errlen, "unexpected argument \"%s\" (see --help).", a);
             goto fail;
         }
         const char *eq = strchr(a, '=');
         flen = eq ? (size_t)(eq - a) : strlen(a);
         int is_config = flen == 8 && strncmp(a, "--config", 8) == 0;
         if (!is_config && !find_flag(a, flen)) {
-            fail(err, errlen, "unknown flag \"%.*s\" (see --help).", (int)flen, a);
+            cfg_fail(err, errlen, "unknown flag \"%.*s\" (see --help).", (int)flen, a);
             goto fail;
         }
         if (flag_value(argc, argv, &i, &flen, &val, err, errlen) != 0) goto fail;

@@ -107,4 +107,9 @@ int attnd_layout_index(const char *name);
 int attnd_config_load_mem(attnd_config *c, const char *text, size_t len, const char *file,
                           int check_files, char *err, size_t errlen);
 
+/* Writes a sentence into err (when given) and returns -1: the one way the
+ * config files report a failure. */
+int cfg_fail(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
 #endif

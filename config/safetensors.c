@@ -35,15 +35,6 @@ size_t st_dtype_size(st_dtype d) {
     return (unsigned)d < ST_DTYPE_COUNT ? dtypes[d].size : 0;
 }
 
-static int fail(char *err, size_t errlen, const char *fmt, ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
 
 static uint64_t le64(const unsigned char *b) {
     uint64_t v = 0;
@@ -108,17 +99,17 @@ const st_tensor *st_find(const st_header *h, const char *name) {
 static int header_length(const unsigned char *b8, uint64_t file_size, const char *file, uint64_t *n,
                          char *err, size_t errlen) {
     if (file_size < 8)
-        return fail(err, errlen,
+        return cfg_fail(err, errlen,
                     "%s: file is %llu bytes, too short for the 8-byte header length "
                     "(truncated, or not a safetensors file).",
                     file, (unsigned long long)file_size);
     *n = le64(b8);
     if (*n > ST_MAX_HEADER)
-        return fail(err, errlen,
+        return cfg_fail(err, errlen,
                     "%s: absurd header length %llu (at most %llu bytes); not a safetensors file.",
                     file, (unsigned long long)*n, (unsigned long long)ST_MAX_HEADER);
     if (*n > file_size - 8)
-        return fail(err, errlen,
+        return cfg_fail(err, errlen,
                     "%s: header length %llu runs past the end of the file (%llu bytes); "
                     "truncated?",
                     file, (unsigned long long)*n, (unsigned long long)file_size);
@@ -135,51 +126,51 @@ static int get_u64(const json_t *v, uint64_t *out) {
 static int parse_entry(st_tensor *t, const char *name, json_t *v, uint64_t data_size,
                        const char *file, char *err, size_t errlen) {
     if (!json_is_object(v))
-        return fail(err, errlen, "%s: tensor \"%s\": header entry is not an object.", file, name);
+        return cfg_fail(err, errlen, "%s: tensor \"%s\": header entry is not an object.", file, name);
     json_t *dt = json_object_get(v, "dtype");
     if (!json_is_string(dt))
-        return fail(err, errlen, "%s: tensor \"%s\": missing or non-string \"dtype\".", file, name);
+        return cfg_fail(err, errlen, "%s: tensor \"%s\": missing or non-string \"dtype\".", file, name);
     int d = 0;
     while (d < ST_DTYPE_COUNT && strcmp(dtypes[d].name, json_string_value(dt)) != 0)
         d++;
     if (d == ST_DTYPE_COUNT)
-        return fail(err, errlen, "%s: tensor \"%s\": unknown dtype \"%.32s\".", file, name,
+        return cfg_fail(err, errlen, "%s: tensor \"%s\": unknown dtype \"%.32s\".", file, name,
                     json_string_value(dt));
     t->dtype = (st_dtype)d;
     json_t *shape = json_object_get(v, "shape");
     if (!json_is_array(shape) || json_array_size(shape) > ST_MAX_DIMS)
-        return fail(err, errlen,
+        return cfg_fail(err, errlen,
                     "%s: tensor \"%s\": \"shape\" must be an array of at most %d integers.", file,
                     name, ST_MAX_DIMS);
     t->ndim = (int)json_array_size(shape);
     t->numel = 1;
     for (int i = 0; i < t->ndim; i++) {
         if (get_u64(json_array_get(shape, (size_t)i), &t->shape[i]) != 0)
-            return fail(err, errlen, "%s: tensor \"%s\": shape[%d] is not a non-negative integer.",
+            return cfg_fail(err, errlen, "%s: tensor \"%s\": shape[%d] is not a non-negative integer.",
                         file, name, i);
         if (t->shape[i] && t->numel > UINT64_MAX / 8 / t->shape[i])
-            return fail(err, errlen, "%s: tensor \"%s\": shape is absurdly large.", file, name);
+            return cfg_fail(err, errlen, "%s: tensor \"%s\": shape is absurdly large.", file, name);
         t->numel *= t->shape[i];
     }
     json_t *off = json_object_get(v, "data_offsets");
     if (!json_is_array(off) || json_array_size(off) != 2 ||
         get_u64(json_array_get(off, 0), &t->begin) != 0 ||
         get_u64(json_array_get(off, 1), &t->end) != 0)
-        return fail(err, errlen,
+        return cfg_fail(err, errlen,
                     "%s: tensor \"%s\": \"data_offsets\" must be two non-negative integers.", file,
                     name);
     if (t->begin > t->end)
-        return fail(err, errlen, "%s: tensor \"%s\": data_offsets [%llu, %llu] are reversed.", file,
+        return cfg_fail(err, errlen, "%s: tensor \"%s\": data_offsets [%llu, %llu] are reversed.", file,
                     name, (unsigned long long)t->begin, (unsigned long long)t->end);
     if (t->end > data_size)
-        return fail(err, errlen,
+        return cfg_fail(err, errlen,
                     "%s: tensor \"%s\": data_offsets [%llu, %llu] run past the end of the file "
                     "(%llu data bytes); truncated?",
                     file, name, (unsigned long long)t->begin, (unsigned long long)t->end,
                     (unsigned long long)data_size);
     uint64_t need = t->numel * dtypes[d].size;
     if (t->end - t->begin != need)
-        return fail(err, errlen,
+        return cfg_fail(err, errlen,
                     "%s: tensor \"%s\": data_offsets span %llu bytes but %s with %llu elements "
                     "needs %llu.",
                     file, name, (unsigned long long)(t->end - t->begin), dtypes[d].name,
@@ -203,7 +194,7 @@ static int check_overlap(const st_header *h, const char *file, char *err, size_t
     span *s = malloc((size_t)(h->n ? h->n : 1) * sizeof *s);
     int n = 0, rc = -1;
     if (!s) {
-        fail(err, errlen, "%s: out of memory.", file);
+        cfg_fail(err, errlen, "%s: out of memory.", file);
         goto cleanup;
     }
     for (int i = 0; i < h->n; i++)
@@ -212,7 +203,7 @@ static int check_overlap(const st_header *h, const char *file, char *err, size_t
     qsort(s, (size_t)n, sizeof *s, span_cmp);
     for (int i = 1; i < n; i++) {
         if (s[i].begin < s[i - 1].end) {
-            fail(err, errlen, "%s: tensors \"%s\" and \"%s\" overlap (bytes %llu..%llu).", file,
+            cfg_fail(err, errlen, "%s: tensors \"%s\" and \"%s\" overlap (bytes %llu..%llu).", file,
                  h->tensors[s[i - 1].idx].name, h->tensors[s[i].idx].name,
                  (unsigned long long)s[i].begin, (unsigned long long)s[i - 1].end);
             goto cleanup;
@@ -231,31 +222,31 @@ int st_header_parse(st_header *h, const unsigned char *buf, size_t len, uint64_t
     int rc = -1;
     memset(h, 0, sizeof *h);
     if (len < 8 && file_size >= 8) {
-        fail(err, errlen, "%s: header truncated.", file);
+        cfg_fail(err, errlen, "%s: header truncated.", file);
         goto cleanup;
     }
     if (header_length(buf, file_size, file, &n, err, errlen) != 0) goto cleanup;
     if (len - 8 < n) {
-        fail(err, errlen, "%s: header truncated (%zu of %llu bytes).", file, len - 8,
+        cfg_fail(err, errlen, "%s: header truncated (%zu of %llu bytes).", file, len - 8,
              (unsigned long long)n);
         goto cleanup;
     }
     json_error_t jerr;
     root = json_loadb((const char *)buf + 8, (size_t)n, JSON_REJECT_DUPLICATES, &jerr);
     if (!root) {
-        fail(err, errlen, "%s: header is not valid JSON (column %d): %s.", file, jerr.column,
+        cfg_fail(err, errlen, "%s: header is not valid JSON (column %d): %s.", file, jerr.column,
              jerr.text);
         goto cleanup;
     }
     if (!json_is_object(root)) {
-        fail(err, errlen, "%s: header is not a JSON object.", file);
+        cfg_fail(err, errlen, "%s: header is not a JSON object.", file);
         goto cleanup;
     }
     h->data_start = 8 + n;
     h->file_size = file_size;
     h->tensors = calloc(json_object_size(root) + 1, sizeof *h->tensors);
     if (!h->tensors) {
-        fail(err, errlen, "%s: out of memory.", file);
+        cfg_fail(err, errlen, "%s: out of memory.", file);
         goto cleanup;
     }
     const char *name;
@@ -267,7 +258,7 @@ int st_header_parse(st_header *h, const unsigned char *buf, size_t len, uint64_t
             goto cleanup;
         t->name = strdup(name);
         if (!t->name) {
-            fail(err, errlen, "%s: out of memory.", file);
+            cfg_fail(err, errlen, "%s: out of memory.", file);
             goto cleanup;
         }
         h->n++;
@@ -302,23 +293,23 @@ int st_header_read(st_header *h, int fd, const char *file, char *err, size_t err
     int rc = -1;
     memset(h, 0, sizeof *h);
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        fail(err, errlen, "%s: not a regular file.", file);
+        cfg_fail(err, errlen, "%s: not a regular file.", file);
         goto cleanup;
     }
     uint64_t size = (uint64_t)st.st_size;
     if (size >= 8 && read_full(fd, b8, 8, 0) != 0) {
-        fail(err, errlen, "%s: cannot read: %s.", file, strerror(errno ? errno : EIO));
+        cfg_fail(err, errlen, "%s: cannot read: %s.", file, strerror(errno ? errno : EIO));
         goto cleanup;
     }
     if (header_length(b8, size, file, &n, err, errlen) != 0) goto cleanup;
     buf = malloc((size_t)(8 + n));
     if (!buf) {
-        fail(err, errlen, "%s: out of memory for a %llu-byte header.", file, (unsigned long long)n);
+        cfg_fail(err, errlen, "%s: out of memory for a %llu-byte header.", file, (unsigned long long)n);
         goto cleanup;
     }
     memcpy(buf, b8, 8);
     if (read_full(fd, buf + 8, (size_t)n, 8) != 0) {
-        fail(err, errlen, "%s: cannot read the header: %s.", file, strerror(errno ? errno : EIO));
+        cfg_fail(err, errlen, "%s: cannot read the header: %s.", file, strerror(errno ? errno : EIO));
         goto cleanup;
     }
     rc = st_header_parse(h, buf, (size_t)(8 + n), size, file, err, errlen);

@@ -86,15 +86,6 @@ static role_src layout_role(int layout, attnd_role r, const attn_hparams *hp) {
     return s;
 }
 
-static int fail(char *err, size_t errlen, const char *fmt, ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
 
 /* The bytes of a safetensors file: an open file or a buffer. */
 typedef struct {
@@ -140,14 +131,14 @@ static int read_floats(float *dst, const source *src, const st_header *h, const 
         size_t n = count - done < CHUNK ? count - done : CHUNK;
         uint64_t off = h->data_start + t->begin + (first + done) * esz;
         if (source_read(src, buf, n * esz, off) != 0)
-            return fail(err, errlen,
+            return cfg_fail(err, errlen,
                         "%s: tensor \"%s\": cannot read its data (file changed or "
                         "truncated).",
                         file, t->name);
         st_to_f32(dst + done, buf, t->dtype, n);
         for (size_t i = 0; i < n; i++)
             if (!isfinite(dst[done + i]))
-                return fail(err, errlen, "%s: tensor \"%s\": element %llu is NaN or Inf.", file,
+                return cfg_fail(err, errlen, "%s: tensor \"%s\": element %llu is NaN or Inf.", file,
                             t->name, (unsigned long long)(first + done + i));
         done += n;
     }
@@ -172,18 +163,18 @@ static int load_role(attn_model *m, attnd_role r, const attnd_model_config *mc, 
         snprintf(alt, sizeof alt, "%s%s", prefix, rs.alt);
         const st_tensor *ta = st_find(h, alt);
         if (t && ta)
-            return fail(err, errlen,
+            return cfg_fail(err, errlen,
                         "%s: both \"%s\" and \"%s\" are present for role %s; name one in "
                         "\"tensors\".",
                         file, name, alt, role_names[r]);
         if (!t) t = ta;
     }
     if (!t)
-        return fail(err, errlen, "%s: tensor \"%s\"%s%s%s is missing (role %s, layout %s).", file,
+        return cfg_fail(err, errlen, "%s: tensor \"%s\"%s%s%s is missing (role %s, layout %s).", file,
                     name, rs.alt ? " (or \"" : "", rs.alt ? alt : "", rs.alt ? "\")" : "",
                     role_names[r], mc->tensors[r] ? "tensors map" : layout_names[layout]);
     if (t->dtype != ST_F32 && t->dtype != ST_F16 && t->dtype != ST_BF16)
-        return fail(err, errlen,
+        return cfg_fail(err, errlen,
                     "%s: tensor \"%s\": dtype %s cannot be read; weights must be F32, F16 or "
                     "BF16.",
                     file, t->name, st_dtype_name(t->dtype));
@@ -198,7 +189,7 @@ static int load_role(attn_model *m, attnd_role r, const attnd_model_config *mc, 
         char got_s[128], want_s[64];
         shape_text(got_s, sizeof got_s, t->ndim, t->shape);
         shape_text(want_s, sizeof want_s, want_ndim, want);
-        return fail(err, errlen,
+        return cfg_fail(err, errlen,
                     "%s: tensor \"%s\" has shape %s but model \"%s\" (embed_dim %d, kdim %d, "
                     "vdim %d) needs %s for role %s.",
                     file, t->name, got_s, mc->name, hp->embed_dim, hp->kdim, hp->vdim, want_s,
@@ -213,7 +204,7 @@ static int load_from(attn_model *m, const attnd_model_config *mc, const st_heade
                      const source *src, const char *file, char *err, size_t errlen) {
     int layout = mc->layout ? attnd_layout_index(mc->layout) : LAYOUT_TORCH;
     if (layout < 0)
-        return fail(err, errlen, "%s: model \"%s\": unknown layout \"%s\".", file, mc->name,
+        return cfg_fail(err, errlen, "%s: model \"%s\": unknown layout \"%s\".", file, mc->name,
                     mc->layout);
     if (attn_model_init(m, &mc->hp, err, errlen) != 0) return -1;
     for (int r = 0; r < ROLE_COUNT; r++) {
@@ -246,7 +237,7 @@ int attnd_model_load(attn_model *m, const attnd_model_config *mc, char *err, siz
     if (!mc->weights) return attnd_seeded_model(m, &mc->hp, ATTND_DEFAULT_SEED, err, errlen);
     fd = open(mc->weights, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-        fail(err, errlen, "%s: cannot open weights file: %s.", mc->weights, strerror(errno));
+        cfg_fail(err, errlen, "%s: cannot open weights file: %s.", mc->weights, strerror(errno));
         goto cleanup;
     }
     if (st_header_read(&h, fd, mc->weights, err, errlen) != 0) goto cleanup;

@@ -269,6 +269,23 @@ static int read_causal(jin *j, const char *field, int *causal, attnd_error *e) {
     return 0;
 }
 
+/* Starts reading a body that must be one JSON object: returns 1 when it is
+ * "{}" (read whole), 0 when j stands at its first key, or -1 with e set. */
+static int body_object_open(jin *j, const char *body, size_t len, attnd_error *e) {
+    jin_init(j, body, len);
+    if (jin_peek(j) != '{') {
+        if (jin_peek(j) == -1) return attnd_set_error(e, AERR_BAD_REQUEST, "body is empty");
+        if (jin_skip(j) < 0) return attnd_set_error(e, AERR_BAD_REQUEST, "%s", j->err);
+        return attnd_set_error(e, AERR_BAD_REQUEST, "body must be a JSON object");
+    }
+    j->p++;
+    if (jin_peek(j) == '}') {
+        j->p++;
+        return 1;
+    }
+    return 0;
+}
+
 static int read_model_name(jin *j, const char *field, collected *c, attnd_error *e) {
     int cut = 0;
     if (jin_peek(j) != '"' || jin_string_buf(j, c->model, sizeof(c->model), &cut) < 0)
@@ -290,20 +307,9 @@ int attnd_parse_native(const attnd_parse_env *env, const char *path_model, const
     int seen_causal = 0, seen_weights = 0, seen_enc = 0;
     int ret = -1;
     jin j;
-    jin_init(&j, body, len);
-    if (jin_peek(&j) != '{') {
-        if (jin_peek(&j) == -1)
-            attnd_set_error(e, AERR_BAD_REQUEST, "body is empty");
-        else if (jin_skip(&j) < 0)
-            attnd_set_error(e, AERR_BAD_REQUEST, "%s", j.err);
-        else
-            attnd_set_error(e, AERR_BAD_REQUEST, "body must be a JSON object");
-        goto cleanup;
-    }
-    j.p++;
-    if (jin_peek(&j) == '}') {
-        j.p++;
-    } else {
+    int empty = body_object_open(&j, body, len, e);
+    if (empty < 0) goto cleanup;
+    if (!empty) {
         for (;;) {
             char key[40];
             int cut = 0;
@@ -766,20 +772,9 @@ int attnd_parse_v2(const attnd_parse_env *env, const char *path_model, const cha
         len = json_len;
     }
     jin j;
-    jin_init(&j, body, len);
-    if (jin_peek(&j) != '{') {
-        if (jin_peek(&j) == -1)
-            attnd_set_error(e, AERR_BAD_REQUEST, "body is empty");
-        else if (jin_skip(&j) < 0)
-            attnd_set_error(e, AERR_BAD_REQUEST, "%s", j.err);
-        else
-            attnd_set_error(e, AERR_BAD_REQUEST, "body must be a JSON object");
-        goto cleanup;
-    }
-    j.p++;
-    if (jin_peek(&j) == '}') {
-        j.p++;
-    } else {
+    int empty = body_object_open(&j, body, len, e);
+    if (empty < 0) goto cleanup;
+    if (!empty) {
         for (;;) {
             char key[32];
             int cut = 0;
