@@ -5,12 +5,13 @@
  *      Q (T,E) and one GEMM over all U key tokens (KV (U,2E) when value = key);
  *   2. per (sequence, head, block of query rows): QK^T, softmax and AV with
  *      OpenBLAS. With no attention matrix asked for, keys are taken in tiles
- *      with an online softmax, so no (L,S) matrix is ever held; otherwise the
+ *      with an online softmax, so no (L,S) matrix is ever held (in fused.c's
+ *      AVX-512 kernel where the CPU and head width allow it); otherwise the
  *      rows' full score matrix is built where the caller wants the weights.
  *      Each block's head output overwrites its own (already used) q columns;
  *   3. out projection: one GEMM over all tokens.
  * Every step splits over the context's own threads; OpenBLAS stays at one
- * thread (see README "Parallelism"). Legend: see attn.h.
+ * thread (README, "The core", says why). Legend: see attn.h.
  */
 #include <math.h>
 #include <stdio.h>
