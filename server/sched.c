@@ -332,7 +332,7 @@ static void run_batch(worker *w, attnd_req **rs, int n) {
         }
         if (!all_finite(out, nout) || (j->attn && !all_finite(j->attn, na))) {
             answer_error(s, r, AERR_INTERNAL,
-                         "the result holds NaN or infinity (check attn_mask values)");
+                         "the result overflows float32 (inputs or attn_mask values too large)");
             continue;
         }
         if (mono_us() > r->deadline_us) {
