@@ -24,7 +24,7 @@
 #include "attn.h"
 #include "internal.h"
 
-#ifndef ATTN_QB
+#ifndef ATTN_QB /* -DATTN_QB=... and -DATTN_KB=... for tuning builds */
 #define ATTN_QB 128
 #endif
 #ifndef ATTN_KB

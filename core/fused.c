@@ -3,13 +3,13 @@
  * multiple of 16 up to 128. It computes the same thing as attend_tiled() in
  * attn.c with OpenBLAS, which stays the path on other CPUs and head widths;
  * fusing saves OpenBLAS's packing of every score tile and keeps the
- * softmax in registers (measured in bench/, see README "Core").
+ * softmax in registers (bench/RESULTS.md has the numbers).
  *
  * Scores are kept transposed, sT (Sb, 64): one row per key, one lane per
  * query row, so the softmax over keys is lane-wise (vertical) arithmetic.
- * Rows go in blocks of 64; the (up to 8) blocks of one call share each key and value
- * tile, copied once into a contiguous buffer (the projections leave them
- * strided by 3E).
+ * Rows go in blocks of 64; the (up to 8) blocks of one call share each key
+ * and value tile, copied once into a contiguous buffer (the projections
+ * leave them strided by 3E).
  * Legend: see attn.h.
  */
 #include <immintrin.h>
@@ -20,7 +20,7 @@
 
 #define FQ 64  /* query rows per block: four 16-lane vectors */
 #define FBLOCKS (ATTN_FUSED_ROWS / FQ) /* blocks one call may take */
-#ifndef ATTN_FK
+#ifndef ATTN_FK /* -DATTN_FK=... for tuning builds */
 #define ATTN_FK 128
 #endif
 #define FK ATTN_FK /* keys per tile */
