@@ -2,10 +2,12 @@
 #   make            build/attnd and the libraries
 #   make test       install missing packages, build, run every suite
 #   make asan       the same suites under AddressSanitizer + UBSan
-#   make tsan       the concurrency suite under ThreadSanitizer
+#   make tsan       the core and concurrency suites under ThreadSanitizer
 #   make run        serve the embedded default model on port 8080
 #   make bench      benchmark tables (never part of the tests)
 #   make bench-compare  the same tables for torch too
+#   make bench-http     wrk against the daemon, and codec costs
+#   make docker-test, make scaleout-test   the image, and replicas behind nginx
 
 CC      ?= cc
 OPT     ?= -O3
@@ -50,10 +52,8 @@ $(BUILD)/libattncore.a: $(CORE_OBJ)
 	ar rcs $@ $^
 $(BUILD)/libattnd_config.a: $(CONFIG_OBJ)
 	ar rcs $@ $^
-$(BUILD)/libattnd_server.a: $(SERVER_OBJ) $(if $(SERVER_OBJ),,$(BUILD)/core/.keep)
-	ar rcs $@ $(SERVER_OBJ)
-$(BUILD)/core/.keep:
-	@mkdir -p $(dir $@) && touch $@
+$(BUILD)/libattnd_server.a: $(SERVER_OBJ)
+	ar rcs $@ $^
 
 $(BUILD)/attnd: $(BUILD)/server/main.o $(LIBS)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)

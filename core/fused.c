@@ -223,7 +223,7 @@ AVX512 INLINE void tile_update(fused_rows *st, float *sT, const float *kt, size_
     av_block(st->acc, sT, vt, ldv, Sb, Lb, ND);
 }
 
-/* Copies rows [j0, j0+Sb) of x (ld ldx) to a contiguous (Sb,D) tile. */
+/* Copies Sb rows of x (row stride ldx) to a contiguous (Sb,D) tile. */
 static void copy_tile(float *dst, const float *x, size_t ldx, int Sb, int D)
 {
     for (int c = 0; c < Sb; c++) memcpy(dst + (size_t)c * D, x + c * ldx, sizeof(float) * D);

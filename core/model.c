@@ -1,6 +1,5 @@
 /* model.c - the model's one allocation, and the batch checks shared by the
  * fast and the reference forward. No math here. */
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
