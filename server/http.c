@@ -24,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../core/sizes.h"
 #include "codec.h"
 #include "errors.h"
 #include "metrics.h"
@@ -109,6 +110,20 @@ static int hexval(char c) {
     if (c >= 'a' && c <= 'f') return c - 'a' + 10;
     if (c >= 'A' && c <= 'F') return c - 'A' + 10;
     return -1;
+}
+
+/* A header's decimal size: digits only (no sign, no spaces), at most
+ * limit. Returns 0, or -1 with *v untouched. */
+static int parse_size(const char *s, uint64_t limit, uint64_t *v) {
+    uint64_t r = 0;
+    if (!*s) return -1;
+    for (; *s; s++) {
+        if (*s < '0' || *s > '9') return -1;
+        if (sz_mul(r, 10, limit, &r) < 0 || sz_add(r, (uint64_t)(*s - '0'), limit, &r) < 0)
+            return -1;
+    }
+    *v = r;
+    return 0;
 }
 
 static int sane_id(const char *s) {
@@ -301,11 +316,12 @@ static enum MHD_Result dispatch_compute(hreq *h) {
         /* the binary data extension: the JSON part's length */
         const char *hl = MHD_lookup_connection_value(h->conn, MHD_HEADER_KIND,
                                                      "Inference-Header-Content-Length");
-        char *end = NULL;
-        unsigned long long json_len = hl ? strtoull(hl, &end, 10) : 0;
-        if (hl && (end == hl || *end || json_len == 0))
+        uint64_t json_len = 0;
+        if (hl && (parse_size(hl, (uint64_t)h->in.len, &json_len) < 0 || json_len == 0))
             return send_err(h, AERR_BAD_REQUEST,
-                            "Inference-Header-Content-Length: '%.40s' is not a positive size", hl);
+                            "Inference-Header-Content-Length: '%.40s' is not a size from 1 to the "
+                            "body's length",
+                            hl);
         rc = attnd_parse_v2(&s->env, path_model, body, h->in.len, (size_t)json_len, &h->r.job, &e);
     } else {
         rc = attnd_parse_native(&s->env, path_model, body, h->in.len, &h->r.job, &e);

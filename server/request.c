@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../core/sizes.h"
 #include "jsonin.h"
 #include "tensor.h"
 
@@ -44,7 +45,19 @@ static void collected_free(collected *c) {
 }
 
 long long attnd_job_tokens(const attnd_job *job) {
-    return (long long)job->B * (job->L + job->S);
+    return (long long)job->B * ((long long)job->L + job->S);
+}
+
+int attnd_attention_floats(int B, int L, int S, attn_weights_mode mode, int H, uint64_t limit,
+                           uint64_t *n) {
+    uint64_t r;
+    if (sz_mul((uint64_t)B, (uint64_t)L, limit, &r) < 0 || sz_mul(r, (uint64_t)S, limit, &r) < 0 ||
+        sz_mul(r, mode == ATTN_WEIGHTS_HEADS ? (uint64_t)H : 1, limit, &r) < 0) {
+        *n = r;
+        return -1;
+    }
+    *n = mode == ATTN_WEIGHTS_NONE ? 0 : r;
+    return 0;
 }
 
 void attnd_job_free(attnd_job *job) {
@@ -182,19 +195,20 @@ static int build_job(const attnd_parse_env *env, const char *path_model, collect
                                    lb[T_MASK], L, S, B, L, S);
         mask_per_seq = ok3;
     }
-    long long tokens = (long long)B * (L + S);
-    if (tokens > env->max_tokens_per_request)
+    /* B, L, S < 2^31: B·(L+S) < 2^63 cannot wrap, but goes through the one helper */
+    uint64_t tokens, floats;
+    sz_add((uint64_t)L, (uint64_t)S, UINT64_MAX, &tokens);
+    sz_mul((uint64_t)B, tokens, UINT64_MAX, &tokens);
+    if (tokens > (uint64_t)env->max_tokens_per_request)
         return attnd_set_error(e, AERR_TOO_LARGE,
-                               "request has %lld query and key tokens, the limit is %d", tokens,
-                               env->max_tokens_per_request);
-    if (c->weights != ATTN_WEIGHTS_NONE) {
-        /* in double: B*L*S*H can pass 2^63 with extreme limits */
-        double floats = (double)B * L * S * (c->weights == ATTN_WEIGHTS_HEADS ? hp->num_heads : 1);
-        if (floats > (double)env->max_attention_floats)
-            return attnd_set_error(e, AERR_TOO_LARGE,
-                                   "attention matrix of %.0f floats, the limit is %lld", floats,
-                                   env->max_attention_floats);
-    }
+                               "request has %llu query and key tokens, the limit is %d",
+                               (unsigned long long)tokens, env->max_tokens_per_request);
+    int wrapped = attnd_attention_floats(B, L, S, c->weights, hp->num_heads, UINT64_MAX, &floats);
+    if (wrapped < 0 || floats > (uint64_t)env->max_attention_floats)
+        return attnd_set_error(e, AERR_TOO_LARGE,
+                               "attention matrix of %s%llu floats, the limit is %lld",
+                               wrapped < 0 ? "more than " : "", (unsigned long long)floats,
+                               env->max_attention_floats);
 
     memset(job, 0, sizeof(*job));
     job->model = mi;
@@ -398,7 +412,7 @@ typedef struct {
     char name[40];
     char datatype[16];
     int have_shape, rank;
-    long long shape[TENSOR_MAX_RANK + 1];
+    int64_t shape[TENSOR_MAX_RANK + 1]; /* each 0..TENSOR_MAX_DIM */
     tensor data;
     int have_data;
     long long bin_size; /* parameters.binary_data_size, or -1: data in the JSON */
@@ -482,12 +496,16 @@ static int read_v2_input(jin *j, int idx, v2_input *in, attnd_error *e) {
                     if (in->rank > TENSOR_MAX_RANK)
                         return attnd_set_error(e, AERR_BAD_REQUEST,
                                                "inputs[%d].shape: too many dimensions", idx);
-                    if (jin_peek(j) == '[' || jin_number(j, &d) < 0 || d != floor(d) || d < 0 ||
-                        d > 1e9)
+                    if (jin_peek(j) == '[' || jin_number(j, &d) < 0 || d != floor(d) || d < 0)
                         return attnd_set_error(e, AERR_BAD_REQUEST,
                                                "inputs[%d].shape[%d]: expected a size", idx,
                                                in->rank);
-                    in->shape[in->rank++] = (long long)d;
+                    if (d > TENSOR_MAX_DIM)
+                        return attnd_set_error(e, AERR_TOO_LARGE,
+                                               "inputs[%d].shape[%d]: %.0f is too large (at most "
+                                               "%d)",
+                                               idx, in->rank, d, TENSOR_MAX_DIM);
+                    in->shape[in->rank++] = (int64_t)d;
                     int r = jin_next(j, ']');
                     if (r < 0) return attnd_set_error(e, AERR_BAD_REQUEST, "%s", j->err);
                     if (r == 1) break;
@@ -526,18 +544,20 @@ static int read_v2_input(jin *j, int idx, v2_input *in, attnd_error *e) {
 /* Checks one input against its declared shape and datatype and files it
  * under its role. */
 /* The bytes of a binary input, checked like JSON data (finite floats). */
-static int take_binary(v2_input *in, int idx, long long n, int is_bool, v2_bin *bin,
+static int take_binary(v2_input *in, int idx, uint64_t n, int is_bool, v2_bin *bin,
                        attnd_error *e) {
     size_t esz = is_bool ? 1 : sizeof(float);
+    uint64_t need;
+    sz_mul(n, esz, UINT64_MAX, &need); /* n <= TENSOR_MAX_ELEMS: cannot wrap */
     if (!is_bool && strcmp(in->datatype, "FP32") != 0)
         return attnd_set_error(e, AERR_BAD_REQUEST,
                                "inputs[%d] (%s): binary data must be FP32 or BOOL, not %s", idx,
                                in->name, in->datatype);
-    if ((unsigned long long)in->bin_size != (unsigned long long)n * esz)
+    if ((uint64_t)in->bin_size != need)
         return attnd_set_error(e, AERR_BAD_REQUEST,
                                "inputs[%d] (%s): binary_data_size %lld where shape and datatype "
-                               "need %lld",
-                               idx, in->name, in->bin_size, n * (long long)esz);
+                               "need %llu",
+                               idx, in->name, in->bin_size, (unsigned long long)need);
     if ((size_t)in->bin_size > bin->left)
         return attnd_set_error(e, AERR_BAD_REQUEST,
                                "inputs[%d] (%s): binary_data_size %lld, but %zu bytes of binary "
@@ -554,12 +574,12 @@ static int take_binary(v2_input *in, int idx, long long n, int is_bool, v2_bin *
     t->is_bool = is_bool;
     if (is_bool) {
         t->u = buf;
-        for (long long k = 0; k < n; k++)
+        for (uint64_t k = 0; k < n; k++)
             t->u[k] = t->u[k] != 0;
         return 0;
     }
     t->f = buf;
-    for (long long k = 0; k < n; k++) {
+    for (uint64_t k = 0; k < n; k++) {
         if (isfinite(t->f[k])) continue;
         int shape[TENSOR_MAX_RANK];
         for (int d = 0; d < in->rank; d++)
@@ -605,18 +625,20 @@ static int file_v2_input(v2_input *in, int idx, collected *c, char labels[][48],
         return attnd_set_error(e, AERR_BAD_REQUEST,
                                "inputs[%d] (%s).shape: takes 1 to 3 dimensions, got %d", idx,
                                in->name, in->rank);
-    long long n = 1;
-    for (int d = 0; d < in->rank; d++) {
+    for (int d = 0; d < in->rank; d++)
         if (in->shape[d] < 1)
             return attnd_set_error(e, AERR_BAD_REQUEST,
                                    "inputs[%d] (%s).shape[%d]: must be positive", idx, in->name, d);
-        n *= in->shape[d];
-    }
+    uint64_t n;
+    if (sz_prod(in->shape, in->rank, TENSOR_MAX_ELEMS, &n) < 0)
+        return attnd_set_error(e, AERR_TOO_LARGE,
+                               "inputs[%d] (%s).shape: too large: more than %llu elements", idx,
+                               in->name, (unsigned long long)TENSOR_MAX_ELEMS);
     if (in->bin_size >= 0 && take_binary(in, idx, n, is_bool, bin, e) < 0) return -1;
-    if ((size_t)n != in->data.n)
+    if (n != in->data.n)
         return attnd_set_error(e, AERR_BAD_REQUEST,
-                               "inputs[%d] (%s): shape needs %lld values, data has %zu", idx,
-                               in->name, n, in->data.n);
+                               "inputs[%d] (%s): shape needs %llu values, data has %zu", idx,
+                               in->name, (unsigned long long)n, in->data.n);
     tensor *t = &c->t[ti];
     *t = in->data;
     memset(&in->data, 0, sizeof(in->data));
@@ -910,8 +932,9 @@ int attnd_write_answer(sbuf *b, const attnd_job *job, const attnd_model_info *m,
     int orank = out_shape(job, m, oshape);
     int arank = attn_shape(job, m, ashape);
     size_t nout = (size_t)job->B * job->L * m->hp.embed_dim;
-    size_t nattn = (size_t)job->B * job->L * job->S *
-                   (job->weights == ATTN_WEIGHTS_HEADS ? (size_t)m->hp.num_heads : 1);
+    uint64_t nattn;
+    attnd_attention_floats(job->B, job->L, job->S, job->weights, m->hp.num_heads, UINT64_MAX,
+                           &nattn); /* admitted: within max_attention_floats */
     int want_attn = job->weights != ATTN_WEIGHTS_NONE && job->attn;
     size_t floats = nout + (want_attn ? nattn : 0);
     sb_reserve(b, 256 + floats * (job->enc == ENC_BASE64 && job->api == API_NATIVE ? 6 : 17));

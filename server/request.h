@@ -58,6 +58,13 @@ typedef struct {
 /* Query plus key tokens: what the token limits count. */
 long long attnd_job_tokens(const attnd_job *job);
 
+/* Floats of the attention matrices B sequences of L×S ask for: B·L·S, times
+ * H for ATTN_WEIGHTS_HEADS, 0 for none. Checked: returns -1 when the count
+ * passes limit (the one formula the parser's limit and the batcher's
+ * buffers share). */
+int attnd_attention_floats(int B, int L, int S, attn_weights_mode mode, int H, uint64_t limit,
+                           uint64_t *n);
+
 /* Reads a native body. path_model is the {name} of
  * /v1/models/{name}/attention or NULL. Returns 0, or -1 with e set
  * (400, 404, 413, 500); job holds nothing to free after a failure. */

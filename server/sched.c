@@ -210,7 +210,8 @@ static void run_batch(worker *w, attnd_req **rs, int n) {
     for (int i = 0; i < n && !fail; i++) {
         attnd_job *j = &rs[i]->job;
         if (j->weights == ATTN_WEIGHTS_NONE) continue;
-        size_t na = (size_t)j->B * j->L * j->S * (j->weights == ATTN_WEIGHTS_HEADS ? (size_t)H : 1);
+        uint64_t na;
+        attnd_attention_floats(j->B, j->L, j->S, j->weights, H, UINT64_MAX, &na); /* admitted */
         free(j->attn);
         j->attn = malloc(na * sizeof(float));
         if (!j->attn) {
@@ -280,7 +281,8 @@ static void run_batch(worker *w, attnd_req **rs, int n) {
         for (int i = 0; i < n; i++) {
             attnd_job *j = &rs[i]->job;
             size_t ls = (size_t)j->L * j->S;
-            size_t per_attn = ls * (j->weights == ATTN_WEIGHTS_HEADS ? (size_t)H : 1);
+            uint64_t per_attn;
+            attnd_attention_floats(1, j->L, j->S, j->weights, H, UINT64_MAX, &per_attn);
             for (int bb = 0; bb < j->B; bb++, si++) {
                 attn_seq *q = &w->seqs[si];
                 memset(q, 0, sizeof(*q));
@@ -321,9 +323,8 @@ static void run_batch(worker *w, attnd_req **rs, int n) {
         const float *out = w->out + off;
         size_t nout = (size_t)j->B * j->L * E;
         off += nout;
-        size_t na = j->attn ? (size_t)j->B * j->L * j->S *
-                                  (j->weights == ATTN_WEIGHTS_HEADS ? (size_t)H : 1)
-                            : 0;
+        uint64_t na = 0;
+        if (j->attn) attnd_attention_floats(j->B, j->L, j->S, j->weights, H, UINT64_MAX, &na);
         if (fail) {
             char msg[256];
             snprintf(msg, sizeof(msg), "compute failed: %.200s", err);

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../core/sizes.h"
 #include "codec.h"
 
 void tensor_free(tensor *t) {
@@ -270,10 +271,15 @@ static int read_b64(jin *j, const char *field, tensor_kind kind, int neg_inf_ok,
                                         field, TENSOR_MAX_RANK);
                         goto cleanup;
                     }
-                    if (jin_peek(j) == '[' || jin_number(j, &d) < 0 || d != floor(d) || d < 1 ||
-                        d > 1e9) {
+                    if (jin_peek(j) == '[' || jin_number(j, &d) < 0 || d != floor(d) || d < 1) {
                         attnd_set_error(e, AERR_BAD_REQUEST,
                                         "%s.shape[%d]: expected a positive integer", field, rank);
+                        goto cleanup;
+                    }
+                    if (d > TENSOR_MAX_DIM) {
+                        attnd_set_error(e, AERR_TOO_LARGE,
+                                        "%s.shape[%d]: %.0f is too large (at most %d)", field,
+                                        rank, d, TENSOR_MAX_DIM);
                         goto cleanup;
                     }
                     shape[rank++] = (int)d;
@@ -339,15 +345,16 @@ static int read_b64(jin *j, const char *field, tensor_kind kind, int neg_inf_ok,
         attnd_set_error(e, AERR_BAD_REQUEST, "%s.dtype: must be \"bool\"", field);
         goto cleanup;
     }
-    size_t n = 1;
-    for (int d = 0; d < rank; d++) {
-        n *= (size_t)shape[d];
-        if (n > ((size_t)1 << 34)) {
-            attnd_set_error(e, AERR_BAD_REQUEST, "%s.shape: too many elements", field);
-            goto cleanup;
-        }
+    int64_t dims[TENSOR_MAX_RANK];
+    for (int d = 0; d < rank; d++)
+        dims[d] = shape[d];
+    uint64_t n, need;
+    if (sz_prod(dims, rank, TENSOR_MAX_ELEMS, &n) < 0) {
+        attnd_set_error(e, AERR_TOO_LARGE, "%s.shape: too large: more than %llu elements", field,
+                        (unsigned long long)TENSOR_MAX_ELEMS);
+        goto cleanup;
     }
-    size_t need = n * (is_bool ? 1 : sizeof(float));
+    sz_mul(n, is_bool ? 1 : sizeof(float), UINT64_MAX, &need); /* n <= 2^34: cannot wrap */
     size_t cap = b64_decoded_max(b64n), got = 0;
     if (need > cap) {
         attnd_set_error(e, AERR_BAD_REQUEST,

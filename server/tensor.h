@@ -16,6 +16,11 @@
 #include "jsonin.h"
 
 #define TENSOR_MAX_RANK 4
+/* A dimension above this is refused as too large (413), and so is a shape
+ * whose element count passes TENSOR_MAX_ELEMS, before anything is
+ * allocated: no body under any max_body_bytes can carry more. */
+#define TENSOR_MAX_DIM 1000000000
+#define TENSOR_MAX_ELEMS ((uint64_t)1 << 34)
 
 typedef enum {
     TK_FLOAT, /* numbers only */

@@ -445,6 +445,56 @@ START_TEST(test_v2_binary_extension) {
 }
 END_TEST
 
+/* Shapes whose element counts wrap 64 bits: the products are checked, the
+ * request is refused as too large and nothing is read past the body. The
+ * first is the 280-byte request that killed the daemon (its product wraps
+ * to 0 and matched an empty binary part). */
+START_TEST(test_shape_products_overflow) {
+    static const struct {
+        const char *json;
+        attnd_err code;
+        const char *w;
+    } cases[] = {
+        {"{\"inputs\":[{\"name\":\"query\",\"shape\":[268435456,134217728,512],"
+         "\"datatype\":\"FP32\",\"parameters\":{\"binary_data_size\":0}}]}",
+         AERR_TOO_LARGE, "inputs[0] (query).shape: too large"},
+        {"{\"inputs\":[{\"name\":\"query\",\"shape\":[1,4],\"datatype\":\"FP32\","
+         "\"data\":[1,2,3,4]},{\"name\":\"attn_mask\",\"shape\":[268435456,134217728,512],"
+         "\"datatype\":\"FP32\",\"parameters\":{\"binary_data_size\":0}}]}",
+         AERR_TOO_LARGE, "inputs[1] (attn_mask).shape: too large"},
+        {"{\"inputs\":[{\"name\":\"query\",\"shape\":[1,4],\"datatype\":\"FP32\","
+         "\"data\":[1,2,3,4]},{\"name\":\"key_padding_mask\",\"shape\":[1000000,1000000,1000000],"
+         "\"datatype\":\"BOOL\",\"parameters\":{\"binary_data_size\":0}}]}",
+         AERR_TOO_LARGE, "inputs[1] (key_padding_mask).shape: too large"},
+        {"{\"inputs\":[{\"name\":\"query\",\"shape\":[1000000000,1000000000,1000000000],"
+         "\"datatype\":\"FP32\",\"data\":[1]}]}",
+         AERR_TOO_LARGE, "inputs[0] (query).shape: too large"},
+        {"{\"inputs\":[{\"name\":\"query\",\"shape\":[1,4294967296],\"datatype\":\"FP32\","
+         "\"data\":[1]}]}",
+         AERR_TOO_LARGE, "inputs[0].shape[1]: 4294967296 is too large"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        attnd_job job;
+        attnd_error e;
+        int rc = parse_v2_bin(cases[i].json, "", 0, &job, &e);
+        ck_assert_msg(rc < 0, "case %zu was accepted", i);
+        ck_assert_int_eq(e.code, cases[i].code);
+        ck_assert_msg(strstr(e.msg, cases[i].w), "'%s' lacks '%s'", e.msg, cases[i].w);
+    }
+    /* a base64 tensor object whose shape wraps */
+    tensor t;
+    attnd_error e;
+    ck_assert_int_lt(read_t("{\"shape\":[268435456,134217728,512],\"b64\":\"\"}", TK_FLOAT, 3, 0,
+                            &t, &e),
+                     0);
+    ck_assert_int_eq(e.code, AERR_TOO_LARGE);
+    ck_assert_msg(strstr(e.msg, "x.shape: too large"), "%s", e.msg);
+    ck_assert_int_lt(read_t("{\"shape\":[2,3000000000],\"b64\":\"\"}", TK_FLOAT, 3, 0, &t, &e), 0);
+    ck_assert_int_eq(e.code, AERR_TOO_LARGE);
+    ck_assert_msg(strstr(e.msg, "x.shape[1]: 3000000000 is too large"), "%s", e.msg);
+}
+END_TEST
+
 START_TEST(test_answers_written_back) {
     attnd_job job;
     attnd_error e;
@@ -499,6 +549,7 @@ int main(void) {
     tcase_add_test(tr, test_v2_inputs);
     tcase_add_test(tr, test_v2_refusals);
     tcase_add_test(tr, test_v2_binary_extension);
+    tcase_add_test(tr, test_shape_products_overflow);
     tcase_add_test(tr, test_answers_written_back);
     suite_add_tcase(s, tr);
     SRunner *sr = srunner_create(s);

@@ -588,6 +588,37 @@ def test_raw_socket_garbage(d):
     assert d.get("/health").status_code == 200
 
 
+# Shapes whose element counts wrap 64 bits. The first is the 280-byte
+# request that once killed the daemon: with the binary data extension, its
+# product wrapped to 0 and matched an empty binary part.
+WRAPPING_SHAPES = [
+    ("query_binary", [{"name": "query", "shape": [268435456, 134217728, 512], "datatype": "FP32",
+                       "parameters": {"binary_data_size": 0}}], True, "inputs[0]"),
+    ("attn_mask_binary", [{"name": "query", "shape": [1, E], "datatype": "FP32", "data": [0.5] * E},
+                          {"name": "attn_mask", "shape": [268435456, 134217728, 512],
+                           "datatype": "FP32", "parameters": {"binary_data_size": 0}}], True,
+     "inputs[1]"),
+    ("kpm_binary", [{"name": "query", "shape": [1, E], "datatype": "FP32", "data": [0.5] * E},
+                    {"name": "key_padding_mask", "shape": [1 << 20, 1 << 22, 1 << 22],
+                     "datatype": "BOOL", "parameters": {"binary_data_size": 0}}], True,
+     "inputs[1]"),
+    ("query_json", [{"name": "query", "shape": [1000000000, 1000000000, 1000000000],
+                     "datatype": "FP32", "data": [1.0]}], False, "inputs[0]"),
+]
+
+
+@pytest.mark.parametrize("case", WRAPPING_SHAPES, ids=[c[0] for c in WRAPPING_SHAPES])
+def test_wrapping_shape_products_413(d, case):
+    _, inputs, binary, where = case
+    body = json.dumps({"inputs": inputs}).encode()
+    headers = {"Inference-Header-Content-Length": str(len(body))} if binary else {}
+    r = post_raw(d, "/v2/models/%s/infer" % M, body, headers)
+    msg = check_error_body(r, 413)
+    mentions(msg, where, "too large")
+    assert d.alive()
+    assert d.get("/health").status_code == 200
+
+
 # ---------------------------------------------------------------- HTTP details
 
 def test_overflow_in_compute_never_leaks_nan(d):
