@@ -76,6 +76,12 @@ static const cfg_key config_keys[] = {
     {"server", "cors_origins", K_STRLIST, 1, CORS_MAX, 0, NULL, C_OFF(cors_origins),
      C_OFF(n_cors_origins), "ATTND_CORS_ORIGINS", NULL, NULL, 0,
      "allowed CORS origins (env: comma-separated); empty = CORS off"},
+    {"server", "log_format", K_STR, 1, 16, 0, "text", C_OFF(log_format), 0, "ATTND_LOG_FORMAT",
+     "--log-format", "log_format", 0, "log lines: text | json (one object per line)"},
+    {"server", "log_level", K_STR, 1, 16, 0, "info", C_OFF(log_level), 0, "ATTND_LOG_LEVEL",
+     "--log-level", "log_level", 0, "least level logged: debug | info | warn | error"},
+    {"server", "access_log", K_BOOL, 0, 1, 1, NULL, C_OFF(access_log), 0, "ATTND_ACCESS_LOG", NULL,
+     NULL, 0, "one line per request (true | false)"},
     {"batching", "max_batch_tokens", K_INT, 1, 1 << 24, 16384, NULL, C_OFF(max_batch_tokens), 0,
      "ATTND_MAX_BATCH_TOKENS", "--max-batch-tokens", NULL, 0, "query + key tokens per batch"},
     {"batching", "max_batch_requests", K_INT, 1, 4096, 64, NULL, C_OFF(max_batch_requests), 0,
@@ -137,6 +143,81 @@ int cfg_fail(char *err, size_t errlen, const char *fmt, ...) {
         va_end(ap);
     }
     return -1;
+}
+
+/* ---- "did you mean": the nearest known name to an unknown one ---- */
+
+/* Edit distance between a and b (insertions, deletions, substitutions and
+ * swaps of neighbours, case-insensitive); names past 64 bytes are never
+ * near anything. */
+static int edit_distance(const char *a, const char *b) {
+    size_t n = strlen(a), m = strlen(b);
+    if (n > 64 || m > 64) return 1 << 20;
+    int d[65][65];
+    for (size_t i = 0; i <= n; i++)
+        d[i][0] = (int)i;
+    for (size_t j = 0; j <= m; j++)
+        d[0][j] = (int)j;
+    for (size_t i = 1; i <= n; i++) {
+        for (size_t j = 1; j <= m; j++) {
+            char x = (char)tolower((unsigned char)a[i - 1]), y = (char)tolower((unsigned char)b[j - 1]);
+            int best = d[i - 1][j - 1] + (x != y);
+            if (d[i - 1][j] + 1 < best) best = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < best) best = d[i][j - 1] + 1;
+            if (i > 1 && j > 1 && x == tolower((unsigned char)b[j - 2]) &&
+                tolower((unsigned char)a[i - 2]) == y && d[i - 2][j - 2] + 1 < best)
+                best = d[i - 2][j - 2] + 1;
+            d[i][j] = best;
+        }
+    }
+    return d[n][m];
+}
+
+/* Keeps the candidate nearest to name in *best (NULL until one is near
+ * enough: at most a third of its length, and at most 3 edits). */
+typedef struct {
+    const char *name;
+    const char *best;
+    int dist;
+} nearest;
+
+static void nearest_try(nearest *n, const char *cand) {
+    int limit = (int)strlen(cand) / 3;
+    if (limit < 1) limit = 1;
+    if (limit > 3) limit = 3;
+    int d = edit_distance(n->name, cand);
+    if (d <= limit && (!n->best || d < n->dist)) {
+        n->best = cand;
+        n->dist = d;
+    }
+}
+
+/* " (did you mean \"x\"?)" into buf, or "" when nothing is near. */
+static const char *did_you_mean(const nearest *n, const char *prefix, char *buf, size_t cap) {
+    if (!n->best) return "";
+    snprintf(buf, cap, " (did you mean \"%s%s\"?)", prefix, n->best);
+    return buf;
+}
+
+/* The message for an unknown key of a section (section NULL: of a model):
+ * the nearest key of the same table, or the section a known key belongs in. */
+static int unknown_key(const char *section, const char *name, const char *src, const char *key,
+                       char *err, size_t errlen) {
+    nearest n = {name, NULL, 0};
+    char hint[160];
+    if (section) {
+        for (int i = 0; i < N_CONFIG_KEYS; i++) {
+            if (strcmp(config_keys[i].key, name) == 0)
+                return cfg_fail(err, errlen, "%s: %s: unknown key; \"%s\" belongs in \"%s\".",
+                                src, key, name, config_keys[i].section);
+            if (strcmp(config_keys[i].section, section) == 0) nearest_try(&n, config_keys[i].key);
+        }
+    } else {
+        for (int i = 0; i < N_MODEL_KEYS; i++)
+            nearest_try(&n, model_keys[i].key);
+    }
+    return cfg_fail(err, errlen, "%s: %s: unknown key%s.", src, key,
+                    did_you_mean(&n, "", hint, sizeof hint));
 }
 
 /* Replaces the string at *slot with a copy of s. Returns 0 or -1 (memory). */
@@ -208,6 +289,12 @@ static const char *string_rule(const cfg_key *k, const char *s) {
     }
     if (k->check && strcmp(k->check, "layout") == 0 && attnd_layout_index(s) < 0)
         return "must be \"torch\", \"bert\" or \"hf_proj\"";
+    if (k->check && strcmp(k->check, "log_format") == 0 && strcmp(s, "text") != 0 &&
+        strcmp(s, "json") != 0)
+        return "must be \"text\" or \"json\"";
+    if (k->check && strcmp(k->check, "log_level") == 0 && strcmp(s, "debug") != 0 &&
+        strcmp(s, "info") != 0 && strcmp(s, "warn") != 0 && strcmp(s, "error") != 0)
+        return "must be \"debug\", \"info\", \"warn\" or \"error\"";
     return NULL;
 }
 
@@ -295,11 +382,16 @@ static int store_rolemap(attnd_model_config *mc, json_t *v, const char *src, con
         int r = 0;
         while (r < ROLE_COUNT && strcmp(attnd_role_name((attnd_role)r), role) != 0)
             r++;
-        if (r == ROLE_COUNT)
+        if (r == ROLE_COUNT) {
+            nearest n = {role, NULL, 0};
+            char hint[160];
+            for (int i = 0; i < ROLE_COUNT; i++)
+                nearest_try(&n, attnd_role_name((attnd_role)i));
             return cfg_fail(err, errlen,
-                        "%s: %s.%s: unknown role (roles: q_weight, q_bias, k_weight, k_bias, "
-                        "v_weight, v_bias, out_weight, out_bias).",
-                        src, key, role);
+                            "%s: %s.%s: unknown role%s (roles: q_weight, q_bias, k_weight, "
+                            "k_bias, v_weight, v_bias, out_weight, out_bias).",
+                            src, key, role, did_you_mean(&n, "", hint, sizeof hint));
+        }
         if (!json_is_string(name))
             return cfg_fail(err, errlen, "%s: %s.%s: must be a string, not %s.", src, key, role,
                         json_type_name(name));
@@ -385,6 +477,13 @@ static int store_text(void *base, const cfg_key *k, const char *s, const char *s
             return cfg_fail(err, errlen, "%s: %s: \"%s\" is not an integer.", src, key, s);
         return store_number(base, k, v, src, key, err, errlen);
     }
+    if (k->type == K_BOOL) {
+        int v = strcmp(s, "true") == 0 || strcmp(s, "1") == 0;
+        if (!v && strcmp(s, "false") != 0 && strcmp(s, "0") != 0)
+            return cfg_fail(err, errlen, "%s: %s: \"%s\" is not true, false, 1 or 0.", src, key, s);
+        *(int *)((char *)base + k->off) = v;
+        return 0;
+    }
     if (k->type == K_STRLIST) { /* comma-separated; spaces around items are dropped */
         const char *items[CORS_MAX + 1];
         size_t lens[CORS_MAX + 1];
@@ -459,6 +558,8 @@ void attnd_config_free(attnd_config *c) {
     if (!c) return;
     free(c->host);
     free(c->api_key_env);
+    free(c->log_format);
+    free(c->log_level);
     free_strlist(&c->cors_origins, &c->n_cors_origins);
     models_free(c->models, c->n_models);
     free(c->config_path);
@@ -471,7 +572,24 @@ static char *folder_of(const char *path) {
     return strndup(path, slash ? (size_t)(slash - path + 1) : 0);
 }
 
-/* Resolves mc->weights against dir and checks that it can be read. */
+/* Checks that mc's weights file can be opened and is a regular file. */
+static int weights_readable(const attnd_model_config *mc, const char *src, const char *key,
+                            char *err, size_t errlen) {
+    int fd = open(mc->weights, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return cfg_fail(err, errlen, "%s: %s: cannot open weights file \"%s\": %s.", src, key,
+                        mc->weights, strerror(errno));
+    struct stat st;
+    int regular = fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+    close(fd);
+    if (!regular)
+        return cfg_fail(err, errlen, "%s: %s: weights \"%s\" is not a regular file.", src, key,
+                        mc->weights);
+    return 0;
+}
+
+/* Resolves mc->weights against dir and, with check_files, checks that it
+ * can be read. */
 static int resolve_weights(attnd_model_config *mc, const char *dir, int check_files,
                            const char *src, const char *key, char *err, size_t errlen) {
     if (mc->weights[0] != '/' && dir[0]) {
@@ -482,18 +600,7 @@ static int resolve_weights(attnd_model_config *mc, const char *dir, int check_fi
         free(mc->weights);
         mc->weights = full;
     }
-    if (!check_files) return 0;
-    int fd = open(mc->weights, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return cfg_fail(err, errlen, "%s: %s: cannot open weights file \"%s\": %s.", src, key,
-                    mc->weights, strerror(errno));
-    struct stat st;
-    int regular = fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
-    close(fd);
-    if (!regular)
-        return cfg_fail(err, errlen, "%s: %s: weights \"%s\" is not a regular file.", src, key,
-                    mc->weights);
-    return 0;
+    return check_files ? weights_readable(mc, src, key, err, errlen) : 0;
 }
 
 /* Reads one entry of "models" into mc (zeroed by the caller). */
@@ -515,7 +622,7 @@ static int parse_model(attnd_model_config *mc, json_t *obj, int idx, const char 
         while (i < N_MODEL_KEYS && strcmp(model_keys[i].key, name) != 0)
             i++;
         snprintf(key, sizeof key, "models[%d].%.100s", idx, name);
-        if (i == N_MODEL_KEYS) return cfg_fail(err, errlen, "%s: %s: unknown key.", src, key);
+        if (i == N_MODEL_KEYS) return unknown_key(NULL, name, src, key, err, errlen);
         if (store_json(mc, &model_keys[i], v, src, key, err, errlen) != 0) return -1;
         given[i] = 1;
     }
@@ -596,7 +703,7 @@ static int parse_section(attnd_config *c, const char *section, json_t *obj, cons
             if (strcmp(config_keys[i].section, section) == 0 &&
                 strcmp(config_keys[i].key, name) == 0)
                 k = &config_keys[i];
-        if (!k) return cfg_fail(err, errlen, "%s: %s: unknown key.", src, key);
+        if (!k) return unknown_key(section, name, src, key, err, errlen);
         if (store_json(c, k, v, src, key, err, errlen) != 0) return -1;
     }
     return 0;
@@ -631,9 +738,14 @@ int attnd_config_load_mem(attnd_config *c, const char *text, size_t len, const c
         while (s < N_SECTIONS && strcmp(sections[s], name) != 0)
             s++;
         if (s == N_SECTIONS) {
+            nearest n = {name, NULL, 0};
+            char hint[160];
+            for (int i = 0; i < N_SECTIONS; i++)
+                nearest_try(&n, sections[i]);
             cfg_fail(err, errlen,
-                 "%s: %.100s: unknown key (known: server, batching, workers, limits, models).",
-                 file, name);
+                     "%s: %.100s: unknown key%s (known: server, batching, workers, limits, "
+                     "models).",
+                     file, name, did_you_mean(&n, "", hint, sizeof hint));
             goto cleanup;
         }
         int bad = strcmp(name, "models") == 0
@@ -648,7 +760,8 @@ cleanup:
     return rc;
 }
 
-int attnd_config_load_file(attnd_config *c, const char *path, char *err, size_t errlen) {
+static int load_file(attnd_config *c, const char *path, int check_files, char *err,
+                     size_t errlen) {
     FILE *f = NULL;
     char *text = NULL;
     int rc = -1;
@@ -671,11 +784,15 @@ int attnd_config_load_file(attnd_config *c, const char *path, char *err, size_t 
         cfg_fail(err, errlen, "%s: config file is larger than %u bytes.", path, CONFIG_MAX_BYTES);
         goto cleanup;
     }
-    rc = attnd_config_load_mem(c, text, n, path, 1, err, errlen);
+    rc = attnd_config_load_mem(c, text, n, path, check_files, err, errlen);
 cleanup:
     free(text);
     if (f) fclose(f);
     return rc;
+}
+
+int attnd_config_load_file(attnd_config *c, const char *path, char *err, size_t errlen) {
+    return load_file(c, path, 1, err, errlen);
 }
 
 /* Adds the embedded default model (weights == NULL). */
@@ -730,7 +847,11 @@ int attnd_config_from_args(attnd_config *c, int argc, char **argv, int *want_hel
         const char *a = argv[i], *val = NULL;
         size_t flen;
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-            *want_help = 1;
+            *want_help = ATTND_WANT_HELP;
+            return 0;
+        }
+        if (strcmp(a, "--version") == 0) {
+            *want_help = ATTND_WANT_VERSION;
             return 0;
         }
         if (strncmp(a, "--", 2) != 0) {
@@ -741,7 +862,16 @@ int attnd_config_from_args(attnd_config *c, int argc, char **argv, int *want_hel
         flen = eq ? (size_t)(eq - a) : strlen(a);
         int is_config = flen == 8 && strncmp(a, "--config", 8) == 0;
         if (!is_config && !find_flag(a, flen)) {
-            cfg_fail(err, errlen, "unknown flag \"%.*s\" (see --help).", (int)flen, a);
+            char name[80], hint[160];
+            snprintf(name, sizeof name, "%.*s", (int)(flen < 79 ? flen : 79), a);
+            nearest n = {name + 2, NULL, 0};
+            nearest_try(&n, "config");
+            nearest_try(&n, "help");
+            nearest_try(&n, "version");
+            for (int k = 0; k < N_CONFIG_KEYS; k++)
+                if (config_keys[k].flag) nearest_try(&n, config_keys[k].flag + 2);
+            cfg_fail(err, errlen, "unknown flag \"%.*s\"%s (see --help).", (int)flen, a,
+                     did_you_mean(&n, "--", hint, sizeof hint));
             goto fail;
         }
         if (flag_value(argc, argv, &i, &flen, &val, err, errlen) != 0) goto fail;
@@ -751,7 +881,7 @@ int attnd_config_from_args(attnd_config *c, int argc, char **argv, int *want_hel
         const char *env = getenv("ATTND_CONFIG");
         if (env && *env) config_file = env;
     }
-    if (config_file && attnd_config_load_file(c, config_file, err, errlen) != 0) goto fail;
+    if (config_file && load_file(c, config_file, 0, err, errlen) != 0) goto fail;
     for (int i = 0; i < N_CONFIG_KEYS; i++) {
         const cfg_key *k = &config_keys[i];
         const char *env = k->env ? getenv(k->env) : NULL;
@@ -771,6 +901,14 @@ int attnd_config_from_args(attnd_config *c, int argc, char **argv, int *want_hel
         if (store_text(c, k, val, src, key, err, errlen) != 0) goto fail;
     }
     if (c->n_models == 0 && add_default_model(c, err, errlen) != 0) goto fail;
+    /* the config is sound; what is left is the weights files' business */
+    for (int i = 0; i < c->n_models; i++) {
+        snprintf(key, sizeof key, "models[%d].weights", i);
+        if (c->models[i].weights && weights_readable(&c->models[i], config_file, key, err, errlen)) {
+            attnd_config_free(c);
+            return -2;
+        }
+    }
     return 0;
 fail:
     attnd_config_free(c);
@@ -792,6 +930,7 @@ void attnd_config_usage(FILE *f, const char *argv0) {
         snprintf(left, sizeof left, "%s %s", k->flag, k->type == K_STR ? "STR" : "N");
         fprintf(f, "  %-28s %s.%s: %s\n", left, k->section, k->key, k->help);
     }
+    fprintf(f, "  %-28s print the version and exit\n", "--version");
     fprintf(f, "  %-28s print this and exit\n\nEnvironment:\n", "-h, --help");
     fprintf(f, "  %-28s config file, when --config is not given\n", "ATTND_CONFIG");
     for (int i = 0; i < N_CONFIG_KEYS; i++) {
@@ -802,6 +941,8 @@ void attnd_config_usage(FILE *f, const char *argv0) {
             snprintf(def, sizeof def, "\"%s\"", k->def_str ? k->def_str : "");
         else if (k->type == K_STRLIST)
             snprintf(def, sizeof def, "none");
+        else if (k->type == K_BOOL)
+            snprintf(def, sizeof def, "%s", k->def ? "true" : "false");
         else
             snprintf(def, sizeof def, "%lld", k->def);
         fprintf(f, "  %-28s %s.%s (default %s)\n", k->env, k->section, k->key, def);

@@ -43,6 +43,9 @@ typedef struct {
     char *api_key_env;        /* name of the env variable holding the API key */
     char **cors_origins;      /* allowed origins; n_cors_origins == 0 = CORS off */
     int n_cors_origins;
+    char *log_format;         /* "text" | "json" */
+    char *log_level;          /* "debug" | "info" | "warn" | "error": the least level logged */
+    int access_log;           /* 1: one line per request */
     /* batching */
     int max_batch_tokens;     /* query + key tokens per batch */
     int max_batch_requests;   /* 1 = batching off */
@@ -68,10 +71,16 @@ int attnd_config_defaults(attnd_config *c);
  * of range values are refused: err names the file, the key and the reason. */
 int attnd_config_load_file(attnd_config *c, const char *path, char *err, size_t errlen);
 
+/* What attnd_config_from_args found instead of a run: --help or --version. */
+enum { ATTND_WANT_RUN = 0, ATTND_WANT_HELP = 1, ATTND_WANT_VERSION = 2 };
+
 /* The whole start-up road: defaults, then the file from --config or
  * ATTND_CONFIG, then ATTND_* variables, then flags; with no model
- * configured, the embedded default model. Sets *want_help when --help was
- * given. Returns 0 or -1 with err set. */
+ * configured, the embedded default model. Sets *want_help to
+ * ATTND_WANT_HELP or ATTND_WANT_VERSION when --help or --version was given
+ * (and reads nothing else). Returns 0; -1 with err set when the config,
+ * a flag or a variable is wrong; -2 with err set when a model's weights
+ * file cannot be opened (the config itself is sound). */
 int attnd_config_from_args(attnd_config *c, int argc, char **argv, int *want_help,
                            char *err, size_t errlen);
 

@@ -14,6 +14,7 @@
 #include <jansson.h>
 #include <microhttpd.h>
 #include <netdb.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,12 +28,11 @@
 #include "../core/sizes.h"
 #include "codec.h"
 #include "errors.h"
+#include "log.h"
 #include "metrics.h"
 #include "request.h"
 #include "routes.h"
 #include "sched.h"
-
-#define ATTND_VERSION "0.1.0"
 
 extern const char attnd_openapi_json[];
 extern const size_t attnd_openapi_json_len;
@@ -501,16 +501,9 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     }
     (void)toe;
     metrics_request(&s->metrics, h->rid, status, now - h->t_recv_us);
-    /* the access log: one line, nothing secret */
-    char ts[32];
-    struct timespec wall;
-    struct tm tm;
-    clock_gettime(CLOCK_REALTIME, &wall);
-    gmtime_r(&wall.tv_sec, &tm);
-    strftime(ts, sizeof(ts), "%Y-%m-%dT%H:%M:%S", &tm);
-    printf("%s.%03ldZ method=%s path=%s status=%d bytes=%zu ms=%.3f batch=%d id=%s\n", ts,
-           wall.tv_nsec / 1000000, h->method, h->path, status, h->sent_bytes,
-           (double)(now - h->t_recv_us) / 1e3, h->r.batch_requests, h->id);
+    attnd_access a = {h->method, h->path, status, h->sent_bytes,
+                      (double)(now - h->t_recv_us) / 1e3, h->r.batch_requests, h->id};
+    attnd_log_access(&a); /* nothing secret: no headers, no body */
     atomic_fetch_sub(&s->active, 1);
     attnd_req_unref(&h->r);
 }
@@ -621,8 +614,9 @@ static int load_models(attnd_server *s, char *err, size_t errlen) {
         s->info[i].name = mc->name;
         s->info[i].hp = s->models[i].hp;
         const attn_hparams *hp = &s->models[i].hp;
-        printf("model %s: embed_dim=%d num_heads=%d kdim=%d vdim=%d bias=%s causal=%s weights=%s\n",
-               mc->name, hp->embed_dim, hp->num_heads, hp->kdim, hp->vdim,
+        attnd_log(LOG_INFO,
+                  "model %s: embed_dim=%d num_heads=%d kdim=%d vdim=%d bias=%s causal=%s weights=%s",
+                  mc->name, hp->embed_dim, hp->num_heads, hp->kdim, hp->vdim,
                hp->bias ? "true" : "false", hp->causal ? "true" : "false",
                mc->weights ? mc->weights : "embedded default (fixed seed)");
     }
@@ -631,6 +625,17 @@ static int load_models(attnd_server *s, char *err, size_t errlen) {
     s->env.max_tokens_per_request = c->max_tokens_per_request;
     s->env.max_attention_floats = c->max_attention_floats;
     return 0;
+}
+
+/* libmicrohttpd's own messages, as warnings of the one log. */
+static void mhd_log(void *cls, const char *fmt, va_list ap) {
+    (void)cls;
+    char msg[512];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    size_t n = strlen(msg);
+    while (n && (msg[n - 1] == '\n' || msg[n - 1] == '\r'))
+        msg[--n] = '\0';
+    attnd_log(LOG_WARN, "http: %s", msg);
 }
 
 static int start_mhd(attnd_server *s, char *err, size_t errlen) {
@@ -651,7 +656,8 @@ static int start_mhd(attnd_server *s, char *err, size_t errlen) {
                      MHD_USE_ERROR_LOG;
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
     s->mhd = MHD_start_daemon(
-        flags, (uint16_t)c->port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+        flags, (uint16_t)c->port, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log,
+        NULL, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
         MHD_OPTION_THREAD_POOL_SIZE, (unsigned)c->http_threads, MHD_OPTION_CONNECTION_LIMIT,
         (unsigned)c->max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
         (unsigned)c->connection_timeout_s, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
@@ -667,7 +673,9 @@ static int start_mhd(attnd_server *s, char *err, size_t errlen) {
     return 0;
 }
 
-attnd_server *attnd_server_new(const attnd_config *cfg, char *err, size_t errlen) {
+attnd_server *attnd_server_new(const attnd_config *cfg, attnd_exit *why, char *err,
+                               size_t errlen) {
+    *why = ATTND_EXIT_INTERNAL;
     attnd_server *s = calloc(1, sizeof(*s));
     if (!s) {
         snprintf(err, errlen, "out of memory");
@@ -687,14 +695,20 @@ attnd_server *attnd_server_new(const attnd_config *cfg, char *err, size_t errlen
         s->api_key_len = strlen(key);
         if (!s->api_key) goto oom;
     }
-    if (load_models(s, err, errlen) < 0) goto fail;
+    if (load_models(s, err, errlen) < 0) {
+        *why = ATTND_EXIT_WEIGHTS;
+        goto fail;
+    }
     if (build_bodies(s) < 0) goto oom;
     attnd_sched_opts o = {cfg, s->models, s->info, s->n_models, &s->metrics, on_answer_ready, s};
     s->sched = attnd_sched_new(&o, err, errlen);
     if (!s->sched) goto fail;
-    if (start_mhd(s, err, errlen) < 0) goto fail;
-    printf("api key: %s; cors: %s\n", s->api_key ? "required" : "none",
-           cfg->n_cors_origins ? "on" : "off");
+    if (start_mhd(s, err, errlen) < 0) {
+        *why = ATTND_EXIT_LISTEN;
+        goto fail;
+    }
+    attnd_log(LOG_INFO, "api key: %s; cors: %s", s->api_key ? "required" : "none",
+              cfg->n_cors_origins ? "on" : "off");
     atomic_store(&s->state, S_READY);
     return s;
 oom:

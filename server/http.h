@@ -10,11 +10,25 @@
 
 #include "../config/config.h"
 
+#define ATTND_VERSION "0.2.0"
+
+/* The daemon's exit codes, one meaning each (docs/config.md lists them). */
+typedef enum {
+    ATTND_EXIT_OK = 0,       /* stopped by a signal, every admitted request answered */
+    ATTND_EXIT_INTERNAL = 1, /* out of memory or threads, or another internal failure */
+    ATTND_EXIT_CONFIG = 2,   /* the config file, a flag or an ATTND_* variable is wrong */
+    ATTND_EXIT_WEIGHTS = 3,  /* a weights file is missing, unreadable or does not fit */
+    ATTND_EXIT_LISTEN = 4,   /* cannot listen on the host and port */
+    ATTND_EXIT_DRAIN = 5     /* the drain deadline passed with answers unfinished */
+} attnd_exit;
+
 typedef struct attnd_server attnd_server;
 
 /* Loads every model of cfg (cfg must outlive the server), starts workers
- * and the HTTP daemon. Logs the models to stdout. Returns NULL with err set. */
-attnd_server *attnd_server_new(const attnd_config *cfg, char *err, size_t errlen);
+ * and the HTTP daemon. Logs the models. Returns NULL with err set and *why
+ * saying which kind of failure it was. */
+attnd_server *attnd_server_new(const attnd_config *cfg, attnd_exit *why, char *err,
+                               size_t errlen);
 
 /* The port it listens on (the chosen one when cfg->port is 0). */
 int attnd_server_port(const attnd_server *s);

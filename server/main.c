@@ -1,5 +1,15 @@
-/* main.c - attnd: read the config, start the server, wait for SIGTERM or
- * SIGINT, drain, exit 0. The only place that exits. */
+/* main.c - attnd: read the config, start the server, wait for a stop
+ * signal, drain, exit. The only place that exits; its codes are
+ * attnd_exit's (http.h), one meaning each.
+ *
+ * Signals (docs/config.md, "Signals and exit codes"):
+ *   SIGTERM, SIGINT, SIGQUIT  drain: stop accepting, answer every admitted
+ *                             request, exit 0
+ *   SIGHUP, SIGUSR1, SIGUSR2  logged and ignored: attnd does not reload its
+ *                             config or weights in place (restart it, which
+ *                             is what a rolling update does anyway)
+ *   SIGPIPE                   ignored (a client that left is seen as such)
+ */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,61 +18,84 @@
 #include "../config/config.h"
 #include "../core/attn.h"
 #include "http.h"
+#include "log.h"
 
 void openblas_set_num_threads(int n);
+
+/* The signals main() takes with sigwait; every thread inherits them blocked. */
+static void stop_signals(sigset_t *set) {
+    sigemptyset(set);
+    sigaddset(set, SIGTERM);
+    sigaddset(set, SIGINT);
+    sigaddset(set, SIGQUIT);
+    sigaddset(set, SIGHUP);
+    sigaddset(set, SIGUSR1);
+    sigaddset(set, SIGUSR2);
+}
+
+/* Waits for a signal that stops the daemon; logs and ignores the others. */
+static int wait_for_stop(const sigset_t *set) {
+    for (;;) {
+        int sig = 0;
+        if (sigwait(set, &sig) != 0) continue;
+        if (sig == SIGTERM || sig == SIGINT || sig == SIGQUIT) return sig;
+        attnd_log(LOG_WARN, "SIG%s: ignored (attnd does not reload in place; restart it to apply a change)",
+                  sigabbrev_np(sig));
+    }
+}
 
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     attnd_config cfg;
     memset(&cfg, 0, sizeof(cfg));
     char err[1024] = "";
-    int help = 0;
-    if (attnd_config_from_args(&cfg, argc, argv, &help, err, sizeof(err)) < 0) {
-        fprintf(stderr, "attnd: %s\n", err);
-        attnd_config_free(&cfg);
-        return 2;
+    int want = ATTND_WANT_RUN;
+    int rc = attnd_config_from_args(&cfg, argc, argv, &want, err, sizeof(err));
+    if (rc < 0) {
+        attnd_log(LOG_ERROR, "attnd: %s", err);
+        return rc == -2 ? ATTND_EXIT_WEIGHTS : ATTND_EXIT_CONFIG;
     }
-    if (help) {
-        attnd_config_usage(stdout, argv[0]);
+    if (want == ATTND_WANT_HELP) attnd_config_usage(stdout, argv[0]);
+    if (want == ATTND_WANT_VERSION) printf("attnd %s\n", ATTND_VERSION);
+    if (want != ATTND_WANT_RUN) {
         attnd_config_free(&cfg);
-        return 0;
+        return ATTND_EXIT_OK;
     }
+    attnd_log_setup(strcmp(cfg.log_format, "json") == 0, attnd_log_level_parse(cfg.log_level),
+                    cfg.access_log);
     /* the core owns parallelism; OpenBLAS stays single-threaded */
     openblas_set_num_threads(1);
 
-    /* every thread started from here on inherits the blocked signals; main
-     * takes them with sigwait */
     sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGINT);
+    stop_signals(&set);
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    printf("attnd starting: blas core %s, %d worker%s x %d thread%s, %d http thread%s\n",
-           attn_blas_corename(), cfg.worker_threads, cfg.worker_threads == 1 ? "" : "s",
-           cfg.blas_threads, cfg.blas_threads == 1 ? "" : "s", cfg.http_threads,
-           cfg.http_threads == 1 ? "" : "s");
+    attnd_log(LOG_INFO, "attnd %s starting: blas core %s, %d worker%s x %d thread%s, %d http thread%s",
+              ATTND_VERSION, attn_blas_corename(), cfg.worker_threads,
+              cfg.worker_threads == 1 ? "" : "s", cfg.blas_threads,
+              cfg.blas_threads == 1 ? "" : "s", cfg.http_threads, cfg.http_threads == 1 ? "" : "s");
     if (cfg.config_path)
-        printf("config %s\n", cfg.config_path);
+        attnd_log(LOG_INFO, "config %s", cfg.config_path);
     else
-        printf("no config file: serving the embedded default model\n");
-    attnd_server *srv = attnd_server_new(&cfg, err, sizeof(err));
+        attnd_log(LOG_INFO, "no config file: serving the embedded default model");
+    attnd_exit why = ATTND_EXIT_OK;
+    attnd_server *srv = attnd_server_new(&cfg, &why, err, sizeof(err));
     if (!srv) {
-        fprintf(stderr, "attnd: %s\n", err);
+        attnd_log(LOG_ERROR, "attnd: %s", err);
         attnd_config_free(&cfg);
-        return 1;
+        return why;
     }
     const char *host = cfg.host;
     int v6 = strchr(host, ':') != NULL;
-    printf("listening on %s%s%s:%d\n", v6 ? "[" : "", host, v6 ? "]" : "", attnd_server_port(srv));
+    attnd_log(LOG_INFO, "listening on %s%s%s:%d", v6 ? "[" : "", host, v6 ? "]" : "",
+              attnd_server_port(srv));
 
-    int sig = 0;
-    sigwait(&set, &sig);
-    printf("%s: draining\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    int sig = wait_for_stop(&set);
+    attnd_log(LOG_INFO, "SIG%s: draining", sigabbrev_np(sig));
     attnd_server_drain(srv);
     attnd_server_free(srv);
     attnd_config_free(&cfg);
-    printf("stopped\n");
-    return 0;
+    attnd_log(LOG_INFO, "stopped");
+    return ATTND_EXIT_OK;
 }

@@ -4,6 +4,7 @@ F16/BF16 weights; a bad config or bad weights file is refused at start-up,
 naming the file and the key (or tensor), with a non-zero exit."""
 import json
 import os
+import re
 import subprocess
 
 import numpy as np
@@ -16,8 +17,12 @@ GOLDENS = {g["name"]: m for g, m in support.load_goldens()}
 SMALL = GOLDENS["self_e16_h1"]
 
 
-def refused(tmp_path, cfg, must_name=(), args=None, env=None):
-    """Starts attnd with a bad config; asserts it exits non-zero within 30 s
+# The exit codes, one meaning each (docs/config.md, "Signals and exit codes").
+EXIT_CONFIG, EXIT_WEIGHTS, EXIT_LISTEN = 2, 3, 4
+
+
+def refused(tmp_path, cfg, must_name=(), args=None, env=None, code=EXIT_CONFIG):
+    """Starts attnd with a bad config; asserts it exits with code within 30 s
     and that its output names every string in must_name."""
     path = tmp_path / "bad-config.json"
     path.write_text(cfg if isinstance(cfg, str) else json.dumps(cfg))
@@ -36,6 +41,7 @@ def refused(tmp_path, cfg, must_name=(), args=None, env=None):
     text = (out + err).decode(errors="replace")
     assert p.returncode != 0, "exit code 0 for a bad config:\n" + text
     assert p.returncode > 0, "killed by signal %d:\n%s" % (-p.returncode, text)
+    assert p.returncode == code, "exit code %d, not %d:\n%s" % (p.returncode, code, text)
     assert "bad-config.json" in text, "the message does not name the config file:\n" + text
     for w in must_name:
         assert w in text, "the message does not name %r:\n%s" % (w, text)
@@ -67,6 +73,21 @@ BAD = [
     ("model_heads_do_not_divide", {"models": [model_cfg(num_heads=3)]}, ("num_heads",)),
     ("models_not_list", {"models": {"name": "x"}}, ("models",)),
     ("duplicate_model_names", {"models": [model_cfg(), model_cfg()]}, ("self_e16_h1",)),
+    ("server_key_in_wrong_section", {"server": {"max_batch_tokens": 3},
+                                     "models": [model_cfg()]}, ("belongs in \"batching\"",)),
+    ("did_you_mean_section", {"sevrer": {}, "models": [model_cfg()]},
+     ('did you mean "server"',)),
+    ("did_you_mean_model_key", {"models": [model_cfg(num_head=1)]},
+     ('did you mean "num_heads"',)),
+    ("did_you_mean_server_key", {"server": {"max_conections": 3}, "models": [model_cfg()]},
+     ('did you mean "max_connections"',)),
+    ("did_you_mean_role", {"models": [model_cfg(tensors={"q_wieght": "x"})]},
+     ('did you mean "q_weight"',)),
+    ("bad_log_format", {"server": {"log_format": "xml"}, "models": [model_cfg()]},
+     ("log_format",)),
+]
+
+BAD_WEIGHTS = [
     ("weights_file_missing", {"models": [model_cfg(weights="no-such-file.safetensors")]},
      ("no-such-file.safetensors",)),
     ("embed_dim_disagrees_with_weights", {"models": [model_cfg(embed_dim=32, num_heads=1, kdim=32,
@@ -79,6 +100,12 @@ BAD = [
 def test_bad_config_refused(tmp_path, case):
     _, cfg, words = case
     refused(tmp_path, cfg, words)
+
+
+@pytest.mark.parametrize("case", BAD_WEIGHTS, ids=[c[0] for c in BAD_WEIGHTS])
+def test_bad_weights_config_exit_3(tmp_path, case):
+    _, cfg, words = case
+    refused(tmp_path, cfg, words, code=EXIT_WEIGHTS)
 
 
 def weights_file_cases(tmp_path):
@@ -121,7 +148,7 @@ def test_bad_weights_refused(tmp_path, which):
     w = tmp_path / ("broken-%s.safetensors" % cid)
     w.write_bytes(data)
     words = ["broken-%s.safetensors" % cid] + ([tensor] if tensor else [])
-    refused(tmp_path, {"models": [model_cfg(weights=str(w))]}, words)
+    refused(tmp_path, {"models": [model_cfg(weights=str(w))]}, words, code=EXIT_WEIGHTS)
 
 
 def test_help_lists_flags():
@@ -136,8 +163,24 @@ def test_help_lists_flags():
 def test_unknown_flag_refused():
     p = subprocess.run([str(BIN), "--no-such-flag"], capture_output=True, timeout=30)
     text = (p.stdout + p.stderr).decode(errors="replace")
-    assert p.returncode > 0, text
+    assert p.returncode == EXIT_CONFIG, text
     assert "--no-such-flag" in text, text
+
+
+@pytest.mark.parametrize("flag,near", [("--prot", "--port"), ("--worker", "--workers"),
+                                       ("--log-fromat", "--log-format")])
+def test_unknown_flag_suggests_nearest(flag, near):
+    p = subprocess.run([str(BIN), flag, "1"], capture_output=True, timeout=30)
+    text = (p.stdout + p.stderr).decode(errors="replace")
+    assert p.returncode == EXIT_CONFIG, text
+    assert 'did you mean "%s"' % near in text, text
+
+
+def test_version():
+    p = subprocess.run([str(BIN), "--version"], capture_output=True, timeout=30)
+    text = p.stdout.decode()
+    assert p.returncode == 0, text
+    assert re.fullmatch(r"attnd \d+\.\d+\.\d+\n", text), text
 
 
 def check_serves(d, m):
@@ -266,8 +309,8 @@ def test_cross_weights_with_kdim_vdim(fresh_daemons, tmp_path):
     assert rel_err(from_b64_tensor(r.json()["output"]), m.forward(q, k, v)[0]) <= 1e-5
 
 
-def start_refused(args, env=None, must_name=()):
-    """Runs attnd with args (no config file); asserts a prompt non-zero exit
+def start_refused(args, env=None, must_name=(), code=EXIT_CONFIG):
+    """Runs attnd with args (no config file); asserts a prompt exit with code
     whose output names every string in must_name."""
     e = {k: v for k, v in os.environ.items() if not k.startswith("ATTND_")}
     e.update(env or {})
@@ -276,7 +319,7 @@ def start_refused(args, env=None, must_name=()):
     except subprocess.TimeoutExpired:
         raise AssertionError("attnd kept running with %s %s" % (args, env))
     text = (p.stdout + p.stderr).decode(errors="replace")
-    assert p.returncode > 0, "exit %d for %s %s:\n%s" % (p.returncode, args, env, text)
+    assert p.returncode == code, "exit %d for %s %s:\n%s" % (p.returncode, args, env, text)
     for w in must_name:
         assert w in text, "the message does not name %r:\n%s" % (w, text)
     return text
@@ -289,7 +332,8 @@ def test_port_in_use_refused():
     s.listen(1)
     port = s.getsockname()[1]
     try:
-        start_refused(["--host", "127.0.0.1", "--port", str(port)], must_name=(str(port),))
+        start_refused(["--host", "127.0.0.1", "--port", str(port)], must_name=(str(port),),
+                      code=EXIT_LISTEN)
     finally:
         s.close()
 

@@ -1,0 +1,100 @@
+/* log.c - timestamped, levelled log lines in text or JSON. See log.h. */
+#include "log.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "codec.h"
+
+static struct {
+    int json;
+    attnd_log_level min;
+    int access;
+} conf = {0, LOG_INFO, 1};
+
+static const char *const LEVEL_NAMES[] = {"debug", "info", "warn", "error"};
+
+void attnd_log_setup(int json, attnd_log_level min_level, int access_log) {
+    conf.json = json;
+    conf.min = min_level;
+    conf.access = access_log;
+}
+
+int attnd_log_level_parse(const char *s) {
+    for (int i = 0; i < 4; i++)
+        if (strcmp(s, LEVEL_NAMES[i]) == 0) return i;
+    return -1;
+}
+
+/* "2026-11-23T18:40:00.123Z" into buf (32 bytes). */
+static void timestamp(char *buf) {
+    struct timespec now;
+    struct tm tm;
+    clock_gettime(CLOCK_REALTIME, &now);
+    gmtime_r(&now.tv_sec, &tm);
+    size_t n = strftime(buf, 32, "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(buf + n, 32 - n, ".%03ldZ", now.tv_nsec / 1000000);
+}
+
+/* The line's start: timestamp and level, as text or as the opening of a
+ * JSON object (the caller adds its fields and closes it). */
+static void line_start(sbuf *b, attnd_log_level level) {
+    char ts[32];
+    timestamp(ts);
+    if (conf.json)
+        sb_printf(b, "{\"ts\":\"%s\",\"level\":\"%s\"", ts, LEVEL_NAMES[level]);
+    else
+        sb_printf(b, "%s %s ", ts, LEVEL_NAMES[level]);
+}
+
+static void line_end(sbuf *b, attnd_log_level level) {
+    if (conf.json) sb_putc(b, '}');
+    sb_putc(b, '\n');
+    if (b->oom) return;
+    FILE *f = level == LOG_ERROR ? stderr : stdout;
+    fwrite(b->p, 1, b->len, f);
+    fflush(f);
+}
+
+void attnd_log(attnd_log_level level, const char *fmt, ...) {
+    if (level < conf.min) return;
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    sbuf b;
+    sb_init(&b);
+    line_start(&b, level);
+    if (conf.json) {
+        sb_puts(&b, ",\"msg\":");
+        sb_json_str(&b, msg);
+    } else {
+        sb_puts(&b, msg);
+    }
+    line_end(&b, level);
+    sb_free(&b);
+}
+
+void attnd_log_access(const attnd_access *a) {
+    if (!conf.access || LOG_INFO < conf.min) return;
+    sbuf b;
+    sb_init(&b);
+    line_start(&b, LOG_INFO);
+    if (conf.json) {
+        sb_puts(&b, ",\"msg\":\"access\",\"method\":");
+        sb_json_str(&b, a->method);
+        sb_puts(&b, ",\"path\":");
+        sb_json_str(&b, a->path);
+        sb_printf(&b, ",\"status\":%d,\"bytes\":%zu,\"ms\":%.3f,\"batch\":%d,\"id\":", a->status,
+                  a->bytes, a->ms, a->batch);
+        sb_json_str(&b, a->id);
+    } else {
+        sb_printf(&b, "method=%s path=%s status=%d bytes=%zu ms=%.3f batch=%d id=%s", a->method,
+                  a->path, a->status, a->bytes, a->ms, a->batch, a->id);
+    }
+    line_end(&b, LOG_INFO);
+    sb_free(&b);
+}

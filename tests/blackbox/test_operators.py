@@ -1,0 +1,88 @@
+"""What an operator sees of the daemon (issue: treat operators the way their
+other daemons do): every log line timestamped and levelled, in text or JSON
+lines, the access log switchable, and every signal a container runtime or
+systemd sends with its documented outcome (docs/config.md, "Signals and exit
+codes")."""
+import json
+import re
+import signal
+
+import pytest
+
+import support
+
+TEXT_LINE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z (debug|info|warn|error) \S")
+
+
+def lines(d):
+    return [l for l in (d.stdout() + d.stderr()).splitlines() if l.strip()]
+
+
+def hello(d):
+    r = d.post("/v1/attention", {"query": [[0.25] * 512, [-0.5] * 512]})
+    assert r.status_code == 200, r.text[:200]
+    return r
+
+
+def test_text_lines_all_timestamped(fresh_daemons):
+    d = fresh_daemons()
+    hello(d)
+    d.get("/no/such/route")
+    assert d.stop() == 0
+    got = lines(d)
+    assert any("listening on" in l for l in got), got
+    assert any("status=404" in l for l in got), got
+    for l in got:
+        assert TEXT_LINE.match(l), "line without a timestamp and level: %r" % l
+
+
+def test_json_lines(fresh_daemons):
+    d = fresh_daemons(args=["--log-format", "json"])
+    hello(d)
+    assert d.stop() == 0
+    got = [json.loads(l) for l in lines(d)]  # every line is one JSON object
+    for o in got:
+        assert re.match(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$", o["ts"]), o
+        assert o["level"] in ("debug", "info", "warn", "error"), o
+        assert isinstance(o["msg"], str), o
+    access = [o for o in got if o["msg"] == "access" and o["method"] == "POST"]
+    assert access and access[0]["method"] == "POST" and access[0]["status"] == 200, got
+    assert access[0]["path"] == "/v1/attention" and access[0]["batch"] >= 1, access
+
+
+def test_access_log_off_and_level(fresh_daemons):
+    d = fresh_daemons({"server": {"access_log": False}})
+    hello(d)
+    assert d.stop() == 0
+    got = lines(d)
+    assert not [l for l in got if "status=" in l], got
+    assert any("listening on" in l for l in got), got
+    q = fresh_daemons(env={"ATTND_LOG_LEVEL": "warn", "ATTND_ACCESS_LOG": "true"})
+    hello(q)
+    q.send_signal(signal.SIGHUP)  # a warning, which the level lets through
+    assert support.wait_until(lambda: "SIGHUP" in q.stdout(), 10)
+    assert q.stop() == 0
+    got = lines(q)
+    assert not [l for l in got if " info " in l], got
+
+
+@pytest.mark.parametrize("sig", [signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2])
+def test_reload_signals_are_ignored(fresh_daemons, sig):
+    """SIGHUP (systemd's reload, a closed terminal) and the user signals
+    never kill a serving daemon: logged, ignored, still serving."""
+    d = fresh_daemons()
+    d.send_signal(sig)
+    name = signal.Signals(sig).name
+    assert support.wait_until(lambda: name in d.stdout(), 10), d.logs()
+    assert d.alive()
+    hello(d)
+    assert d.get("/health").status_code == 200
+    assert d.stop() == 0
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGQUIT])
+def test_stop_signals_drain_and_exit_0(fresh_daemons, sig):
+    d = fresh_daemons()
+    hello(d)
+    assert d.stop(sig) == 0
+    assert "draining" in d.stdout() and "stopped" in d.stdout(), d.logs()
