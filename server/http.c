@@ -58,7 +58,6 @@ struct attnd_server {
     char *models_body;    /* GET /v1/models */
     char *v2_body;        /* GET /v2 */
     char **v2_model_body; /* (n_models) GET /v2/models/{name} */
-    char **ready_body;    /* (n_models) GET /v2/models/{name}/ready */
     uint64_t id_seed;     /* request id generator */
     atomic_ullong id_next;
 };
@@ -274,13 +273,15 @@ static enum MHD_Result dispatch_get(hreq *h) {
             return send_err(h, AERR_UNAVAILABLE, "%s",
                             state == S_DRAINING ? "draining" : "starting");
         return send_json(h, 200, "{\"status\":\"ok\"}\n", 0);
+    /* the protocol's health answers: the status is the answer, the body
+     * empty (docs/api.md, "Open Inference Protocol: MUST and SHOULD") */
     case R_V2_LIVE:
-        return send_json(h, 200, "{\"live\":true}\n", 0);
+        return send_answer(h, 200, "", 0, 0, NULL);
     case R_V2_READY:
         if (state != S_READY)
             return send_err(h, AERR_UNAVAILABLE, "%s",
                             state == S_DRAINING ? "draining" : "starting");
-        return send_json(h, 200, "{\"ready\":true}\n", 0);
+        return send_answer(h, 200, "", 0, 0, NULL);
     case R_V1_MODELS:
         return send_json(h, 200, s->models_body, 0);
     case R_METRICS:
@@ -296,7 +297,7 @@ static enum MHD_Result dispatch_get(hreq *h) {
     case R_V2_MODEL_READY:
     case R_V2_VMODEL_READY:
         if (state != S_READY) return send_err(h, AERR_UNAVAILABLE, "%s", "draining");
-        return send_json(h, 200, s->ready_body[mi], 0);
+        return send_answer(h, 200, "", 0, 0, NULL);
     default:
         break;
     }
@@ -574,10 +575,10 @@ static int build_bodies(attnd_server *s) {
                   c->max_queue_delay_us, "max_queue_requests", c->max_queue_requests, "workers",
                   "threads", c->worker_threads, "blas_threads", c->blas_threads));
     s->v2_body = dump(
-        json_pack("{s:s, s:s, s:[]}", "name", "attnd", "version", ATTND_VERSION, "extensions"));
+        json_pack("{s:s, s:s, s:[s]}", "name", "attnd", "version", ATTND_VERSION, "extensions",
+                  "binary_tensor_data"));
     s->v2_model_body = calloc((size_t)s->n_models, sizeof(char *));
-    s->ready_body = calloc((size_t)s->n_models, sizeof(char *));
-    if (!s->models_body || !s->v2_body || !s->v2_model_body || !s->ready_body) return -1;
+    if (!s->models_body || !s->v2_body || !s->v2_model_body) return -1;
     for (int i = 0; i < s->n_models; i++) {
         const attn_hparams *hp = &s->info[i].hp;
         s->v2_model_body[i] = dump(json_pack(
@@ -591,8 +592,7 @@ static int build_bodies(attnd_server *s) {
             "attn_mask", "datatype", "BOOL", "shape", -1, -1, -1, "outputs", "name", "output",
             "datatype", "FP32", "shape", -1, -1, hp->embed_dim, "name", "attention", "datatype",
             "FP32", "shape", -1, -1, -1, -1));
-        s->ready_body[i] = dump(json_pack("{s:s, s:b}", "name", s->names[i], "ready", 1));
-        if (!s->v2_model_body[i] || !s->ready_body[i]) return -1;
+        if (!s->v2_model_body[i]) return -1;
     }
     return 0;
 }
@@ -752,10 +752,8 @@ void attnd_server_free(attnd_server *s) {
     free(s->v2_body);
     for (int i = 0; i < s->n_models; i++) {
         if (s->v2_model_body) free(s->v2_model_body[i]);
-        if (s->ready_body) free(s->ready_body[i]);
     }
     free(s->v2_model_body);
-    free(s->ready_body);
     free(s->api_key);
     free(s);
 }

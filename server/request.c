@@ -907,10 +907,14 @@ static void put_tensor(sbuf *b, const float *x, int rank, const int *shape, attn
     }
 }
 
-/* Shapes of the answer tensors, as the request's rank asks. */
+/* Shapes of the answer tensors. Native answers keep the request's rank
+ * ((L,E) or (B,L,E); attention (H,L,S) or (L,S), with a leading B for a
+ * batch). v2 answers always have the ranks /v2/models/{name} declares:
+ * output (B,L,E) and attention (B,H,L,S), H being 1 for "mean", whatever
+ * the rank of the query (a (L,E) query is a batch of one). */
 static int out_shape(const attnd_job *job, const attnd_model_info *m, int *shape) {
     int r = 0;
-    if (job->rank3) shape[r++] = job->B;
+    if (job->rank3 || job->api == API_V2) shape[r++] = job->B;
     shape[r++] = job->L;
     shape[r++] = m->hp.embed_dim;
     return r;
@@ -918,8 +922,12 @@ static int out_shape(const attnd_job *job, const attnd_model_info *m, int *shape
 
 static int attn_shape(const attnd_job *job, const attnd_model_info *m, int *shape) {
     int r = 0;
-    if (job->rank3) shape[r++] = job->B;
-    if (job->weights == ATTN_WEIGHTS_HEADS) shape[r++] = m->hp.num_heads;
+    int v2 = job->api == API_V2;
+    if (job->rank3 || v2) shape[r++] = job->B;
+    if (job->weights == ATTN_WEIGHTS_HEADS)
+        shape[r++] = m->hp.num_heads;
+    else if (v2)
+        shape[r++] = 1;
     shape[r++] = job->L;
     shape[r++] = job->S;
     return r;

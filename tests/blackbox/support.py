@@ -251,6 +251,19 @@ def rel_err(out, ref):
     return d / n if n > 0 else d
 
 
+def v2_ranked(ref, attention=None):
+    """A reference output (attention=None) or attention matrix ("mean" or
+    "heads") in the ranks the v2 model metadata declares: output (B, L, E),
+    attention (B, H, L, S) with H = 1 for "mean"; an (L, E) query is a batch
+    of one."""
+    ref = np.asarray(ref)
+    if attention is None:
+        return ref[None] if ref.ndim == 2 else ref
+    if attention == "mean":
+        return ref[None, None] if ref.ndim == 2 else ref[:, None]
+    return ref[None] if ref.ndim == 3 else ref
+
+
 def tolist32(a):
     """Nested lists of floats that round-trip float32 (for JSON requests)."""
     a = np.asarray(a)

@@ -73,8 +73,12 @@ def make_job(rng, idx):
             body["key_padding_mask"] = kpm.tolist()
         if how == "b64":
             body["encoding"] = "base64"
+    att = None if attention == "none" else w
+    if how == "v2":  # answers in the ranks the v2 metadata declares
+        out = support.v2_ranked(out)
+        att = None if att is None else support.v2_ranked(att, attention)
     return {"path": path, "body": json.dumps(body), "how": how, "out": out,
-            "att": None if attention == "none" else w, "model": m.name, "tokens": L + S}
+            "att": att, "model": m.name, "tokens": L + S}
 
 
 def check_answer(job, r):

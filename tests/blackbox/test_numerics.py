@@ -155,11 +155,11 @@ def test_golden_v2(d, name, i, ask):
     body = r.json()
     assert body.get("model_name") == name
     outs = v2_outputs(body)
-    assert rel_err(outs["output"], s["output"]) <= TOL
+    assert rel_err(outs["output"], support.v2_ranked(s["output"])) <= TOL
     if s["attention"] == "none":
         assert "attention" not in outs
     else:
-        assert rel_err(outs["attention"], s["attn_weights"]) <= TOL
+        assert rel_err(outs["attention"], support.v2_ranked(s["attn_weights"], s["attention"])) <= TOL
 
 
 def random_batch(m, rng, B, L, S, cross, causal, kpm, mask):
@@ -216,7 +216,7 @@ def test_batched(d, name, ci, how):
         assert outs["output"].shape == ref.shape
         assert rel_err(outs["output"], ref) <= TOL
         if c["attention"] != "none":
-            assert rel_err(outs["attention"], w) <= TOL
+            assert rel_err(outs["attention"], support.v2_ranked(w, c["attention"])) <= TOL
         return
     enc = b64_tensor if how == "b64" else support.tolist32
     body = {"model": name, "query": enc(q), "causal": c["causal"], "attention": c["attention"]}

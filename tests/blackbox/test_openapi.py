@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import requests
 
 import support
 
@@ -30,13 +31,19 @@ ROUTES = [
 ]
 
 
+KEY = "openapi-test-key-31"
+
+
 @pytest.fixture(scope="module")
 def d(daemons):
-    return daemons({"models": [GOLDENS[MODEL].config()]})
+    """With an API key, so that schemathesis also checks that every route the
+    document marks as needing bearerAuth refuses a wrong key, and that the
+    open ones (security: []) answer without one."""
+    return daemons({"models": [GOLDENS[MODEL].config()]}, env={"ATTND_API_KEY": KEY})
 
 
 def test_openapi_lists_every_route(d):
-    r = d.get("/openapi.json")
+    r = d.get("/openapi.json", headers={"Authorization": "Bearer " + KEY})
     assert r.status_code == 200
     assert r.headers.get("Content-Type", "").startswith("application/json")
     doc = r.json()
@@ -55,6 +62,27 @@ def test_openapi_lists_every_route(d):
         assert {"200", "400", "413"} <= codes, (p, sorted(codes))
 
 
+def test_security_marks_the_keyed_routes(d):
+    """A global bearerAuth requirement, lifted (security: []) exactly on the
+    routes the daemon answers without the key, which a generated client then
+    knows about."""
+    doc = d.get("/openapi.json", headers={"Authorization": "Bearer " + KEY}).json()
+    assert doc.get("security") == [{"bearerAuth": []}], doc.get("security")
+    scheme = doc["components"]["securitySchemes"]["bearerAuth"]
+    assert scheme["type"] == "http" and scheme["scheme"] == "bearer", scheme
+    for path, ops in doc["paths"].items():
+        url = d.url + path.replace("{name}", MODEL).replace("{version}", "1")
+        for method, op in ops.items():
+            r = requests.request(method.upper(), url, timeout=support.HTTP_TIMEOUT,
+                                 data=b"{}" if method == "post" else None)
+            if op.get("security") == []:
+                assert r.status_code != 401, (method, path, r.status_code)
+            else:
+                assert "security" not in op, (method, path, op.get("security"))
+                assert r.status_code == 401, (method, path, r.status_code)
+                assert "401" in op["responses"], (method, path)
+
+
 def test_schemathesis_all_checks(d, tmp_path):
     st = Path(sys.executable).parent / "st"
     assert st.exists(), "schemathesis CLI missing from the venv (tests/requirements.txt)"
@@ -62,7 +90,8 @@ def test_schemathesis_all_checks(d, tmp_path):
     cmd = [str(st), "run", d.url + "/openapi.json", "--base-url", d.url,
            "--checks", "all", "--hypothesis-max-examples", max_examples,
            "--hypothesis-derandomize",
-           "--request-timeout", "20000", "--workers", "1", "--no-color"]
+           "--request-timeout", "20000", "--workers", "1", "--no-color",
+           "-H", "Authorization: Bearer " + KEY]
     env = dict(os.environ, SCHEMATHESIS_TELEMETRY="false", NO_COLOR="1")
     p = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
     out = p.stdout + p.stderr
