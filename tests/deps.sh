@@ -2,7 +2,7 @@
 # Installs the Debian packages attnd's build and tests need, when they are
 # missing: as root with apt-get, otherwise by printing the one line to run.
 PKGS="build-essential pkg-config libmicrohttpd-dev libjansson-dev libopenblas-dev check \
-python3 python3-venv python3-pip curl clang libclang-rt-14-dev nginx wrk"
+python3 python3-venv python3-pip curl clang libclang-rt-14-dev nginx wrk prometheus"
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
