@@ -54,6 +54,8 @@ struct attnd_server {
     size_t api_key_len;
     atomic_int state;   /* S_STARTING, S_READY, S_DRAINING */
     atomic_long active; /* requests between their first byte and completion */
+    atomic_int past_deadline; /* 1: the drain deadline passed; answers now are cut */
+    atomic_int cut;           /* requests cut short at the drain deadline */
     /* bodies built once at start-up */
     char *models_body;    /* GET /v1/models */
     char *v2_body;        /* GET /v2 */
@@ -85,6 +87,7 @@ typedef struct {
     int status;         /* status sent, 0 before */
     attnd_err sent_err; /* error kind sent, AERR_NONE for 2xx */
     size_t sent_bytes;  /* body bytes of the answer */
+    int late;           /* 1: its queued work was dropped at the drain deadline */
 } hreq;
 
 /* ---- small helpers ---- */
@@ -474,6 +477,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (h->phase == P_WAIT) { /* resumed: the scheduler answered */
         if (h->r.gone) return MHD_NO;
         h->sent_err = h->r.err;
+        /* queued work dropped at the drain deadline: a refusal, not its answer */
+        if (atomic_load(&s->past_deadline) && h->r.err == AERR_UNAVAILABLE) h->late = 1;
         char *body = h->r.body;
         h->r.body = NULL;
         if (!body) return MHD_NO;
@@ -482,6 +487,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     }
     if (h->phase == P_SENT) return MHD_YES;
     return dispatch(h);
+}
+
+/* How a request ended, for the access log's end= field: "ok" only when its
+ * whole answer went out. */
+static const char *end_word(const hreq *h, enum MHD_RequestTerminationCode toe) {
+    if (h->late || toe == MHD_REQUEST_TERMINATED_DAEMON_SHUTDOWN) return "drain_deadline";
+    if (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK && h->status) return "ok";
+    if (toe == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED) return "idle_timeout";
+    if (toe == MHD_REQUEST_TERMINATED_CLIENT_ABORT || toe == MHD_REQUEST_TERMINATED_READ_ERROR ||
+        h->r.gone || !h->status)
+        return "client_gone";
+    return "error";
 }
 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
@@ -494,16 +511,22 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     if (h->submitted) attnd_sched_cancel(s->sched, &h->r);
     uint64_t now = mono_us();
     int status = h->status;
-    if (status == 0 || h->r.gone) { /* the client left before the answer */
+    const char *end = end_word(h, toe);
+    if (strcmp(end, "drain_deadline") == 0) {
+        atomic_fetch_add(&s->cut, 1);
+        attnd_log(LOG_WARN,
+                  "request %s %s %s cut short at the drain deadline (%d s): its answer was not "
+                  "delivered whole",
+                  h->id, h->method, h->path, s->cfg->drain_grace_s);
+    } else if (status == 0 || h->r.gone) { /* the client left before the answer */
         status = 499;
         metrics_disconnect(&s->metrics);
     } else if (h->sent_err != AERR_NONE) {
         metrics_reject(&s->metrics, h->sent_err);
     }
-    (void)toe;
     metrics_request(&s->metrics, h->rid, status, now - h->t_recv_us);
     attnd_access a = {h->method, h->path, status, h->sent_bytes,
-                      (double)(now - h->t_recv_us) / 1e3, h->r.batch_requests, h->id};
+                      (double)(now - h->t_recv_us) / 1e3, h->r.batch_requests, h->id, end};
     attnd_log_access(&a); /* nothing secret: no headers, no body */
     atomic_fetch_sub(&s->active, 1);
     attnd_req_unref(&h->r);
@@ -685,6 +708,8 @@ attnd_server *attnd_server_new(const attnd_config *cfg, attnd_exit *why, char *e
     metrics_init(&s->metrics);
     atomic_init(&s->state, S_STARTING);
     atomic_init(&s->active, 0);
+    atomic_init(&s->past_deadline, 0);
+    atomic_init(&s->cut, 0);
     uint64_t seed = 0;
     if (getrandom(&seed, sizeof(seed), 0) != (ssize_t)sizeof(seed)) seed = mono_us();
     s->id_seed = seed;
@@ -722,19 +747,35 @@ int attnd_server_port(const attnd_server *s) {
     return s->port;
 }
 
-void attnd_server_drain(attnd_server *s) {
+static int idle(attnd_server *s) {
+    return atomic_load(&s->active) == 0 && (!s->sched || attnd_sched_pending(s->sched) == 0);
+}
+
+int attnd_server_drain(attnd_server *s) {
     atomic_store(&s->state, S_DRAINING);
     if (s->mhd) {
         MHD_socket ls = MHD_quiesce_daemon(s->mhd);
         if (ls != MHD_INVALID_SOCKET) close(ls);
     }
     if (s->sched) attnd_sched_drain(s->sched);
-    uint64_t limit = mono_us() + ((uint64_t)s->cfg->request_timeout_ms + 10000u) * 1000u;
-    while (mono_us() < limit) {
-        if (atomic_load(&s->active) == 0 && (!s->sched || attnd_sched_pending(s->sched) == 0))
-            break;
+    uint64_t limit = mono_us() + (uint64_t)s->cfg->drain_grace_s * 1000000u;
+    while (mono_us() < limit && !idle(s))
         usleep(2000);
+    if (!idle(s)) {
+        /* what is answered from here on is cut: queued work gets 503 now,
+         * running batches finish, and stopping the daemon closes every
+         * connection still sending (each logged by on_completed) */
+        atomic_store(&s->past_deadline, 1);
+        attnd_log(LOG_WARN, "drain deadline of %d s passed with %ld request%s unfinished",
+               s->cfg->drain_grace_s, atomic_load(&s->active),
+               atomic_load(&s->active) == 1 ? "" : "s");
+        if (s->sched) attnd_sched_abort_queued(s->sched);
     }
+    /* suspended connections must all be resumed before MHD stops */
+    attnd_sched_stop(s->sched);
+    if (s->mhd) MHD_stop_daemon(s->mhd);
+    s->mhd = NULL;
+    return atomic_load(&s->cut);
 }
 
 void attnd_server_free(attnd_server *s) {

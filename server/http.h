@@ -34,9 +34,12 @@ attnd_server *attnd_server_new(const attnd_config *cfg, attnd_exit *why, char *e
 int attnd_server_port(const attnd_server *s);
 
 /* Draining: /health answers 503, new connections are refused, requests on
- * open connections get 503, and every admitted request is answered. Returns
- * once nothing is in flight (or after request_timeout_ms plus 10 s). */
-void attnd_server_drain(attnd_server *s);
+ * open connections get 503, and every admitted request is answered while
+ * cfg->drain_grace_s lasts. Past it, queued requests get 503 and answers
+ * still going out are cut off; each such request is logged. Stops the HTTP
+ * daemon and the workers. Returns the number of requests cut short (0 when
+ * every admitted request was answered whole). */
+int attnd_server_drain(attnd_server *s);
 
 /* Stops the daemon and the workers and frees everything. NULL is fine. */
 void attnd_server_free(attnd_server *s);

@@ -91,9 +91,11 @@ void attnd_log_access(const attnd_access *a) {
         sb_printf(&b, ",\"status\":%d,\"bytes\":%zu,\"ms\":%.3f,\"batch\":%d,\"id\":", a->status,
                   a->bytes, a->ms, a->batch);
         sb_json_str(&b, a->id);
+        sb_puts(&b, ",\"end\":");
+        sb_json_str(&b, a->end);
     } else {
-        sb_printf(&b, "method=%s path=%s status=%d bytes=%zu ms=%.3f batch=%d id=%s", a->method,
-                  a->path, a->status, a->bytes, a->ms, a->batch, a->id);
+        sb_printf(&b, "method=%s path=%s status=%d bytes=%zu ms=%.3f batch=%d id=%s end=%s",
+                  a->method, a->path, a->status, a->bytes, a->ms, a->batch, a->id, a->end);
     }
     line_end(&b, LOG_INFO);
     sb_free(&b);

@@ -34,6 +34,8 @@ typedef struct {
     double ms;        /* first byte to completion */
     int batch;        /* requests in its compute batch, 0 when none */
     const char *id;   /* X-Request-Id */
+    const char *end;  /* how it ended: "ok" (whole answer sent), "client_gone",
+                         "idle_timeout", "drain_deadline", "error" */
 } attnd_access;
 
 void attnd_log_access(const attnd_access *a);

@@ -4,7 +4,8 @@
  *
  * Signals (docs/config.md, "Signals and exit codes"):
  *   SIGTERM, SIGINT, SIGQUIT  drain: stop accepting, answer every admitted
- *                             request, exit 0
+ *                             request, exit 0; exit 5 when server.drain_grace_s
+ *                             passed with answers unfinished
  *   SIGHUP, SIGUSR1, SIGUSR2  logged and ignored: attnd does not reload its
  *                             config or weights in place (restart it, which
  *                             is what a rolling update does anyway)
@@ -93,9 +94,14 @@ int main(int argc, char **argv) {
 
     int sig = wait_for_stop(&set);
     attnd_log(LOG_INFO, "SIG%s: draining", sigabbrev_np(sig));
-    attnd_server_drain(srv);
+    int cut = attnd_server_drain(srv);
     attnd_server_free(srv);
     attnd_config_free(&cfg);
+    if (cut) {
+        attnd_log(LOG_WARN, "stopped: %d request%s cut short at the drain deadline", cut,
+                  cut == 1 ? "" : "s");
+        return ATTND_EXIT_DRAIN;
+    }
     attnd_log(LOG_INFO, "stopped");
     return ATTND_EXIT_OK;
 }

@@ -584,6 +584,19 @@ void attnd_sched_drain(attnd_sched *s) {
     pthread_mutex_unlock(&s->mu);
 }
 
+void attnd_sched_abort_queued(attnd_sched *s) {
+    for (int i = 0; i < s->o.n_models; i++) {
+        for (;;) {
+            pthread_mutex_lock(&s->mu);
+            attnd_req *r = s->q[i].head;
+            if (r) q_remove(&s->q[i], r);
+            pthread_mutex_unlock(&s->mu);
+            if (!r) break;
+            answer_error(s, r, AERR_UNAVAILABLE, "the drain deadline passed before compute");
+        }
+    }
+}
+
 int attnd_sched_pending(attnd_sched *s) {
     pthread_mutex_lock(&s->mu);
     int n = s->running;

@@ -85,6 +85,9 @@ int attnd_sched_submit(attnd_sched *s, attnd_req *r, attnd_error *e);
 void attnd_sched_cancel(attnd_sched *s, attnd_req *r);
 /* Draining: batches go out without waiting for company. */
 void attnd_sched_drain(attnd_sched *s);
+/* The drain deadline passed: every request still queued is answered 503
+ * at once; running batches finish. */
+void attnd_sched_abort_queued(attnd_sched *s);
 /* Requests queued or running right now. */
 int attnd_sched_pending(attnd_sched *s);
 /* Queue depth per model into depth[n_models]. */
