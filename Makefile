@@ -14,12 +14,14 @@ OPT     ?= -O3
 SAN     ?=
 BUILD   ?= build
 CFLAGS  += $(OPT) -g -std=c11 -ffp-contract=fast -D_GNU_SOURCE -Wall -Wextra -fPIC $(SAN)
-PKGS     = libmicrohttpd jansson openblas
-PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKGS     = libmicrohttpd jansson
+# OpenBLAS: its header only. core/blas.c loads the library at run time, after
+# choosing its kernels (docs/performance.md), so nothing links it.
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) openblas 2>/dev/null)
 CHECK_CFLAGS := $(shell pkg-config --cflags check 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 CHECK_LIBS := $(shell pkg-config --libs check 2>/dev/null)
-LDLIBS   = $(PKG_LIBS) -lpthread -lm
+LDLIBS   = $(PKG_LIBS) -ldl -lpthread -lm
 PYTHON  ?= python3
 VENV    ?= .venv
 

@@ -16,7 +16,6 @@
  */
 #include "../core/attn.h"
 
-#include <cblas.h>
 #include <malloc.h>
 #include <math.h>
 #include <stdio.h>
@@ -126,16 +125,15 @@ static double sgemm_rate(int threads, int n) {
     if (!a || !b || !c) goto cleanup;
     fill(a, (size_t)n * n, 1.0f);
     fill(b, (size_t)n * n, 1.0f);
-    openblas_set_num_threads(threads);
-    // a (n,n) @ b (n,n) -> c (n,n), once to warm up
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+    attn_blas_set_threads(threads);
+    attn_blas_sgemm(c, a, b, n, n, n); /* warm-up */
     for (int r = 0; r < 5; r++) {
         double t0 = now_s();
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c,
-                    n);
+        // a (n,n) @ b (n,n) -> c (n,n)
+        attn_blas_sgemm(c, a, b, n, n, n);
         t[r] = now_s() - t0;
     }
-    openblas_set_num_threads(1);
+    attn_blas_set_threads(1);
     rate = 2.0 * n * n * (double)n / median(t, 5) / 1e9;
 cleanup:
     free(a);
@@ -158,7 +156,7 @@ static double time_forward(const shape *s, int threads, double budget, int *runs
         fprintf(stderr, "bench_core: setup failed: %s\n", err[0] ? err : "out of memory");
         goto cleanup;
     }
-    if (g_blas_owns) openblas_set_num_threads(threads); /* after attn_ctx_new, which sets 1 */
+    if (g_blas_owns) attn_blas_set_threads(threads); /* after attn_ctx_new, which sets 1 */
     double t0 = now_s();
     if (attn_forward(ctx, &m, &bb.b, err, sizeof(err)) < 0) { /* warm-up */
         fprintf(stderr, "bench_core: %s\n", err);
@@ -177,7 +175,7 @@ static double time_forward(const shape *s, int threads, double budget, int *runs
     med = median(t, n);
     *runs = n;
 cleanup:
-    openblas_set_num_threads(1);
+    attn_blas_set_threads(1);
     free(t);
     attn_ctx_free(ctx);
     batch_free(&bb);

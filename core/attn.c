@@ -19,8 +19,6 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include <cblas.h>
-
 #include "attn.h"
 #include "internal.h"
 
@@ -87,7 +85,7 @@ static int grow_floats(float **buf, size_t *cap, size_t need)
 attn_ctx *attn_ctx_new(int nthreads)
 {
     if (nthreads < 1) nthreads = 1;
-    openblas_set_num_threads(1);
+    if (attn_blas_init(NULL, 0) < 0) return NULL;
     attn_ctx *ctx = calloc(1, sizeof *ctx);
     if (!ctx) return NULL;
     ctx->nthreads = nthreads;
@@ -279,7 +277,7 @@ static void gemm_chunk(void *arg, int t, int tid)
     for (size_t r = r0; r < r1; r++)
         memcpy(g->C + r * g->ldc + c0, g->bias + c0, sizeof(float) * (size_t)(c1 - c0));
     // A (m,K) @ W[c0:c1]^T (K,n) + C -> C (m,n)
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(r1 - r0), c1 - c0, g->K, 1.0f,
+    blas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(r1 - r0), c1 - c0, g->K, 1.0f,
                 g->A + r0 * g->lda, (int)g->lda, g->W + (size_t)c0 * g->K, g->K, 1.0f,
                 g->C + r0 * g->ldc + c0, (int)g->ldc);
 }
@@ -373,7 +371,7 @@ static void attend_tiled(const fwd_state *st, const attn_task *tk, float *scratc
     for (int j0 = 0; j0 < jend; j0 += KB) {
         int Sb = jend - j0 < KB ? jend - j0 : KB;
         // q (Lb,D) @ k^T (D,Sb) * scale -> sc (Lb,Sb)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Lb, Sb, D, st->scale, q,
+        blas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Lb, Sb, D, st->scale, q,
                     (int)st->ldq, k + (size_t)j0 * st->ldk, (int)st->ldk, 0.0f, sc, Sb);
         mask_scores(sc, Sb, s, i0, Lb, j0, Sb);
         for (int r = 0; r < Lb; r++) {
@@ -391,7 +389,7 @@ static void attend_tiled(const fwd_state *st, const attn_task *tk, float *scratc
             mx[r] = mnew;
         }
         // p (Lb,Sb) @ v (Sb,D) + acc -> acc (Lb,D)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, Lb, D, Sb, 1.0f, sc, Sb,
+        blas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, Lb, D, Sb, 1.0f, sc, Sb,
                     v + (size_t)j0 * st->ldv, (int)st->ldv, 1.0f, acc, D);
     }
     for (int r = 0; r < Lb; r++) {
@@ -428,7 +426,7 @@ static void attend_full(const fwd_state *st, const attn_task *tk, float *scratch
         float *P = s->weights == ATTN_WEIGHTS_HEADS ? s->attn + ((size_t)h * L + i0) * S
                                                     : scratch; /* (Lb,S) */
         // q (Lb,D) @ k^T (D,jend) * scale -> P (Lb,jend), ld S
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Lb, jend, D, st->scale, q,
+        blas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Lb, jend, D, st->scale, q,
                     (int)st->ldq, k, (int)st->ldk, 0.0f, P, S);
         mask_scores(P, S, s, i0, Lb, 0, jend);
         for (int r = 0; r < Lb; r++) {
@@ -443,7 +441,7 @@ static void attend_full(const fwd_state *st, const attn_task *tk, float *scratch
             if (jend < S) memset(row + jend, 0, sizeof(float) * (size_t)(S - jend));
         }
         // P (Lb,jend) @ v (jend,D) -> q's own columns (Lb,D): q is used up
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, Lb, D, jend, 1.0f, P, S, v,
+        blas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, Lb, D, jend, 1.0f, P, S, v,
                     (int)st->ldv, 0.0f, q, (int)st->ldq);
         if (mean) {
             for (size_t e = 0; e < (size_t)Lb * S; e++)

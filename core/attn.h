@@ -115,7 +115,48 @@ int attn_forward_ref(const attn_model *m, attn_batch *b, char *err, size_t errle
  * call it before forwards start, not during. Returns the previous setting. */
 int attn_set_fused(int on);
 
-/* Name of the OpenBLAS kernel set in use (e.g. "Cooperlake"), for logs. */
-const char *attn_blas_corename(void);
+/* ---- kernels: what the CPU allows, and OpenBLAS (blas.c) ---------------- */
+
+/* Instruction-set levels, weakest first. */
+enum { ATTN_ISA_BASE = 0, ATTN_ISA_AVX = 1, ATTN_ISA_AVX2 = 2, ATTN_ISA_AVX512 = 3 };
+
+/* CPU features that decide the kernels; 1 = present and enabled by the OS. */
+typedef struct {
+    int avx512f, avx512cd, avx512bw, avx512dq, avx512vl, avx512bf16;
+    int avx2, fma, avx, sse4_2;
+} attn_cpu;
+
+void attn_cpu_detect(attn_cpu *c); /* this CPU, from CPUID */
+/* The present features, comma-separated ("avx512f,...,avx2,fma,avx,sse4_2"). */
+void attn_cpu_features(const attn_cpu *c, char *out, size_t n);
+/* The OpenBLAS kernel set these features call for (e.g. "SkylakeX"), or
+ * NULL when only OpenBLAS's own generic choice fits. Never a model number. */
+const char *attn_blas_core_for(const attn_cpu *c);
+int attn_blas_core_level(const char *core); /* ATTN_ISA_* an OpenBLAS core needs */
+int attn_cpu_level(const attn_cpu *c);      /* ATTN_ISA_* of attn_blas_core_for(c) */
+
+/* What attn_blas_init settled; strings live as long as the process. */
+typedef struct {
+    const char *core;     /* OpenBLAS kernel set in use, e.g. "SkylakeX" */
+    const char *chosen;   /* the set the CPU's features call for; NULL: OpenBLAS's own */
+    const char *features; /* attn_cpu_features of this CPU */
+    int by_user;          /* 1: the user's OPENBLAS_CORETYPE was set, and won */
+    const char *warning;  /* a sentence when the kernels do not fit the CPU, else NULL */
+} attn_blas_info;
+
+/* Loads OpenBLAS with the kernels this CPU's features allow (the user's
+ * OPENBLAS_CORETYPE wins) and keeps it single-threaded. Call it first in
+ * main(), before any thread starts: it sets environment variables for the
+ * load (and restores them). Later calls return the first call's result;
+ * attn_ctx_new calls it too. Returns 0, or -1 with a sentence in err. */
+int attn_blas_init(char *err, size_t errlen);
+const attn_blas_info *attn_blas_get_info(void); /* NULL when OpenBLAS could not load */
+const char *attn_blas_corename(void);           /* info->core, or "none" */
+/* OpenBLAS's own threads (benchmarks that let OpenBLAS own them; the core
+ * always keeps it at 1). Not thread-safe; call between forwards. */
+void attn_blas_set_threads(int n);
+/* C (M,N) = A (M,K) @ B (K,N), row-major, through the loaded OpenBLAS: the
+ * sgemm rate benchmarks compare the core with. attn_blas_init first. */
+void attn_blas_sgemm(float *C, const float *A, const float *B, int M, int N, int K);
 
 #endif

@@ -4,7 +4,12 @@
 
 #include <stddef.h>
 
+#include <cblas.h>
+
 #include "attn.h"
+
+/* blas.c: OpenBLAS's cblas_sgemm, loaded by attn_blas_init (never linked). */
+extern __typeof__(cblas_sgemm) *blas_sgemm;
 
 /* Checks shapes and options of a batch; fills T (query tokens) and U (key
  * tokens). Returns 0, or -1 with a sentence in err. */

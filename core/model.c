@@ -4,8 +4,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <cblas.h>
-
 #include "attn.h"
 #include "internal.h"
 
@@ -51,11 +49,6 @@ void attn_model_free(attn_model *m)
     if (!m) return;
     free(m->mem);
     memset(m, 0, sizeof *m);
-}
-
-const char *attn_blas_corename(void)
-{
-    return openblas_get_corename();
 }
 
 int attn_check_batch(const attn_model *m, const attn_batch *b, size_t *T, size_t *U, char *err,

@@ -588,18 +588,21 @@ static int build_bodies(attnd_server *s) {
                               "bias", hp->bias, "causal", hp->causal, "weights",
                               c->models[i].weights ? "safetensors" : "embedded"));
     }
-    s->models_body = dump(
-        json_pack("{s:o, s:{s:I, s:I, s:I, s:i}, s:{s:i, s:i, s:i, s:i}, s:{s:i, s:i}}", "models",
-                  models, "limits", "max_body_bytes", (json_int_t)c->max_body_bytes,
-                  "max_tokens_per_request", (json_int_t)c->max_tokens_per_request,
-                  "max_attention_floats", (json_int_t)c->max_attention_floats, "request_timeout_ms",
-                  c->request_timeout_ms, "batching", "max_batch_tokens", c->max_batch_tokens,
-                  "max_batch_requests", c->max_batch_requests, "max_queue_delay_us",
-                  c->max_queue_delay_us, "max_queue_requests", c->max_queue_requests, "workers",
-                  "threads", c->worker_threads, "blas_threads", c->blas_threads));
-    s->v2_body = dump(
-        json_pack("{s:s, s:s, s:[s]}", "name", "attnd", "version", ATTND_VERSION, "extensions",
-                  "binary_tensor_data"));
+    const attn_blas_info *blas = attn_blas_get_info();
+    s->models_body = dump(json_pack(
+        "{s:o, s:{s:I, s:I, s:I, s:i}, s:{s:i, s:i, s:i, s:i}, s:{s:i, s:i}, s:{s:s, s:b, s:s}}",
+        "models", models, "limits", "max_body_bytes", (json_int_t)c->max_body_bytes,
+        "max_tokens_per_request", (json_int_t)c->max_tokens_per_request, "max_attention_floats",
+        (json_int_t)c->max_attention_floats, "request_timeout_ms", c->request_timeout_ms,
+        "batching", "max_batch_tokens", c->max_batch_tokens, "max_batch_requests",
+        c->max_batch_requests, "max_queue_delay_us", c->max_queue_delay_us, "max_queue_requests",
+        c->max_queue_requests, "workers", "threads", c->worker_threads, "blas_threads",
+        c->blas_threads, "compute", "blas_core", blas ? blas->core : "none", "blas_core_from_env",
+        blas && blas->by_user, "cpu_features", blas ? blas->features : ""));
+    s->v2_body = dump(json_pack("{s:s, s:s, s:[s], s:s, s:s}", "name", "attnd", "version",
+                                ATTND_VERSION, "extensions", "binary_tensor_data", "blas_core",
+                                blas ? blas->core : "none", "cpu_features",
+                                blas ? blas->features : ""));
     s->v2_model_body = calloc((size_t)s->n_models, sizeof(char *));
     if (!s->models_body || !s->v2_body || !s->v2_model_body) return -1;
     for (int i = 0; i < s->n_models; i++) {

@@ -21,8 +21,6 @@
 #include "http.h"
 #include "log.h"
 
-void openblas_set_num_threads(int n);
-
 /* The signals main() takes with sigwait; every thread inherits them blocked. */
 static void stop_signals(sigset_t *set) {
     sigemptyset(set);
@@ -64,18 +62,29 @@ int main(int argc, char **argv) {
     }
     attnd_log_setup(strcmp(cfg.log_format, "json") == 0, attnd_log_level_parse(cfg.log_level),
                     cfg.access_log);
-    /* the core owns parallelism; OpenBLAS stays single-threaded */
-    openblas_set_num_threads(1);
+    /* OpenBLAS's kernels are chosen from the CPU's features before it loads,
+     * and before any thread starts (it sets environment variables) */
+    if (attn_blas_init(err, sizeof(err)) < 0) {
+        attnd_log(LOG_ERROR, "attnd: %s", err);
+        attnd_config_free(&cfg);
+        return ATTND_EXIT_INTERNAL;
+    }
+    const attn_blas_info *blas = attn_blas_get_info();
 
     sigset_t set;
     stop_signals(&set);
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    attnd_log(LOG_INFO, "attnd %s starting: blas core %s, %d worker%s x %d thread%s, %d http thread%s",
-              ATTND_VERSION, attn_blas_corename(), cfg.worker_threads,
-              cfg.worker_threads == 1 ? "" : "s", cfg.blas_threads,
-              cfg.blas_threads == 1 ? "" : "s", cfg.http_threads, cfg.http_threads == 1 ? "" : "s");
+    attnd_log(LOG_INFO,
+              "attnd %s starting: blas core %s (%s), cpu features %s, %d worker%s x %d thread%s, "
+              "%d http thread%s",
+              ATTND_VERSION, blas->core,
+              blas->by_user ? "from OPENBLAS_CORETYPE" : "chosen from the cpu features",
+              blas->features, cfg.worker_threads, cfg.worker_threads == 1 ? "" : "s",
+              cfg.blas_threads, cfg.blas_threads == 1 ? "" : "s", cfg.http_threads,
+              cfg.http_threads == 1 ? "" : "s");
+    if (blas->warning) attnd_log(LOG_WARN, "%s", blas->warning);
     if (cfg.config_path)
         attnd_log(LOG_INFO, "config %s", cfg.config_path);
     else

@@ -4,6 +4,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "../core/attn.h"
+#include "http.h" /* ATTND_VERSION */
+
 static const int STATUSES[METRICS_STATUSES - 1] = {200, 204, 400, 401, 404, 405, 413,
                                                    429, 499, 500, 503, 504, 411};
 
@@ -83,8 +86,20 @@ static void hist_write(const attnd_hist *h, sbuf *b) {
     sb_printf(b, "%s_count %llu\n", h->name, (unsigned long long)cum);
 }
 
+/* An info gauge (value 1): what runs, for dashboards and bug reports. */
+static void build_info_write(sbuf *b) {
+    const attn_blas_info *blas = attn_blas_get_info();
+    sb_printf(b,
+              "# HELP attnd_build_info attnd's version, the OpenBLAS kernels in use and the CPU "
+              "features they were chosen from.\n"
+              "# TYPE attnd_build_info gauge\n"
+              "attnd_build_info{version=\"%s\",blas_core=\"%s\",cpu_features=\"%s\"} 1\n",
+              ATTND_VERSION, blas ? blas->core : "none", blas ? blas->features : "");
+}
+
 void metrics_write(const attnd_metrics *m, sbuf *b, const char *const *model_names,
                    const int *depth, int n_models) {
+    build_info_write(b);
     sb_puts(b, "# HELP attnd_requests_total Answered requests by route and status.\n"
                "# TYPE attnd_requests_total counter\n");
     for (int r = 0; r <= R_COUNT; r++)

@@ -122,6 +122,11 @@ def main():
         c.check(r.returncode == 0 and "not found" not in r.stdout,
                 "every shared library of attnd resolves in the image", r.stdout + r.stderr)
         r = podman("run", "--rm", *ULIMITS, "--entrypoint", "/bin/sh", IMAGE, "-c",
+                   "ldconfig -p | grep -F libopenblas.so.0")
+        c.check(r.returncode == 0 and "libopenblas.so.0" in r.stdout,
+                "libopenblas.so.0, which attnd loads at start-up, is in the image",
+                r.stdout + r.stderr)
+        r = podman("run", "--rm", *ULIMITS, "--entrypoint", "/bin/sh", IMAGE, "-c",
                    "command -v gcc cc make curl wget || true")
         c.check(r.returncode == 0 and r.stdout.strip() == "",
                 "runtime image has no compiler, make or curl", r.stdout + r.stderr)
@@ -139,6 +144,7 @@ def main():
                 d.logs()[-2000:], fatal=True)
         c.check(dl.http("GET", d.url("/health"))[0] == 200, "GET /health through the published port")
         status, body, _ = dl.http("GET", d.url("/v1/models"))
+        cmodels = body
         names = [m.get("name") for m in body.get("models", [])] if isinstance(body, dict) else []
         c.check(status == 200 and names == ["default"], "serves the embedded model 'default'",
                 f"{status} {body}")
@@ -170,6 +176,15 @@ def main():
         err = dl.rel_err(out, lout) if status == lstatus == 200 else float("inf")
         c.check(err < 1e-6, "the image's answer equals build/attnd's (same default model)",
                 f"relative error {err}; local {lstatus}")
+        # OpenBLAS's kernels: chosen from the CPU's features in the image as
+        # outside it (the image loads its own libopenblas0-pthread)
+        _, lmodels, _ = dl.http("GET", f"http://127.0.0.1:{lport}/v1/models")
+        ccore = (cmodels.get("compute") or {}).get("blas_core") if isinstance(cmodels, dict) else None
+        lcore = (lmodels.get("compute") or {}).get("blas_core") if isinstance(lmodels, dict) else None
+        c.check(ccore is not None and ccore == lcore and
+                f"blas core {ccore} (chosen from the cpu features)" in d.logs(),
+                "the image computes with the OpenBLAS kernels build/attnd chooses here, "
+                "and logs them", f"image {ccore}, build/attnd {lcore}; {d.logs()[:600]}")
         dl.stop(local)
         local = None
 
