@@ -54,12 +54,12 @@ int attnd_seeded_model(attn_model *m, const attn_hparams *hp, uint64_t seed, cha
 }
 
 void attnd_default_hparams(attn_hparams *hp) {
-    hp->embed_dim = ATTND_DEFAULT_E;
-    hp->num_heads = ATTND_DEFAULT_H;
-    hp->kdim = ATTND_DEFAULT_E;
-    hp->vdim = ATTND_DEFAULT_E;
-    hp->bias = 1;
-    hp->causal = 0;
+    *hp = (attn_hparams){.embed_dim = ATTND_DEFAULT_E,
+                         .num_heads = ATTND_DEFAULT_H,
+                         .kdim = ATTND_DEFAULT_E,
+                         .vdim = ATTND_DEFAULT_E,
+                         .bias = 1,
+                         .causal = 0};
 }
 
 int attnd_default_model(attn_model *m, char *err, size_t errlen) {

@@ -5,7 +5,9 @@
  * Legend (used in every shape comment of core/):
  *   B  sequences in a batch          L  query length of one sequence
  *   S  key length of one sequence    E  embed width (query and output)
- *   H  heads                         D  head width, E / H
+ *   H  heads                         D  head width, E / H unless head_dim says
+ *   G  key/value heads (num_kv_heads), divides H; query head h reads
+ *      key/value head h / (H / G). G == H is nn.MultiheadAttention.
  *   Kd key input width (kdim)        Vd value input width (vdim)
  *   T  query tokens of a batch, sum of L over its sequences
  *   U  key tokens of a batch, sum of S over its sequences
@@ -18,31 +20,67 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Hyper-parameters, named as torch names them. */
+/* Rotary position embeddings (decoders: Llama, Mistral, Qwen, GPT-J). q and
+ * k are rotated after projection, each pair of a head's first `dim` columns
+ * by the angle pos * inv_freq[i], inv_freq[i] = theta^(-2i/dim):
+ *   HALF         pairs (x[i], x[i + dim/2]): Hugging Face's rotate_half
+ *   INTERLEAVED  pairs (x[2i], x[2i+1]): GPT-J and Meta's original Llama
+ * Scaling stretches the frequencies for contexts longer than trained:
+ *   LINEAR  inv_freq / factor (positions divided by factor)
+ *   LLAMA3  Llama 3.1's rule: wavelengths longer than
+ *           original_max_position / low_freq_factor are divided by factor,
+ *           shorter than original_max_position / high_freq_factor kept, and
+ *           blended in between. */
+typedef enum { ATTN_ROPE_HALF = 0, ATTN_ROPE_INTERLEAVED = 1 } attn_rope_style;
+typedef enum {
+    ATTN_ROPE_SCALE_NONE = 0,
+    ATTN_ROPE_SCALE_LINEAR = 1,
+    ATTN_ROPE_SCALE_LLAMA3 = 2
+} attn_rope_scaling;
+
 typedef struct {
-    int embed_dim; /* E, >= 1 */
-    int num_heads; /* H, >= 1, divides E */
-    int kdim;      /* Kd, key input width; E when the config leaves it out */
-    int vdim;      /* Vd, value input width; E when the config leaves it out */
-    int bias;      /* 1: projections carry biases (torch default); 0: none */
-    int causal;    /* default for requests that do not say; not a weight */
+    int dim;                   /* rotated columns per head: even, <= D; 0 = no rotation */
+    double theta;              /* frequency base, > 0 (10000 Llama 2, 500000 Llama 3) */
+    attn_rope_style style;     /* HALF (default) or INTERLEAVED */
+    attn_rope_scaling scaling; /* NONE (default), LINEAR or LLAMA3 */
+    double factor;             /* LINEAR, LLAMA3: > 0 (8 in Llama 3.1) */
+    double low_freq_factor;    /* LLAMA3: > 0 (1 in Llama 3.1) */
+    double high_freq_factor;   /* LLAMA3: > low_freq_factor (4 in Llama 3.1) */
+    int original_max_position; /* LLAMA3: trained context, >= 1 (8192 in Llama 3.1) */
+} attn_rope;
+
+/* Hyper-parameters, named as torch and Hugging Face name them. The fields
+ * after `causal` default to nn.MultiheadAttention when zero; attn_model_init
+ * fills num_kv_heads, head_dim and scale in the model's copy. */
+typedef struct {
+    int embed_dim;    /* E, >= 1 */
+    int num_heads;    /* H, >= 1; divides E unless head_dim is given */
+    int kdim;         /* Kd, key input width; E when the config leaves it out */
+    int vdim;         /* Vd, value input width; E when the config leaves it out */
+    int bias;         /* 1: q, k, v and out projections carry biases; 0: none */
+    int causal;       /* default for requests that do not say; not a weight */
+    int num_kv_heads; /* G, divides H; 0 = H */
+    int head_dim;     /* D; 0 = E / H */
+    double scale;     /* multiplies q k^T; 0 = 1 / sqrt(D); else > 0 */
+    attn_rope rope;   /* rope.dim == 0: none */
 } attn_hparams;
 
 /* A model owns its weights in one allocation (`mem`). The pointers below
  * point into it in this order, which is torch's state_dict layout:
- *   q_w (E,E) | k_w (E,Kd) | v_w (E,Vd) | q_b (E) | k_b (E) | v_b (E) |
- *   out_w (E,E) | out_b (E)
- * so when Kd == Vd == E, q_w..v_w is in_proj_weight (3E,E) and q_b..v_b is
- * in_proj_bias (3E). Biases are zeros when hp.bias == 0. */
+ *   q_w (H*D,E) | k_w (G*D,Kd) | v_w (G*D,Vd) | q_b (H*D) | k_b (G*D) |
+ *   v_b (G*D) | out_w (E,H*D) | out_b (E)
+ * so when G == H, H*D == E and Kd == Vd == E, q_w..v_w is in_proj_weight
+ * (3E,E) and q_b..v_b is in_proj_bias (3E). Biases are zeros when
+ * hp.bias == 0 (or when a layout's tensor is absent, docs/config.md). */
 typedef struct {
-    attn_hparams hp;
-    float *q_w;   /* (E, E)  */
-    float *k_w;   /* (E, Kd) */
-    float *v_w;   /* (E, Vd) */
-    float *q_b;   /* (E) */
-    float *k_b;   /* (E) */
-    float *v_b;   /* (E) */
-    float *out_w; /* (E, E) */
+    attn_hparams hp; /* num_kv_heads, head_dim and scale filled in */
+    float *q_w;   /* (H*D, E)  */
+    float *k_w;   /* (G*D, Kd) */
+    float *v_w;   /* (G*D, Vd) */
+    float *q_b;   /* (H*D) */
+    float *k_b;   /* (G*D) */
+    float *v_b;   /* (G*D) */
+    float *out_w; /* (E, H*D) */
     float *out_b; /* (E) */
     float *mem;   /* the one allocation; owned, freed by attn_model_free */
     size_t n_floats; /* floats in mem */
@@ -69,6 +107,8 @@ typedef struct {
     const uint8_t *key_padding_mask;  /* (S), nonzero = hidden, or NULL */
     const uint8_t *attn_mask_bool;    /* (L,S), nonzero = hidden, or NULL */
     const float *attn_mask_add;       /* (L,S), added to the scaled scores (may hold -inf), or NULL */
+    const int32_t *positions;         /* (L) rotary position of each row (self-attention: of
+                                         query and key row alike), >= 0, or NULL: 0..L-1 */
     attn_weights_mode weights;        /* which attention matrix to return */
     float *attn;                      /* out: (H,L,S) for HEADS, (L,S) for MEAN, else unused; caller-owned */
 } attn_seq;

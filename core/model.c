@@ -1,21 +1,67 @@
 /* model.c - the model's one allocation, and the batch checks shared by the
  * fast and the reference forward. No math here. */
+#include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "attn.h"
 #include "internal.h"
+#include "sizes.h"
 
-int attn_model_init(attn_model *m, const attn_hparams *hp, char *err, size_t errlen)
+/* Checks the decoder options of hp (rope, scale); hp's D is d. */
+static int check_rope(const attn_hparams *hp, int d, char *err, size_t errlen)
 {
-    memset(m, 0, sizeof *m);
+    const attn_rope *r = &hp->rope;
+    if (!(hp->scale >= 0) || !isfinite(hp->scale)) {
+        snprintf(err, errlen, "scale must be positive and finite (got %g)", hp->scale);
+        return -1;
+    }
+    if (r->dim == 0) return 0;
+    if (r->dim < 0 || r->dim % 2 != 0 || r->dim > d) {
+        snprintf(err, errlen, "rope dim %d must be even and between 2 and the head width %d",
+                 r->dim, d);
+        return -1;
+    }
+    if (!(r->theta > 0) || !isfinite(r->theta)) {
+        snprintf(err, errlen, "rope theta must be positive (got %g)", r->theta);
+        return -1;
+    }
+    if (r->style != ATTN_ROPE_HALF && r->style != ATTN_ROPE_INTERLEAVED) {
+        snprintf(err, errlen, "unknown rope style %d", (int)r->style);
+        return -1;
+    }
+    if (r->scaling == ATTN_ROPE_SCALE_NONE) return 0;
+    if (r->scaling != ATTN_ROPE_SCALE_LINEAR && r->scaling != ATTN_ROPE_SCALE_LLAMA3) {
+        snprintf(err, errlen, "unknown rope scaling %d", (int)r->scaling);
+        return -1;
+    }
+    if (!(r->factor > 0) || !isfinite(r->factor)) {
+        snprintf(err, errlen, "rope scaling factor must be positive (got %g)", r->factor);
+        return -1;
+    }
+    if (r->scaling == ATTN_ROPE_SCALE_LLAMA3 &&
+        (!(r->low_freq_factor > 0) || !(r->high_freq_factor > r->low_freq_factor) ||
+         !isfinite(r->high_freq_factor) || r->original_max_position < 1)) {
+        snprintf(err, errlen,
+                 "llama3 rope scaling needs 0 < low_freq_factor < high_freq_factor and "
+                 "original_max_position >= 1 (got %g, %g, %d)",
+                 r->low_freq_factor, r->high_freq_factor, r->original_max_position);
+        return -1;
+    }
+    return 0;
+}
+
+/* Checks hp and fills the defaults of num_kv_heads, head_dim and scale. */
+static int check_hparams(attn_hparams *hp, char *err, size_t errlen)
+{
     int E = hp->embed_dim, H = hp->num_heads;
     if (E < 1 || H < 1) {
         snprintf(err, errlen, "embed_dim and num_heads must be positive (got %d and %d)", E, H);
         return -1;
     }
-    if (E % H != 0) {
+    if (hp->head_dim < 0 || (hp->head_dim == 0 && E % H != 0)) {
         snprintf(err, errlen, "embed_dim %d is not divisible by num_heads %d", E, H);
         return -1;
     }
@@ -23,24 +69,48 @@ int attn_model_init(attn_model *m, const attn_hparams *hp, char *err, size_t err
         snprintf(err, errlen, "kdim and vdim must be positive (got %d and %d)", hp->kdim, hp->vdim);
         return -1;
     }
-    size_t e = (size_t)E;
-    size_t n = e * e + e * hp->kdim + e * hp->vdim + 3 * e + e * e + e;
-    float *mem = calloc(n, sizeof(float));
-    if (!mem) {
-        snprintf(err, errlen, "out of memory for %zu weights", n);
+    if (hp->num_kv_heads < 0 || (hp->num_kv_heads > 0 && H % hp->num_kv_heads != 0)) {
+        snprintf(err, errlen, "num_kv_heads %d does not divide num_heads %d", hp->num_kv_heads, H);
         return -1;
     }
-    m->hp = *hp;
+    if (hp->num_kv_heads == 0) hp->num_kv_heads = H;
+    if (hp->head_dim == 0) hp->head_dim = E / H;
+    if (check_rope(hp, hp->head_dim, err, errlen) < 0) return -1;
+    if (hp->scale == 0) hp->scale = 1.0 / sqrt((double)hp->head_dim);
+    return 0;
+}
+
+int attn_model_init(attn_model *m, const attn_hparams *hp, char *err, size_t errlen)
+{
+    memset(m, 0, sizeof *m);
+    attn_hparams h = *hp;
+    if (check_hparams(&h, err, errlen) < 0) return -1;
+    uint64_t e = (uint64_t)h.embed_dim, qd, kvd, n = 0, t;
+    /* q_w, k_w, v_w, q_b, k_b, v_b, out_w, out_b: see attn.h */
+    int bad = sz_mul((uint64_t)h.num_heads, (uint64_t)h.head_dim, INT32_MAX, &qd) < 0 ||
+              sz_mul((uint64_t)h.num_kv_heads, (uint64_t)h.head_dim, INT32_MAX, &kvd) < 0;
+    uint64_t parts[][2] = {{qd, e}, {kvd, (uint64_t)h.kdim}, {kvd, (uint64_t)h.vdim}, {qd, 1},
+                           {kvd, 1}, {kvd, 1}, {e, qd}, {e, 1}};
+    for (int i = 0; !bad && i < 8; i++)
+        bad = sz_mul(parts[i][0], parts[i][1], SIZE_MAX / sizeof(float), &t) < 0 ||
+              sz_add(n, t, SIZE_MAX / sizeof(float), &n) < 0;
+    float *mem = bad ? NULL : calloc((size_t)n, sizeof(float));
+    if (!mem) {
+        snprintf(err, errlen, "out of memory for the weights (H*D %llu, G*D %llu, E %llu)",
+                 (unsigned long long)qd, (unsigned long long)kvd, (unsigned long long)e);
+        return -1;
+    }
+    m->hp = h;
     m->mem = mem;
-    m->n_floats = n;
+    m->n_floats = (size_t)n;
     m->q_w = mem;
-    m->k_w = m->q_w + e * e;
-    m->v_w = m->k_w + e * hp->kdim;
-    m->q_b = m->v_w + e * hp->vdim;
-    m->k_b = m->q_b + e;
-    m->v_b = m->k_b + e;
-    m->out_w = m->v_b + e;
-    m->out_b = m->out_w + e * e;
+    m->k_w = m->q_w + qd * e;
+    m->v_w = m->k_w + kvd * h.kdim;
+    m->q_b = m->v_w + kvd * h.vdim;
+    m->k_b = m->q_b + qd;
+    m->v_b = m->k_b + kvd;
+    m->out_w = m->v_b + kvd;
+    m->out_b = m->out_w + e * qd;
     return 0;
 }
 
@@ -51,8 +121,8 @@ void attn_model_free(attn_model *m)
     memset(m, 0, sizeof *m);
 }
 
-int attn_check_batch(const attn_model *m, const attn_batch *b, size_t *T, size_t *U, char *err,
-                     size_t errlen)
+int attn_check_shapes(const attn_model *m, const attn_batch *b, size_t *T, size_t *U, char *err,
+                      size_t errlen)
 {
     const attn_hparams *hp = &m->hp;
     if (!m->mem) {
@@ -74,9 +144,21 @@ int attn_check_batch(const attn_model *m, const attn_batch *b, size_t *T, size_t
                  hp->vdim);
         return -1;
     }
+    if (b->key && hp->rope.dim) {
+        snprintf(err, errlen, "rotary positions need self-attention (no key): a key row's "
+                              "position would be unknown");
+        return -1;
+    }
     size_t t = 0, u = 0;
     for (int i = 0; i < b->B; i++) {
         const attn_seq *s = &b->seqs[i];
+        if (s->positions)
+            for (int r = 0; r < s->L; r++)
+                if (s->positions[r] < 0) {
+                    snprintf(err, errlen, "sequence %d: position %d of row %d is negative", i,
+                             (int)s->positions[r], r);
+                    return -1;
+                }
         if (s->L < 1 || s->S < 1) {
             snprintf(err, errlen, "sequence %d: lengths must be positive (L=%d, S=%d)", i, s->L,
                      s->S);
@@ -102,5 +184,25 @@ int attn_check_batch(const attn_model *m, const attn_batch *b, size_t *T, size_t
     }
     *T = t;
     *U = u;
+    return 0;
+}
+
+/* Whether hp is plain nn.MultiheadAttention: no decoder option in use. */
+static int is_mha(const attn_hparams *hp)
+{
+    return hp->num_kv_heads == hp->num_heads && hp->head_dim * hp->num_heads == hp->embed_dim &&
+           hp->rope.dim == 0 && hp->scale == 1.0 / sqrt((double)hp->head_dim);
+}
+
+int attn_check_batch(const attn_model *m, const attn_batch *b, size_t *T, size_t *U, char *err,
+                     size_t errlen)
+{
+    if (attn_check_shapes(m, b, T, U, err, errlen) < 0) return -1;
+    if (!is_mha(&m->hp)) {
+        snprintf(err, errlen,
+                 "the fast forward does not serve num_kv_heads, head_dim, scale or rope yet; "
+                 "attn_forward_ref does");
+        return -1;
+    }
     return 0;
 }

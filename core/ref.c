@@ -1,6 +1,12 @@
-/* ref.c - the naive reference forward: plain loops over the formula of
- * SPEC section 1, one sequence and one head at a time, with double sums.
- * Slow on purpose; the tests hold the fast path to it. */
+/* ref.c - the naive reference forward: plain loops over the formulas of
+ * SPEC sections 1 and 7, one sequence and one head at a time, with double
+ * sums. Slow on purpose; the tests hold the fast path to it.
+ *
+ * Beyond nn.MultiheadAttention it follows the decoder options of attn.h:
+ * query head h reads key/value head h / (H / G); D is hp.head_dim; scores
+ * are scaled by hp.scale; with rotary positions, q and k are rotated after
+ * projection (and bias) at each row's position, angles in double.
+ */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +28,45 @@ static void linear_ref(float *y, const float *x, const float *w, const float *b,
         }
 }
 
+/* The rotation frequency of pair i of dim/2, with the scaling rule of r
+ * (attn.h; Hugging Face's _compute_llama3_parameters for LLAMA3). */
+static double rope_freq_ref(const attn_rope *r, int i)
+{
+    double f = pow(r->theta, -2.0 * i / r->dim);
+    if (r->scaling == ATTN_ROPE_SCALE_LINEAR) return f / r->factor;
+    if (r->scaling != ATTN_ROPE_SCALE_LLAMA3) return f;
+    double wavelen = 2 * M_PI / f;
+    double low_wavelen = r->original_max_position / r->low_freq_factor;
+    double high_wavelen = r->original_max_position / r->high_freq_factor;
+    if (wavelen < high_wavelen) return f;
+    if (wavelen > low_wavelen) return f / r->factor;
+    double smooth = (r->original_max_position / wavelen - r->low_freq_factor) /
+                    (r->high_freq_factor - r->low_freq_factor);
+    return (1 - smooth) * f / r->factor + smooth * f;
+}
+
+/* Rotates the first r->dim columns of each of the `heads` heads of x
+ * (n, heads*D) in place, row i at position pos[i] (or i when pos is NULL). */
+static void rope_ref(float *x, size_t n, int heads, int D, const attn_rope *r,
+                     const int32_t *pos)
+{
+    int half = r->dim / 2;
+    for (size_t i = 0; i < n; i++) {
+        double p = pos ? (double)pos[i] : (double)i;
+        for (int h = 0; h < heads; h++) {
+            float *row = x + (i * heads + h) * D;
+            for (int j = 0; j < half; j++) {
+                double a = p * rope_freq_ref(r, j);
+                int i0 = r->style == ATTN_ROPE_HALF ? j : 2 * j;
+                int i1 = r->style == ATTN_ROPE_HALF ? j + half : 2 * j + 1;
+                double x0 = row[i0], x1 = row[i1];
+                row[i0] = (float)(x0 * cos(a) - x1 * sin(a));
+                row[i1] = (float)(x1 * cos(a) + x0 * sin(a));
+            }
+        }
+    }
+}
+
 static int hidden_ref(const attn_seq *s, int i, int j)
 {
     if (s->causal && j > i) return 1;
@@ -33,14 +78,15 @@ static int hidden_ref(const attn_seq *s, int i, int j)
     return 0;
 }
 
-/* One sequence: q (L,E), k (S,E), v (S,E) projected; ctx (L,E) out. */
+/* One sequence: q (L,H*D), k (S,G*D), v (S,G*D) projected; ctx (L,H*D) out. */
 static void attend_ref(float *ctx, const float *q, const float *k, const float *v,
-                       const attn_seq *s, int E, int H, double *p)
+                       const attn_seq *s, const attn_hparams *hp, double *p)
 {
-    int D = E / H, L = s->L, S = s->S;
-    double scale = 1.0 / sqrt((double)D);
+    int H = hp->num_heads, G = hp->num_kv_heads, D = hp->head_dim, L = s->L, S = s->S;
+    size_t qw = (size_t)H * D, kw = (size_t)G * D;
     if (s->weights == ATTN_WEIGHTS_MEAN) memset(s->attn, 0, sizeof(float) * (size_t)L * S);
-    for (int h = 0; h < H; h++)
+    for (int h = 0; h < H; h++) {
+        int g = h / (H / G); /* the key/value head this query head reads */
         for (int i = 0; i < L; i++) {
             double mx = -INFINITY;
             for (int j = 0; j < S; j++) {
@@ -50,8 +96,8 @@ static void attend_ref(float *ctx, const float *q, const float *k, const float *
                 }
                 double dot = 0;
                 for (int d = 0; d < D; d++)
-                    dot += (double)q[(size_t)i * E + h * D + d] * k[(size_t)j * E + h * D + d];
-                p[j] = dot * scale;
+                    dot += (double)q[i * qw + (size_t)h * D + d] * k[j * kw + (size_t)g * D + d];
+                p[j] = dot * hp->scale;
                 if (s->attn_mask_add) p[j] += s->attn_mask_add[(size_t)i * S + j];
                 if (p[j] > mx) mx = p[j];
             }
@@ -63,8 +109,8 @@ static void attend_ref(float *ctx, const float *q, const float *k, const float *
             for (int j = 0; j < S; j++) p[j] = sum > 0 ? p[j] / sum : 0.0;
             for (int d = 0; d < D; d++) {
                 double acc = 0;
-                for (int j = 0; j < S; j++) acc += p[j] * v[(size_t)j * E + h * D + d];
-                ctx[(size_t)i * E + h * D + d] = (float)acc;
+                for (int j = 0; j < S; j++) acc += p[j] * v[j * kw + (size_t)g * D + d];
+                ctx[i * qw + (size_t)h * D + d] = (float)acc;
             }
             for (int j = 0; j < S; j++) {
                 if (s->weights == ATTN_WEIGHTS_HEADS)
@@ -73,24 +119,27 @@ static void attend_ref(float *ctx, const float *q, const float *k, const float *
                     s->attn[(size_t)i * S + j] += (float)(p[j] / H);
             }
         }
+    }
 }
 
 int attn_forward_ref(const attn_model *m, attn_batch *b, char *err, size_t errlen)
 {
     size_t T, U;
-    if (attn_check_batch(m, b, &T, &U, err, errlen) < 0) return -1;
-    int E = m->hp.embed_dim, H = m->hp.num_heads, Kd = m->hp.kdim, Vd = m->hp.vdim;
+    if (attn_check_shapes(m, b, &T, &U, err, errlen) < 0) return -1;
+    const attn_hparams *hp = &m->hp;
+    int E = hp->embed_dim, Kd = hp->kdim, Vd = hp->vdim, D = hp->head_dim;
+    int QW = hp->num_heads * D, KW = hp->num_kv_heads * D;
     int rc = -1;
     size_t maxL = 0, maxS = 0;
     for (int i = 0; i < b->B; i++) {
         if ((size_t)b->seqs[i].L > maxL) maxL = b->seqs[i].L;
         if ((size_t)b->seqs[i].S > maxS) maxS = b->seqs[i].S;
     }
-    float *q = malloc(sizeof(float) * maxL * E);   /* (L,E) */
-    float *k = malloc(sizeof(float) * maxS * E);   /* (S,E) */
-    float *v = malloc(sizeof(float) * maxS * E);   /* (S,E) */
-    float *ctx = malloc(sizeof(float) * maxL * E); /* (L,E) */
-    double *p = malloc(sizeof(double) * maxS);     /* (S) one row of scores */
+    float *q = malloc(sizeof(float) * maxL * QW);   /* (L,H*D) */
+    float *k = malloc(sizeof(float) * maxS * KW);   /* (S,G*D) */
+    float *v = malloc(sizeof(float) * maxS * KW);   /* (S,G*D) */
+    float *ctx = malloc(sizeof(float) * maxL * QW); /* (L,H*D) */
+    double *p = malloc(sizeof(double) * maxS);      /* (S) one row of scores */
     if (!q || !k || !v || !ctx || !p) {
         snprintf(err, errlen, "out of memory in the reference forward");
         goto cleanup;
@@ -101,11 +150,15 @@ int attn_forward_ref(const attn_model *m, attn_batch *b, char *err, size_t errle
         const float *xq = b->query + qo * E;
         const float *xk = b->key ? b->key + ko * Kd : xq;
         const float *xv = b->value ? b->value + ko * Vd : xk;
-        linear_ref(q, xq, m->q_w, m->q_b, s->L, E, E);
-        linear_ref(k, xk, m->k_w, m->k_b, s->S, Kd, E);
-        linear_ref(v, xv, m->v_w, m->v_b, s->S, Vd, E);
-        attend_ref(ctx, q, k, v, s, E, H, p);
-        linear_ref(b->out + qo * E, ctx, m->out_w, m->out_b, s->L, E, E);
+        linear_ref(q, xq, m->q_w, m->q_b, s->L, E, QW);
+        linear_ref(k, xk, m->k_w, m->k_b, s->S, Kd, KW);
+        linear_ref(v, xv, m->v_w, m->v_b, s->S, Vd, KW);
+        if (hp->rope.dim) { /* self-attention only (attn_check_shapes): S == L */
+            rope_ref(q, s->L, hp->num_heads, D, &hp->rope, s->positions);
+            rope_ref(k, s->S, hp->num_kv_heads, D, &hp->rope, s->positions);
+        }
+        attend_ref(ctx, q, k, v, s, hp, p);
+        linear_ref(b->out + qo * E, ctx, m->out_w, m->out_b, s->L, QW, E);
         qo += s->L;
         ko += s->S;
     }

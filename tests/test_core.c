@@ -676,7 +676,8 @@ static void rand_masks(tseq *s) {
 static tseq *make_case(int i, attn_model *m) {
     const rcase *c = &g_cases[i];
     g_rng = 0x5eed0000ULL + (uint64_t)i;
-    attn_hparams hp = {c->E, c->H, c->Kd, c->Vd, c->bias, 0};
+    attn_hparams hp = {.embed_dim = c->E, .num_heads = c->H, .kdim = c->Kd, .vdim = c->Vd,
+                       .bias = c->bias};
     rand_model(m, &hp);
     tseq *seqs = xcalloc(c->B, sizeof(tseq));
     for (int b = 0; b < c->B; b++) {
@@ -789,11 +790,11 @@ START_TEST(test_init_errors) {
     attn_model m;
     char err[256];
     attn_hparams bad[] = {
-        {10, 3, 10, 10, 1, 0}, /* E not divisible by H */
-        {0, 1, 0, 0, 1, 0},    /* E = 0 */
-        {8, 0, 8, 8, 1, 0},    /* H = 0 */
-        {8, 2, -3, 8, 1, 0},   /* kdim < 0 */
-        {8, 2, 8, -1, 1, 0},   /* vdim < 0 */
+        {.embed_dim = 10, .num_heads = 3, .kdim = 10, .vdim = 10}, /* E not divisible by H */
+        {.embed_dim = 0, .num_heads = 1, .kdim = 0, .vdim = 0},    /* E = 0 */
+        {.embed_dim = 8, .num_heads = 0, .kdim = 8, .vdim = 8},    /* H = 0 */
+        {.embed_dim = 8, .num_heads = 2, .kdim = -3, .vdim = 8},   /* kdim < 0 */
+        {.embed_dim = 8, .num_heads = 2, .kdim = 8, .vdim = -1},   /* vdim < 0 */
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         memset(&m, 0, sizeof(m));
@@ -808,7 +809,7 @@ START_TEST(test_init_errors) {
     ck_assert(tiny[3] == 'x');
     attn_model_free(&m);
     /* a good model, freed twice */
-    attn_hparams hp = {12, 3, 5, 7, 1, 0};
+    attn_hparams hp = {.embed_dim = 12, .num_heads = 3, .kdim = 5, .vdim = 7, .bias = 1};
     ck_assert_int_eq(attn_model_init(&m, &hp, err, sizeof(err)), 0);
     ck_assert_uint_eq(m.n_floats, 12 * 12 + 12 * 5 + 12 * 7 + 3 * 12 + 12 * 12 + 12);
     ck_assert(m.k_w == m.q_w + 12 * 12 && m.v_w == m.k_w + 12 * 5 && m.q_b == m.v_w + 12 * 7);
@@ -846,13 +847,13 @@ START_TEST(test_forward_errors) {
     attn_batch b = {.B = 1, .seqs = &s, .query = q, .out = out};
 
     /* self-attention when kdim != E */
-    attn_hparams hp = {8, 2, 4, 8, 1, 0};
+    attn_hparams hp = {.embed_dim = 8, .num_heads = 2, .kdim = 4, .vdim = 8, .bias = 1};
     ck_assert_int_eq(attn_model_init(&m, &hp, err, sizeof(err)), 0);
     expect_refused(&m, &b, "self-attention with kdim 4 != E 8");
     attn_model_free(&m);
 
     /* self-attention when vdim != E */
-    attn_hparams hp2 = {8, 2, 8, 6, 1, 0};
+    attn_hparams hp2 = {.embed_dim = 8, .num_heads = 2, .kdim = 8, .vdim = 6, .bias = 1};
     ck_assert_int_eq(attn_model_init(&m, &hp2, err, sizeof(err)), 0);
     expect_refused(&m, &b, "self-attention with vdim 6 != E 8");
     /* value = key when kdim != vdim */
@@ -860,7 +861,7 @@ START_TEST(test_forward_errors) {
     expect_refused(&m, &b, "value NULL with kdim 8 != vdim 6");
     attn_model_free(&m);
 
-    attn_hparams hp3 = {8, 2, 8, 8, 1, 0};
+    attn_hparams hp3 = {.embed_dim = 8, .num_heads = 2, .kdim = 8, .vdim = 8, .bias = 1};
     ck_assert_int_eq(attn_model_init(&m, &hp3, err, sizeof(err)), 0);
     b.key = NULL;
     s.S = 3; /* self-attention needs S == L */
@@ -884,7 +885,7 @@ END_TEST
 START_TEST(test_workspace_tiled) {
     char err[256];
     attn_model m;
-    attn_hparams hp = {512, 8, 512, 512, 1, 0};
+    attn_hparams hp = {.embed_dim = 512, .num_heads = 8, .kdim = 512, .vdim = 512, .bias = 1};
     ck_assert_int_eq(attn_model_init(&m, &hp, err, sizeof(err)), 0);
     attn_seq s = {.L = 8192, .S = 8192, .weights = ATTN_WEIGHTS_NONE};
     attn_batch b = {.B = 1, .seqs = &s};

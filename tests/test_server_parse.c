@@ -159,8 +159,8 @@ END_TEST
 /* ---- requests ---- */
 
 static attnd_model_info MODELS[2] = {
-    {"small", {4, 2, 4, 4, 1, 0}},
-    {"cross", {4, 2, 3, 2, 1, 1}},
+    {"small", {.embed_dim = 4, .num_heads = 2, .kdim = 4, .vdim = 4, .bias = 1}},
+    {"cross", {.embed_dim = 4, .num_heads = 2, .kdim = 3, .vdim = 2, .bias = 1, .causal = 1}},
 };
 
 static attnd_parse_env env_of(int n_models) {

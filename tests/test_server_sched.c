@@ -71,7 +71,7 @@ static attn_model model;
 static attnd_model_info info;
 
 static void setup_model(void) {
-    attn_hparams hp = {8, 2, 8, 8, 1, 0};
+    attn_hparams hp = {.embed_dim = 8, .num_heads = 2, .kdim = 8, .vdim = 8, .bias = 1};
     char err[256];
     ck_assert_int_eq(attn_model_init(&model, &hp, err, sizeof(err)), 0);
     for (size_t i = 0; i < model.n_floats; i++)
