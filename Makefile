@@ -38,7 +38,7 @@ LIBS       := $(BUILD)/libattnd_server.a $(BUILD)/libattnd_config.a $(BUILD)/lib
 TESTS      := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 BENCHES    := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
-.PHONY: all deps test test-unit test-blackbox asan tsan run bench bench-compare bench-http clean fuzz fuzz-smoke venv
+.PHONY: all deps test test-unit test-blackbox asan tsan run bench bench-compare bench-http clean fuzz fuzz-smoke fuzz-long venv
 .PHONY: docker-test scaleout-test
 
 all: $(BUILD)/attnd $(LIBS)
@@ -105,19 +105,49 @@ tsan: deps
 	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no build-tsan/tests/test_core
 	TSAN_OPTIONS="halt_on_error=1" $(MAKE) BUILD=build-tsan OPT=-O1 SAN="-fsanitize=thread" test-blackbox PYTEST_ARGS="-k concurrency"
 
-# libFuzzer targets (clang): tests/fuzz/fuzz_*.c, each linked with the config library.
-FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
-FUZZERS  := $(FUZZ_SRC:tests/fuzz/%.c=build-fuzz/%)
+# libFuzzer targets (clang): tests/fuzz/fuzz_*.c, each linked with one archive
+# of the core, config and server objects built for fuzzing. ASan and UBSan
+# stop at the first report, so undefined behaviour is a finding too.
+# fuzz-smoke runs each FUZZ_SECONDS (make test); fuzz-long runs each to
+# FUZZ_RUNS executions (README: Tests). Seeds: tests/fuzz/seeds/<target>/,
+# dictionaries: tests/fuzz/<target>.dict. Run from the repository's root.
+FUZZ_SRC   := $(wildcard tests/fuzz/fuzz_*.c)
+FUZZERS    := $(FUZZ_SRC:tests/fuzz/%.c=build-fuzz/%)
 FUZZ_SECONDS ?= 15
-# The parsers need only the model allocation from core/.
-build-fuzz/%: tests/fuzz/%.c $(CONFIG_SRC) core/model.c
-	@mkdir -p build-fuzz
-	clang -g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined $(PKG_CFLAGS) -o $@ $^ $(PKG_LIBS) -lm -lpthread
+FUZZ_RUNS  ?= 10000000
+FUZZ_JOBS  ?= 1
+FUZZ_SAN   := -fsanitize=address,undefined -fno-sanitize-recover=all
+FUZZ_CFLAGS := -g -O1 -std=c11 -D_GNU_SOURCE -fno-omit-frame-pointer $(FUZZ_SAN)
+FUZZ_OBJ   := $(CORE_SRC:%.c=build-fuzz/obj/%.o) $(CONFIG_SRC:%.c=build-fuzz/obj/%.o) \
+              $(SERVER_SRC:%.c=build-fuzz/obj/%.o)
+build-fuzz/obj/%.o: %.c $(wildcard */*.h)
+	@mkdir -p $(dir $@)
+	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link $(PKG_CFLAGS) -c $< -o $@
+build-fuzz/obj/server/openapi.o: server/openapi.json
+build-fuzz/libattnd_fuzz.a: $(FUZZ_OBJ)
+	ar rcs $@ $^
+build-fuzz/%: tests/fuzz/%.c build-fuzz/libattnd_fuzz.a $(wildcard tests/fuzz/*.h)
+	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer $(PKG_CFLAGS) -o $@ $< build-fuzz/libattnd_fuzz.a \
+	  $(PKG_LIBS) -lm -lpthread
 fuzz: $(FUZZERS)
 fuzz-smoke: $(FUZZERS)
 	@set -e; for f in $(FUZZERS); do n=$$(basename $$f); mkdir -p build-fuzz/corpus-$$n; \
 	  echo "== $$n ($(FUZZ_SECONDS)s)"; \
-	  $$f -max_total_time=$(FUZZ_SECONDS) -max_len=4096 build-fuzz/corpus-$$n tests/fuzz/seeds/$$n 2>&1 | tail -2; done
+	  d=; [ -f tests/fuzz/$$n.dict ] && d=-dict=tests/fuzz/$$n.dict; \
+	  $$f -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -artifact_prefix=build-fuzz/$$n- $$d build-fuzz/corpus-$$n tests/fuzz/seeds/$$n \
+	    > build-fuzz/$$n.log 2>&1 || { tail -60 build-fuzz/$$n.log; exit 1; }; \
+	  grep -E '^Done|#[0-9]+.*(DONE|pulse)' build-fuzz/$$n.log | tail -1; done
+# Each target to FUZZ_RUNS executions (10 M by default: hours on 2 cores);
+# FUZZ_TARGETS="fuzz_v2 fuzz_json" picks some.
+FUZZ_TARGETS ?= $(notdir $(FUZZERS))
+fuzz-long: $(FUZZERS)
+	@set -e; for n in $(FUZZ_TARGETS); do mkdir -p build-fuzz/corpus-$$n; \
+	  echo "== $$n ($(FUZZ_RUNS) runs)"; \
+	  d=; [ -f tests/fuzz/$$n.dict ] && d=-dict=tests/fuzz/$$n.dict; \
+	  build-fuzz/$$n -runs=$(FUZZ_RUNS) -max_len=4096 -print_final_stats=1 -artifact_prefix=build-fuzz/$$n- $$d \
+	    build-fuzz/corpus-$$n tests/fuzz/seeds/$$n > build-fuzz/$$n.long.log 2>&1 \
+	    || { tail -60 build-fuzz/$$n.long.log; exit 1; }; \
+	  grep -E '^stat::number_of_executed_units' build-fuzz/$$n.long.log; done
 
 run: deps
 	$(MAKE) all

@@ -271,7 +271,7 @@ int jin_bool(jin *j, int *v) {
         *v = 0;
         return 0;
     }
-    return -1;
+    return fail(j, "expected true or false");
 }
 
 int jin_null(jin *j) {
@@ -288,7 +288,7 @@ int jin_skip(jin *j) {
     case 't':
     case 'f': {
         int b;
-        return jin_bool(j, &b) < 0 ? fail(j, "bad literal") : 0;
+        return jin_bool(j, &b);
     }
     case 'n':
         return jin_null(j);

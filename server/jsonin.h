@@ -43,8 +43,7 @@ int jin_string_buf(jin *j, char *buf, size_t cap, int *cut);
 int jin_number(jin *j, double *v);
 /* A number bound for float32 (see parse_number_f32). */
 int jin_number_f32(jin *j, double *v);
-/* true/false; 0 or -1 (and no error text when the next value is not a
- * literal, so the caller can name the field). */
+/* true/false; 0 or -1. */
 int jin_bool(jin *j, int *v);
 /* null */
 int jin_null(jin *j);

@@ -1,0 +1,200 @@
+#!/usr/bin/env python3
+"""make_seeds.py - writes the seed corpora of the request-path fuzz targets
+under tests/fuzz/seeds/<target>/: real request bodies for the fuzz models
+(fuzz_server.h: "small" E=4 H=2; "cross" E=4 kdim=3 vdim=2; fuzz_http.c:
+"s16" E=16 and "x24" E=24 kdim=16 vdim=20), the shapes of issue 13 whose
+element counts wrap 64 bits, and the odd corners (NaN literals, wrapped
+base64, duplicate keys, deep nesting). Run from anywhere; the files are
+checked in, so run it only to change them:
+    python3 tests/fuzz/make_seeds.py
+Seed files this script does not write are past findings of the fuzzers,
+kept so that every run replays them first.
+"""
+import base64
+import json
+import struct
+from pathlib import Path
+
+SEEDS = Path(__file__).resolve().parent / "seeds"
+
+
+def b64f(vals):
+    return base64.b64encode(struct.pack("<%df" % len(vals), *vals)).decode()
+
+
+def rows(L, w, start=0.0):
+    return [[round(start + 0.1 * (i * w + j) - 0.7, 3) for j in range(w)] for i in range(L)]
+
+
+def flat(L, w):
+    return [x for r in rows(L, w) for x in r]
+
+
+def put(target, name, data):
+    d = SEEDS / target
+    d.mkdir(parents=True, exist_ok=True)
+    (d / name).write_bytes(data if isinstance(data, bytes) else data.encode())
+
+
+WRAP = [268435456, 134217728, 512]          # issue 13: the product wraps to 0
+HUGE = [1000000000, 1000000000, 1000000000]  # signed overflow in the product
+
+
+def native():
+    t = "fuzz_native"
+    put(t, "self.json", json.dumps({"model": "small", "query": rows(3, 4),
+                                    "attention": "heads", "causal": True,
+                                    "key_padding_mask": [False, True, False]}))
+    put(t, "cross.json", json.dumps({"model": "cross", "query": [rows(2, 4), rows(2, 4, 1)],
+                                     "key": [rows(3, 3), rows(3, 3, 2)],
+                                     "value": [rows(3, 2), rows(3, 2, 3)],
+                                     "attn_mask": [[0.5, -1, 0], [0, 0, 1.5]],
+                                     "encoding": "base64", "attention": "mean"}))
+    put(t, "b64.json", json.dumps({"model": "small", "query": {
+        "shape": [2, 4], "dtype": "float32", "b64": b64f(flat(2, 4))},
+        "attn_mask": {"shape": [2, 2], "dtype": "bool", "b64": base64.b64encode(
+            bytes([0, 1, 0, 0])).decode()}}))
+    put(t, "wrapped_b64.json", json.dumps({"model": "small", "query": {
+        "shape": [4, 4], "dtype": "float32", "b64": base64.encodebytes(
+            struct.pack("<16f", *flat(4, 4))).decode()}}))
+    put(t, "mask3.json", json.dumps({"model": "small", "query": [rows(2, 4)] * 2,
+                                     "attn_mask": [[[True, False], [False, False]]] * 2,
+                                     "key_padding_mask": [[False, False], [True, False]]}))
+    put(t, "wrap_shape.json", json.dumps({"model": "small", "query": {
+        "shape": WRAP, "dtype": "float32", "b64": ""}}))
+    put(t, "huge_shape.json", json.dumps({"model": "small", "query": {
+        "shape": HUGE, "b64": "AAAA"}}))
+    put(t, "nan.json", '{"model": "small", "query": [[NaN, 1, 2, Infinity]]}')
+    put(t, "numbers.json", '{"query": [[1e39, -0, 0.1e-45, 3.4028235677973366e38],'
+                           ' [1.00000005960464477539062500000001, 16777217, 1e-46, -1E+2]]}')
+    put(t, "dup.json", '{"model": "small", "model": "small", "query": [[1,2,3,4]],'
+                       ' "causal": null, "attention": "none"}')
+    put(t, "typo.json", '{"model": "small", "query": [[1,2,3,4]], "atention": "mean"}')
+    put(t, "form.txt", "model=small&query=1,2,3,4")
+    put(t, "multipart.txt", '--xyz\r\nContent-Disposition: form-data; name="query"\r\n\r\n'
+                            '[[1,2,3,4]]\r\n--xyz--\r\n')
+    put(t, "escapes.json", '{"m\\u006fdel": "sm\\u0061ll", "query": [[1,2,3,4]]}')
+
+
+def v2_input(name, shape, dt, data=None, size=None):
+    d = {"name": name, "shape": shape, "datatype": dt}
+    if size is not None:
+        d["parameters"] = {"binary_data_size": size}
+    else:
+        d["data"] = data
+    return d
+
+
+def v2():
+    t = "fuzz_v2"
+    put(t, "self.json", json.dumps({"id": "r1", "parameters": {"causal": True, "attention": "mean"},
+                                    "inputs": [v2_input("query", [1, 3, 4], "FP32", flat(3, 4)),
+                                               v2_input("key_padding_mask", [1, 3], "BOOL",
+                                                        [False, True, False])],
+                                    "outputs": [{"name": "output"}, {"name": "attention"}]}))
+    put(t, "cross.json", json.dumps({"inputs": [v2_input("query", [2, 4], "FP32", rows(2, 4)),
+                                                v2_input("key", [3, 3], "FP32", flat(3, 3)),
+                                                v2_input("value", [3, 2], "FP64", flat(3, 2)),
+                                                v2_input("attn_mask", [2, 3], "FP32", [0] * 6)],
+                                     "parameters": {"attention": "heads", "other": [1, {}]}}))
+    put(t, "outputs_attention.json", json.dumps({
+        "inputs": [v2_input("query", [2, 4], "FP32", flat(2, 4))],
+        "outputs": [{"name": "attention", "parameters": {"binary_data": False}}]}))
+    for i, shape in enumerate((WRAP, HUGE, [1, 4294967296])):
+        put(t, "wrap%d.json" % i, json.dumps({"inputs": [v2_input("query", shape, "FP32", [1])]}))
+    put(t, "wrap_mask.json", json.dumps({"inputs": [v2_input("query", [1, 4], "FP32", [1, 2, 3, 4]),
+                                                    v2_input("key_padding_mask", WRAP, "BOOL",
+                                                             size=0)]}))
+    put(t, "dup_params.json", '{"parameters": {"causal": true, "causal": false}, "inputs":'
+                              ' [{"name": "query", "shape": [1, 4], "datatype": "FP32",'
+                              ' "data": [1, 2, 3, 4]}]}')
+
+
+def v2_binary():
+    t = "fuzz_v2_binary"
+    js = json.dumps({"inputs": [v2_input("query", [2, 4], "FP32", size=32),
+                                v2_input("key_padding_mask", [2], "BOOL", size=2)],
+                     "outputs": [{"name": "output", "parameters": {"binary_data": True}}]})
+    put(t, "self.bin", js.encode() + b"\0" + struct.pack("<8f", *flat(2, 4)) + bytes([0, 1]))
+    js = json.dumps({"inputs": [v2_input("query", [1, 4], "FP32", size=16),
+                                v2_input("key", [2, 3], "FP32", flat(2, 3)),
+                                v2_input("attn_mask", [1, 2], "FP32", size=8)],
+                     "parameters": {"binary_data_output": True, "attention": "mean"}})
+    put(t, "cross.bin", js.encode() + b"\0" + struct.pack("<6f", *flat(1, 4), 0.5, -1))
+    for i, (name, shape, dt) in enumerate((("query", WRAP, "FP32"), ("attn_mask", WRAP, "FP32"),
+                                           ("key_padding_mask", WRAP, "BOOL"))):
+        ins = [] if name == "query" else [v2_input("query", [1, 4], "FP32", [1, 2, 3, 4])]
+        ins.append(v2_input(name, shape, dt, size=0))
+        put(t, "wrap%d.bin" % i, json.dumps({"inputs": ins}).encode() + b"\0")
+
+
+def tensor():
+    t = "fuzz_tensor"
+    put(t, "rows.json", json.dumps(rows(3, 4)))
+    put(t, "batch.json", json.dumps([rows(2, 3), rows(2, 3, 1)]))
+    put(t, "bools.json", "[[true, false], [false, true]]")
+    put(t, "b64.json", json.dumps({"shape": [2, 3], "dtype": "float32", "b64": b64f(flat(2, 3))}))
+    put(t, "b64_bool.json", json.dumps({"shape": [4], "dtype": "bool", "b64": "AQABAA=="}))
+    put(t, "b64_wrapped.json", json.dumps({"shape": [8, 4], "b64": base64.encodebytes(
+        struct.pack("<32f", *flat(8, 4))).decode()}))
+    put(t, "b64_urlsafe.json", json.dumps({"shape": [3], "b64": "-_-_-_-_-_-_-_-_"}))
+    put(t, "b64_neg_inf.json", json.dumps({"shape": [2], "b64": b64f([float("-inf"), 1])}))
+    put(t, "wrap.json", json.dumps({"shape": WRAP, "b64": ""}))
+    put(t, "ragged.json", "[[1, 2], [3]]")
+    put(t, "numbers.json", "[1e-45, 1.4e-45, 7e-46, 3.40282356e38, 0.30000001192092896, "
+                           "123456789012345678901234567890, -0.0e+0]")
+
+
+def json_docs():
+    t = "fuzz_json"
+    put(t, "object.json", '{"a": [1, 2.5e-3, -0, true, false, null], "b": {"c": "d\\u00e9\\n"}}')
+    put(t, "surrogates.json", '["\\ud83d\\ude00", "\\u20ac", "\u00e9\u4e2d"]')
+    put(t, "numbers.json", "[0, -1, 1e308, 1e-400, 123456789012345678901234, 9007199254740993,"
+                           " 0.1, 1E+2, 4.9e-324]")
+    put(t, "dup.json", '{"k": 1, "k": 2}')
+    put(t, "deep.json", "[" * 70 + "]" * 70)
+    put(t, "scalar.json", '"just a string"')
+    put(t, "bad_escape.json", '["\\x"]')
+    put(t, "nan.json", "[NaN, Infinity]")
+
+
+def http():
+    t = "fuzz_http"
+    body = json.dumps({"model": "s16", "query": rows(2, 16), "attention": "mean"})
+    auth = "Authorization: Bearer k3y\r\n"
+    put(t, "native.txt", "POST /v1/attention HTTP/1.1\r\nHost: x\r\n%sContent-Type: application/json"
+                         "\r\nContent-Length: %d\r\nX-Request-Id: abc-1\r\n\r\n%s"
+                         % (auth, len(body), body))
+    body = json.dumps({"inputs": [v2_input("query", [1, 2, 16], "FP32", flat(2, 16))]})
+    put(t, "v2.txt", "POST /v2/models/s16/versions/1/infer HTTP/1.1\r\nHost: x\r\n%s"
+                     "Content-Length: %d\r\n\r\n%s" % (auth, len(body), body))
+    js = json.dumps({"inputs": [v2_input("query", [1, 16], "FP32", size=64)]}).encode()
+    b = js + struct.pack("<16f", *flat(1, 16))
+    put(t, "v2_binary.txt", ("POST /v2/models/s16/infer HTTP/1.1\r\nHost: x\r\n%s"
+                             "Inference-Header-Content-Length: %d\r\nContent-Length: %d\r\n\r\n"
+                             % (auth, len(js), len(b))).encode() + b)
+    put(t, "chunked.txt", "POST /v1/models/s16/attention HTTP/1.1\r\nHost: x\r\n%s"
+                          "Transfer-Encoding: chunked\r\n\r\n6\r\n{\"quer\r\n"
+                          "12\r\ny\": [[1,2,3,4,5,6]]}\r\n0\r\n\r\n" % auth)
+    put(t, "gets.txt", "GET /health HTTP/1.1\r\nHost: x\r\n\r\nGET /v2/models/x24 HTTP/1.1\r\n"
+                       "Host: x\r\n%s\r\nHEAD /metrics HTTP/1.1\r\nHost: x\r\n\r\n"
+                       "GET /v2/models/s16/versions/2/ready HTTP/1.1\r\n%s\r\n" % (auth, auth))
+    put(t, "options.txt", "OPTIONS /v2/models/s16/infer HTTP/1.1\r\nHost: x\r\n"
+                          "Origin: http://app.example\r\nAccess-Control-Request-Method: POST\r\n\r\n")
+    put(t, "bad_length.txt", "POST /v1/attention HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n{}")
+    put(t, "too_large.txt", "POST /v1/attention HTTP/1.1\r\nHost: x\r\n%s"
+                            "Content-Length: 99999999999\r\n\r\n{}" % auth)
+    put(t, "escaped_path.txt", "GET /v2/models/s%3116/ready%00x HTTP/1.1\r\nHost: x\r\n" + auth + "\r\n")
+    put(t, "wrap.txt", ("POST /v2/models/s16/infer HTTP/1.1\r\nHost: x\r\n%s"
+                        "Inference-Header-Content-Length: 96\r\nContent-Length: 96\r\n\r\n" % auth)
+        + json.dumps({"inputs": [v2_input("query", WRAP, "FP32", size=0)]})[:96].ljust(96))
+    put(t, "http10.txt", "GET /v1/models HTTP/1.0\r\n%s\r\n" % auth)
+
+
+if __name__ == "__main__":
+    native()
+    v2()
+    v2_binary()
+    tensor()
+    json_docs()
+    http()
