@@ -40,6 +40,8 @@ typedef struct {
     int request_timeout_ms;   /* admission to answer; past it -> 504 */
     int max_connections;      /* concurrent connections accepted */
     int connection_timeout_s; /* idle connection timeout, seconds */
+    int header_timeout_ms;    /* connection start or last answer -> end of headers, ms */
+    int body_timeout_ms;      /* end of headers -> last body byte, ms */
     int drain_grace_s;        /* SIGTERM -> requests cut short and exit 5, seconds */
     char *api_key_env;        /* name of the env variable holding the API key */
     char **cors_origins;      /* allowed origins; n_cors_origins == 0 = CORS off */

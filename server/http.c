@@ -28,6 +28,7 @@
 #include "../core/sizes.h"
 #include "codec.h"
 #include "errors.h"
+#include "guard.h"
 #include "log.h"
 #include "metrics.h"
 #include "request.h"
@@ -47,6 +48,7 @@ struct attnd_server {
     int n_models;
     attnd_parse_env env;
     attnd_sched *sched;
+    attnd_guard *guard; /* connection slots and read deadlines */
     attnd_metrics metrics;
     struct MHD_Daemon *mhd;
     int port;
@@ -88,6 +90,7 @@ typedef struct {
     attnd_err sent_err; /* error kind sent, AERR_NONE for 2xx */
     size_t sent_bytes;  /* body bytes of the answer */
     int late;           /* 1: its queued work was dropped at the drain deadline */
+    guard_conn *gc;     /* its connection's record in the guard, or NULL */
 } hreq;
 
 /* ---- small helpers ---- */
@@ -445,9 +448,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         }
         *con_cls = h;
         atomic_fetch_add(&s->active, 1);
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+        h->gc = ci ? ci->socket_context : NULL;
         examine(h, url);
         /* 413 now, before the body is read */
-        if (h->pre.code == AERR_TOO_LARGE) return send_error(h, &h->pre);
+        if (h->pre.code == AERR_TOO_LARGE) {
+            attnd_guard_phase(s->guard, h->gc, GUARD_BUSY);
+            return send_error(h, &h->pre);
+        }
+        attnd_guard_phase(s->guard, h->gc, GUARD_BODY);
         h->phase = P_BODY;
         return MHD_YES;
     }
@@ -486,12 +496,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                            h->r.json_len ? "application/octet-stream" : "application/json");
     }
     if (h->phase == P_SENT) return MHD_YES;
+    attnd_guard_phase(s->guard, h->gc, GUARD_BUSY); /* the whole request is in */
     return dispatch(h);
 }
 
 /* How a request ended, for the access log's end= field: "ok" only when its
  * whole answer went out. */
 static const char *end_word(const hreq *h, enum MHD_RequestTerminationCode toe) {
+    const char *cut = attnd_guard_cut(h->srv->guard, h->gc);
+    if (cut) return cut;
     if (h->late || toe == MHD_REQUEST_TERMINATED_DAEMON_SHUTDOWN) return "drain_deadline";
     if (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK && h->status) return "ok";
     if (toe == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED) return "idle_timeout";
@@ -518,6 +531,9 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                   "request %s %s %s cut short at the drain deadline (%d s): its answer was not "
                   "delivered whole",
                   h->id, h->method, h->path, s->cfg->drain_grace_s);
+    } else if (status == 0 && strcmp(end, "client_gone") != 0) {
+        status = 408; /* the guard closed it: too slow, or evicted (never sent) */
+        metrics_disconnect(&s->metrics);
     } else if (status == 0 || h->r.gone) { /* the client left before the answer */
         status = 499;
         metrics_disconnect(&s->metrics);
@@ -528,8 +544,24 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     attnd_access a = {h->method, h->path, status, h->sent_bytes,
                       (double)(now - h->t_recv_us) / 1e3, h->r.batch_requests, h->id, end};
     attnd_log_access(&a); /* nothing secret: no headers, no body */
+    /* a kept-alive connection now waits for its next request's header lines */
+    attnd_guard_phase(s->guard, h->gc, GUARD_HEADER);
     atomic_fetch_sub(&s->active, 1);
     attnd_req_unref(&h->r);
+}
+
+/* Connection start and end: the guard's records. */
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe) {
+    attnd_server *s = cls;
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        *socket_context = ci ? attnd_guard_open(s->guard, ci->connect_fd) : NULL;
+    } else {
+        attnd_guard_close(s->guard, *socket_context);
+        *socket_context = NULL;
+    }
 }
 
 /* ---- finish callback from the scheduler (worker or sweeper thread) ---- */
@@ -678,7 +710,11 @@ static int start_mhd(attnd_server *s, char *err, size_t errlen) {
         snprintf(err, errlen, "cannot resolve host '%s': %s", c->host, gai_strerror(gai));
         return -1;
     }
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
+    /* poll(2), not epoll: libmicrohttpd 0.9.75 registers sockets with epoll
+     * edge-triggered and stops reading after a short read, so a client that
+     * sends part of a request and closes at once is never seen to close and
+     * holds its slot until the idle timeout (docs/config.md, "Connections"). */
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_ALLOW_SUSPEND_RESUME |
                      MHD_USE_ERROR_LOG;
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
     s->mhd = MHD_start_daemon(
@@ -687,6 +723,7 @@ static int start_mhd(attnd_server *s, char *err, size_t errlen) {
         MHD_OPTION_THREAD_POOL_SIZE, (unsigned)c->http_threads, MHD_OPTION_CONNECTION_LIMIT,
         (unsigned)c->max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
         (unsigned)c->connection_timeout_s, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+        MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
         MHD_OPTION_UNESCAPE_CALLBACK, unescape, NULL, MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!s->mhd) {
@@ -731,6 +768,9 @@ attnd_server *attnd_server_new(const attnd_config *cfg, attnd_exit *why, char *e
     attnd_sched_opts o = {cfg, s->models, s->info, s->n_models, &s->metrics, on_answer_ready, s};
     s->sched = attnd_sched_new(&o, err, errlen);
     if (!s->sched) goto fail;
+    s->guard = attnd_guard_new(cfg->max_connections, cfg->header_timeout_ms, cfg->body_timeout_ms,
+                               err, errlen);
+    if (!s->guard) goto fail;
     if (start_mhd(s, err, errlen) < 0) {
         *why = ATTND_EXIT_LISTEN;
         goto fail;
@@ -786,6 +826,7 @@ void attnd_server_free(attnd_server *s) {
     atomic_store(&s->state, S_DRAINING);
     attnd_sched_stop(s->sched);
     if (s->mhd) MHD_stop_daemon(s->mhd);
+    attnd_guard_free(s->guard); /* after the daemon: it closed every connection */
     attnd_sched_free(s->sched);
     for (int i = 0; i < s->n_models; i++)
         attn_model_free(&s->models[i]);
