@@ -33,7 +33,9 @@ typedef enum {
     K_BOOL,    /* int 0/1 from a JSON boolean */
     K_STRLIST, /* char ** plus an int count at off_n; at most max entries */
     K_NAME,    /* char[ATTND_NAME_MAX] in place, [A-Za-z0-9._-]+ */
-    K_ROLEMAP  /* the "tensors" object: role -> tensor name */
+    K_ROLEMAP, /* the "tensors" object: role -> tensor name */
+    K_NUM,     /* double in (min, max]: a JSON number, integer or not */
+    K_ROPE     /* the "rope" object (decoder.c) */
 } key_type;
 
 typedef struct {
@@ -113,7 +115,9 @@ static const cfg_key config_keys[] = {
 };
 #define N_CONFIG_KEYS (int)(sizeof config_keys / sizeof config_keys[0])
 
-/* One entry of "models". kdim and vdim default to 0, meaning embed_dim. */
+/* One entry of "models". kdim, vdim, num_kv_heads, head_dim and scale
+ * default to 0, meaning what nn.MultiheadAttention does; bias and causal to
+ * -1, meaning the layout's default (decoder.c). */
 static const cfg_key model_keys[] = {
     {NULL, "name", K_NAME, 1, ATTND_NAME_MAX - 1, 0, NULL, M_OFF(name), 0, NULL, NULL, NULL, 1,
      "unique name, [A-Za-z0-9._-]+"},
@@ -125,16 +129,26 @@ static const cfg_key model_keys[] = {
      "key input width (default embed_dim)"},
     {NULL, "vdim", K_INT, 1, 65536, 0, NULL, M_OFF(hp.vdim), 0, NULL, NULL, NULL, 0,
      "value input width (default embed_dim)"},
-    {NULL, "bias", K_BOOL, 0, 1, 1, NULL, M_OFF(hp.bias), 0, NULL, NULL, NULL, 0,
-     "projections carry biases"},
-    {NULL, "causal", K_BOOL, 0, 1, 0, NULL, M_OFF(hp.causal), 0, NULL, NULL, NULL, 0,
-     "causal mask for requests that do not say"},
+    {NULL, "bias", K_BOOL, 0, 1, -1, NULL, M_OFF(hp.bias), 0, NULL, NULL, NULL, 0,
+     "projections carry biases (default: false for layout llama, else true)"},
+    {NULL, "causal", K_BOOL, 0, 1, -1, NULL, M_OFF(hp.causal), 0, NULL, NULL, NULL, 0,
+     "causal mask for requests that do not say (default: true for layout llama)"},
+    {NULL, "num_kv_heads", K_INT, 1, 65536, 0, NULL, M_OFF(hp.num_kv_heads), 0, NULL, NULL, NULL,
+     0, "key/value heads (grouped-query attention); must divide num_heads"},
+    {NULL, "head_dim", K_INT, 1, 65536, 0, NULL, M_OFF(hp.head_dim), 0, NULL, NULL, NULL, 0,
+     "D: head width (default embed_dim / num_heads)"},
+    {NULL, "scale", K_NUM, 0, 1000000, 0, NULL, M_OFF(hp.scale), 0, NULL, NULL, NULL, 0,
+     "multiplies q k^T (default 1 / sqrt(head_dim))"},
+    {NULL, "rope", K_ROPE, 0, 0, 0, NULL, 0, 0, NULL, NULL, NULL, 0,
+     "rotary positions: {theta, dim, style, scaling}"},
+    {NULL, "max_positions", K_INT, 1, 1 << 30, 0, NULL, M_OFF(max_positions), 0, NULL, NULL, NULL,
+     0, "positions a request or session may reach (default: no limit)"},
     {NULL, "weights", K_STR, 1, 4096, 0, NULL, M_OFF(weights), 0, NULL, NULL, NULL, 1,
      ".safetensors file; relative to the config's folder"},
     {NULL, "prefix", K_STR, 0, 1024, 0, "", M_OFF(prefix), 0, NULL, NULL, NULL, 0,
      "prepended to every tensor name"},
     {NULL, "layout", K_STR, 1, 32, 0, "torch", M_OFF(layout), 0, NULL, NULL, "layout", 0,
-     "tensor names: torch | bert | hf_proj"},
+     "tensor names: torch | bert | hf_proj | llama"},
     {NULL, "tensors", K_ROLEMAP, 0, 0, 0, NULL, 0, 0, NULL, NULL, NULL, 0,
      "role -> tensor name, over the layout's names"},
 };
@@ -207,6 +221,14 @@ static const char *did_you_mean(const nearest *n, const char *prefix, char *buf,
     return buf;
 }
 
+const char *cfg_did_you_mean(const char *name, const char *const *cands, int n, char *buf,
+                             size_t cap) {
+    nearest near = {name, NULL, 0};
+    for (int i = 0; i < n; i++)
+        nearest_try(&near, cands[i]);
+    return did_you_mean(&near, "", buf, cap);
+}
+
 /* The message for an unknown key of a section (section NULL: of a model):
  * the nearest key of the same table, or the section a known key belongs in. */
 static int unknown_key(const char *section, const char *name, const char *src, const char *key,
@@ -275,6 +297,8 @@ static const char *type_wanted(key_type t) {
         return "an integer";
     case K_BOOL:
         return "true or false";
+    case K_NUM:
+        return "a number";
     case K_STRLIST:
         return "an array of strings";
     default:
@@ -296,7 +320,7 @@ static const char *string_rule(const cfg_key *k, const char *s) {
                 return "is not an environment variable name";
     }
     if (k->check && strcmp(k->check, "layout") == 0 && attnd_layout_index(s) < 0)
-        return "must be \"torch\", \"bert\" or \"hf_proj\"";
+        return "must be \"torch\", \"bert\", \"hf_proj\" or \"llama\"";
     if (k->check && strcmp(k->check, "log_format") == 0 && strcmp(s, "text") != 0 &&
         strcmp(s, "json") != 0)
         return "must be \"text\" or \"json\"";
@@ -461,6 +485,17 @@ static int store_json(void *base, const cfg_key *k, json_t *v, const char *src, 
     }
     case K_ROLEMAP:
         return store_rolemap((attnd_model_config *)base, v, src, key, err, errlen);
+    case K_ROPE:
+        return attnd_rope_parse((attnd_model_config *)base, v, src, key, err, errlen);
+    case K_NUM: {
+        if (!json_is_number(v)) break;
+        double x = json_number_value(v);
+        if (!(x > (double)k->min && x <= (double)k->max))
+            return cfg_fail(err, errlen, "%s: %s: %g is out of range (%lld, %lld].", src, key, x,
+                            k->min, k->max);
+        *(double *)((char *)base + k->off) = x;
+        return 0;
+    }
     }
     return cfg_fail(err, errlen, "%s: %s: must be %s, not %s.", src, key, type_wanted(k->type),
                 json_type_name(v));
@@ -638,14 +673,7 @@ static int parse_model(attnd_model_config *mc, json_t *obj, int idx, const char 
         if (model_keys[i].required && !given[i])
             return cfg_fail(err, errlen, "%s: models[%d].%s: missing; every model needs it.", src, idx,
                         model_keys[i].key);
-    attn_hparams *hp = &mc->hp;
-    if (hp->kdim == 0) hp->kdim = hp->embed_dim;
-    if (hp->vdim == 0) hp->vdim = hp->embed_dim;
-    if (hp->embed_dim % hp->num_heads != 0)
-        return cfg_fail(err, errlen,
-                    "%s: models[%d].num_heads: %d does not divide embed_dim %d (E must be "
-                    "divisible by H).",
-                    src, idx, hp->num_heads, hp->embed_dim);
+    if (attnd_model_check(mc, idx, src, err, errlen) != 0) return -1;
     snprintf(key, sizeof key, "models[%d].weights", idx);
     return resolve_weights(mc, dir, check_files, src, key, err, errlen);
 }

@@ -23,12 +23,14 @@ typedef enum {
 
 typedef struct {
     char name[ATTND_NAME_MAX]; /* [A-Za-z0-9._-]+, unique; "default" when no config */
-    attn_hparams hp;           /* embed_dim, num_heads, kdim, vdim, bias, causal */
+    attn_hparams hp;           /* embed_dim, num_heads, kdim, vdim, bias, causal, and the
+                                  decoder options num_kv_heads, head_dim, scale, rope */
     char *weights;             /* absolute or cwd-relative path after resolution against
                                   the config's folder; NULL = embedded default weights */
     char *prefix;              /* prepended to every tensor name; "" by default */
-    char *layout;              /* "torch" (default) | "bert" | "hf_proj" */
+    char *layout;              /* "torch" (default) | "bert" | "hf_proj" | "llama" */
     char *tensors[ROLE_COUNT]; /* explicit names from the "tensors" map (before prefix), or NULL */
+    int max_positions;         /* rotary positions must stay below it; 0 = no limit */
 } attnd_model_config;
 
 typedef struct {

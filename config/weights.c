@@ -11,6 +11,10 @@
  *   bert     attention.self.{query,key,value}.{weight,bias},
  *            attention.output.dense.{weight,bias}
  *   hf_proj  {q,k,v}_proj.{weight,bias}; out_proj.* or else o_proj.*
+ *   llama    {q,k,v,o}_proj.{weight,bias}; o_proj.bias is read when present
+ *            (Llama with attention_bias) and zero when absent (Qwen2)
+ * With grouped key/value heads and a head_dim, q has H*D rows, k and v G*D
+ * rows, and out H*D columns (attn.h).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -31,8 +35,8 @@ const char *attnd_role_name(attnd_role r) {
     return (unsigned)r < ROLE_COUNT ? role_names[r] : "?";
 }
 
-enum { LAYOUT_TORCH, LAYOUT_BERT, LAYOUT_HF_PROJ, LAYOUT_COUNT };
-static const char *const layout_names[LAYOUT_COUNT] = {"torch", "bert", "hf_proj"};
+enum { LAYOUT_TORCH, LAYOUT_BERT, LAYOUT_HF_PROJ, LAYOUT_LLAMA, LAYOUT_COUNT };
+static const char *const layout_names[LAYOUT_COUNT] = {"torch", "bert", "hf_proj", "llama"};
 
 int attnd_layout_index(const char *name) {
     for (int i = 0; i < LAYOUT_COUNT; i++)
@@ -46,6 +50,7 @@ typedef struct {
     const char *alt;  /* second choice when name is absent (o_proj.*), or NULL */
     int part;         /* -1: the tensor is the role; 0..2: rows [part*E, part*E+E) of a
                          3-part tensor (in_proj_weight, in_proj_bias) */
+    int optional;     /* 1: an absent tensor leaves the role zero */
 } role_src;
 
 static const char *const bert_names[ROLE_COUNT] = {
@@ -57,13 +62,17 @@ static const char *const hf_names[ROLE_COUNT] = {
     "q_proj.weight", "q_proj.bias", "k_proj.weight",   "k_proj.bias",
     "v_proj.weight", "v_proj.bias", "out_proj.weight", "out_proj.bias",
 };
+static const char *const llama_names[ROLE_COUNT] = {
+    "q_proj.weight", "q_proj.bias", "k_proj.weight", "k_proj.bias",
+    "v_proj.weight", "v_proj.bias", "o_proj.weight", "o_proj.bias",
+};
 static const char *const torch_split_names[ROLE_COUNT] = {
     "q_proj_weight", "in_proj_bias", "k_proj_weight",   "in_proj_bias",
     "v_proj_weight", "in_proj_bias", "out_proj.weight", "out_proj.bias",
 };
 
 static role_src layout_role(int layout, attnd_role r, const attn_hparams *hp) {
-    role_src s = {NULL, NULL, -1};
+    role_src s = {NULL, NULL, -1, 0};
     int is_bias = r == ROLE_Q_BIAS || r == ROLE_K_BIAS || r == ROLE_V_BIAS || r == ROLE_OUT_BIAS;
     int qkv = r / 2; /* 0 q, 1 k, 2 v, 3 out */
     switch (layout) {
@@ -74,6 +83,10 @@ static role_src layout_role(int layout, attnd_role r, const attn_hparams *hp) {
         s.name = hf_names[r];
         if (r == ROLE_OUT_WEIGHT) s.alt = "o_proj.weight";
         if (r == ROLE_OUT_BIAS) s.alt = "o_proj.bias";
+        break;
+    case LAYOUT_LLAMA:
+        s.name = llama_names[r];
+        s.optional = r == ROLE_OUT_BIAS;
         break;
     default:
         s.name = torch_split_names[r];
@@ -149,12 +162,14 @@ static int read_floats(float *dst, const source *src, const st_header *h, const 
 static int load_role(attn_model *m, attnd_role r, const attnd_model_config *mc, int layout,
                      const st_header *h, const source *src, const char *file, char *err,
                      size_t errlen) {
-    const attn_hparams *hp = &m->hp;
-    uint64_t E = (uint64_t)hp->embed_dim;
+    const attn_hparams *hp = &m->hp; /* num_kv_heads and head_dim filled in */
+    uint64_t E = (uint64_t)hp->embed_dim, QD = (uint64_t)hp->num_heads * hp->head_dim;
+    uint64_t KVD = (uint64_t)hp->num_kv_heads * hp->head_dim;
     float *dst[ROLE_COUNT] = {m->q_w, m->q_b, m->k_w, m->k_b, m->v_w, m->v_b, m->out_w, m->out_b};
-    uint64_t cols[ROLE_COUNT] = {E, 0, (uint64_t)hp->kdim, 0, (uint64_t)hp->vdim, 0, E, 0};
+    uint64_t rows[ROLE_COUNT] = {QD, QD, KVD, KVD, KVD, KVD, E, E};
+    uint64_t cols[ROLE_COUNT] = {E, 0, (uint64_t)hp->kdim, 0, (uint64_t)hp->vdim, 0, QD, 0};
     role_src rs = layout_role(layout, r, hp);
-    if (mc->tensors[r]) rs = (role_src){mc->tensors[r], NULL, -1};
+    if (mc->tensors[r]) rs = (role_src){mc->tensors[r], NULL, -1, 0};
     const char *prefix = mc->prefix ? mc->prefix : "";
     char name[2200], alt[2200];
     snprintf(name, sizeof name, "%s%s", prefix, rs.name);
@@ -169,6 +184,7 @@ static int load_role(attn_model *m, attnd_role r, const attnd_model_config *mc, 
                         file, name, alt, role_names[r]);
         if (!t) t = ta;
     }
+    if (!t && rs.optional) return 0; /* stays zero */
     if (!t)
         return cfg_fail(err, errlen, "%s: tensor \"%s\"%s%s%s is missing (role %s, layout %s).", file,
                     name, rs.alt ? " (or \"" : "", rs.alt ? alt : "", rs.alt ? "\")" : "",
@@ -180,7 +196,7 @@ static int load_role(attn_model *m, attnd_role r, const attnd_model_config *mc, 
                     file, t->name, st_dtype_name(t->dtype));
     /* The shape the tensor must have: the role's, or 3 parts stacked. */
     uint64_t parts = rs.part >= 0 ? 3 : 1;
-    uint64_t want[2] = {parts * E, cols[r]};
+    uint64_t want[2] = {parts * rows[r], cols[r]};
     int want_ndim = cols[r] ? 2 : 1;
     int ok = t->ndim == want_ndim;
     for (int i = 0; ok && i < want_ndim; i++)
@@ -191,11 +207,11 @@ static int load_role(attn_model *m, attnd_role r, const attnd_model_config *mc, 
         shape_text(want_s, sizeof want_s, want_ndim, want);
         return cfg_fail(err, errlen,
                     "%s: tensor \"%s\" has shape %s but model \"%s\" (embed_dim %d, kdim %d, "
-                    "vdim %d) needs %s for role %s.",
-                    file, t->name, got_s, mc->name, hp->embed_dim, hp->kdim, hp->vdim, want_s,
-                    role_names[r]);
+                    "vdim %d, num_heads %d, num_kv_heads %d, head_dim %d) needs %s for role %s.",
+                    file, t->name, got_s, mc->name, hp->embed_dim, hp->kdim, hp->vdim,
+                    hp->num_heads, hp->num_kv_heads, hp->head_dim, want_s, role_names[r]);
     }
-    size_t count = (size_t)(E * (cols[r] ? cols[r] : 1));
+    size_t count = (size_t)(rows[r] * (cols[r] ? cols[r] : 1));
     uint64_t first = rs.part >= 0 ? (uint64_t)rs.part * count : 0;
     return read_floats(dst[r], src, h, t, first, count, file, err, errlen);
 }
@@ -207,6 +223,15 @@ static int load_from(attn_model *m, const attnd_model_config *mc, const st_heade
         return cfg_fail(err, errlen, "%s: model \"%s\": unknown layout \"%s\".", file, mc->name,
                     mc->layout);
     if (attn_model_init(m, &mc->hp, err, errlen) != 0) return -1;
+    const attn_hparams *hp = &m->hp;
+    if (layout == LAYOUT_TORCH &&
+        (hp->num_kv_heads != hp->num_heads || hp->head_dim * hp->num_heads != hp->embed_dim)) {
+        attn_model_free(m);
+        return cfg_fail(err, errlen,
+                        "%s: model \"%s\": layout torch has no room for num_kv_heads or "
+                        "head_dim; use layout llama, hf_proj or a tensors map.",
+                        file, mc->name);
+    }
     for (int r = 0; r < ROLE_COUNT; r++) {
         int is_bias =
             r == ROLE_Q_BIAS || r == ROLE_K_BIAS || r == ROLE_V_BIAS || r == ROLE_OUT_BIAS;

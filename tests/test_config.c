@@ -453,7 +453,7 @@ START_TEST(refuse_out_of_range) {
                    "may hold only letters");
     expect_refused("{\"models\":[{\"name\":\"a\",\"embed_dim\":4,\"num_heads\":2,"
                    "\"weights\":\"w.safetensors\",\"layout\":\"gpt2\"}]}",
-                   "models[0].layout", "must be \"torch\", \"bert\" or \"hf_proj\"");
+                   "models[0].layout", "must be \"torch\", \"bert\", \"hf_proj\" or \"llama\"");
 }
 END_TEST
 
@@ -474,6 +474,130 @@ START_TEST(refuse_heads_not_dividing) {
     expect_refused("{\"models\":[" MODEL("a", 4, 2) "," MODEL("b", 512, 7) "]}",
                    "models[1].num_heads", "7 does not divide embed_dim 512");
     expect_refused("{\"models\":[" MODEL("a", 4, 8) "]}", "models[0].num_heads", "does not divide");
+}
+END_TEST
+
+/* ------------------------------------------------------------ decoder options */
+
+/* A llama-layout model with the given extra keys (JSON text after a comma). */
+#define LLAMA(extra)                                                                               \
+    "{\"models\":[{\"name\":\"d\",\"embed_dim\":64,\"num_heads\":8,\"layout\":\"llama\","        \
+    "\"weights\":\"w.safetensors\"" extra "}]}"
+
+static attnd_model_config load_one(const char *text, attnd_config *c) {
+    char err[512];
+    write_cfg(text);
+    ck_assert(attnd_config_defaults(c) == 0);
+    ck_assert_msg(attnd_config_load_file(c, g_cfg, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(c->n_models, 1);
+    return c->models[0];
+}
+
+START_TEST(decoder_keys_land) {
+    attnd_config c;
+    attnd_model_config m = load_one(
+        LLAMA(",\"num_kv_heads\":2,\"head_dim\":16,\"scale\":0.125,\"max_positions\":4096,"
+              "\"rope\":{\"theta\":500000,\"dim\":12,\"style\":\"interleaved\","
+              "\"scaling\":{\"rope_type\":\"llama3\",\"factor\":8,\"low_freq_factor\":1,"
+              "\"high_freq_factor\":4,\"original_max_position_embeddings\":8192}}"),
+        &c);
+    ck_assert_int_eq(m.hp.num_kv_heads, 2);
+    ck_assert_int_eq(m.hp.head_dim, 16);
+    ck_assert(m.hp.scale == 0.125);
+    ck_assert_int_eq(m.max_positions, 4096);
+    ck_assert_int_eq(m.hp.rope.dim, 12);
+    ck_assert(m.hp.rope.theta == 500000);
+    ck_assert_int_eq(m.hp.rope.style, ATTN_ROPE_INTERLEAVED);
+    ck_assert_int_eq(m.hp.rope.scaling, ATTN_ROPE_SCALE_LLAMA3);
+    ck_assert(m.hp.rope.factor == 8 && m.hp.rope.low_freq_factor == 1 &&
+              m.hp.rope.high_freq_factor == 4);
+    ck_assert_int_eq(m.hp.rope.original_max_position, 8192);
+    /* llama defaults: no biases, causal */
+    ck_assert_int_eq(m.hp.bias, 0);
+    ck_assert_int_eq(m.hp.causal, 1);
+    attnd_config_free(&c);
+
+    /* rope defaults: theta 10000, dim = head width, half, no scaling */
+    m = load_one(LLAMA(",\"rope\":{},\"bias\":true,\"causal\":false"), &c);
+    ck_assert(m.hp.rope.theta == 10000);
+    ck_assert_int_eq(m.hp.rope.dim, 8);
+    ck_assert_int_eq(m.hp.rope.style, ATTN_ROPE_HALF);
+    ck_assert_int_eq(m.hp.rope.scaling, ATTN_ROPE_SCALE_NONE);
+    ck_assert_int_eq(m.hp.bias, 1);
+    ck_assert_int_eq(m.hp.causal, 0);
+    ck_assert_int_eq(m.hp.num_kv_heads, 0); /* 0: num_heads, filled by attn_model_init */
+    attnd_config_free(&c);
+
+    m = load_one(LLAMA(",\"rope\":{\"scaling\":{\"type\":\"linear\",\"factor\":2.5}}"), &c);
+    ck_assert_int_eq(m.hp.rope.scaling, ATTN_ROPE_SCALE_LINEAR);
+    ck_assert(m.hp.rope.factor == 2.5);
+    attnd_config_free(&c);
+
+    /* other layouts keep torch's defaults */
+    m = load_one("{\"models\":[" MODEL("t", 8, 2) "]}", &c);
+    ck_assert_int_eq(m.hp.bias, 1);
+    ck_assert_int_eq(m.hp.causal, 0);
+    attnd_config_free(&c);
+}
+END_TEST
+
+START_TEST(decoder_combinations_refused) {
+    expect_refused(LLAMA(",\"num_kv_heads\":3"), "models[0].num_kv_heads",
+                   "3 does not divide num_heads 8");
+    expect_refused(LLAMA(",\"num_kv_heads\":0"), "models[0].num_kv_heads", "out of range");
+    expect_refused(LLAMA(",\"rope\":{\"dim\":7}"), "models[0].rope.dim", "7 is odd");
+    expect_refused(LLAMA(",\"rope\":{\"dim\":10}"), "models[0].rope.dim",
+                   "wider than a head (8 columns)");
+    expect_refused(LLAMA(",\"head_dim\":4,\"rope\":{\"dim\":6}"), "models[0].rope.dim",
+                   "wider than a head (4 columns)");
+    expect_refused(LLAMA(",\"rope\":{\"theta\":0}"), "models[0].rope.theta", "out of range");
+    expect_refused(LLAMA(",\"rope\":{\"theta\":\"big\"}"), "models[0].rope.theta",
+                   "must be a number");
+    expect_refused(LLAMA(",\"rope\":{\"style\":\"neox\"}"), "models[0].rope.style",
+                   "\"half\" or \"interleaved\"");
+    expect_refused(LLAMA(",\"rope\":{\"thetta\":1}"), "models[0].rope.thetta",
+                   "did you mean \"theta\"");
+    expect_refused(LLAMA(",\"rope\":[]"), "models[0].rope", "must be an object");
+    expect_refused(LLAMA(",\"rope\":{\"scaling\":{\"type\":\"yarn\",\"factor\":2}}"),
+                   "models[0].rope.scaling.type", "not \"linear\" or \"llama3\"");
+    expect_refused(LLAMA(",\"rope\":{\"scaling\":{\"type\":\"linear\"}}"),
+                   "models[0].rope.scaling.factor", "missing");
+    expect_refused(LLAMA(",\"rope\":{\"scaling\":{\"type\":\"linear\",\"factor\":2,"
+                         "\"low_freq_factor\":1}}"),
+                   "models[0].rope.scaling.low_freq_factor", "only llama3");
+    expect_refused(LLAMA(",\"rope\":{\"scaling\":{\"type\":\"llama3\",\"factor\":8,"
+                         "\"low_freq_factor\":4,\"high_freq_factor\":1,"
+                         "\"original_max_position_embeddings\":8192}}"),
+                   "models[0].rope.scaling.high_freq_factor", "greater than low_freq_factor");
+    expect_refused(LLAMA(",\"rope\":{\"scaling\":{\"type\":\"llama3\",\"factor\":8,"
+                         "\"low_freq_factor\":1,\"high_freq_factor\":4}}"),
+                   "models[0].rope.scaling.original_max_position_embeddings", "missing");
+    expect_refused(LLAMA(",\"rope\":{\"scaling\":{\"type\":\"linear\",\"rope_type\":\"linear\","
+                         "\"factor\":2}}"),
+                   "models[0].rope.scaling", "not both");
+    expect_refused(LLAMA(",\"rope\":{\"scaling\":{\"type\":\"linear\",\"factr\":2}}"),
+                   "models[0].rope.scaling.factr", "did you mean \"factor\"");
+    expect_refused(LLAMA(",\"scale\":0"), "models[0].scale", "out of range");
+    expect_refused(LLAMA(",\"scale\":-1.5"), "models[0].scale", "out of range");
+    expect_refused(LLAMA(",\"scale\":\"x\""), "models[0].scale", "must be a number");
+    expect_refused(LLAMA(",\"rope\":{},\"kdim\":32"), "models[0].rope", "need self-attention");
+    expect_refused(LLAMA(",\"max_positions\":100"), "models[0].max_positions",
+                   "only a model with rope");
+    /* nn.MultiheadAttention's packed tensors cannot hold grouped heads */
+    expect_refused("{\"models\":[{\"name\":\"t\",\"embed_dim\":8,\"num_heads\":2,"
+                   "\"num_kv_heads\":1,\"weights\":\"w.safetensors\"}]}",
+                   "models[0].layout", "use \"llama\"");
+    /* without head_dim, E must still divide; with it, it need not */
+    expect_refused("{\"models\":[{\"name\":\"d\",\"embed_dim\":60,\"num_heads\":8,"
+                   "\"layout\":\"llama\",\"weights\":\"w.safetensors\"}]}",
+                   "models[0].num_heads", "or give head_dim");
+    attnd_config c;
+    attnd_model_config m = load_one("{\"models\":[{\"name\":\"d\",\"embed_dim\":60,"
+                                    "\"num_heads\":8,\"head_dim\":16,\"layout\":\"llama\","
+                                    "\"weights\":\"w.safetensors\"}]}",
+                                    &c);
+    ck_assert_int_eq(m.hp.head_dim, 16);
+    attnd_config_free(&c);
 }
 END_TEST
 
@@ -558,6 +682,8 @@ static Suite *suite(void) {
     tcase_add_test(t, refuse_out_of_range);
     tcase_add_test(t, refuse_unknown_key);
     tcase_add_test(t, refuse_heads_not_dividing);
+    tcase_add_test(t, decoder_keys_land);
+    tcase_add_test(t, decoder_combinations_refused);
     tcase_add_test(t, refuse_duplicate_names);
     tcase_add_test(t, refuse_missing_weights_file);
     tcase_add_test(t, refuse_missing_required);

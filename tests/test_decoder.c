@@ -10,11 +10,13 @@
  *             position by the same amount changes nothing (rotary scores
  *             depend on j - i only); scale s equals default scale with Wq
  *             multiplied by s * sqrt(D).
- *   golden    tests/data/golden/decoder_*.json (tests/gen_golden_decoder.py,
+ *   golden    every .json in tests/data/golden/decoder (tests/gen_golden_decoder.py,
  *             an independent float64 implementation cross-checked against
  *             Hugging Face transformers) through attn_forward_ref, within a
  *             relative error of 1e-5.
  */
+#include "../config/config.h"
+#include "../config/config_internal.h"
 #include "../core/attn.h"
 
 #include <check.h>
@@ -330,6 +332,260 @@ START_TEST(test_scale_is_query_scaling) {
 }
 END_TEST
 
+/* ------------------------------------------------------------ golden */
+
+#define MAX_GOLDEN 16 /* ATTND_GOLDEN_DIR overrides the folder (tests/data/golden/decoder) */
+static char g_golden[MAX_GOLDEN][512];
+static int g_ngolden;
+
+static const char *golden_dir(void) {
+    const char *d = getenv("ATTND_GOLDEN_DIR");
+    return d && *d ? d : "tests/data/golden/decoder";
+}
+
+static void find_golden(void) {
+    DIR *d = opendir(golden_dir());
+    struct dirent *e;
+    while (d && (e = readdir(d)) && g_ngolden < MAX_GOLDEN) {
+        size_t n = strlen(e->d_name);
+        if (n > 5 && strcmp(e->d_name + n - 5, ".json") == 0)
+            snprintf(g_golden[g_ngolden++], sizeof g_golden[0], "%s/%s", golden_dir(), e->d_name);
+    }
+    if (d) closedir(d);
+}
+
+/* Nested JSON arrays of numbers (or booleans) flattened; n set to the count. */
+static void flatten(json_t *v, float *dst, size_t *n) {
+    if (json_is_array(v)) {
+        size_t i;
+        json_t *x;
+        json_array_foreach(v, i, x) flatten(x, dst, n);
+        return;
+    }
+    if (dst) dst[*n] = json_is_boolean(v) ? (float)json_is_true(v) : (float)json_number_value(v);
+    (*n)++;
+}
+
+static float *floats_of(json_t *v, size_t *n) {
+    *n = 0;
+    if (!v || json_is_null(v)) return NULL;
+    flatten(v, NULL, n);
+    float *p = xcalloc(*n, sizeof(float));
+    *n = 0;
+    flatten(v, p, n);
+    return p;
+}
+
+/* The golden model: its "config" entry read as attnd reads a config file
+ * (relative to the golden file), then its weights loaded from safetensors. */
+static void golden_model(json_t *root, const char *file, attn_model *m) {
+    char err[512] = "";
+    char *entry = json_dumps(json_object_get(root, "config"), JSON_COMPACT);
+    char text[4096];
+    snprintf(text, sizeof text, "{\"models\":[%s]}", entry);
+    free(entry);
+    attnd_config c;
+    ck_assert(attnd_config_defaults(&c) == 0);
+    ck_assert_msg(attnd_config_load_mem(&c, text, strlen(text), file, 1, err, sizeof err) == 0,
+                  "%s: %s", file, err);
+    ck_assert_msg(attnd_model_load(m, &c.models[0], err, sizeof err) == 0, "%s: %s", file, err);
+    attnd_config_free(&c);
+}
+
+/* One golden sequence: its inputs as an attn_seq, its expected answers. */
+typedef struct {
+    attn_seq s;
+    float *query, *want_out, *want_attn, *attn;
+    int32_t *pos;
+    uint8_t *kpm, *mask;
+} gseq;
+
+static void gseq_load(gseq *g, json_t *js, const attn_model *m) {
+    size_t n, nq;
+    memset(g, 0, sizeof *g);
+    g->query = floats_of(json_object_get(js, "query"), &nq);
+    g->s.L = g->s.S = (int)(nq / (size_t)m->hp.embed_dim);
+    g->s.causal = json_is_true(json_object_get(js, "causal"));
+    g->want_out = floats_of(json_object_get(js, "output"), &n);
+    g->want_attn = floats_of(json_object_get(js, "attn_weights"), &n);
+    const char *mode = json_string_value(json_object_get(js, "attention"));
+    g->s.weights = strcmp(mode, "heads") == 0  ? ATTN_WEIGHTS_HEADS
+                   : strcmp(mode, "mean") == 0 ? ATTN_WEIGHTS_MEAN
+                                               : ATTN_WEIGHTS_NONE;
+    if (g->want_attn) g->attn = xcalloc(n, sizeof(float));
+    g->s.attn = g->attn;
+    json_t *pos = json_object_get(js, "positions");
+    if (json_is_array(pos)) {
+        g->pos = xcalloc(json_array_size(pos), sizeof(int32_t));
+        for (size_t i = 0; i < json_array_size(pos); i++)
+            g->pos[i] = (int32_t)json_integer_value(json_array_get(pos, i));
+        g->s.positions = g->pos;
+    }
+    float *kpm = floats_of(json_object_get(js, "key_padding_mask"), &n);
+    if (kpm) {
+        g->kpm = xcalloc(n, 1);
+        for (size_t i = 0; i < n; i++) g->kpm[i] = kpm[i] != 0;
+        g->s.key_padding_mask = g->kpm;
+    }
+    free(kpm);
+    float *am = floats_of(json_object_get(js, "attn_mask"), &n);
+    if (am) {
+        g->mask = xcalloc(n, 1);
+        for (size_t i = 0; i < n; i++) g->mask[i] = am[i] != 0;
+        g->s.attn_mask_bool = g->mask;
+    }
+    free(am);
+}
+
+static void gseq_free(gseq *g) {
+    free(g->query);
+    free(g->want_out);
+    free(g->want_attn);
+    free(g->attn);
+    free(g->pos);
+    free(g->kpm);
+    free(g->mask);
+}
+
+/* A row whose keys are all hidden: output out_b, weights 0. */
+static void check_hidden_rows(const attn_model *m, const gseq *g, const float *out,
+                              const char *what) {
+    int E = m->hp.embed_dim, L = g->s.L;
+    int nh = g->s.weights == ATTN_WEIGHTS_HEADS ? m->hp.num_heads : 1;
+    for (int i = 0; i < L; i++) {
+        int all = 1;
+        for (int j = 0; j < L && all; j++)
+            all = (g->s.causal && j > i) || (g->kpm && g->kpm[j]) ||
+                  (g->mask && g->mask[(size_t)i * L + j]);
+        if (!all) continue;
+        for (int e = 0; e < E; e++)
+            REQUIRE(fabsf(out[(size_t)i * E + e] - m->out_b[e]) <= 1e-6f,
+                    "%s: hidden row %d is not out_b", what, i);
+        for (int h = 0; g->attn && h < nh; h++)
+            for (int j = 0; j < L; j++)
+                REQUIRE(g->attn[((size_t)h * L + i) * L + j] == 0.0f,
+                        "%s: hidden row %d has a weight", what, i);
+    }
+}
+
+static double g_worst;
+
+/* Runs every sequence of one golden file through the reference, alone and
+ * all packed in one batch. */
+START_TEST(test_golden_file) {
+    const char *file = g_golden[_i];
+    json_error_t jerr;
+    json_t *root = json_load_file(file, 0, &jerr);
+    ck_assert_msg(root != NULL, "%s: %s", file, jerr.text);
+    attn_model m;
+    golden_model(root, file, &m);
+    json_t *seqs = json_object_get(root, "sequences");
+    size_t B = json_array_size(seqs), T = 0;
+    int E = m.hp.embed_dim;
+    gseq *g = xcalloc(B, sizeof(gseq));
+    for (size_t i = 0; i < B; i++) {
+        gseq_load(&g[i], json_array_get(seqs, i), &m);
+        T += (size_t)g[i].s.L;
+    }
+    char err[256], what[600];
+    double worst = 0;
+    /* alone */
+    for (size_t i = 0; i < B; i++) {
+        float *out = xcalloc((size_t)g[i].s.L * E, sizeof(float));
+        attn_batch b = {.B = 1, .seqs = &g[i].s, .query = g[i].query, .out = out};
+        ck_assert_msg(attn_forward_ref(&m, &b, err, sizeof err) == 0, "%s: %s", file, err);
+        snprintf(what, sizeof what, "%s sequence %zu", file, i);
+        double e = rel_err(out, g[i].want_out, (size_t)g[i].s.L * E);
+        ck_assert_msg(e <= REL_TOL, "%s: output relative error %g", what, e);
+        worst = fmax(worst, e);
+        if (g[i].attn) {
+            size_t na = (g[i].s.weights == ATTN_WEIGHTS_HEADS ? m.hp.num_heads : 1) *
+                        (size_t)g[i].s.L * g[i].s.L;
+            e = rel_err(g[i].attn, g[i].want_attn, na);
+            ck_assert_msg(e <= REL_TOL, "%s: attention relative error %g", what, e);
+        }
+        check_hidden_rows(&m, &g[i], out, what);
+        free(out);
+    }
+    /* packed: one ragged batch of every sequence */
+    attn_seq *as = xcalloc(B, sizeof(attn_seq));
+    float *q = xcalloc(T * E, sizeof(float)), *out = xcalloc(T * E, sizeof(float));
+    for (size_t i = 0, t = 0; i < B; t += (size_t)g[i].s.L, i++) {
+        as[i] = g[i].s;
+        memcpy(q + t * E, g[i].query, sizeof(float) * g[i].s.L * E);
+    }
+    attn_batch b = {.B = (int)B, .seqs = as, .query = q, .out = out};
+    ck_assert_msg(attn_forward_ref(&m, &b, err, sizeof err) == 0, "%s: %s", file, err);
+    for (size_t i = 0, t = 0; i < B; t += (size_t)g[i].s.L, i++) {
+        double e = rel_err(out + t * E, g[i].want_out, (size_t)g[i].s.L * E);
+        ck_assert_msg(e <= REL_TOL, "%s packed, sequence %zu: relative error %g", file, i, e);
+    }
+    printf("golden %s: %zu sequences ok through the reference, alone and packed; largest "
+           "relative error %.3g\n",
+           file, B, worst);
+    g_worst = fmax(g_worst, worst);
+    free(as);
+    free(q);
+    free(out);
+    for (size_t i = 0; i < B; i++)
+        gseq_free(&g[i]);
+    free(g);
+    attn_model_free(&m);
+    json_decref(root);
+}
+END_TEST
+
+/* The llama layout's shape checks name what does not fit: the weights of
+ * decoder_gqa_half (G = 2, no biases) under changed hyper-parameters. */
+START_TEST(test_weights_refused) {
+    char path[600], err[512], text[4096];
+    snprintf(path, sizeof path, "%s/gqa_half.json", golden_dir());
+    json_error_t jerr;
+    json_t *root = json_load_file(path, 0, &jerr);
+    ck_assert_msg(root != NULL, "%s: %s", path, jerr.text);
+    struct {
+        const char *key;
+        json_t *value;
+        const char *want;
+    } cases[] = {
+        {"num_kv_heads", json_integer(4),
+         "\"model.layers.0.self_attn.k_proj.weight\" has shape [16, 64]"},
+        {"num_kv_heads", json_integer(4), "num_kv_heads 4, head_dim 8) needs [32, 64]"},
+        {"head_dim", json_integer(16), "q_proj.weight\" has shape [64, 64] but"},
+        {"bias", json_true(), "\"model.layers.0.self_attn.q_proj.bias\" is missing"},
+        {"prefix", json_string("model.layers.1.self_attn."),
+         "\"model.layers.1.self_attn.q_proj.weight\" is missing (role q_weight, layout llama)"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        json_t *entry = json_deep_copy(json_object_get(root, "config"));
+        json_object_set_new(entry, cases[i].key, cases[i].value);
+        char *js = json_dumps(entry, JSON_COMPACT);
+        snprintf(text, sizeof text, "{\"models\":[%s]}", js);
+        free(js);
+        json_decref(entry);
+        attnd_config c;
+        attn_model m;
+        ck_assert(attnd_config_defaults(&c) == 0);
+        ck_assert_msg(attnd_config_load_mem(&c, text, strlen(text), path, 1, err, sizeof err) == 0,
+                      "%s", err);
+        err[0] = '\0';
+        ck_assert_msg(attnd_model_load(&m, &c.models[0], err, sizeof err) == -1, "case %zu loaded",
+                      i);
+        ck_assert_msg(strstr(err, cases[i].want) != NULL, "case %zu: \"%s\" lacks \"%s\"", i, err,
+                      cases[i].want);
+        ck_assert(m.mem == NULL);
+        attnd_config_free(&c);
+    }
+    json_decref(root);
+}
+END_TEST
+
+/* The golden files are there: a missing folder must not pass as "no tests". */
+START_TEST(test_golden_present) {
+    ck_assert_msg(g_ngolden >= 4, "found %d decoder golden files in %s", g_ngolden, golden_dir());
+}
+END_TEST
+
 /* ------------------------------------------------------------ suite */
 
 static Suite *decoder_suite(void) {
@@ -345,10 +601,17 @@ static Suite *decoder_suite(void) {
     tcase_add_test(ta, test_rope_shift_invariant);
     tcase_add_test(ta, test_scale_is_query_scaling);
     suite_add_tcase(s, ta);
+    TCase *tg = tcase_create("golden");
+    tcase_set_timeout(tg, 120);
+    tcase_add_test(tg, test_golden_present);
+    tcase_add_test(tg, test_weights_refused);
+    tcase_add_loop_test(tg, test_golden_file, 0, g_ngolden);
+    suite_add_tcase(s, tg);
     return s;
 }
 
 int main(void) {
+    find_golden();
     SRunner *sr = srunner_create(decoder_suite());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);

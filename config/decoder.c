@@ -1,0 +1,205 @@
+/* decoder.c - the decoder options of a model in the config file: the "rope"
+ * object (theta, dim, style, and a Hugging Face style "scaling" object), and
+ * the checks that tie num_kv_heads, head_dim, scale, rope, max_positions and
+ * the layout together, each refusal naming the key and the reason. It also
+ * settles the defaults that depend on the layout (bias, causal).
+ * It reads no files; config.c calls it for each model (docs/config.md,
+ * "Decoder models").
+ */
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "config_internal.h"
+
+/* A JSON number (integer or not) as a double; 0 when v is not one. */
+static int json_number(const json_t *v, double *out) {
+    if (!json_is_number(v)) return -1;
+    *out = json_number_value(v);
+    return isfinite(*out) ? 0 : -1;
+}
+
+/* A number that must be > 0 (and <= max when max > 0). */
+static int positive(const json_t *v, double max, double *out, const char *src, const char *key,
+                    char *err, size_t errlen) {
+    if (json_number(v, out) != 0)
+        return cfg_fail(err, errlen, "%s: %s: must be a number.", src, key);
+    if (!(*out > 0) || (max > 0 && *out > max))
+        return cfg_fail(err, errlen, "%s: %s: %g is out of range (0, %g].", src, key, *out,
+                        max > 0 ? max : INFINITY);
+    return 0;
+}
+
+static int integer(const json_t *v, long long lo, long long hi, int *out, const char *src,
+                   const char *key, char *err, size_t errlen) {
+    if (!json_is_integer(v))
+        return cfg_fail(err, errlen, "%s: %s: must be an integer.", src, key);
+    long long x = json_integer_value(v);
+    if (x < lo || x > hi)
+        return cfg_fail(err, errlen, "%s: %s: %lld is out of range [%lld, %lld].", src, key, x,
+                        lo, hi);
+    *out = (int)x;
+    return 0;
+}
+
+static const char *const scaling_keys[] = {
+    "type", "rope_type", "factor", "low_freq_factor", "high_freq_factor",
+    "original_max_position_embeddings",
+};
+#define N_SCALING_KEYS (int)(sizeof scaling_keys / sizeof scaling_keys[0])
+
+/* The "scaling" object: {"type": "linear", "factor": F} or {"type":
+ * "llama3", "factor", "low_freq_factor", "high_freq_factor",
+ * "original_max_position_embeddings"}, as Hugging Face's rope_scaling
+ * (whose "rope_type" is taken for "type"). */
+static int parse_scaling(attn_rope *r, json_t *obj, const char *src, const char *path, char *err,
+                         size_t errlen) {
+    char key[320], hint[160];
+    if (!json_is_object(obj))
+        return cfg_fail(err, errlen, "%s: %s: must be an object.", src, path);
+    const char *name;
+    json_t *v;
+    json_object_foreach(obj, name, v) {
+        int i = 0;
+        while (i < N_SCALING_KEYS && strcmp(scaling_keys[i], name) != 0)
+            i++;
+        if (i == N_SCALING_KEYS)
+            return cfg_fail(err, errlen, "%s: %s.%.60s: unknown key%s.", src, path, name,
+                            cfg_did_you_mean(name, scaling_keys, N_SCALING_KEYS, hint,
+                                             sizeof hint));
+    }
+    json_t *t = json_object_get(obj, "type"), *rt = json_object_get(obj, "rope_type");
+    snprintf(key, sizeof key, "%.200s.type", path);
+    if (t && rt)
+        return cfg_fail(err, errlen, "%s: %s: give \"type\" or \"rope_type\", not both.", src,
+                        path);
+    if (!t) t = rt;
+    const char *type = json_string_value(t);
+    if (!type)
+        return cfg_fail(err, errlen, "%s: %s: missing or not a string; \"linear\" or \"llama3\".",
+                        src, key);
+    if (strcmp(type, "linear") == 0)
+        r->scaling = ATTN_ROPE_SCALE_LINEAR;
+    else if (strcmp(type, "llama3") == 0)
+        r->scaling = ATTN_ROPE_SCALE_LLAMA3;
+    else
+        return cfg_fail(err, errlen, "%s: %s: \"%.60s\" is not \"linear\" or \"llama3\".", src,
+                        key, type);
+    const char *need[] = {"factor", "low_freq_factor", "high_freq_factor",
+                          "original_max_position_embeddings"};
+    double *dst[] = {&r->factor, &r->low_freq_factor, &r->high_freq_factor};
+    int n = r->scaling == ATTN_ROPE_SCALE_LINEAR ? 1 : 4;
+    for (int i = 0; i < 4; i++) {
+        json_t *x = json_object_get(obj, need[i]);
+        snprintf(key, sizeof key, "%.200s.%s", path, need[i]);
+        if (!x && i < n)
+            return cfg_fail(err, errlen, "%s: %s: missing; %s scaling needs it.", src, key, type);
+        if (x && i >= n)
+            return cfg_fail(err, errlen, "%s: %s: only llama3 scaling takes it.", src, key);
+        if (!x) continue;
+        int bad = i < 3 ? positive(x, 1e6, dst[i], src, key, err, errlen)
+                        : integer(x, 1, 1 << 30, &r->original_max_position, src, key, err, errlen);
+        if (bad) return -1;
+    }
+    if (r->scaling == ATTN_ROPE_SCALE_LLAMA3 && !(r->high_freq_factor > r->low_freq_factor))
+        return cfg_fail(err, errlen,
+                        "%s: %s.high_freq_factor: %g must be greater than low_freq_factor %g.",
+                        src, path, r->high_freq_factor, r->low_freq_factor);
+    return 0;
+}
+
+static const char *const rope_keys[] = {"theta", "dim", "style", "scaling"};
+#define N_ROPE_KEYS (int)(sizeof rope_keys / sizeof rope_keys[0])
+
+int attnd_rope_parse(attnd_model_config *mc, json_t *obj, const char *src, const char *path,
+                     char *err, size_t errlen) {
+    attn_rope *r = &mc->hp.rope;
+    char key[320], hint[160];
+    if (!json_is_object(obj))
+        return cfg_fail(err, errlen, "%s: %s: must be an object, like {\"theta\": 10000}.", src,
+                        path);
+    *r = (attn_rope){.dim = -1, .theta = 10000, .style = ATTN_ROPE_HALF}; /* dim -1: D */
+    const char *name;
+    json_t *v;
+    json_object_foreach(obj, name, v) {
+        int i = 0;
+        while (i < N_ROPE_KEYS && strcmp(rope_keys[i], name) != 0)
+            i++;
+        snprintf(key, sizeof key, "%.200s.%.60s", path, name);
+        if (i == N_ROPE_KEYS)
+            return cfg_fail(err, errlen, "%s: %s: unknown key%s.", src, key,
+                            cfg_did_you_mean(name, rope_keys, N_ROPE_KEYS, hint, sizeof hint));
+        int bad = 0;
+        if (i == 0) bad = positive(v, 1e12, &r->theta, src, key, err, errlen);
+        if (i == 1) bad = integer(v, 2, 65536, &r->dim, src, key, err, errlen);
+        if (i == 1 && !bad && r->dim % 2)
+            return cfg_fail(err, errlen,
+                            "%s: %s: %d is odd; rotary positions turn pairs of columns, so it "
+                            "must be even.",
+                            src, key, r->dim);
+        if (i == 2) {
+            const char *s = json_string_value(v);
+            if (s && strcmp(s, "half") == 0)
+                r->style = ATTN_ROPE_HALF;
+            else if (s && strcmp(s, "interleaved") == 0)
+                r->style = ATTN_ROPE_INTERLEAVED;
+            else
+                return cfg_fail(err, errlen, "%s: %s: must be \"half\" or \"interleaved\".", src,
+                                key);
+        }
+        if (i == 3) bad = parse_scaling(r, v, src, key, err, errlen);
+        if (bad) return -1;
+    }
+    return 0;
+}
+
+/* The defaults that depend on the layout: llama layouts have no biases and
+ * are causal, unless the config says otherwise. */
+static void layout_defaults(attnd_model_config *mc) {
+    int llama = mc->layout && strcmp(mc->layout, "llama") == 0;
+    if (mc->hp.bias < 0) mc->hp.bias = !llama;
+    if (mc->hp.causal < 0) mc->hp.causal = llama;
+}
+
+int attnd_model_check(attnd_model_config *mc, int idx, const char *src, char *err,
+                      size_t errlen) {
+    attn_hparams *hp = &mc->hp;
+    int E = hp->embed_dim, H = hp->num_heads;
+    layout_defaults(mc);
+    if (hp->kdim == 0) hp->kdim = E;
+    if (hp->vdim == 0) hp->vdim = E;
+    if (hp->head_dim == 0 && E % H != 0)
+        return cfg_fail(err, errlen,
+                        "%s: models[%d].num_heads: %d does not divide embed_dim %d (E must be "
+                        "divisible by H, or give head_dim).",
+                        src, idx, H, E);
+    int D = hp->head_dim ? hp->head_dim : E / H;
+    if (hp->num_kv_heads && H % hp->num_kv_heads != 0)
+        return cfg_fail(err, errlen,
+                        "%s: models[%d].num_kv_heads: %d does not divide num_heads %d (each "
+                        "key/value head serves num_heads / num_kv_heads query heads).",
+                        src, idx, hp->num_kv_heads, H);
+    int G = hp->num_kv_heads ? hp->num_kv_heads : H;
+    if ((G != H || D * H != E) && mc->layout && strcmp(mc->layout, "torch") == 0)
+        return cfg_fail(err, errlen,
+                        "%s: models[%d].layout: \"torch\" reads nn.MultiheadAttention's "
+                        "tensors, which have num_kv_heads = num_heads and head_dim = "
+                        "embed_dim / num_heads; use \"llama\", \"hf_proj\" or a tensors map.",
+                        src, idx);
+    if (hp->rope.dim == -1) hp->rope.dim = D;
+    if (hp->rope.dim > D)
+        return cfg_fail(err, errlen,
+                        "%s: models[%d].rope.dim: %d is wider than a head (%d columns).", src,
+                        idx, hp->rope.dim, D);
+    if (hp->rope.dim && (hp->kdim != E || hp->vdim != E))
+        return cfg_fail(err, errlen,
+                        "%s: models[%d].rope: rotary positions need self-attention, so kdim "
+                        "and vdim must equal embed_dim (%d, %d, %d).",
+                        src, idx, hp->kdim, hp->vdim, E);
+    if (mc->max_positions && !hp->rope.dim)
+        return cfg_fail(err, errlen,
+                        "%s: models[%d].max_positions: only a model with rope has positions.",
+                        src, idx);
+    return 0;
+}
