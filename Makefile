@@ -101,8 +101,9 @@ asan: deps
 # The core suite exercises the core's own thread pool (2 and 3 threads); the
 # daemon's concurrency suite exercises the queue, batcher and workers.
 tsan: deps
-	$(MAKE) BUILD=build-tsan OPT=-O1 SAN="-fsanitize=thread" all build-tsan/tests/test_core
+	$(MAKE) BUILD=build-tsan OPT=-O1 SAN="-fsanitize=thread" all build-tsan/tests/test_core build-tsan/tests/test_server_session
 	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no build-tsan/tests/test_core
+	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no build-tsan/tests/test_server_session
 	TSAN_OPTIONS="halt_on_error=1" $(MAKE) BUILD=build-tsan OPT=-O1 SAN="-fsanitize=thread" test-blackbox PYTEST_ARGS="-k concurrency"
 
 # libFuzzer targets (clang): tests/fuzz/fuzz_*.c, each linked with one archive

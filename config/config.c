@@ -112,6 +112,16 @@ static const cfg_key config_keys[] = {
     {"limits", "max_attention_floats", K_LL, 1, 1LL << 40, 16777216, NULL,
      C_OFF(max_attention_floats), 0, "ATTND_MAX_ATTENTION_FLOATS", NULL, NULL, 0,
      "floats of a requested attention matrix (413 past it)"},
+    {"limits", "max_sessions", K_INT, 1, 1000000, 1024, NULL, C_OFF(max_sessions), 0,
+     "ATTND_MAX_SESSIONS", NULL, NULL, 0, "KV-cache sessions open at once (429 past it)"},
+    {"limits", "max_session_bytes", K_LL, 1, 1LL << 40, 1LL << 30, NULL, C_OFF(max_session_bytes),
+     0, "ATTND_MAX_SESSION_BYTES", NULL, NULL, 0,
+     "bytes of all sessions' caches together (429 past it)"},
+    {"limits", "max_session_bytes_each", K_LL, 1, 1LL << 40, 1LL << 28, NULL,
+     C_OFF(max_session_bytes_each), 0, "ATTND_MAX_SESSION_BYTES_EACH", NULL, NULL, 0,
+     "bytes of one session's cache (413 past it)"},
+    {"limits", "session_idle_s", K_INT, 1, 86400 * 7, 300, NULL, C_OFF(session_idle_s), 0,
+     "ATTND_SESSION_IDLE_S", NULL, NULL, 0, "a session unused this long ends, s"},
 };
 #define N_CONFIG_KEYS (int)(sizeof config_keys / sizeof config_keys[0])
 

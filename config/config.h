@@ -62,6 +62,10 @@ typedef struct {
     /* limits */
     int max_tokens_per_request;     /* query + key tokens -> 413 */
     long long max_attention_floats; /* floats of a requested attention matrix -> 413 */
+    int max_sessions;               /* KV-cache sessions open at once -> 429 */
+    long long max_session_bytes;    /* all sessions' caches, bytes -> 429 */
+    long long max_session_bytes_each; /* one session's cache, bytes -> 413 */
+    int session_idle_s;             /* a session unused this long ends, seconds */
     /* models */
     attnd_model_config *models;
     int n_models;

@@ -115,6 +115,10 @@ START_TEST(defaults) {
     ck_assert_int_eq(c.blas_threads, 1);
     ck_assert_int_eq(c.max_tokens_per_request, 16384);
     ck_assert(c.max_attention_floats == 16777216);
+    ck_assert_int_eq(c.max_sessions, 1024);
+    ck_assert(c.max_session_bytes == 1LL << 30);
+    ck_assert(c.max_session_bytes_each == 1LL << 28);
+    ck_assert_int_eq(c.session_idle_s, 300);
     ck_assert_int_eq(c.n_models, 0);
     ck_assert(c.config_path == NULL);
     attnd_config_free(&c);
@@ -214,7 +218,9 @@ START_TEST(every_key_lands) {
         "\"batching\":{\"max_batch_tokens\":11,\"max_batch_requests\":1,"
         "\"max_queue_delay_us\":0,\"max_queue_requests\":13},"
         "\"workers\":{\"threads\":4,\"blas_threads\":3},"
-        "\"limits\":{\"max_tokens_per_request\":17,\"max_attention_floats\":4294967296},"
+        "\"limits\":{\"max_tokens_per_request\":17,\"max_attention_floats\":4294967296,"
+        "\"max_sessions\":5,\"max_session_bytes\":9000,\"max_session_bytes_each\":3000,"
+        "\"session_idle_s\":2},"
         "\"models\":[{\"name\":\"enc.0\",\"embed_dim\":12,\"num_heads\":3,\"kdim\":8,"
         "\"vdim\":10,\"bias\":false,\"causal\":true,\"weights\":\"w.safetensors\","
         "\"prefix\":\"encoder.layers.3.self_attn.\",\"layout\":\"hf_proj\","
@@ -240,6 +246,9 @@ START_TEST(every_key_lands) {
     ck_assert_int_eq(c.blas_threads, 3);
     ck_assert_int_eq(c.max_tokens_per_request, 17);
     ck_assert(c.max_attention_floats == 4294967296LL);
+    ck_assert_int_eq(c.max_sessions, 5);
+    ck_assert(c.max_session_bytes == 9000 && c.max_session_bytes_each == 3000);
+    ck_assert_int_eq(c.session_idle_s, 2);
     ck_assert_str_eq(c.config_path, g_cfg);
     ck_assert_int_eq(c.n_models, 2);
     attnd_model_config *m = &c.models[0];

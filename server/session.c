@@ -1,0 +1,357 @@
+/* session.c - the table of KV-cache sessions (session.h): ids, caches that
+ * grow by doubling within the budget, steps that are ordered per session,
+ * the idle timeout, and the counters /metrics shows. No HTTP, no compute.
+ */
+#include "session.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "../core/sizes.h"
+
+struct attnd_session {
+    char id[ATTND_SESSION_ID_LEN + 1];
+    int model;            /* the caller's model index */
+    size_t row_floats;    /* floats per cached token */
+    int max_len;          /* tokens it may ever hold */
+    float *kv;            /* (cap, row_floats), owned */
+    int len;              /* cached tokens */
+    int cap;              /* rows allocated */
+    double last_used;     /* monotonic seconds of the last open, step end or begin */
+    int busy;             /* 1 while a step computes */
+    int deleted;          /* 1: out of the table, freed when its step ends */
+    attnd_session *next;  /* bucket chain */
+};
+
+struct attnd_sessions {
+    pthread_mutex_t mu;
+    attnd_session_limits lim;
+    attnd_session **buckets; /* (nbuckets) chains */
+    size_t nbuckets;         /* a power of two */
+    int count;               /* sessions in the table */
+    long long tokens;        /* cached tokens of the sessions in the table */
+    long long bytes;         /* bytes of every cache, deleted-but-busy ones too */
+    double last_sweep;       /* monotonic seconds of the last expiry scan */
+    attnd_session_stats totals;
+};
+
+static size_t session_bytes(const attnd_session *s) {
+    return (size_t)s->cap * s->row_floats * sizeof(float);
+}
+
+static size_t bucket_of(const attnd_sessions *st, const char *id) {
+    uint64_t h = 1469598103934665603ULL; /* FNV-1a */
+    for (const char *p = id; *p; p++)
+        h = (h ^ (unsigned char)*p) * 1099511628211ULL;
+    return (size_t)(h & (st->nbuckets - 1));
+}
+
+attnd_sessions *attnd_sessions_new(const attnd_session_limits *lim) {
+    attnd_sessions *st = calloc(1, sizeof *st);
+    if (!st) return NULL;
+    st->lim = *lim;
+    st->nbuckets = 16;
+    while (st->nbuckets < 2 * (size_t)(lim->max_sessions > 0 ? lim->max_sessions : 1))
+        st->nbuckets *= 2;
+    st->buckets = calloc(st->nbuckets, sizeof *st->buckets);
+    if (!st->buckets || pthread_mutex_init(&st->mu, NULL) != 0) {
+        free(st->buckets);
+        free(st);
+        return NULL;
+    }
+    return st;
+}
+
+static void session_free(attnd_session *s) {
+    if (!s) return;
+    free(s->kv);
+    free(s);
+}
+
+void attnd_sessions_free(attnd_sessions *st) {
+    if (!st) return;
+    for (size_t b = 0; b < st->nbuckets; b++) {
+        attnd_session *s = st->buckets[b];
+        while (s) {
+            attnd_session *next = s->next;
+            session_free(s);
+            s = next;
+        }
+    }
+    pthread_mutex_destroy(&st->mu);
+    free(st->buckets);
+    free(st);
+}
+
+/* ---- the table (callers hold mu) ---------------------------------------- */
+
+static attnd_session *find(const attnd_sessions *st, const char *id) {
+    if (!id || strlen(id) != ATTND_SESSION_ID_LEN) return NULL;
+    for (attnd_session *s = st->buckets[bucket_of(st, id)]; s; s = s->next)
+        if (strcmp(s->id, id) == 0) return s;
+    return NULL;
+}
+
+/* Takes s out of the table; its bytes stay counted until it is freed. */
+static void unlink_session(attnd_sessions *st, attnd_session *s) {
+    attnd_session **pp = &st->buckets[bucket_of(st, s->id)];
+    while (*pp != s)
+        pp = &(*pp)->next;
+    *pp = s->next;
+    st->count--;
+    st->tokens -= s->len;
+    s->deleted = 1;
+}
+
+/* Frees an unlinked session that no step uses. */
+static void drop(attnd_sessions *st, attnd_session *s) {
+    st->bytes -= (long long)session_bytes(s);
+    session_free(s);
+}
+
+static int expired(const attnd_sessions *st, const attnd_session *s, double now) {
+    return !s->busy && now - s->last_used >= st->lim.idle_s;
+}
+
+static int sweep(attnd_sessions *st, double now) {
+    int n = 0;
+    st->last_sweep = now;
+    for (size_t b = 0; b < st->nbuckets; b++) {
+        attnd_session *s = st->buckets[b];
+        while (s) {
+            attnd_session *next = s->next;
+            if (expired(st, s, now)) {
+                unlink_session(st, s);
+                drop(st, s);
+                n++;
+            }
+            s = next;
+        }
+    }
+    st->totals.expired += (unsigned long long)n;
+    return n;
+}
+
+/* Seconds until the first idle session expires (at least 1), the moment a
+ * refused open or step may succeed. */
+static int retry_after(const attnd_sessions *st, double now) {
+    double soonest = st->lim.idle_s;
+    for (size_t b = 0; b < st->nbuckets; b++)
+        for (const attnd_session *s = st->buckets[b]; s; s = s->next)
+            if (!s->busy && s->last_used + st->lim.idle_s - now < soonest)
+                soonest = s->last_used + st->lim.idle_s - now;
+    int r = (int)ceil(soonest);
+    return r < 1 ? 1 : r;
+}
+
+/* Makes room for need rows in s, doubling when the budget allows. */
+static attnd_session_status grow(attnd_sessions *st, attnd_session *s, int need, double now,
+                                 int *retry) {
+    if (need > s->max_len) return SESS_TOO_LONG;
+    if (need <= s->cap) return SESS_OK;
+    uint64_t row = (uint64_t)s->row_floats * sizeof(float), max_rows, want, bytes;
+    uint64_t each = (uint64_t)(st->lim.max_bytes_per_session < st->lim.max_bytes
+                                   ? st->lim.max_bytes_per_session
+                                   : st->lim.max_bytes);
+    max_rows = row ? each / row : 0;
+    if ((uint64_t)need > max_rows) return SESS_TOO_BIG;
+    want = 2 * (uint64_t)s->cap > max_rows ? max_rows : 2 * (uint64_t)s->cap;
+    if (want < (uint64_t)need) want = (uint64_t)need;
+    if (want > (uint64_t)s->max_len) want = (uint64_t)s->max_len;
+    long long have = (long long)session_bytes(s);
+    for (int pass = 0; pass < 3; pass++) {
+        if (pass == 1) want = (uint64_t)need; /* no room to double: exactly what is needed */
+        if (pass == 2) sweep(st, now);        /* last: end the sessions past their timeout */
+        if (sz_mul(want, row, (uint64_t)st->lim.max_bytes, &bytes) == 0 &&
+            st->bytes - have + (long long)bytes <= st->lim.max_bytes)
+            break;
+        if (pass == 2) {
+            *retry = retry_after(st, now);
+            return SESS_FULL;
+        }
+    }
+    float *kv = realloc(s->kv, (size_t)bytes);
+    if (!kv) return SESS_NOMEM;
+    s->kv = kv;
+    s->cap = (int)want;
+    st->bytes += (long long)bytes - have;
+    return SESS_OK;
+}
+
+/* Marks s busy for a step of add rows and fills the step. */
+static void start_step(attnd_session *s, int add, double now, attnd_session_step *step) {
+    s->busy = 1;
+    s->last_used = now;
+    *step = (attnd_session_step){.s = s, .model = s->model, .kv = s->kv,
+                                 .row_floats = s->row_floats, .len = s->len, .add = add};
+}
+
+static attnd_session_status refused(attnd_sessions *st, attnd_session_status r) {
+    if (r == SESS_FULL) st->totals.refused_full++;
+    if (r == SESS_TOO_BIG || r == SESS_TOO_LONG) st->totals.refused_too_big++;
+    return r;
+}
+
+/* ---- the API -------------------------------------------------------------- */
+
+static int new_id(char id[ATTND_SESSION_ID_LEN + 1]) {
+    unsigned char raw[ATTND_SESSION_ID_LEN / 2];
+    size_t got = 0;
+    while (got < sizeof raw) {
+        ssize_t n = getrandom(raw + got, sizeof raw - got, 0);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return -1;
+        got += (size_t)n;
+    }
+    for (size_t i = 0; i < sizeof raw; i++)
+        snprintf(id + 2 * i, 3, "%02x", raw[i]);
+    return 0;
+}
+
+attnd_session_status attnd_session_open(attnd_sessions *st, int model, size_t row_floats,
+                                        int tokens, int max_len, double now,
+                                        char id[ATTND_SESSION_ID_LEN + 1],
+                                        attnd_session_step *step, int *retry_after_s) {
+    attnd_session *s = calloc(1, sizeof *s);
+    if (!s || new_id(s->id) != 0) {
+        free(s);
+        return SESS_NOMEM;
+    }
+    s->model = model;
+    s->row_floats = row_floats;
+    s->max_len = max_len;
+    s->last_used = now;
+    pthread_mutex_lock(&st->mu);
+    attnd_session_status r = SESS_OK;
+    if (st->count >= st->lim.max_sessions) sweep(st, now);
+    if (st->count >= st->lim.max_sessions) {
+        *retry_after_s = retry_after(st, now);
+        r = SESS_FULL;
+    }
+    if (r == SESS_OK) r = grow(st, s, tokens, now, retry_after_s);
+    if (r != SESS_OK) { /* grow changed nothing: s holds no rows */
+        refused(st, r);
+        pthread_mutex_unlock(&st->mu);
+        session_free(s);
+        return r;
+    }
+    size_t b = bucket_of(st, s->id);
+    s->next = st->buckets[b];
+    st->buckets[b] = s;
+    st->count++;
+    st->totals.opened++;
+    start_step(s, tokens, now, step);
+    memcpy(id, s->id, ATTND_SESSION_ID_LEN + 1);
+    pthread_mutex_unlock(&st->mu);
+    return SESS_OK;
+}
+
+attnd_session_status attnd_session_begin(attnd_sessions *st, const char *id, int tokens,
+                                         double now, attnd_session_step *step,
+                                         int *retry_after_s) {
+    pthread_mutex_lock(&st->mu);
+    attnd_session_status r = SESS_OK;
+    attnd_session *s = find(st, id);
+    if (s && expired(st, s, now)) {
+        unlink_session(st, s);
+        drop(st, s);
+        st->totals.expired++;
+        s = NULL;
+    }
+    if (!s)
+        r = SESS_NOT_FOUND;
+    else if (s->busy)
+        r = SESS_BUSY;
+    else if (tokens < 1 || tokens > INT32_MAX - s->len)
+        r = SESS_TOO_LONG;
+    else
+        r = grow(st, s, s->len + tokens, now, retry_after_s);
+    if (r == SESS_OK)
+        start_step(s, tokens, now, step);
+    else
+        refused(st, r);
+    pthread_mutex_unlock(&st->mu);
+    return r;
+}
+
+void attnd_session_end(attnd_sessions *st, attnd_session_step *step, int commit, double now) {
+    attnd_session *s = step->s;
+    if (!s) return;
+    pthread_mutex_lock(&st->mu);
+    s->busy = 0;
+    s->last_used = now;
+    if (s->deleted) {
+        drop(st, s);
+    } else if (commit) {
+        s->len += step->add;
+        st->tokens += step->add;
+    }
+    pthread_mutex_unlock(&st->mu);
+    step->s = NULL;
+}
+
+attnd_session_status attnd_session_delete(attnd_sessions *st, const char *id, double now) {
+    pthread_mutex_lock(&st->mu);
+    attnd_session *s = find(st, id);
+    attnd_session_status r = SESS_NOT_FOUND;
+    if (s && expired(st, s, now)) {
+        unlink_session(st, s);
+        drop(st, s);
+        st->totals.expired++;
+    } else if (s) {
+        unlink_session(st, s);
+        if (!s->busy) drop(st, s); /* else its step's end frees it */
+        st->totals.deleted++;
+        r = SESS_OK;
+    }
+    pthread_mutex_unlock(&st->mu);
+    return r;
+}
+
+int attnd_sessions_expire(attnd_sessions *st, double now) {
+    pthread_mutex_lock(&st->mu);
+    int n = now - st->last_sweep >= 1.0 ? sweep(st, now) : 0;
+    pthread_mutex_unlock(&st->mu);
+    return n;
+}
+
+int attnd_session_model(attnd_sessions *st, const char *id, double now) {
+    pthread_mutex_lock(&st->mu);
+    attnd_session *s = find(st, id);
+    int model = s && !expired(st, s, now) ? s->model : -1;
+    pthread_mutex_unlock(&st->mu);
+    return model;
+}
+
+void attnd_sessions_stats(attnd_sessions *st, attnd_session_stats *out) {
+    pthread_mutex_lock(&st->mu);
+    *out = st->totals;
+    out->sessions = st->count;
+    out->tokens = st->tokens;
+    out->bytes = st->bytes;
+    pthread_mutex_unlock(&st->mu);
+}
+
+const char *attnd_session_status_text(attnd_session_status s) {
+    switch (s) {
+    case SESS_OK: return "ok";
+    case SESS_NOT_FOUND:
+        return "no such session on this server: it was deleted, timed out, or is held by "
+               "another replica or a restarted one; open a new session with the whole prefix";
+    case SESS_BUSY:
+        return "the session's previous step is still computing; send the next step after its "
+               "answer";
+    case SESS_FULL: return "the session memory budget or session count is used up; retry later";
+    case SESS_TOO_BIG: return "the step would take the session past max_session_bytes_each";
+    case SESS_TOO_LONG: return "the step would take the session past the model's max_positions";
+    default: return "out of memory for the session cache";
+    }
+}

@@ -1,0 +1,108 @@
+/* session.h - the KV-cache sessions of step-by-step decoding: a table of
+ * sessions, each holding the rotated keys and the values of every token it
+ * has seen, so that a step sends only its new rows.
+ *
+ * It owns ids (128 random bits in hex), each session's cache, the idle
+ * timeout and the memory budget, and counts what happens for /metrics. It
+ * computes nothing and knows no HTTP: the routes ask it for a step, compute
+ * into the rows it hands out, and end the step. Thread-safe: one mutex over
+ * the table, never held while a step computes.
+ *
+ * A session's cache is one allocation of `cap` rows, row-major; row t holds
+ * token t's keys then its values, each (G, D) for G key/value heads of
+ * width D: row_floats = 2 * G * D. Rows [0, len) are the cache; a step
+ * appends rows [len, len + add).
+ */
+#ifndef ATTND_SESSION_H
+#define ATTND_SESSION_H
+
+#include <stddef.h>
+
+#define ATTND_SESSION_ID_LEN 32 /* hex characters of an id */
+
+typedef struct {
+    int max_sessions;                 /* open at once, >= 1 */
+    long long max_bytes;              /* all caches together, bytes */
+    long long max_bytes_per_session;  /* one cache, bytes */
+    int idle_s;                       /* a session unused this long ends, seconds */
+} attnd_session_limits;
+
+typedef struct {
+    int sessions;                   /* open now */
+    long long tokens;               /* cached tokens, all sessions */
+    long long bytes;                /* bytes the caches hold (their capacity) */
+    unsigned long long opened;      /* sessions opened, total */
+    unsigned long long deleted;     /* closed by their client, total */
+    unsigned long long expired;     /* ended by the idle timeout (evictions), total */
+    unsigned long long refused_full;    /* opens and steps refused: budget or count full */
+    unsigned long long refused_too_big; /* steps refused: past one session's limits */
+} attnd_session_stats;
+
+typedef enum {
+    SESS_OK = 0,
+    SESS_NOT_FOUND, /* no such session: never opened, deleted or expired (404) */
+    SESS_BUSY,      /* its previous step is still computing (409) */
+    SESS_FULL,      /* the count or the total budget is used up; retry later (429) */
+    SESS_TOO_BIG,   /* past max_bytes_per_session (413) */
+    SESS_TOO_LONG,  /* past the model's max_len (413) */
+    SESS_NOMEM      /* out of memory (500) */
+} attnd_session_status;
+
+typedef struct attnd_session attnd_session;
+typedef struct attnd_sessions attnd_sessions;
+
+/* What a step works on, valid from a successful open or begin to its end. */
+typedef struct {
+    attnd_session *s;  /* pass to attnd_session_end */
+    int model;         /* the index the session was opened with */
+    float *kv;         /* (cap, row_floats): rows [0, len) cached, [len, len+add) to fill */
+    size_t row_floats; /* 2 * G * D */
+    int len;           /* cached tokens before the step */
+    int add;           /* tokens the step appends */
+} attnd_session_step;
+
+/* NULL when out of memory. lim is copied. */
+attnd_sessions *attnd_sessions_new(const attnd_session_limits *lim);
+/* Frees every session; no step may be running. NULL is a no-op. */
+void attnd_sessions_free(attnd_sessions *st);
+
+/* Opens a session for model (rows of row_floats floats) and begins its
+ * first step, which appends `tokens` (>= 0) prefix rows; with 0 the step
+ * appends nothing and may be ended at once. id receives the new id (NUL
+ * ended). max_len (>= 1) bounds the tokens the session may ever hold. now
+ * is monotonic seconds. On SESS_FULL, *retry_after_s is when to retry. */
+attnd_session_status attnd_session_open(attnd_sessions *st, int model, size_t row_floats,
+                                        int tokens, int max_len, double now,
+                                        char id[ATTND_SESSION_ID_LEN + 1],
+                                        attnd_session_step *step, int *retry_after_s);
+
+/* Begins a step of session id that appends `tokens` (>= 1) rows. The
+ * session is busy until attnd_session_end. A session idle past idle_s is
+ * ended here and reported SESS_NOT_FOUND. */
+attnd_session_status attnd_session_begin(attnd_sessions *st, const char *id, int tokens,
+                                         double now, attnd_session_step *step,
+                                         int *retry_after_s);
+
+/* Ends a step: commit 1 keeps its rows (len += add), 0 drops them (a step
+ * that failed or was cancelled). Frees the session when it was deleted
+ * meanwhile. */
+void attnd_session_end(attnd_sessions *st, attnd_session_step *step, int commit, double now);
+
+/* Deletes session id: at once, or when its running step ends. Returns
+ * SESS_OK or SESS_NOT_FOUND. */
+attnd_session_status attnd_session_delete(attnd_sessions *st, const char *id, double now);
+
+/* Ends every session idle for idle_s or more (none is busy). Returns how
+ * many; each counts as expired. Cheap to call often: it scans at most once
+ * a second. */
+int attnd_sessions_expire(attnd_sessions *st, double now);
+
+/* The model index of session id, or -1 when there is none (or it expired). */
+int attnd_session_model(attnd_sessions *st, const char *id, double now);
+
+void attnd_sessions_stats(attnd_sessions *st, attnd_session_stats *out);
+
+/* The sentence for a status, for error bodies. */
+const char *attnd_session_status_text(attnd_session_status s);
+
+#endif

@@ -1,0 +1,339 @@
+/* test_server_session.c - the KV-cache session table (server/session.c):
+ * ids, steps that append and roll back, one step at a time per session,
+ * deletion (also during a step), the idle timeout, the per-session and
+ * total memory budgets with their statuses and Retry-After, the counters,
+ * and many threads at once. Time is passed in, so nothing sleeps.
+ */
+#include <check.h>
+#include <ctype.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../server/session.h"
+
+enum { ROW = 4 }; /* floats per token in these tests: 16 bytes */
+
+static attnd_sessions *table(int max_sessions, long long max_bytes, long long each, int idle) {
+    attnd_session_limits lim = {max_sessions, max_bytes, each, idle};
+    attnd_sessions *st = attnd_sessions_new(&lim);
+    ck_assert(st != NULL);
+    return st;
+}
+
+static attnd_session_stats stats(attnd_sessions *st) {
+    attnd_session_stats s;
+    attnd_sessions_stats(st, &s);
+    return s;
+}
+
+/* Writes token t's row as t, t+0.25, ... */
+static void fill(attnd_session_step *p) {
+    for (int t = p->len; t < p->len + p->add; t++)
+        for (size_t c = 0; c < p->row_floats; c++)
+            p->kv[(size_t)t * p->row_floats + c] = (float)t + 0.25f * (float)c;
+}
+
+static void check_rows(const attnd_session_step *p) {
+    for (int t = 0; t < p->len; t++)
+        for (size_t c = 0; c < p->row_floats; c++)
+            ck_assert_msg(p->kv[(size_t)t * p->row_floats + c] == (float)t + 0.25f * (float)c,
+                          "row %d col %zu lost", t, c);
+}
+
+/* Opens a session with a prefix of n tokens, filled and committed. */
+static void open_n(attnd_sessions *st, int n, double now, char id[ATTND_SESSION_ID_LEN + 1]) {
+    attnd_session_step p;
+    int retry = 0;
+    ck_assert_int_eq(attnd_session_open(st, 0, ROW, n, 1 << 20, now, id, &p, &retry), SESS_OK);
+    fill(&p);
+    attnd_session_end(st, &p, 1, now);
+}
+
+START_TEST(test_open_step_end) {
+    attnd_sessions *st = table(8, 1 << 20, 1 << 20, 60);
+    char a[ATTND_SESSION_ID_LEN + 1], b[ATTND_SESSION_ID_LEN + 1];
+    attnd_session_step p;
+    int retry = 0;
+    ck_assert_int_eq(attnd_session_open(st, 3, ROW, 5, 1000, 0, a, &p, &retry), SESS_OK);
+    ck_assert_uint_eq(strlen(a), ATTND_SESSION_ID_LEN);
+    for (const char *c = a; *c; c++)
+        ck_assert(isxdigit((unsigned char)*c) && !isupper((unsigned char)*c));
+    ck_assert_int_eq(p.model, 3);
+    ck_assert_int_eq(p.len, 0);
+    ck_assert_int_eq(p.add, 5);
+    ck_assert_uint_eq(p.row_floats, ROW);
+    fill(&p);
+    attnd_session_end(st, &p, 1, 1);
+    ck_assert_int_eq(attnd_session_model(st, a, 1), 3);
+    /* steps append; the rows survive every growth of the cache */
+    for (int i = 0; i < 40; i++) {
+        ck_assert_int_eq(attnd_session_begin(st, a, 1 + i % 3, 2, &p, &retry), SESS_OK);
+        check_rows(&p);
+        fill(&p);
+        attnd_session_end(st, &p, 1, 2);
+    }
+    ck_assert_int_eq(attnd_session_begin(st, a, 1, 3, &p, &retry), SESS_OK);
+    ck_assert_int_eq(p.len, 84); /* 5 + the sum of 1 + i % 3 for i < 40 */
+    check_rows(&p);
+    /* a step that fails is dropped */
+    attnd_session_end(st, &p, 0, 3);
+    ck_assert_int_eq(attnd_session_begin(st, a, 2, 4, &p, &retry), SESS_OK);
+    ck_assert_int_eq(p.len, 84);
+    attnd_session_end(st, &p, 0, 4);
+    attnd_session_stats s = stats(st);
+    ck_assert_int_eq(s.sessions, 1);
+    ck_assert_int_eq(s.tokens, 84);
+    ck_assert(s.bytes >= 84 * ROW * 4 && s.bytes <= 2 * 84 * ROW * 4);
+    /* ids differ */
+    open_n(st, 0, 5, b);
+    ck_assert_str_ne(a, b);
+    ck_assert_int_eq(stats(st).opened, 2);
+    attnd_sessions_free(st);
+}
+END_TEST
+
+START_TEST(test_one_step_at_a_time) {
+    attnd_sessions *st = table(8, 1 << 20, 1 << 20, 60);
+    char a[ATTND_SESSION_ID_LEN + 1];
+    attnd_session_step p, q;
+    int retry = 0;
+    ck_assert_int_eq(attnd_session_open(st, 0, ROW, 2, 100, 0, a, &p, &retry), SESS_OK);
+    ck_assert_int_eq(attnd_session_begin(st, a, 1, 0, &q, &retry), SESS_BUSY);
+    fill(&p);
+    attnd_session_end(st, &p, 1, 0);
+    ck_assert_int_eq(attnd_session_begin(st, a, 1, 0, &q, &retry), SESS_OK);
+    ck_assert_int_eq(attnd_session_begin(st, a, 1, 0, &p, &retry), SESS_BUSY);
+    attnd_session_end(st, &q, 1, 0);
+    attnd_sessions_free(st);
+}
+END_TEST
+
+START_TEST(test_not_found) {
+    attnd_sessions *st = table(8, 1 << 20, 1 << 20, 60);
+    attnd_session_step p;
+    int retry = 0;
+    const char *ids[] = {"", "abc", "0123456789abcdef0123456789abcdef",
+                         "0123456789abcdef0123456789abcdef0", NULL};
+    for (int i = 0; i < 5; i++) {
+        ck_assert_int_eq(attnd_session_begin(st, ids[i], 1, 0, &p, &retry), SESS_NOT_FOUND);
+        ck_assert_int_eq(attnd_session_delete(st, ids[i], 0), SESS_NOT_FOUND);
+        ck_assert_int_eq(attnd_session_model(st, ids[i], 0), -1);
+    }
+    ck_assert(strstr(attnd_session_status_text(SESS_NOT_FOUND), "open a new session") != NULL);
+    attnd_sessions_free(st);
+}
+END_TEST
+
+START_TEST(test_delete) {
+    attnd_sessions *st = table(8, 1 << 20, 1 << 20, 60);
+    char a[ATTND_SESSION_ID_LEN + 1];
+    attnd_session_step p;
+    int retry = 0;
+    open_n(st, 7, 0, a);
+    ck_assert_int_eq(attnd_session_delete(st, a, 1), SESS_OK);
+    ck_assert_int_eq(attnd_session_delete(st, a, 1), SESS_NOT_FOUND);
+    ck_assert_int_eq(attnd_session_begin(st, a, 1, 1, &p, &retry), SESS_NOT_FOUND);
+    attnd_session_stats s = stats(st);
+    ck_assert(s.sessions == 0 && s.tokens == 0 && s.bytes == 0 && s.deleted == 1);
+    /* deleted during its step: gone at once for others, freed at the end */
+    open_n(st, 3, 2, a);
+    ck_assert_int_eq(attnd_session_begin(st, a, 2, 2, &p, &retry), SESS_OK);
+    ck_assert_int_eq(attnd_session_delete(st, a, 2), SESS_OK);
+    ck_assert_int_eq(attnd_session_model(st, a, 2), -1);
+    ck_assert(stats(st).bytes > 0);
+    fill(&p); /* the step still owns its rows */
+    attnd_session_end(st, &p, 1, 3);
+    s = stats(st);
+    ck_assert(s.sessions == 0 && s.tokens == 0 && s.bytes == 0 && s.deleted == 2);
+    attnd_sessions_free(st);
+}
+END_TEST
+
+START_TEST(test_idle_timeout) {
+    attnd_sessions *st = table(8, 1 << 20, 1 << 20, 10);
+    char a[ATTND_SESSION_ID_LEN + 1], b[ATTND_SESSION_ID_LEN + 1], c[ATTND_SESSION_ID_LEN + 1];
+    attnd_session_step p;
+    int retry = 0;
+    open_n(st, 4, 0, a);
+    open_n(st, 4, 0, b);
+    open_n(st, 4, 0, c);
+    /* used at 9.5: lives until 19.5 */
+    ck_assert_int_eq(attnd_session_begin(st, b, 1, 9.5, &p, &retry), SESS_OK);
+    attnd_session_end(st, &p, 1, 9.5);
+    /* a step running past the timeout is never ended under it */
+    ck_assert_int_eq(attnd_session_begin(st, c, 1, 9.9, &p, &retry), SESS_OK);
+    ck_assert_int_eq(attnd_sessions_expire(st, 9.99), 0);
+    ck_assert_int_eq(attnd_sessions_expire(st, 25), 2); /* a and b; c is computing */
+    ck_assert_int_eq(attnd_session_model(st, a, 25), -1);
+    attnd_session_end(st, &p, 1, 25);
+    /* b expired at 19.5: a late step finds nothing */
+    ck_assert_int_eq(attnd_session_begin(st, b, 1, 25, &p, &retry), SESS_NOT_FOUND);
+    attnd_session_stats s = stats(st);
+    ck_assert_int_eq(s.expired, 2);
+    ck_assert_int_eq(s.sessions, 1);
+    ck_assert_int_eq(s.tokens, 5);
+    /* expire scans at most once a second */
+    ck_assert_int_eq(attnd_sessions_expire(st, 35.5), 1);
+    ck_assert_int_eq(stats(st).bytes, 0);
+    /* a step past the timeout ends its session even with no scan between */
+    open_n(st, 2, 40, a);
+    ck_assert_int_eq(attnd_session_begin(st, a, 1, 50, &p, &retry), SESS_NOT_FOUND);
+    s = stats(st);
+    ck_assert(s.expired == 4 && s.sessions == 0 && s.bytes == 0);
+    attnd_sessions_free(st);
+}
+END_TEST
+
+START_TEST(test_per_session_limits) {
+    /* 16 bytes a token: 10 tokens per session, 100 in all */
+    attnd_sessions *st = table(8, 1600, 160, 60);
+    char a[ATTND_SESSION_ID_LEN + 1], b[ATTND_SESSION_ID_LEN + 1];
+    attnd_session_step p;
+    int retry = 0;
+    ck_assert_int_eq(attnd_session_open(st, 0, ROW, 11, 1000, 0, a, &p, &retry), SESS_TOO_BIG);
+    ck_assert_int_eq(stats(st).sessions, 0);
+    open_n(st, 9, 0, a);
+    ck_assert_int_eq(attnd_session_begin(st, a, 2, 0, &p, &retry), SESS_TOO_BIG);
+    ck_assert_int_eq(attnd_session_begin(st, a, 1, 0, &p, &retry), SESS_OK);
+    attnd_session_end(st, &p, 1, 0);
+    ck_assert_int_eq(stats(st).bytes, 160); /* doubling stops at the limit */
+    /* max_len: the model's max_positions */
+    ck_assert_int_eq(attnd_session_open(st, 0, ROW, 3, 4, 0, b, &p, &retry), SESS_OK);
+    attnd_session_end(st, &p, 1, 0);
+    ck_assert_int_eq(attnd_session_begin(st, b, 2, 0, &p, &retry), SESS_TOO_LONG);
+    ck_assert_int_eq(attnd_session_begin(st, b, 1, 0, &p, &retry), SESS_OK);
+    attnd_session_end(st, &p, 1, 0);
+    ck_assert_int_eq(stats(st).refused_too_big, 3);
+    ck_assert_int_eq(stats(st).tokens, 14);
+    attnd_sessions_free(st);
+}
+END_TEST
+
+START_TEST(test_total_budget) {
+    /* 16 bytes a token: 20 tokens in all, 16 per session */
+    attnd_sessions *st = table(8, 320, 256, 30);
+    char a[ATTND_SESSION_ID_LEN + 1], b[ATTND_SESSION_ID_LEN + 1], c[ATTND_SESSION_ID_LEN + 1];
+    attnd_session_step p;
+    int retry = 0;
+    open_n(st, 12, 0, a);
+    open_n(st, 6, 10, b);
+    ck_assert_int_eq(stats(st).bytes, 18 * 16);
+    /* a new session over the total: refused, retry when a expires (t=30) */
+    ck_assert_int_eq(attnd_session_open(st, 0, ROW, 4, 100, 12, c, &p, &retry), SESS_FULL);
+    ck_assert_int_eq(retry, 18);
+    /* an append that fits the session but not the total: the same */
+    ck_assert_int_eq(attnd_session_begin(st, b, 3, 12, &p, &retry), SESS_FULL);
+    ck_assert_int_eq(retry, 18);
+    /* a growth that cannot double takes exactly what it needs */
+    ck_assert_int_eq(attnd_session_begin(st, b, 2, 12, &p, &retry), SESS_OK);
+    attnd_session_end(st, &p, 1, 12);
+    ck_assert_int_eq(stats(st).bytes, 320);
+    /* once a has timed out, its room is taken back for a new session */
+    ck_assert_int_eq(attnd_session_open(st, 0, ROW, 4, 100, 31, c, &p, &retry), SESS_OK);
+    attnd_session_end(st, &p, 1, 31);
+    attnd_session_stats s = stats(st);
+    ck_assert_int_eq(s.refused_full, 2);
+    ck_assert_int_eq(s.expired, 1);
+    ck_assert_int_eq(s.sessions, 2);
+    ck_assert_int_eq(s.tokens, 12);
+    attnd_sessions_free(st);
+}
+END_TEST
+
+START_TEST(test_session_count) {
+    attnd_sessions *st = table(2, 1 << 20, 1 << 20, 30);
+    char a[ATTND_SESSION_ID_LEN + 1], b[ATTND_SESSION_ID_LEN + 1], c[ATTND_SESSION_ID_LEN + 1];
+    attnd_session_step p;
+    int retry = 0;
+    open_n(st, 0, 0, a);
+    open_n(st, 1, 5, b);
+    ck_assert_int_eq(attnd_session_open(st, 0, ROW, 0, 100, 6, c, &p, &retry), SESS_FULL);
+    ck_assert_int_eq(retry, 24);
+    ck_assert_int_eq(attnd_session_delete(st, a, 7), SESS_OK);
+    ck_assert_int_eq(attnd_session_open(st, 0, ROW, 0, 100, 7, c, &p, &retry), SESS_OK);
+    attnd_session_end(st, &p, 1, 7);
+    attnd_sessions_free(st);
+}
+END_TEST
+
+/* ---- threads: opens, steps and deletes at once; counts must add up ---- */
+
+typedef struct {
+    attnd_sessions *st;
+    int steps, deleted;
+} worker;
+
+static void *work(void *arg) {
+    worker *w = arg;
+    for (int i = 0; i < 200; i++) {
+        char id[ATTND_SESSION_ID_LEN + 1];
+        attnd_session_step p;
+        int retry;
+        if (attnd_session_open(w->st, 0, ROW, 3, 1 << 20, 0, id, &p, &retry) != SESS_OK) continue;
+        fill(&p);
+        attnd_session_end(w->st, &p, 1, 0);
+        for (int k = 0; k < 5; k++) {
+            if (attnd_session_begin(w->st, id, 2, 0, &p, &retry) != SESS_OK) break;
+            check_rows(&p);
+            fill(&p);
+            attnd_session_end(w->st, &p, 1, 0);
+            w->steps++;
+        }
+        if (i % 2 == 0) {
+            ck_assert_int_eq(attnd_session_delete(w->st, id, 0), SESS_OK);
+            w->deleted++;
+        }
+    }
+    return NULL;
+}
+
+START_TEST(test_threads) {
+    attnd_sessions *st = table(4096, 1 << 26, 1 << 20, 3600);
+    enum { N = 4 };
+    pthread_t t[N];
+    worker w[N];
+    for (int i = 0; i < N; i++) {
+        w[i] = (worker){st, 0, 0};
+        ck_assert(pthread_create(&t[i], NULL, work, &w[i]) == 0);
+    }
+    int steps = 0, deleted = 0;
+    for (int i = 0; i < N; i++) {
+        pthread_join(t[i], NULL);
+        steps += w[i].steps;
+        deleted += w[i].deleted;
+    }
+    attnd_session_stats s = stats(st);
+    ck_assert_int_eq(steps, N * 200 * 5);
+    ck_assert_int_eq((int)s.opened, N * 200);
+    ck_assert_int_eq((int)s.deleted, deleted);
+    ck_assert_int_eq(s.sessions, N * 200 - deleted);
+    ck_assert_int_eq(s.tokens, (long long)(N * 200 - deleted) * 13);
+    attnd_sessions_free(st);
+}
+END_TEST
+
+static Suite *session_suite(void) {
+    Suite *s = suite_create("session");
+    TCase *t = tcase_create("table");
+    tcase_add_test(t, test_open_step_end);
+    tcase_add_test(t, test_one_step_at_a_time);
+    tcase_add_test(t, test_not_found);
+    tcase_add_test(t, test_delete);
+    tcase_add_test(t, test_idle_timeout);
+    tcase_add_test(t, test_per_session_limits);
+    tcase_add_test(t, test_total_budget);
+    tcase_add_test(t, test_session_count);
+    tcase_add_test(t, test_threads);
+    suite_add_tcase(s, t);
+    return s;
+}
+
+int main(void) {
+    SRunner *sr = srunner_create(session_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
