@@ -13,12 +13,12 @@ extern __typeof__(cblas_sgemm) *blas_sgemm;
 
 /* Checks shapes and options of a batch; fills T (query tokens) and U (key
  * tokens). Returns 0, or -1 with a sentence in err. */
-int attn_check_shapes(const attn_model *m, const attn_batch *b, size_t *T, size_t *U, char *err,
-                      size_t errlen);
-/* attn_check_shapes, and refuses the decoder options (num_kv_heads,
- * head_dim, scale, rope) the fast forward does not serve yet. */
 int attn_check_batch(const attn_model *m, const attn_batch *b, size_t *T, size_t *U, char *err,
                      size_t errlen);
+/* 1 when hp (filled by attn_model_init) is plain nn.MultiheadAttention: no
+ * grouped heads, head_dim, scale or rope. attn_forward hands the others to
+ * attn_forward_decoder (decode.c). */
+int attn_is_mha(const attn_hparams *hp);
 
 /* A fixed set of threads that run one parallel loop at a time. The caller's
  * thread takes part as tid 0; with one thread nothing is spawned. */

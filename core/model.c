@@ -121,8 +121,8 @@ void attn_model_free(attn_model *m)
     memset(m, 0, sizeof *m);
 }
 
-int attn_check_shapes(const attn_model *m, const attn_batch *b, size_t *T, size_t *U, char *err,
-                      size_t errlen)
+int attn_check_batch(const attn_model *m, const attn_batch *b, size_t *T, size_t *U, char *err,
+                     size_t errlen)
 {
     const attn_hparams *hp = &m->hp;
     if (!m->mem) {
@@ -187,22 +187,8 @@ int attn_check_shapes(const attn_model *m, const attn_batch *b, size_t *T, size_
     return 0;
 }
 
-/* Whether hp is plain nn.MultiheadAttention: no decoder option in use. */
-static int is_mha(const attn_hparams *hp)
+int attn_is_mha(const attn_hparams *hp)
 {
     return hp->num_kv_heads == hp->num_heads && hp->head_dim * hp->num_heads == hp->embed_dim &&
            hp->rope.dim == 0 && hp->scale == 1.0 / sqrt((double)hp->head_dim);
-}
-
-int attn_check_batch(const attn_model *m, const attn_batch *b, size_t *T, size_t *U, char *err,
-                     size_t errlen)
-{
-    if (attn_check_shapes(m, b, T, U, err, errlen) < 0) return -1;
-    if (!is_mha(&m->hp)) {
-        snprintf(err, errlen,
-                 "the fast forward does not serve num_kv_heads, head_dim, scale or rope yet; "
-                 "attn_forward_ref does");
-        return -1;
-    }
-    return 0;
 }

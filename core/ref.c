@@ -125,7 +125,7 @@ static void attend_ref(float *ctx, const float *q, const float *k, const float *
 int attn_forward_ref(const attn_model *m, attn_batch *b, char *err, size_t errlen)
 {
     size_t T, U;
-    if (attn_check_shapes(m, b, &T, &U, err, errlen) < 0) return -1;
+    if (attn_check_batch(m, b, &T, &U, err, errlen) < 0) return -1;
     const attn_hparams *hp = &m->hp;
     int E = hp->embed_dim, Kd = hp->kdim, Vd = hp->vdim, D = hp->head_dim;
     int QW = hp->num_heads * D, KW = hp->num_kv_heads * D;
@@ -153,7 +153,7 @@ int attn_forward_ref(const attn_model *m, attn_batch *b, char *err, size_t errle
         linear_ref(q, xq, m->q_w, m->q_b, s->L, E, QW);
         linear_ref(k, xk, m->k_w, m->k_b, s->S, Kd, KW);
         linear_ref(v, xv, m->v_w, m->v_b, s->S, Vd, KW);
-        if (hp->rope.dim) { /* self-attention only (attn_check_shapes): S == L */
+        if (hp->rope.dim) { /* self-attention only (attn_check_batch): S == L */
             rope_ref(q, s->L, hp->num_heads, D, &hp->rope, s->positions);
             rope_ref(k, s->S, hp->num_kv_heads, D, &hp->rope, s->positions);
         }

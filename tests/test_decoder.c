@@ -171,8 +171,7 @@ START_TEST(test_hparams_filled) {
 }
 END_TEST
 
-/* Rotary positions need self-attention; a negative position is refused;
- * the fast forward refuses decoder options until it computes them. */
+/* Rotary positions need self-attention; a negative position is refused. */
 START_TEST(test_batch_refused) {
     char err[256] = "";
     attn_model m;
@@ -189,13 +188,11 @@ START_TEST(test_batch_refused) {
     s.positions = pos;
     ck_assert(attn_forward_ref(&m, &b, err, sizeof err) == -1);
     ck_assert_msg(strstr(err, "position -1 of row 1") != NULL, "%s", err);
-    /* the fast forward refuses what it does not compute yet, rather than
-     * answer as if the model were nn.MultiheadAttention */
-    pos[1] = 2;
+    /* attn_forward, the server's door, refuses them too */
     attn_ctx *ctx = attn_ctx_new(1);
     ck_assert(ctx != NULL);
     ck_assert(attn_forward(ctx, &m, &b, err, sizeof err) == -1);
-    ck_assert_msg(strstr(err, "fast forward does not serve") != NULL, "%s", err);
+    ck_assert_msg(strstr(err, "position -1 of row 1") != NULL, "%s", err);
     attn_ctx_free(ctx);
     free(x);
     attn_model_free(&m);
@@ -329,6 +326,93 @@ START_TEST(test_scale_is_query_scaling) {
     free(x);
     attn_model_free(&s);
     attn_model_free(&d);
+}
+END_TEST
+
+/* The decoder forward against the reference on random batches the goldens
+ * do not cover: cross-attention (value given or = key) with grouped heads,
+ * every mask and weights mode, rotary positions given per row. */
+START_TEST(test_decoder_vs_ref) {
+    typedef struct {
+        int E, H, G, D, Kd, Vd, cross, value, rope;
+    } rcase;
+    const rcase cases[] = {
+        {24, 6, 2, 5, 10, 14, 1, 1, 0}, {24, 6, 3, 4, 10, 10, 1, 0, 0},
+        {32, 4, 1, 16, 32, 32, 0, 0, 1}, {40, 8, 4, 6, 40, 40, 0, 0, 1},
+    };
+    char err[256];
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const rcase *k = &cases[c];
+        attn_hparams hp = {.embed_dim = k->E, .num_heads = k->H, .kdim = k->Kd, .vdim = k->Vd,
+                           .bias = 1, .num_kv_heads = k->G, .head_dim = k->D, .scale = 0.3};
+        if (k->rope) hp.rope = (attn_rope){.dim = k->D - 2, .theta = 1000, .style = c % 2};
+        attn_model m;
+        g_rng = 100 + c;
+        rand_model(&m, &hp);
+        enum { B = 4 };
+        attn_seq seqs[B], ref[B];
+        int L[B] = {1, 7, 13, 5}, S[B] = {3, 7, 20, 5};
+        size_t T = 0, U = 0, na[B];
+        void *owned[B][4];
+        for (int i = 0; i < B; i++) {
+            if (!k->cross) S[i] = L[i];
+            T += (size_t)L[i];
+            U += (size_t)S[i];
+        }
+        float *q = rand_floats(T * k->E, 1), *key = rand_floats(U * k->Kd, 1);
+        float *val = rand_floats(U * k->Vd, 1);
+        float *o1 = xcalloc(T * k->E, sizeof(float)), *o2 = xcalloc(T * k->E, sizeof(float));
+        for (int i = 0; i < B; i++) {
+            attn_seq *s = &seqs[i];
+            *s = (attn_seq){.L = L[i], .S = S[i], .causal = i % 2,
+                            .weights = (attn_weights_mode)(i % 3)};
+            uint8_t *kpm = xcalloc(S[i], 1), *mb = xcalloc((size_t)L[i] * S[i], 1);
+            float *ma = rand_floats((size_t)L[i] * S[i], 1);
+            int32_t *pos = xcalloc(L[i], sizeof(int32_t));
+            for (int j = 0; j < S[i]; j++) kpm[j] = j % 4 == 3;
+            for (int j = 0; j < L[i] * S[i]; j++) {
+                mb[j] = j % 5 == 2;
+                if (j % 7 == 3) ma[j] = -INFINITY;
+            }
+            for (int j = 0; j < L[i]; j++) pos[j] = 40 + 3 * j;
+            owned[i][0] = kpm;
+            owned[i][1] = mb;
+            owned[i][2] = ma;
+            owned[i][3] = pos;
+            if (i != 1) s->key_padding_mask = kpm;
+            if (i == 2) s->attn_mask_bool = mb;
+            if (i == 3 || i == 2) s->attn_mask_add = ma;
+            if (k->rope && i != 0) s->positions = pos;
+            na[i] = s->weights == ATTN_WEIGHTS_HEADS ? (size_t)k->H * L[i] * S[i]
+                                                      : (size_t)L[i] * S[i];
+            s->attn = s->weights ? xcalloc(na[i], sizeof(float)) : NULL;
+            ref[i] = *s;
+            ref[i].attn = s->weights ? xcalloc(na[i], sizeof(float)) : NULL;
+        }
+        attn_batch b = {.B = B, .seqs = seqs, .query = q, .key = k->cross ? key : NULL,
+                        .value = k->cross && k->value ? val : NULL, .out = o1};
+        ck_assert_msg(attn_forward_decoder(&m, &b, err, sizeof err) == 0, "case %zu: %s", c, err);
+        b.seqs = ref;
+        b.out = o2;
+        ck_assert_msg(attn_forward_ref(&m, &b, err, sizeof err) == 0, "case %zu: %s", c, err);
+        double e = rel_err(o1, o2, T * k->E);
+        ck_assert_msg(e <= REL_TOL, "case %zu: output %g", c, e);
+        for (int i = 0; i < B; i++) {
+            if (seqs[i].weights) {
+                e = rel_err(seqs[i].attn, ref[i].attn, na[i]);
+                ck_assert_msg(e <= REL_TOL, "case %zu seq %d: attention %g", c, i, e);
+            }
+            for (int o = 0; o < 4; o++) free(owned[i][o]);
+            free(seqs[i].attn);
+            free(ref[i].attn);
+        }
+        free(q);
+        free(key);
+        free(val);
+        free(o1);
+        free(o2);
+        attn_model_free(&m);
+    }
 }
 END_TEST
 
@@ -489,12 +573,20 @@ START_TEST(test_golden_file) {
     }
     char err[256], what[600];
     double worst = 0;
-    /* alone */
-    for (size_t i = 0; i < B; i++) {
+    /* alone, through the reference and the decoder forward */
+    const char *path[3] = {"ref", "decoder", "attn_forward"};
+    attn_ctx *ctx = attn_ctx_new(2);
+    ck_assert(ctx != NULL);
+    for (size_t k = 0; k < 3 * B; k++) {
+        size_t i = k % B;
+        int fast = (int)(k / B);
         float *out = xcalloc((size_t)g[i].s.L * E, sizeof(float));
         attn_batch b = {.B = 1, .seqs = &g[i].s, .query = g[i].query, .out = out};
-        ck_assert_msg(attn_forward_ref(&m, &b, err, sizeof err) == 0, "%s: %s", file, err);
-        snprintf(what, sizeof what, "%s sequence %zu", file, i);
+        int rc = fast == 2   ? attn_forward(ctx, &m, &b, err, sizeof err)
+                 : fast == 1 ? attn_forward_decoder(&m, &b, err, sizeof err)
+                             : attn_forward_ref(&m, &b, err, sizeof err);
+        ck_assert_msg(rc == 0, "%s: %s", file, err);
+        snprintf(what, sizeof what, "%s sequence %zu (%s)", file, i, path[fast]);
         double e = rel_err(out, g[i].want_out, (size_t)g[i].s.L * E);
         ck_assert_msg(e <= REL_TOL, "%s: output relative error %g", what, e);
         worst = fmax(worst, e);
@@ -515,21 +607,115 @@ START_TEST(test_golden_file) {
         memcpy(q + t * E, g[i].query, sizeof(float) * g[i].s.L * E);
     }
     attn_batch b = {.B = (int)B, .seqs = as, .query = q, .out = out};
-    ck_assert_msg(attn_forward_ref(&m, &b, err, sizeof err) == 0, "%s: %s", file, err);
-    for (size_t i = 0, t = 0; i < B; t += (size_t)g[i].s.L, i++) {
-        double e = rel_err(out + t * E, g[i].want_out, (size_t)g[i].s.L * E);
-        ck_assert_msg(e <= REL_TOL, "%s packed, sequence %zu: relative error %g", file, i, e);
+    for (int fast = 0; fast < 3; fast++) {
+        memset(out, 0, sizeof(float) * T * E);
+        int rc = fast == 2   ? attn_forward(ctx, &m, &b, err, sizeof err)
+                 : fast == 1 ? attn_forward_decoder(&m, &b, err, sizeof err)
+                             : attn_forward_ref(&m, &b, err, sizeof err);
+        ck_assert_msg(rc == 0, "%s: %s", file, err);
+        for (size_t i = 0, t = 0; i < B; t += (size_t)g[i].s.L, i++) {
+            double e = rel_err(out + t * E, g[i].want_out, (size_t)g[i].s.L * E);
+            ck_assert_msg(e <= REL_TOL, "%s packed (%s), sequence %zu: relative error %g", file,
+                          path[fast], i, e);
+            worst = fmax(worst, e);
+        }
     }
-    printf("golden %s: %zu sequences ok through the reference, alone and packed; largest "
-           "relative error %.3g\n",
+    printf("golden %s: %zu sequences ok through the reference, the decoder forward and "
+           "attn_forward, alone and packed; largest relative error %.3g\n",
            file, B, worst);
     g_worst = fmax(g_worst, worst);
+    attn_ctx_free(ctx);
     free(as);
     free(q);
     free(out);
     for (size_t i = 0; i < B; i++)
         gseq_free(&g[i]);
     free(g);
+    attn_model_free(&m);
+    json_decref(root);
+}
+END_TEST
+
+/* A session replayed step by step equals the whole sequence: sequence 0 of
+ * each golden file (causal, positions 0..L-1) through attn_step_forward as
+ * two sessions at once, one with a prefix of 5 and uneven steps, one a row
+ * at a time; every step's output and attention rows against the golden
+ * whole-sequence answer. */
+START_TEST(test_steps_replay) {
+    const char *file = g_golden[_i];
+    json_error_t jerr;
+    json_t *root = json_load_file(file, 0, &jerr);
+    ck_assert_msg(root != NULL, "%s: %s", file, jerr.text);
+    attn_model m;
+    golden_model(root, file, &m);
+    gseq g;
+    gseq_load(&g, json_array_get(json_object_get(root, "sequences"), 0), &m);
+    ck_assert(g.s.causal && !g.pos && !g.kpm && !g.mask && g.s.weights == ATTN_WEIGHTS_HEADS);
+    const int E = m.hp.embed_dim, H = m.hp.num_heads, L = g.s.L;
+    const int row = 2 * m.hp.num_kv_heads * m.hp.head_dim;
+    const int split[2][16] = {{5, 1, 1, 2, 1, 3, 1, 1, 1},
+                              {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}};
+    float *kv[2], *out[2], *attn[2];
+    int len[2] = {0, 0}, at[2] = {0, 0};
+    double worst = 0;
+    for (int k = 0; k < 2; k++) {
+        kv[k] = xcalloc((size_t)L * row, sizeof(float));
+        out[k] = xcalloc((size_t)L * E, sizeof(float));
+        attn[k] = xcalloc((size_t)H * L * L, sizeof(float));
+    }
+    char err[256];
+    while (len[0] < L || len[1] < L) {
+        attn_step st[2];
+        int ns = 0, who[2];
+        for (int k = 0; k < 2; k++) {
+            if (len[k] >= L) continue;
+            int n = split[k][at[k]];
+            st[ns] = (attn_step){.n = n, .len = len[k], .kv = kv[k],
+                                 .query = g.query + (size_t)len[k] * E, .out = out[k],
+                                 .weights = k == 0 ? ATTN_WEIGHTS_HEADS : ATTN_WEIGHTS_MEAN,
+                                 .attn = attn[k]};
+            who[ns++] = k;
+        }
+        ck_assert_msg(attn_step_forward(&m, st, ns, err, sizeof err) == 0, "%s: %s", file, err);
+        for (int i = 0; i < ns; i++) {
+            int k = who[i], n = st[i].n, p0 = len[k], S = p0 + n;
+            double e = rel_err(out[k], g.want_out + (size_t)p0 * E, (size_t)n * E);
+            ck_assert_msg(e <= REL_TOL, "%s: session %d, step at %d (+%d): output error %g", file,
+                          k, p0, n, e);
+            worst = fmax(worst, e);
+            /* attention rows: golden (H,L,L), the step's (H,n,S) or (n,S) */
+            for (int r = 0; r < n; r++) {
+                float want[L], got[L];
+                for (int h = 0; h < (k == 0 ? H : 1); h++) {
+                    for (int j = 0; j < S; j++) {
+                        if (k == 0) {
+                            want[j] = g.want_attn[((size_t)h * L + p0 + r) * L + j];
+                        } else {
+                            want[j] = 0;
+                            for (int hh = 0; hh < H; hh++)
+                                want[j] += g.want_attn[((size_t)hh * L + p0 + r) * L + j] / H;
+                        }
+                        got[j] = k == 0 ? attn[k][((size_t)h * n + r) * S + j]
+                                        : attn[k][(size_t)r * S + j];
+                    }
+                    e = rel_err(got, want, (size_t)S);
+                    ck_assert_msg(e <= REL_TOL, "%s: session %d, row %d head %d: attention %g",
+                                  file, k, p0 + r, h, e);
+                }
+            }
+            len[k] += n;
+            at[k]++;
+        }
+    }
+    printf("steps %s: a session of uneven steps and one of single rows equal the whole "
+           "sequence at every step; largest relative error %.3g\n",
+           file, worst);
+    for (int k = 0; k < 2; k++) {
+        free(kv[k]);
+        free(out[k]);
+        free(attn[k]);
+    }
+    gseq_free(&g);
     attn_model_free(&m);
     json_decref(root);
 }
@@ -600,12 +786,14 @@ static Suite *decoder_suite(void) {
     tcase_add_test(ta, test_rope_at_zero_is_identity);
     tcase_add_test(ta, test_rope_shift_invariant);
     tcase_add_test(ta, test_scale_is_query_scaling);
+    tcase_add_test(ta, test_decoder_vs_ref);
     suite_add_tcase(s, ta);
     TCase *tg = tcase_create("golden");
     tcase_set_timeout(tg, 120);
     tcase_add_test(tg, test_golden_present);
     tcase_add_test(tg, test_weights_refused);
     tcase_add_loop_test(tg, test_golden_file, 0, g_ngolden);
+    tcase_add_loop_test(tg, test_steps_replay, 0, g_ngolden);
     suite_add_tcase(s, tg);
     return s;
 }

@@ -1,0 +1,372 @@
+/* decode.c - the forward of decoder attention (SPEC section 7): grouped
+ * key/value heads, any head_dim and scale, rotary positions; for a whole
+ * batch (attn_forward_decoder) and for session steps over a KV cache
+ * (attn_step_forward). nn.MultiheadAttention models go through attn.c.
+ *
+ *   1. projections: one GEMM over all new tokens, [Wq;Wk;Wv] packed:
+ *      QKV (N, H*D + 2*G*D);
+ *   2. rotary positions on q and k, angles in double from integer positions;
+ *   3. per (row, key/value head g): the R = H/G query heads of the group
+ *      score against g's keys together, so each key row is read once:
+ *      scores (R, S') = q_g (R,D) @ k_g^T (D,S'), softmax, (R,D) = p @ v_g,
+ *      where S' is the last key the row may see (causal rows stop early);
+ *   4. out projection: one GEMM.
+ * Steps write their rotated keys and their values into the session's cache
+ * rows before attending, so a step's new rows see each other causally.
+ * Runs on the calling thread, through blas.c's OpenBLAS (single-threaded);
+ * scratch is allocated per call. Legend: see attn.h.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attn.h"
+#include "internal.h"
+#include "sizes.h"
+
+/* ---- rotary positions ---------------------------------------------------- */
+
+/* inv (dim/2): the frequency of each rotated pair, scaling applied (attn.h). */
+static void rope_freqs(const attn_rope *r, double *inv)
+{
+    for (int i = 0; i < r->dim / 2; i++) {
+        double f = pow(r->theta, -2.0 * i / r->dim);
+        if (r->scaling == ATTN_ROPE_SCALE_LINEAR) f /= r->factor;
+        if (r->scaling == ATTN_ROPE_SCALE_LLAMA3) {
+            double wavelen = 2 * M_PI / f, orig = r->original_max_position;
+            if (wavelen > orig / r->low_freq_factor) {
+                f /= r->factor;
+            } else if (wavelen >= orig / r->high_freq_factor) {
+                double s = (orig / wavelen - r->low_freq_factor) /
+                           (r->high_freq_factor - r->low_freq_factor);
+                f = (1 - s) * f / r->factor + s * f;
+            }
+        }
+        inv[i] = f;
+    }
+}
+
+/* Rotates the first dim columns of each head of rows x (n, heads*D, stride
+ * ld), row i at position pos0 + i, or pos[i] when pos is given. */
+static void rope_rows(float *x, size_t ld, int n, int heads, int D, const attn_rope *r,
+                      const double *inv, const int32_t *pos, int pos0)
+{
+    int half = r->dim / 2;
+    int il = r->style == ATTN_ROPE_INTERLEAVED;
+    for (int i = 0; i < n; i++) {
+        double p = pos ? (double)pos[i] : (double)(pos0 + i);
+        for (int j = 0; j < half; j++) {
+            double a = p * inv[j];
+            float c = (float)cos(a), s = (float)sin(a);
+            int a0 = il ? 2 * j : j, a1 = il ? 2 * j + 1 : j + half;
+            for (int h = 0; h < heads; h++) {
+                float *row = x + (size_t)i * ld + (size_t)h * D;
+                float x0 = row[a0], x1 = row[a1];
+                row[a0] = x0 * c - x1 * s;
+                row[a1] = x1 * c + x0 * s;
+            }
+        }
+    }
+}
+
+/* ---- one row of attention --------------------------------------------- */
+
+/* Where one query row's keys are and which it may see. */
+typedef struct {
+    const float *k, *v; /* key and value row 0 of head g; row stride ld */
+    size_t ld;
+    int S;              /* keys in all */
+    int jend;           /* keys [jend, S) are hidden (causal) */
+    const attn_seq *s;  /* masks of a whole-sequence row, or NULL */
+    int i;              /* the row's index in s (masks) */
+} row_keys;
+
+static int hidden(const row_keys *rk, int j)
+{
+    const attn_seq *s = rk->s;
+    if (!s) return 0;
+    size_t at = (size_t)rk->i * s->S + j;
+    if (s->key_padding_mask && s->key_padding_mask[j]) return 1;
+    if (s->attn_mask_bool && s->attn_mask_bool[at]) return 1;
+    return s->attn_mask_add && isinf(s->attn_mask_add[at]) && s->attn_mask_add[at] < 0;
+}
+
+/* ctx (R,D) = softmax(q (R,D) k^T * scale + masks) v for the R query heads
+ * of one group at one row; sc holds R * S floats. Weights, when w is given,
+ * go to w[r * wstride + j] (zeros past jend). */
+static void attend_group(float *ctx, const float *q, const row_keys *rk, int R, int D,
+                         float scale, float *sc, float *w, size_t wstride)
+{
+    int n = rk->jend;
+    if (n > 0) {
+        // q (R,D) @ k^T (D,n) * scale -> sc (R,n)
+        blas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, R, n, D, scale, q, D, rk->k,
+                    (int)rk->ld, 0.0f, sc, n);
+    }
+    for (int r = 0; r < R; r++) {
+        float *row = sc + (size_t)r * n, mx = -INFINITY;
+        for (int j = 0; j < n; j++) {
+            if (rk->s && rk->s->attn_mask_add)
+                row[j] += rk->s->attn_mask_add[(size_t)rk->i * rk->s->S + j];
+            if (hidden(rk, j)) row[j] = -INFINITY;
+            if (row[j] > mx) mx = row[j];
+        }
+        float sum = 0;
+        for (int j = 0; j < n; j++) {
+            row[j] = mx == -INFINITY ? 0.0f : expf(row[j] - mx);
+            sum += row[j];
+        }
+        float inv = sum > 0 ? 1.0f / sum : 0.0f; /* every key hidden: weights 0 */
+        for (int j = 0; j < n; j++) row[j] *= inv;
+        if (w) {
+            memcpy(w + (size_t)r * wstride, row, sizeof(float) * (size_t)n);
+            memset(w + (size_t)r * wstride + n, 0, sizeof(float) * (size_t)(rk->S - n));
+        }
+    }
+    if (n > 0) {
+        // p (R,n) @ v (n,D) -> ctx (R,D)
+        blas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, R, D, n, 1.0f, sc, n, rk->v,
+                    (int)rk->ld, 0.0f, ctx, D);
+    } else {
+        memset(ctx, 0, sizeof(float) * (size_t)R * D);
+    }
+}
+
+/* ---- shared steps ------------------------------------------------------ */
+
+/* C (M,N) = A (M,K) @ W^T (K,N) + bias (N) */
+static void linear(float *C, size_t ldc, const float *A, size_t lda, const float *W,
+                   const float *bias, size_t M, int N, int K)
+{
+    for (size_t r = 0; r < M; r++) memcpy(C + r * ldc, bias, sizeof(float) * (size_t)N);
+    // A (M,K) @ W^T (K,N) + C -> C (M,N)
+    blas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, N, K, 1.0f, A, (int)lda, W, K,
+                1.0f, C, (int)ldc);
+}
+
+/* Widths of one token's projections. */
+typedef struct {
+    int E, H, G, D, R; /* R = H / G query heads per key/value head */
+    int QW, KW, W;     /* H*D, G*D, QW + 2*KW */
+    float scale;
+} dims;
+
+static dims dims_of(const attn_hparams *hp)
+{
+    dims d = {hp->embed_dim, hp->num_heads, hp->num_kv_heads, hp->head_dim, 0, 0, 0, 0, 0};
+    d.R = d.H / d.G;
+    d.QW = d.H * d.D;
+    d.KW = d.G * d.D;
+    d.W = d.QW + 2 * d.KW;
+    d.scale = (float)hp->scale;
+    return d;
+}
+
+/* Scratch floats: projections of N tokens (N * W), R * S scores, and the
+ * heads' outputs (N * H*D). */
+static float *scratch(const dims *d, size_t N, size_t S, float **qkv, float **sc, float **ctx,
+                      char *err, size_t errlen)
+{
+    uint64_t a, b, c, n;
+    int bad = sz_mul(N, (uint64_t)d->W, UINT64_MAX, &a) < 0 ||
+              sz_mul(S, (uint64_t)d->R, UINT64_MAX, &b) < 0 ||
+              sz_mul(N, (uint64_t)d->QW, UINT64_MAX, &c) < 0 || sz_add(a, b, UINT64_MAX, &n) < 0 ||
+              sz_add(n, c, SIZE_MAX / sizeof(float), &n) < 0;
+    float *p = bad ? NULL : malloc(sizeof(float) * (size_t)(n ? n : 1));
+    if (!p) {
+        snprintf(err, errlen, "out of memory for %zu tokens over %zu keys", N, S);
+        return NULL;
+    }
+    *qkv = p;
+    *sc = p + a;
+    *ctx = *sc + b;
+    return p;
+}
+
+/* ---- whole sequences ------------------------------------------------------ */
+
+/* Where a batch's projections are: q (T, H*D) at stride ldq; k and v
+ * (U, G*D) at stride ldkv. */
+typedef struct {
+    float *q;
+    const float *k, *v;
+    size_t ldq, ldkv;
+} projected;
+
+/* Projects a batch into qkv, (T, W) for self-attention, else (T, H*D) of
+ * queries then (U, 2*G*D) of keys and values. */
+static projected project_batch(const attn_model *m, const attn_batch *b, const dims *d,
+                               float *qkv, size_t T, size_t U)
+{
+    const attn_hparams *hp = &m->hp;
+    if (!b->key) {
+        // query (T,E) @ [Wq;Wk;Wv]^T (E,W) + [bq;bk;bv] -> QKV (T,W)
+        linear(qkv, d->W, b->query, d->E, m->q_w, m->q_b, T, d->W, d->E);
+        return (projected){qkv, qkv + d->QW, qkv + d->QW + d->KW, (size_t)d->W, (size_t)d->W};
+    }
+    float *kv = qkv + T * d->QW;
+    // query (T,E) @ Wq^T (E,H*D) + bq -> Q (T,H*D)
+    linear(qkv, d->QW, b->query, d->E, m->q_w, m->q_b, T, d->QW, d->E);
+    // key (U,Kd) @ Wk^T (Kd,G*D) + bk -> K; value (U,Vd) (or key) @ Wv^T + bv -> V
+    linear(kv, 2 * (size_t)d->KW, b->key, hp->kdim, m->k_w, m->k_b, U, d->KW, hp->kdim);
+    linear(kv + d->KW, 2 * (size_t)d->KW, b->value ? b->value : b->key,
+           b->value ? hp->vdim : hp->kdim, m->v_w, m->v_b, U, d->KW, hp->vdim);
+    return (projected){qkv, kv, kv + d->KW, (size_t)d->QW, 2 * (size_t)d->KW};
+}
+
+/* Every row of one sequence: ctx (L, H*D); q, k, v at the sequence's rows. */
+static void attend_seq(float *ctx, const attn_seq *s, const float *q, size_t ldq, const float *k,
+                       const float *v, size_t ldkv, const dims *d, float *sc)
+{
+    for (int r = 0; r < s->L; r++) {
+        if (s->weights == ATTN_WEIGHTS_MEAN) memset(s->attn + (size_t)r * s->S, 0,
+                                                    sizeof(float) * (size_t)s->S);
+        for (int g = 0; g < d->G; g++) {
+            row_keys rk = {k + (size_t)g * d->D, v + (size_t)g * d->D, ldkv, s->S,
+                           s->causal && r + 1 < s->S ? r + 1 : s->S, s, r};
+            float *w = NULL;
+            if (s->weights == ATTN_WEIGHTS_HEADS)
+                w = s->attn + ((size_t)g * d->R * s->L + r) * s->S;
+            attend_group(ctx + (size_t)r * d->QW + (size_t)g * d->R * d->D,
+                         q + (size_t)r * ldq + (size_t)g * d->R * d->D, &rk, d->R, d->D, d->scale,
+                         sc, w, (size_t)s->L * s->S);
+            if (s->weights == ATTN_WEIGHTS_MEAN)
+                for (int h = 0; h < d->R; h++)
+                    for (int j = 0; j < rk.jend; j++)
+                        s->attn[(size_t)r * s->S + j] += sc[(size_t)h * rk.jend + j] / (float)d->H;
+        }
+    }
+}
+
+int attn_forward_decoder(const attn_model *m, attn_batch *b, char *err, size_t errlen)
+{
+    size_t T, U, maxS = 0;
+    if (attn_check_batch(m, b, &T, &U, err, errlen) < 0) return -1;
+    if (attn_blas_init(err, errlen) < 0) return -1;
+    dims d = dims_of(&m->hp);
+    for (int i = 0; i < b->B; i++)
+        if ((size_t)b->seqs[i].S > maxS) maxS = b->seqs[i].S;
+    float *qkv, *sc, *ctx;
+    /* self: (T,W); cross: (T,H*D) + (U,2*G*D), within (T+U, W) */
+    float *mem = scratch(&d, T + (b->key ? U : 0), maxS, &qkv, &sc, &ctx, err, errlen);
+    double *inv = malloc(sizeof(double) * (size_t)(m->hp.rope.dim / 2 + 1));
+    if (!mem || !inv) {
+        if (mem) snprintf(err, errlen, "out of memory for the rotary frequencies");
+        free(mem);
+        free(inv);
+        return -1;
+    }
+    if (m->hp.rope.dim) rope_freqs(&m->hp.rope, inv);
+    projected p = project_batch(m, b, &d, qkv, T, U);
+    size_t t0 = 0, u0 = 0;
+    for (int i = 0; i < b->B; t0 += (size_t)b->seqs[i].L, u0 += (size_t)b->seqs[i].S, i++) {
+        const attn_seq *s = &b->seqs[i];
+        float *q = p.q + t0 * p.ldq;
+        if (m->hp.rope.dim) { /* self-attention (attn_check_batch): k rows are q's rows */
+            rope_rows(q, p.ldq, s->L, d.H, d.D, &m->hp.rope, inv, s->positions, 0);
+            rope_rows(q + d.QW, p.ldq, s->L, d.G, d.D, &m->hp.rope, inv, s->positions, 0);
+        }
+        attend_seq(ctx + t0 * d.QW, s, q, p.ldq, p.k + u0 * p.ldkv, p.v + u0 * p.ldkv, p.ldkv,
+                   &d, sc);
+    }
+    // heads (T,H*D) @ Wo^T (H*D,E) + bo -> out (T,E)
+    linear(b->out, d.E, ctx, d.QW, m->out_w, m->out_b, T, d.E, d.QW);
+    free(inv);
+    free(mem);
+    return 0;
+}
+
+/* ---- session steps ------------------------------------------------------ */
+
+static int check_steps(const attn_model *m, const attn_step *steps, int n, size_t *N,
+                       size_t *maxS, char *err, size_t errlen)
+{
+    *N = *maxS = 0;
+    if (!m->mem || n < 1 || !steps) {
+        snprintf(err, errlen, "steps need a model and at least one step");
+        return -1;
+    }
+    for (int i = 0; i < n; i++) {
+        const attn_step *st = &steps[i];
+        if (st->n < 1 || st->len < 0 || st->len > INT32_MAX - st->n || !st->kv || !st->query ||
+            !st->out || (st->weights != ATTN_WEIGHTS_NONE && !st->attn)) {
+            snprintf(err, errlen, "step %d: needs n >= 1, len >= 0, a cache, a query and an output",
+                     i);
+            return -1;
+        }
+        *N += (size_t)st->n;
+        if ((size_t)(st->len + st->n) > *maxS) *maxS = (size_t)(st->len + st->n);
+    }
+    return 0;
+}
+
+/* Attends the new rows of one step over its cache (rows [0, len + n)). */
+static void attend_step(const attn_step *st, const dims *d, const float *q, float *ctx,
+                        float *sc)
+{
+    int S = st->len + st->n;
+    size_t ld = 2 * (size_t)d->KW;
+    if (st->weights == ATTN_WEIGHTS_MEAN)
+        memset(st->attn, 0, sizeof(float) * (size_t)st->n * S);
+    for (int r = 0; r < st->n; r++)
+        for (int g = 0; g < d->G; g++) {
+            row_keys rk = {st->kv + (size_t)g * d->D, st->kv + d->KW + (size_t)g * d->D, ld, S,
+                           st->len + r + 1, NULL, 0};
+            float *w = NULL;
+            if (st->weights == ATTN_WEIGHTS_HEADS)
+                w = st->attn + ((size_t)g * d->R * st->n + r) * S;
+            attend_group(ctx + (size_t)r * d->QW + (size_t)g * d->R * d->D,
+                         q + (size_t)r * d->W + (size_t)g * d->R * d->D, &rk, d->R, d->D,
+                         d->scale, sc, w, (size_t)st->n * S);
+            if (st->weights == ATTN_WEIGHTS_MEAN)
+                for (int h = 0; h < d->R; h++)
+                    for (int j = 0; j < rk.jend; j++)
+                        st->attn[(size_t)r * S + j] += sc[(size_t)h * rk.jend + j] / (float)d->H;
+        }
+}
+
+int attn_step_forward(const attn_model *m, attn_step *steps, int n, char *err, size_t errlen)
+{
+    size_t N, maxS;
+    if (check_steps(m, steps, n, &N, &maxS, err, errlen) < 0) return -1;
+    if (attn_blas_init(err, errlen) < 0) return -1;
+    dims d = dims_of(&m->hp);
+    float *qkv, *sc, *ctx, *xo = NULL;
+    float *mem = scratch(&d, N, maxS, &qkv, &sc, &ctx, err, errlen);
+    if (!mem) return -1;
+    double *freqs = malloc(sizeof(double) * (size_t)(m->hp.rope.dim / 2 + 1));
+    xo = malloc(sizeof(float) * N * (size_t)d.E); /* (N,E): queries in, outputs out */
+    int rc = -1;
+    if (!freqs || !xo) {
+        snprintf(err, errlen, "out of memory for %zu step rows", N);
+        goto cleanup;
+    }
+    if (m->hp.rope.dim) rope_freqs(&m->hp.rope, freqs);
+    for (int i = 0, t = 0; i < n; t += steps[i].n, i++)
+        memcpy(xo + (size_t)t * d.E, steps[i].query, sizeof(float) * (size_t)steps[i].n * d.E);
+    // queries (N,E) @ [Wq;Wk;Wv]^T (E,W) + [bq;bk;bv] -> QKV (N,W)
+    linear(qkv, d.W, xo, d.E, m->q_w, m->q_b, N, d.W, d.E);
+    for (int i = 0, t = 0; i < n; t += steps[i].n, i++) {
+        attn_step *st = &steps[i];
+        float *x = qkv + (size_t)t * d.W; /* (n,W) */
+        if (m->hp.rope.dim) {
+            rope_rows(x, d.W, st->n, d.H, d.D, &m->hp.rope, freqs, NULL, st->len);
+            rope_rows(x + d.QW, d.W, st->n, d.G, d.D, &m->hp.rope, freqs, NULL, st->len);
+        }
+        for (int r = 0; r < st->n; r++) /* rotated key and value rows into the cache */
+            memcpy(st->kv + (size_t)(st->len + r) * 2 * d.KW, x + (size_t)r * d.W + d.QW,
+                   sizeof(float) * 2 * (size_t)d.KW);
+        attend_step(st, &d, x, ctx + (size_t)t * d.QW, sc);
+    }
+    // heads (N,H*D) @ Wo^T (H*D,E) + bo -> out (N,E)
+    linear(xo, d.E, ctx, d.QW, m->out_w, m->out_b, N, d.E, d.QW);
+    for (int i = 0, t = 0; i < n; t += steps[i].n, i++)
+        memcpy(steps[i].out, xo + (size_t)t * d.E, sizeof(float) * (size_t)steps[i].n * d.E);
+    rc = 0;
+cleanup:
+    free(freqs);
+    free(xo);
+    free(mem);
+    return rc;
+}
