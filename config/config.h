@@ -44,6 +44,7 @@ typedef struct {
     int connection_timeout_s; /* idle connection timeout, seconds */
     int header_timeout_ms;    /* connection start or last answer -> end of headers, ms */
     int body_timeout_ms;      /* end of headers -> last body byte, ms */
+    long long max_buffered_body_bytes; /* body bytes held over all connections -> 429 */
     int drain_grace_s;        /* SIGTERM -> requests cut short and exit 5, seconds */
     char *api_key_env;        /* name of the env variable holding the API key */
     char **cors_origins;      /* allowed origins; n_cors_origins == 0 = CORS off */

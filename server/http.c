@@ -58,6 +58,7 @@ struct attnd_server {
     atomic_long active; /* requests between their first byte and completion */
     atomic_int past_deadline; /* 1: the drain deadline passed; answers now are cut */
     atomic_int cut;           /* requests cut short at the drain deadline */
+    atomic_llong buffered;    /* request body bytes held now, over every connection */
     /* bodies built once at start-up */
     char *models_body;    /* GET /v1/models */
     char *v2_body;        /* GET /v2 */
@@ -84,6 +85,9 @@ typedef struct {
     int phase;          /* P_HEADERS, P_BODY, P_WAIT (suspended), P_SENT */
     attnd_error pre;    /* refusal decided before the body was read */
     sbuf in;            /* the body */
+    long long in_held;  /* bytes of it counted in srv->buffered */
+    int refuse_now;     /* 1: pre is answered before the body is read, then the
+                           connection closes (413, 429 for the body budget) */
     long long in_total; /* body bytes received, kept or not */
     int submitted;      /* 1: handed to the scheduler */
     int status;         /* status sent, 0 before */
@@ -95,11 +99,25 @@ typedef struct {
 
 /* ---- small helpers ---- */
 
+/* Frees the body read so far and gives its bytes back to the budget. */
+static void drop_body(hreq *h) {
+    atomic_fetch_sub(&h->srv->buffered, h->in_held);
+    h->in_held = 0;
+    sb_free(&h->in);
+}
+
+/* Counts n more body bytes in the budget; 0 when they fit, -1 when not. */
+static int budget_take(attnd_server *s, long long n) {
+    if (atomic_fetch_add(&s->buffered, n) + n <= s->cfg->max_buffered_body_bytes) return 0;
+    atomic_fetch_sub(&s->buffered, n);
+    return -1;
+}
+
 static void hreq_free(attnd_req *r) {
     hreq *h = (hreq *)r;
     attnd_job_free(&r->job);
     free(r->body);
-    sb_free(&h->in);
+    drop_body(h);
     free(h);
 }
 
@@ -216,7 +234,7 @@ static enum MHD_Result send_answer(hreq *h, int status, char *body, size_t len, 
         MHD_add_response_header(resp, "Allow", h->rm.allow);
     if (status == 401) MHD_add_response_header(resp, "WWW-Authenticate", "Bearer realm=\"attnd\"");
     if (status == 429 || status == 503) MHD_add_response_header(resp, "Retry-After", "1");
-    if (atomic_load(&s->state) == S_DRAINING || h->pre.code == AERR_TOO_LARGE)
+    if (atomic_load(&s->state) == S_DRAINING || h->refuse_now)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
     enum MHD_Result ret = MHD_queue_response(h->conn, (unsigned)status, resp);
     MHD_destroy_response(resp);
@@ -333,7 +351,7 @@ static enum MHD_Result dispatch_compute(hreq *h) {
     } else {
         rc = attnd_parse_native(&s->env, path_model, body, h->in.len, &h->r.job, &e);
     }
-    sb_free(&h->in);
+    drop_body(h);
     if (rc < 0) return send_error(h, &e);
     h->r.tokens = attnd_job_tokens(&h->r.job);
     const union MHD_ConnectionInfo *ci =
@@ -379,6 +397,19 @@ static enum MHD_Result dispatch(hreq *h) {
     return dispatch_get(h);
 }
 
+/* What a body declared or sent at the start holds in memory at most before
+ * more of it has arrived, bytes. */
+#define BODY_RESERVE_MAX (64 << 10)
+
+/* 429: the bodies held over every connection would pass
+ * server.max_buffered_body_bytes (docs/config.md, "Memory"). */
+static void budget_refusal(hreq *h, long long n) {
+    attnd_set_error(&h->pre, AERR_QUEUE_FULL,
+                    "%lld more body bytes would pass the server's limit on request bodies held at "
+                    "once (server.max_buffered_body_bytes, %lld); retry later",
+                    n, h->srv->cfg->max_buffered_body_bytes);
+}
+
 /* First call: route, method, key, draining, declared body size. Refusals
  * other than 413 wait for the body so the connection stays usable. */
 static void examine(hreq *h, const char *url) {
@@ -409,14 +440,20 @@ static void examine(hreq *h, const char *url) {
     }
     const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
     if (cl) {
-        char *end;
-        long long n = strtoll(cl, &end, 10);
-        if (n > s->cfg->max_body_bytes)
+        /* libmicrohttpd has checked that it is a number of bytes */
+        long long n = strtoll(cl, NULL, 10);
+        long long room = s->cfg->max_buffered_body_bytes - atomic_load(&s->buffered);
+        if (n > s->cfg->max_body_bytes) {
             attnd_set_error(&h->pre, AERR_TOO_LARGE, "body of %lld bytes, the limit is %lld", n,
                             s->cfg->max_body_bytes);
-        else if (n > 0 && is_compute(h->rid) && h->pre.code == AERR_NONE)
-            /* one allocation for the body; a claim above 16 MiB grows as data comes */
-            sb_reserve(&h->in, (size_t)(n < (16 << 20) ? n : (16 << 20)));
+            h->refuse_now = 1;
+        } else if (n > room && is_compute(h->rid)) {
+            budget_refusal(h, n);
+            h->refuse_now = 1;
+        } else if (n > 0 && is_compute(h->rid)) {
+            /* a declaration reserves nothing: memory follows the bytes that arrive */
+            sb_reserve(&h->in, (size_t)(n < BODY_RESERVE_MAX ? n : BODY_RESERVE_MAX));
+        }
     }
 }
 
@@ -452,8 +489,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
         h->gc = ci ? ci->socket_context : NULL;
         examine(h, url);
-        /* 413 now, before the body is read */
-        if (h->pre.code == AERR_TOO_LARGE) {
+        /* 413 or 429 now, before the body is read */
+        if (h->refuse_now) {
             attnd_guard_phase(s->guard, h->gc, GUARD_BUSY);
             return send_error(h, &h->pre);
         }
@@ -470,12 +507,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             if ((long long)(h->in.len + n) > s->cfg->max_body_bytes) {
                 attnd_set_error(&h->pre, AERR_TOO_LARGE, "body over the limit of %lld bytes",
                                 s->cfg->max_body_bytes);
-                sb_free(&h->in);
+                drop_body(h);
+            } else if (budget_take(s, (long long)n) < 0) {
+                budget_refusal(h, (long long)n);
+                drop_body(h);
             } else {
+                h->in_held += (long long)n;
                 sb_put(&h->in, upload_data, n);
                 if (h->in.oom) {
                     attnd_set_error(&h->pre, AERR_INTERNAL, "out of memory reading the body");
-                    sb_free(&h->in);
+                    drop_body(h);
                 }
             }
         }
@@ -750,6 +791,7 @@ attnd_server *attnd_server_new(const attnd_config *cfg, attnd_exit *why, char *e
     atomic_init(&s->active, 0);
     atomic_init(&s->past_deadline, 0);
     atomic_init(&s->cut, 0);
+    atomic_init(&s->buffered, 0);
     uint64_t seed = 0;
     if (getrandom(&seed, sizeof(seed), 0) != (ssize_t)sizeof(seed)) seed = mono_us();
     s->id_seed = seed;
