@@ -332,8 +332,10 @@ static void run_batch(worker *w, attnd_req **rs, int n) {
             continue;
         }
         if (!all_finite(out, nout) || (j->attn && !all_finite(j->attn, na))) {
-            answer_error(s, r, AERR_INTERNAL,
-                         "the result overflows float32 (inputs or attn_mask values too large)");
+            /* the input's magnitudes did it: a client error, not the server's */
+            answer_error(s, r, AERR_BAD_REQUEST,
+                         "query, key, value or attn_mask: values too large, the result overflows "
+                         "float32");
             continue;
         }
         if (mono_us() > r->deadline_us) {
