@@ -327,3 +327,352 @@ def test_connect_close_flood(fresh_daemons):
     assert support.wait_until(lambda: fd_count(d) <= base + 2, 10), \
         "%d fds held after the flood, baseline %d" % (fd_count(d), base)
     assert_serving(d)
+
+
+# ---------------------------------------------------------------- odd HTTP
+
+def read_responses(port, data, timeout=5.0, shut=False):
+    """Sends data on one connection and returns the raw bytes that come back
+    until the server closes or `timeout` passes. The client reads while it
+    sends, so a server that refuses early is heard."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    out = []
+
+    def reader():
+        try:
+            while True:
+                c = s.recv(65536)
+                if not c:
+                    return
+                out.append(c)
+        except OSError:
+            return
+    t = threading.Thread(target=reader)
+    t.start()
+    try:
+        s.sendall(data)
+        if shut:
+            s.shutdown(socket.SHUT_WR)
+    except OSError:
+        pass
+    t.join(timeout + 5)
+    s.close()
+    return b"".join(out)
+
+
+def split_responses(blob):
+    """Well-formed HTTP/1.1 responses in blob: [(status, headers, body)].
+    Fails on anything that is not one."""
+    out = []
+    while blob:
+        head, sep, rest = blob.partition(b"\r\n\r\n")
+        assert sep, "a response without the end of its header lines: %r" % blob[:300]
+        lines = head.split(b"\r\n")
+        m = re.match(rb"HTTP/1\.[01] (\d{3}) [^\r\n]*$", lines[0])
+        assert m, "not a status line: %r" % lines[0][:200]
+        headers = {}
+        for ln in lines[1:]:
+            k, colon, v = ln.partition(b":")
+            assert colon and k and not k.strip() != k, "bad header line %r" % ln[:200]
+            headers[k.decode().lower()] = v.strip().decode("latin-1")
+        assert "content-length" in headers, "no Content-Length: %r" % head[:300]
+        n = int(headers["content-length"])
+        assert len(rest) >= n, "body cut short: %d of %d bytes" % (len(rest), n)
+        out.append((int(m.group(1)), headers, rest[:n]))
+        blob = rest[n:]
+    return out
+
+
+def assert_json_error(status, headers, body, want=None):
+    assert headers.get("content-type", "").startswith("application/json"), headers
+    doc = json.loads(body)
+    assert isinstance(doc, dict) and list(doc) == ["error"] and doc["error"].strip(), doc
+    assert headers.get("x-request-id"), headers
+    if want is not None:
+        assert status in want, "status %d, expected one of %s: %s" % (status, want, doc)
+    return doc["error"]
+
+
+ODD_HTTP = [
+    # no method, path and version at all: libmicrohttpd closes without an
+    # answer, and attnd cannot tell it from a client that hung up (None)
+    ("not_http", b"GARBAGE\r\n\r\n", {400, None}),
+    ("header_without_colon", b"GET /health HTTP/1.1\r\nHost 127.0.0.1\r\n\r\n", {400}),
+    ("http_0_9", b"GET /health\r\n\r\n", {400, 505}),
+    ("http_2_0_text", b"GET /health HTTP/2.0\r\nHost: t\r\n\r\n", {505}),
+    ("http_9_9", b"GET /health HTTP/9.9\r\nHost: t\r\n\r\n", {505}),
+    ("content_length_negative",
+     b"POST /v1/attention HTTP/1.1\r\nHost: t\r\nContent-Length: -5\r\n\r\n", {400}),
+    ("content_length_not_a_number",
+     b"POST /v1/attention HTTP/1.1\r\nHost: t\r\nContent-Length: abc\r\n\r\n", {400}),
+    ("content_length_huge",
+     b"POST /v1/attention HTTP/1.1\r\nHost: t\r\nContent-Length: 99999999999999999999999\r\n\r\n",
+     {413}),
+    ("content_length_over_limit",
+     b"POST /v1/attention HTTP/1.1\r\nHost: t\r\nContent-Length: 1099511627776\r\n\r\n", {413}),
+    ("chunk_size_not_hex",
+     b"POST /v1/attention HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\nZZ\r\n", {400}),
+    ("chunk_size_huge",
+     b"POST /v1/attention HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n"
+     b"FFFFFFFFFFFFFFFFFFFFFF\r\n", {413}),
+    ("url_100k", b"GET /" + b"a" * 100000 + b" HTTP/1.1\r\nHost: t\r\n\r\n", {414, 431}),
+    ("header_line_1m", b"GET /health HTTP/1.1\r\nHost: t\r\nX-Big: " + b"b" * (1 << 20)
+     + b"\r\n\r\n", {431}),
+    ("many_headers", b"GET /health HTTP/1.1\r\nHost: t\r\n" + b"X-H: 1\r\n" * 20000 + b"\r\n",
+     {431}),
+    ("unknown_method", b"BREW /health HTTP/1.1\r\nHost: t\r\n\r\n", {405}),
+    ("absurd_url", b"GET /%00%ff/../..//v1/./models%2F HTTP/1.1\r\nHost: t\r\n\r\n", {404}),
+    ("binary_junk", b"\x00\xff\xfe\x16\x03\x01\r\n\r\n", {400, None}),
+    ("tls_hello", b"\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03" + bytes(range(32)) + b"\r\n\r\n",
+     {400, None}),
+]
+
+
+@pytest.fixture(scope="module")
+def odd(daemons):
+    return daemons(small_config(body_timeout_ms=2000))
+
+
+@pytest.mark.parametrize("case", ODD_HTTP, ids=[c[0] for c in ODD_HTTP])
+def test_odd_http_gets_a_json_error(odd, case):
+    """Malformed or odd HTTP: one well-formed response whose body is attnd's
+    {"error": ...}, whether attnd or libmicrohttpd refused it."""
+    _, data, want = case
+    resps = split_responses(read_responses(odd.port, data))
+    if not resps:
+        assert None in want, "closed without an answer"
+    else:
+        assert len(resps) == 1, resps
+        assert_json_error(*resps[0], want=want)
+    assert odd.get("/health").status_code == 200
+
+
+def test_pipelined_requests_answered_in_order(odd):
+    data = b"".join(b"GET %s HTTP/1.1\r\nHost: t\r\nX-Request-Id: pipe-%d\r\n\r\n" % (p, i)
+                    for i, p in enumerate([b"/health", b"/nope", b"/v1/models", b"/health"]))
+    resps = split_responses(read_responses(odd.port, data, timeout=3))
+    assert [r[0] for r in resps] == [200, 404, 200, 200], [r[0] for r in resps]
+    assert [r[1]["x-request-id"] for r in resps] == ["pipe-%d" % i for i in range(4)]
+    assert_json_error(*resps[1])
+
+
+def test_content_length_shorter_than_the_body(odd):
+    """The bytes after the declared body are read as the next request: the
+    first gets its answer, the rest a JSON error (or, not being a request
+    line at all, the connection is closed)."""
+    body, _ = known_request()
+    raw = json.dumps(body).encode()
+    data = (b"POST /v1/attention HTTP/1.1\r\nHost: t\r\nContent-Length: %d\r\n\r\n" % len(raw)
+            + raw + b"}}}garbage\r\n\r\n")
+    resps = split_responses(read_responses(odd.port, data, timeout=3))
+    assert resps[0][0] == 200, resps[0]
+    assert len(resps) <= 2, resps
+    for r in resps[1:]:
+        assert_json_error(*r, want={400, 404, 405})
+    data = (b"POST /v1/attention HTTP/1.1\r\nHost: t\r\nContent-Length: %d\r\n\r\n" % len(raw)
+            + raw + b"} / HTTP/1.1\r\nHost: t\r\n\r\n")
+    resps = split_responses(read_responses(odd.port, data, timeout=3))
+    assert [r[0] for r in resps][:1] == [200] and len(resps) == 2, resps
+    assert_json_error(*resps[1], want={404, 405})
+
+
+def test_content_length_longer_than_the_body(odd):
+    """A body that never arrives whole: the connection is closed at the body
+    deadline, without an answer, and nothing else is disturbed."""
+    data = b"POST /v1/attention HTTP/1.1\r\nHost: t\r\nContent-Length: 500\r\n\r\n{\"query\": [[1"
+    t0 = time.monotonic()
+    blob = read_responses(odd.port, data, timeout=20)
+    assert blob == b"", blob[:300]
+    assert time.monotonic() - t0 < 19, "the connection was not closed at the body deadline"
+    assert_serving(odd)
+
+
+# ---------------------------------------------------------------- JSON bombs
+
+def b64_query(rows, width=16):
+    return support.b64_tensor(np.ones((rows, width), dtype=np.float32))
+
+
+JSON_BOMBS = [
+    # (name, body bytes, words the message must hold, any of which names the field)
+    ("deep_nesting_query", b'{"query": ' + b"[" * 100000 + b"]" * 100000 + b"}", ["query"]),
+    ("deep_nesting_top", b"[" * 200000 + b"]" * 200000, []),
+    ("deep_object", b'{"a":' * 50000 + b"1" + b"}" * 50000, []),
+    ("number_1e999", b'{"query": [[1e999' + b", 0" * 15 + b"]]}", ["query"]),
+    ("number_10k_digits", b'{"query": [[' + b"9" * 10000 + b", 0" * 15 + b"]]}", ["query"]),
+    # a valid number however long: answered
+    ("number_10k_fraction", b'{"query": [[0.' + b"1" * 10000 + b", 0" * 15 + b"]]}", "ok"),
+    ("duplicate_keys", b'{"query": [[0' + b", 0" * 15 + b']], "query": [[1' + b", 1" * 15
+     + b"]]}", ["query"]),
+    ("invalid_utf8", b'{"model": "\xff\xfe\xc0\x80", "query": [[0' + b", 0" * 15 + b"]]}", None),
+    ("nul_in_string", b'{"model": "self\\u0000e16_h1", "query": [[0' + b", 0" * 15 + b"]]}",
+     ["model"]),
+    ("raw_nul_byte", b'{"query": [[0\x00' + b", 0" * 15 + b"]]}", None),
+    ("b64_bad_padding", json.dumps({"query": {"shape": [1, 16], "dtype": "float32",
+                                              "b64": "AAAA" * 16 + "A="}}).encode(), ["query"]),
+    ("b64_bad_alphabet", json.dumps({"query": {"shape": [1, 16], "dtype": "float32",
+                                               "b64": "!!!!" * 16}}).encode(), ["query"]),
+    ("b64_wrong_length", json.dumps({"query": {"shape": [2, 16], "dtype": "float32",
+                                               "b64": b64_query(1)["b64"]}}).encode(), ["query"]),
+    ("shape_overflow", json.dumps({"query": {"shape": [1 << 40, 1 << 40, 16], "dtype": "float32",
+                                             "b64": ""}}).encode(), ["query"]),
+    ("shape_negative", json.dumps({"query": {"shape": [-1, 16], "dtype": "float32",
+                                             "b64": ""}}).encode(), ["query"]),
+    ("huge_array_of_empties", b'{"query": [' + b"[]," * 200000 + b"[]]}", ["query"]),
+    ("string_escapes", b'{"query": "' + b"\\ud800" * 20000 + b'"}', ["query"]),
+]
+
+
+@pytest.fixture(scope="module")
+def bombs(daemons):
+    return daemons(small_config(max_body_bytes=4 << 20))
+
+
+@pytest.mark.parametrize("case", JSON_BOMBS, ids=[c[0] for c in JSON_BOMBS])
+def test_json_bombs_get_4xx(bombs, case):
+    """Each bomb gets a 4xx (never a 500) with attnd's error body; the
+    message names the field where one is to blame. Wording is not pinned."""
+    _, body, words = case
+    r = requests.post(bombs.url + "/v1/attention", data=body, timeout=60,
+                      headers={"Content-Type": "application/json"})
+    if words == "ok":
+        assert r.status_code == 200, r.text[:300]
+        return
+    assert 400 <= r.status_code < 500, (r.status_code, r.text[:300])
+    msg = check_error_body(r, r.status_code)
+    if words:
+        assert any(w in msg for w in words), "%r names none of %s" % (msg, words)
+    assert bombs.alive()
+
+
+def test_body_far_over_the_limit_refused_before_it_is_read(bombs):
+    """A declared 1 GiB body is refused with 413 at once: the answer comes
+    while the client has sent only its header lines."""
+    s = socket.create_connection(("127.0.0.1", bombs.port), timeout=10)
+    s.sendall(b"POST /v1/attention HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+              b"Content-Length: 1073741824\r\n\r\n")
+    blob = b""
+    while b"\r\n\r\n" not in blob:
+        c = s.recv(65536)
+        if not c:
+            break
+        blob += c
+    s.close()
+    assert blob.startswith(b"HTTP/1.1 413"), blob[:200]
+
+
+def test_zz_bombs_left_the_daemon_serving(bombs):
+    assert_serving(bombs)
+
+
+# ---------------------------------------------------------------- isolation
+
+def garbage(i):
+    g = [b"{", b"[]", b'{"query": 5}', b'{"query": [[1, 2], [3]]}', b'{"query": [["a"]]}',
+         b'{"query": [[NaN]]}', b'{"model": "nope", "query": [[0]]}', b"\xff" * 50,
+         b'{"query": [[1e39' + b", 0" * 15 + b"]]}",
+         b'{"query": [[3e38' + b", 3e38" * 15 + b']], "attention": "heads"}',
+         b'{"query": [[0' + b", 0" * 15 + b']], "attn_mask": [[1e38]], "causal": 7}',
+         b'{"query": {"shape": [1, 16], "dtype": "float16", "b64": ""}}',
+         JSON_BOMBS[0][1][:5000]]
+    return g[i % len(g)]
+
+
+def test_isolation_garbage_never_changes_an_answer_nor_gets_500(fresh_daemons):
+    """Valid requests with known answers, sent alone and then interleaved
+    from several threads with garbage: the same answers (within 1e-6
+    relative; batch invariance is not promised yet), and every garbage body
+    a 4xx, never a 500."""
+    d = fresh_daemons(small_config())
+    g, _ = GOLDENS[SMALL]
+    bodies = [support.golden_body(s, SMALL) for s in g["sequences"]]
+    alone = [np.array(d.post("/v1/attention", b).json()["output"]) for b in bodies]
+    n = 120 if SAN else 400
+    errors, mismatch = [], []
+
+    def worker(k):
+        sess = requests.Session()
+        for i in range(k, n, 4):
+            if i % 2:
+                r = sess.post(d.url + "/v1/attention", data=garbage(i), timeout=60)
+                if not 400 <= r.status_code < 500:
+                    errors.append((i, r.status_code, r.text[:200]))
+            else:
+                j = (i // 2) % len(bodies)
+                r = sess.post(d.url + "/v1/attention", data=json.dumps(bodies[j]), timeout=60)
+                if r.status_code != 200:
+                    errors.append((i, r.status_code, r.text[:200]))
+                    continue
+                out = np.array(r.json()["output"])
+                e = support.rel_err(out, alone[j])
+                if e > 1e-6:
+                    mismatch.append((j, e))
+    ts = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(300)
+    assert not errors, errors[:10]
+    assert not mismatch, mismatch[:10]
+    for j, b in enumerate(bodies):
+        ref = np.array(g["sequences"][j]["output"])
+        assert support.rel_err(np.array(d.post("/v1/attention", b).json()["output"]), ref) <= 1e-5
+
+
+# ---------------------------------------------------------------- memory
+
+def vm_kb(pid, field):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise AssertionError("no %s for pid %d" % (field, pid))
+
+
+def test_declared_body_sizes_commit_no_memory(fresh_daemons):
+    """200 connections each declare a 60 MB body and send one byte: the
+    daemon's memory follows the bytes that arrived, not the declarations
+    (that used to be 16 MiB reserved each)."""
+    d = fresh_daemons(small_config())
+    before = vm_kb(d.proc.pid, "VmSize")
+    socks = []
+    for _ in range(200):
+        s = socket.create_connection(("127.0.0.1", d.port), timeout=5)
+        s.sendall(b"POST /v1/attention HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: 60000000\r\n\r\n{")
+        socks.append(s)
+    d.get("/health")  # every connection's header lines have been read by now
+    time.sleep(0.5)
+    grown_mb = (vm_kb(d.proc.pid, "VmSize") - before) / 1024
+    for s in socks:
+        s.close()
+    # 200 x (64 KiB reserve + libmicrohttpd's 32 KiB per connection) is 19 MB
+    assert grown_mb < 200, "virtual memory grew by %.0f MB for 200 one-byte bodies" % grown_mb
+    assert_serving(d)
+
+
+def test_body_budget_429_with_retry_after(fresh_daemons):
+    """server.max_buffered_body_bytes bounds the bodies held at once: a
+    body that does not fit is refused with 429 + Retry-After, small ones
+    still pass, and the budget comes back when the holder leaves."""
+    d = fresh_daemons(small_config(max_body_bytes=4 << 20, max_buffered_body_bytes=1 << 20,
+                                   body_timeout_ms=60000))
+    hog = socket.create_connection(("127.0.0.1", d.port), timeout=10)
+    hog.sendall(b"POST /v1/attention HTTP/1.1\r\nHost: t\r\nContent-Length: 1000000\r\n\r\n"
+                + b" " * 900000)
+    time.sleep(0.5)
+    assert_serving(d)  # a small body still fits
+    r = d.post("/v1/attention", data=b" " * 300000,
+               headers={"Content-Type": "application/json"})
+    msg = check_error_body(r, 429)
+    assert r.headers.get("Retry-After"), r.headers
+    assert "max_buffered_body_bytes" in msg, msg
+    # a chunked body (no declaration) is refused when its bytes pass the budget
+    r = requests.post(d.url + "/v1/attention", data=iter([b" " * 100000] * 3), timeout=30,
+                      headers={"Content-Type": "application/json"})
+    check_error_body(r, 429)
+    hog.close()
+    # the holder left: its bytes are given back
+    assert support.wait_until(
+        lambda: d.post("/v1/attention", data=b" " * 300000).status_code == 400, 10)
+    assert_serving(d)
