@@ -23,7 +23,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             abort();
         for (int i = 0; i < c.n_models; i++) {
             const attnd_model_config *m = &c.models[i];
-            if (m->hp.embed_dim % m->hp.num_heads || m->hp.kdim < 1 || m->hp.vdim < 1 ||
+            const attn_hparams *hp = &m->hp; /* H divides E unless head_dim is given */
+            if ((!hp->head_dim && hp->embed_dim % hp->num_heads) ||
+                (hp->num_kv_heads && hp->num_heads % hp->num_kv_heads) || hp->kdim < 1 ||
+                hp->vdim < 1 ||
                 !m->weights || !m->prefix || !m->layout || !m->name[0])
                 abort();
             for (int j = 0; j < i; j++)
