@@ -3,6 +3,7 @@
 #   make test       install missing packages, build, run every suite
 #   make asan       the same suites under AddressSanitizer + UBSan
 #   make tsan       the core and concurrency suites under ThreadSanitizer
+#   make test-abuse the abuse suite alone; make soak  ten minutes of mixed load
 #   make run        serve the embedded default model on port 8080
 #   make bench      benchmark tables (never part of the tests)
 #   make bench-compare  the same tables for torch too
@@ -38,7 +39,7 @@ LIBS       := $(BUILD)/libattnd_server.a $(BUILD)/libattnd_config.a $(BUILD)/lib
 TESTS      := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 BENCHES    := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
-.PHONY: all deps test test-unit test-blackbox asan tsan run bench bench-compare bench-http clean fuzz fuzz-smoke fuzz-long venv
+.PHONY: all deps test test-unit test-blackbox test-abuse soak asan tsan run bench bench-compare bench-http clean fuzz fuzz-smoke fuzz-long venv
 .PHONY: docker-test scaleout-test
 
 all: $(BUILD)/attnd $(LIBS)
@@ -92,6 +93,19 @@ test-unit: $(TESTS)
 
 test-blackbox: $(BUILD)/attnd $(VENV)/.stamp
 	ATTND_BIN=$(abspath $(BUILD)/attnd) $(VENV)/bin/python -m pytest -q tests/blackbox $(PYTEST_ARGS)
+
+# The abuse suite alone (it also runs in test-blackbox, so in make test and
+# make asan): slow and flooding clients, odd HTTP, JSON bombs, isolation,
+# memory, drain deadlines.
+test-abuse: $(BUILD)/attnd $(VENV)/.stamp
+	ATTND_BIN=$(abspath $(BUILD)/attnd) $(VENV)/bin/python -m pytest -q tests/blackbox/test_abuse.py $(PYTEST_ARGS)
+
+# Ten minutes of steady mixed load on 127.0.0.1 (tests/soak.py): RSS at the
+# start, after the one-minute warm-up and at the end; fails past 5 % growth.
+# SOAK_SECONDS=N for another length; BUILD=build-asan (after make asan) for
+# the same under AddressSanitizer.
+soak: $(BUILD)/attnd $(VENV)/.stamp
+	ATTND_BIN=$(abspath $(BUILD)/attnd) $(VENV)/bin/python tests/soak.py
 
 asan: deps
 	$(MAKE) BUILD=build-asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" all

@@ -676,3 +676,95 @@ def test_body_budget_429_with_retry_after(fresh_daemons):
     assert support.wait_until(
         lambda: d.post("/v1/attention", data=b" " * 300000).status_code == 400, 10)
     assert_serving(d)
+
+
+# ---------------------------------------------------------------- limits
+
+LIM_E, LIM_H = 128, 4
+LIM_BODY = 8 << 20
+LIM_TOKENS = 4096
+LIM_ATT = 1 << 21
+# What a request may cost on top of what it was admitted with: allocator
+# slack, the threads' stacks and tiles, BLAS buffers (docs/config.md,
+# "Memory"). AddressSanitizer keeps freed memory in quarantine (256 MiB by
+# default), so its builds get that much more.
+OVERHEAD = (16 << 20) + ((320 << 20) if SAN else 0)
+
+
+@pytest.fixture(scope="module")
+def lim_model(tmp_path_factory):
+    m = support.Model.random("lim", LIM_E, LIM_H, seed=23)
+    m.save(tmp_path_factory.mktemp("lim") / "lim.safetensors")
+    return m
+
+
+def admitted_bytes(body_len, L, S, att_floats, answer_len):
+    """What one request at the limits is admitted with, bytes: its body, its
+    decoded query and key (4 bytes a float), the core's scratch for its
+    tokens (the (T, 3E) projections, the (T, E) context and output), its
+    attention floats and its answer."""
+    T = L + S
+    return body_len + 4 * (L + S) * LIM_E + 4 * T * 5 * LIM_E + 4 * att_floats + answer_len
+
+
+LIMIT_CASES = [
+    # name, L (query rows), S (key rows, 0 = self), attention, padding bytes
+    ("body_bytes", 64, 0, "none", LIM_BODY - 200000),
+    ("tokens", LIM_TOKENS // 2, LIM_TOKENS // 2, "none", 0),
+    ("attention_mean", 1448, 1448, "mean", 0),
+    ("attention_heads", 724, 724, "heads", 0),
+]
+
+
+@pytest.mark.parametrize("case", LIMIT_CASES, ids=[c[0] for c in LIMIT_CASES])
+def test_request_at_each_limit_stays_within_what_was_admitted(fresh_daemons, lim_model, case):
+    """A request at each documented limit is answered, and the daemon's peak
+    RSS grows by at most what that request was admitted with, plus a fixed
+    overhead; one just past the limit is refused with 413."""
+    name, L, S, attention, pad = case
+    d = fresh_daemons({"models": [lim_model.config()],
+                       "server": {"max_body_bytes": LIM_BODY},
+                       "limits": {"max_tokens_per_request": LIM_TOKENS,
+                                  "max_attention_floats": LIM_ATT},
+                       "workers": {"threads": 1}, "batching": {"max_batch_requests": 1}})
+    rng = np.random.default_rng(4)
+    q = rng.standard_normal((L, LIM_E)).astype(np.float32)
+    body = {"query": support.b64_tensor(q), "attention": attention, "encoding": "base64"}
+    if S:
+        body["key"] = support.b64_tensor(rng.standard_normal((S, LIM_E)).astype(np.float32))
+    raw = json.dumps(body).encode()
+    raw = raw[:-1] + b" " * max(0, pad - len(raw)) + b"}"
+    assert len(raw) <= LIM_BODY
+    warm = d.post("/v1/attention", {"query": support.b64_tensor(q[:8])})
+    assert warm.status_code == 200
+    before = support.vm_hwm_bytes(d.proc.pid)
+    r = d.post("/v1/attention", data=raw, headers={"Content-Type": "application/json"})
+    assert r.status_code == 200, r.text[:300]
+    grew = support.vm_hwm_bytes(d.proc.pid) - before
+    att = {"none": 0, "mean": L * max(S, L), "heads": LIM_H * L * max(S, L)}[attention]
+    assert att <= LIM_ATT
+    bound = admitted_bytes(len(raw), L, S, att, len(r.content)) + OVERHEAD
+    print("%s: peak RSS grew %.1f MiB, bound %.1f MiB" % (name, grew / 2 ** 20, bound / 2 ** 20))
+    assert grew <= bound, "%s: peak RSS grew %.1f MiB, more than the %.1f MiB admitted" % (
+        name, grew / 2 ** 20, bound / 2 ** 20)
+    # one past the limit: refused before the memory is spent
+    if name == "body_bytes":
+        over = raw[:-1] + b" " * (LIM_BODY - len(raw) + 1) + b"}"
+    elif name == "tokens":
+        body["query"] = support.b64_tensor(np.zeros((L + 1, LIM_E), dtype=np.float32))
+        over = json.dumps(body).encode()
+    else:
+        body["query"] = support.b64_tensor(np.zeros((L + 1, LIM_E), dtype=np.float32))
+        body["key"] = support.b64_tensor(np.zeros((S + 1, LIM_E), dtype=np.float32))
+        over = json.dumps(body).encode()
+    r = d.post("/v1/attention", data=over, headers={"Content-Type": "application/json"})
+    check_error_body(r, 413)
+    assert_serving_model(d, lim_model)
+
+
+def assert_serving_model(d, m):
+    q = np.random.default_rng(9).standard_normal((3, m.E)).astype(np.float32)
+    r = d.post("/v1/attention", {"query": support.tolist32(q)})
+    assert r.status_code == 200, r.text[:300]
+    ref, _ = m.forward(q)
+    assert support.rel_err(np.array(r.json()["output"]), ref) <= 1e-5
