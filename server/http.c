@@ -8,6 +8,13 @@
  * A request that needs compute is parsed here, its connection suspended,
  * and it is handed to the scheduler; the worker that answers it resumes the
  * connection and the handler, called again, sends the answer it wrote.
+ *
+ * Also here: each connection's record in the guard (guard.c: read deadlines
+ * and slots) follows its request's phase; request bodies are counted
+ * against server.max_buffered_body_bytes as their bytes arrive; the drain
+ * waits for admitted requests until server.drain_grace_s and reports the
+ * ones it had to cut. libmicrohttpd's own error pages are replaced in
+ * httperr.c.
  */
 #include "http.h"
 

@@ -586,7 +586,8 @@ void attnd_sched_drain(attnd_sched *s) {
     pthread_mutex_unlock(&s->mu);
 }
 
-void attnd_sched_abort_queued(attnd_sched *s) {
+/* Answers every queued request 503 with msg. */
+static void answer_queued(attnd_sched *s, const char *msg) {
     for (int i = 0; i < s->o.n_models; i++) {
         for (;;) {
             pthread_mutex_lock(&s->mu);
@@ -594,9 +595,13 @@ void attnd_sched_abort_queued(attnd_sched *s) {
             if (r) q_remove(&s->q[i], r);
             pthread_mutex_unlock(&s->mu);
             if (!r) break;
-            answer_error(s, r, AERR_UNAVAILABLE, "the drain deadline passed before compute");
+            answer_error(s, r, AERR_UNAVAILABLE, msg);
         }
     }
+}
+
+void attnd_sched_abort_queued(attnd_sched *s) {
+    answer_queued(s, "the drain deadline passed before compute");
 }
 
 int attnd_sched_pending(attnd_sched *s) {
@@ -625,16 +630,7 @@ void attnd_sched_stop(attnd_sched *s) {
     for (int i = 0; i < s->n_workers; i++)
         if (s->w[i].started) pthread_join(s->w[i].tid, NULL);
     /* workers that never started leave their queues to us */
-    for (int i = 0; i < s->o.n_models; i++) {
-        for (;;) {
-            pthread_mutex_lock(&s->mu);
-            attnd_req *r = s->q[i].head;
-            if (r) q_remove(&s->q[i], r);
-            pthread_mutex_unlock(&s->mu);
-            if (!r) break;
-            answer_error(s, r, AERR_UNAVAILABLE, "the server is shutting down");
-        }
-    }
+    answer_queued(s, "the server is shutting down");
     pthread_mutex_lock(&s->mu);
     s->sweep_stop = 1;
     pthread_cond_broadcast(&s->sweep_cv);
