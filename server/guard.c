@@ -23,11 +23,11 @@
 
 struct guard_conn {
     guard_conn *prev, *next;
-    int fd;              /* the connection's socket; owned by the HTTP library */
+    int fd; /* the connection's socket; owned by the HTTP library */
     guard_phase phase;
-    uint64_t since_us;   /* mono_us() when the phase began */
+    uint64_t since_us;    /* mono_us() when the phase began */
     uint64_t deadline_us; /* 0 = none (GUARD_BUSY) */
-    const char *cut;     /* why it was shut down, or NULL */
+    const char *cut;      /* why it was shut down, or NULL */
 };
 
 struct attnd_guard {

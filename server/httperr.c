@@ -59,7 +59,8 @@ static const char *page_sentence(const char *html, size_t n) {
     static const struct {
         const char *words, *msg;
     } map[] = {
-        {"header was too big", "the request line or the header lines are larger than attnd accepts"},
+        {"header was too big",
+         "the request line or the header lines are larger than attnd accepts"},
         {"chunked encoding was syntactically", "the chunked body is malformed (a chunk size or "
                                                "separator is not valid)"},
         {"chunk size used", "a chunk of the chunked body is larger than attnd accepts"},
@@ -90,7 +91,8 @@ struct MHD_Response *MHD_create_response_from_buffer(size_t size, void *buffer,
  * bytes: the send buffer is empty) and reads what the client already sent,
  * so that closing does not reset the connection under the answer. */
 static void answer_directly(struct MHD_Connection *c, unsigned int status, const char *msg) {
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     if (!ci) return;
     int fd = ci->connect_fd;
     size_t blen = 0;
@@ -98,12 +100,13 @@ static void answer_directly(struct MHD_Connection *c, unsigned int status, const
     if (!body) return;
     const char *reason = MHD_get_reason_phrase_for(status);
     char head[512];
-    int hlen = snprintf(head, sizeof(head),
-                        "HTTP/1.1 %u %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
-                        "Connection: close\r\nCache-Control: no-store\r\nX-Request-Id: %016llx\r\n"
-                        "Server-Timing: queue;dur=0.000, compute;dur=0.000, total;dur=0.000\r\n\r\n",
-                        status, reason && *reason ? reason : "Error", blen,
-                        (unsigned long long)(id_seed ^ atomic_fetch_add(&id_next, 1)));
+    int hlen =
+        snprintf(head, sizeof(head),
+                 "HTTP/1.1 %u %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
+                 "Connection: close\r\nCache-Control: no-store\r\nX-Request-Id: %016llx\r\n"
+                 "Server-Timing: queue;dur=0.000, compute;dur=0.000, total;dur=0.000\r\n\r\n",
+                 status, reason && *reason ? reason : "Error", blen,
+                 (unsigned long long)(id_seed ^ atomic_fetch_add(&id_next, 1)));
     sbuf b;
     sb_init(&b);
     sb_put(&b, head, (size_t)hlen);
