@@ -26,6 +26,8 @@ int attnd_err_status(attnd_err e) {
         return 503;
     case AERR_TIMEOUT:
         return 504;
+    case AERR_CONFLICT:
+        return 409;
     case AERR_INTERNAL:
     case AERR_COUNT:
         break;
@@ -53,6 +55,8 @@ const char *attnd_err_reason(attnd_err e) {
         return "unavailable";
     case AERR_TIMEOUT:
         return "timeout";
+    case AERR_CONFLICT:
+        return "conflict";
     case AERR_INTERNAL:
     case AERR_COUNT:
         break;

@@ -41,6 +41,8 @@
 #include "request.h"
 #include "routes.h"
 #include "sched.h"
+#include "session.h"
+#include "steps.h"
 
 extern const char attnd_openapi_json[];
 extern const size_t attnd_openapi_json_len;
@@ -55,6 +57,7 @@ struct attnd_server {
     int n_models;
     attnd_parse_env env;
     attnd_sched *sched;
+    attnd_sessions *sessions; /* KV-cache sessions (session.c), owned */
     attnd_guard *guard; /* connection slots and read deadlines */
     attnd_metrics metrics;
     struct MHD_Daemon *mhd;
@@ -102,6 +105,7 @@ typedef struct {
     size_t sent_bytes;  /* body bytes of the answer */
     int late;           /* 1: its queued work was dropped at the drain deadline */
     guard_conn *gc;     /* its connection's record in the guard, or NULL */
+    int retry_after;    /* Retry-After seconds of a 429, 0 = the default 1 */
 } hreq;
 
 /* ---- small helpers ---- */
@@ -122,6 +126,7 @@ static int budget_take(attnd_server *s, long long n) {
 
 static void hreq_free(attnd_req *r) {
     hreq *h = (hreq *)r;
+    attnd_step_release(r->step, attnd_step_now()); /* a step that never computed */
     attnd_job_free(&r->job);
     free(r->body);
     drop_body(h);
@@ -193,7 +198,8 @@ static const char *cors_origin(const attnd_server *s, struct MHD_Connection *c) 
 }
 
 static int is_compute(route_id id) {
-    return id == R_ATTENTION || id == R_MODEL_ATTENTION || id == R_V2_INFER || id == R_V2_VINFER;
+    return id == R_ATTENTION || id == R_MODEL_ATTENTION || id == R_V2_INFER ||
+           id == R_V2_VINFER || id == R_SESSIONS || id == R_SESSION_STEP;
 }
 
 static int find_model(const attnd_server *s, const char *name) {
@@ -240,7 +246,11 @@ static enum MHD_Result send_answer(hreq *h, int status, char *body, size_t len, 
     if (status == 405 || (status == 204 && h->rm.route))
         MHD_add_response_header(resp, "Allow", h->rm.allow);
     if (status == 401) MHD_add_response_header(resp, "WWW-Authenticate", "Bearer realm=\"attnd\"");
-    if (status == 429 || status == 503) MHD_add_response_header(resp, "Retry-After", "1");
+    if (status == 429 || status == 503) {
+        char ra[16];
+        snprintf(ra, sizeof ra, "%d", status == 429 && h->retry_after > 0 ? h->retry_after : 1);
+        MHD_add_response_header(resp, "Retry-After", ra);
+    }
     if (atomic_load(&s->state) == S_DRAINING || h->refuse_now)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
     enum MHD_Result ret = MHD_queue_response(h->conn, (unsigned)status, resp);
@@ -279,6 +289,7 @@ static enum MHD_Result answer_metrics(hreq *h) {
     sb_init(&b);
     if (depth) attnd_sched_depths(s->sched, depth);
     metrics_write(&s->metrics, &b, s->names, depth ? depth : (int[1]){0}, depth ? s->n_models : 0);
+    attnd_steps_metrics(s->sessions, attnd_step_now(), &b);
     free(depth);
     size_t len = 0;
     char *body = sb_take(&b, &len);
@@ -335,9 +346,67 @@ static enum MHD_Result dispatch_get(hreq *h) {
     return send_err(h, AERR_INTERNAL, "%s", "no handler for this route");
 }
 
+/* Suspends the connection and queues the parsed job (tokens set). */
+static enum MHD_Result submit(hreq *h) {
+    attnd_error e = {AERR_NONE, ""};
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(h->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    h->r.sock = ci ? ci->connect_fd : -1;
+    /* suspend first: a fast worker may resume before we return */
+    h->phase = P_WAIT;
+    MHD_suspend_connection(h->conn);
+    h->submitted = 1;
+    if (attnd_sched_submit(h->srv->sched, &h->r, &e) < 0) {
+        h->submitted = 0;
+        attnd_req_fail(&h->r, &e);
+        MHD_resume_connection(h->conn);
+    }
+    return MHD_YES;
+}
+
+/* DELETE /v1/sessions/{id} */
+static enum MHD_Result answer_delete(hreq *h) {
+    attnd_server *s = h->srv;
+    if (attnd_session_delete(s->sessions, h->rm.name, attnd_step_now()) != SESS_OK)
+    {
+        attnd_error e;
+        attnd_set_error(&e, AERR_NOT_FOUND, "session '%.40s': %s", h->rm.name,
+                        attnd_session_status_text(SESS_NOT_FOUND));
+        return send_error(h, &e);
+    }
+    return send_answer(h, 204, "", 0, 0, NULL);
+}
+
+/* POST /v1/sessions and /v1/sessions/{id}/attention: the body becomes a
+ * job and a begun step (steps.c), queued like any compute. */
+static enum MHD_Result dispatch_session(hreq *h) {
+    attnd_server *s = h->srv;
+    attnd_error e = {AERR_NONE, ""};
+    char opened[ATTND_SESSION_ID_LEN + 1];
+    attnd_step_env se = {s->sessions, &s->env, s->cfg,
+                         h->rid == R_SESSION_STEP ? h->rm.name : NULL,
+                         h->rid == R_SESSIONS ? MHD_lookup_connection_value(
+                                                    h->conn, MHD_HEADER_KIND, "X-Session-Id")
+                                              : NULL,
+                         attnd_step_now()};
+    int rc = attnd_step_prepare(&se, h->in.p ? h->in.p : "", h->in.len, &h->r.job, &h->r.step,
+                                opened, &e, &h->retry_after);
+    sb_free(&h->in);
+    if (rc < 0) return send_error(h, &e);
+    if (!h->r.step) { /* opened with no prefix: nothing to compute */
+        size_t len = 0;
+        char *body = attnd_step_open_answer(opened, s->names[h->r.job.model], &len);
+        if (!body) return send_err(h, AERR_INTERNAL, "%s", "out of memory");
+        return send_answer(h, 201, body, len, 1, "application/json");
+    }
+    h->r.tokens = h->r.job.L; /* the batch limit counts new rows (docs/api.md) */
+    return submit(h);
+}
+
 static enum MHD_Result dispatch_compute(hreq *h) {
     attnd_server *s = h->srv;
     attnd_error e = {AERR_NONE, ""};
+    if (h->rid == R_SESSIONS || h->rid == R_SESSION_STEP) return dispatch_session(h);
     const char *path_model = h->rm.name[0] ? h->rm.name : NULL;
     if (h->rm.version[0] && strcmp(h->rm.version, "1") != 0)
         return send_err(h, AERR_NOT_FOUND, "unknown model version '%s' (attnd serves version 1)",
@@ -361,19 +430,7 @@ static enum MHD_Result dispatch_compute(hreq *h) {
     drop_body(h);
     if (rc < 0) return send_error(h, &e);
     h->r.tokens = attnd_job_tokens(&h->r.job);
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(h->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-    h->r.sock = ci ? ci->connect_fd : -1;
-    /* suspend first: a fast worker may resume before we return */
-    h->phase = P_WAIT;
-    MHD_suspend_connection(h->conn);
-    h->submitted = 1;
-    if (attnd_sched_submit(s->sched, &h->r, &e) < 0) {
-        h->submitted = 0;
-        attnd_req_fail(&h->r, &e);
-        MHD_resume_connection(h->conn);
-    }
-    return MHD_YES;
+    return submit(h);
 }
 
 /* The body is in (or there was none): answer or queue. */
@@ -401,6 +458,7 @@ static enum MHD_Result dispatch(hreq *h) {
         return ret;
     }
     if (is_compute(h->rid)) return dispatch_compute(h);
+    if (h->rid == R_SESSION) return answer_delete(h);
     return dispatch_get(h);
 }
 
@@ -656,20 +714,41 @@ static char *dump(json_t *j) {
     return t;
 }
 
+/* A model's rotary positions as its config gives them. */
+static json_t *rope_json(const attn_rope *r) {
+    json_t *j = json_pack("{s:f, s:i, s:s}", "theta", r->theta, "dim", r->dim, "style",
+                          r->style == ATTN_ROPE_INTERLEAVED ? "interleaved" : "half");
+    if (r->scaling == ATTN_ROPE_SCALE_LINEAR)
+        json_object_set_new(j, "scaling", json_pack("{s:s, s:f}", "type", "linear", "factor",
+                                                    r->factor));
+    if (r->scaling == ATTN_ROPE_SCALE_LLAMA3)
+        json_object_set_new(
+            j, "scaling",
+            json_pack("{s:s, s:f, s:f, s:f, s:i}", "type", "llama3", "factor", r->factor,
+                      "low_freq_factor", r->low_freq_factor, "high_freq_factor",
+                      r->high_freq_factor, "original_max_position_embeddings",
+                      r->original_max_position));
+    return j;
+}
+
 static int build_bodies(attnd_server *s) {
     const attnd_config *c = s->cfg;
     json_t *models = json_array();
     for (int i = 0; i < s->n_models; i++) {
-        const attn_hparams *hp = &s->info[i].hp;
-        json_array_append_new(
-            models, json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:b, s:b, s:s}", "name", s->names[i],
-                              "embed_dim", hp->embed_dim, "num_heads", hp->num_heads, "head_dim",
-                              hp->embed_dim / hp->num_heads, "kdim", hp->kdim, "vdim", hp->vdim,
-                              "bias", hp->bias, "causal", hp->causal, "weights",
-                              c->models[i].weights ? "safetensors" : "embedded"));
+        const attn_hparams *hp = &s->info[i].hp; /* filled in by attn_model_init */
+        json_t *m = json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:b, s:b, s:s}", "name",
+                              s->names[i], "embed_dim", hp->embed_dim, "num_heads", hp->num_heads,
+                              "num_kv_heads", hp->num_kv_heads, "head_dim", hp->head_dim, "kdim",
+                              hp->kdim, "vdim", hp->vdim, "scale", hp->scale, "bias", hp->bias,
+                              "causal", hp->causal, "weights",
+                              c->models[i].weights ? "safetensors" : "embedded");
+        if (hp->rope.dim) json_object_set_new(m, "rope", rope_json(&hp->rope));
+        if (c->models[i].max_positions)
+            json_object_set_new(m, "max_positions", json_integer(c->models[i].max_positions));
+        json_array_append_new(models, m);
     }
     const attn_blas_info *blas = attn_blas_get_info();
-    s->models_body = dump(json_pack(
+    json_t *root = json_pack(
         "{s:o, s:{s:I, s:I, s:I, s:i}, s:{s:i, s:i, s:i, s:i}, s:{s:i, s:i}, s:{s:s, s:b, s:s}}",
         "models", models, "limits", "max_body_bytes", (json_int_t)c->max_body_bytes,
         "max_tokens_per_request", (json_int_t)c->max_tokens_per_request, "max_attention_floats",
@@ -678,7 +757,13 @@ static int build_bodies(attnd_server *s) {
         c->max_batch_requests, "max_queue_delay_us", c->max_queue_delay_us, "max_queue_requests",
         c->max_queue_requests, "workers", "threads", c->worker_threads, "blas_threads",
         c->blas_threads, "compute", "blas_core", blas ? blas->core : "none", "blas_core_from_env",
-        blas && blas->by_user, "cpu_features", blas ? blas->features : ""));
+        blas && blas->by_user, "cpu_features", blas ? blas->features : "");
+    json_t *lim = json_object_get(root, "limits");
+    json_object_set_new(lim, "max_sessions", json_integer(c->max_sessions));
+    json_object_set_new(lim, "max_session_bytes", json_integer(c->max_session_bytes));
+    json_object_set_new(lim, "max_session_bytes_each", json_integer(c->max_session_bytes_each));
+    json_object_set_new(lim, "session_idle_s", json_integer(c->session_idle_s));
+    s->models_body = dump(root);
     s->v2_body = dump(json_pack("{s:s, s:s, s:[s], s:s, s:s}", "name", "attnd", "version",
                                 ATTND_VERSION, "extensions", "binary_tensor_data", "blas_core",
                                 blas ? blas->core : "none", "cpu_features",
@@ -814,6 +899,10 @@ attnd_server *attnd_server_new(const attnd_config *cfg, attnd_exit *why, char *e
         goto fail;
     }
     if (build_bodies(s) < 0) goto oom;
+    attnd_session_limits sl = {cfg->max_sessions, cfg->max_session_bytes,
+                               cfg->max_session_bytes_each, cfg->session_idle_s};
+    s->sessions = attnd_sessions_new(&sl);
+    if (!s->sessions) goto oom;
     attnd_sched_opts o = {cfg, s->models, s->info, s->n_models, &s->metrics, on_answer_ready, s};
     s->sched = attnd_sched_new(&o, err, errlen);
     if (!s->sched) goto fail;
@@ -877,6 +966,7 @@ void attnd_server_free(attnd_server *s) {
     if (s->mhd) MHD_stop_daemon(s->mhd);
     attnd_guard_free(s->guard); /* after the daemon: it closed every connection */
     attnd_sched_free(s->sched);
+    attnd_sessions_free(s->sessions); /* after the daemon: no request holds a step */
     for (int i = 0; i < s->n_models; i++)
         attn_model_free(&s->models[i]);
     free(s->models);

@@ -22,6 +22,9 @@ const route attnd_routes[R_COUNT] = {
     {R_V2_VMODEL,       "GET",  "/v2/models/{name}/versions/{version}",        0},
     {R_V2_VMODEL_READY, "GET",  "/v2/models/{name}/versions/{version}/ready",  0},
     {R_V2_VINFER,       "POST", "/v2/models/{name}/versions/{version}/infer",  0},
+    {R_SESSIONS,        "POST", "/v1/sessions",                                0},
+    {R_SESSION_STEP,    "POST", "/v1/sessions/{name}/attention",               0},
+    {R_SESSION,       "DELETE", "/v1/sessions/{name}",                         0},
 };
 // clang-format on
 
@@ -42,6 +45,9 @@ static const char *const LABELS[R_COUNT] = {
     "/v2/models/:name/versions/:version",
     "/v2/models/:name/versions/:version/ready",
     "/v2/models/:name/versions/:version/infer",
+    "/v1/sessions",
+    "/v1/sessions/:id/attention",
+    "/v1/sessions/:id",
 };
 
 const char *route_label(route_id id) {
@@ -86,7 +92,7 @@ int route_find(const char *method, const char *path, int options, route_match *m
         }
     if (!hit) return m->status = 404;
     int get = strcmp(hit->method, "GET") == 0;
-    snprintf(m->allow, sizeof(m->allow), "%s%s", get ? "GET, HEAD" : "POST",
+    snprintf(m->allow, sizeof(m->allow), "%s%s", get ? "GET, HEAD" : hit->method,
              options ? ", OPTIONS" : "");
     m->route = hit;
     if (strcmp(method, hit->method) == 0 || (options && strcmp(method, "OPTIONS") == 0) ||

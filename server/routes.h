@@ -22,13 +22,16 @@ typedef enum {
     R_V2_VMODEL,       /* GET  /v2/models/{name}/versions/{version} */
     R_V2_VMODEL_READY, /* GET  /v2/models/{name}/versions/{version}/ready */
     R_V2_VINFER,       /* POST /v2/models/{name}/versions/{version}/infer */
+    R_SESSIONS,        /* POST /v1/sessions: open a KV-cache session */
+    R_SESSION_STEP,    /* POST /v1/sessions/{name}/attention: a step ({name} is the id) */
+    R_SESSION,         /* DELETE /v1/sessions/{name} */
     R_COUNT,
     R_UNKNOWN = R_COUNT /* metrics label for paths no route matches */
 } route_id;
 
 typedef struct {
     route_id id;
-    const char *method;  /* "GET" (HEAD too) or "POST" */
+    const char *method;  /* "GET" (HEAD too), "POST" or "DELETE" */
     const char *pattern; /* {name} and {version} match one non-empty segment */
     int open;            /* 1: answered without the API key */
 } route;

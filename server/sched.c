@@ -12,6 +12,7 @@
  * the self-attention queries are copied in as their own keys and values.
  */
 #include "sched.h"
+#include "steps.h"
 
 #include <math.h>
 #include <poll.h>
@@ -165,6 +166,25 @@ static int hung_up(const attnd_req *r) {
     return (pf.revents & POLLIN) && recv(r->sock, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
 }
 
+/* A batch of KV-cache session steps: steps.c computes and answers them. */
+static void run_steps(worker *w, attnd_req **rs, int n, int taken) {
+    attnd_sched *s = w->s;
+    int mi = rs[0]->job.model;
+    uint64_t t0, t1;
+    attnd_steps_run(&s->o.models[mi], &s->o.info[mi], rs, n, &t0, &t1);
+    attnd_metrics *mt = s->o.metrics;
+    hist_observe(&mt->compute_seconds, t1 - t0);
+    hist_observe(&mt->batch_size, (uint64_t)n);
+    for (int i = 0; i < n; i++) {
+        hist_observe(&mt->queue_seconds, t0 - rs[i]->t_admit_us);
+        atomic_fetch_add_explicit(&mt->tokens, (uint64_t)rs[i]->tokens, memory_order_relaxed);
+        deliver(s, rs[i]);
+    }
+    pthread_mutex_lock(&s->mu);
+    s->running -= taken;
+    pthread_mutex_unlock(&s->mu);
+}
+
 /* Packs, computes and answers one batch of n requests of one model. */
 static void run_batch(worker *w, attnd_req **rs, int n) {
     attnd_sched *s = w->s;
@@ -184,6 +204,10 @@ static void run_batch(worker *w, attnd_req **rs, int n) {
         pthread_mutex_lock(&s->mu);
         s->running -= taken;
         pthread_mutex_unlock(&s->mu);
+        return;
+    }
+    if (rs[0]->step) {
+        run_steps(w, rs, n, taken);
         return;
     }
     int mi = rs[0]->job.model;
@@ -390,6 +414,7 @@ static int pick(attnd_sched *s, attnd_req **batch, int cap, attnd_req **expired,
         while (q->head && n < cap && *nexp < cap) {
             attnd_req *r = q->head;
             if (n > 0 && tokens + r->tokens > c->max_batch_tokens) break;
+            if (n > 0 && !r->step != !batch[0]->step) break; /* steps batch with steps */
             q_remove(q, r);
             if (now >= r->deadline_us) {
                 expired[(*nexp)++] = r;

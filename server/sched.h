@@ -57,6 +57,7 @@ struct attnd_req {
     int gone;                      /* 1: the client hung up: close, do not answer */
     uint64_t t_start_us, t_end_us; /* compute of its batch; 0 when it never ran */
     int batch_requests;            /* requests in that batch */
+    struct attnd_step_req *step;   /* a KV-cache session step (steps.h), owned; NULL otherwise */
 };
 
 void attnd_req_ref(attnd_req *r);

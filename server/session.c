@@ -216,12 +216,23 @@ static int new_id(char id[ATTND_SESSION_ID_LEN + 1]) {
     return 0;
 }
 
+int attnd_session_id_ok(const char *id) {
+    size_t n = 0;
+    for (; id[n]; n++)
+        if (n >= ATTND_SESSION_ID_LEN || !((id[n] >= '0' && id[n] <= '9') ||
+                                           (id[n] >= 'a' && id[n] <= 'f')))
+            return 0;
+    return n == ATTND_SESSION_ID_LEN;
+}
+
 attnd_session_status attnd_session_open(attnd_sessions *st, int model, size_t row_floats,
-                                        int tokens, int max_len, double now,
+                                        int tokens, int max_len, double now, const char *want_id,
                                         char id[ATTND_SESSION_ID_LEN + 1],
                                         attnd_session_step *step, int *retry_after_s) {
+    if (want_id && !attnd_session_id_ok(want_id)) return SESS_BAD_ID;
     attnd_session *s = calloc(1, sizeof *s);
-    if (!s || new_id(s->id) != 0) {
+    if (s && want_id) memcpy(s->id, want_id, ATTND_SESSION_ID_LEN + 1);
+    if (!s || (!want_id && new_id(s->id) != 0)) {
         free(s);
         return SESS_NOMEM;
     }
@@ -231,8 +242,16 @@ attnd_session_status attnd_session_open(attnd_sessions *st, int model, size_t ro
     s->last_used = now;
     pthread_mutex_lock(&st->mu);
     attnd_session_status r = SESS_OK;
-    if (st->count >= st->lim.max_sessions) sweep(st, now);
-    if (st->count >= st->lim.max_sessions) {
+    attnd_session *same = find(st, s->id);
+    if (same && expired(st, same, now)) {
+        unlink_session(st, same);
+        drop(st, same);
+        st->totals.expired++;
+    } else if (same) {
+        r = SESS_ID_TAKEN;
+    }
+    if (r == SESS_OK && st->count >= st->lim.max_sessions) sweep(st, now);
+    if (r == SESS_OK && st->count >= st->lim.max_sessions) {
         *retry_after_s = retry_after(st, now);
         r = SESS_FULL;
     }
@@ -352,6 +371,8 @@ const char *attnd_session_status_text(attnd_session_status s) {
     case SESS_FULL: return "the session memory budget or session count is used up; retry later";
     case SESS_TOO_BIG: return "the step would take the session past max_session_bytes_each";
     case SESS_TOO_LONG: return "the step would take the session past the model's max_positions";
+    case SESS_ID_TAKEN: return "a session with this id is open already";
+    case SESS_BAD_ID: return "X-Session-Id: a session id is 32 lowercase hex characters";
     default: return "out of memory for the session cache";
     }
 }

@@ -45,7 +45,9 @@ typedef enum {
     SESS_FULL,      /* the count or the total budget is used up; retry later (429) */
     SESS_TOO_BIG,   /* past max_bytes_per_session (413) */
     SESS_TOO_LONG,  /* past the model's max_len (413) */
-    SESS_NOMEM      /* out of memory (500) */
+    SESS_NOMEM,     /* out of memory (500) */
+    SESS_ID_TAKEN,  /* the proposed id is in use (409) */
+    SESS_BAD_ID     /* the proposed id is not 32 lowercase hex characters (400) */
 } attnd_session_status;
 
 typedef struct attnd_session attnd_session;
@@ -72,9 +74,13 @@ void attnd_sessions_free(attnd_sessions *st);
  * ended). max_len (>= 1) bounds the tokens the session may ever hold. now
  * is monotonic seconds. On SESS_FULL, *retry_after_s is when to retry. */
 attnd_session_status attnd_session_open(attnd_sessions *st, int model, size_t row_floats,
-                                        int tokens, int max_len, double now,
+                                        int tokens, int max_len, double now, const char *want_id,
                                         char id[ATTND_SESSION_ID_LEN + 1],
                                         attnd_session_step *step, int *retry_after_s);
+/* want_id, when not NULL, is the id to use: 32 lowercase hex characters
+ * (a load balancer's, docs/deploy.md); SESS_ID_TAKEN when a session has it,
+ * SESS_BAD_ID when it is not such an id. */
+int attnd_session_id_ok(const char *id);
 
 /* Begins a step of session id that appends `tokens` (>= 1) rows. The
  * session is busy until attnd_session_end. A session idle past idle_s is

@@ -85,7 +85,7 @@ START_TEST(test_open_routes) {
 END_TEST
 
 START_TEST(test_error_statuses_and_body) {
-    int want[AERR_COUNT] = {200, 400, 401, 404, 405, 413, 429, 500, 503, 504};
+    int want[AERR_COUNT] = {200, 400, 401, 404, 405, 413, 429, 500, 503, 504, 409};
     for (int i = 0; i < AERR_COUNT; i++)
         ck_assert_int_eq(attnd_err_status((attnd_err)i), want[i]);
     size_t n = 0;

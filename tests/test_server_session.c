@@ -46,7 +46,7 @@ static void check_rows(const attnd_session_step *p) {
 static void open_n(attnd_sessions *st, int n, double now, char id[ATTND_SESSION_ID_LEN + 1]) {
     attnd_session_step p;
     int retry = 0;
-    ck_assert_int_eq(attnd_session_open(st, 0, ROW, n, 1 << 20, now, id, &p, &retry), SESS_OK);
+    ck_assert_int_eq(attnd_session_open(st, 0, ROW, n, 1 << 20, now, NULL, id, &p, &retry), SESS_OK);
     fill(&p);
     attnd_session_end(st, &p, 1, now);
 }
@@ -56,7 +56,7 @@ START_TEST(test_open_step_end) {
     char a[ATTND_SESSION_ID_LEN + 1], b[ATTND_SESSION_ID_LEN + 1];
     attnd_session_step p;
     int retry = 0;
-    ck_assert_int_eq(attnd_session_open(st, 3, ROW, 5, 1000, 0, a, &p, &retry), SESS_OK);
+    ck_assert_int_eq(attnd_session_open(st, 3, ROW, 5, 1000, 0, NULL, a, &p, &retry), SESS_OK);
     ck_assert_uint_eq(strlen(a), ATTND_SESSION_ID_LEN);
     for (const char *c = a; *c; c++)
         ck_assert(isxdigit((unsigned char)*c) && !isupper((unsigned char)*c));
@@ -94,12 +94,38 @@ START_TEST(test_open_step_end) {
 }
 END_TEST
 
+/* An id proposed by the caller (a load balancer's): used when free and well
+ * formed; taken or malformed ones are refused. */
+START_TEST(test_proposed_id) {
+    attnd_sessions *st = table(8, 1 << 20, 1 << 20, 60);
+    const char *want = "0123456789abcdef0123456789abcdef";
+    char id[ATTND_SESSION_ID_LEN + 1];
+    attnd_session_step p;
+    int retry = 0;
+    ck_assert_int_eq(attnd_session_open(st, 0, ROW, 1, 100, 0, want, id, &p, &retry), SESS_OK);
+    ck_assert_str_eq(id, want);
+    attnd_session_end(st, &p, 1, 0);
+    ck_assert_int_eq(attnd_session_open(st, 0, ROW, 1, 100, 0, want, id, &p, &retry),
+                     SESS_ID_TAKEN);
+    const char *bad[] = {"0123456789ABCDEF0123456789abcdef", "0123456789abcdef", "x",
+                         "0123456789abcdef0123456789abcdefa"};
+    for (int i = 0; i < 4; i++)
+        ck_assert_int_eq(attnd_session_open(st, 0, ROW, 1, 100, 0, bad[i], id, &p, &retry),
+                         SESS_BAD_ID);
+    /* once it timed out, the id may be opened again */
+    ck_assert_int_eq(attnd_session_open(st, 0, ROW, 1, 100, 61, want, id, &p, &retry), SESS_OK);
+    attnd_session_end(st, &p, 1, 61);
+    ck_assert_int_eq(stats(st).sessions, 1);
+    attnd_sessions_free(st);
+}
+END_TEST
+
 START_TEST(test_one_step_at_a_time) {
     attnd_sessions *st = table(8, 1 << 20, 1 << 20, 60);
     char a[ATTND_SESSION_ID_LEN + 1];
     attnd_session_step p, q;
     int retry = 0;
-    ck_assert_int_eq(attnd_session_open(st, 0, ROW, 2, 100, 0, a, &p, &retry), SESS_OK);
+    ck_assert_int_eq(attnd_session_open(st, 0, ROW, 2, 100, 0, NULL, a, &p, &retry), SESS_OK);
     ck_assert_int_eq(attnd_session_begin(st, a, 1, 0, &q, &retry), SESS_BUSY);
     fill(&p);
     attnd_session_end(st, &p, 1, 0);
@@ -192,7 +218,7 @@ START_TEST(test_per_session_limits) {
     char a[ATTND_SESSION_ID_LEN + 1], b[ATTND_SESSION_ID_LEN + 1];
     attnd_session_step p;
     int retry = 0;
-    ck_assert_int_eq(attnd_session_open(st, 0, ROW, 11, 1000, 0, a, &p, &retry), SESS_TOO_BIG);
+    ck_assert_int_eq(attnd_session_open(st, 0, ROW, 11, 1000, 0, NULL, a, &p, &retry), SESS_TOO_BIG);
     ck_assert_int_eq(stats(st).sessions, 0);
     open_n(st, 9, 0, a);
     ck_assert_int_eq(attnd_session_begin(st, a, 2, 0, &p, &retry), SESS_TOO_BIG);
@@ -200,7 +226,7 @@ START_TEST(test_per_session_limits) {
     attnd_session_end(st, &p, 1, 0);
     ck_assert_int_eq(stats(st).bytes, 160); /* doubling stops at the limit */
     /* max_len: the model's max_positions */
-    ck_assert_int_eq(attnd_session_open(st, 0, ROW, 3, 4, 0, b, &p, &retry), SESS_OK);
+    ck_assert_int_eq(attnd_session_open(st, 0, ROW, 3, 4, 0, NULL, b, &p, &retry), SESS_OK);
     attnd_session_end(st, &p, 1, 0);
     ck_assert_int_eq(attnd_session_begin(st, b, 2, 0, &p, &retry), SESS_TOO_LONG);
     ck_assert_int_eq(attnd_session_begin(st, b, 1, 0, &p, &retry), SESS_OK);
@@ -221,7 +247,7 @@ START_TEST(test_total_budget) {
     open_n(st, 6, 10, b);
     ck_assert_int_eq(stats(st).bytes, 18 * 16);
     /* a new session over the total: refused, retry when a expires (t=30) */
-    ck_assert_int_eq(attnd_session_open(st, 0, ROW, 4, 100, 12, c, &p, &retry), SESS_FULL);
+    ck_assert_int_eq(attnd_session_open(st, 0, ROW, 4, 100, 12, NULL, c, &p, &retry), SESS_FULL);
     ck_assert_int_eq(retry, 18);
     /* an append that fits the session but not the total: the same */
     ck_assert_int_eq(attnd_session_begin(st, b, 3, 12, &p, &retry), SESS_FULL);
@@ -231,7 +257,7 @@ START_TEST(test_total_budget) {
     attnd_session_end(st, &p, 1, 12);
     ck_assert_int_eq(stats(st).bytes, 320);
     /* once a has timed out, its room is taken back for a new session */
-    ck_assert_int_eq(attnd_session_open(st, 0, ROW, 4, 100, 31, c, &p, &retry), SESS_OK);
+    ck_assert_int_eq(attnd_session_open(st, 0, ROW, 4, 100, 31, NULL, c, &p, &retry), SESS_OK);
     attnd_session_end(st, &p, 1, 31);
     attnd_session_stats s = stats(st);
     ck_assert_int_eq(s.refused_full, 2);
@@ -249,10 +275,10 @@ START_TEST(test_session_count) {
     int retry = 0;
     open_n(st, 0, 0, a);
     open_n(st, 1, 5, b);
-    ck_assert_int_eq(attnd_session_open(st, 0, ROW, 0, 100, 6, c, &p, &retry), SESS_FULL);
+    ck_assert_int_eq(attnd_session_open(st, 0, ROW, 0, 100, 6, NULL, c, &p, &retry), SESS_FULL);
     ck_assert_int_eq(retry, 24);
     ck_assert_int_eq(attnd_session_delete(st, a, 7), SESS_OK);
-    ck_assert_int_eq(attnd_session_open(st, 0, ROW, 0, 100, 7, c, &p, &retry), SESS_OK);
+    ck_assert_int_eq(attnd_session_open(st, 0, ROW, 0, 100, 7, NULL, c, &p, &retry), SESS_OK);
     attnd_session_end(st, &p, 1, 7);
     attnd_sessions_free(st);
 }
@@ -271,7 +297,7 @@ static void *work(void *arg) {
         char id[ATTND_SESSION_ID_LEN + 1];
         attnd_session_step p;
         int retry;
-        if (attnd_session_open(w->st, 0, ROW, 3, 1 << 20, 0, id, &p, &retry) != SESS_OK) continue;
+        if (attnd_session_open(w->st, 0, ROW, 3, 1 << 20, 0, NULL, id, &p, &retry) != SESS_OK) continue;
         fill(&p);
         attnd_session_end(w->st, &p, 1, 0);
         for (int k = 0; k < 5; k++) {
@@ -318,6 +344,7 @@ static Suite *session_suite(void) {
     Suite *s = suite_create("session");
     TCase *t = tcase_create("table");
     tcase_add_test(t, test_open_step_end);
+    tcase_add_test(t, test_proposed_id);
     tcase_add_test(t, test_one_step_at_a_time);
     tcase_add_test(t, test_not_found);
     tcase_add_test(t, test_delete);

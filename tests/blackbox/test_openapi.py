@@ -28,6 +28,9 @@ ROUTES = [
     ("get", "/health"),
     ("get", "/metrics"),
     ("get", "/openapi.json"),
+    ("post", "/v1/sessions"),
+    ("post", "/v1/sessions/{}/attention"),
+    ("delete", "/v1/sessions/{}"),
 ]
 
 

@@ -1,0 +1,293 @@
+/* steps.c - KV-cache sessions between the parser and the core (steps.h):
+ * bodies of the session routes into jobs and begun steps, batches of steps
+ * through attn_step_forward, their answers, and the release of steps that
+ * never computed. It opens no sockets and holds no lock of its own.
+ */
+#include "steps.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "codec.h"
+#include "sched.h"
+
+double attnd_step_now(void) {
+    return (double)mono_us() / 1e6;
+}
+
+/* The model an open names ("model", or the only one), for a body with no
+ * query. Returns its index, or -1 with e set. */
+static int open_model(const attnd_parse_env *env, const char *body, size_t len, attnd_error *e) {
+    json_error_t jerr;
+    json_t *root = len ? json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr) : json_object();
+    int mi = -1;
+    if (!root || !json_is_object(root)) {
+        attnd_set_error(e, AERR_BAD_REQUEST, "body: not a JSON object");
+    } else if (json_object_size(root) > (json_object_get(root, "model") ? 1u : 0u)) {
+        attnd_set_error(e, AERR_BAD_REQUEST,
+                        "a session opened without a prefix takes only \"model\" (give the "
+                        "prefix rows as \"query\")");
+    } else if (json_object_get(root, "model")) {
+        const char *name = json_string_value(json_object_get(root, "model"));
+        for (int i = 0; name && i < env->n_models && mi < 0; i++)
+            if (strcmp(env->models[i].name, name) == 0) mi = i;
+        if (!name)
+            attnd_set_error(e, AERR_BAD_REQUEST, "model: must be a string");
+        else if (mi < 0)
+            attnd_set_error(e, AERR_NOT_FOUND, "unknown model '%.100s'", name);
+    } else if (env->n_models == 1) {
+        mi = 0;
+    } else {
+        attnd_set_error(e, AERR_BAD_REQUEST, "model: required when several models are served");
+    }
+    json_decref(root);
+    return mi;
+}
+
+/* A body with no "query" opens a session with no prefix. */
+static int has_query(const char *body, size_t len) {
+    json_error_t jerr;
+    json_t *root = len ? json_loadb(body, len, 0, &jerr) : NULL;
+    int has = root && json_object_get(root, "query") != NULL;
+    json_decref(root);
+    return has;
+}
+
+/* What a session step may carry: rows of one sequence, no key, no masks. */
+static int check_job(const attnd_job *job, const attnd_model_info *mi, attnd_error *e) {
+    if (!job->self || job->kpm || job->mask_bool || job->mask_add)
+        return attnd_set_error(e, AERR_BAD_REQUEST,
+                               "a session step takes query rows only: no key, value, "
+                               "key_padding_mask or attn_mask (it is causal over the cache)");
+    if (job->B != 1)
+        return attnd_set_error(e, AERR_BAD_REQUEST,
+                               "query: a session holds one sequence; send L x %d rows, not a "
+                               "batch of %d",
+                               mi->hp.embed_dim, job->B);
+    return 0;
+}
+
+static attnd_err status_err(attnd_session_status s) {
+    switch (s) {
+    case SESS_NOT_FOUND: return AERR_NOT_FOUND;
+    case SESS_BUSY:
+    case SESS_ID_TAKEN: return AERR_CONFLICT;
+    case SESS_BAD_ID: return AERR_BAD_REQUEST;
+    case SESS_FULL: return AERR_QUEUE_FULL;
+    case SESS_TOO_BIG:
+    case SESS_TOO_LONG: return AERR_TOO_LARGE;
+    default: return AERR_INTERNAL;
+    }
+}
+
+static int session_error(attnd_session_status s, const char *id, attnd_error *e) {
+    if (s == SESS_NOT_FOUND)
+        return attnd_set_error(e, AERR_NOT_FOUND, "session '%.40s': %s", id ? id : "",
+                               attnd_session_status_text(s));
+    return attnd_set_error(e, status_err(s), "%s", attnd_session_status_text(s));
+}
+
+/* Begins the open or the step of n rows of model mi. */
+static attnd_session_status begin(const attnd_step_env *se, int mi, int n, attnd_step_req *sr,
+                                  int *retry) {
+    const attn_hparams *hp = &se->env->models[mi].hp;
+    int G = hp->num_kv_heads ? hp->num_kv_heads : hp->num_heads;
+    int D = hp->head_dim ? hp->head_dim : hp->embed_dim / hp->num_heads;
+    int max_len = se->cfg->models[mi].max_positions ? se->cfg->models[mi].max_positions
+                                                    : INT32_MAX / 2;
+    if (se->id) {
+        snprintf(sr->id, sizeof sr->id, "%s", se->id);
+        return attnd_session_begin(se->table, se->id, n, se->now, &sr->st, retry);
+    }
+    sr->opened = 1;
+    return attnd_session_open(se->table, mi, 2 * (size_t)G * D, n, max_len, se->now, se->want_id,
+                              sr->id, &sr->st, retry);
+}
+
+int attnd_step_prepare(const attnd_step_env *se, const char *body, size_t len, attnd_job *job,
+                       attnd_step_req **out, char opened_id[ATTND_SESSION_ID_LEN + 1],
+                       attnd_error *e, int *retry_after_s) {
+    *out = NULL;
+    *retry_after_s = 0;
+    opened_id[0] = '\0';
+    attnd_sessions_expire(se->table, se->now);
+    int mi = -1;
+    if (se->id) {
+        mi = attnd_session_model(se->table, se->id, se->now);
+        if (mi < 0) return session_error(SESS_NOT_FOUND, se->id, e);
+    }
+    attnd_step_req *sr = calloc(1, sizeof *sr);
+    if (!sr) return attnd_set_error(e, AERR_INTERNAL, "out of memory");
+    sr->table = se->table;
+    if (!se->id && !has_query(body, len)) { /* an open with no prefix: nothing to compute */
+        mi = open_model(se->env, body, len, e);
+        attnd_session_status s = mi < 0 ? SESS_OK : begin(se, mi, 0, sr, retry_after_s);
+        if (mi >= 0 && s == SESS_OK) {
+            job->model = mi;
+            memcpy(opened_id, sr->id, sizeof sr->id);
+            attnd_session_end(se->table, &sr->st, 1, se->now);
+        }
+        free(sr);
+        return mi < 0 ? -1 : s == SESS_OK ? 0 : session_error(s, NULL, e);
+    }
+    const char *path_model = mi >= 0 ? se->env->models[mi].name : NULL;
+    if (attnd_parse_native(se->env, path_model, body, len, job, e) < 0 ||
+        check_job(job, &se->env->models[job->model], e) < 0) {
+        attnd_job_free(job);
+        free(sr);
+        return -1;
+    }
+    attnd_session_status s = begin(se, job->model, job->L, sr, retry_after_s);
+    if (s != SESS_OK) {
+        attnd_job_free(job);
+        free(sr);
+        return session_error(s, se->id, e);
+    }
+    job->S = sr->st.len + job->L;
+    job->causal = 1;
+    uint64_t floats;
+    if (attnd_attention_floats(1, job->L, job->S, job->weights,
+                               se->env->models[job->model].hp.num_heads,
+                               (uint64_t)se->env->max_attention_floats, &floats) < 0) {
+        attnd_set_error(e, AERR_TOO_LARGE,
+                        "attention: %d rows over %d cached tokens ask for more than %lld floats "
+                        "(limits.max_attention_floats); ask for \"none\" or \"mean\"",
+                        job->L, job->S, se->env->max_attention_floats);
+        attnd_step_release(sr, se->now);
+        attnd_job_free(job);
+        return -1;
+    }
+    *out = sr;
+    return 0;
+}
+
+char *attnd_step_open_answer(const char *id, const char *model, size_t *len) {
+    sbuf b;
+    sb_init(&b);
+    sb_puts(&b, "{\"session\":");
+    sb_json_str(&b, id);
+    sb_puts(&b, ",\"model\":");
+    sb_json_str(&b, model);
+    sb_puts(&b, ",\"cached_tokens\":0}\n");
+    return sb_take(&b, len);
+}
+
+void attnd_step_release(attnd_step_req *sr, double now) {
+    if (!sr) return;
+    attnd_session_end(sr->table, &sr->st, 0, now);
+    free(sr);
+}
+
+/* ---- computing a batch of steps ---------------------------------------- */
+
+static int all_finite(const float *x, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i])) return 0;
+    return 1;
+}
+
+/* The answer of one computed step: the /v1/attention answer with the
+ * session's id and its cached tokens first. */
+static int write_step(attnd_req *r, const attnd_model_info *info, const float *out,
+                      const attnd_usage *u) {
+    attnd_step_req *sr = r->step;
+    sbuf a, b;
+    sb_init(&a);
+    sb_init(&b);
+    size_t json_len = 0;
+    if (attnd_write_answer(&a, &r->job, info, out, u, &json_len) < 0 || !a.p || a.len < 2) {
+        sb_free(&a);
+        return -1;
+    }
+    sb_puts(&b, "{\"session\":");
+    sb_json_str(&b, sr->id);
+    sb_printf(&b, ",\"cached_tokens\":%d,", r->job.S);
+    sb_put(&b, a.p + 1, a.len - 1);
+    sb_free(&a);
+    free(r->body);
+    r->body = sb_take(&b, &r->body_len);
+    if (!r->body) return -1;
+    r->status = sr->opened ? 201 : 200;
+    r->err = AERR_NONE;
+    return 0;
+}
+
+void attnd_steps_run(const attn_model *m, const attnd_model_info *info, attnd_req **rs, int n,
+                     uint64_t *t0, uint64_t *t1) {
+    int E = m->hp.embed_dim, H = m->hp.num_heads;
+    attn_step *st = calloc((size_t)n, sizeof *st);
+    float **outs = calloc((size_t)n, sizeof *outs);
+    char err[256] = "";
+    int fail = !st || !outs;
+    for (int i = 0; i < n && !fail; i++) {
+        attnd_job *j = &rs[i]->job;
+        attnd_session_step *ss = &rs[i]->step->st;
+        uint64_t na = 0;
+        attnd_attention_floats(1, j->L, j->S, j->weights, H, UINT64_MAX, &na); /* admitted */
+        outs[i] = malloc(sizeof(float) * (size_t)j->L * E);
+        free(j->attn);
+        j->attn = na ? malloc(sizeof(float) * na) : NULL;
+        fail = !outs[i] || (na && !j->attn);
+        st[i] = (attn_step){.n = j->L, .len = ss->len, .kv = ss->kv, .query = j->query,
+                            .out = outs[i], .weights = j->weights, .attn = j->attn};
+    }
+    if (fail) snprintf(err, sizeof err, "out of memory for a batch of steps");
+    *t0 = mono_us();
+    if (!fail && attn_step_forward(m, st, n, err, sizeof err) < 0) fail = 1;
+    *t1 = mono_us();
+    double now = attnd_step_now();
+    for (int i = 0; i < n; i++) {
+        attnd_req *r = rs[i];
+        attnd_job *j = &r->job;
+        uint64_t na = 0;
+        attnd_attention_floats(1, j->L, j->S, j->weights, H, UINT64_MAX, &na);
+        int ok = !fail && all_finite(outs[i], (size_t)j->L * E) &&
+                 (!j->attn || all_finite(j->attn, na));
+        attnd_usage u = {n, *t0 - r->t_admit_us, *t1 - *t0};
+        if (ok) ok = write_step(r, info, outs[i], &u) == 0;
+        attnd_session_end(r->step->table, &r->step->st, ok, now);
+        if (!ok) {
+            attnd_error e;
+            attnd_set_error(&e, AERR_INTERNAL, "compute failed: %.200s",
+                            err[0] ? err : "a non-finite result or out of memory");
+            attnd_req_fail(r, &e);
+        }
+        r->t_start_us = *t0;
+        r->t_end_us = *t1;
+        r->batch_requests = n;
+        free(outs ? outs[i] : NULL);
+    }
+    free(outs);
+    free(st);
+}
+
+void attnd_steps_metrics(attnd_sessions *t, double now, sbuf *b) {
+    attnd_session_stats st;
+    attnd_sessions_expire(t, now);
+    attnd_sessions_stats(t, &st);
+    sb_printf(b,
+              "# HELP attnd_sessions KV-cache sessions open.\n"
+              "# TYPE attnd_sessions gauge\nattnd_sessions %d\n"
+              "# HELP attnd_session_cached_tokens Tokens held by every session's cache.\n"
+              "# TYPE attnd_session_cached_tokens gauge\nattnd_session_cached_tokens %lld\n"
+              "# HELP attnd_session_bytes Bytes the session caches hold.\n"
+              "# TYPE attnd_session_bytes gauge\nattnd_session_bytes %lld\n"
+              "# HELP attnd_sessions_opened_total Sessions opened.\n"
+              "# TYPE attnd_sessions_opened_total counter\nattnd_sessions_opened_total %llu\n"
+              "# HELP attnd_sessions_deleted_total Sessions closed by their client.\n"
+              "# TYPE attnd_sessions_deleted_total counter\nattnd_sessions_deleted_total %llu\n"
+              "# HELP attnd_session_evictions_total Sessions ended by attnd: the idle timeout.\n"
+              "# TYPE attnd_session_evictions_total counter\n"
+              "attnd_session_evictions_total{reason=\"idle\"} %llu\n"
+              "# HELP attnd_session_refused_total Opens and steps refused, by reason.\n"
+              "# TYPE attnd_session_refused_total counter\n"
+              "attnd_session_refused_total{reason=\"full\"} %llu\n"
+              "attnd_session_refused_total{reason=\"too_large\"} %llu\n",
+              st.sessions, st.tokens, st.bytes, st.opened, st.deleted, st.expired,
+              st.refused_full, st.refused_too_big);
+}

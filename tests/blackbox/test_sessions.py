@@ -1,0 +1,207 @@
+"""Decoder models and KV-cache sessions over HTTP (SPEC section 7): the
+decoder goldens of tests/gen_golden_decoder.py (grouped heads, head_dim,
+scale, rotary positions; a float64 reference checked against Hugging Face
+transformers) through POST /v1/attention to 1e-5; the same sequences fed
+through a session, prefix then steps, equal to the whole sequence at every
+step; and the session contract: 201 on open, 404 with the re-open advice,
+204 on DELETE, 409 for a taken id, 413 past one session's budget, 429 with
+Retry-After past the total, the idle timeout, and the /metrics lines."""
+import json
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import support
+from support import check_error_body, golden_body, parse_prometheus, rel_err
+
+TOL = 1e-5
+DEC_DIR = support.GOLDEN_DIR / "decoder"
+GOLDENS = [json.loads(p.read_text()) for p in sorted(DEC_DIR.glob("*.json"))]
+
+
+def config_entry(g, **extra):
+    c = dict(g["config"])
+    c["weights"] = str(DEC_DIR / c["weights"])
+    c.update(extra)
+    return c
+
+
+def decoder_config(limits=None):
+    cfg = {"models": [config_entry(g) for g in GOLDENS]}
+    if limits:
+        cfg["limits"] = limits
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def d(daemons):
+    return daemons(decoder_config())
+
+
+def default_positions(seq):
+    return seq["positions"] is None
+
+
+WHOLE = [pytest.param(g["name"], i, id="%s-%d" % (g["name"], i))
+         for g in GOLDENS for i, s in enumerate(g["sequences"]) if default_positions(s)]
+
+
+def test_goldens_present():
+    assert len(GOLDENS) >= 4, "no decoder goldens in %s" % DEC_DIR
+    assert len(WHOLE) >= 12
+
+
+@pytest.mark.parametrize("name,i", WHOLE)
+def test_whole_sequence_golden(d, name, i):
+    g = next(g for g in GOLDENS if g["name"] == name)
+    s = g["sequences"][i]
+    r = d.post("/v1/attention", golden_body(s, model_name=name))
+    assert r.status_code == 200, r.text[:300]
+    a = r.json()
+    assert rel_err(np.float32(a["output"]), s["output"]) <= TOL
+    if s["attention"] != "none":
+        assert rel_err(np.float32(a["attention"]), s["attn_weights"]) <= TOL
+
+
+def open_session(d, name, prefix=None, **kw):
+    body = {"model": name}
+    if prefix is not None:
+        body["query"] = prefix
+    return d.post("/v1/sessions", body, **kw)
+
+
+def step(d, sid, rows, attention="none"):
+    return d.post("/v1/sessions/%s/attention" % sid, {"query": rows, "attention": attention})
+
+
+@pytest.mark.parametrize("name", [g["name"] for g in GOLDENS])
+def test_session_replays_whole_sequence(d, name):
+    """Sequence 0 (causal, positions 0..15): a prefix of 5, then steps of 1,
+    2 and 1 rows; every answer equals the golden rows, attention included."""
+    g = next(g for g in GOLDENS if g["name"] == name)
+    s = g["sequences"][0]
+    q, want, w = s["query"], np.array(s["output"]), np.array(s["attn_weights"])
+    r = open_session(d, name, q[:5])
+    assert r.status_code == 201, r.text[:300]
+    a = r.json()
+    sid = a["session"]
+    assert a["model"] == name and a["cached_tokens"] == 5
+    assert rel_err(np.float32(a["output"]), want[:5]) <= TOL
+    at = 5
+    sizes = [1, 2, 1] + [1] * (len(q) - 9)
+    for k, n in enumerate(sizes):
+        r = step(d, sid, q[at:at + n], attention="heads" if k % 2 == 0 else "mean")
+        assert r.status_code == 200, r.text[:300]
+        a = r.json()
+        assert a["session"] == sid and a["cached_tokens"] == at + n
+        assert rel_err(np.float32(a["output"]), want[at:at + n]) <= TOL, "step at %d" % at
+        heads = w[:, at:at + n, :at + n]
+        got = np.array(a["attention"])
+        assert rel_err(np.float32(got), heads if k % 2 == 0 else heads.mean(axis=0)) <= TOL
+        at += n
+    assert at == len(q)
+    assert d.request("DELETE", "/v1/sessions/" + sid).status_code == 204
+
+
+def test_sessions_of_one_model_batch_together(d):
+    """Eight sessions stepping at once all get their own rows right."""
+    g = GOLDENS[0]
+    s = g["sequences"][0]
+    q, want = s["query"], np.array(s["output"])
+    sids = [open_session(d, g["name"], q[:3]).json()["session"] for _ in range(8)]
+    errors = []
+
+    def run(sid):
+        for at in range(3, 10):
+            a = step(d, sid, q[at:at + 1]).json()
+            if rel_err(np.float32(a["output"]), want[at:at + 1]) > TOL:
+                errors.append((sid, at))
+
+    ts = [threading.Thread(target=run, args=(sid,)) for sid in sids]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(120)
+    assert not errors
+    for sid in sids:
+        assert d.request("DELETE", "/v1/sessions/" + sid).status_code == 204
+
+
+def test_unknown_and_deleted_sessions(d):
+    name = GOLDENS[0]["name"]
+    msg = check_error_body(step(d, "0123456789abcdef0123456789abcdef", [[0.0] * 64]), 404)
+    assert "open a new session with the whole prefix" in msg
+    sid = open_session(d, name).json()["session"]
+    assert d.request("DELETE", "/v1/sessions/" + sid).status_code == 204
+    check_error_body(d.request("DELETE", "/v1/sessions/" + sid), 404)
+    check_error_body(step(d, sid, [[0.0] * 64]), 404)
+
+
+def test_bad_session_bodies(d):
+    g = GOLDENS[0]
+    E = g["embed_dim"]
+    sid = open_session(d, g["name"]).json()["session"]
+    rows = [[0.1] * E]
+    msg = check_error_body(d.post("/v1/sessions/%s/attention" % sid,
+                                  {"query": rows, "key": rows}), 400)
+    assert "query rows only" in msg
+    msg = check_error_body(d.post("/v1/sessions/%s/attention" % sid,
+                                  {"query": [rows, rows]}), 400)
+    assert "one sequence" in msg
+    msg = check_error_body(d.post("/v1/sessions/%s/attention" % sid, {"query": [[0.1] * 3]}), 400)
+    assert "query" in msg
+    check_error_body(d.post("/v1/sessions", {"model": "nope"}), 404)
+    check_error_body(d.post("/v1/sessions", {"model": g["name"], "extra": 1}), 400)
+    # a failed step keeps nothing: the session still has 0 tokens
+    a = step(d, sid, rows).json()
+    assert a["cached_tokens"] == 1
+    assert d.request("DELETE", "/v1/sessions/" + sid).status_code == 204
+
+
+def test_proposed_session_id(d):
+    """A load balancer may name the session (X-Session-Id, docs/deploy.md)."""
+    name = GOLDENS[0]["name"]
+    want = "00112233445566778899aabbccddeeff"
+    r = open_session(d, name, headers={"X-Session-Id": want})
+    assert r.status_code == 201 and r.json()["session"] == want
+    check_error_body(open_session(d, name, headers={"X-Session-Id": want}), 409)
+    check_error_body(open_session(d, name, headers={"X-Session-Id": "Not-An-Id"}), 400)
+    assert d.request("DELETE", "/v1/sessions/" + want).status_code == 204
+
+
+def test_budgets(daemons):
+    """gqa_half caches 128 bytes a token: 6 tokens a session, 8 in all."""
+    d = daemons(decoder_config({"max_session_bytes": 1024, "max_session_bytes_each": 768,
+                                "session_idle_s": 30}))
+    g = GOLDENS[[x["name"] for x in GOLDENS].index("gqa_half")]
+    q = g["sequences"][0]["query"]
+    a = open_session(d, "gqa_half", q[:5]).json()
+    msg = check_error_body(step(d, a["session"], q[5:7]), 413)
+    assert "max_session_bytes_each" in msg
+    assert step(d, a["session"], q[5:6]).status_code == 200  # exactly the limit
+    r = open_session(d, "gqa_half", q[:3])
+    check_error_body(r, 429)
+    assert 1 <= int(r.headers["Retry-After"]) <= 30
+    assert d.request("DELETE", "/v1/sessions/" + a["session"]).status_code == 204
+    assert open_session(d, "gqa_half", q[:3]).status_code == 201
+
+
+def test_idle_timeout_and_metrics(daemons):
+    d = daemons(decoder_config({"session_idle_s": 1}))
+    g = GOLDENS[0]
+    q = g["sequences"][0]["query"]
+    sid = open_session(d, g["name"], q[:4]).json()["session"]
+    _, samples = parse_prometheus(d.get("/metrics").text)
+    val = {n: v for n, labels, v in samples if n.startswith("attnd_session")}
+    assert val["attnd_sessions"] == 1 and val["attnd_session_cached_tokens"] == 4
+    assert val["attnd_session_bytes"] > 0
+    time.sleep(2.2)
+    msg = check_error_body(step(d, sid, q[4:5]), 404)
+    assert "timed out" in msg
+    _, samples = parse_prometheus(d.get("/metrics").text)
+    val = {(n, labels.get("reason")): v for n, labels, v in samples}
+    assert val[("attnd_session_evictions_total", "idle")] == 1
+    assert val[("attnd_sessions", None)] == 0
+    assert val[("attnd_session_bytes", None)] == 0
