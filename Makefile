@@ -52,11 +52,11 @@ $(BUILD)/%.o: %.c $(wildcard */*.h)
 $(BUILD)/server/openapi.o: server/openapi.json
 
 $(BUILD)/libattncore.a: $(CORE_OBJ)
-	ar rcs $@ $^
+	rm -f $@; ar rcs $@ $^
 $(BUILD)/libattnd_config.a: $(CONFIG_OBJ)
-	ar rcs $@ $^
+	rm -f $@; ar rcs $@ $^
 $(BUILD)/libattnd_server.a: $(SERVER_OBJ)
-	ar rcs $@ $^
+	rm -f $@; ar rcs $@ $^
 
 $(BUILD)/attnd: $(BUILD)/server/main.o $(LIBS)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
@@ -142,7 +142,7 @@ build-fuzz/obj/%.o: %.c $(wildcard */*.h)
 	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link $(PKG_CFLAGS) -c $< -o $@
 build-fuzz/obj/server/openapi.o: server/openapi.json
 build-fuzz/libattnd_fuzz.a: $(FUZZ_OBJ)
-	ar rcs $@ $^
+	rm -f $@; ar rcs $@ $^
 build-fuzz/%: tests/fuzz/%.c build-fuzz/libattnd_fuzz.a $(wildcard tests/fuzz/*.h)
 	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer $(PKG_CFLAGS) -o $@ $< build-fuzz/libattnd_fuzz.a \
 	  $(PKG_LIBS) -lm -lpthread

@@ -1,7 +1,9 @@
-/* codec.h - bytes in and bytes out for the server: a growable text buffer,
- * the float32 printer (9 significant digits, the same text as "%.9g", which
- * every float32 parses back from bit for bit), the float reader, base64 and
- * JSON string escaping, and the monotonic clock the server times with.
+/* codec.h - bytes in and bytes out for the server: a growable text buffer
+ * (buffer.c), UTF-8 and JSON string escaping (utf8.c), float32 text both
+ * ways, exact and fast (floattext.c: 9 significant digits, the same text as
+ * "%.9g", which every float32 parses back from bit for bit; decimals to the
+ * nearest float32, as strtof), base64 (base64.c), and the monotonic clock
+ * the server times with (clock.c).
  * No HTTP, no threads, no JSON objects: plain functions on plain buffers.
  */
 #ifndef ATTND_CODEC_H
@@ -38,13 +40,15 @@ void sb_json_str(sbuf *b, const char *s);
 size_t utf8_seq_len(const unsigned char *s, const unsigned char *end);
 
 /* Room fmt_f32 needs at dst: the longest text ("-1.23456789e-38") is 15
- * bytes, and it may scribble up to 20 bytes (fixed-size copies are faster
+ * bytes, and it may scribble up to 19 bytes (whole-word copies are faster
  * than exact ones). */
 #define F32_TEXT_MAX 24
 /* Writes v as "%.9g" would (no NUL) into dst (F32_TEXT_MAX bytes of room);
  * returns the length of the text. A NaN or an infinity, which the server
  * never sends, is written as 0. */
 size_t fmt_f32(char *dst, float v);
+/* The nine decimal digits of n < 10^9, leading zeros kept, at d (no NUL). */
+void fmt_digits9(char *d, uint32_t n);
 /* n floats separated by commas, no brackets. */
 void sb_floats(sbuf *b, const float *x, size_t n);
 /* A row-major tensor of rank 1..4 as nested JSON arrays. */
@@ -52,12 +56,19 @@ void sb_tensor_json(sbuf *b, const float *x, int rank, const int *shape);
 
 /* Parses a JSON number (strict grammar) at s[0..n) into *v; returns the
  * bytes consumed, or 0 when s does not start with a number. Exact: the
- * double nearest the decimal. */
+ * double nearest the decimal (numbers past the double range are +-inf). */
 size_t parse_number(const char *s, size_t n, double *v);
-/* The same grammar for numbers bound to float32: long mantissas (numpy's
- * 17-digit float32 values) skip strtod and land within a few ulps of the
- * exact double, so that (float)*v is the float32 the text names. */
-size_t parse_number_f32(const char *s, size_t n, double *v);
+/* The same grammar to the float32 nearest the decimal, ties to even: the
+ * float strtof gives, for any number of digits and any exponent (+-inf past
+ * the float32 range, +-0 below it). */
+size_t parse_f32(const char *s, size_t n, float *v);
+/* A run of numbers "n1, n2, ..." at s[0..n) (whitespace allowed around
+ * them), up to max of them, into out: the tight loop of a tensor's rows.
+ * Stops at the first number that is not finite, at anything not a number
+ * after a comma, or after max numbers; returns the bytes consumed, which
+ * end after the last number read and the whitespace after it (before the
+ * comma that follows it, if any), and sets *count. */
+size_t parse_f32_row(const char *s, size_t n, float *out, size_t max, size_t *count);
 
 /* Standard base64 with '=' padding. */
 void sb_b64(sbuf *b, const void *data, size_t n);

@@ -236,22 +236,26 @@ int jin_string_buf(jin *j, char *buf, size_t cap, int *cut) {
     return decode_string(j, buf, cap, cut ? cut : &dummy) < 0 ? -1 : 0;
 }
 
-static int number(jin *j, double *v, int f32) {
+static int number_start(jin *j) {
     int c = jin_peek(j);
     if (c != '-' && (c < '0' || c > '9')) return fail(j, "expected a number");
-    size_t len = (size_t)(j->end - j->p);
-    size_t n = f32 ? parse_number_f32(j->p, len, v) : parse_number(j->p, len, v);
+    return 0;
+}
+
+int jin_number(jin *j, double *v) {
+    if (number_start(j) < 0) return -1;
+    size_t n = parse_number(j->p, (size_t)(j->end - j->p), v);
     if (!n) return fail(j, "bad number");
     j->p += n;
     return 0;
 }
 
-int jin_number(jin *j, double *v) {
-    return number(j, v, 0);
-}
-
-int jin_number_f32(jin *j, double *v) {
-    return number(j, v, 1);
+int jin_f32(jin *j, float *v) {
+    if (number_start(j) < 0) return -1;
+    size_t n = parse_f32(j->p, (size_t)(j->end - j->p), v);
+    if (!n) return fail(j, "bad number");
+    j->p += n;
+    return 0;
 }
 
 static int literal(jin *j, const char *w) {

@@ -41,8 +41,8 @@ int jin_string_span(jin *j, const char **s, size_t *n);
 int jin_string_buf(jin *j, char *buf, size_t cap, int *cut);
 /* A number. */
 int jin_number(jin *j, double *v);
-/* A number bound for float32 (see parse_number_f32). */
-int jin_number_f32(jin *j, double *v);
+/* A number as the nearest float32 (parse_f32: +-inf past its range). */
+int jin_f32(jin *j, float *v);
 /* true/false; 0 or -1. */
 int jin_bool(jin *j, int *v);
 /* null */

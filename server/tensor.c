@@ -88,66 +88,50 @@ static int leaf(nested *c, int depth) {
         c->u[c->n++] = (uint8_t)v;
         return 0;
     }
-    double d;
+    float f;
     if (!is_num)
         return attnd_set_error(c->e, AERR_BAD_REQUEST, "%s: not a number (got %s)",
                                where(c, depth, at, sizeof(at)), jin_kind(c->j));
-    if (jin_number_f32(c->j, &d) < 0)
+    if (jin_f32(c->j, &f) < 0)
         return attnd_set_error(c->e, AERR_BAD_REQUEST, "%s: %s", where(c, depth, at, sizeof(at)),
                                c->j->err);
-    float f = (float)d;
-    if (!isfinite(d) || !isfinite(f))
+    if (!isfinite(f))
         return attnd_set_error(c->e, AERR_BAD_REQUEST, "%s: number out of float32 range",
                                where(c, depth, at, sizeof(at)));
     c->f[c->n++] = f;
     return 0;
 }
 
-/* The common case, a row of numbers at the known innermost depth, in one
- * tight loop. Returns 1 when the row closed, 0 to let the general loop go
- * on at element *count (something other than a number is next), -1 on
- * error. */
+/* The common case, a row of numbers at the known innermost depth, read by
+ * parse_f32_row in one tight loop. Returns 1 when the row closed, 0 to let
+ * the general loop go on at element *count (something other than a number
+ * is next, or the row is longer than the first), -1 on error. */
 static int fast_row(nested *c, int depth, int *count) {
     jin *j = c->j;
-    const char *p = j->p, *end = j->end;
     for (;;) {
-        while (p < end && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t'))
-            p++;
-        double d;
-        size_t k = p < end ? parse_number_f32(p, (size_t)(end - p), &d) : 0;
-        if (!k) {
-            j->p = p;
-            return 0;
-        }
-        float f = (float)d;
-        if (!isfinite(f)) {
-            j->p = p;
-            return 0; /* the general road names it */
-        }
         if (c->n == c->cap && grow(c) < 0)
             return attnd_set_error(c->e, AERR_INTERNAL, "out of memory reading %s", c->field);
-        c->f[c->n++] = f;
-        (*count)++;
-        p += k;
-        while (p < end && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t'))
-            p++;
-        if (p < end && *p == ',') {
-            p++;
-            if (c->shape[depth] && *count >= c->shape[depth]) {
-                /* longer than the first row: let the general loop report it */
-                j->p = p;
-                return 0;
-            }
-            continue;
-        }
-        j->p = p;
-        if (p < end && *p == ']') {
+        size_t max = c->cap - c->n, got = 0;
+        if (c->shape[depth] && (size_t)(c->shape[depth] - *count) < max)
+            max = (size_t)(c->shape[depth] - *count);
+        j->p += parse_f32_row(j->p, (size_t)(j->end - j->p), c->f + c->n, max, &got);
+        c->n += got;
+        *count += (int)got;
+        if (!got) return 0;
+        int ch = jin_peek(j);
+        if (ch == ']') {
             j->p++;
             return 1;
         }
-        int r = jin_next(j, ']');
-        return attnd_set_error(c->e, AERR_BAD_REQUEST, "%s: %s", c->field,
-                               r < 0 ? j->err : "unexpected token");
+        if (ch != ',') {
+            int r = jin_next(j, ']');
+            return attnd_set_error(c->e, AERR_BAD_REQUEST, "%s: %s", c->field,
+                                   r < 0 ? j->err : "unexpected token");
+        }
+        j->p++;
+        /* a full row (longer than the first), or no number next: the
+         * general loop reads on and names what it finds */
+        if (got < max || (c->shape[depth] && *count >= c->shape[depth])) return 0;
     }
 }
 

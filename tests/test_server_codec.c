@@ -30,7 +30,8 @@ static uint32_t bits(float f) {
     return u;
 }
 
-/* Prints f both ways; fails on any difference or a lossy round trip. */
+/* Prints f both ways; fails on any difference or a lossy round trip (read
+ * back as a double and as a float32). */
 static void check_one(float f) {
     char mine[F32_TEXT_MAX + 1], ref[64];
     size_t n = fmt_f32(mine, f);
@@ -43,6 +44,10 @@ static void check_one(float f) {
     ck_assert_uint_eq(parse_number(mine, n, &back), n);
     ck_assert_msg(bits((float)back) == bits(f), "%s read back as %08x, was %08x", mine,
                   bits((float)back), bits(f));
+    float backf = 0;
+    ck_assert_uint_eq(parse_f32(mine, n, &backf), n);
+    ck_assert_msg(bits(backf) == bits(f), "%s read back as %08x, was %08x", mine, bits(backf),
+                  bits(f));
 }
 
 START_TEST(test_f32_special_values) {
@@ -68,6 +73,56 @@ START_TEST(test_f32_random_values_round_trip) {
     for (int i = 0; i < 150000; i++) {
         float f = ((float)rnd32() / 4294967296.0f - 0.5f) * 8.0f;
         check_one(f);
+    }
+}
+END_TEST
+
+START_TEST(test_f32_every_997th_float) {
+    /* 4.3 million floats spread over every exponent, both signs */
+    for (uint64_t u = 0; u < 0x100000000ull; u += 997) {
+        float f = from_bits((uint32_t)u);
+        if (isfinite(f)) check_one(f);
+    }
+}
+END_TEST
+
+START_TEST(test_f32_powers_of_ten_and_neighbours) {
+    /* where the digit count and the %g style change: each float nearest
+     * 10^k and its 3 neighbours on each side, 999999999.5-ish values */
+    for (int k = -45; k <= 38; k++) {
+        char s[16];
+        snprintf(s, sizeof(s), "1e%d", k);
+        float f = strtof(s, NULL);
+        for (int d = 0; d < 3; d++) {
+            check_one(f);
+            check_one(-f);
+            float up = f, down = f;
+            for (int i = 0; i <= d; i++) {
+                up = nextafterf(up, INFINITY);
+                down = nextafterf(down, 0);
+            }
+            if (isfinite(up)) check_one(up);
+            check_one(down);
+        }
+    }
+    float v[] = {999999999.f, 999999940.f, 99999999.5f, 9.99999999e-5f, 9.9999997e-5f, 1e-4f,
+                 0.000099999997f, 123456792.f, 4294967296.f, 1.5e-45f, 3e-45f, 7e-45f};
+    for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++)
+        check_one(v[i]);
+}
+END_TEST
+
+START_TEST(test_digits9_every_value) {
+    /* the multiply-and-shift digit split is exact for every n < 10^9: held
+     * to a decimal counter stepped alongside */
+    char want[9], got[9];
+    memset(want, '0', sizeof(want));
+    for (uint32_t n = 0; n < 1000000000u; n++) {
+        fmt_digits9(got, n);
+        if (memcmp(got, want, 9) != 0)
+            ck_abort_msg("%u written as %.9s, not %.9s", n, got, want);
+        for (int i = 8; i >= 0 && ++want[i] > '9'; i--)
+            want[i] = '0';
     }
 }
 END_TEST
@@ -132,29 +187,116 @@ START_TEST(test_parse_number_matches_strtod) {
 }
 END_TEST
 
-START_TEST(test_parse_number_f32_lands_on_the_float) {
-    /* float32 values as clients print them: numpy's 17 digits, %.9g, 12 digits */
-    const char *fmts[] = {"%.17g", "%.9g", "%.12g", "%.17e"};
-    for (int i = 0; i < 200000; i++) {
+/* parse_f32 must give what strtof gives, bit for bit. */
+static void same_as_strtof(const char *s) {
+    size_t len = strlen(s);
+    float v = 12345, ref = strtof(s, NULL);
+    ck_assert_msg(parse_f32(s, len, &v) == len, "%s: not read whole", s);
+    ck_assert_msg(bits(v) == bits(ref), "%s read as %08x (%.9g), strtof gives %08x (%.9g)", s,
+                  bits(v), (double)v, bits(ref), (double)ref);
+}
+
+START_TEST(test_parse_f32_printed_floats) {
+    /* float32 values as clients print them: numpy's 17 digits, %.9g, 12 and 20 digits */
+    const char *fmts[] = {"%.17g", "%.9g", "%.12g", "%.17e", "%.20e", "%.8e"};
+    for (int i = 0; i < 600000; i++) {
         float f = from_bits(rnd32());
         if (!isfinite(f)) continue;
         char s[64];
-        int k = snprintf(s, sizeof(s), fmts[i % 4], (double)f);
-        double v;
-        ck_assert_uint_eq(parse_number_f32(s, (size_t)k, &v), (size_t)k);
-        ck_assert_msg(bits((float)v) == bits(f), "%s read as %08x, was %08x", s, bits((float)v),
-                      bits(f));
+        snprintf(s, sizeof(s), fmts[i % 6], (double)f);
+        same_as_strtof(s);
+        if (i % 6 != 5) { /* 9 or more digits name the float itself */
+            float v;
+            parse_f32(s, strlen(s), &v);
+            ck_assert_msg(bits(v) == bits(f), "%s read as %08x, was %08x", s, bits(v), bits(f));
+        }
     }
-    /* and any decimal lands within a few ulps of the exact double */
+}
+END_TEST
+
+START_TEST(test_parse_f32_random_decimals) {
+    /* 1 to 40 digits, exponents across and past the float32 range */
+    for (int i = 0; i < 1000000; i++) {
+        char s[96];
+        int k = 0, digits = 1 + (int)(rnd32() % 40), point = (int)(rnd32() % (unsigned)digits);
+        if (rnd32() & 1) s[k++] = '-';
+        s[k++] = (char)('1' + rnd32() % 9);
+        for (int d = 1; d < digits; d++) {
+            if (d == point + 1) s[k++] = '.';
+            s[k++] = (char)('0' + rnd32() % 10);
+        }
+        int e = (int)(rnd32() % 110) - 70;
+        snprintf(s + k, sizeof(s) - (size_t)k, "e%d", e);
+        same_as_strtof(s);
+    }
+}
+END_TEST
+
+/* The exact decimal of the double x (any float32 midpoint is one). */
+static void exact_decimal(char *s, size_t cap, double x) {
+    snprintf(s, cap, "%.160e", x);
+    char *e = strchr(s, 'e'), *z = e; /* drop the zeros before the exponent */
+    while (z[-1] == '0')
+        z--;
+    if (z[-1] == '.') z--;
+    memmove(z, e, strlen(e) + 1);
+}
+
+START_TEST(test_parse_f32_midpoints) {
+    /* halfway between two floats (normal, subnormal, next to FLT_MAX), and
+     * the decimals just below and above it: the hard cases of any reader */
     for (int i = 0; i < 200000; i++) {
-        char s[64];
-        int k = snprintf(s, sizeof(s), "%u%u.%ue%d", rnd32(), rnd32(), rnd32(),
-                         (int)(rnd32() % 60) - 45);
-        double v, ref = strtod(s, NULL);
-        ck_assert_uint_eq(parse_number_f32(s, (size_t)k, &v), (size_t)k);
-        ck_assert_msg(fabs(v - ref) <= 4 * fabs(ref) * DBL_EPSILON, "%s: %.17g vs %.17g", s, v,
-                      ref);
+        uint32_t u = rnd32() & 0x7fffffffu;
+        if (i % 4 == 0) u &= 0x007fffffu;             /* subnormal */
+        if (i % 97 == 0) u = 0x7f7fffffu - (u & 0xff); /* near FLT_MAX */
+        float f = from_bits(u);
+        if (!isfinite(f)) continue;
+        double next = u == 0x7f7fffffu ? 0x1p128 : (double)nextafterf(f, INFINITY);
+        double mid = ((double)f + next) / 2; /* exact: 25 bits */
+        char s[256], t[256];
+        exact_decimal(s, sizeof(s), mid);
+        same_as_strtof(s);
+        /* just above: a 1 appended to the digits; just below: the last digit cut */
+        char *e = strchr(s, 'e');
+        size_t m = (size_t)(e - s);
+        snprintf(t, sizeof(t), "%.*s%s1%s", (int)m, s, strchr(s, '.') ? "000" : ".000", e);
+        same_as_strtof(t);
+        if (m > 3) {
+            snprintf(t, sizeof(t), "%.*s%s", (int)m - 1, s, e);
+            same_as_strtof(t);
+        }
+        /* the same number written with 17 and 26 significant digits */
+        snprintf(t, sizeof(t), "%.16e", mid);
+        same_as_strtof(t);
+        snprintf(t, sizeof(t), "%.25e", mid);
+        same_as_strtof(t);
     }
+}
+END_TEST
+
+START_TEST(test_parse_f32_edges) {
+    const char *edge[] = {
+        "0", "-0", "0.0e-999", "1e-46", "7e-46", "7.006e-46", "7.0064923216240862e-46",
+        "7.0064923216240861e-46", "1.401298464324817e-45", "1.4e-45", "1e-45", "2.1e-45",
+        "1.1754942e-38", "1.17549435e-38", "1.1754943508222875e-38", "3.4028234e38",
+        "3.40282346638528859811704183484516925440e+38", "3.4028235677973366e38",
+        "3.4028235677973365e38", "3.4028235677973367e38", "3.5e38", "1e39", "-1e39", "1e400",
+        "1e-400", "16777217", "16777216.000000000000000000001", "16777218", "33554435",
+        "0.1", "0.30000001192092896", "123456789012345678901234567890",
+        "0.00000000000000000000000000000000000000000000000000000000000000001e80",
+        "100000000000000000000000000000000000000000000000000000000000000000000e-60",
+        "1.00000005960464477539062500000001", "1.000000059604644775390625",
+        "1.00000017881393432617187499999999", "1.000000178813934326171875",
+        "9999999999999999999999999999999", "4.9e-324", "2.2250738585072014e-308",
+        "1E+2", "-1.5E-3"};
+    for (size_t i = 0; i < sizeof(edge) / sizeof(edge[0]); i++)
+        same_as_strtof(edge[i]);
+    /* a number longer than any buffer on the stack */
+    char big[2048];
+    memset(big, '7', sizeof(big) - 1);
+    big[1] = '.';
+    big[sizeof(big) - 1] = '\0';
+    same_as_strtof(big);
 }
 END_TEST
 
@@ -249,11 +391,17 @@ int main(void) {
     tcase_add_test(tc, test_f32_special_values);
     tcase_add_test(tc, test_f32_random_bits_round_trip);
     tcase_add_test(tc, test_f32_random_values_round_trip);
+    tcase_add_test(tc, test_f32_every_997th_float);
+    tcase_add_test(tc, test_f32_powers_of_ten_and_neighbours);
+    tcase_add_test(tc, test_digits9_every_value);
     tcase_add_test(tc, test_f32_nonfinite_written_as_zero);
     tcase_add_test(tc, test_sb_floats_and_tensor);
     tcase_add_test(tc, test_parse_number_matches_strtod);
     tcase_add_test(tc, test_parse_number_refuses_bad_grammar);
-    tcase_add_test(tc, test_parse_number_f32_lands_on_the_float);
+    tcase_add_test(tc, test_parse_f32_printed_floats);
+    tcase_add_test(tc, test_parse_f32_random_decimals);
+    tcase_add_test(tc, test_parse_f32_midpoints);
+    tcase_add_test(tc, test_parse_f32_edges);
     tcase_add_test(tc, test_b64_vectors);
     tcase_add_test(tc, test_b64_refuses_garbage);
     tcase_add_test(tc, test_b64_random_round_trip);

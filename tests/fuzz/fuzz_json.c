@@ -2,7 +2,8 @@
  * text. attnd's pull reader (server/jsonin.c) must accept exactly the
  * documents Jansson's json_loadb accepts and read the same values: the
  * same strings byte for byte, numbers as the same double, the same keys
- * (the last of a duplicate, as Jansson keeps). Three known differences are
+ * (the last of a duplicate, as Jansson keeps); and every number read as a
+ * float32 is the float strtof gives. Three known differences are
  * allowed and checked for what they are: Jansson refuses integers past 64
  * bits and numbers past the double range (json_error_numeric_overflow),
  * which attnd reads; attnd refuses nesting deeper than JIN_MAX_DEPTH; and
@@ -18,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../../server/codec.h"
 #include "../../server/jsonin.h"
 
 #define CHECK(cond)                                                                                \
@@ -27,6 +29,19 @@
             abort();                                                                               \
         }                                                                                          \
     } while (0)
+
+/* The float32 reader on the same number text gives what strtof gives. */
+static void check_f32(const char *s, size_t n) {
+    char buf[4200];
+    if (n >= sizeof(buf)) return;
+    memcpy(buf, s, n);
+    buf[n] = '\0';
+    float v = 0, ref = strtof(buf, NULL);
+    CHECK(parse_f32(s, n, &v) == n);
+    if (memcmp(&v, &ref, 4) != 0)
+        fprintf(stderr, "%s: parse_f32 %.9g, strtof %.9g\n", buf, (double)v, (double)ref);
+    CHECK(memcmp(&v, &ref, 4) == 0);
+}
 
 /* Reads one value with the pull reader into a Jansson tree (numbers as
  * reals). NULL on a syntax error. */
@@ -81,7 +96,9 @@ static json_t *read_value(jin *j, int depth) {
     }
     if (c == 'n') return jin_null(j) < 0 ? NULL : json_null();
     double d;
+    size_t at = jin_offset(j);
     if (jin_number(j, &d) < 0) return NULL;
+    check_f32(j->start + at, jin_offset(j) - at);
     /* Jansson holds no infinity (it refuses such numbers as overflow) */
     return isinf(d) ? json_string(d > 0 ? "+inf" : "-inf") : json_real(d);
 }

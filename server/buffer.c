@@ -1,0 +1,85 @@
+/* buffer.c - sbuf, the growable byte buffer every writer fills (see
+ * codec.h). A failed allocation turns the buffer's later writes into no-ops
+ * and is reported once, by sb_take or the oom flag. */
+#include "codec.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void sb_init(sbuf *b) {
+    memset(b, 0, sizeof(*b));
+}
+
+void sb_free(sbuf *b) {
+    if (!b) return;
+    free(b->p);
+    memset(b, 0, sizeof(*b));
+}
+
+int sb_reserve(sbuf *b, size_t extra) {
+    if (b->oom) return -1;
+    if (b->len + extra + 1 <= b->cap) return 0;
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap < b->len + extra + 1) {
+        if (cap > SIZE_MAX / 2) goto fail;
+        cap *= 2;
+    }
+    char *p = realloc(b->p, cap);
+    if (!p) goto fail;
+    b->p = p;
+    b->cap = cap;
+    return 0;
+fail:
+    b->oom = 1;
+    return -1;
+}
+
+void sb_put(sbuf *b, const void *s, size_t n) {
+    if (sb_reserve(b, n) < 0) return;
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = '\0';
+}
+
+void sb_puts(sbuf *b, const char *s) {
+    sb_put(b, s, strlen(s));
+}
+
+void sb_putc(sbuf *b, char c) {
+    if (sb_reserve(b, 1) < 0) return;
+    b->p[b->len++] = c;
+    b->p[b->len] = '\0';
+}
+
+void sb_printf(sbuf *b, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    char tmp[256];
+    int n = vsnprintf(tmp, sizeof(tmp), fmt, ap);
+    va_end(ap);
+    if (n < 0) return;
+    if ((size_t)n < sizeof(tmp)) {
+        sb_put(b, tmp, (size_t)n);
+        return;
+    }
+    if (sb_reserve(b, (size_t)n) < 0) return;
+    va_start(ap, fmt);
+    vsnprintf(b->p + b->len, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    b->len += (size_t)n;
+}
+
+char *sb_take(sbuf *b, size_t *len) {
+    if (b->oom) {
+        sb_free(b);
+        return NULL;
+    }
+    if (!b->p && sb_reserve(b, 0) < 0) return NULL;
+    b->p[b->len] = '\0';
+    char *p = b->p;
+    if (len) *len = b->len;
+    memset(b, 0, sizeof(*b));
+    return p;
+}

@@ -1,0 +1,63 @@
+/* utf8.c - UTF-8 checking and JSON string escaping (see codec.h): whatever
+ * bytes a client sent, what attnd writes back is valid JSON. */
+#include "codec.h"
+
+#include <string.h>
+
+size_t utf8_seq_len(const unsigned char *s, const unsigned char *end) {
+    unsigned c = s[0];
+    size_t n;
+    unsigned min;
+    if (c < 0x80) return 1;
+    if (c >= 0xc2 && c <= 0xdf)
+        n = 2, min = 0x80;
+    else if (c >= 0xe0 && c <= 0xef)
+        n = 3, min = 0x800;
+    else if (c >= 0xf0 && c <= 0xf4)
+        n = 4, min = 0x10000;
+    else
+        return 0;
+    if ((size_t)(end - s) < n) return 0;
+    unsigned cp = c & (0x7f >> n);
+    for (size_t i = 1; i < n; i++) {
+        if ((s[i] & 0xc0) != 0x80) return 0;
+        cp = cp << 6 | (s[i] & 0x3f);
+    }
+    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
+    return n;
+}
+
+void sb_json_str(sbuf *b, const char *s) {
+    static const char hex[] = "0123456789abcdef";
+    const unsigned char *p = (const unsigned char *)s;
+    const unsigned char *end = p + strlen(s);
+    sb_putc(b, '"');
+    while (p < end) {
+        unsigned char c = *p;
+        if (c == '"' || c == '\\') {
+            sb_putc(b, '\\');
+            sb_putc(b, (char)c);
+            p++;
+        } else if (c == '\n') {
+            sb_puts(b, "\\n");
+            p++;
+        } else if (c < 0x20 || c == 0x7f) {
+            char e[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15]};
+            sb_put(b, e, 6);
+            p++;
+        } else if (c < 0x80) {
+            sb_putc(b, (char)c);
+            p++;
+        } else {
+            size_t n = utf8_seq_len(p, end);
+            if (n) {
+                sb_put(b, p, n);
+                p += n;
+            } else {
+                sb_puts(b, "\\ufffd");
+                p++;
+            }
+        }
+    }
+    sb_putc(b, '"');
+}
