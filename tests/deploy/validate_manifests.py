@@ -306,12 +306,12 @@ def main():
             e = scfg["models"][0]["embed_dim"]
             q = sum(dl.query(2, e, seed=5), [])
             st, body, _ = dl.http("POST", f"http://127.0.0.1:{port}/v2/models/{name}/infer",
-                                  {"inputs": [{"name": "query", "shape": [2, e],
+                                  {"inputs": [{"name": "query", "shape": [1, 2, e],
                                                "datatype": "FP32", "data": q}]})
             outs = body.get("outputs", []) if isinstance(body, dict) else []
             out = next((o for o in outs if o.get("name") == "output"), {})
-            c.check(st == 200 and out.get("shape") == [2, e] and len(out.get("data", [])) == 2 * e,
-                    f"POST /v2/models/{name}/infer answers output [2, {e}]",
+            c.check(st == 200 and out.get("shape") == [1, 2, e] and len(out.get("data", [])) == 2 * e,
+                    f"POST /v2/models/{name}/infer answers output [1, 2, {e}]",
                     f"{st} {str(body)[:300]}")
     finally:
         for p in procs:
