@@ -45,7 +45,7 @@ def nginx_config(tmp, lb_port, ports):
     src = os.path.join(dl.ROOT, "docker", "nginx.conf")
     text = open(src).read()
     expect = {r"^pid ": 1, r"^error_log ": 1, r"access_log /dev/stdout": 1,
-              r"listen 8080;": 1, r"server attnd:8080": 1, r"^http \{": 1}
+              r"listen 8080;": 1, r"server attnd:8080": 2, r"^http \{": 1}
     for pat, n in expect.items():
         got = len(re.findall(pat, text, re.M))
         if got != n:
@@ -217,6 +217,29 @@ def main():
             ok, why = dl.output_ok(body.get("output") if st == 200 else None, L, E)
             c.check(ok, "reference answer from a replica", f"{st} {why}", fatal=True)
             refs.append(np.asarray(body["output"]))
+
+        # KV-cache sessions through nginx: the open and every step of a session
+        # reach the same replica (consistent hash on the session id, which
+        # nginx names at the open), while sessions spread over the replicas.
+        lb = f"http://127.0.0.1:{lb_port}"
+        steps_ok, sids = 0, []
+        for k in range(12):
+            st, body, _ = dl.http("POST", lb + "/v1/sessions", {"query": queries[k % 4][:2]})
+            if st != 201:
+                break
+            sids.append(body["session"])
+            for i in range(2, L):
+                st, body, _ = dl.http("POST", f"{lb}/v1/sessions/{sids[-1]}/attention",
+                                      {"query": queries[k % 4][i:i + 1]})
+                steps_ok += st == 200 and body.get("cached_tokens") == i + 1
+        c.check(len(sids) == 12 and steps_ok == 12 * (L - 2),
+                "every step of 12 sessions opened through nginx reached its session",
+                f"{len(sids)} opened, {steps_ok} of {12 * (L - 2)} steps answered")
+        opens = [ln for ln in access_lines(tmp) if '"POST /v1/sessions HTTP' in ln]
+        spread = {re.search(r"upstream=(\S+) ", ln).group(1) for ln in opens}
+        c.check(len(spread) >= 2, "sessions spread over the replicas", str(spread))
+        for sid in sids:
+            dl.http("DELETE", f"{lb}/v1/sessions/{sid}")
 
         marks = {}
         term_code = {}
