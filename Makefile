@@ -149,7 +149,7 @@ build-fuzz/libattnd_fuzz.a: $(FUZZ_OBJ)
 	rm -f $@; ar rcs $@ $^
 build-fuzz/%: tests/fuzz/%.c build-fuzz/libattnd_fuzz.a $(wildcard tests/fuzz/*.h)
 	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer $(PKG_CFLAGS) -o $@ $< build-fuzz/libattnd_fuzz.a \
-	  $(PKG_LIBS) -lm -lpthread
+	  $(PKG_LIBS) -ldl -lm -lpthread
 fuzz: $(FUZZERS)
 fuzz-smoke: $(FUZZERS)
 	@set -e; for f in $(FUZZERS); do n=$$(basename $$f); mkdir -p build-fuzz/corpus-$$n; \

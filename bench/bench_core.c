@@ -9,7 +9,8 @@
  * outputs, next to attn_workspace_bytes for the same batch.
  *
  *   build/bench/bench_core [--threads 1,2] [--seconds 1.5] [--fused on|off|both]
- *                          [--owner core|blas|both] [--no-memory]
+ *                          [--owner core|blas|both] [--proj packed|openblas|both]
+ *                          [--clock wall|cpu] [--no-memory]
  *
  * Never part of the tests: timings depend on the machine and its load.
  * bench/bench_torch.py prints the same table for torch.
@@ -38,9 +39,14 @@ static const shape g_shapes[] = {
 /* The long forward whose memory is measured. */
 static const shape g_mem_shape = {1, 8192, 512, 8};
 
+/* --clock cpu: the process's CPU time instead of the wall clock, which
+ * other work on a shared machine does not inflate (1 thread only: with
+ * more, helpers' spinning counts too). */
+static clockid_t g_clock = CLOCK_MONOTONIC;
+
 static double now_s(void) {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(g_clock, &ts);
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
@@ -77,10 +83,10 @@ static double shape_flops(const shape *s) {
 
 /* A model of random weights; returns 0 or -1 with err filled. */
 static int make_model(attn_model *m, int E, int H, char *err, size_t errlen) {
-    attn_hparams hp = {E, H, E, E, 1, 0};
+    attn_hparams hp = {.embed_dim = E, .num_heads = H, .kdim = E, .vdim = E, .bias = 1};
     if (attn_model_init(m, &hp, err, errlen) < 0) return -1;
     fill(m->mem, m->n_floats, 1.0f / sqrtf((float)E));
-    return 0;
+    return attn_model_pack(m, err, errlen);
 }
 
 /* A self-attention batch of B sequences of L tokens; inputs filled, output
@@ -293,6 +299,10 @@ static void usage(void) {
                     "  --owner     who owns the threads: core (default: the core's own threads,\n"
                     "              OpenBLAS at one), blas (one core thread, OpenBLAS at n),\n"
                     "              or both (one table each)\n"
+                    "  --proj      projections: packed (default: the core's kernel on weights\n"
+                    "              packed at load), openblas (OpenBLAS sgemm), or both\n"
+                    "  --clock     wall (default) or cpu: the process's CPU time, for one\n"
+                    "              thread on a machine shared with other work\n"
                     "  --no-memory skip the peak-memory measurement\n");
 }
 
@@ -300,6 +310,7 @@ int main(int argc, char **argv) {
     int threads[MAX_THREADS] = {1, 2}, nt = 2, memory = 1;
     int fused[2] = {1, 0}, nf = 1; /* settings of attn_set_fused to run */
     int owners[2] = {0, 1}, no = 1; /* settings of g_blas_owns to run */
+    int projs[2] = {ATTN_PROJ_PACKED, ATTN_PROJ_OPENBLAS}, np = 1; /* attn_set_projections */
     double budget = 1.5;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
@@ -342,6 +353,27 @@ int main(int argc, char **argv) {
                 usage();
                 return 2;
             }
+        } else if (strcmp(argv[i], "--proj") == 0 && i + 1 < argc) {
+            const char *v = argv[++i];
+            if (strcmp(v, "packed") == 0) {
+                np = 1;
+            } else if (strcmp(v, "openblas") == 0) {
+                projs[0] = ATTN_PROJ_OPENBLAS;
+                np = 1;
+            } else if (strcmp(v, "both") == 0) {
+                np = 2;
+            } else {
+                usage();
+                return 2;
+            }
+        } else if (strcmp(argv[i], "--clock") == 0 && i + 1 < argc) {
+            const char *v = argv[++i];
+            if (strcmp(v, "cpu") == 0) {
+                g_clock = CLOCK_PROCESS_CPUTIME_ID;
+            } else if (strcmp(v, "wall") != 0) {
+                usage();
+                return 2;
+            }
         } else if (strcmp(argv[i], "--no-memory") == 0) {
             memory = 0;
         } else {
@@ -373,14 +405,17 @@ int main(int argc, char **argv) {
         printf("  %d thread%s %.1f GFLOP/s", threads[t], threads[t] > 1 ? "s" : "", gemm[t]);
     }
     printf("\nFLOPs = 8*T*E^2 + 4*B*L^2*E; median ms over N runs; %% = share of sgemm's rate\n");
-    for (int o = 0; o < no; o++)
-        for (int f = 0; f < nf; f++) {
-            g_blas_owns = owners[o];
-            attn_set_fused(fused[f]);
-            printf("threads owned by %s, fused kernel %s:\n",
-                   owners[o] ? "OpenBLAS (one core thread)" : "the core (OpenBLAS at one)",
-                   fused[f] ? "on" : "off");
-            print_table(threads, nt, gemm, budget);
-        }
+    for (int pj = 0; pj < np; pj++)
+        for (int o = 0; o < no; o++)
+            for (int f = 0; f < nf; f++) {
+                g_blas_owns = owners[o];
+                attn_set_fused(fused[f]);
+                attn_set_projections(projs[pj]);
+                printf("projections %s, threads owned by %s, fused kernel %s:\n",
+                       projs[pj] == ATTN_PROJ_PACKED ? "on packed weights" : "with OpenBLAS",
+                       owners[o] ? "OpenBLAS (one core thread)" : "the core (OpenBLAS at one)",
+                       fused[f] ? "on" : "off");
+                print_table(threads, nt, gemm, budget);
+            }
     return 0;
 }

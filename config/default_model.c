@@ -50,6 +50,10 @@ int attnd_seeded_model(attn_model *m, const attn_hparams *hp, uint64_t seed, cha
     }
     fill_uniform(m->out_w, E * E, 1.0 / sqrt((double)E), &state);
     /* attn_model_init zeroed the biases, as torch's constant_(0) does. */
+    if (attn_model_pack(m, err, errlen) != 0) {
+        attn_model_free(m);
+        return -1;
+    }
     return 0;
 }
 

@@ -241,6 +241,10 @@ static int load_from(attn_model *m, const attnd_model_config *mc, const st_heade
             return -1;
         }
     }
+    if (attn_model_pack(m, err, errlen) != 0) {
+        attn_model_free(m);
+        return -1;
+    }
     return 0;
 }
 

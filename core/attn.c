@@ -1,17 +1,21 @@
 /* attn.c - the fast forward of one attention layer over a ragged batch.
  *
- *   1. projections: one GEMM over all T query tokens of the batch, with
- *      [Wq;Wk;Wv] packed for self-attention (QKV (T,3E)); for cross-attention
- *      Q (T,E) and one GEMM over all U key tokens (KV (U,2E) when value = key);
+ *   1. projections: over all T query tokens (and U key tokens) of the batch
+ *      at once, on the weights packed at load (proj.c, gemm.c): Q, K and V
+ *      land side by side (QKV (T,3E) for self-attention; Q (T,E) and KV
+ *      (U,2E) for cross-attention), as one parallel loop of tiles;
  *   2. per (sequence, head, block of query rows): QK^T, softmax and AV with
  *      OpenBLAS. With no attention matrix asked for, keys are taken in tiles
  *      with an online softmax, so no (L,S) matrix is ever held (in fused.c's
  *      AVX-512 kernel where the CPU and head width allow it); otherwise the
  *      rows' full score matrix is built where the caller wants the weights.
  *      Each block's head output overwrites its own (already used) q columns;
- *   3. out projection: one GEMM over all tokens.
+ *   3. out projection over all tokens, the same way.
  * Every step splits over the context's own threads; OpenBLAS stays at one
- * thread (README, "The core", says why). Legend: see attn.h.
+ * thread (README, "The core", says why). A sequence's numbers do not depend
+ * on what else is in the batch nor on the thread count: the tiles of step 1
+ * and 3 compute each output alike (gemm.c), and step 2's tasks are cut from
+ * each sequence alone (docs/performance.md). Legend: see attn.h.
  */
 #include <math.h>
 #include <stdio.h>
@@ -240,54 +244,15 @@ static float row_exp_sum(float *x, int n, float m)
     }
 }
 
-/* ---- projections ----------------------------------------------------------- */
+/* ---- projections: proj.c ------------------------------------------------- */
 
-/* C (M,N) = A (M,K) @ W^T (K,N) + bias (N), split in chunks over threads. */
-typedef struct {
-    size_t M;
-    int N, K;
-    const float *A;
-    size_t lda;
-    const float *W; /* (N,K) row-major */
-    const float *bias;
-    float *C;
-    size_t ldc;
-    int chunks;
-    int by_rows; /* split rows of M, else columns of N */
-} gemm_job;
-
-static void gemm_chunk(void *arg, int t, int tid)
+/* One projection of a forward: C (M,N) = A (M,K) @ W^T + bias, with the
+ * model's packed weights number `which` (0 q, 1 k, 2 v, 3 out). */
+static proj_part part(const attn_model *m, int which, float *C, size_t ldc, const float *A,
+                      size_t lda, size_t M)
 {
-    (void)tid;
-    const gemm_job *g = arg;
-    size_t r0 = 0, r1 = g->M;
-    int c0 = 0, c1 = g->N;
-    if (g->by_rows) {
-        size_t step = (g->M + g->chunks - 1) / g->chunks;
-        step = (step + 7) / 8 * 8;
-        r0 = step * t;
-        r1 = r0 + step < g->M ? r0 + step : g->M;
-    } else {
-        int step = (g->N + g->chunks - 1) / g->chunks;
-        step = (step + 15) / 16 * 16;
-        c0 = step * t;
-        c1 = c0 + step < g->N ? c0 + step : g->N;
-    }
-    if (r0 >= r1 || c0 >= c1) return;
-    for (size_t r = r0; r < r1; r++)
-        memcpy(g->C + r * g->ldc + c0, g->bias + c0, sizeof(float) * (size_t)(c1 - c0));
-    // A (m,K) @ W[c0:c1]^T (K,n) + C -> C (m,n)
-    blas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(r1 - r0), c1 - c0, g->K, 1.0f,
-                g->A + r0 * g->lda, (int)g->lda, g->W + (size_t)c0 * g->K, g->K, 1.0f,
-                g->C + r0 * g->ldc + c0, (int)g->ldc);
-}
-
-static void linear(attn_ctx *ctx, float *C, size_t ldc, const float *A, size_t lda, const float *W,
-                   const float *bias, size_t M, int N, int K)
-{
-    gemm_job g = {M, N, K, A, lda, W, bias, C, ldc, ctx->nthreads, 1};
-    if (M < (size_t)64 * ctx->nthreads) g.by_rows = 0;
-    attn_pool_run(ctx->pool, ctx->nthreads, gemm_chunk, &g);
+    const float *W[4] = {m->q_w, m->k_w, m->v_w, m->out_w};
+    return (proj_part){&m->packed[which], W[which], A, lda, C, ldc, M};
 }
 
 /* ---- attention --------------------------------------------------------- */
@@ -564,6 +529,10 @@ int attn_forward(attn_ctx *ctx, const attn_model *m, attn_batch *b, char *err, s
     size_t T, U;
     if (m->mem && !attn_is_mha(&m->hp)) return attn_forward_decoder(m, b, err, errlen);
     if (attn_check_batch(m, b, &T, &U, err, errlen) < 0) return -1;
+    if (!m->packed) {
+        snprintf(err, errlen, "model weights are not packed: call attn_model_pack once filled");
+        return -1;
+    }
     int E = m->hp.embed_dim, H = m->hp.num_heads, D = E / H;
     int Kd = m->hp.kdim, Vd = m->hp.vdim;
     fwd_plan p;
@@ -583,38 +552,41 @@ int attn_forward(attn_ctx *ctx, const attn_model *m, attn_batch *b, char *err, s
     st.qoff = qoff;
     st.koff = koff;
 
+    proj_part parts[PROJ_PARTS];
     if (!b->key) {
         // query (T,E) @ [Wq;Wk;Wv]^T (E,3E) + [bq;bk;bv] -> QKV (T,3E)
         float *qkv = ctx->ws;
-        linear(ctx, qkv, 3 * (size_t)E, b->query, E, m->q_w, m->q_b, T, 3 * E, E);
+        size_t ld = 3 * (size_t)E;
+        parts[0] = part(m, 0, qkv, ld, b->query, E, T);
+        parts[1] = part(m, 1, qkv + E, ld, b->query, E, T);
+        parts[2] = part(m, 2, qkv + 2 * E, ld, b->query, E, T);
         st.q = qkv;
         st.k = qkv + E;
         st.v = qkv + 2 * E;
-        st.ldq = st.ldk = st.ldv = 3 * (size_t)E;
+        st.ldq = st.ldk = st.ldv = ld;
     } else {
         float *q = ctx->ws, *kv = ctx->ws + T * E;
+        const float *value = b->value ? b->value : b->key; /* value = key */
+        size_t ldv = b->value ? (size_t)Vd : (size_t)Kd;
         // query (T,E) @ Wq^T (E,E) + bq -> Q (T,E)
-        linear(ctx, q, E, b->query, E, m->q_w, m->q_b, T, E, E);
-        if (!b->value) {
-            // key (U,Kd) @ [Wk;Wv]^T (Kd,2E) + [bk;bv] -> KV (U,2E), as value = key
-            linear(ctx, kv, 2 * (size_t)E, b->key, Kd, m->k_w, m->k_b, U, 2 * E, Kd);
-        } else {
-            // key (U,Kd) @ Wk^T (Kd,E) + bk -> K (U,E); value (U,Vd) @ Wv^T + bv -> V (U,E)
-            linear(ctx, kv, 2 * (size_t)E, b->key, Kd, m->k_w, m->k_b, U, E, Kd);
-            linear(ctx, kv + E, 2 * (size_t)E, b->value, Vd, m->v_w, m->v_b, U, E, Vd);
-        }
+        parts[0] = part(m, 0, q, E, b->query, E, T);
+        // key (U,Kd) @ Wk^T (Kd,E) + bk -> K (U,E); value (U,Vd) @ Wv^T + bv -> V (U,E)
+        parts[1] = part(m, 1, kv, 2 * (size_t)E, b->key, Kd, U);
+        parts[2] = part(m, 2, kv + E, 2 * (size_t)E, value, ldv, U);
         st.q = q;
         st.ldq = E;
         st.k = kv;
         st.v = kv + E;
         st.ldk = st.ldv = 2 * (size_t)E;
     }
+    proj_run(ctx->pool, ctx->nthreads, parts, 3);
 
     size_t ntasks = make_tasks(ctx->tasks, b, H, D);
     attend_job job = {&st, ctx->tasks};
     attn_pool_run(ctx->pool, (int)ntasks, attend_task, &job);
 
     // heads (T,E) @ Wo^T (E,E) + bo -> out (T,E)
-    linear(ctx, b->out, E, st.q, st.ldq, m->out_w, m->out_b, T, E, E);
+    parts[0] = part(m, 3, b->out, E, st.q, st.ldq, T);
+    proj_run(ctx->pool, ctx->nthreads, parts, 1);
     return 0;
 }

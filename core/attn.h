@@ -84,11 +84,17 @@ typedef struct {
     float *out_b; /* (E) */
     float *mem;   /* the one allocation; owned, freed by attn_model_free */
     size_t n_floats; /* floats in mem */
+    struct attn_packed *packed; /* (4) q_w, k_w, v_w, out_w in the projection kernel's layout
+                                   (core/gemm.c): made by attn_model_pack, owned; NULL before */
 } attn_model;
 
 /* Checks hp and allocates zeroed weights. Returns 0, or -1 with a sentence
  * in err. On failure m holds nothing to free (attn_model_free is still safe). */
 int attn_model_init(attn_model *m, const attn_hparams *hp, char *err, size_t errlen);
+/* Packs the weights for the projection kernel, once, after they are filled
+ * (again if they change); attn_forward needs it. About doubles the weights'
+ * memory. Returns 0, or -1 with a sentence in err (out of memory). */
+int attn_model_pack(attn_model *m, char *err, size_t errlen);
 /* Frees the weights; safe on a zeroed or already freed model. */
 void attn_model_free(attn_model *m);
 
@@ -180,6 +186,13 @@ int attn_step_forward(const attn_model *m, attn_step *steps, int n, char *err, s
  * forces the OpenBLAS tiles everywhere (tests and benchmarks compare both);
  * call it before forwards start, not during. Returns the previous setting. */
 int attn_set_fused(int on);
+
+/* The projections run on the packed weights (default: the same bits for a
+ * sequence whatever shares its batch), or through OpenBLAS on the unpacked
+ * ones, which benchmarks compare. Call before forwards start. Returns the
+ * previous mode. */
+enum { ATTN_PROJ_PACKED = 0, ATTN_PROJ_OPENBLAS = 1 };
+int attn_set_projections(int mode);
 
 /* ---- kernels: what the CPU allows, and OpenBLAS (blas.c) ---------------- */
 

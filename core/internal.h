@@ -42,4 +42,39 @@ void attn_fused_block(float *out, size_t ldo, const float *q, size_t ldq, const 
                       size_t ldk, const float *v, size_t ldv, const attn_seq *s, int i0, int Lb,
                       int D, float scale, float *scratch);
 
+/* gemm.c: projections on weights packed once (see there). */
+enum { ATTN_PANEL = 16 }; /* output columns per packed panel */
+typedef struct attn_packed {
+    int N, K;          /* W is (N,K): N outputs, K inputs */
+    int panels;        /* ceil(N / ATTN_PANEL) */
+    float *p;          /* (panels, K, ATTN_PANEL), 64-byte aligned, zeros past N; owned */
+    const float *bias; /* (N), borrowed from the model */
+} attn_packed;
+
+/* Packs W (N,K). Returns 0 or -1 (out of memory). */
+int attn_packed_init(attn_packed *pw, const float *W, const float *bias, int N, int K);
+void attn_packed_free(attn_packed *pw); /* zeroed or NULL: no-op */
+/* C[r0:r1, 16*j0 : 16*j1) = A[r0:r1] (.,K) @ W^T + bias, clipped to N; the
+ * fastest kernel the CPU runs. Rows of C and A at strides ldc and lda. */
+void gemm_tile(float *C, size_t ldc, const float *A, size_t lda, const attn_packed *pw, size_t r0,
+               size_t r1, int j0, int j1);
+/* The same, plain C with fmaf: what every FMA kernel must equal bit for bit. */
+void gemm_ref(float *C, size_t ldc, const float *A, size_t lda, const attn_packed *pw, size_t r0,
+              size_t r1, int c0, int c1);
+int gemm_level(void);            /* ATTN_ISA_* of the kernel the CPU runs */
+int gemm_force_level(int level); /* tests: -1 = the CPU's; returns the previous */
+
+/* proj.c: the projections of a forward as one parallel loop of tiles. */
+enum { PROJ_PARTS = 3 }; /* at most Q, K and V at once */
+typedef struct {
+    const attn_packed *pw; /* packed weights and bias: N outputs, K inputs */
+    const float *W;        /* (N,K) the same weights unpacked (ATTN_PROJ_OPENBLAS) */
+    const float *A;        /* (M,K) inputs at row stride lda */
+    size_t lda;
+    float *C;              /* (M,N) outputs at row stride ldc */
+    size_t ldc;
+    size_t M;
+} proj_part;
+void proj_run(attn_pool *pool, int nthreads, const proj_part *parts, int nparts);
+
 #endif

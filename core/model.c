@@ -1,5 +1,6 @@
-/* model.c - the model's one allocation, and the batch checks shared by the
- * fast and the reference forward. No math here. */
+/* model.c - the model's one allocation, its packed copy for the projection
+ * kernel, and the batch checks shared by the fast and the reference forward.
+ * No math here. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -114,9 +115,37 @@ int attn_model_init(attn_model *m, const attn_hparams *hp, char *err, size_t err
     return 0;
 }
 
+static void unpack(attn_model *m)
+{
+    if (!m->packed) return;
+    for (int i = 0; i < 4; i++) attn_packed_free(&m->packed[i]);
+    free(m->packed);
+    m->packed = NULL;
+}
+
+int attn_model_pack(attn_model *m, char *err, size_t errlen)
+{
+    const attn_hparams *hp = &m->hp;
+    int E = hp->embed_dim, HD = hp->num_heads * hp->head_dim, GD = hp->num_kv_heads * hp->head_dim;
+    unpack(m);
+    m->packed = calloc(4, sizeof *m->packed);
+    if (!m->packed ||
+        attn_packed_init(&m->packed[0], m->q_w, m->q_b, HD, E) < 0 ||      /* (H*D, E) */
+        attn_packed_init(&m->packed[1], m->k_w, m->k_b, GD, hp->kdim) < 0 || /* (G*D, Kd) */
+        attn_packed_init(&m->packed[2], m->v_w, m->v_b, GD, hp->vdim) < 0 || /* (G*D, Vd) */
+        attn_packed_init(&m->packed[3], m->out_w, m->out_b, E, HD) < 0) {  /* (E, H*D) */
+        unpack(m);
+        snprintf(err, errlen, "out of memory packing the weights (about %zu bytes)",
+                 m->n_floats * sizeof(float));
+        return -1;
+    }
+    return 0;
+}
+
 void attn_model_free(attn_model *m)
 {
     if (!m) return;
+    unpack(m);
     free(m->mem);
     memset(m, 0, sizeof *m);
 }
@@ -129,6 +158,7 @@ int attn_check_batch(const attn_model *m, const attn_batch *b, size_t *T, size_t
         snprintf(err, errlen, "model has no weights");
         return -1;
     }
+
     if (b->B < 1 || !b->seqs || !b->query || !b->out) {
         snprintf(err, errlen, "batch needs at least one sequence, a query and an output");
         return -1;

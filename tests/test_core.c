@@ -18,6 +18,7 @@
  * relative to the repository root, where `make test-unit` runs).
  */
 #include "../core/attn.h"
+#include "../core/internal.h" /* gemm_force_level: every projection kernel */
 
 #include <check.h>
 #include <dirent.h>
@@ -388,6 +389,7 @@ static void golden_load(golden *g, const char *path) {
     ck_assert_msg(nt == (hp.kdim == hp.embed_dim && hp.vdim == hp.embed_dim ? 1 : 3) +
                             (hp.bias ? 3 : 1),
                   "%s: %d tensors", path, nt);
+    ck_assert_msg(attn_model_pack(&g->m, err, sizeof(err)) == 0, "%s: %s", path, err);
 
     int E = hp.embed_dim, H = hp.num_heads;
     json_t *arr = json_object_get(root, "sequences");
@@ -473,9 +475,19 @@ START_TEST(test_golden_present) {
 }
 END_TEST
 
+/* Every golden file, once per projection kernel: the one the CPU runs, then
+ * AVX2 + FMA and the baseline (loop index / g_ngolden). */
+static const int GEMM_LEVELS[] = {-1, ATTN_ISA_AVX2, ATTN_ISA_BASE};
+
 START_TEST(test_golden_file) {
-    ck_assert_int_lt(_i, g_ngolden);
-    const char *path = g_golden[_i];
+    ck_assert_int_lt(_i, 3 * g_ngolden);
+    const char *path = g_golden[_i % g_ngolden];
+    int level = GEMM_LEVELS[_i / g_ngolden];
+    if (level > gemm_level()) {
+        printf("golden %s: projection kernel level %d is beyond this CPU\n", path, level);
+        return;
+    }
+    gemm_force_level(level);
     golden g;
     g_max_rel = g_max_abs = 0;
     golden_load(&g, path);
@@ -529,9 +541,11 @@ START_TEST(test_golden_file) {
     snprintf(what, sizeof(what), "%s mixed batch reversed", path);
     golden_batch(&g, idx, g.n, KV_EXPLICIT, ctxs, 3, what);
 
-    printf("golden %s: %d sequences ok; against torch, largest relative error %.3g, largest "
-           "element difference %.3g\n",
-           path, g.n, g_max_rel, g_max_abs);
+    printf("golden %s, projection kernel %s: %d sequences ok; against torch, largest relative "
+           "error %.3g, largest element difference %.3g\n",
+           path, level < 0 ? "of this CPU" : level == ATTN_ISA_AVX2 ? "AVX2" : "baseline", g.n,
+           g_max_rel, g_max_abs);
+    gemm_force_level(-1);
     free(idx);
     for (int c = 0; c < 3; c++)
         attn_ctx_free(ctxs[c]);
@@ -594,6 +608,7 @@ static void rand_model(attn_model *m, const attn_hparams *hp) {
         for (size_t j = 0; j < t[i].n; j++)
             t[i].p[j] = rng_normal() * t[i].scale;
     }
+    ck_assert_msg(attn_model_pack(m, err, sizeof(err)) == 0, "%s", err);
 }
 
 /* A random shape: fixed lengths when lo == hi. */
@@ -906,7 +921,7 @@ static Suite *core_suite(void) {
     TCase *tg = tcase_create("golden");
     tcase_set_timeout(tg, 300);
     tcase_add_test(tg, test_golden_present);
-    tcase_add_loop_test(tg, test_golden_file, 0, g_ngolden);
+    tcase_add_loop_test(tg, test_golden_file, 0, 3 * g_ngolden);
     suite_add_tcase(s, tg);
     TCase *tr = tcase_create("random");
     tcase_set_timeout(tr, 600);

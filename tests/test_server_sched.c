@@ -76,6 +76,7 @@ static void setup_model(void) {
     ck_assert_int_eq(attn_model_init(&model, &hp, err, sizeof(err)), 0);
     for (size_t i = 0; i < model.n_floats; i++)
         model.mem[i] = rnd();
+    ck_assert_int_eq(attn_model_pack(&model, err, sizeof(err)), 0);
     info.name = "m";
     info.hp = model.hp;
 }

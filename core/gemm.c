@@ -1,0 +1,303 @@
+/* gemm.c - the projections: C (M,N) = A (M,K) @ W^T (K,N) + bias (N) on
+ * weights packed once, at load, into the layout this kernel reads.
+ *
+ * Layout: W (N,K) row-major (torch's (out, in)) is cut into panels of 16
+ * output columns; panel j holds, for k = 0..K-1, the 16 weights
+ * W[16j .. 16j+15][k] next to each other (zeros past N). A kernel walks one
+ * or two panels from front to back while it broadcasts one input value per
+ * row: no weight is ever re-packed per call, which is what a batch of a few
+ * tokens would otherwise pay for (a whole 3E x E copy per call and thread).
+ *
+ * Every output is computed the same way whatever M, the row's place in the
+ * batch, the tile or the thread: c = bias; for k = 0..K-1: c = fma(a_k, w_k, c),
+ * in that order (a K block ends by storing c and the next reloads it, which
+ * changes no bit). So a sequence's projections do not depend on what else
+ * shares its batch, nor on the thread count (docs/performance.md, batch
+ * invariance). gemm_ref() is that formula in plain C with fmaf; the AVX-512
+ * and AVX2 kernels give the same bits, and the tests hold them to it. The
+ * baseline kernel (no FMA in the CPU) rounds the product first.
+ *
+ * Kernels: AVX-512, 12 rows x 2 panels (24 accumulators); AVX2 + FMA, 6 rows
+ * x 1 panel (12); baseline, plain loops. Chosen at run time from the CPU.
+ * Legend: see attn.h (here M rows, N output columns, K input width).
+ */
+#include <immintrin.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "internal.h"
+
+#ifndef ATTN_GEMM_KC /* -DATTN_GEMM_KC=... and -DATTN_GEMM_MB=... for tuning builds */
+#define ATTN_GEMM_KC 128
+#endif
+#ifndef ATTN_GEMM_MB
+#define ATTN_GEMM_MB 96
+#endif
+enum {
+    NP = ATTN_PANEL, /* columns per panel */
+    KC = ATTN_GEMM_KC, /* K block: two panels of it (16 KiB) stay in L1 across a row tile */
+    MB = ATTN_GEMM_MB, /* row block: its K block of inputs stays in L2 across the panels */
+    LDA = KC + 16,     /* row stride of the copied inputs */
+};
+
+/* Offset of W[16j][k] in the packed layout (kb = k / KC). */
+static inline size_t panel_at(int K, int panels, int j, int k)
+{
+    size_t kb = (size_t)(k / KC), kw = (size_t)(K - kb * KC < KC ? K - kb * KC : KC);
+    return (kb * KC * panels + (size_t)j * kw + (size_t)(k % KC)) * NP;
+}
+
+int attn_packed_init(attn_packed *pw, const float *W, const float *bias, int N, int K)
+{
+    memset(pw, 0, sizeof *pw);
+    int panels = (N + NP - 1) / NP;
+    size_t n = (size_t)panels * K * NP, bytes = (n ? n : 1) * sizeof(float);
+    size_t align = bytes >= (4u << 20) ? (2u << 20) : 64;
+    void *p = NULL;
+    if (posix_memalign(&p, align, (bytes + align - 1) / align * align) != 0) return -1;
+#ifdef MADV_HUGEPAGE
+    if (align > 64) madvise(p, bytes, MADV_HUGEPAGE); /* read on every call: few TLB misses */
+#endif
+    float *dst = p;
+    for (int j = 0; j < panels; j++)
+        for (int k = 0; k < K; k++)
+            for (int c = 0; c < NP; c++) {
+                int col = j * NP + c;
+                dst[panel_at(K, panels, j, k) + c] = col < N ? W[(size_t)col * K + k] : 0.0f;
+            }
+    pw->p = dst;
+    pw->bias = bias;
+    pw->N = N;
+    pw->K = K;
+    pw->panels = panels;
+    return 0;
+}
+
+void attn_packed_free(attn_packed *pw)
+{
+    if (!pw) return;
+    free(pw->p);
+    memset(pw, 0, sizeof *pw);
+}
+
+/* The formula, plainly: rows [r0,r1) x columns [c0,c1) of C. */
+void gemm_ref(float *C, size_t ldc, const float *A, size_t lda, const attn_packed *pw, size_t r0,
+              size_t r1, int c0, int c1)
+{
+    int K = pw->K;
+    for (size_t r = r0; r < r1; r++)
+        for (int n = c0; n < c1; n++) {
+            float c = pw->bias[n];
+            for (int k = 0; k < K; k++)
+                c = fmaf(A[r * lda + k], pw->p[panel_at(K, pw->panels, n / NP, k) + n % NP], c);
+            C[r * ldc + n] = c;
+        }
+}
+
+/* ---- AVX-512: MR rows x 2 panels ------------------------------------------- */
+
+#define AVX512 __attribute__((target("avx512f")))
+#define AVX2 __attribute__((target("avx2,fma")))
+#define INLINE static inline __attribute__((always_inline))
+
+/* C[0:MR, 0:32) (masks m0, m1 for the two panels' valid columns) over the
+ * kn inputs of one K block (A and the panels P0, P1 start at the block):
+ * from the bias when first, else from C. */
+AVX512 INLINE void k512(float *C, size_t ldc, const float *A, size_t lda, const float *P0,
+                        const float *P1, const float *b0, const float *b1, __mmask16 m0,
+                        __mmask16 m1, int first, int kn, const int MR)
+{
+    __m512 c[12][2];
+    _Pragma("GCC unroll 12") for (int r = 0; r < MR; r++)
+    {
+        c[r][0] = _mm512_maskz_loadu_ps(m0, first ? b0 : C + r * ldc);
+        c[r][1] = _mm512_maskz_loadu_ps(m1, first ? b1 : C + r * ldc + NP);
+    }
+    for (int k = 0; k < kn; k++) {
+        __m512 w0 = _mm512_load_ps(P0 + (size_t)k * NP), w1 = _mm512_load_ps(P1 + (size_t)k * NP);
+        _Pragma("GCC unroll 12") for (int r = 0; r < MR; r++)
+        {
+            __m512 a = _mm512_set1_ps(A[r * lda + k]);
+            c[r][0] = _mm512_fmadd_ps(a, w0, c[r][0]);
+            c[r][1] = _mm512_fmadd_ps(a, w1, c[r][1]);
+        }
+    }
+    _Pragma("GCC unroll 12") for (int r = 0; r < MR; r++)
+    {
+        _mm512_mask_storeu_ps(C + r * ldc, m0, c[r][0]);
+        _mm512_mask_storeu_ps(C + r * ldc + NP, m1, c[r][1]);
+    }
+}
+
+/* nr rows x panels [j0,j1) of C over the K block [k0,k1); A holds the
+ * block's inputs of those rows (column k0 first). */
+AVX512 static void tile512(float *C, size_t ldc, const float *A, size_t lda, const attn_packed *pw,
+                           size_t nr, int j0, int j1, int k0, int k1)
+{
+    int N = pw->N, kn = k1 - k0, first = k0 == 0;
+    for (int j = j0; j < j1; j += 2) {
+        int n0 = j * NP;
+        int left0 = N - n0, left1 = N - n0 - NP;
+        __mmask16 m0 = left0 >= NP ? 0xFFFF : (__mmask16)((1u << left0) - 1);
+        __mmask16 m1 = j + 1 >= j1 || left1 <= 0 ? 0 :
+                       left1 >= NP ? 0xFFFF : (__mmask16)((1u << left1) - 1);
+        const float *P0 = pw->p + panel_at(pw->K, pw->panels, j, k0);
+        const float *P1 = m1 ? P0 + (size_t)kn * NP : P0; /* unread lanes: any valid panel */
+        const float *b0 = pw->bias + n0, *b1 = m1 ? b0 + NP : b0;
+        size_t r = 0;
+        for (; r + 12 <= nr; r += 12)
+            k512(C + r * ldc + n0, ldc, A + r * lda, lda, P0, P1, b0, b1, m0, m1, first, kn, 12);
+        float *c = C + r * ldc + n0;
+        const float *a = A + r * lda;
+        switch (nr - r) {
+        case 11: k512(c, ldc, a, lda, P0, P1, b0, b1, m0, m1, first, kn, 11); break;
+        case 10: k512(c, ldc, a, lda, P0, P1, b0, b1, m0, m1, first, kn, 10); break;
+        case 9: k512(c, ldc, a, lda, P0, P1, b0, b1, m0, m1, first, kn, 9); break;
+        case 8: k512(c, ldc, a, lda, P0, P1, b0, b1, m0, m1, first, kn, 8); break;
+        case 7: k512(c, ldc, a, lda, P0, P1, b0, b1, m0, m1, first, kn, 7); break;
+        case 6: k512(c, ldc, a, lda, P0, P1, b0, b1, m0, m1, first, kn, 6); break;
+        case 5: k512(c, ldc, a, lda, P0, P1, b0, b1, m0, m1, first, kn, 5); break;
+        case 4: k512(c, ldc, a, lda, P0, P1, b0, b1, m0, m1, first, kn, 4); break;
+        case 3: k512(c, ldc, a, lda, P0, P1, b0, b1, m0, m1, first, kn, 3); break;
+        case 2: k512(c, ldc, a, lda, P0, P1, b0, b1, m0, m1, first, kn, 2); break;
+        case 1: k512(c, ldc, a, lda, P0, P1, b0, b1, m0, m1, first, kn, 1); break;
+        default: break;
+        }
+    }
+}
+
+/* ---- AVX2 + FMA: MR rows x 1 panel ------------------------------------------ */
+
+/* The valid lanes of a partial panel, as AVX2 masks of its two halves. */
+AVX2 INLINE void masks256(int left, __m256i *lo, __m256i *hi)
+{
+    const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    *lo = _mm256_cmpgt_epi32(_mm256_set1_epi32(left), idx);
+    *hi = _mm256_cmpgt_epi32(_mm256_set1_epi32(left - 8), idx);
+}
+
+AVX2 INLINE void k256(float *C, size_t ldc, const float *A, size_t lda, const float *P,
+                      const float *b, __m256i mlo, __m256i mhi, int first, int kn, const int MR)
+{
+    __m256 c[6][2];
+    _Pragma("GCC unroll 6") for (int r = 0; r < MR; r++)
+    {
+        const float *src = first ? b : C + r * ldc;
+        c[r][0] = _mm256_maskload_ps(src, mlo);
+        c[r][1] = _mm256_maskload_ps(src + 8, mhi);
+    }
+    for (int k = 0; k < kn; k++) {
+        __m256 w0 = _mm256_load_ps(P + (size_t)k * NP), w1 = _mm256_load_ps(P + (size_t)k * NP + 8);
+        _Pragma("GCC unroll 6") for (int r = 0; r < MR; r++)
+        {
+            __m256 a = _mm256_broadcast_ss(A + r * lda + k);
+            c[r][0] = _mm256_fmadd_ps(a, w0, c[r][0]);
+            c[r][1] = _mm256_fmadd_ps(a, w1, c[r][1]);
+        }
+    }
+    _Pragma("GCC unroll 6") for (int r = 0; r < MR; r++)
+    {
+        _mm256_maskstore_ps(C + r * ldc, mlo, c[r][0]);
+        _mm256_maskstore_ps(C + r * ldc + 8, mhi, c[r][1]);
+    }
+}
+
+AVX2 static void tile256(float *C, size_t ldc, const float *A, size_t lda, const attn_packed *pw,
+                         size_t nr, int j0, int j1, int k0, int k1)
+{
+    int N = pw->N, kn = k1 - k0, first = k0 == 0;
+    for (int j = j0; j < j1; j++) {
+        int n0 = j * NP;
+        __m256i mlo, mhi;
+        masks256(N - n0, &mlo, &mhi);
+        const float *P = pw->p + panel_at(pw->K, pw->panels, j, k0), *b = pw->bias + n0;
+        size_t r = 0;
+        for (; r + 6 <= nr; r += 6)
+            k256(C + r * ldc + n0, ldc, A + r * lda, lda, P, b, mlo, mhi, first, kn, 6);
+        float *c = C + r * ldc + n0;
+        const float *a = A + r * lda;
+        switch (nr - r) {
+        case 5: k256(c, ldc, a, lda, P, b, mlo, mhi, first, kn, 5); break;
+        case 4: k256(c, ldc, a, lda, P, b, mlo, mhi, first, kn, 4); break;
+        case 3: k256(c, ldc, a, lda, P, b, mlo, mhi, first, kn, 3); break;
+        case 2: k256(c, ldc, a, lda, P, b, mlo, mhi, first, kn, 2); break;
+        case 1: k256(c, ldc, a, lda, P, b, mlo, mhi, first, kn, 1); break;
+        default: break;
+        }
+    }
+}
+
+/* ---- baseline: plain loops, product rounded before the sum ------------------ */
+
+static void tile_base(float *C, size_t ldc, const float *A, size_t lda, const attn_packed *pw,
+                      size_t nr, int j0, int j1, int k0, int k1)
+{
+    for (size_t r = 0; r < nr; r++)
+        for (int j = j0; j < j1; j++) {
+            int n0 = j * NP, nc = pw->N - n0 < NP ? pw->N - n0 : NP;
+            float c[NP];
+            for (int i = 0; i < nc; i++) c[i] = k0 ? C[r * ldc + n0 + i] : pw->bias[n0 + i];
+            const float *P = pw->p + panel_at(pw->K, pw->panels, j, k0);
+            for (int k = k0; k < k1; k++) {
+                float a = A[r * lda + k - k0];
+                /* compiled for the baseline ISA: no fma to contract into */
+                for (int i = 0; i < nc; i++) c[i] += a * P[(size_t)(k - k0) * NP + i];
+            }
+            for (int i = 0; i < nc; i++) C[r * ldc + n0 + i] = c[i];
+        }
+}
+
+/* ---- dispatch ---------------------------------------------------------------- */
+
+static int g_cpu_level;
+static pthread_once_t g_cpu_once = PTHREAD_ONCE_INIT;
+
+static void detect_level(void)
+{
+    attn_cpu c;
+    attn_cpu_detect(&c);
+    g_cpu_level = c.avx512f ? ATTN_ISA_AVX512 : c.avx2 && c.fma ? ATTN_ISA_AVX2 : ATTN_ISA_BASE;
+}
+
+int gemm_level(void)
+{
+    pthread_once(&g_cpu_once, detect_level);
+    return g_cpu_level;
+}
+
+static int g_level = -1; /* gemm_force_level(); -1: the CPU's */
+
+int gemm_force_level(int level)
+{
+    int was = g_level;
+    g_level = level;
+    return was;
+}
+
+void gemm_tile(float *C, size_t ldc, const float *A, size_t lda, const attn_packed *pw, size_t r0,
+               size_t r1, int j0, int j1)
+{
+    int level = g_level >= 0 ? g_level : gemm_level();
+    if (j1 > pw->panels) j1 = pw->panels;
+    /* the inputs of one row block and K block, copied at a stride that is not
+     * a multiple of 4 KiB: rows 4 KiB apart (K = 1024) share L1 sets */
+    float abuf[MB * LDA] __attribute__((aligned(64)));
+    for (size_t rb = r0; rb < r1; rb += MB) {
+        size_t re = r1 - rb < MB ? r1 : rb + MB;
+        for (int k0 = 0; k0 < pw->K; k0 += KC) {
+            int k1 = pw->K - k0 < KC ? pw->K : k0 + KC;
+            for (size_t r = rb; r < re; r++)
+                memcpy(abuf + (r - rb) * LDA, A + r * lda + k0, sizeof(float) * (size_t)(k1 - k0));
+            float *c = C + rb * ldc;
+            if (level >= ATTN_ISA_AVX512)
+                tile512(c, ldc, abuf, LDA, pw, re - rb, j0, j1, k0, k1);
+            else if (level == ATTN_ISA_AVX2)
+                tile256(c, ldc, abuf, LDA, pw, re - rb, j0, j1, k0, k1);
+            else
+                tile_base(c, ldc, abuf, LDA, pw, re - rb, j0, j1, k0, k1);
+        }
+    }
+}

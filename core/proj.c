@@ -1,0 +1,109 @@
+/* proj.c - the projections of one forward, spread over the pool: each
+ * projection (a "part": inputs (M,K), packed weights, outputs (M,N)) is cut
+ * into tiles of rows x output columns, and every tile of every part is one
+ * task, so the Q, K and V projections of a batch share one parallel loop.
+ * Tiles run gemm_tile (gemm.c) on the weights packed at load; a tile's
+ * shape never changes a bit of its outputs (gemm.c says why).
+ *
+ * attn_set_projections(ATTN_PROJ_OPENBLAS) runs the same tiles through
+ * OpenBLAS on the unpacked weights instead: benchmarks compare the two.
+ * Legend: see attn.h.
+ */
+#include <string.h>
+
+#include "internal.h"
+
+enum {
+    ROWS = 192,     /* rows per tile at most */
+    MIN_ROWS = 24,  /* rows per tile at least, when splitting for more tasks */
+    PANELS = 16,    /* output panels (16 columns each) per tile at most */
+    TASKS_PER_THREAD = 3,
+};
+
+static int g_proj = ATTN_PROJ_PACKED;
+
+int attn_set_projections(int mode)
+{
+    int was = g_proj;
+    g_proj = mode == ATTN_PROJ_OPENBLAS ? ATTN_PROJ_OPENBLAS : ATTN_PROJ_PACKED;
+    return was;
+}
+
+typedef struct {
+    const proj_part *parts;
+    int nparts;
+    int rows, panels;       /* tile shape */
+    int first[PROJ_PARTS + 1]; /* first task of each part; first[nparts] = all tasks */
+} proj_job;
+
+static int tiles_of(const proj_part *p, int rows, int panels)
+{
+    int rb = (int)((p->M + (size_t)rows - 1) / (size_t)rows);
+    int cb = (p->pw->panels + panels - 1) / panels;
+    return rb * cb;
+}
+
+static int count_tasks(proj_job *j)
+{
+    j->first[0] = 0;
+    for (int i = 0; i < j->nparts; i++)
+        j->first[i + 1] = j->first[i] + tiles_of(&j->parts[i], j->rows, j->panels);
+    return j->first[j->nparts];
+}
+
+/* Tiles small enough that every thread gets a few, large enough to keep
+ * the kernel's blocking (a multiple of its 12 rows). */
+static int plan_tiles(proj_job *j, int nthreads)
+{
+    j->rows = ROWS;
+    j->panels = PANELS;
+    int want = nthreads > 1 ? TASKS_PER_THREAD * nthreads : 1;
+    int n = count_tasks(j);
+    while (n < want && (j->panels > 2 || j->rows > MIN_ROWS)) {
+        if (j->panels > 2)
+            j->panels /= 2;
+        else
+            j->rows /= 2;
+        n = count_tasks(j);
+    }
+    return n;
+}
+
+/* Rows [r0,r1) x columns [c0,c1) of C = A W^T + bias, with OpenBLAS. */
+static void tile_openblas(const proj_part *p, size_t r0, size_t r1, int c0, int c1)
+{
+    for (size_t r = r0; r < r1; r++)
+        memcpy(p->C + r * p->ldc + c0, p->pw->bias + c0, sizeof(float) * (size_t)(c1 - c0));
+    int K = p->pw->K;
+    // A (m,K) @ W[c0:c1]^T (K,n) + C -> C (m,n)
+    blas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(r1 - r0), c1 - c0, K, 1.0f,
+               p->A + r0 * p->lda, (int)p->lda, p->W + (size_t)c0 * K, K, 1.0f,
+               p->C + r0 * p->ldc + c0, (int)p->ldc);
+}
+
+static void proj_task(void *arg, int t, int tid)
+{
+    (void)tid;
+    const proj_job *j = arg;
+    int i = 0;
+    while (t >= j->first[i + 1]) i++;
+    const proj_part *p = &j->parts[i];
+    int local = t - j->first[i];
+    int rb = (int)((p->M + (size_t)j->rows - 1) / (size_t)j->rows);
+    int cb = local / rb, r = local % rb; /* column-block major: neighbours share weights */
+    size_t r0 = (size_t)r * j->rows, r1 = r0 + (size_t)j->rows < p->M ? r0 + j->rows : p->M;
+    int j0 = cb * j->panels, j1 = j0 + j->panels;
+    if (g_proj == ATTN_PROJ_OPENBLAS) {
+        int c0 = j0 * ATTN_PANEL, c1 = j1 * ATTN_PANEL < p->pw->N ? j1 * ATTN_PANEL : p->pw->N;
+        tile_openblas(p, r0, r1, c0, c1);
+        return;
+    }
+    gemm_tile(p->C + r0 * p->ldc, p->ldc, p->A + r0 * p->lda, p->lda, p->pw, 0, r1 - r0, j0, j1);
+}
+
+void proj_run(attn_pool *pool, int nthreads, const proj_part *parts, int nparts)
+{
+    proj_job j = {.parts = parts, .nparts = nparts};
+    int n = plan_tiles(&j, nthreads);
+    attn_pool_run(pool, n, proj_task, &j);
+}
