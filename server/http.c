@@ -391,7 +391,7 @@ static enum MHD_Result dispatch_session(hreq *h) {
                          attnd_step_now()};
     int rc = attnd_step_prepare(&se, h->in.p ? h->in.p : "", h->in.len, &h->r.job, &h->r.step,
                                 opened, &e, &h->retry_after);
-    sb_free(&h->in);
+    drop_body(h);
     if (rc < 0) return send_error(h, &e);
     if (!h->r.step) { /* opened with no prefix: nothing to compute */
         size_t len = 0;
