@@ -8,6 +8,7 @@
 #   make bench      benchmark tables (never part of the tests)
 #   make bench-compare  the same tables for torch too
 #   make bench-http     wrk against the daemon, and codec costs
+#   make bench-decode   KV-cache session steps against re-sending the prefix
 #   make docker-test, make scaleout-test   the image, and replicas behind nginx
 
 CC      ?= cc
@@ -39,7 +40,7 @@ LIBS       := $(BUILD)/libattnd_server.a $(BUILD)/libattnd_config.a $(BUILD)/lib
 TESTS      := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 BENCHES    := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
-.PHONY: all deps test test-unit test-blackbox test-abuse soak asan tsan run bench bench-compare bench-http clean fuzz fuzz-smoke fuzz-long venv
+.PHONY: all deps test test-unit test-blackbox test-abuse soak asan tsan run bench bench-compare bench-http bench-decode clean fuzz fuzz-smoke fuzz-long venv
 .PHONY: docker-test scaleout-test
 
 all: $(BUILD)/attnd $(LIBS)
@@ -177,6 +178,12 @@ run: deps
 bench: deps
 	$(MAKE) all $(BENCHES)
 	env -u OPENBLAS_CORETYPE $(BUILD)/bench/bench_core
+
+# Decoding: single-token steps through KV-cache sessions at cache lengths
+# 128..8192, 1 and 64 sessions, next to re-sending the whole prefix.
+bench-decode: deps
+	$(MAKE) all $(BUILD)/bench/bench_decode
+	env -u OPENBLAS_CORETYPE $(BUILD)/bench/bench_decode
 
 # HTTP throughput and latency with wrk, batching on and off, the large
 # request's round trip, and the codec costs (bench/bench_http.sh).
