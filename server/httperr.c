@@ -80,6 +80,9 @@ struct MHD_Response *MHD_create_response_from_buffer(size_t size, void *buffer,
                                                      enum MHD_ResponseMemoryMode mode) {
     pthread_once(&resolved, resolve);
     struct MHD_Response *r = real_create(size, buffer, mode);
+    /* only the response made last on this thread can be a page: one that
+     * was never queued cannot be mistaken later for another at its address */
+    page = NULL;
     if (r && mode == MHD_RESPMEM_PERSISTENT && size >= 6 && memcmp(buffer, "<html>", 6) == 0) {
         page = r;
         page_msg = page_sentence(buffer, size);
