@@ -466,6 +466,28 @@ static enum MHD_Result dispatch(hreq *h) {
  * more of it has arrived, bytes. */
 #define BODY_RESERVE_MAX (64 << 10)
 
+/* The model an attention request is for, when its header lines tell (the
+ * path names it, or only one is served); -1 when only its body can. */
+static int target_model(const attnd_server *s, const hreq *h) {
+    if (h->rid == R_MODEL_ATTENTION || h->rid == R_V2_INFER || h->rid == R_V2_VINFER)
+        return find_model(s, h->rm.name);
+    return h->rid == R_ATTENTION && s->n_models == 1 ? 0 : -1;
+}
+
+/* 1 when the request's model is known and its queue is full now: the 429 it
+ * would get after parsing goes out before its body is read or decoded. The
+ * scheduler checks again at admission. */
+static int queue_full(attnd_server *s, const hreq *h) {
+    int mi = target_model(s, h);
+    if (mi < 0) return 0;
+    int *depth = calloc((size_t)s->n_models, sizeof(int));
+    if (!depth) return 0;
+    attnd_sched_depths(s->sched, depth);
+    int full = depth[mi] >= s->cfg->max_queue_requests;
+    free(depth);
+    return full;
+}
+
 /* 429: the bodies held over every connection would pass
  * server.max_buffered_body_bytes (docs/config.md, "Memory"). */
 static void budget_refusal(hreq *h, long long n) {
@@ -475,8 +497,10 @@ static void budget_refusal(hreq *h, long long n) {
                     n, h->srv->cfg->max_buffered_body_bytes);
 }
 
-/* First call: route, method, key, draining, declared body size. Refusals
- * other than 413 wait for the body so the connection stays usable. */
+/* First call: route, method, key, draining, a full queue, declared body
+ * size. 413 and 429 (queue full, body budget) go out at once, before the
+ * body is read, and close the connection; other refusals wait for the body
+ * so the connection stays usable. */
 static void examine(hreq *h, const char *url) {
     attnd_server *s = h->srv;
     struct MHD_Connection *c = h->conn;
@@ -501,6 +525,13 @@ static void examine(hreq *h, const char *url) {
     }
     if (is_compute(h->rid) && atomic_load(&s->state) != S_READY) {
         attnd_set_error(&h->pre, AERR_UNAVAILABLE, "the server is draining");
+        return;
+    }
+    if (queue_full(s, h)) {
+        attnd_set_error(&h->pre, AERR_QUEUE_FULL,
+                        "the queue of model '%s' is full (%d requests); retry later",
+                        s->names[target_model(s, h)], s->cfg->max_queue_requests);
+        h->refuse_now = 1;
         return;
     }
     const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");

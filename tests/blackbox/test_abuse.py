@@ -772,3 +772,54 @@ def assert_serving_model(d, m):
     assert r.status_code == 200, r.text[:300]
     ref, _ = m.forward(q)
     assert support.rel_err(np.array(r.json()["output"]), ref) <= 1e-5
+
+
+def queue_depth(d):
+    text = d.get("/metrics", timeout=10).text
+    return sum(v for n, _, v in support.parse_prometheus(text)[1] if n == "attnd_queue_depth")
+
+
+def test_full_queue_refused_before_the_body_is_read(fresh_daemons, tmp_path):
+    """With the model's queue full, a request declaring a large body gets 429
+    with Retry-After as soon as its header lines are in: its body is never
+    read nor decoded."""
+    m = support.Model.random("slow", 512, 8, seed=31)
+    m.save(tmp_path / "slow.safetensors")
+    d = fresh_daemons({"models": [m.config()],
+                       "server": {"max_body_bytes": 64 << 20, "request_timeout_ms": 300000},
+                       "limits": {"max_tokens_per_request": 16384},
+                       "workers": {"threads": 1},
+                       "batching": {"max_batch_requests": 1, "max_queue_requests": 1}})
+    L = 2048 if SAN else 6144
+    body = json.dumps({"query": support.b64_tensor(
+        np.random.default_rng(2).standard_normal((L, 512)).astype(np.float32))})
+    results = []
+
+    def send():
+        try:
+            results.append(requests.post(d.url + "/v1/attention", data=body, timeout=300,
+                                         headers={"Content-Type": "application/json"}).status_code)
+        except requests.RequestException as e:
+            results.append(repr(e))
+    ts = [threading.Thread(target=send) for _ in range(3)]
+    for t in ts:
+        t.start()
+        time.sleep(0.3)
+    try:
+        assert support.wait_until(lambda: queue_depth(d) >= 1, 60), "the queue never filled"
+        s = socket.create_connection(("127.0.0.1", d.port), timeout=30)
+        s.sendall(b"POST /v1/models/slow/attention HTTP/1.1\r\nHost: t\r\n"
+                  b"Content-Type: application/json\r\nContent-Length: 50000000\r\n\r\n")
+        head = b""
+        while b"\r\n\r\n" not in head:
+            c = s.recv(65536)
+            if not c:
+                break
+            head += c
+        s.close()
+        assert head.startswith(b"HTTP/1.1 429"), head[:300]
+        assert re.search(rb"(?im)^retry-after:", head), head[:300]
+    finally:
+        for t in ts:
+            t.join(600)
+    assert 200 in results, results
