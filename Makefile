@@ -121,11 +121,13 @@ asan: deps
 # daemon's concurrency suite exercises the queue, batcher and workers.
 tsan: deps
 	$(MAKE) BUILD=build-tsan OPT=-O1 SAN="-fsanitize=thread" all build-tsan/tests/test_core build-tsan/tests/test_server_session \
-	  build-tsan/tests/test_server_guard
+	  build-tsan/tests/test_server_guard build-tsan/tests/test_invariance build-tsan/tests/test_server_sched
 	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no build-tsan/tests/test_core
+	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no build-tsan/tests/test_invariance
+	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no build-tsan/tests/test_server_sched
 	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no build-tsan/tests/test_server_session
 	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no build-tsan/tests/test_server_guard
-	TSAN_OPTIONS="halt_on_error=1" $(MAKE) BUILD=build-tsan OPT=-O1 SAN="-fsanitize=thread" test-blackbox PYTEST_ARGS="-k 'concurrency or slowloris or flood or drain_deadline or isolation'"
+	TSAN_OPTIONS="halt_on_error=1" $(MAKE) BUILD=build-tsan OPT=-O1 SAN="-fsanitize=thread" test-blackbox PYTEST_ARGS="-k 'concurrency or perf or slowloris or flood or drain_deadline or isolation'"
 
 # libFuzzer targets (clang): tests/fuzz/fuzz_*.c, each linked with one archive
 # of the core, config and server objects built for fuzzing. ASan and UBSan

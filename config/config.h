@@ -37,7 +37,7 @@ typedef struct {
     /* server */
     char *host;               /* "0.0.0.0" */
     int port;                 /* 8080; 0 = pick a free port (tests) */
-    int http_threads;         /* libmicrohttpd polling threads */
+    int http_threads;         /* libmicrohttpd polling threads; 0 = auto (server/cpus.c) */
     long long max_body_bytes; /* request body limit, bytes -> 413 */
     int request_timeout_ms;   /* admission to answer; past it -> 504 */
     int max_connections;      /* concurrent connections accepted */
@@ -55,11 +55,11 @@ typedef struct {
     /* batching */
     int max_batch_tokens;     /* query + key tokens per batch */
     int max_batch_requests;   /* 1 = batching off */
-    int max_queue_delay_us;   /* how long the oldest request may wait for company */
+    int max_queue_delay_us;   /* while compute is idle, how long a batch waits for company */
     int max_queue_requests;   /* queued requests per model; past it -> 429 */
     /* workers */
-    int worker_threads;       /* batches computed at once */
-    int blas_threads;         /* threads one forward uses (the core's own; OpenBLAS stays at 1) */
+    int worker_threads;       /* threads of the one compute pool; 0 = auto (server/cpus.c) */
+    int blas_threads;         /* obsolete; 0 = not given, else the pool gets worker_threads x this */
     /* limits */
     int max_tokens_per_request;     /* query + key tokens -> 413 */
     long long max_attention_floats; /* floats of a requested attention matrix -> 413 */

@@ -120,6 +120,12 @@ int attn_ctx_threads(const attn_ctx *ctx)
     return ctx->nthreads;
 }
 
+void attn_ctx_parallel(attn_ctx *ctx, int ntasks, void (*fn)(void *arg, int task, int thread),
+                       void *arg)
+{
+    attn_pool_run(ctx->pool, ntasks, fn, arg);
+}
+
 /* ---- vector kernels ------------------------------------------------------ */
 
 /* 16 lanes: one AVX-512 register, two AVX2 ones, four SSE ones. The kernels

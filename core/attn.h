@@ -141,6 +141,13 @@ typedef struct attn_ctx attn_ctx;
 attn_ctx *attn_ctx_new(int nthreads);
 void attn_ctx_free(attn_ctx *ctx); /* NULL is a no-op */
 int attn_ctx_threads(const attn_ctx *ctx);
+/* Runs fn(arg, task, thread) for every task in [0, ntasks) on the context's
+ * threads (thread in [0, attn_ctx_threads)), tasks taken in order, and
+ * returns when all are done: for a caller's own parallel work between
+ * forwards (a server packing inputs and writing answers). fn must not call
+ * back into the same context. */
+void attn_ctx_parallel(attn_ctx *ctx, int ntasks, void (*fn)(void *arg, int task, int thread),
+                       void *arg);
 
 /* Scratch bytes a forward of this batch needs beyond its inputs and outputs
  * (upper bound), so that a server can bound memory before admission. */

@@ -1,6 +1,13 @@
 /* pool.c - the core's own threads: one parallel loop at a time, tasks
- * handed out in order by an atomic counter. This is all the threading the
- * core does; OpenBLAS runs single-threaded inside each task.
+ * claimed in order. This is all the threading the core does; OpenBLAS runs
+ * single-threaded inside each task.
+ *
+ * A loop is done when its tasks are done, not when every helper has looked
+ * at it: a helper the OS has not scheduled yet (a busy machine, a cgroup
+ * quota) delays nothing, it finds the loop claimed and goes back to wait.
+ * To make that safe, the next task to claim and the loop's generation share
+ * one 64-bit word, so a late helper can never claim a task of a newer loop
+ * with an older loop's function.
  *
  * A forward runs three loops back to back (projections, attention, output
  * projection), so helpers spin for a short while before sleeping and the
@@ -8,6 +15,7 @@
  * tens of microseconds, which is most of a small forward. */
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 
 #include "internal.h"
@@ -19,14 +27,14 @@ struct attn_pool {
     pthread_t *threads;    /* (nthreads - 1) */
     pthread_mutex_t mu;
     pthread_cond_t go;     /* a new loop (generation) or shutdown */
-    pthread_cond_t done;   /* the last helper finished its part of the loop */
-    atomic_ulong gen;      /* loop generation; bumped (release) after fn/arg/ntasks are set */
-    atomic_int busy;       /* helpers still in the current loop */
+    pthread_cond_t done;   /* the current loop's last task finished */
+    atomic_uint gen;       /* loop generation; bumped (release) once the loop is set */
+    atomic_uint_least64_t next; /* gen << 32 | next task index of the current loop */
+    _Atomic(attn_task_fn) fn;   /* current loop, written before gen is bumped */
+    _Atomic(void *) arg;
+    atomic_int ntasks;
+    atomic_int finished;   /* tasks of the current loop done */
     atomic_int stop;       /* shut down */
-    attn_task_fn fn;       /* current loop: written before gen is bumped */
-    void *arg;
-    int ntasks;
-    atomic_int next;       /* next task to hand out */
 };
 
 typedef struct {
@@ -41,19 +49,43 @@ static inline void cpu_relax(void)
 #endif
 }
 
-static void run_tasks(attn_pool *p, attn_task_fn fn, void *arg, int ntasks, int tid)
+/* Claims and runs tasks of loop `gen` until none is left; returns how many
+ * this thread ran. */
+static int run_tasks(attn_pool *p, unsigned gen, int tid)
 {
+    attn_task_fn fn = atomic_load_explicit(&p->fn, memory_order_relaxed);
+    void *arg = atomic_load_explicit(&p->arg, memory_order_relaxed);
+    int ntasks = atomic_load_explicit(&p->ntasks, memory_order_relaxed);
+    int ran = 0;
+    uint64_t v = atomic_load_explicit(&p->next, memory_order_acquire);
     for (;;) {
-        int i = atomic_fetch_add_explicit(&p->next, 1, memory_order_relaxed);
-        if (i >= ntasks) break;
-        fn(arg, i, tid);
+        if ((unsigned)(v >> 32) != gen || (int)(uint32_t)v >= ntasks) break;
+        if (!atomic_compare_exchange_weak_explicit(&p->next, &v, v + 1, memory_order_acq_rel,
+                                                   memory_order_acquire))
+            continue; /* v reloaded */
+        fn(arg, (int)(uint32_t)v, tid);
+        ran++;
+        v = atomic_load_explicit(&p->next, memory_order_acquire);
+    }
+    return ran;
+}
+
+/* Counts n finished tasks; the last one wakes the caller. */
+static void finish(attn_pool *p, int n)
+{
+    if (n == 0) return;
+    int total = atomic_load_explicit(&p->ntasks, memory_order_relaxed);
+    if (atomic_fetch_add_explicit(&p->finished, n, memory_order_acq_rel) + n == total) {
+        pthread_mutex_lock(&p->mu);
+        pthread_cond_signal(&p->done);
+        pthread_mutex_unlock(&p->mu);
     }
 }
 
 /* Waits until gen differs from seen or the pool stops; returns the new gen. */
-static unsigned long wait_loop(attn_pool *p, unsigned long seen)
+static unsigned wait_loop(attn_pool *p, unsigned seen)
 {
-    unsigned long g = seen;
+    unsigned g = seen;
     for (int i = 0; i < SPIN_ROUNDS; i++) {
         g = atomic_load_explicit(&p->gen, memory_order_acquire);
         if (g != seen || atomic_load_explicit(&p->stop, memory_order_relaxed)) return g;
@@ -72,16 +104,11 @@ static void *helper_main(void *a)
     attn_pool *p = slot->p;
     int tid = slot->tid;
     free(slot);
-    unsigned long seen = 0;
+    unsigned seen = 0;
     for (;;) {
         seen = wait_loop(p, seen);
         if (atomic_load(&p->stop)) break;
-        run_tasks(p, p->fn, p->arg, p->ntasks, tid);
-        if (atomic_fetch_sub_explicit(&p->busy, 1, memory_order_acq_rel) == 1) {
-            pthread_mutex_lock(&p->mu);
-            pthread_cond_signal(&p->done);
-            pthread_mutex_unlock(&p->mu);
-        }
+        finish(p, run_tasks(p, seen, tid));
     }
     return NULL;
 }
@@ -96,9 +123,12 @@ attn_pool *attn_pool_new(int nthreads)
     pthread_cond_init(&p->go, NULL);
     pthread_cond_init(&p->done, NULL);
     atomic_init(&p->gen, 0);
-    atomic_init(&p->busy, 0);
-    atomic_init(&p->stop, 0);
     atomic_init(&p->next, 0);
+    atomic_init(&p->fn, NULL);
+    atomic_init(&p->arg, NULL);
+    atomic_init(&p->ntasks, 0);
+    atomic_init(&p->finished, 0);
+    atomic_init(&p->stop, 0);
     if (nthreads > 1) {
         p->threads = calloc((size_t)nthreads - 1, sizeof *p->threads);
         if (!p->threads) goto fail;
@@ -142,21 +172,22 @@ void attn_pool_run(attn_pool *p, int ntasks, attn_task_fn fn, void *arg)
         for (int i = 0; i < ntasks; i++) fn(arg, i, 0);
         return;
     }
-    p->fn = fn;
-    p->arg = arg;
-    p->ntasks = ntasks;
-    atomic_store_explicit(&p->next, 0, memory_order_relaxed);
-    atomic_store_explicit(&p->busy, p->nthreads - 1, memory_order_relaxed);
+    unsigned gen = atomic_load_explicit(&p->gen, memory_order_relaxed) + 1;
+    atomic_store_explicit(&p->fn, fn, memory_order_relaxed);
+    atomic_store_explicit(&p->arg, arg, memory_order_relaxed);
+    atomic_store_explicit(&p->ntasks, ntasks, memory_order_relaxed);
+    atomic_store_explicit(&p->finished, 0, memory_order_relaxed);
+    atomic_store_explicit(&p->next, (uint64_t)gen << 32, memory_order_release);
     pthread_mutex_lock(&p->mu);
-    atomic_fetch_add_explicit(&p->gen, 1, memory_order_release);
+    atomic_store_explicit(&p->gen, gen, memory_order_release);
     pthread_cond_broadcast(&p->go);
     pthread_mutex_unlock(&p->mu);
-    run_tasks(p, fn, arg, ntasks, 0);
-    for (int i = 0; i < SPIN_ROUNDS && atomic_load_explicit(&p->busy, memory_order_acquire) > 0; i++)
+    finish(p, run_tasks(p, gen, 0));
+    for (int i = 0; i < SPIN_ROUNDS; i++) {
+        if (atomic_load_explicit(&p->finished, memory_order_acquire) == ntasks) return;
         cpu_relax();
-    if (atomic_load_explicit(&p->busy, memory_order_acquire) > 0) {
-        pthread_mutex_lock(&p->mu);
-        while (atomic_load(&p->busy) > 0) pthread_cond_wait(&p->done, &p->mu);
-        pthread_mutex_unlock(&p->mu);
     }
+    pthread_mutex_lock(&p->mu);
+    while (atomic_load(&p->finished) < ntasks) pthread_cond_wait(&p->done, &p->mu);
+    pthread_mutex_unlock(&p->mu);
 }

@@ -34,6 +34,7 @@
 
 #include "../core/sizes.h"
 #include "codec.h"
+#include "cpus.h"
 #include "errors.h"
 #include "guard.h"
 #include "log.h"
@@ -289,6 +290,7 @@ static enum MHD_Result answer_metrics(hreq *h) {
     sb_init(&b);
     if (depth) attnd_sched_depths(s->sched, depth);
     metrics_write(&s->metrics, &b, s->names, depth ? depth : (int[1]){0}, depth ? s->n_models : 0);
+    attnd_sched_metrics(s->sched, &b);
     attnd_steps_metrics(s->sessions, attnd_step_now(), &b);
     free(depth);
     size_t len = 0;
@@ -779,15 +781,19 @@ static int build_bodies(attnd_server *s) {
         json_array_append_new(models, m);
     }
     const attn_blas_info *blas = attn_blas_get_info();
+    attnd_cpus cpus;
+    attnd_cpus_count(&cpus);
     json_t *root = json_pack(
-        "{s:o, s:{s:I, s:I, s:I, s:i}, s:{s:i, s:i, s:i, s:i}, s:{s:i, s:i}, s:{s:s, s:b, s:s}}",
+        "{s:o, s:{s:I, s:I, s:I, s:i}, s:{s:i, s:i, s:i, s:i}, s:{s:i}, s:{s:i, s:i, s:i, s:s, s:b, "
+        "s:s}}",
         "models", models, "limits", "max_body_bytes", (json_int_t)c->max_body_bytes,
         "max_tokens_per_request", (json_int_t)c->max_tokens_per_request, "max_attention_floats",
         (json_int_t)c->max_attention_floats, "request_timeout_ms", c->request_timeout_ms,
         "batching", "max_batch_tokens", c->max_batch_tokens, "max_batch_requests",
         c->max_batch_requests, "max_queue_delay_us", c->max_queue_delay_us, "max_queue_requests",
-        c->max_queue_requests, "workers", "threads", c->worker_threads, "blas_threads",
-        c->blas_threads, "compute", "blas_core", blas ? blas->core : "none", "blas_core_from_env",
+        c->max_queue_requests, "workers", "threads", c->worker_threads, "compute", "threads",
+        c->worker_threads, "cpus", cpus.n, "http_threads", c->http_threads, "blas_core",
+        blas ? blas->core : "none", "blas_core_from_env",
         blas && blas->by_user, "cpu_features", blas ? blas->features : "");
     json_t *lim = json_object_get(root, "limits");
     json_object_set_new(lim, "max_sessions", json_integer(c->max_sessions));

@@ -18,6 +18,7 @@
 
 #include "../config/config.h"
 #include "../core/attn.h"
+#include "cpus.h"
 #include "http.h"
 #include "log.h"
 
@@ -76,15 +77,22 @@ int main(int argc, char **argv) {
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     signal(SIGPIPE, SIG_IGN);
 
+    /* one compute pool and the HTTP threads, by default from the CPUs the
+     * process may use (affinity mask, cgroup quota) */
+    attnd_cpus cpus;
+    attnd_cpus_count(&cpus);
+    char note[320];
+    attnd_threads_resolve(&cfg, &cpus, note, sizeof(note));
     attnd_log(LOG_INFO,
-              "attnd %s starting: blas core %s (%s), cpu features %s, %d worker%s x %d thread%s, "
-              "%d http thread%s",
+              "attnd %s starting: blas core %s (%s), cpu features %s; %d cpu%s (affinity %d, "
+              "cgroup quota %d), %d compute thread%s, %d http thread%s",
               ATTND_VERSION, blas->core,
               blas->by_user ? "from OPENBLAS_CORETYPE" : "chosen from the cpu features",
-              blas->features, cfg.worker_threads, cfg.worker_threads == 1 ? "" : "s",
-              cfg.blas_threads, cfg.blas_threads == 1 ? "" : "s", cfg.http_threads,
+              blas->features, cpus.n, cpus.n == 1 ? "" : "s", cpus.affinity, cpus.quota,
+              cfg.worker_threads, cfg.worker_threads == 1 ? "" : "s", cfg.http_threads,
               cfg.http_threads == 1 ? "" : "s");
     if (blas->warning) attnd_log(LOG_WARN, "%s", blas->warning);
+    if (note[0]) attnd_log(LOG_WARN, "%s", note);
     if (cfg.config_path)
         attnd_log(LOG_INFO, "config %s", cfg.config_path);
     else

@@ -1,15 +1,25 @@
-/* sched.c - model queues, the batcher the workers run, the worker pool and
- * the deadline/hang-up sweeper. See sched.h.
+/* sched.c - model queues, the batcher, and the deadline/hang-up sweeper.
+ * See sched.h.
+ *
+ * One batcher thread owns the process's one compute pool (an attn_ctx of
+ * cfg->worker_threads threads: the batcher's own and its helpers). As soon
+ * as compute is free and a queue holds work it takes a batch, up to the
+ * token and request caps (continuous batching: requests that arrive while
+ * a batch computes form the next one), and runs it in steps named for what
+ * they do: drop the departed, pack, compute, answer. Packing, the forward
+ * and the answers (JSON or base64, attnd_write_answer) all spread over the
+ * whole pool; nothing goes through one thread.
  *
  * Locking: one mutex guards every queue and every attnd_req's scheduling
- * fields. Workers and the sweeper take requests out under it and answer
- * them outside it. finish() (MHD_resume_connection) is never called with
- * the mutex held.
+ * fields. The batcher and the sweeper take requests out under it and
+ * answer them outside it. finish() (MHD_resume_connection) is never called
+ * with the mutex held.
  *
  * Mixed batches: a batch may hold self-attention and cross-attention
  * requests of the same model. When every request is self-attention the
  * batch goes to the core with key == NULL (one QKV projection); otherwise
- * the self-attention queries are copied in as their own keys and values.
+ * the self-attention queries are copied in as their own keys and values
+ * (the core's numbers are the same either way: docs/performance.md).
  */
 #include "sched.h"
 #include "steps.h"
@@ -34,31 +44,33 @@ typedef struct {
     long long tokens;       /* their tokens */
 } squeue;
 
+/* The batcher's grow-only scratch, reused across batches. */
 typedef struct {
-    attnd_sched *s;
-    pthread_t tid;
-    int started;
-    attn_ctx *ctx; /* this worker's compute context */
-    /* grow-only scratch, reused across batches */
-    float *q, *k, *v, *out;
+    float *q, *k, *v, *out; /* packed query (T,E), key (U,Kd), value (U,Vd), output (T,E) */
     size_t qcap, kcap, vcap, outcap; /* floats */
-    attn_seq *seqs;
+    attn_seq *seqs;         /* (B) */
     size_t seqcap;
-} worker;
+    size_t *off;            /* (3n) per request: first query, key and output float */
+    size_t offcap;          /* requests */
+    attnd_req **batch;      /* (max_batch_requests) the batch being run */
+    attnd_req **expired;    /* (max_batch_requests) met past their deadline */
+} scratch;
 
 struct attnd_sched {
     attnd_sched_opts o;
     pthread_mutex_t mu;
-    pthread_cond_t work_cv;  /* workers wait for work */
+    pthread_cond_t work_cv;  /* the batcher waits for work */
     pthread_cond_t sweep_cv; /* the sweeper waits for deadlines */
     squeue *q;               /* (n_models) */
     int rr;                  /* queue the next pick starts at (fairness) */
-    int running;             /* requests taken by workers, not yet answered */
+    int running;             /* requests taken by the batcher, not yet answered */
     int draining;            /* 1: no waiting for company */
-    int stop;                /* 1: workers exit once the queues are empty */
+    int stop;                /* 1: the batcher exits once the queues are empty */
     int sweep_stop;          /* 1: the sweeper exits */
-    worker *w;
-    int n_workers;
+    attn_ctx *ctx;           /* the one compute pool; used by the batcher only */
+    scratch w;               /* the batcher's */
+    pthread_t batcher;
+    int batcher_started;
     pthread_t sweeper;
     int sweeper_started;
     int stopped; /* 1 after attnd_sched_stop (main thread only) */
@@ -166,9 +178,252 @@ static int hung_up(const attnd_req *r) {
     return (pf.revents & POLLIN) && recv(r->sock, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
 }
 
+/* A batch on its way through run_batch's steps. */
+typedef struct {
+    attnd_sched *s;
+    attnd_req **rs;      /* (n) the requests still wanted */
+    int n;
+    const attn_model *m;
+    const attnd_model_info *info;
+    attn_batch b;
+    size_t T, U;         /* query and key tokens */
+    int all_self;        /* 1: key == NULL for the core */
+    int need_value;      /* 1: a packed value separate from the key */
+    long long tokens;    /* query + key tokens, for the metrics */
+    int fail;            /* 1: no answer but err */
+    char err[256];
+    uint64_t t0, t1;     /* compute */
+} batch_run;
+
+/* ---- step 1: drop the departed ---- */
+
+/* Clients that left since the sweeper last looked are dropped here; the
+ * rest move to the front of rs. Returns how many remain. */
+static int drop_departed(attnd_sched *s, attnd_req **rs, int n) {
+    int kept = 0;
+    for (int i = 0; i < n; i++) {
+        if (hung_up(rs[i])) {
+            rs[i]->gone = 1;
+            deliver(s, rs[i]);
+        } else {
+            rs[kept++] = rs[i];
+        }
+    }
+    return kept;
+}
+
+/* ---- step 2: pack ---- */
+
+/* Sizes, kinds and each request's offsets into the packed buffers. */
+static void measure(batch_run *br, size_t *off) {
+    const attn_hparams *hp = &br->m->hp;
+    size_t E = (size_t)hp->embed_dim, Kd = (size_t)hp->kdim, Vd = (size_t)hp->vdim;
+    int any_value = 0, any_self = 0;
+    br->all_self = 1;
+    br->T = br->U = 0;
+    br->tokens = 0;
+    for (int i = 0; i < br->n; i++) {
+        attnd_job *j = &br->rs[i]->job;
+        off[3 * i] = br->T * E;      /* query and output */
+        off[3 * i + 1] = br->U * Kd; /* key */
+        off[3 * i + 2] = br->U * Vd; /* value */
+        br->T += (size_t)j->B * j->L;
+        br->U += (size_t)j->B * j->S;
+        br->tokens += br->rs[i]->tokens;
+        br->all_self &= j->self;
+        any_self |= j->self;
+        any_value |= j->value != NULL;
+    }
+    br->need_value = any_value || any_self;
+}
+
+/* Each request's attention-matrix buffer, when it asked for one. */
+static int alloc_attention(batch_run *br) {
+    for (int i = 0; i < br->n; i++) {
+        attnd_job *j = &br->rs[i]->job;
+        if (j->weights == ATTN_WEIGHTS_NONE) continue;
+        uint64_t na; /* admitted, so it fits */
+        attnd_attention_floats(j->B, j->L, j->S, j->weights, br->m->hp.num_heads, UINT64_MAX, &na);
+        free(j->attn);
+        j->attn = malloc(na * sizeof(float));
+        if (!j->attn) return -1;
+    }
+    return 0;
+}
+
+/* The packed buffers of this batch, grown as needed. */
+static int reserve(scratch *w, const batch_run *br) {
+    const attn_hparams *hp = &br->m->hp;
+    size_t B = 0;
+    for (int i = 0; i < br->n; i++) B += (size_t)br->rs[i]->job.B;
+    if (B > w->seqcap) {
+        attn_seq *sq = realloc(w->seqs, B * sizeof(attn_seq));
+        if (!sq) return -1;
+        w->seqs = sq;
+        w->seqcap = B;
+    }
+    if (grow(&w->out, &w->outcap, br->T * (size_t)hp->embed_dim) < 0) return -1;
+    if (br->n == 1) return 0; /* the request's own buffers go in as they are */
+    if (grow(&w->q, &w->qcap, br->T * (size_t)hp->embed_dim) < 0) return -1;
+    if (br->all_self) return 0;
+    if (grow(&w->k, &w->kcap, br->U * (size_t)hp->kdim) < 0) return -1;
+    if (br->need_value && grow(&w->v, &w->vcap, br->U * (size_t)hp->vdim) < 0) return -1;
+    return 0;
+}
+
+/* One request's inputs into the packed buffers (a pool task). */
+static void pack_task(void *arg, int i, int thread) {
+    (void)thread;
+    batch_run *br = arg;
+    scratch *w = &br->s->w;
+    const attn_hparams *hp = &br->m->hp;
+    const attnd_job *j = &br->rs[i]->job;
+    const size_t *off = w->off + 3 * (size_t)i;
+    size_t rows_q = (size_t)j->B * j->L, rows_k = (size_t)j->B * j->S;
+    memcpy(w->q + off[0], j->query, rows_q * hp->embed_dim * sizeof(float));
+    if (br->all_self) return;
+    const float *k = j->self ? j->query : j->key;
+    const float *v = j->self ? j->query : j->value ? j->value : j->key;
+    memcpy(w->k + off[1], k, rows_k * hp->kdim * sizeof(float));
+    if (br->need_value) memcpy(w->v + off[2], v, rows_k * hp->vdim * sizeof(float));
+}
+
+/* The core's view of each sequence: lengths, masks, where its weights go. */
+static void describe_sequences(batch_run *br, attn_seq *seqs) {
+    size_t si = 0;
+    int H = br->m->hp.num_heads;
+    for (int i = 0; i < br->n; i++) {
+        attnd_job *j = &br->rs[i]->job;
+        size_t ls = (size_t)j->L * j->S;
+        uint64_t per_attn;
+        attnd_attention_floats(1, j->L, j->S, j->weights, H, UINT64_MAX, &per_attn);
+        for (int bb = 0; bb < j->B; bb++, si++) {
+            attn_seq *q = &seqs[si];
+            memset(q, 0, sizeof(*q));
+            q->L = j->L;
+            q->S = j->S;
+            q->causal = j->causal;
+            if (j->kpm) q->key_padding_mask = j->kpm + (size_t)bb * j->S;
+            size_t mo = j->mask_per_seq ? (size_t)bb * ls : 0;
+            if (j->mask_bool) q->attn_mask_bool = j->mask_bool + mo;
+            if (j->mask_add) q->attn_mask_add = j->mask_add + mo;
+            q->weights = j->weights;
+            if (j->attn) q->attn = j->attn + (size_t)bb * per_attn;
+        }
+    }
+    br->b.B = (int)si;
+    br->b.seqs = seqs;
+}
+
+/* Packs the requests into one attn_batch; on failure br->fail and err. */
+static void pack(batch_run *br) {
+    scratch *w = &br->s->w;
+    if ((size_t)br->n > w->offcap) {
+        size_t *o = realloc(w->off, 3 * (size_t)br->n * sizeof(size_t));
+        if (!o) goto oom;
+        w->off = o;
+        w->offcap = (size_t)br->n;
+    }
+    measure(br, w->off);
+    if (alloc_attention(br) < 0) {
+        snprintf(br->err, sizeof(br->err), "out of memory for attention matrices");
+        br->fail = 1;
+        return;
+    }
+    if (reserve(w, br) < 0) goto oom;
+    memset(&br->b, 0, sizeof(br->b));
+    if (br->n == 1) {
+        const attnd_job *j = &br->rs[0]->job;
+        br->b.query = j->query;
+        br->b.key = j->self ? NULL : j->key;
+        br->b.value = j->self ? NULL : j->value;
+    } else {
+        attn_ctx_parallel(br->s->ctx, br->n, pack_task, br);
+        br->b.query = w->q;
+        br->b.key = br->all_self ? NULL : w->k;
+        br->b.value = br->all_self || !br->need_value ? NULL : w->v;
+    }
+    describe_sequences(br, w->seqs);
+    br->b.out = w->out;
+    return;
+oom:
+    snprintf(br->err, sizeof(br->err), "out of memory packing a batch");
+    br->fail = 1;
+}
+
+/* ---- step 3: compute ---- */
+
+static void compute(batch_run *br) {
+    br->t0 = mono_us();
+    if (!br->fail && attn_forward(br->s->ctx, br->m, &br->b, br->err, sizeof(br->err)) < 0)
+        br->fail = 1;
+    br->t1 = mono_us();
+    if (br->fail) return;
+    attnd_metrics *mt = br->s->o.metrics;
+    hist_observe(&mt->compute_seconds, br->t1 - br->t0);
+    hist_observe(&mt->batch_size, (uint64_t)br->n);
+    hist_observe(&mt->batch_tokens, (uint64_t)br->tokens);
+    atomic_fetch_add_explicit(&mt->tokens, (uint64_t)br->tokens, memory_order_relaxed);
+}
+
+/* ---- step 4: answer ---- */
+
+/* Request i's answer from its rows of the output (a pool task): checked,
+ * written, handed to the HTTP side. */
+static void answer_task(void *arg, int i, int thread) {
+    (void)thread;
+    batch_run *br = arg;
+    attnd_sched *s = br->s;
+    attnd_req *r = br->rs[i];
+    attnd_job *j = &r->job;
+    r->t_start_us = br->t0;
+    r->t_end_us = br->t1;
+    r->batch_requests = br->n;
+    hist_observe(&s->o.metrics->queue_seconds, br->t0 - r->t_admit_us);
+    if (br->fail) {
+        char msg[240];
+        snprintf(msg, sizeof(msg), "compute failed: %.200s", br->err);
+        answer_error(s, r, AERR_INTERNAL, msg);
+        return;
+    }
+    const float *out = s->w.out + s->w.off[3 * (size_t)i];
+    size_t nout = (size_t)j->B * j->L * br->m->hp.embed_dim;
+    uint64_t na = 0;
+    if (j->attn)
+        attnd_attention_floats(j->B, j->L, j->S, j->weights, br->m->hp.num_heads, UINT64_MAX, &na);
+    if (!all_finite(out, nout) || (j->attn && !all_finite(j->attn, na))) {
+        /* the input's magnitudes did it: a client error, not the server's */
+        answer_error(s, r, AERR_BAD_REQUEST,
+                     "query, key, value or attn_mask: values too large, the result overflows "
+                     "float32");
+        return;
+    }
+    if (mono_us() > r->deadline_us) {
+        answer_timeout(s, r);
+        return;
+    }
+    attnd_usage u = {br->n, br->t0 - r->t_admit_us, br->t1 - br->t0};
+    sbuf sb;
+    sb_init(&sb);
+    if (attnd_write_answer(&sb, j, br->info, out, &u, &r->json_len) < 0) {
+        sb_free(&sb);
+        answer_error(s, r, AERR_INTERNAL, "out of memory writing the answer");
+        return;
+    }
+    free(r->body);
+    r->body = sb_take(&sb, &r->body_len);
+    r->status = 200;
+    r->err = AERR_NONE;
+    /* the inputs are no longer needed: free them now, not at completion */
+    free(j->query);
+    free(j->key);
+    free(j->value);
+    j->query = j->key = j->value = NULL;
+    deliver(s, r);
+}
+
 /* A batch of KV-cache session steps: steps.c computes and answers them. */
-static void run_steps(worker *w, attnd_req **rs, int n, int taken) {
-    attnd_sched *s = w->s;
+static void run_steps(attnd_sched *s, attnd_req **rs, int n) {
     int mi = rs[0]->job.model;
     uint64_t t0, t1;
     attnd_steps_run(&s->o.models[mi], &s->o.info[mi], rs, n, &t0, &t1);
@@ -180,214 +435,29 @@ static void run_steps(worker *w, attnd_req **rs, int n, int taken) {
         atomic_fetch_add_explicit(&mt->tokens, (uint64_t)rs[i]->tokens, memory_order_relaxed);
         deliver(s, rs[i]);
     }
+}
+
+/* The batch's requests are answered: they no longer count as running. */
+static void release(attnd_sched *s, int taken) {
     pthread_mutex_lock(&s->mu);
     s->running -= taken;
     pthread_mutex_unlock(&s->mu);
 }
 
-/* Packs, computes and answers one batch of n requests of one model. */
-static void run_batch(worker *w, attnd_req **rs, int n) {
-    attnd_sched *s = w->s;
-    int taken = n;
-    /* clients that left since the sweeper last looked are dropped here */
-    int kept = 0;
-    for (int i = 0; i < n; i++) {
-        if (hung_up(rs[i])) {
-            rs[i]->gone = 1;
-            deliver(s, rs[i]);
-        } else {
-            rs[kept++] = rs[i];
-        }
+/* Drops the departed, packs, computes and answers one batch of n requests
+ * of one model. */
+static void run_batch(attnd_sched *s, attnd_req **rs, int taken) {
+    int n = drop_departed(s, rs, taken);
+    if (n > 0 && rs[0]->step) {
+        run_steps(s, rs, n);
+    } else if (n > 0) {
+        int mi = rs[0]->job.model;
+        batch_run br = {.s = s, .rs = rs, .n = n, .m = &s->o.models[mi], .info = &s->o.info[mi]};
+        pack(&br);
+        compute(&br);
+        attn_ctx_parallel(s->ctx, n, answer_task, &br);
     }
-    n = kept;
-    if (n == 0) {
-        pthread_mutex_lock(&s->mu);
-        s->running -= taken;
-        pthread_mutex_unlock(&s->mu);
-        return;
-    }
-    if (rs[0]->step) {
-        run_steps(w, rs, n, taken);
-        return;
-    }
-    int mi = rs[0]->job.model;
-    const attn_model *m = &s->o.models[mi];
-    const attnd_model_info *info = &s->o.info[mi];
-    int E = m->hp.embed_dim, Kd = m->hp.kdim, Vd = m->hp.vdim, H = m->hp.num_heads;
-    char err[256] = "";
-    int fail = 0;
-
-    size_t T = 0, U = 0, Btot = 0;
-    int all_self = 1, any_value = 0, any_self = 0;
-    long long tokens = 0;
-    for (int i = 0; i < n; i++) {
-        attnd_job *j = &rs[i]->job;
-        T += (size_t)j->B * j->L;
-        U += (size_t)j->B * j->S;
-        Btot += (size_t)j->B;
-        tokens += rs[i]->tokens;
-        all_self &= j->self;
-        any_self |= j->self;
-        any_value |= j->value != NULL;
-    }
-    /* per-request attention buffers */
-    for (int i = 0; i < n && !fail; i++) {
-        attnd_job *j = &rs[i]->job;
-        if (j->weights == ATTN_WEIGHTS_NONE) continue;
-        uint64_t na;
-        attnd_attention_floats(j->B, j->L, j->S, j->weights, H, UINT64_MAX, &na); /* admitted */
-        free(j->attn);
-        j->attn = malloc(na * sizeof(float));
-        if (!j->attn) {
-            fail = 1;
-            snprintf(err, sizeof(err), "out of memory for attention matrices");
-        }
-    }
-    attn_batch b;
-    memset(&b, 0, sizeof(b));
-    b.B = (int)Btot;
-    if (!fail && Btot > w->seqcap) {
-        attn_seq *sq = realloc(w->seqs, Btot * sizeof(attn_seq));
-        if (sq) {
-            w->seqs = sq;
-            w->seqcap = Btot;
-        } else {
-            fail = 1;
-        }
-    }
-    if (!fail && grow(&w->out, &w->outcap, T * (size_t)E) < 0) fail = 1;
-    /* query: the request's own buffer when alone, packed otherwise */
-    if (!fail && n == 1) {
-        b.query = rs[0]->job.query;
-    } else if (!fail) {
-        if (grow(&w->q, &w->qcap, T * (size_t)E) < 0) {
-            fail = 1;
-        } else {
-            size_t off = 0;
-            for (int i = 0; i < n; i++) {
-                attnd_job *j = &rs[i]->job;
-                size_t nq = (size_t)j->B * j->L * E;
-                memcpy(w->q + off, j->query, nq * sizeof(float));
-                off += nq;
-            }
-            b.query = w->q;
-        }
-    }
-    /* key and value */
-    if (!fail && !all_self) {
-        int need_value = any_value || any_self;
-        if (n == 1) {
-            b.key = rs[0]->job.key;
-            b.value = rs[0]->job.value;
-        } else if (grow(&w->k, &w->kcap, U * (size_t)Kd) < 0 ||
-                   (need_value && grow(&w->v, &w->vcap, U * (size_t)Vd) < 0)) {
-            fail = 1;
-        } else {
-            size_t ko = 0, vo = 0;
-            for (int i = 0; i < n; i++) {
-                attnd_job *j = &rs[i]->job;
-                size_t nk = (size_t)j->B * j->S * Kd, nv = (size_t)j->B * j->S * Vd;
-                const float *kk = j->self ? j->query : j->key;
-                const float *vv = j->self ? j->query : j->value ? j->value : j->key;
-                memcpy(w->k + ko, kk, nk * sizeof(float));
-                if (need_value) memcpy(w->v + vo, vv, nv * sizeof(float));
-                ko += nk;
-                vo += nv;
-            }
-            b.key = w->k;
-            b.value = need_value ? w->v : NULL;
-        }
-    }
-    if (fail && !err[0]) snprintf(err, sizeof(err), "out of memory packing a batch");
-    /* sequences */
-    if (!fail) {
-        size_t si = 0;
-        for (int i = 0; i < n; i++) {
-            attnd_job *j = &rs[i]->job;
-            size_t ls = (size_t)j->L * j->S;
-            uint64_t per_attn;
-            attnd_attention_floats(1, j->L, j->S, j->weights, H, UINT64_MAX, &per_attn);
-            for (int bb = 0; bb < j->B; bb++, si++) {
-                attn_seq *q = &w->seqs[si];
-                memset(q, 0, sizeof(*q));
-                q->L = j->L;
-                q->S = j->S;
-                q->causal = j->causal;
-                if (j->kpm) q->key_padding_mask = j->kpm + (size_t)bb * j->S;
-                size_t mo = j->mask_per_seq ? (size_t)bb * ls : 0;
-                if (j->mask_bool) q->attn_mask_bool = j->mask_bool + mo;
-                if (j->mask_add) q->attn_mask_add = j->mask_add + mo;
-                q->weights = j->weights;
-                if (j->attn) q->attn = j->attn + (size_t)bb * per_attn;
-            }
-        }
-        b.seqs = w->seqs;
-        b.out = w->out;
-    }
-
-    uint64_t t0 = mono_us();
-    if (!fail && attn_forward(w->ctx, m, &b, err, sizeof(err)) < 0) fail = 1;
-    uint64_t t1 = mono_us();
-    attnd_metrics *mt = s->o.metrics;
-    if (!fail) {
-        hist_observe(&mt->compute_seconds, t1 - t0);
-        hist_observe(&mt->batch_size, (uint64_t)n);
-        hist_observe(&mt->batch_tokens, (uint64_t)tokens);
-        atomic_fetch_add_explicit(&mt->tokens, (uint64_t)tokens, memory_order_relaxed);
-    }
-
-    size_t off = 0;
-    for (int i = 0; i < n; i++) {
-        attnd_req *r = rs[i];
-        attnd_job *j = &r->job;
-        r->t_start_us = t0;
-        r->t_end_us = t1;
-        r->batch_requests = n;
-        hist_observe(&mt->queue_seconds, t0 - r->t_admit_us);
-        const float *out = w->out + off;
-        size_t nout = (size_t)j->B * j->L * E;
-        off += nout;
-        uint64_t na = 0;
-        if (j->attn) attnd_attention_floats(j->B, j->L, j->S, j->weights, H, UINT64_MAX, &na);
-        if (fail) {
-            char msg[256];
-            snprintf(msg, sizeof(msg), "compute failed: %.200s", err);
-            answer_error(s, r, AERR_INTERNAL, msg);
-            continue;
-        }
-        if (!all_finite(out, nout) || (j->attn && !all_finite(j->attn, na))) {
-            /* the input's magnitudes did it: a client error, not the server's */
-            answer_error(s, r, AERR_BAD_REQUEST,
-                         "query, key, value or attn_mask: values too large, the result overflows "
-                         "float32");
-            continue;
-        }
-        if (mono_us() > r->deadline_us) {
-            answer_timeout(s, r);
-            continue;
-        }
-        attnd_usage u = {n, t0 - r->t_admit_us, t1 - t0};
-        sbuf sb;
-        sb_init(&sb);
-        if (attnd_write_answer(&sb, j, info, out, &u, &r->json_len) < 0) {
-            sb_free(&sb);
-            answer_error(s, r, AERR_INTERNAL, "out of memory writing the answer");
-            continue;
-        }
-        free(r->body);
-        r->body = sb_take(&sb, &r->body_len);
-        r->status = 200;
-        r->err = AERR_NONE;
-        /* the inputs are no longer needed: free them now, not at completion */
-        free(j->query);
-        free(j->key);
-        free(j->value);
-        j->query = j->key = j->value = NULL;
-        deliver(s, r);
-    }
-    pthread_mutex_lock(&s->mu);
-    s->running -= taken;
-    pthread_mutex_unlock(&s->mu);
+    release(s, taken);
 }
 
 /* Takes a batch from the first ready queue (mutex held). Expired requests
@@ -442,23 +512,17 @@ static void timed_wait(pthread_cond_t *cv, pthread_mutex_t *mu, uint64_t until_m
     pthread_cond_timedwait(cv, mu, &ts);
 }
 
-static void *worker_main(void *arg) {
-    worker *w = arg;
-    attnd_sched *s = w->s;
+/* The batcher: takes a batch as soon as compute is free and one is ready,
+ * runs it on the pool, and sleeps only when every queue is empty (or
+ * waiting out max_queue_delay_us). */
+static void *batcher_main(void *arg) {
+    attnd_sched *s = arg;
     int cap = s->o.cfg->max_batch_requests;
-    attnd_req **batch = calloc((size_t)cap, sizeof(*batch));
-    attnd_req **expired = calloc((size_t)cap, sizeof(*expired));
-    if (!batch || !expired) {
-        fprintf(stderr, "attnd: worker out of memory\n");
-        free(batch);
-        free(expired);
-        return NULL;
-    }
     pthread_mutex_lock(&s->mu);
     for (;;) {
         uint64_t wake;
         int nexp = 0;
-        int n = pick(s, batch, cap, expired, &nexp, &wake);
+        int n = pick(s, s->w.batch, cap, s->w.expired, &nexp, &wake);
         if (n == 0 && nexp == 0) {
             int queued = 0;
             for (int i = 0; i < s->o.n_models; i++)
@@ -469,13 +533,11 @@ static void *worker_main(void *arg) {
         }
         pthread_mutex_unlock(&s->mu);
         for (int i = 0; i < nexp; i++)
-            answer_timeout(s, expired[i]);
-        if (n) run_batch(w, batch, n);
+            answer_timeout(s, s->w.expired[i]);
+        if (n) run_batch(s, s->w.batch, n);
         pthread_mutex_lock(&s->mu);
     }
     pthread_mutex_unlock(&s->mu);
-    free(batch);
-    free(expired);
     return NULL;
 }
 
@@ -645,6 +707,19 @@ void attnd_sched_depths(attnd_sched *s, int *depth) {
     pthread_mutex_unlock(&s->mu);
 }
 
+void attnd_sched_metrics(attnd_sched *s, sbuf *b) {
+    pthread_mutex_lock(&s->mu);
+    int running = s->running;
+    pthread_mutex_unlock(&s->mu);
+    sb_printf(b,
+              "# HELP attnd_compute_threads Threads of the one compute pool.\n"
+              "# TYPE attnd_compute_threads gauge\nattnd_compute_threads %d\n"
+              "# HELP attnd_requests_running Requests taken from the queues and not yet "
+              "answered.\n"
+              "# TYPE attnd_requests_running gauge\nattnd_requests_running %d\n",
+              attn_ctx_threads(s->ctx), running);
+}
+
 void attnd_sched_stop(attnd_sched *s) {
     if (!s || s->stopped) return;
     s->stopped = 1;
@@ -652,9 +727,8 @@ void attnd_sched_stop(attnd_sched *s) {
     s->stop = 1;
     pthread_cond_broadcast(&s->work_cv);
     pthread_mutex_unlock(&s->mu);
-    for (int i = 0; i < s->n_workers; i++)
-        if (s->w[i].started) pthread_join(s->w[i].tid, NULL);
-    /* workers that never started leave their queues to us */
+    if (s->batcher_started) pthread_join(s->batcher, NULL);
+    /* a batcher that never started leaves its queues to us */
     answer_queued(s, "the server is shutting down");
     pthread_mutex_lock(&s->mu);
     s->sweep_stop = 1;
@@ -666,16 +740,16 @@ void attnd_sched_stop(attnd_sched *s) {
 void attnd_sched_free(attnd_sched *s) {
     if (!s) return;
     attnd_sched_stop(s);
-    for (int i = 0; i < s->n_workers; i++) {
-        worker *w = &s->w[i];
-        attn_ctx_free(w->ctx);
-        free(w->q);
-        free(w->k);
-        free(w->v);
-        free(w->out);
-        free(w->seqs);
-    }
-    free(s->w);
+    attn_ctx_free(s->ctx);
+    scratch *w = &s->w;
+    free(w->q);
+    free(w->k);
+    free(w->v);
+    free(w->out);
+    free(w->seqs);
+    free(w->off);
+    free(w->batch);
+    free(w->expired);
     free(s->q);
     pthread_cond_destroy(&s->work_cv);
     pthread_cond_destroy(&s->sweep_cv);
@@ -698,28 +772,24 @@ attnd_sched *attnd_sched_new(const attnd_sched_opts *o, char *err, size_t errlen
     pthread_cond_init(&s->sweep_cv, &ca);
     pthread_condattr_destroy(&ca);
     s->q = calloc((size_t)o->n_models, sizeof(*s->q));
-    s->n_workers = o->cfg->worker_threads;
-    s->w = calloc((size_t)s->n_workers, sizeof(*s->w));
-    if (!s->q || !s->w) {
+    int cap = o->cfg->max_batch_requests;
+    s->w.batch = calloc((size_t)cap, sizeof(*s->w.batch));
+    s->w.expired = calloc((size_t)cap, sizeof(*s->w.expired));
+    if (!s->q || !s->w.batch || !s->w.expired) {
         snprintf(err, errlen, "out of memory starting the scheduler");
         goto fail;
     }
-    for (int i = 0; i < s->n_workers; i++) {
-        s->w[i].s = s;
-        s->w[i].ctx = attn_ctx_new(o->cfg->blas_threads);
-        if (!s->w[i].ctx) {
-            snprintf(err, errlen, "cannot create a compute context with %d threads",
-                     o->cfg->blas_threads);
-            goto fail;
-        }
+    s->ctx = attn_ctx_new(o->cfg->worker_threads);
+    if (!s->ctx) {
+        snprintf(err, errlen, "cannot create a compute pool of %d threads",
+                 o->cfg->worker_threads);
+        goto fail;
     }
-    for (int i = 0; i < s->n_workers; i++) {
-        if (pthread_create(&s->w[i].tid, NULL, worker_main, &s->w[i]) != 0) {
-            snprintf(err, errlen, "cannot start worker thread %d", i);
-            goto fail;
-        }
-        s->w[i].started = 1;
+    if (pthread_create(&s->batcher, NULL, batcher_main, s) != 0) {
+        snprintf(err, errlen, "cannot start the batcher thread");
+        goto fail;
     }
+    s->batcher_started = 1;
     if (pthread_create(&s->sweeper, NULL, sweeper_main, s) != 0) {
         snprintf(err, errlen, "cannot start the sweeper thread");
         goto fail;

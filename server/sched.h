@@ -1,14 +1,16 @@
-/* sched.h - admission, batching and the worker pool.
+/* sched.h - admission, batching and the one compute pool.
  *
- * Each model has a FIFO queue. Idle workers take a batch from a queue once
- * it holds max_batch_requests requests or max_batch_tokens tokens, or once
- * its oldest request has waited max_queue_delay_us; the batch's sequences
- * are packed without padding into one attn_batch and computed with the
- * worker's own attn_ctx. Answers are written on the worker, then handed to
- * the HTTP side through the finish callback (which resumes the suspended
- * connection). A sweeper thread answers 504 to queued requests whose
- * deadline passed and drops queued requests whose client hung up.
- * No HTTP library in here: the HTTP side sees only attnd_req.
+ * Each model has a FIFO queue. One batcher thread owns the process's compute
+ * pool (an attn_ctx of cfg->worker_threads threads). As soon as compute is
+ * free and a queue holds work it takes a batch of up to max_batch_requests
+ * requests and max_batch_tokens tokens (waiting up to max_queue_delay_us
+ * for company first, when that is set), packs the sequences without padding
+ * into one attn_batch, computes it and writes the answers, each step spread
+ * over the whole pool; requests that arrive meanwhile form the next batch.
+ * Answers go to the HTTP side through the finish callback (which resumes
+ * the suspended connection). A sweeper thread answers 504 to queued
+ * requests whose deadline passed and drops queued requests whose client
+ * hung up. No HTTP library in here: the HTTP side sees only attnd_req.
  */
 #ifndef ATTND_SCHED_H
 #define ATTND_SCHED_H
@@ -26,7 +28,7 @@
 typedef enum {
     RQ_NEW = 0, /* not admitted */
     RQ_QUEUED,  /* in its model's queue */
-    RQ_RUNNING, /* taken by a worker */
+    RQ_RUNNING, /* taken by the batcher */
     RQ_DONE     /* answered (or dropped) */
 } rq_state;
 
@@ -77,7 +79,8 @@ typedef struct {
 
 typedef struct attnd_sched attnd_sched;
 
-/* Starts the workers (each with attn_ctx_new(blas_threads)) and the sweeper. */
+/* Starts the compute pool (attn_ctx_new(cfg->worker_threads), resolved
+ * from the CPUs before: server/cpus.c), the batcher and the sweeper. */
 attnd_sched *attnd_sched_new(const attnd_sched_opts *o, char *err, size_t errlen);
 /* Queues r (its job, tokens and sock set). Takes a reference on success.
  * Returns 0, or -1 with e set (429 queue full, 503 stopping). */
@@ -93,6 +96,10 @@ void attnd_sched_abort_queued(attnd_sched *s);
 int attnd_sched_pending(attnd_sched *s);
 /* Queue depth per model into depth[n_models]. */
 void attnd_sched_depths(attnd_sched *s, int *depth);
+/* The scheduler's gauges for GET /metrics: attnd_compute_threads (the
+ * pool's size) and attnd_requests_running (taken from the queues, not yet
+ * answered). */
+void attnd_sched_metrics(attnd_sched *s, sbuf *b);
 /* Lets the workers empty the queues and joins every thread; requests still
  * queued then are answered 503. Later calls do nothing. NULL is fine. */
 void attnd_sched_stop(attnd_sched *s);

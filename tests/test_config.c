@@ -100,7 +100,7 @@ START_TEST(defaults) {
     ck_assert(attnd_config_defaults(&c) == 0);
     ck_assert_str_eq(c.host, "0.0.0.0");
     ck_assert_int_eq(c.port, 8080);
-    ck_assert_int_eq(c.http_threads, 2);
+    ck_assert_int_eq(c.http_threads, 0); /* auto: from the CPUs (server/cpus.c) */
     ck_assert(c.max_body_bytes == 67108864);
     ck_assert_int_eq(c.request_timeout_ms, 30000);
     ck_assert_int_eq(c.max_connections, 1024);
@@ -109,10 +109,10 @@ START_TEST(defaults) {
     ck_assert_int_eq(c.n_cors_origins, 0);
     ck_assert_int_eq(c.max_batch_tokens, 16384);
     ck_assert_int_eq(c.max_batch_requests, 64);
-    ck_assert_int_eq(c.max_queue_delay_us, 1000);
+    ck_assert_int_eq(c.max_queue_delay_us, 0);
     ck_assert_int_eq(c.max_queue_requests, 4096);
-    ck_assert_int_eq(c.worker_threads, 2);
-    ck_assert_int_eq(c.blas_threads, 1);
+    ck_assert_int_eq(c.worker_threads, 0); /* auto: from the CPUs */
+    ck_assert_int_eq(c.blas_threads, 0);   /* obsolete: not given */
     ck_assert_int_eq(c.max_tokens_per_request, 16384);
     ck_assert(c.max_attention_floats == 16777216);
     ck_assert_int_eq(c.max_sessions, 1024);
@@ -390,7 +390,7 @@ START_TEST(env_values) {
     ck_assert(from_args(&c, 1, argv, err, sizeof err) == -1);
     ck_assert_msg(strstr(err, "ATTND_PORT") && strstr(err, "out of range"), "%s", err);
     unsetenv("ATTND_PORT");
-    setenv("ATTND_WORKERS", "0", 1);
+    setenv("ATTND_WORKERS", "-1", 1);
     ck_assert(from_args(&c, 1, argv, err, sizeof err) == -1);
     ck_assert_msg(strstr(err, "ATTND_WORKERS") && strstr(err, "workers.threads"), "%s", err);
     attnd_config_free(&c); /* already freed by the failed call: a no-op */
@@ -412,7 +412,7 @@ START_TEST(bad_flags) {
     char *a4[] = {"attnd", "serve", NULL};
     ck_assert(from_args(&c, 2, a4, err, sizeof err) == -1);
     ck_assert_msg(strstr(err, "unexpected argument \"serve\""), "%s", err);
-    char *a5[] = {"attnd", "--http-threads=0", NULL};
+    char *a5[] = {"attnd", "--http-threads=-3", NULL};
     ck_assert(from_args(&c, 2, a5, err, sizeof err) == -1);
     ck_assert_msg(strstr(err, "server.http_threads") && strstr(err, "out of range"), "%s", err);
     char *a6[] = {"attnd", "--api-key-env", "BAD-NAME", NULL};
@@ -448,7 +448,9 @@ END_TEST
 START_TEST(refuse_out_of_range) {
     expect_refused("{\"server\":{\"port\":65536}}", "server.port", "out of range [0, 65535]");
     expect_refused("{\"server\":{\"port\":-1}}", "server.port", "out of range");
-    expect_refused("{\"workers\":{\"threads\":0}}", "workers.threads", "out of range");
+    expect_refused("{\"workers\":{\"threads\":-1}}", "workers.threads", "out of range");
+    expect_refused("{\"workers\":{\"threads\":1025}}", "workers.threads", "out of range");
+    expect_refused("{\"workers\":{\"blas_threads\":0}}", "workers.blas_threads", "out of range");
     expect_refused("{\"batching\":{\"max_batch_requests\":0}}", "batching.max_batch_requests",
                    "out of range");
     expect_refused("{\"limits\":{\"max_attention_floats\":0}}", "limits.max_attention_floats",

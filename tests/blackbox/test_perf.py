@@ -1,9 +1,16 @@
 """Speed by default, checked as facts rather than timings (SPEC section 5,
 docs/performance.md): the OpenBLAS kernels match the CPU's features and are
-reported in the start-up log, /v1/models, /v2 and /metrics; a user's
-OPENBLAS_CORETYPE wins, with a warning when it is weaker than the CPU allows.
+reported in the start-up log, /v1/models, /v2 and /metrics, and a user's
+OPENBLAS_CORETYPE wins, with a warning when it is weaker than the CPU allows;
+one compute pool as large as the CPUs the process may use (taskset), sized
+by config too, old configs still loading; a lone request starts at once and
+requests arriving during a batch join the next; an answer is bit-identical
+whatever shares its batch and whatever the pool's size.
 """
+import os
 import re
+import threading
+import numpy as np
 
 import support
 
@@ -62,3 +69,152 @@ def test_user_coretype_wins(fresh_daemons):
     if AVX512_FLAGS <= cpu_flags():
         assert re.search(r" warn OpenBLAS computes with its Haswell kernels, weaker than this CPU allows", d.stdout()), \
             d.stdout()
+
+
+# ---------------------------------------------------------------- the compute pool
+
+def compute_info(d):
+    return d.get("/v1/models").json()["compute"]
+
+
+def pinned_daemon(factory, cpus, **kw):
+    """A daemon started under taskset -c CPUS (registered for the factory's checks)."""
+    n = len(factory.daemons)
+    d = support.Daemon(factory.tmpdir / ("pinned%d" % n), name="pinned%d" % n, **kw)
+    d.args = ["taskset", "-c", cpus] + d.args
+    factory.daemons.append(d)
+    return d.start()
+
+
+def test_pool_defaults_to_the_cpus(daemons):
+    d = daemons()
+    c = compute_info(d)
+    allowed = len(os.sched_getaffinity(0))
+    assert 1 <= c["cpus"] <= allowed, c  # a cgroup quota may allow fewer
+    assert c["threads"] == c["cpus"], c
+    assert c["http_threads"] == min(c["cpus"], 64), c
+    assert d.get("/v1/models").json()["workers"]["threads"] == c["threads"]
+    assert gauge(d, "attnd_compute_threads") == c["threads"]
+    assert re.search(r"%d cpus?.* %d compute threads?, %d http threads?"
+                     % (c["cpus"], c["threads"], c["http_threads"]), d.stdout()), d.stdout()
+
+
+def test_pool_follows_the_affinity_mask(fresh_daemons):
+    first = sorted(os.sched_getaffinity(0))[0]
+    d = pinned_daemon(fresh_daemons, str(first))
+    c = compute_info(d)
+    assert (c["cpus"], c["threads"], c["http_threads"]) == (1, 1, 1), c
+    assert re.search(r" 1 cpu \(affinity 1, cgroup quota \d+\), 1 compute thread, 1 http thread",
+                     d.stdout()), d.stdout()
+    # and it computes
+    r = d.post("/v1/attention", {"query": [[0.25] * 512] * 3})
+    assert r.status_code == 200, r.text
+
+
+def test_pool_size_from_config_and_obsolete_keys(fresh_daemons):
+    d = fresh_daemons(config={"workers": {"threads": 3}})
+    assert compute_info(d)["threads"] == 3
+    assert not re.search(r" warn .*obsolete", d.stdout())
+    # an old config's pair still loads: the pool gets threads x blas_threads
+    old = fresh_daemons(config={"workers": {"threads": 2, "blas_threads": 2}})
+    assert compute_info(old)["threads"] == 4
+    assert re.search(r" warn workers\.blas_threads is obsolete: one compute pool of 4 threads",
+                     old.stdout()), old.stdout()
+    env = fresh_daemons(env={"ATTND_WORKERS": "1"})
+    assert compute_info(env)["threads"] == 1
+
+
+# ---------------------------------------------------------------- batching without idle waits
+
+def small_body(rows=4, seed=0, encoding=None):
+    rng = np.random.default_rng(seed)
+    body = {"query": support.b64_tensor(rng.standard_normal((rows, 512)).astype(np.float32))}
+    if encoding:
+        body["encoding"] = encoding
+    return body
+
+
+def test_lone_request_starts_at_once(fresh_daemons):
+    """With compute idle a request does not wait for company: usage.queue_us
+    and the queue histogram stay far below the 1 ms every lone request used
+    to wait (the old max_queue_delay_us default)."""
+    d = fresh_daemons()
+    waits = []
+    for i in range(20):
+        r = d.post("/v1/attention", small_body(seed=i))
+        assert r.status_code == 200, r.text
+        u = r.json()["usage"]
+        assert u["batch"] == 1
+        waits.append(u["queue_us"])
+    waits.sort()
+    assert waits[len(waits) // 2] < 1000, waits
+    h = support.histograms(d.get("/metrics").text)["attnd_queue_seconds"]
+    under_1ms = dict(h["buckets"])[0.001]
+    assert h["count"] == 20 and under_1ms >= 15, h
+
+
+def gauge(d, name):
+    _, samples = support.parse_prometheus(d.get("/metrics").text)
+    return sum(v for n, labels, v in samples if n == name)
+
+
+def queue_depth(d):
+    return gauge(d, "attnd_queue_depth")
+
+
+def test_requests_during_a_batch_join_the_next(fresh_daemons):
+    """While one long request computes, eight small ones queue; when compute
+    frees up they run as one batch of eight."""
+    d = fresh_daemons(config={"workers": {"threads": 1}})
+    rng = np.random.default_rng(7)
+    big = {"query": support.b64_tensor(rng.standard_normal((4096, 512)).astype(np.float32))}
+    out = {}
+
+    def send(name, body):
+        out[name] = d.post("/v1/attention", body)
+
+    tb = threading.Thread(target=send, args=("big", big))
+    tb.start()
+    assert support.wait_until(lambda: gauge(d, "attnd_requests_running") == 1 or "big" in out, 30)
+    smalls = [threading.Thread(target=send, args=(i, small_body(seed=i))) for i in range(8)]
+    for t in smalls:
+        t.start()
+    assert support.wait_until(lambda: queue_depth(d) == 8 or "big" in out, 30)
+    assert "big" not in out, "the long request ended before the small ones queued; too fast"
+    for t in smalls + [tb]:
+        t.join(60)
+    assert out["big"].status_code == 200
+    batches = [out[i].json()["usage"]["batch"] for i in range(8)]
+    assert batches == [8] * 8, batches
+
+
+# ---------------------------------------------------------------- batch invariance over HTTP
+
+def test_answer_independent_of_company_and_threads(fresh_daemons):
+    """A request's answer is bit-identical alone and among concurrent
+    requests of other lengths, on a 1-thread and a 2-thread pool."""
+    solo = fresh_daemons(config={"workers": {"threads": 1}})
+    pool = fresh_daemons(config={"workers": {"threads": 2}})
+    body = small_body(rows=37, seed=99, encoding="base64")
+    body["attention"] = "mean"
+    want = solo.post("/v1/attention", body).json()
+    others = [small_body(rows=n, seed=n, encoding="base64") for n in (1, 5, 64, 130, 17, 200, 3)]
+    for d in (solo, pool):
+        for rnd in range(3):
+            got = {}
+
+            def send(i, b):
+                got[i] = d.post("/v1/attention", b).json()
+
+            ts = [threading.Thread(target=send, args=(i, b)) for i, b in enumerate(others)]
+            ts.insert(rnd * 3, threading.Thread(target=send, args=("x", body)))
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join(60)
+            x = got["x"]
+            assert x["output"]["b64"] == want["output"]["b64"], "output bits differ"
+            assert x["attention"]["b64"] == want["attention"]["b64"], "attention bits differ"
+    # the concurrent rounds did share batches, or the test shows nothing
+    h = support.histograms(pool.get("/metrics").text)["attnd_batch_size"]
+    assert h["sum"] > h["count"], "every batch held one request"
