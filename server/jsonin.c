@@ -1,32 +1,107 @@
-/* jsonin.c - the pull reader for request bodies. See jsonin.h. */
+/* jsonin.c - the pull reader for request bodies and the field-table walk.
+ * See jsonin.h. */
 #include "jsonin.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "codec.h"
+
+struct jin {
+    const char *start; /* first byte of the body */
+    const char *p;     /* next unread byte */
+    const char *end;   /* one past the last byte */
+    int depth;         /* arrays and objects open */
+    char err[192];     /* the last failure's sentence */
+};
 
 static int fail(jin *j, const char *what) {
     snprintf(j->err, sizeof(j->err), "body is not valid JSON: %s at byte %zu", what, jin_offset(j));
     return -1;
 }
 
-void jin_init(jin *j, const char *buf, size_t len) {
-    j->start = j->p = buf;
-    j->end = buf + len;
-    j->depth = 0;
-    j->err[0] = '\0';
+jin *jin_new(const char *buf, size_t len) {
+    jin *j = calloc(1, sizeof(*j));
+    if (!j) return NULL;
+    j->start = j->p = buf ? buf : "";
+    j->end = j->start + (buf ? len : 0);
+    return j;
+}
+
+void jin_free(jin *j) {
+    free(j);
+}
+
+const char *jin_error(const jin *j) {
+    return j->err;
 }
 
 size_t jin_offset(const jin *j) {
     return (size_t)(j->p - j->start);
 }
 
+const char *jin_body(const jin *j) {
+    return j->start;
+}
+
 int jin_peek(jin *j) {
     while (j->p < j->end && (*j->p == ' ' || *j->p == '\n' || *j->p == '\r' || *j->p == '\t'))
         j->p++;
     return j->p < j->end ? (unsigned char)*j->p : -1;
+}
+
+/* The length of a NaN or infinity token at p ("NaN", "-Infinity", "inf",
+ * any case), or 0. */
+static size_t nonfinite_len(const char *p, const char *end) {
+    const char *q = p + (p < end && *p == '-');
+    static const char *const words[] = {"infinity", "nan", "inf"};
+    for (int i = 0; i < 3; i++) {
+        size_t n = strlen(words[i]);
+        if ((size_t)(end - q) >= n && strncasecmp(q, words[i], n) == 0) return (size_t)(q - p) + n;
+    }
+    return 0;
+}
+
+jin_type jin_next_type(jin *j) {
+    int c = jin_peek(j);
+    switch (c) {
+    case -1:
+        return JT_END;
+    case '{':
+        return JT_OBJECT;
+    case '[':
+        return JT_ARRAY;
+    case '"':
+        return JT_STRING;
+    case 't':
+    case 'f':
+        return JT_BOOL;
+    case 'n':
+        return nonfinite_len(j->p, j->end) ? JT_NONFINITE : JT_NULL;
+    default:
+        if (nonfinite_len(j->p, j->end)) return JT_NONFINITE;
+        return c == '-' || (c >= '0' && c <= '9') ? JT_NUMBER : JT_INVALID;
+    }
+}
+
+const char *jin_kind(jin *j) {
+    static const char *const words[] = {"nothing",  "an object", "an array", "a string",
+                                        "a number", "a boolean", "null",     "NaN",
+                                        "an invalid token"};
+    return words[jin_next_type(j)];
+}
+
+/* Fails on a NaN or infinity token at the cursor, saying why. */
+static int fail_nonfinite(jin *j) {
+    size_t n = nonfinite_len(j->p, j->end);
+    snprintf(j->err, sizeof(j->err),
+             "body is not valid JSON: %.*s at byte %zu: JSON has no NaN or Infinity, and attnd "
+             "refuses non-finite numbers",
+             (int)n, j->p, jin_offset(j));
+    return -1;
 }
 
 int jin_expect(jin *j, char c) {
@@ -39,6 +114,23 @@ int jin_expect(jin *j, char c) {
     return 0;
 }
 
+int jin_open(jin *j, char open) {
+    if (jin_expect(j, open) < 0) return -1;
+    if (j->depth >= JIN_MAX_DEPTH) {
+        j->p--;
+        char what[64];
+        snprintf(what, sizeof(what), "nested deeper than %d levels", JIN_MAX_DEPTH);
+        return fail(j, what);
+    }
+    j->depth++;
+    if (jin_peek(j) == (open == '[' ? ']' : '}')) {
+        j->p++;
+        j->depth--;
+        return 1;
+    }
+    return 0;
+}
+
 int jin_next(jin *j, char close) {
     int c = jin_peek(j);
     if (c == ',') {
@@ -47,6 +139,7 @@ int jin_next(jin *j, char close) {
     }
     if (c == (unsigned char)close) {
         j->p++;
+        j->depth--;
         return 1;
     }
     char what[32];
@@ -236,6 +329,13 @@ int jin_string_buf(jin *j, char *buf, size_t cap, int *cut) {
     return decode_string(j, buf, cap, cut ? cut : &dummy) < 0 ? -1 : 0;
 }
 
+
+int jin_key(jin *j, char *buf, size_t cap, int *cut) {
+    if (jin_peek(j) != '"') return fail(j, "expected a key (a string)");
+    if (jin_string_buf(j, buf, cap, cut) < 0) return -1;
+    return jin_expect(j, ':');
+}
+
 static int number_start(jin *j) {
     int c = jin_peek(j);
     if (c != '-' && (c < '0' || c > '9')) return fail(j, "expected a number");
@@ -245,7 +345,7 @@ static int number_start(jin *j) {
 int jin_number(jin *j, double *v) {
     if (number_start(j) < 0) return -1;
     size_t n = parse_number(j->p, (size_t)(j->end - j->p), v);
-    if (!n) return fail(j, "bad number");
+    if (!n) return nonfinite_len(j->p, j->end) ? fail_nonfinite(j) : fail(j, "bad number");
     j->p += n;
     return 0;
 }
@@ -253,9 +353,15 @@ int jin_number(jin *j, double *v) {
 int jin_f32(jin *j, float *v) {
     if (number_start(j) < 0) return -1;
     size_t n = parse_f32(j->p, (size_t)(j->end - j->p), v);
-    if (!n) return fail(j, "bad number");
+    if (!n) return nonfinite_len(j->p, j->end) ? fail_nonfinite(j) : fail(j, "bad number");
     j->p += n;
     return 0;
+}
+
+size_t jin_f32_row(jin *j, float *out, size_t max) {
+    size_t got = 0;
+    j->p += parse_f32_row(j->p, (size_t)(j->end - j->p), out, max, &got);
+    return got;
 }
 
 static int literal(jin *j, const char *w) {
@@ -284,44 +390,35 @@ int jin_null(jin *j) {
 }
 
 int jin_skip(jin *j) {
-    int c = jin_peek(j);
+    int b;
     double d;
-    switch (c) {
-    case '"':
+    switch (jin_next_type(j)) {
+    case JT_STRING:
         return decode_string(j, NULL, 0, NULL) < 0 ? -1 : 0;
-    case 't':
-    case 'f': {
-        int b;
+    case JT_BOOL:
         return jin_bool(j, &b);
-    }
-    case 'n':
+    case JT_NULL:
         return jin_null(j);
-    case '[':
-    case '{': {
-        char close = c == '[' ? ']' : '}';
-        if (++j->depth > JIN_MAX_DEPTH) return fail(j, "nested too deep");
-        j->p++;
-        if (jin_peek(j) == close) {
-            j->p++;
-            j->depth--;
-            return 0;
-        }
-        for (;;) {
-            if (close == '}') {
-                if (decode_string(j, NULL, 0, NULL) < 0) return -1;
-                if (jin_expect(j, ':') < 0) return -1;
-            }
+    case JT_NUMBER:
+        return jin_number(j, &d);
+    case JT_ARRAY:
+    case JT_OBJECT: {
+        char open = (char)*j->p, close = open == '[' ? ']' : '}';
+        int r = jin_open(j, open);
+        while (r == 0) {
+            if (close == '}' && (decode_string(j, NULL, 0, NULL) < 0 || jin_expect(j, ':') < 0))
+                return -1;
             if (jin_skip(j) < 0) return -1;
-            int r = jin_next(j, close);
-            if (r < 0) return -1;
-            if (r == 1) break;
+            r = jin_next(j, close);
         }
-        j->depth--;
-        return 0;
+        return r < 0 ? -1 : 0;
     }
+    case JT_NONFINITE:
+        return fail_nonfinite(j);
+    case JT_END:
+        return fail(j, "unexpected end");
     default:
-        if (c == '-' || (c >= '0' && c <= '9')) return jin_number(j, &d);
-        return fail(j, c < 0 ? "unexpected end" : "unexpected character");
+        return fail(j, "unexpected character");
     }
 }
 
@@ -330,23 +427,284 @@ int jin_end(jin *j) {
     return 0;
 }
 
-const char *jin_kind(jin *j) {
-    int c = jin_peek(j);
-    switch (c) {
-    case '"':
-        return "a string";
-    case '[':
-        return "an array";
-    case '{':
-        return "an object";
-    case 't':
-    case 'f':
-        return "a boolean";
-    case 'n':
-        return "null";
-    case -1:
-        return "nothing";
-    default:
-        return (c == '-' || (c >= '0' && c <= '9')) ? "a number" : "an invalid token";
+/* ---- paths ---- */
+
+void jpath_init(jpath *p, const char *root) {
+    p->n = 0;
+    p->s[0] = '\0';
+    int k = snprintf(p->s, sizeof(p->s), "%s", root);
+    p->n = k < 0 ? 0 : (size_t)k < sizeof(p->s) ? (size_t)k : sizeof(p->s) - 1;
+}
+
+static size_t jpath_add(jpath *p, const char *fmt, const char *key, long i) {
+    size_t before = p->n;
+    int k = key ? snprintf(p->s + p->n, sizeof(p->s) - p->n, fmt, key)
+                : snprintf(p->s + p->n, sizeof(p->s) - p->n, fmt, i);
+    if (k > 0) p->n += (size_t)k < sizeof(p->s) - p->n ? (size_t)k : sizeof(p->s) - 1 - p->n;
+    return before;
+}
+
+size_t jpath_key(jpath *p, const char *key) {
+    return jpath_add(p, p->n ? ".%s" : "%s", key, 0);
+}
+
+size_t jpath_index(jpath *p, long i) {
+    return jpath_add(p, "[%ld]", NULL, i);
+}
+
+void jpath_cut(jpath *p, size_t n) {
+    if (n < p->n) {
+        p->n = n;
+        p->s[n] = '\0';
     }
+}
+
+int jin_fail(jin *j, const jpath *path, attnd_error *e) {
+    if (path && path->n) return attnd_set_error(e, AERR_BAD_REQUEST, "%s: %s", path->s, j->err);
+    return attnd_set_error(e, AERR_BAD_REQUEST, "%s", j->err);
+}
+
+/* ---- field tables ---- */
+
+/* The JSON types a field takes, and how messages say them. */
+static unsigned accepts(const jfield *f) {
+    switch (f->type) {
+    case JF_STRING:
+    case JF_STRDUP:
+    case JF_WORD:
+        return 1u << JT_STRING;
+    case JF_BOOL:
+        return 1u << JT_BOOL;
+    case JF_BOOL_NULL:
+        return 1u << JT_BOOL | 1u << JT_NULL;
+    case JF_SIZE:
+        return 1u << JT_NUMBER;
+    case JF_SHAPE:
+    case JF_LIST:
+        return 1u << JT_ARRAY;
+    case JF_OBJECT:
+        return 1u << JT_OBJECT;
+    case JF_CUSTOM:
+        return f->accepts;
+    }
+    return 0;
+}
+
+static void expects(const jfield *f, char *buf, size_t cap) {
+    switch (f->type) {
+    case JF_STRING:
+    case JF_STRDUP:
+        snprintf(buf, cap, "a string");
+        return;
+    case JF_BOOL:
+        snprintf(buf, cap, "true or false");
+        return;
+    case JF_BOOL_NULL:
+        snprintf(buf, cap, "true, false or null");
+        return;
+    case JF_SIZE:
+        snprintf(buf, cap, "a size (a whole number)");
+        return;
+    case JF_SHAPE:
+        snprintf(buf, cap, "an array of sizes");
+        return;
+    case JF_LIST:
+        snprintf(buf, cap, "an array");
+        return;
+    case JF_OBJECT:
+        snprintf(buf, cap, "an object");
+        return;
+    case JF_CUSTOM:
+        snprintf(buf, cap, "%s", f->expects);
+        return;
+    case JF_WORD:
+        break;
+    }
+    size_t n = (size_t)snprintf(buf, cap, "one of ");
+    for (int i = 0; f->words[i] && n < cap; i++)
+        n += (size_t)snprintf(buf + n, cap - n, "%s\"%s\"", i ? ", " : "", f->words[i]);
+}
+
+/* The text of the number at the cursor, for messages (at most 24 bytes). */
+static void number_text(jin *j, char *buf, size_t cap) {
+    jin_peek(j);
+    const char *q = j->p;
+    while (q < j->end && (size_t)(q - j->p) < cap - 1 && strchr("+-.eE0123456789", *q))
+        q++;
+    snprintf(buf, cap, "%.*s", (int)(q - j->p), j->p);
+}
+
+/* A whole number from min to max at the cursor (the path names it). */
+static int read_whole(jin *j, int64_t min, int64_t max, int64_t *out, jpath *path,
+                      attnd_error *e) {
+    char text[32];
+    double d;
+    if (jin_next_type(j) != JT_NUMBER) {
+        if (jin_next_type(j) == JT_NONFINITE) {
+            fail_nonfinite(j);
+            return jin_fail(j, path, e);
+        }
+        return attnd_set_error(e, AERR_BAD_REQUEST, "%s: expected a whole number, got %s",
+                               path->s, jin_kind(j));
+    }
+    number_text(j, text, sizeof(text));
+    if (jin_number(j, &d) < 0) return jin_fail(j, path, e);
+    if (d != floor(d) || d < (double)min)
+        return attnd_set_error(e, AERR_BAD_REQUEST,
+                               "%s: expected a whole number of at least %lld, got %s", path->s,
+                               (long long)min, text);
+    if (d > (double)max)
+        return attnd_set_error(e, AERR_TOO_LARGE, "%s: %s is too large (at most %lld)", path->s,
+                               text, (long long)max);
+    *out = (int64_t)d;
+    return 0;
+}
+
+static int read_shape(jin *j, const jfield *f, jshape *s, jpath *path, attnd_error *e) {
+    s->rank = 0;
+    int r = jin_open(j, '[');
+    if (r < 0) return jin_fail(j, path, e);
+    if (r == 1)
+        return attnd_set_error(e, AERR_BAD_REQUEST, "%s: empty (a tensor has 1 or more dimensions)",
+                               path->s);
+    while (r == 0) {
+        if (s->rank == JSHAPE_MAX)
+            return attnd_set_error(e, AERR_BAD_REQUEST, "%s: more than %d dimensions", path->s,
+                                   JSHAPE_MAX);
+        size_t mark = jpath_index(path, s->rank);
+        if (read_whole(j, 1, f->max, &s->dim[s->rank], path, e) < 0) return -1;
+        jpath_cut(path, mark);
+        s->rank++;
+        r = jin_next(j, ']');
+        if (r < 0) return jin_fail(j, path, e);
+    }
+    return 0;
+}
+
+static int read_list(jin *j, const jfield *f, void *dst, jpath *path, attnd_error *e) {
+    int r = jin_open(j, '[');
+    if (r < 0) return jin_fail(j, path, e);
+    for (int idx = 0; r == 0; idx++) {
+        size_t mark = jpath_index(path, idx);
+        if (f->each(j, idx, dst, path, e) < 0) return -1;
+        jpath_cut(path, mark);
+        r = jin_next(j, ']');
+        if (r < 0) return jin_fail(j, path, e);
+    }
+    return 0;
+}
+
+static int read_field(jin *j, const jfield *f, void *dst, jpath *path, attnd_error *e) {
+    char *at = (char *)dst + f->offset;
+    jin_type type = jin_next_type(j);
+    if (!(accepts(f) & 1u << type)) {
+        char want[160];
+        expects(f, want, sizeof(want));
+        if (type == JT_NONFINITE)
+            return attnd_set_error(e, AERR_BAD_REQUEST,
+                                   "%s: expected %s, got NaN: JSON has no NaN or Infinity, and "
+                                   "attnd refuses non-finite numbers",
+                                   path->s, want);
+        return attnd_set_error(e, AERR_BAD_REQUEST, "%s: expected %s, got %s", path->s, want,
+                               jin_kind(j));
+    }
+    int b, cut = 0;
+    switch (f->type) {
+    case JF_STRING:
+        if (jin_string_buf(j, at, f->size, &cut) < 0) return jin_fail(j, path, e);
+        if (cut)
+            return attnd_set_error(e, AERR_BAD_REQUEST, "%s: longer than %zu bytes", path->s,
+                                   f->size - 1);
+        return 0;
+    case JF_STRDUP:
+        free(*(char **)at);
+        *(char **)at = NULL;
+        return jin_string(j, (char **)at, NULL) < 0 ? jin_fail(j, path, e) : 0;
+    case JF_BOOL:
+    case JF_BOOL_NULL:
+        if (type == JT_NULL) {
+            if (jin_null(j) < 0) return jin_fail(j, path, e);
+            *(int *)at = -1;
+            return 0;
+        }
+        if (jin_bool(j, &b) < 0) return jin_fail(j, path, e);
+        *(int *)at = b;
+        return 0;
+    case JF_WORD: {
+        char word[32];
+        if (jin_string_buf(j, word, sizeof(word), &cut) < 0) return jin_fail(j, path, e);
+        for (int i = 0; f->words[i] && !cut; i++)
+            if (strcmp(word, f->words[i]) == 0) {
+                *(int *)at = i;
+                return 0;
+            }
+        char want[160];
+        expects(f, want, sizeof(want));
+        return attnd_set_error(e, AERR_BAD_REQUEST, "%s: expected %s, got \"%s%s\"", path->s,
+                               want, word, cut ? "..." : "");
+    }
+    case JF_SIZE:
+        return read_whole(j, 0, f->max, (int64_t *)at, path, e);
+    case JF_SHAPE:
+        return read_shape(j, f, (jshape *)at, path, e);
+    case JF_OBJECT:
+        return jin_object(j, f->table, dst, path, NULL, e);
+    case JF_LIST:
+        return read_list(j, f, dst, path, e);
+    case JF_CUSTOM:
+        return f->read(j, f, dst, path, e);
+    }
+    return attnd_set_error(e, AERR_INTERNAL, "%s: no reader for this field", path->s);
+}
+
+static int find_field(const jtable *t, const char *key) {
+    for (int i = 0; i < t->n; i++)
+        if (strcmp(t->fields[i].name, key) == 0) return i;
+    return -1;
+}
+
+static int unknown_key(const jtable *t, jpath *path, attnd_error *e) {
+    char names[200];
+    size_t n = 0;
+    names[0] = '\0';
+    for (int i = 0; i < t->n && n < sizeof(names); i++)
+        n += (size_t)snprintf(names + n, sizeof(names) - n, "%s%s", i ? ", " : "",
+                              t->fields[i].name);
+    return attnd_set_error(e, AERR_BAD_REQUEST, "%s: unknown %s (%s)", path->s, t->what, names);
+}
+
+int jin_object(jin *j, const jtable *t, void *dst, jpath *path, unsigned *given, attnd_error *e) {
+    unsigned seen = 0;
+    if (jin_next_type(j) != JT_OBJECT)
+        return attnd_set_error(e, AERR_BAD_REQUEST, "%s: expected an object, got %s",
+                               path->n ? path->s : "body", jin_kind(j));
+    int r = jin_open(j, '{');
+    if (r < 0) return jin_fail(j, path, e);
+    while (r == 0) {
+        char key[64];
+        int cut = 0;
+        if (jin_key(j, key, sizeof(key), &cut) < 0) return jin_fail(j, path, e);
+        if (cut) memcpy(key + sizeof(key) - 4, "...", 4);
+        size_t mark = jpath_key(path, key);
+        int fi = cut ? -1 : find_field(t, key);
+        if (fi < 0) {
+            if (!t->skip_unknown) return unknown_key(t, path, e);
+            if (jin_skip(j) < 0) return jin_fail(j, path, e);
+        } else {
+            if (seen & 1u << fi)
+                return attnd_set_error(e, AERR_BAD_REQUEST, "%s: given twice", path->s);
+            seen |= 1u << fi;
+            if (read_field(j, &t->fields[fi], dst, path, e) < 0) return -1;
+        }
+        jpath_cut(path, mark);
+        r = jin_next(j, '}');
+        if (r < 0) return jin_fail(j, path, e);
+    }
+    for (int i = 0; i < t->n; i++)
+        if (t->fields[i].required && !(seen & 1u << i)) {
+            jpath_key(path, t->fields[i].name);
+            return attnd_set_error(e, AERR_BAD_REQUEST, "%s: required", path->s);
+        }
+    if (given) *given = seen;
+    return 0;
 }

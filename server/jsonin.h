@@ -1,32 +1,81 @@
-/* jsonin.h - a small pull reader for request bodies. The request parsers
- * walk the body with it and read tensors straight into float arrays, one
- * pass, no object per number (a 512x1024 tensor is half a million numbers).
- * Strict RFC 8259: UTF-8, no comments, no trailing commas, no NaN.
- * A syntax error leaves a sentence with its byte offset in the reader.
+/* jsonin.h - how attnd reads request bodies: a pull reader over the body's
+ * bytes, and the one loop that walks any JSON object against a field
+ * table.
+ *
+ * The reader walks the body once, in place: strings are copied only when
+ * asked, numbers go straight into float arrays (jin_f32_row), nothing is
+ * allocated per value. Strict RFC 8259: UTF-8, no comments, no trailing
+ * commas, no NaN. Its cursor is private to jsonin.c; nesting depth is
+ * counted in one place (jin_open, jin_next) and refused past
+ * JIN_MAX_DEPTH. Every failure leaves one sentence (jin_error) with the
+ * byte offset.
+ *
+ * The field table: one jtable per kind of object (native request, v2
+ * request, v2 input, tensor object, parameters, outputs) says each field's
+ * name, JSON type, whether it is required, and where it lands in a
+ * destination struct. jin_object walks an object against its table; it
+ * alone refuses unknown keys (or skips them, where a table allows
+ * extensions), keys given twice, wrong types and missing fields, and its
+ * messages name the path ("inputs[2].shape[1]: ..."). Adding a field is
+ * one line in a table. It does not know HTTP or what a tensor means.
  */
 #ifndef ATTND_JSONIN_H
 #define ATTND_JSONIN_H
 
 #include <stddef.h>
+#include <stdint.h>
+
+#include "errors.h"
 
 #define JIN_MAX_DEPTH 64
 
-typedef struct {
-    const char *start; /* first byte of the body */
-    const char *p;     /* next unread byte */
-    const char *end;   /* one past the last byte */
-    int depth;         /* containers open while skipping */
-    char err[160];     /* the syntax error, when a call returned -1 */
-} jin;
+typedef struct jin jin; /* the reader; its fields are jsonin.c's own */
 
-void jin_init(jin *j, const char *buf, size_t len);
+/* The kind of the next value, from its first byte. */
+typedef enum {
+    JT_END = 0,   /* nothing left */
+    JT_OBJECT,    /* { */
+    JT_ARRAY,     /* [ */
+    JT_STRING,    /* " */
+    JT_NUMBER,    /* - or a digit */
+    JT_BOOL,      /* t or f */
+    JT_NULL,      /* n */
+    JT_NONFINITE, /* NaN, Infinity, -Infinity (not JSON) */
+    JT_INVALID    /* anything else */
+} jin_type;
+
+/* A reader over buf[0..len), which must outlive it. NULL when out of
+ * memory. */
+jin *jin_new(const char *buf, size_t len);
+void jin_free(jin *j); /* NULL is fine */
+/* The sentence of the last failure ("body is not valid JSON: ... at byte
+ * N"), "" before any. */
+const char *jin_error(const jin *j);
+/* Byte offset of the next unread byte; the body the reader was made on. */
+size_t jin_offset(const jin *j);
+const char *jin_body(const jin *j);
+
 /* Skips whitespace; returns the next byte, or -1 at the end. */
 int jin_peek(jin *j);
+jin_type jin_next_type(jin *j);
+/* The kind of the next value in words, for messages: "a string", "an
+ * array", "a number", "an object", "a boolean", "null", "NaN", "nothing",
+ * "an invalid token". */
+const char *jin_kind(jin *j);
+
+/* Enters the array or object whose open ('[' or '{') is next: 0 when an
+ * element follows, 1 when it was empty (and is left again), -1 on error
+ * (not that bracket, or nested deeper than JIN_MAX_DEPTH). */
+int jin_open(jin *j, char open);
+/* After an element: 0 after a comma (another element follows), 1 when
+ * `close` ended the container (which is left), -1 on anything else. */
+int jin_next(jin *j, char close);
+/* An object's key and its ':' into buf (cap bytes with the NUL); a longer
+ * key is cut to fit and *cut set. */
+int jin_key(jin *j, char *buf, size_t cap, int *cut);
 /* Consumes c after whitespace, or fails. */
 int jin_expect(jin *j, char c);
-/* After an element of an array or object: 1 when `close` ended it, 0 after
- * a comma (another element follows), -1 on anything else. */
-int jin_next(jin *j, char close);
+
 /* A string, decoded (escapes, \u surrogates) and checked as UTF-8, into a
  * new NUL-terminated buffer the caller frees. Strings holding NUL (\u0000)
  * are refused. */
@@ -39,10 +88,14 @@ int jin_string_span(jin *j, const char **s, size_t *n);
 /* A string into buf (cap bytes with the NUL); longer ones are cut to fit
  * and *cut is set. */
 int jin_string_buf(jin *j, char *buf, size_t cap, int *cut);
-/* A number. */
+/* A number, the double nearest it. */
 int jin_number(jin *j, double *v);
-/* A number as the nearest float32 (parse_f32: +-inf past its range). */
+/* A number, the float32 nearest it (+-inf past its range). */
 int jin_f32(jin *j, float *v);
+/* A run of finite numbers "a, b, c" into out (at most max): the rows of a
+ * tensor. Stops before the comma after the last one read, or before what
+ * is not one; returns how many were read. */
+size_t jin_f32_row(jin *j, float *out, size_t max);
 /* true/false; 0 or -1. */
 int jin_bool(jin *j, int *v);
 /* null */
@@ -51,10 +104,84 @@ int jin_null(jin *j);
 int jin_skip(jin *j);
 /* Only whitespace is left. */
 int jin_end(jin *j);
-/* The kind of the next value, in words, for messages: "a string", "an
- * array", "a number", "an object", "a boolean", "null", "nothing". */
-const char *jin_kind(jin *j);
-/* Byte offset of the next unread byte. */
-size_t jin_offset(const jin *j);
+
+/* ---- paths, for messages ---- */
+
+/* Where the reader is, as a client reads it: inputs[2].shape[1]. */
+typedef struct {
+    char s[128]; /* NUL-terminated; cut (never overrun) past its room */
+    size_t n;
+} jpath;
+
+void jpath_init(jpath *p, const char *root); /* "" for a body's top level */
+/* Appends ".key" (or "key" at the top) or "[i]"; return the length before,
+ * which jpath_cut restores. */
+size_t jpath_key(jpath *p, const char *key);
+size_t jpath_index(jpath *p, long i);
+void jpath_cut(jpath *p, size_t n);
+
+/* ---- field tables ---- */
+
+typedef enum {
+    JF_STRING,   /* a string into char[size] at offset; a longer one is refused */
+    JF_STRDUP,   /* a string into a new char * at offset (the destination owns it) */
+    JF_BOOL,     /* true/false into int at offset: 1 or 0 */
+    JF_BOOL_NULL,/* true/false/null into int at offset: 1, 0, or -1 for null */
+    JF_WORD,     /* one of words into int at offset: its index */
+    JF_SIZE,     /* a whole number 0..max into int64_t at offset */
+    JF_SHAPE,    /* 1..JSHAPE_MAX whole numbers, each 1..max, into jshape */
+    JF_OBJECT,   /* an object, walked against table into the same destination */
+    JF_LIST,     /* an array; each(...) reads every element, path "name[i]" */
+    JF_CUSTOM    /* read(...) reads the value; accepts says which JSON types */
+} jf_type;
+
+#define JSHAPE_MAX 4 /* the most dimensions any tensor takes (TENSOR_MAX_RANK) */
+
+/* A shape as the body gave it. */
+typedef struct {
+    int rank;                    /* 1..JSHAPE_MAX */
+    int64_t dim[JSHAPE_MAX];     /* each 1..max */
+} jshape;
+
+typedef struct jfield jfield;
+typedef struct jtable jtable;
+/* Reads the value (its type already checked) into dst; path names it. */
+typedef int (*jf_read_fn)(jin *j, const jfield *f, void *dst, jpath *path, attnd_error *e);
+/* Reads element idx of a JF_LIST (path names it). */
+typedef int (*jf_each_fn)(jin *j, int idx, void *dst, jpath *path, attnd_error *e);
+
+struct jfield {
+    const char *name;
+    jf_type type;
+    int required;
+    size_t offset;              /* where it lands in the destination struct */
+    size_t size;                /* JF_STRING: the buffer's bytes */
+    const char *const *words;   /* JF_WORD: the words, NULL-terminated */
+    int64_t max;                /* JF_SIZE, JF_SHAPE: the largest value; past it, 413 */
+    const jtable *table;        /* JF_OBJECT */
+    jf_each_fn each;            /* JF_LIST */
+    jf_read_fn read;            /* JF_CUSTOM */
+    unsigned accepts;           /* JF_CUSTOM: bits 1 << jin_type it takes */
+    const char *expects;        /* JF_CUSTOM: those types in words, for messages */
+    int arg;                    /* free for read (a tensor's role) */
+};
+
+struct jtable {
+    const char *what;     /* what a key is called in messages: "field", "key" */
+    const jfield *fields; /* at most 32 */
+    int n;
+    int skip_unknown;     /* 1: unknown keys are skipped (extensions); 0: refused */
+};
+
+/* Walks the object next in j against t, into dst. Refuses, naming the
+ * path: anything but an object; a key not in t (unless t skips them); a
+ * key given twice; a value of the wrong type; a required field missing.
+ * Sets *given (bit i: t->fields[i] was there) when given is not NULL.
+ * Returns 0, or -1 with e set (400; 413 for a size past its max; what a
+ * read function sets). */
+int jin_object(jin *j, const jtable *t, void *dst, jpath *path, unsigned *given, attnd_error *e);
+
+/* e = "<path>: <jin_error>" (400): a syntax error where path says. */
+int jin_fail(jin *j, const jpath *path, attnd_error *e);
 
 #endif

@@ -1,10 +1,16 @@
 /* request.c - native and Open Inference Protocol bodies into attnd_job, and
- * attnd_job results back into bodies. See request.h.
+ * attnd_job results back into bodies. See request.h. Each kind of object a
+ * body holds is a field table below (NATIVE, V2, V2_INPUT, V2_OUTPUT and
+ * their parameters; the tensor object is tensor.c's), walked by jsonin.c's
+ * jin_object; what is checked across fields is checked here.
  *
  * Choices where the contract is silent (docs/api.md repeats them):
  * - unknown fields of a native body are refused (a typo like "atention"
  *   must not silently return no attention); a v2 body's unknown top-level
  *   fields and parameters are ignored, as the protocol allows extensions;
+ *   an unknown key of a v2 input is refused;
+ * - a key given twice is refused in every object;
+ * - a v2 request that lists outputs gets only those;
  * - key_padding_mask is booleans only (0/1 numbers are refused: a
  *   tokenizer's attention_mask means the opposite);
  * - key_padding_mask (S) and attn_mask (L,S) apply to every sequence of a
@@ -14,6 +20,7 @@
 #include "request.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,9 +41,9 @@ typedef struct {
     const char *label[T_COUNT]; /* how messages name the tensor */
     char model[ATTND_NAME_MAX + 8];
     int have_model;
-    int causal; /* -1: the model's default */
-    attn_weights_mode weights;
-    attnd_encoding enc;
+    int causal;  /* 1, 0, or -1: the model's default */
+    int weights; /* attn_weights_mode, or -1 when the body did not say */
+    int enc;     /* attnd_encoding */
 } collected;
 
 static void collected_free(collected *c) {
@@ -246,157 +253,130 @@ static int build_job(const attnd_parse_env *env, const char *path_model, collect
     return 0;
 }
 
-/* Reads "field": "<one of words>" into *out (index of the word). */
-static int read_word(jin *j, const char *field, const char *const *words, int n, int *out,
-                     attnd_error *e) {
-    char buf[32];
-    int cut = 0;
-    if (jin_peek(j) != '"' || jin_string_buf(j, buf, sizeof(buf), &cut) < 0)
-        return attnd_set_error(e, AERR_BAD_REQUEST, "%s: expected a string, got %s", field,
-                               jin_kind(j));
-    for (int i = 0; i < n && !cut; i++)
-        if (strcmp(buf, words[i]) == 0) {
-            *out = i;
-            return 0;
-        }
-    char list[128] = "";
-    for (int i = 0; i < n; i++)
-        snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s\"%s\"", i ? ", " : "",
-                 words[i]);
-    return attnd_set_error(e, AERR_BAD_REQUEST, "%s: expected one of %s", field, list);
-}
+static const char *const WEIGHT_WORDS[] = {"none", "mean", "heads", NULL};
+static const char *const ENC_WORDS[] = {"json", "base64", NULL};
 
-static const char *const WEIGHT_WORDS[] = {"none", "mean", "heads"};
-static const char *const ENC_WORDS[] = {"json", "base64"};
+/* Where a body kind's fields land: T_* roles are read by read_tensor. */
+#define COLLECTED(field) offsetof(collected, field)
 
-static int read_causal(jin *j, const char *field, int *causal, attnd_error *e) {
-    if (jin_peek(j) == 'n') {
-        if (jin_null(j) < 0) return attnd_set_error(e, AERR_BAD_REQUEST, "%s", j->err);
-        *causal = -1;
-        return 0;
-    }
-    int b;
-    if (jin_bool(j, &b) < 0)
-        return attnd_set_error(e, AERR_BAD_REQUEST, "%s: expected true or false, got %s", field,
-                               jin_kind(j));
-    *causal = b;
+/* A tensor field of the native body (f->arg is its role). */
+static int read_tensor(jin *j, const jfield *f, void *dst, jpath *path, attnd_error *e) {
+    collected *c = dst;
+    int role = f->arg;
+    tensor_kind kind = role == T_KPM ? TK_BOOL : role == T_MASK ? TK_ANY : TK_FLOAT;
+    if (tensor_read(j, path->s, kind, role == T_KPM ? 2 : 3, role == T_MASK, &c->t[role], e) < 0)
+        return -1;
+    c->given[role] = 1;
     return 0;
 }
 
-/* Starts reading a body that must be one JSON object: returns 1 when it is
- * "{}" (read whole), 0 when j stands at its first key, or -1 with e set. */
-static int body_object_open(jin *j, const char *body, size_t len, attnd_error *e) {
-    jin_init(j, body, len);
-    if (jin_peek(j) != '{') {
-        if (jin_peek(j) == -1) return attnd_set_error(e, AERR_BAD_REQUEST, "body is empty");
-        if (jin_skip(j) < 0) return attnd_set_error(e, AERR_BAD_REQUEST, "%s", j->err);
-        return attnd_set_error(e, AERR_BAD_REQUEST, "body must be a JSON object");
-    }
-    j->p++;
-    if (jin_peek(j) == '}') {
-        j->p++;
-        return 1;
-    }
-    return 0;
-}
-
-static int read_model_name(jin *j, const char *field, collected *c, attnd_error *e) {
+/* "model": a name, or null (as if absent). */
+static int read_model(jin *j, const jfield *f, void *dst, jpath *path, attnd_error *e) {
+    (void)f;
+    collected *c = dst;
     int cut = 0;
-    if (jin_peek(j) != '"' || jin_string_buf(j, c->model, sizeof(c->model), &cut) < 0)
-        return attnd_set_error(e, AERR_BAD_REQUEST, "%s: expected a string, got %s", field,
-                               jin_kind(j));
+    if (jin_next_type(j) == JT_NULL) return jin_null(j) < 0 ? jin_fail(j, path, e) : 0;
+    if (jin_string_buf(j, c->model, sizeof(c->model), &cut) < 0) return jin_fail(j, path, e);
     if (cut) return attnd_set_error(e, AERR_NOT_FOUND, "unknown model (name too long)");
     c->have_model = 1;
     return 0;
 }
 
+#define TENSOR_FIELD(nm, role)                                                                     \
+    {                                                                                              \
+        .name = nm, .type = JF_CUSTOM, .read = read_tensor, .arg = role,                           \
+        .accepts = 1u << JT_ARRAY | 1u << JT_OBJECT, .expects = "nested arrays or a tensor object" \
+    }
+
+// clang-format off
+static const jfield NATIVE_FIELDS[] = {
+    {.name = "model", .type = JF_CUSTOM, .read = read_model,
+     .accepts = 1u << JT_STRING | 1u << JT_NULL, .expects = "a model name"},
+    TENSOR_FIELD("query", T_QUERY),
+    TENSOR_FIELD("key", T_KEY),
+    TENSOR_FIELD("value", T_VALUE),
+    {.name = "causal", .type = JF_BOOL_NULL, .offset = COLLECTED(causal)},
+    TENSOR_FIELD("key_padding_mask", T_KPM),
+    TENSOR_FIELD("attn_mask", T_MASK),
+    {.name = "attention", .type = JF_WORD, .offset = COLLECTED(weights), .words = WEIGHT_WORDS},
+    {.name = "encoding", .type = JF_WORD, .offset = COLLECTED(enc), .words = ENC_WORDS},
+};
+// clang-format on
+/* Unknown fields are refused: a typo like "atention" must not silently
+ * return no attention. */
+static const jtable NATIVE = {"field", NATIVE_FIELDS, 9, 0};
+
+static void collected_init(collected *c) {
+    memset(c, 0, sizeof(*c));
+    c->causal = -1;
+    c->weights = -1;
+    for (int i = 0; i < T_COUNT; i++)
+        c->label[i] = TNAME[i];
+}
+
+/* What a body that is not a JSON object looks like, when it is something
+ * else a client might send by mistake. */
+static const char *looks_like(const char *body, size_t len) {
+    while (len && (*body == ' ' || *body == '\r' || *body == '\n' || *body == '\t'))
+        body++, len--;
+    if (len >= 2 && body[0] == '-' && body[1] == '-')
+        return "a multipart form (it starts with a \"--\" boundary)";
+    size_t k = 0;
+    while (k < len && (body[k] == '_' || body[k] == '.' || body[k] == '-' || body[k] == '%' ||
+                       body[k] == '+' || (body[k] >= '0' && body[k] <= '9') ||
+                       (body[k] >= 'a' && body[k] <= 'z') || (body[k] >= 'A' && body[k] <= 'Z')))
+        k++;
+    if (k > 0 && k < len && body[k] == '=' && !(body[0] >= '0' && body[0] <= '9') &&
+        body[0] != '-')
+        return "an HTML form (name=value&...)";
+    return NULL;
+}
+
+/* A reader on a body that must be one JSON object, standing at it. NULL
+ * with e set when the body is anything else. */
+static jin *body_reader(const char *body, size_t len, attnd_error *e) {
+    jin *j = jin_new(body, len);
+    if (!j) {
+        attnd_set_error(e, AERR_INTERNAL, "out of memory");
+        return NULL;
+    }
+    jin_type type = jin_next_type(j);
+    if (type == JT_OBJECT) return j;
+    const char *like = looks_like(body, len);
+    if (type == JT_END)
+        attnd_set_error(e, AERR_BAD_REQUEST, "body is empty: it must be a JSON object");
+    else if (like)
+        attnd_set_error(e, AERR_BAD_REQUEST,
+                        "body must be JSON (Content-Type: application/json), not %s", like);
+    else if (jin_skip(j) < 0)
+        jin_fail(j, NULL, e);
+    else
+        attnd_set_error(e, AERR_BAD_REQUEST, "body must be a JSON object, not %s",
+                        type == JT_ARRAY ? "an array" : "a single value");
+    jin_free(j);
+    return NULL;
+}
+
+/* The whole body against table t into dst, and nothing after it. */
+static int read_body(const char *body, size_t len, const jtable *t, void *dst, attnd_error *e) {
+    jin *j = body_reader(body, len, e);
+    if (!j) return -1;
+    jpath path;
+    jpath_init(&path, "");
+    int rc = jin_object(j, t, dst, &path, NULL, e);
+    if (rc == 0 && jin_end(j) < 0) rc = jin_fail(j, NULL, e);
+    jin_free(j);
+    return rc;
+}
+
 int attnd_parse_native(const attnd_parse_env *env, const char *path_model, const char *body,
                        size_t len, attnd_job *job, attnd_error *e) {
     collected c;
-    memset(&c, 0, sizeof(c));
+    collected_init(&c);
     memset(job, 0, sizeof(*job));
-    c.causal = -1;
-    for (int i = 0; i < T_COUNT; i++)
-        c.label[i] = TNAME[i];
-    int seen_causal = 0, seen_weights = 0, seen_enc = 0;
     int ret = -1;
-    jin j;
-    int empty = body_object_open(&j, body, len, e);
-    if (empty < 0) goto cleanup;
-    if (!empty) {
-        for (;;) {
-            char key[40];
-            int cut = 0;
-            if (jin_string_buf(&j, key, sizeof(key), &cut) < 0 || jin_expect(&j, ':') < 0) {
-                attnd_set_error(e, AERR_BAD_REQUEST, "%s", j.err);
-                goto cleanup;
-            }
-            int ti = -1;
-            for (int i = 0; i < T_COUNT && !cut; i++)
-                if (strcmp(key, TNAME[i]) == 0) ti = i;
-            if (ti >= 0) {
-                if (c.given[ti]) {
-                    attnd_set_error(e, AERR_BAD_REQUEST, "%s: given twice", key);
-                    goto cleanup;
-                }
-                tensor_kind kind = ti == T_KPM ? TK_BOOL : ti == T_MASK ? TK_ANY : TK_FLOAT;
-                int max_rank = ti == T_KPM ? 2 : 3;
-                if (tensor_read(&j, TNAME[ti], kind, max_rank, ti == T_MASK, &c.t[ti], e) < 0)
-                    goto cleanup;
-                c.given[ti] = 1;
-            } else if (!cut && strcmp(key, "model") == 0) {
-                if (c.have_model) {
-                    attnd_set_error(e, AERR_BAD_REQUEST, "model: given twice");
-                    goto cleanup;
-                }
-                if (jin_peek(&j) == 'n') {
-                    if (jin_null(&j) < 0) {
-                        attnd_set_error(e, AERR_BAD_REQUEST, "%s", j.err);
-                        goto cleanup;
-                    }
-                } else if (read_model_name(&j, "model", &c, e) < 0) {
-                    goto cleanup;
-                }
-            } else if (!cut && strcmp(key, "causal") == 0) {
-                if (seen_causal++ || read_causal(&j, "causal", &c.causal, e) < 0) {
-                    if (seen_causal > 1)
-                        attnd_set_error(e, AERR_BAD_REQUEST, "causal: given twice");
-                    goto cleanup;
-                }
-            } else if (!cut && strcmp(key, "attention") == 0) {
-                int w = 0;
-                if (seen_weights++ || read_word(&j, "attention", WEIGHT_WORDS, 3, &w, e) < 0) {
-                    if (seen_weights > 1)
-                        attnd_set_error(e, AERR_BAD_REQUEST, "attention: given twice");
-                    goto cleanup;
-                }
-                c.weights = (attn_weights_mode)w;
-            } else if (!cut && strcmp(key, "encoding") == 0) {
-                int w = 0;
-                if (seen_enc++ || read_word(&j, "encoding", ENC_WORDS, 2, &w, e) < 0) {
-                    if (seen_enc > 1) attnd_set_error(e, AERR_BAD_REQUEST, "encoding: given twice");
-                    goto cleanup;
-                }
-                c.enc = (attnd_encoding)w;
-            } else {
-                attnd_set_error(e, AERR_BAD_REQUEST,
-                                "%s%s: unknown field (model, query, key, value, causal, "
-                                "key_padding_mask, attn_mask, attention, encoding)",
-                                key, cut ? "..." : "");
-                goto cleanup;
-            }
-            int r = jin_next(&j, '}');
-            if (r < 0) {
-                attnd_set_error(e, AERR_BAD_REQUEST, "%s", j.err);
-                goto cleanup;
-            }
-            if (r == 1) break;
-        }
-    }
-    if (jin_end(&j) < 0) {
-        attnd_set_error(e, AERR_BAD_REQUEST, "%s", j.err);
-        goto cleanup;
-    }
+    if (read_body(body, len, &NATIVE, &c, e) < 0) goto cleanup;
+    if (c.weights < 0) c.weights = ATTN_WEIGHTS_NONE;
     if (build_job(env, path_model, &c, job, e) < 0) goto cleanup;
     job->api = API_NATIVE;
     ret = 0;
@@ -411,11 +391,10 @@ cleanup:
 typedef struct {
     char name[40];
     char datatype[16];
-    int have_shape, rank;
-    int64_t shape[TENSOR_MAX_RANK + 1]; /* each 0..TENSOR_MAX_DIM */
+    jshape shape;
     tensor data;
     int have_data;
-    long long bin_size; /* parameters.binary_data_size, or -1: data in the JSON */
+    int64_t bin_size; /* parameters.binary_data_size, or -1: data in the JSON */
 } v2_input;
 
 /* The binary part of a body (binary data extension): inputs take their
@@ -425,121 +404,75 @@ typedef struct {
     size_t left;            /* bytes not yet taken */
 } v2_bin;
 
-/* An input's "parameters": binary_data_size is read, the rest ignored. */
-static int read_input_parameters(jin *j, int idx, v2_input *in, attnd_error *e) {
-    if (jin_peek(j) != '{')
-        return attnd_set_error(e, AERR_BAD_REQUEST, "inputs[%d].parameters: expected an object",
-                               idx);
-    j->p++;
-    if (jin_peek(j) == '}') {
-        j->p++;
-        return 0;
-    }
-    for (;;) {
-        char key[32];
-        int cut = 0;
-        if (jin_string_buf(j, key, sizeof(key), &cut) < 0 || jin_expect(j, ':') < 0)
-            return attnd_set_error(e, AERR_BAD_REQUEST, "%s", j->err);
-        if (!cut && strcmp(key, "binary_data_size") == 0) {
-            double d;
-            if (jin_peek(j) == '[' || jin_number(j, &d) < 0 || d != floor(d) || d < 0 || d > 1e15)
-                return attnd_set_error(e, AERR_BAD_REQUEST,
-                                       "inputs[%d].parameters.binary_data_size: expected a size",
-                                       idx);
-            in->bin_size = (long long)d;
-        } else if (jin_skip(j) < 0) {
-            return attnd_set_error(e, AERR_BAD_REQUEST, "%s", j->err);
-        }
-        int r = jin_next(j, '}');
-        if (r < 0) return attnd_set_error(e, AERR_BAD_REQUEST, "%s", j->err);
-        if (r == 1) return 0;
-    }
-}
+/* One element of "outputs". */
+typedef struct {
+    char name[32];
+    int binary; /* parameters.binary_data */
+} v2_output;
 
-static int read_v2_input(jin *j, int idx, v2_input *in, attnd_error *e) {
-    char field[96];
-    memset(in, 0, sizeof(*in));
-    in->bin_size = -1;
-    if (jin_peek(j) != '{')
-        return attnd_set_error(e, AERR_BAD_REQUEST, "inputs[%d]: expected an object, got %s", idx,
-                               jin_kind(j));
-    j->p++;
-    if (jin_peek(j) == '}') {
-        j->p++;
-        return attnd_set_error(e, AERR_BAD_REQUEST,
-                               "inputs[%d]: needs name, shape, datatype and data", idx);
-    }
-    for (;;) {
-        char key[32];
-        int cut = 0;
-        if (jin_string_buf(j, key, sizeof(key), &cut) < 0 || jin_expect(j, ':') < 0)
-            return attnd_set_error(e, AERR_BAD_REQUEST, "%s", j->err);
-        if (!cut && strcmp(key, "name") == 0) {
-            if (jin_peek(j) != '"' || jin_string_buf(j, in->name, sizeof(in->name), &cut) < 0)
-                return attnd_set_error(e, AERR_BAD_REQUEST, "inputs[%d].name: expected a string",
-                                       idx);
-        } else if (!cut && strcmp(key, "datatype") == 0) {
-            if (jin_peek(j) != '"' ||
-                jin_string_buf(j, in->datatype, sizeof(in->datatype), &cut) < 0)
-                return attnd_set_error(e, AERR_BAD_REQUEST,
-                                       "inputs[%d].datatype: expected a string", idx);
-        } else if (!cut && strcmp(key, "shape") == 0) {
-            if (jin_expect(j, '[') < 0)
-                return attnd_set_error(e, AERR_BAD_REQUEST,
-                                       "inputs[%d].shape: expected an array of sizes", idx);
-            in->rank = 0;
-            if (jin_peek(j) == ']') {
-                j->p++;
-            } else {
-                for (;;) {
-                    double d;
-                    if (in->rank > TENSOR_MAX_RANK)
-                        return attnd_set_error(e, AERR_BAD_REQUEST,
-                                               "inputs[%d].shape: too many dimensions", idx);
-                    if (jin_peek(j) == '[' || jin_number(j, &d) < 0 || d != floor(d) || d < 0)
-                        return attnd_set_error(e, AERR_BAD_REQUEST,
-                                               "inputs[%d].shape[%d]: expected a size", idx,
-                                               in->rank);
-                    if (d > TENSOR_MAX_DIM)
-                        return attnd_set_error(e, AERR_TOO_LARGE,
-                                               "inputs[%d].shape[%d]: %.0f is too large (at most "
-                                               "%d)",
-                                               idx, in->rank, d, TENSOR_MAX_DIM);
-                    in->shape[in->rank++] = (int64_t)d;
-                    int r = jin_next(j, ']');
-                    if (r < 0) return attnd_set_error(e, AERR_BAD_REQUEST, "%s", j->err);
-                    if (r == 1) break;
-                }
-            }
-            in->have_shape = 1;
-        } else if (!cut && strcmp(key, "data") == 0) {
-            if (in->name[0])
-                snprintf(field, sizeof(field), "inputs[%d] (%s).data", idx, in->name);
-            else
-                snprintf(field, sizeof(field), "inputs[%d].data", idx);
-            tensor_free(&in->data);
-            if (tensor_read(j, field, TK_ANY, TENSOR_MAX_RANK, 0, &in->data, e) < 0) return -1;
-            in->have_data = 1;
-        } else if (!cut && strcmp(key, "parameters") == 0) {
-            if (read_input_parameters(j, idx, in, e) < 0) return -1;
-        } else {
-            return attnd_set_error(e, AERR_BAD_REQUEST,
-                                   "inputs[%d].%s: unknown key (name, shape, datatype, data, "
-                                   "parameters)",
-                                   idx, key);
-        }
-        int r = jin_next(j, '}');
-        if (r < 0) return attnd_set_error(e, AERR_BAD_REQUEST, "%s", j->err);
-        if (r == 1) break;
-    }
-    if (in->have_data && in->bin_size >= 0)
-        return attnd_set_error(e, AERR_BAD_REQUEST,
-                               "inputs[%d]: both data and parameters.binary_data_size", idx);
-    if (!in->name[0] || !in->have_shape || !in->datatype[0] || (!in->have_data && in->bin_size < 0))
-        return attnd_set_error(e, AERR_BAD_REQUEST,
-                               "inputs[%d]: needs name, shape, datatype and data", idx);
+/* What a v2 body is read into. */
+typedef struct {
+    collected c;
+    char *id;                  /* owned */
+    int bin_all;               /* parameters.binary_data_output */
+    int out_bits;              /* outputs listed: 1 output, 2 attention */
+    int bin_bits;              /* of those, binary: 1 output, 2 attention */
+    v2_bin bin;
+    char labels[T_COUNT][48];
+    v2_input in;               /* the input being read; its data owned */
+    v2_output out;             /* the output being read */
+} v2_body;
+
+/* "data": nested arrays or flat, named with the input's name when known. */
+static int read_v2_data(jin *j, const jfield *f, void *dst, jpath *path, attnd_error *e) {
+    (void)f;
+    v2_input *in = &((v2_body *)dst)->in;
+    char label[160];
+    if (in->name[0])
+        snprintf(label, sizeof(label), "%.*s (%s).data", (int)(path->n - 5), path->s, in->name);
+    else
+        snprintf(label, sizeof(label), "%s", path->s);
+    if (tensor_read(j, label, TK_ANY, TENSOR_MAX_RANK, 0, &in->data, e) < 0) return -1;
+    in->have_data = 1;
     return 0;
 }
+
+#define V2_IN(field) offsetof(v2_body, in.field)
+#define V2_OUT(field) offsetof(v2_body, out.field)
+
+// clang-format off
+static const jfield V2_INPUT_PARAMETER_FIELDS[] = {
+    {.name = "binary_data_size", .type = JF_SIZE, .offset = V2_IN(bin_size),
+     .max = (int64_t)1 << 50},
+};
+/* Other parameters are the protocol's extensions: skipped. */
+static const jtable V2_INPUT_PARAMETERS = {"parameter", V2_INPUT_PARAMETER_FIELDS, 1, 1};
+
+static const jfield V2_INPUT_FIELDS[] = {
+    {.name = "name", .type = JF_STRING, .required = 1, .offset = V2_IN(name),
+     .size = sizeof(((v2_input *)0)->name)},
+    {.name = "shape", .type = JF_SHAPE, .required = 1, .offset = V2_IN(shape),
+     .max = TENSOR_MAX_DIM},
+    {.name = "datatype", .type = JF_STRING, .required = 1, .offset = V2_IN(datatype),
+     .size = sizeof(((v2_input *)0)->datatype)},
+    {.name = "data", .type = JF_CUSTOM, .read = read_v2_data,
+     .accepts = 1u << JT_ARRAY | 1u << JT_OBJECT, .expects = "an array of values"},
+    {.name = "parameters", .type = JF_OBJECT, .table = &V2_INPUT_PARAMETERS},
+};
+static const jtable V2_INPUT = {"key", V2_INPUT_FIELDS, 5, 0};
+
+static const jfield V2_OUTPUT_PARAMETER_FIELDS[] = {
+    {.name = "binary_data", .type = JF_BOOL, .offset = V2_OUT(binary)},
+};
+static const jtable V2_OUTPUT_PARAMETERS = {"parameter", V2_OUTPUT_PARAMETER_FIELDS, 1, 1};
+
+static const jfield V2_OUTPUT_FIELDS[] = {
+    {.name = "name", .type = JF_STRING, .required = 1, .offset = V2_OUT(name),
+     .size = sizeof(((v2_output *)0)->name)},
+    {.name = "parameters", .type = JF_OBJECT, .table = &V2_OUTPUT_PARAMETERS},
+};
+static const jtable V2_OUTPUT = {"key", V2_OUTPUT_FIELDS, 2, 1};
+// clang-format on
 
 /* Checks one input against its declared shape and datatype and files it
  * under its role. */
@@ -557,12 +490,12 @@ static int take_binary(v2_input *in, int idx, uint64_t n, int is_bool, v2_bin *b
         return attnd_set_error(e, AERR_BAD_REQUEST,
                                "inputs[%d] (%s): binary_data_size %lld where shape and datatype "
                                "need %llu",
-                               idx, in->name, in->bin_size, (unsigned long long)need);
+                               idx, in->name, (long long)in->bin_size, (unsigned long long)need);
     if ((size_t)in->bin_size > bin->left)
         return attnd_set_error(e, AERR_BAD_REQUEST,
                                "inputs[%d] (%s): binary_data_size %lld, but %zu bytes of binary "
                                "data are left",
-                               idx, in->name, in->bin_size, bin->left);
+                               idx, in->name, (long long)in->bin_size, bin->left);
     tensor *t = &in->data;
     memset(t, 0, sizeof(*t));
     void *buf = malloc(in->bin_size ? (size_t)in->bin_size : 1);
@@ -582,10 +515,10 @@ static int take_binary(v2_input *in, int idx, uint64_t n, int is_bool, v2_bin *b
     for (uint64_t k = 0; k < n; k++) {
         if (isfinite(t->f[k])) continue;
         int shape[TENSOR_MAX_RANK];
-        for (int d = 0; d < in->rank; d++)
-            shape[d] = (int)in->shape[d];
+        for (int d = 0; d < in->shape.rank; d++)
+            shape[d] = (int)in->shape.dim[d];
         char at[128];
-        tensor_index_name(at, sizeof(at), in->name, in->rank, shape, (size_t)k);
+        tensor_index_name(at, sizeof(at), in->name, in->shape.rank, shape, (size_t)k);
         float bad = t->f[k];
         tensor_free(t);
         return attnd_set_error(e, AERR_BAD_REQUEST, "%s: %s is not allowed", at,
@@ -621,16 +554,12 @@ static int file_v2_input(v2_input *in, int idx, collected *c, char labels[][48],
     if (in->have_data && in->data.is_bool != is_bool)
         return attnd_set_error(e, AERR_BAD_REQUEST, "inputs[%d] (%s).data: expected %s for %s", idx,
                                in->name, is_bool ? "booleans" : "numbers", in->datatype);
-    if (in->rank < 1 || in->rank > 3)
+    if (in->shape.rank < 1 || in->shape.rank > 3)
         return attnd_set_error(e, AERR_BAD_REQUEST,
                                "inputs[%d] (%s).shape: takes 1 to 3 dimensions, got %d", idx,
-                               in->name, in->rank);
-    for (int d = 0; d < in->rank; d++)
-        if (in->shape[d] < 1)
-            return attnd_set_error(e, AERR_BAD_REQUEST,
-                                   "inputs[%d] (%s).shape[%d]: must be positive", idx, in->name, d);
+                               in->name, in->shape.rank);
     uint64_t n;
-    if (sz_prod(in->shape, in->rank, TENSOR_MAX_ELEMS, &n) < 0)
+    if (sz_prod(in->shape.dim, in->shape.rank, TENSOR_MAX_ELEMS, &n) < 0)
         return attnd_set_error(e, AERR_TOO_LARGE,
                                "inputs[%d] (%s).shape: too large: more than %llu elements", idx,
                                in->name, (unsigned long long)TENSOR_MAX_ELEMS);
@@ -642,145 +571,99 @@ static int file_v2_input(v2_input *in, int idx, collected *c, char labels[][48],
     tensor *t = &c->t[ti];
     *t = in->data;
     memset(&in->data, 0, sizeof(in->data));
-    t->rank = in->rank;
-    for (int d = 0; d < in->rank; d++)
-        t->shape[d] = (int)in->shape[d];
+    t->rank = in->shape.rank;
+    for (int d = 0; d < in->shape.rank; d++)
+        t->shape[d] = (int)in->shape.dim[d];
     c->given[ti] = 1;
     snprintf(labels[ti], 48, "inputs[%d] (%s)", idx, TNAME[ti]);
     c->label[ti] = labels[ti];
     return 0;
 }
 
-/* "parameters": {"causal": bool, "attention": "none|mean|heads"}; other
- * keys are ignored. */
-static int read_v2_parameters(jin *j, collected *c, int *weights_given, int *bin_all,
-                              attnd_error *e) {
-    if (jin_peek(j) != '{')
-        return attnd_set_error(e, AERR_BAD_REQUEST, "parameters: expected an object, got %s",
-                               jin_kind(j));
-    j->p++;
-    if (jin_peek(j) == '}') {
-        j->p++;
-        return 0;
-    }
-    for (;;) {
-        char key[32];
-        int cut = 0;
-        if (jin_string_buf(j, key, sizeof(key), &cut) < 0 || jin_expect(j, ':') < 0)
-            return attnd_set_error(e, AERR_BAD_REQUEST, "%s", j->err);
-        if (!cut && strcmp(key, "causal") == 0) {
-            if (read_causal(j, "parameters.causal", &c->causal, e) < 0) return -1;
-        } else if (!cut && strcmp(key, "attention") == 0) {
-            int w = 0;
-            if (read_word(j, "parameters.attention", WEIGHT_WORDS, 3, &w, e) < 0) return -1;
-            c->weights = (attn_weights_mode)w;
-            *weights_given = 1;
-        } else if (!cut && strcmp(key, "binary_data_output") == 0) {
-            if (jin_bool(j, bin_all) < 0)
-                return attnd_set_error(e, AERR_BAD_REQUEST,
-                                       "parameters.binary_data_output: expected true or false");
-        } else if (jin_skip(j) < 0) {
-            return attnd_set_error(e, AERR_BAD_REQUEST, "%s", j->err);
-        }
-        int r = jin_next(j, '}');
-        if (r < 0) return attnd_set_error(e, AERR_BAD_REQUEST, "%s", j->err);
-        if (r == 1) return 0;
-    }
+static int read_v2_input(jin *j, int idx, void *dst, jpath *path, attnd_error *e) {
+    v2_body *v = dst;
+    v2_input *in = &v->in;
+    tensor_free(&in->data);
+    memset(in, 0, sizeof(*in));
+    in->bin_size = -1;
+    if (jin_object(j, &V2_INPUT, v, path, NULL, e) < 0) return -1;
+    if (in->have_data && in->bin_size >= 0)
+        return attnd_set_error(e, AERR_BAD_REQUEST,
+                               "%s: both data and parameters.binary_data_size", path->s);
+    if (!in->have_data && in->bin_size < 0)
+        return attnd_set_error(e, AERR_BAD_REQUEST,
+                               "%s.data: required (or parameters.binary_data_size with the "
+                               "binary data extension)",
+                               path->s);
+    if (file_v2_input(in, idx, &v->c, v->labels, &v->bin, e) < 0) return -1;
+    tensor_free(&in->data);
+    return 0;
 }
 
-/* {"binary_data": bool, ...} of one requested output. */
-static int read_output_parameters(jin *j, int idx, int *binary, attnd_error *e) {
-    if (jin_peek(j) != '{')
-        return attnd_set_error(e, AERR_BAD_REQUEST, "outputs[%d].parameters: expected an object",
-                               idx);
-    j->p++;
-    if (jin_peek(j) == '}') {
-        j->p++;
-        return 0;
-    }
-    for (;;) {
-        char key[32];
-        int cut = 0;
-        if (jin_string_buf(j, key, sizeof(key), &cut) < 0 || jin_expect(j, ':') < 0)
-            return attnd_set_error(e, AERR_BAD_REQUEST, "%s", j->err);
-        if (!cut && strcmp(key, "binary_data") == 0) {
-            if (jin_bool(j, binary) < 0)
-                return attnd_set_error(e, AERR_BAD_REQUEST,
-                                       "outputs[%d].parameters.binary_data: expected true or false",
-                                       idx);
-        } else if (jin_skip(j) < 0) {
-            return attnd_set_error(e, AERR_BAD_REQUEST, "%s", j->err);
-        }
-        int r = jin_next(j, '}');
-        if (r < 0) return attnd_set_error(e, AERR_BAD_REQUEST, "%s", j->err);
-        if (r == 1) return 0;
-    }
+/* An output asked for: "output" or "attention"; anything else is an output
+ * this model cannot give. */
+static int read_v2_output(jin *j, int idx, void *dst, jpath *path, attnd_error *e) {
+    (void)idx;
+    v2_body *v = dst;
+    memset(&v->out, 0, sizeof(v->out));
+    if (jin_object(j, &V2_OUTPUT, v, path, NULL, e) < 0) return -1;
+    int bit = strcmp(v->out.name, "output") == 0 ? 1 : strcmp(v->out.name, "attention") == 0 ? 2 : 0;
+    if (!bit)
+        return attnd_set_error(e, AERR_BAD_REQUEST,
+                               "%s.name: unknown output '%s' (the model gives output, attention)",
+                               path->s, v->out.name);
+    if (v->out_bits & bit)
+        return attnd_set_error(e, AERR_BAD_REQUEST, "%s.name: '%s' asked for twice", path->s,
+                               v->out.name);
+    v->out_bits |= bit;
+    if (v->out.binary) v->bin_bits |= bit;
+    return 0;
 }
 
-/* "outputs": [{"name": "output"|"attention", "parameters": {"binary_data": b}}]:
- * sets *want_attention and the binary bits (1 output, 2 attention). */
-static int read_v2_outputs(jin *j, int *want_attention, int *bin_bits, attnd_error *e) {
-    if (jin_expect(j, '[') < 0)
-        return attnd_set_error(e, AERR_BAD_REQUEST, "outputs: expected an array");
-    if (jin_peek(j) == ']') {
-        j->p++;
+#define V2(field) offsetof(v2_body, field)
+
+// clang-format off
+static const jfield V2_PARAMETER_FIELDS[] = {
+    {.name = "causal", .type = JF_BOOL_NULL, .offset = V2(c.causal)},
+    {.name = "attention", .type = JF_WORD, .offset = V2(c.weights), .words = WEIGHT_WORDS},
+    {.name = "binary_data_output", .type = JF_BOOL, .offset = V2(bin_all)},
+};
+static const jtable V2_PARAMETERS = {"parameter", V2_PARAMETER_FIELDS, 3, 1};
+
+static const jfield V2_FIELDS[] = {
+    {.name = "id", .type = JF_STRDUP, .offset = V2(id)},
+    {.name = "inputs", .type = JF_LIST, .each = read_v2_input}, /* query checked after */
+    {.name = "outputs", .type = JF_LIST, .each = read_v2_output},
+    {.name = "parameters", .type = JF_OBJECT, .table = &V2_PARAMETERS},
+};
+// clang-format on
+/* Unknown top-level fields and parameters are skipped: the protocol allows
+ * extensions. */
+static const jtable V2 = {"field", V2_FIELDS, 4, 1};
+
+/* outputs and parameters.attention together: which outputs come back and
+ * whether attention is computed. */
+static int v2_outputs(v2_body *v, attnd_error *e) {
+    if (!(v->out_bits & 2)) {
+        if (v->out_bits) v->c.weights = ATTN_WEIGHTS_NONE; /* attention not listed: not computed */
+        if (v->c.weights < 0) v->c.weights = ATTN_WEIGHTS_NONE;
         return 0;
     }
-    for (int idx = 0;; idx++) {
-        if (jin_expect(j, '{') < 0)
-            return attnd_set_error(e, AERR_BAD_REQUEST, "outputs[%d]: expected an object", idx);
-        if (jin_peek(j) == '}') {
-            j->p++;
-        } else {
-            int is_attn = 0, binary = 0;
-            for (;;) {
-                char key[32], name[32];
-                int cut = 0;
-                if (jin_string_buf(j, key, sizeof(key), &cut) < 0 || jin_expect(j, ':') < 0)
-                    return attnd_set_error(e, AERR_BAD_REQUEST, "%s", j->err);
-                if (!cut && strcmp(key, "name") == 0) {
-                    if (jin_peek(j) != '"' || jin_string_buf(j, name, sizeof(name), &cut) < 0)
-                        return attnd_set_error(e, AERR_BAD_REQUEST,
-                                               "outputs[%d].name: expected a string", idx);
-                    if (!cut && strcmp(name, "attention") == 0)
-                        *want_attention = is_attn = 1;
-                    else if (cut || strcmp(name, "output") != 0)
-                        return attnd_set_error(e, AERR_BAD_REQUEST,
-                                               "outputs[%d].name: unknown output '%s' (output, "
-                                               "attention)",
-                                               idx, name);
-                } else if (!cut && strcmp(key, "parameters") == 0) {
-                    if (read_output_parameters(j, idx, &binary, e) < 0) return -1;
-                } else if (jin_skip(j) < 0) {
-                    return attnd_set_error(e, AERR_BAD_REQUEST, "%s", j->err);
-                }
-                int r = jin_next(j, '}');
-                if (r < 0) return attnd_set_error(e, AERR_BAD_REQUEST, "%s", j->err);
-                if (r == 1) break;
-            }
-            if (binary) *bin_bits |= is_attn ? 2 : 1;
-        }
-        int r = jin_next(j, ']');
-        if (r < 0) return attnd_set_error(e, AERR_BAD_REQUEST, "%s", j->err);
-        if (r == 1) return 0;
-    }
+    if (v->c.weights == ATTN_WEIGHTS_NONE)
+        return attnd_set_error(e, AERR_BAD_REQUEST,
+                               "outputs: 'attention' is asked for, but parameters.attention is "
+                               "\"none\"");
+    if (v->c.weights < 0) v->c.weights = ATTN_WEIGHTS_MEAN;
+    return 0;
 }
 
 int attnd_parse_v2(const attnd_parse_env *env, const char *path_model, const char *body, size_t len,
                    size_t json_len, attnd_job *job, attnd_error *e) {
-    collected c;
-    memset(&c, 0, sizeof(c));
+    v2_body v;
+    memset(&v, 0, sizeof(v));
+    collected_init(&v.c);
     memset(job, 0, sizeof(*job));
-    c.causal = -1;
-    for (int i = 0; i < T_COUNT; i++)
-        c.label[i] = TNAME[i];
-    char labels[T_COUNT][48];
-    char *id = NULL;
-    v2_input in;
-    memset(&in, 0, sizeof(in));
-    int have_inputs = 0, want_attention = 0, weights_given = 0, bin_bits = 0, bin_all = 0;
     int ret = -1;
-    v2_bin bin = {NULL, 0};
     if (json_len > len) {
         attnd_set_error(
             e, AERR_BAD_REQUEST,
@@ -789,96 +672,32 @@ int attnd_parse_v2(const attnd_parse_env *env, const char *path_model, const cha
         goto cleanup;
     }
     if (json_len) { /* binary data extension: JSON, then the tensors' bytes */
-        bin.p = (const unsigned char *)body + json_len;
-        bin.left = len - json_len;
+        v.bin.p = (const unsigned char *)body + json_len;
+        v.bin.left = len - json_len;
         len = json_len;
     }
-    jin j;
-    int empty = body_object_open(&j, body, len, e);
-    if (empty < 0) goto cleanup;
-    if (!empty) {
-        for (;;) {
-            char key[32];
-            int cut = 0;
-            if (jin_string_buf(&j, key, sizeof(key), &cut) < 0 || jin_expect(&j, ':') < 0) {
-                attnd_set_error(e, AERR_BAD_REQUEST, "%s", j.err);
-                goto cleanup;
-            }
-            if (!cut && strcmp(key, "id") == 0) {
-                free(id);
-                id = NULL;
-                if (jin_peek(&j) != '"' || jin_string(&j, &id, NULL) < 0) {
-                    attnd_set_error(e, AERR_BAD_REQUEST, "id: expected a string, got %s",
-                                    jin_kind(&j));
-                    goto cleanup;
-                }
-            } else if (!cut && strcmp(key, "inputs") == 0) {
-                if (have_inputs++) {
-                    attnd_set_error(e, AERR_BAD_REQUEST, "inputs: given twice");
-                    goto cleanup;
-                }
-                if (jin_peek(&j) != '[') {
-                    attnd_set_error(e, AERR_BAD_REQUEST, "inputs: expected an array, got %s",
-                                    jin_kind(&j));
-                    goto cleanup;
-                }
-                j.p++;
-                if (jin_peek(&j) == ']') {
-                    j.p++;
-                } else {
-                    for (int idx = 0;; idx++) {
-                        if (read_v2_input(&j, idx, &in, e) < 0 ||
-                            file_v2_input(&in, idx, &c, labels, &bin, e) < 0)
-                            goto cleanup;
-                        tensor_free(&in.data);
-                        int r = jin_next(&j, ']');
-                        if (r < 0) {
-                            attnd_set_error(e, AERR_BAD_REQUEST, "%s", j.err);
-                            goto cleanup;
-                        }
-                        if (r == 1) break;
-                    }
-                }
-            } else if (!cut && strcmp(key, "parameters") == 0) {
-                if (read_v2_parameters(&j, &c, &weights_given, &bin_all, e) < 0) goto cleanup;
-            } else if (!cut && strcmp(key, "outputs") == 0) {
-                if (read_v2_outputs(&j, &want_attention, &bin_bits, e) < 0) goto cleanup;
-            } else if (jin_skip(&j) < 0) {
-                attnd_set_error(e, AERR_BAD_REQUEST, "%s", j.err);
-                goto cleanup;
-            }
-            int r = jin_next(&j, '}');
-            if (r < 0) {
-                attnd_set_error(e, AERR_BAD_REQUEST, "%s", j.err);
-                goto cleanup;
-            }
-            if (r == 1) break;
-        }
-    }
-    if (jin_end(&j) < 0) {
-        attnd_set_error(e, AERR_BAD_REQUEST, "%s", j.err);
-        goto cleanup;
-    }
-    if (!c.given[T_QUERY]) {
+    if (read_body(body, len, &V2, &v, e) < 0) goto cleanup;
+    if (!v.c.given[T_QUERY]) {
         attnd_set_error(e, AERR_BAD_REQUEST, "inputs: an input named 'query' is required");
         goto cleanup;
     }
-    if (bin.left) {
+    if (v.bin.left) {
         attnd_set_error(e, AERR_BAD_REQUEST,
-                        "%zu bytes of binary data after the inputs' binary_data_size", bin.left);
+                        "%zu bytes of binary data after the inputs' binary_data_size", v.bin.left);
         goto cleanup;
     }
-    if (want_attention && !weights_given) c.weights = ATTN_WEIGHTS_MEAN;
-    if (build_job(env, path_model, &c, job, e) < 0) goto cleanup;
+    if (v2_outputs(&v, e) < 0) goto cleanup;
+    if (build_job(env, path_model, &v.c, job, e) < 0) goto cleanup;
     job->api = API_V2;
-    job->v2_binary = bin_all ? 3 : bin_bits;
-    job->v2_id = id;
-    id = NULL;
+    job->v2_outputs = v.out_bits;
+    job->v2_binary = v.bin_all ? 3 : v.bin_bits;
+    job->v2_id = v.id;
+    v.id = NULL;
     ret = 0;
 cleanup:
-    tensor_free(&in.data);
-    free(id);
-    collected_free(&c);
+    tensor_free(&v.in.data);
+    free(v.id);
+    collected_free(&v.c);
     return ret;
 }
 
@@ -933,74 +752,89 @@ static int attn_shape(const attnd_job *job, const attnd_model_info *m, int *shap
     return r;
 }
 
-int attnd_write_answer(sbuf *b, const attnd_job *job, const attnd_model_info *m, const float *out,
-                       const attnd_usage *u, size_t *json_len) {
-    *json_len = 0;
+/* One v2 output: its JSON, and its bytes after the JSON when binary. */
+static void put_v2_output(sbuf *b, const char *name, const float *x, size_t n, int rank,
+                          const int *shape, int binary, int first) {
+    sb_puts(b, first ? "{\"name\":\"" : ",{\"name\":\"");
+    sb_puts(b, name);
+    sb_puts(b, "\",\"datatype\":\"FP32\",\"shape\":");
+    put_shape(b, rank, shape);
+    if (binary) {
+        sb_printf(b, ",\"parameters\":{\"binary_data_size\":%zu}}", n * sizeof(float));
+    } else {
+        sb_puts(b, ",\"data\":[");
+        sb_floats(b, x, n);
+        sb_puts(b, "]}");
+    }
+}
+
+/* The v2 answer: the outputs the request listed (all when it listed none);
+ * binary ones follow the JSON (*json_len is then its length). */
+static void write_v2(sbuf *b, const attnd_job *job, const attnd_model_info *m, const float *out,
+                     const attnd_usage *u, size_t *json_len) {
     int oshape[3], ashape[4];
-    int orank = out_shape(job, m, oshape);
-    int arank = attn_shape(job, m, ashape);
+    int orank = out_shape(job, m, oshape), arank = attn_shape(job, m, ashape);
     size_t nout = (size_t)job->B * job->L * m->hp.embed_dim;
     uint64_t nattn;
     attnd_attention_floats(job->B, job->L, job->S, job->weights, m->hp.num_heads, UINT64_MAX,
                            &nattn); /* admitted: within max_attention_floats */
+    int want_out = !job->v2_outputs || (job->v2_outputs & 1);
     int want_attn = job->weights != ATTN_WEIGHTS_NONE && job->attn;
-    size_t floats = nout + (want_attn ? nattn : 0);
-    sb_reserve(b, 256 + floats * (job->enc == ENC_BASE64 && job->api == API_NATIVE ? 6 : 17));
-    if (job->api == API_NATIVE) {
-        sb_puts(b, "{\"model\":");
-        sb_json_str(b, m->name);
-        sb_puts(b, ",\"output\":");
-        put_tensor(b, out, orank, oshape, job->enc);
-        if (want_attn) {
-            sb_puts(b, ",\"attention\":");
-            put_tensor(b, job->attn, arank, ashape, job->enc);
-        }
-        sb_printf(b,
-                  ",\"usage\":{\"batch\":%d,\"sequences\":%d,\"query_tokens\":%lld,"
-                  "\"key_tokens\":%lld,\"queue_us\":%llu,\"compute_us\":%llu}}\n",
-                  u->batch_requests, job->B, (long long)job->B * job->L, (long long)job->B * job->S,
-                  (unsigned long long)u->queue_us, (unsigned long long)u->compute_us);
-    } else {
-        sb_puts(b, "{\"model_name\":");
-        sb_json_str(b, m->name);
-        sb_puts(b, ",\"model_version\":\"1\"");
-        if (job->v2_id) {
-            sb_puts(b, ",\"id\":");
-            sb_json_str(b, job->v2_id);
-        }
-        sb_printf(b,
-                  ",\"parameters\":{\"batch\":%d,\"queue_us\":%llu,\"compute_us\":%llu}"
-                  ",\"outputs\":[{\"name\":\"output\",\"datatype\":\"FP32\",\"shape\":",
-                  u->batch_requests, (unsigned long long)u->queue_us,
-                  (unsigned long long)u->compute_us);
-        put_shape(b, orank, oshape);
-        int bin_out = job->v2_binary & 1, bin_attn = want_attn && (job->v2_binary & 2);
-        if (bin_out) {
-            sb_printf(b, ",\"parameters\":{\"binary_data_size\":%zu}}", nout * sizeof(float));
-        } else {
-            sb_puts(b, ",\"data\":[");
-            sb_floats(b, out, nout);
-            sb_puts(b, "]}");
-        }
-        if (want_attn) {
-            sb_puts(b, ",{\"name\":\"attention\",\"datatype\":\"FP32\",\"shape\":");
-            put_shape(b, arank, ashape);
-            if (bin_attn) {
-                sb_printf(b, ",\"parameters\":{\"binary_data_size\":%zu}}", nattn * sizeof(float));
-            } else {
-                sb_puts(b, ",\"data\":[");
-                sb_floats(b, job->attn, nattn);
-                sb_puts(b, "]}");
-            }
-        }
-        if (bin_out || bin_attn) { /* binary data extension: the JSON, then the bytes */
-            sb_puts(b, "]}");
-            *json_len = b->len;
-            if (bin_out) sb_put(b, out, nout * sizeof(float));
-            if (bin_attn) sb_put(b, job->attn, nattn * sizeof(float));
-        } else {
-            sb_puts(b, "]}\n");
-        }
+    int bin_out = want_out && (job->v2_binary & 1), bin_attn = want_attn && (job->v2_binary & 2);
+    sb_puts(b, "{\"model_name\":");
+    sb_json_str(b, m->name);
+    sb_puts(b, ",\"model_version\":\"1\"");
+    if (job->v2_id) {
+        sb_puts(b, ",\"id\":");
+        sb_json_str(b, job->v2_id);
     }
+    sb_printf(b, ",\"parameters\":{\"batch\":%d,\"queue_us\":%llu,\"compute_us\":%llu},\"outputs\":[",
+              u->batch_requests, (unsigned long long)u->queue_us,
+              (unsigned long long)u->compute_us);
+    if (want_out) put_v2_output(b, "output", out, nout, orank, oshape, bin_out, 1);
+    if (want_attn) put_v2_output(b, "attention", job->attn, nattn, arank, ashape, bin_attn, !want_out);
+    if (bin_out || bin_attn) { /* binary data extension: the JSON, then the bytes */
+        sb_puts(b, "]}");
+        *json_len = b->len;
+        if (bin_out) sb_put(b, out, nout * sizeof(float));
+        if (bin_attn) sb_put(b, job->attn, nattn * sizeof(float));
+    } else {
+        sb_puts(b, "]}\n");
+    }
+}
+
+/* The native answer, tensors in the encoding the client chose. */
+static void write_native(sbuf *b, const attnd_job *job, const attnd_model_info *m,
+                         const float *out, const attnd_usage *u) {
+    int oshape[3], ashape[4];
+    int orank = out_shape(job, m, oshape), arank = attn_shape(job, m, ashape);
+    sb_puts(b, "{\"model\":");
+    sb_json_str(b, m->name);
+    sb_puts(b, ",\"output\":");
+    put_tensor(b, out, orank, oshape, job->enc);
+    if (job->weights != ATTN_WEIGHTS_NONE && job->attn) {
+        sb_puts(b, ",\"attention\":");
+        put_tensor(b, job->attn, arank, ashape, job->enc);
+    }
+    sb_printf(b,
+              ",\"usage\":{\"batch\":%d,\"sequences\":%d,\"query_tokens\":%lld,"
+              "\"key_tokens\":%lld,\"queue_us\":%llu,\"compute_us\":%llu}}\n",
+              u->batch_requests, job->B, (long long)job->B * job->L, (long long)job->B * job->S,
+              (unsigned long long)u->queue_us, (unsigned long long)u->compute_us);
+}
+
+int attnd_write_answer(sbuf *b, const attnd_job *job, const attnd_model_info *m, const float *out,
+                       const attnd_usage *u, size_t *json_len) {
+    *json_len = 0;
+    uint64_t nattn;
+    attnd_attention_floats(job->B, job->L, job->S, job->weights, m->hp.num_heads, UINT64_MAX,
+                           &nattn); /* admitted: within max_attention_floats */
+    size_t floats = (size_t)job->B * job->L * m->hp.embed_dim + (job->attn ? nattn : 0);
+    /* one allocation: at most 16 bytes a number as text, 6 as base64 */
+    sb_reserve(b, 256 + floats * (job->enc == ENC_BASE64 && job->api == API_NATIVE ? 6 : 17));
+    if (job->api == API_NATIVE)
+        write_native(b, job, m, out, u);
+    else
+        write_v2(b, job, m, out, u, json_len);
     return b->oom ? -1 : 0;
 }

@@ -51,6 +51,7 @@ typedef struct {
     attnd_encoding enc;        /* how the answer carries tensors */
     char *v2_id;               /* the v2 "id" to echo, or NULL */
     int v2_binary;             /* binary data extension for outputs: 1 output, 2 attention */
+    int v2_outputs;            /* outputs listed in the request: 1 output, 2 attention; 0 = all */
     /* results, written by the worker */
     float *attn; /* (B,H,L,S) heads or (B,L,S) mean, owned, or NULL */
 } attnd_job;

@@ -1,5 +1,7 @@
 /* tensor.c - nested-array and base64 tensors out of a request body. See
- * tensor.h. */
+ * tensor.h. Nested arrays are read level by level, rows of numbers by the
+ * reader's tight loop (jin_f32_row); a tensor object is one more field
+ * table (TENSOR_OBJECT) walked by jin_object. */
 #include "tensor.h"
 
 #include <math.h>
@@ -51,6 +53,14 @@ static const char *where(nested *c, int depth, char *buf, size_t cap) {
     return buf;
 }
 
+/* A syntax error inside the tensor, named at depth. */
+static int jin_fail_at(nested *c, int depth) {
+    char at[160];
+    jpath p;
+    jpath_init(&p, where(c, depth, at, sizeof(at)));
+    return jin_fail(c->j, &p, c->e);
+}
+
 static int grow(nested *c) {
     size_t cap = c->cap ? c->cap * 2 : 1024;
     if (c->kind == TK_BOOL) {
@@ -67,10 +77,14 @@ static int grow(nested *c) {
 }
 
 static int leaf(nested *c, int depth) {
-    char at[128];
-    int ch = jin_peek(c->j);
-    int is_num = ch == '-' || (ch >= '0' && ch <= '9');
-    int is_bool = ch == 't' || ch == 'f';
+    char at[160];
+    jin_type type = jin_next_type(c->j);
+    int is_num = type == JT_NUMBER, is_bool = type == JT_BOOL;
+    if (type == JT_NONFINITE)
+        return attnd_set_error(c->e, AERR_BAD_REQUEST,
+                               "%s: NaN is not a JSON number: JSON has no NaN or Infinity, and "
+                               "attnd refuses non-finite numbers",
+                               where(c, depth, at, sizeof(at)));
     if (c->kind == TK_ANY) {
         if (!is_num && !is_bool)
             return attnd_set_error(c->e, AERR_BAD_REQUEST,
@@ -82,9 +96,10 @@ static int leaf(nested *c, int depth) {
         return attnd_set_error(c->e, AERR_INTERNAL, "out of memory reading %s", c->field);
     if (c->kind == TK_BOOL) {
         int v;
-        if (!is_bool || jin_bool(c->j, &v) < 0)
+        if (!is_bool)
             return attnd_set_error(c->e, AERR_BAD_REQUEST, "%s: not a boolean (got %s)",
                                    where(c, depth, at, sizeof(at)), jin_kind(c->j));
+        if (jin_bool(c->j, &v) < 0) return jin_fail_at(c, depth);
         c->u[c->n++] = (uint8_t)v;
         return 0;
     }
@@ -92,9 +107,7 @@ static int leaf(nested *c, int depth) {
     if (!is_num)
         return attnd_set_error(c->e, AERR_BAD_REQUEST, "%s: not a number (got %s)",
                                where(c, depth, at, sizeof(at)), jin_kind(c->j));
-    if (jin_f32(c->j, &f) < 0)
-        return attnd_set_error(c->e, AERR_BAD_REQUEST, "%s: %s", where(c, depth, at, sizeof(at)),
-                               c->j->err);
+    if (jin_f32(c->j, &f) < 0) return jin_fail_at(c, depth);
     if (!isfinite(f))
         return attnd_set_error(c->e, AERR_BAD_REQUEST, "%s: number out of float32 range",
                                where(c, depth, at, sizeof(at)));
@@ -103,32 +116,24 @@ static int leaf(nested *c, int depth) {
 }
 
 /* The common case, a row of numbers at the known innermost depth, read by
- * parse_f32_row in one tight loop. Returns 1 when the row closed, 0 to let
- * the general loop go on at element *count (something other than a number
- * is next, or the row is longer than the first), -1 on error. */
+ * the reader's tight loop. Returns 1 when the row closed, 0 to let the
+ * general loop go on at element *count (something other than a number is
+ * next, or the row is longer than the first), -1 on error. */
 static int fast_row(nested *c, int depth, int *count) {
     jin *j = c->j;
     for (;;) {
         if (c->n == c->cap && grow(c) < 0)
             return attnd_set_error(c->e, AERR_INTERNAL, "out of memory reading %s", c->field);
-        size_t max = c->cap - c->n, got = 0;
+        size_t max = c->cap - c->n;
         if (c->shape[depth] && (size_t)(c->shape[depth] - *count) < max)
             max = (size_t)(c->shape[depth] - *count);
-        j->p += parse_f32_row(j->p, (size_t)(j->end - j->p), c->f + c->n, max, &got);
+        size_t got = jin_f32_row(j, c->f + c->n, max);
         c->n += got;
         *count += (int)got;
         if (!got) return 0;
-        int ch = jin_peek(j);
-        if (ch == ']') {
-            j->p++;
-            return 1;
-        }
-        if (ch != ',') {
-            int r = jin_next(j, ']');
-            return attnd_set_error(c->e, AERR_BAD_REQUEST, "%s: %s", c->field,
-                                   r < 0 ? j->err : "unexpected token");
-        }
-        j->p++;
+        int r = jin_next(j, ']');
+        if (r < 0) return jin_fail_at(c, depth);
+        if (r == 1) return 1;
         /* a full row (longer than the first), or no number next: the
          * general loop reads on and names what it finds */
         if (got < max || (c->shape[depth] && *count >= c->shape[depth])) return 0;
@@ -137,24 +142,25 @@ static int fast_row(nested *c, int depth, int *count) {
 
 /* Reads one array at depth (its '[' is next). */
 static int level(nested *c, int depth) {
-    char at[128];
+    char at[160];
     if (depth >= c->max_rank)
         return attnd_set_error(c->e, AERR_BAD_REQUEST, "%s: more than %d dimensions", c->field,
                                c->max_rank);
-    c->j->p++; /* '[' */
-    if (jin_peek(c->j) == ']')
+    int r = jin_open(c->j, '[');
+    if (r < 0) return jin_fail_at(c, depth);
+    if (r == 1)
         return attnd_set_error(c->e, AERR_BAD_REQUEST, "%s: empty",
                                where(c, depth, at, sizeof(at)));
     int count = 0;
     if (c->kind == TK_FLOAT && c->rank == depth + 1) {
-        int r = fast_row(c, depth, &count);
+        r = fast_row(c, depth, &count);
         if (r < 0) return -1;
         if (r == 1) goto closed;
     }
     for (;;) {
         c->idx[depth] = count;
-        int ch = jin_peek(c->j);
-        if (ch == '[') {
+        jin_type type = jin_next_type(c->j);
+        if (type == JT_ARRAY) {
             if (c->rank && depth + 1 >= c->rank)
                 return attnd_set_error(c->e, AERR_BAD_REQUEST, "%s: expected %s, got an array",
                                        where(c, depth + 1, at, sizeof(at)),
@@ -171,15 +177,15 @@ static int level(nested *c, int depth) {
         }
         count++;
         if (c->shape[depth] && count > c->shape[depth]) break;
-        int r = jin_next(c->j, ']');
-        if (r < 0) return attnd_set_error(c->e, AERR_BAD_REQUEST, "%s: %s", c->field, c->j->err);
+        r = jin_next(c->j, ']');
+        if (r < 0) return jin_fail_at(c, depth + 1);
         if (r == 1) break;
     }
 closed:
     if (!c->shape[depth]) {
         c->shape[depth] = count;
     } else if (c->shape[depth] != count) {
-        char first[128];
+        char first[160];
         int n = snprintf(first, sizeof(first), "%s", c->field);
         for (int d = 0; d < depth && n >= 0 && (size_t)n < sizeof(first); d++)
             n += snprintf(first + n, sizeof(first) - (size_t)n, "[0]");
@@ -218,184 +224,122 @@ fail:
     return -1;
 }
 
-/* {"shape": [...], "dtype": "float32"|"bool", "b64": "..."} */
-static int read_b64(jin *j, const char *field, tensor_kind kind, int neg_inf_ok, tensor *t,
-                    attnd_error *e) {
-    char key[32], dtype[32] = "float32";
-    char *b64 = NULL;        /* decoded copy, when the string held escapes */
-    const char *b64s = NULL; /* the base64 text: a span of the body or b64 */
-    size_t b64n = 0;
-    int have_shape = 0, rank = 0, shape[TENSOR_MAX_RANK] = {0};
-    int ret = -1;
-    j->p++; /* '{' */
-    if (jin_peek(j) == '}') {
-        attnd_set_error(e, AERR_BAD_REQUEST, "%s: a tensor object needs \"shape\" and \"b64\"",
-                        field);
-        goto cleanup;
+/* ---- tensor objects: {"shape": [...], "dtype": "float32"|"bool", "b64": "..."} ---- */
+
+typedef struct {
+    jshape shape;
+    int dtype;         /* index into DTYPES */
+    const char *text;  /* the base64 text: a span of the body, or copy */
+    size_t len;
+    char *copy;        /* the decoded string, when it held escapes; owned */
+} tensor_object;
+
+static const char *const DTYPES[] = {"float32", "bool", NULL};
+
+static int read_b64_text(jin *j, const jfield *f, void *dst, jpath *path, attnd_error *e) {
+    (void)f;
+    tensor_object *o = dst;
+    int rs = jin_string_span(j, &o->text, &o->len);
+    if (rs == 1) { /* escapes: decode a copy */
+        rs = jin_string(j, &o->copy, &o->len);
+        o->text = o->copy;
     }
-    for (;;) {
-        int cut;
-        if (jin_string_buf(j, key, sizeof(key), &cut) < 0 || jin_expect(j, ':') < 0) {
-            attnd_set_error(e, AERR_BAD_REQUEST, "%s", j->err);
-            goto cleanup;
-        }
-        if (!cut && strcmp(key, "shape") == 0) {
-            if (jin_peek(j) != '[') {
-                attnd_set_error(e, AERR_BAD_REQUEST, "%s.shape: expected an array of sizes, got %s",
-                                field, jin_kind(j));
-                goto cleanup;
-            }
-            j->p++;
-            rank = 0;
-            if (jin_peek(j) != ']') {
-                for (;;) {
-                    double d;
-                    if (rank == TENSOR_MAX_RANK) {
-                        attnd_set_error(e, AERR_BAD_REQUEST, "%s.shape: more than %d dimensions",
-                                        field, TENSOR_MAX_RANK);
-                        goto cleanup;
-                    }
-                    if (jin_peek(j) == '[' || jin_number(j, &d) < 0 || d != floor(d) || d < 1) {
-                        attnd_set_error(e, AERR_BAD_REQUEST,
-                                        "%s.shape[%d]: expected a positive integer", field, rank);
-                        goto cleanup;
-                    }
-                    if (d > TENSOR_MAX_DIM) {
-                        attnd_set_error(e, AERR_TOO_LARGE,
-                                        "%s.shape[%d]: %.0f is too large (at most %d)", field,
-                                        rank, d, TENSOR_MAX_DIM);
-                        goto cleanup;
-                    }
-                    shape[rank++] = (int)d;
-                    int r = jin_next(j, ']');
-                    if (r < 0) {
-                        attnd_set_error(e, AERR_BAD_REQUEST, "%s", j->err);
-                        goto cleanup;
-                    }
-                    if (r == 1) break;
-                }
-            } else {
-                j->p++;
-            }
-            if (rank == 0) {
-                attnd_set_error(e, AERR_BAD_REQUEST, "%s.shape: empty", field);
-                goto cleanup;
-            }
-            have_shape = 1;
-        } else if (!cut && strcmp(key, "dtype") == 0) {
-            if (jin_peek(j) != '"' || jin_string_buf(j, dtype, sizeof(dtype), &cut) < 0 || cut ||
-                (strcmp(dtype, "float32") != 0 && strcmp(dtype, "bool") != 0)) {
-                attnd_set_error(e, AERR_BAD_REQUEST, "%s.dtype: expected \"float32\" or \"bool\"",
-                                field);
-                goto cleanup;
-            }
-        } else if (!cut && strcmp(key, "b64") == 0) {
-            free(b64);
-            b64 = NULL;
-            int rs = jin_peek(j) == '"' ? jin_string_span(j, &b64s, &b64n) : -1;
-            if (rs == 1 && jin_string(j, &b64, &b64n) == 0) {
-                b64s = b64;
-                rs = 0;
-            }
-            if (rs != 0) {
-                attnd_set_error(e, AERR_BAD_REQUEST, "%s.b64: expected a base64 string, got %s",
-                                field, jin_kind(j));
-                goto cleanup;
-            }
-        } else {
-            attnd_set_error(e, AERR_BAD_REQUEST,
-                            "%s: unknown key \"%s\" in a tensor object (shape, dtype, b64)", field,
-                            key);
-            goto cleanup;
-        }
-        int r = jin_next(j, '}');
-        if (r < 0) {
-            attnd_set_error(e, AERR_BAD_REQUEST, "%s", j->err);
-            goto cleanup;
-        }
-        if (r == 1) break;
-    }
-    if (!have_shape || !b64s) {
-        attnd_set_error(e, AERR_BAD_REQUEST, "%s: a tensor object needs \"shape\" and \"b64\"",
-                        field);
-        goto cleanup;
-    }
-    int is_bool = strcmp(dtype, "bool") == 0;
-    if (kind == TK_FLOAT && is_bool) {
-        attnd_set_error(e, AERR_BAD_REQUEST, "%s.dtype: must be \"float32\"", field);
-        goto cleanup;
-    }
-    if (kind == TK_BOOL && !is_bool) {
-        attnd_set_error(e, AERR_BAD_REQUEST, "%s.dtype: must be \"bool\"", field);
-        goto cleanup;
-    }
-    int64_t dims[TENSOR_MAX_RANK];
-    for (int d = 0; d < rank; d++)
-        dims[d] = shape[d];
+    return rs < 0 ? jin_fail(j, path, e) : 0;
+}
+
+static const jfield TENSOR_OBJECT_FIELDS[] = {
+    {.name = "shape", .type = JF_SHAPE, .required = 1, .offset = offsetof(tensor_object, shape),
+     .max = TENSOR_MAX_DIM},
+    {.name = "dtype", .type = JF_WORD, .offset = offsetof(tensor_object, dtype), .words = DTYPES},
+    {.name = "b64", .type = JF_CUSTOM, .required = 1, .read = read_b64_text,
+     .accepts = 1u << JT_STRING, .expects = "a base64 string"},
+};
+static const jtable TENSOR_OBJECT = {"key of a tensor object", TENSOR_OBJECT_FIELDS, 3, 0};
+
+/* Decodes the object's base64 into t, checking it against shape and dtype. */
+static int decode_object(const tensor_object *o, const char *field, int neg_inf_ok, tensor *t,
+                         attnd_error *e) {
+    int is_bool = o->dtype == 1, rank = o->shape.rank;
     uint64_t n, need;
-    if (sz_prod(dims, rank, TENSOR_MAX_ELEMS, &n) < 0) {
-        attnd_set_error(e, AERR_TOO_LARGE, "%s.shape: too large: more than %llu elements", field,
-                        (unsigned long long)TENSOR_MAX_ELEMS);
-        goto cleanup;
-    }
+    if (sz_prod(o->shape.dim, rank, TENSOR_MAX_ELEMS, &n) < 0)
+        return attnd_set_error(e, AERR_TOO_LARGE, "%s.shape: too large: more than %llu elements",
+                               field, (unsigned long long)TENSOR_MAX_ELEMS);
     sz_mul(n, is_bool ? 1 : sizeof(float), UINT64_MAX, &need); /* n <= 2^34: cannot wrap */
-    size_t cap = b64_decoded_max(b64n), got = 0;
-    if (need > cap) {
-        attnd_set_error(e, AERR_BAD_REQUEST,
-                        "%s.b64: %zu characters cannot hold the %zu bytes shape and dtype need",
-                        field, b64n, need);
-        goto cleanup;
-    }
-    void *buf = malloc(cap);
-    if (!buf) {
-        attnd_set_error(e, AERR_INTERNAL, "out of memory reading %s", field);
-        goto cleanup;
-    }
-    if (b64_decode(b64s, b64n, buf, cap, &got) < 0) {
+    size_t cap = b64_decoded_max(o->len), got = 0;
+    if (need > cap)
+        return attnd_set_error(e, AERR_BAD_REQUEST,
+                               "%s.b64: %zu characters cannot hold the %llu bytes shape and dtype "
+                               "need",
+                               field, o->len, (unsigned long long)need);
+    void *buf = malloc(cap ? cap : 1);
+    if (!buf) return attnd_set_error(e, AERR_INTERNAL, "out of memory reading %s", field);
+    if (b64_decode(o->text, o->len, buf, cap, &got) < 0) {
         free(buf);
-        attnd_set_error(e, AERR_BAD_REQUEST, "%s.b64: not valid base64", field);
-        goto cleanup;
+        return attnd_set_error(e, AERR_BAD_REQUEST, "%s.b64: not valid base64", field);
     }
     if (got != need) {
         free(buf);
-        attnd_set_error(e, AERR_BAD_REQUEST, "%s.b64: %zu bytes where shape and dtype need %zu",
-                        field, got, need);
-        goto cleanup;
+        return attnd_set_error(e, AERR_BAD_REQUEST,
+                               "%s.b64: %zu bytes where shape and dtype need %llu", field, got,
+                               (unsigned long long)need);
     }
     memset(t, 0, sizeof(*t));
     t->rank = rank;
-    memcpy(t->shape, shape, sizeof(shape));
-    t->n = n;
+    for (int d = 0; d < rank; d++)
+        t->shape[d] = (int)o->shape.dim[d];
+    t->n = (size_t)n;
     t->is_bool = is_bool;
     if (is_bool) {
         t->u = buf;
-        for (size_t k = 0; k < n; k++)
+        for (size_t k = 0; k < t->n; k++)
             t->u[k] = t->u[k] != 0;
-    } else {
-        t->f = buf;
-        for (size_t k = 0; k < n; k++) {
-            float v = t->f[k];
-            if (isfinite(v) || (neg_inf_ok && isinf(v) && v < 0)) continue;
-            char at[128];
-            tensor_index_name(at, sizeof(at), field, rank, shape, k);
-            attnd_set_error(e, AERR_BAD_REQUEST, "%s: %s is not allowed", at,
-                            isnan(v) ? "NaN" : "infinity");
-            tensor_free(t);
-            goto cleanup;
-        }
+        return 0;
     }
-    ret = 0;
+    t->f = buf;
+    for (size_t k = 0; k < t->n; k++) {
+        float v = t->f[k];
+        if (isfinite(v) || (neg_inf_ok && isinf(v) && v < 0)) continue;
+        char at[160];
+        tensor_index_name(at, sizeof(at), field, rank, t->shape, k);
+        tensor_free(t);
+        return attnd_set_error(e, AERR_BAD_REQUEST, "%s: %s is not allowed", at,
+                               isnan(v) ? "NaN" : "infinity");
+    }
+    return 0;
+}
+
+static int read_object(jin *j, const char *field, tensor_kind kind, int max_rank, int neg_inf_ok,
+                       tensor *t, attnd_error *e) {
+    tensor_object o;
+    memset(&o, 0, sizeof(o));
+    jpath path;
+    jpath_init(&path, field);
+    int ret = -1;
+    if (jin_object(j, &TENSOR_OBJECT, &o, &path, NULL, e) < 0) goto cleanup;
+    if (kind == TK_FLOAT && o.dtype == 1) {
+        attnd_set_error(e, AERR_BAD_REQUEST, "%s.dtype: must be \"float32\"", field);
+        goto cleanup;
+    }
+    if (kind == TK_BOOL && o.dtype != 1) {
+        attnd_set_error(e, AERR_BAD_REQUEST, "%s.dtype: must be \"bool\"", field);
+        goto cleanup;
+    }
+    if (o.shape.rank > max_rank) {
+        attnd_set_error(e, AERR_BAD_REQUEST, "%s.shape: more than %d dimensions", field, max_rank);
+        goto cleanup;
+    }
+    ret = decode_object(&o, field, neg_inf_ok, t, e);
 cleanup:
-    free(b64);
+    free(o.copy);
     return ret;
 }
 
 int tensor_read(jin *j, const char *field, tensor_kind kind, int max_rank, int neg_inf_ok,
                 tensor *t, attnd_error *e) {
     memset(t, 0, sizeof(*t));
-    int c = jin_peek(j);
-    if (c == '[') return read_nested(j, field, kind, max_rank, t, e);
-    if (c == '{') return read_b64(j, field, kind, neg_inf_ok, t, e);
+    jin_type type = jin_next_type(j);
+    if (type == JT_ARRAY) return read_nested(j, field, kind, max_rank, t, e);
+    if (type == JT_OBJECT) return read_object(j, field, kind, max_rank, neg_inf_ok, t, e);
     return attnd_set_error(e, AERR_BAD_REQUEST,
                            "%s: expected nested arrays or a tensor object, got %s", field,
                            jin_kind(j));

@@ -16,10 +16,11 @@
 
 static int read_t(const char *json, tensor_kind kind, int max_rank, int neg_inf_ok, tensor *t,
                   attnd_error *e) {
-    jin j;
-    jin_init(&j, json, strlen(json));
+    jin *j = jin_new(json, strlen(json));
     memset(e, 0, sizeof(*e));
-    return tensor_read(&j, "x", kind, max_rank, neg_inf_ok, t, e);
+    int rc = tensor_read(j, "x", kind, max_rank, neg_inf_ok, t, e);
+    jin_free(j);
+    return rc;
 }
 
 /* The read must fail with 400 and a message holding every word. */
@@ -495,6 +496,161 @@ START_TEST(test_shape_products_overflow) {
 }
 END_TEST
 
+/* ---- the field tables: one road for unknown, duplicate, wrong-type and
+ * missing fields, each message naming the path ---- */
+
+#define V2_QUERY "{\"name\":\"query\",\"shape\":[1,4],\"datatype\":\"FP32\",\"data\":[1,2,3,4]}"
+
+/* The v2 body must be refused with 400 (or code) and a message that
+ * starts with the path want. */
+static void v2_refused_at(const char *body, attnd_err code, const char *want) {
+    attnd_job job;
+    attnd_error e;
+    int rc = parse_v2(body, &job, &e);
+    ck_assert_msg(rc < 0, "%s was accepted", body);
+    ck_assert_msg(e.code == code, "%s: code %d (%s)", body, e.code, e.msg);
+    ck_assert_msg(strncmp(e.msg, want, strlen(want)) == 0, "'%s' does not start with '%s'", e.msg,
+                  want);
+}
+
+static void native_refused_at(const char *body, const char *want) {
+    attnd_job job;
+    attnd_error e;
+    int rc = parse(body, 2, NULL, &job, &e);
+    ck_assert_msg(rc < 0, "%s was accepted", body);
+    ck_assert_msg(e.code == AERR_BAD_REQUEST, "%s: code %d (%s)", body, e.code, e.msg);
+    ck_assert_msg(strncmp(e.msg, want, strlen(want)) == 0, "'%s' does not start with '%s'", e.msg,
+                  want);
+}
+
+START_TEST(test_duplicate_keys_refused_everywhere) {
+    native_refused_at("{\"model\":\"small\",\"query\":[[1,2,3,4]],\"causal\":true,\"causal\":false}",
+                      "causal: given twice");
+    native_refused_at("{\"model\":\"small\",\"query\":{\"shape\":[1,4],\"b64\":\"AAAAAAAAAAAAAAAAAAAAAA==\","
+                      "\"shape\":[2,2]}}",
+                      "query.shape: given twice");
+    v2_refused_at("{\"inputs\":[" V2_QUERY "],\"parameters\":{\"causal\":true,\"causal\":false}}",
+                  AERR_BAD_REQUEST, "parameters.causal: given twice");
+    v2_refused_at("{\"id\":\"a\",\"id\":\"b\",\"inputs\":[" V2_QUERY "]}", AERR_BAD_REQUEST,
+                  "id: given twice");
+    v2_refused_at("{\"inputs\":[{\"name\":\"query\",\"shape\":[1,4],\"shape\":[1,4],"
+                  "\"datatype\":\"FP32\",\"data\":[1,2,3,4]}]}",
+                  AERR_BAD_REQUEST, "inputs[0].shape: given twice");
+    v2_refused_at("{\"inputs\":[" V2_QUERY "],\"outputs\":[{\"name\":\"output\",\"parameters\":"
+                  "{\"binary_data\":true,\"binary_data\":false}}]}",
+                  AERR_BAD_REQUEST, "outputs[0].parameters.binary_data: given twice");
+    v2_refused_at("{\"inputs\":[" V2_QUERY "," V2_QUERY "]}", AERR_BAD_REQUEST, "inputs[1]");
+}
+END_TEST
+
+START_TEST(test_paths_name_the_place) {
+    v2_refused_at("{\"inputs\":[" V2_QUERY ",{\"name\":\"key_padding_mask\",\"shape\":[1,2,-3],"
+                  "\"datatype\":\"BOOL\",\"data\":[true]}]}",
+                  AERR_BAD_REQUEST, "inputs[1].shape[2]: expected a whole number");
+    v2_refused_at("{\"inputs\":[" V2_QUERY ",{\"name\":\"key_padding_mask\",\"shape\":[1,2,7e12],"
+                  "\"datatype\":\"BOOL\",\"data\":[true]}]}",
+                  AERR_TOO_LARGE, "inputs[1].shape[2]: 7e12 is too large");
+    v2_refused_at("{\"inputs\":[{\"name\":\"query\",\"shape\":[1,4],\"datatype\":\"FP32\","
+                  "\"parameters\":{\"binary_data_size\":-1}}]}",
+                  AERR_BAD_REQUEST, "inputs[0].parameters.binary_data_size: expected a whole");
+    v2_refused_at("{\"inputs\":[" V2_QUERY "],\"outputs\":[{\"name\":\"output\"},{\"name\":7}]}",
+                  AERR_BAD_REQUEST, "outputs[1].name: expected a string, got a number");
+    v2_refused_at("{\"inputs\":[" V2_QUERY "],\"parameters\":[1]}", AERR_BAD_REQUEST,
+                  "parameters: expected an object, got an array");
+    v2_refused_at("{\"inputs\":{}}", AERR_BAD_REQUEST, "inputs: expected an array, got an object");
+    v2_refused_at("{\"inputs\":[{\"name\":\"query\",\"datatype\":\"FP32\",\"data\":[1]}]}",
+                  AERR_BAD_REQUEST, "inputs[0].shape: required");
+    v2_refused_at("{\"inputs\":[" V2_QUERY ",{\"name\":\"key\",\"shape\":[1,3],\"datatype\":"
+                  "\"FP32\",\"data\":[1,2,3],\"dtype\":\"x\"}]}",
+                  AERR_BAD_REQUEST, "inputs[1].dtype: unknown key (name, shape, datatype");
+    native_refused_at("{\"model\":\"small\",\"query\":{\"shape\":[1,4]}}", "query.b64: required");
+    native_refused_at("{\"model\":\"small\",\"query\":{\"shape\":[1,\"4\"],\"b64\":\"\"}}",
+                      "query.shape[1]: expected a whole number, got a string");
+    native_refused_at("{\"model\":\"small\",\"query\":[[1,2,3,4]],\"attention\":\"all\"}",
+                      "attention: expected one of \"none\", \"mean\", \"heads\", got \"all\"");
+    native_refused_at("{\"model\":\"small\",\"query\":[[1,2,3,4]],\"causal\":\"yes\"}",
+                      "causal: expected true, false or null, got a string");
+    /* syntax errors inside a field say which */
+    native_refused_at("{\"model\":\"small\",\"query\":{\"shape\":[1,4] \"b64\":\"\"}}",
+                      "query: body is not valid JSON: expected ',' or '}' at byte");
+}
+END_TEST
+
+START_TEST(test_unknown_keys_by_table) {
+    attnd_job job;
+    attnd_error e;
+    /* v2: unknown top-level fields, parameters and output keys are the
+     * protocol's extensions, skipped; an input's unknown key is refused */
+    ck_assert_int_eq(parse_v2("{\"inputs\":[" V2_QUERY "],\"model_name\":\"x\",\"parameters\":"
+                              "{\"priority\":[1,{\"a\":null}]},\"outputs\":[{\"name\":\"output\","
+                              "\"shape\":[1]}]}",
+                              &job, &e),
+                     0);
+    attnd_job_free(&job);
+    native_refused_at("{\"model\":\"small\",\"query\":[[1,2,3,4]],\"atention\":\"mean\"}",
+                      "atention: unknown field (model, query,");
+    /* nesting is counted in one place, skipped values included */
+    sbuf b;
+    sb_init(&b);
+    sb_puts(&b, "{\"inputs\":[" V2_QUERY "],\"deep\":");
+    for (int i = 0; i < 70; i++)
+        sb_putc(&b, '[');
+    for (int i = 0; i < 70; i++)
+        sb_putc(&b, ']');
+    sb_putc(&b, '}');
+    v2_refused_at(b.p, AERR_BAD_REQUEST, "deep: body is not valid JSON: nested deeper than 64");
+    sb_free(&b);
+}
+END_TEST
+
+START_TEST(test_v2_outputs_listed_are_returned) {
+    attnd_job job;
+    attnd_error e;
+    float out[4] = {1, 2, 3, 4}, attn[1] = {1};
+    attnd_usage u = {1, 0, 0};
+    size_t jl;
+    sbuf b;
+    /* only attention: computed (mean by default) and the only output written */
+    ck_assert_int_eq(parse_v2("{\"inputs\":[" V2_QUERY "],\"outputs\":[{\"name\":\"attention\"}]}",
+                              &job, &e),
+                     0);
+    ck_assert_int_eq(job.weights, ATTN_WEIGHTS_MEAN);
+    ck_assert_int_eq(job.v2_outputs, 2);
+    job.attn = malloc(sizeof(attn));
+    memcpy(job.attn, attn, sizeof(attn));
+    sb_init(&b);
+    ck_assert_int_eq(attnd_write_answer(&b, &job, &MODELS[0], out, &u, &jl), 0);
+    ck_assert_ptr_null(strstr(b.p, "\"name\":\"output\""));
+    ck_assert_ptr_nonnull(strstr(b.p, "\"outputs\":[{\"name\":\"attention\""));
+    sb_free(&b);
+    attnd_job_free(&job);
+    /* only output, though parameters ask for heads: attention is not computed */
+    ck_assert_int_eq(parse_v2("{\"inputs\":[" V2_QUERY "],\"parameters\":{\"attention\":\"heads\"},"
+                              "\"outputs\":[{\"name\":\"output\"}]}",
+                              &job, &e),
+                     0);
+    ck_assert_int_eq(job.weights, ATTN_WEIGHTS_NONE);
+    attnd_job_free(&job);
+    /* no outputs listed: all the model gives */
+    ck_assert_int_eq(parse_v2("{\"inputs\":[" V2_QUERY "],\"parameters\":{\"attention\":\"heads\"}}",
+                              &job, &e),
+                     0);
+    ck_assert_int_eq(job.weights, ATTN_WEIGHTS_HEADS);
+    ck_assert_int_eq(job.v2_outputs, 0);
+    attnd_job_free(&job);
+    /* what the model cannot give is named */
+    v2_refused_at("{\"inputs\":[" V2_QUERY "],\"outputs\":[{\"name\":\"output\"},{\"name\":"
+                  "\"logits\"}]}",
+                  AERR_BAD_REQUEST, "outputs[1].name: unknown output 'logits'");
+    v2_refused_at("{\"inputs\":[" V2_QUERY "],\"outputs\":[{\"name\":\"attention\"}],"
+                  "\"parameters\":{\"attention\":\"none\"}}",
+                  AERR_BAD_REQUEST, "outputs: 'attention' is asked for");
+    v2_refused_at("{\"inputs\":[" V2_QUERY "],\"outputs\":[{\"name\":\"output\"},{\"name\":"
+                  "\"output\"}]}",
+                  AERR_BAD_REQUEST, "outputs[1].name: 'output' asked for twice");
+}
+END_TEST
+
 START_TEST(test_answers_written_back) {
     attnd_job job;
     attnd_error e;
@@ -551,6 +707,10 @@ int main(void) {
     tcase_add_test(tr, test_v2_binary_extension);
     tcase_add_test(tr, test_shape_products_overflow);
     tcase_add_test(tr, test_answers_written_back);
+    tcase_add_test(tr, test_duplicate_keys_refused_everywhere);
+    tcase_add_test(tr, test_paths_name_the_place);
+    tcase_add_test(tr, test_unknown_keys_by_table);
+    tcase_add_test(tr, test_v2_outputs_listed_are_returned);
     suite_add_tcase(s, tr);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

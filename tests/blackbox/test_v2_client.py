@@ -236,3 +236,26 @@ def test_client_with_api_key(daemons):
     finally:
         anon.close()
         keyed.close()
+
+
+@pytest.mark.parametrize("binary", [False, True], ids=["json", "binary"])
+def test_infer_returns_only_the_outputs_asked_for(client, binary):
+    """Issue 9: a request that lists outputs gets only those; one the model
+    cannot give is a 400 that names it."""
+    name, s = next((g["name"], s) for g, _ in GOLDENS for s in g["sequences"]
+                   if s["attention"] == "heads")
+    params = {"attention": "heads", "causal": bool(s["causal"])}
+    only_attn = client.infer(name, make_inputs(s), parameters=params, outputs=[
+        httpclient.InferRequestedOutput("attention", binary_data=binary)])
+    assert [o["name"] for o in only_attn.get_response()["outputs"]] == ["attention"]
+    assert only_attn.as_numpy("output") is None
+    assert rel_err(only_attn.as_numpy("attention"), v2_ranked(s["attn_weights"], "heads")) <= 1e-5
+    only_out = client.infer(name, make_inputs(s), parameters=params, outputs=[
+        httpclient.InferRequestedOutput("output", binary_data=binary)])
+    assert [o["name"] for o in only_out.get_response()["outputs"]] == ["output"]
+    assert rel_err(only_out.as_numpy("output"), v2_ranked(s["output"])) <= 1e-5
+    with pytest.raises(InferenceServerException) as e:
+        client.infer(name, make_inputs(s), outputs=[
+            httpclient.InferRequestedOutput("output", binary_data=binary),
+            httpclient.InferRequestedOutput("logits", binary_data=binary)])
+    assert "logits" in str(e.value)

@@ -97,8 +97,11 @@ static void fuzz_check_job(const attnd_job *job) {
             FUZZ_CHECK(fuzz_json_count(o, job->rank3 ? 3 : 2) == (long long)nq);
         else
             FUZZ_CHECK(json_is_string(json_object_get(o, "b64")));
-    } else {
-        FUZZ_CHECK(json_is_array(json_object_get(doc, "outputs")));
+    } else { /* the outputs listed (all when none were), attention only when computed */
+        json_t *outs = json_object_get(doc, "outputs");
+        size_t want = (!job->v2_outputs || (job->v2_outputs & 1)) + (floats > 0);
+        FUZZ_CHECK(json_is_array(outs) && json_array_size(outs) == want);
+        FUZZ_CHECK(!(job->v2_outputs && !(job->v2_outputs & 2)) || floats == 0);
     }
     json_decref(doc);
     sb_free(&b);

@@ -11,15 +11,16 @@
 #include "fuzz_server.h"
 
 static void one(const uint8_t *data, size_t size, tensor_kind kind, int max_rank, int neg_inf_ok) {
-    jin j;
-    jin_init(&j, (const char *)data, size);
+    jin *j = jin_new((const char *)data, size);
     tensor t;
     attnd_error e;
     memset(&e, 0, sizeof(e));
-    if (tensor_read(&j, "x", kind, max_rank, neg_inf_ok, &t, &e) < 0) {
+    int rc = tensor_read(j, "x", kind, max_rank, neg_inf_ok, &t, &e);
+    jin_free(j);
+    if (rc < 0) {
         FUZZ_CHECK(e.code == AERR_BAD_REQUEST || e.code == AERR_TOO_LARGE ||
                    e.code == AERR_INTERNAL);
-        FUZZ_CHECK(e.msg[0] == 'x' || strncmp(e.msg, "body is not valid JSON", 22) == 0);
+        FUZZ_CHECK(e.msg[0] == 'x'); /* every message names the tensor */
         FUZZ_CHECK(t.f == NULL && t.u == NULL);
         return;
     }
