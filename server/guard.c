@@ -16,10 +16,13 @@
 #include <time.h>
 
 #include "codec.h"
+#include "log.h"
 
 /* How often deadlines are checked, ms: a connection lives at most this
  * much past its deadline. */
 #define GUARD_TICK_MS 100
+/* How often, at most, one warning line sums up the connections closed. */
+#define GUARD_REPORT_US 10000000u
 
 struct guard_conn {
     guard_conn *prev, *next;
@@ -39,6 +42,8 @@ struct attnd_guard {
     int count;        /* records in the list */
     int ncut;         /* of which shut down and not yet closed */
     int max_conns, reserve;
+    int closed[3]; /* since the last report: header_timeout, body_timeout, evicted */
+    uint64_t reported_us;
     uint64_t header_us, body_us;
 };
 
@@ -57,6 +62,7 @@ static void cut(attnd_guard *g, guard_conn *c, const char *why) {
     if (c->cut) return;
     c->cut = why;
     g->ncut++;
+    g->closed[why[0] == 'h' ? 0 : why[0] == 'b' ? 1 : 2]++;
     shutdown(c->fd, SHUT_RDWR);
 }
 
@@ -71,6 +77,20 @@ static guard_conn *slowest(attnd_guard *g, const guard_conn *except) {
     return best;
 }
 
+/* Mutex held. One warning line for what was closed since the last one, at
+ * most every GUARD_REPORT_US, so that a slowloris shows in the log without
+ * flooding it. */
+static void report(attnd_guard *g, uint64_t now) {
+    if (now - g->reported_us < GUARD_REPORT_US) return;
+    if (g->closed[0] + g->closed[1] + g->closed[2] == 0) return;
+    attnd_log(LOG_WARN,
+              "connections closed by the guard in the last %.0f s: %d past the header deadline, "
+              "%d past the body deadline, %d evicted for a slot",
+              (double)(now - g->reported_us) / 1e6, g->closed[0], g->closed[1], g->closed[2]);
+    g->closed[0] = g->closed[1] = g->closed[2] = 0;
+    g->reported_us = now;
+}
+
 static void *guard_main(void *arg) {
     attnd_guard *g = arg;
     pthread_mutex_lock(&g->mu);
@@ -79,6 +99,7 @@ static void *guard_main(void *arg) {
         for (guard_conn *c = g->head; c; c = c->next)
             if (c->deadline_us && now >= c->deadline_us)
                 cut(g, c, c->phase == GUARD_HEADER ? "header_timeout" : "body_timeout");
+        report(g, now);
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
         ts.tv_nsec += GUARD_TICK_MS * 1000000L;
@@ -108,6 +129,7 @@ attnd_guard *attnd_guard_new(int max_conns, int header_ms, int body_ms, char *er
     g->reserve = max_conns / 16 > 1 ? max_conns / 16 : 1;
     g->header_us = (uint64_t)header_ms * 1000u;
     g->body_us = (uint64_t)body_ms * 1000u;
+    g->reported_us = mono_us();
     if (pthread_create(&g->thread, NULL, guard_main, g) != 0) {
         snprintf(err, errlen, "cannot start the connection guard thread");
         attnd_guard_free(g);

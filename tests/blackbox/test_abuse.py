@@ -239,6 +239,10 @@ def test_slowloris_cannot_take_every_slot(fresh_daemons, body):
         assert support.wait_until(lambda: t.closed_by_server >= 90, 15), \
             "only %d of %d trickling connections were closed" % (t.closed_by_server, t.opened)
     assert_serving(d)
+    # and the log says so, in one line every 10 s at most
+    assert support.wait_until(lambda: "closed by the guard" in d.stdout(), 15), d.logs()
+    line = [ln for ln in d.stdout().splitlines() if "closed by the guard" in ln][0]
+    assert re.search(r"[1-9]\d* (past the (header|body) deadline|evicted)", line), line
 
 
 def closed_by_server(sock, timeout):
