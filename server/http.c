@@ -841,6 +841,7 @@ static int load_models(attnd_server *s, char *err, size_t errlen) {
         s->names[i] = mc->name;
         s->info[i].name = mc->name;
         s->info[i].hp = s->models[i].hp;
+        s->info[i].max_positions = mc->max_positions;
         const attn_hparams *hp = &s->models[i].hp;
         attnd_log(LOG_INFO,
                   "model %s: embed_dim=%d num_heads=%d kdim=%d vdim=%d bias=%s causal=%s weights=%s",

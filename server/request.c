@@ -30,9 +30,9 @@
 #include "tensor.h"
 
 /* The tensors a body may carry, by role. */
-enum { T_QUERY, T_KEY, T_VALUE, T_KPM, T_MASK, T_COUNT };
+enum { T_QUERY, T_KEY, T_VALUE, T_KPM, T_MASK, T_POS, T_COUNT };
 static const char *const TNAME[T_COUNT] = {"query", "key", "value", "key_padding_mask",
-                                           "attn_mask"};
+                                           "attn_mask", "positions"};
 
 /* What both parsers collect before the common checks. */
 typedef struct {
@@ -75,6 +75,7 @@ void attnd_job_free(attnd_job *job) {
     free(job->kpm);
     free(job->mask_bool);
     free(job->mask_add);
+    free(job->positions);
     free(job->v2_id);
     free(job->attn);
     memset(job, 0, sizeof(*job));
@@ -118,6 +119,54 @@ static uint8_t *take_u(tensor *t) {
     uint8_t *u = t->u;
     t->u = NULL;
     return u;
+}
+
+/* positions (rotary models only): L or B×L whole numbers from 0 to below
+ * the model's max_positions (2^24 without one: float32 holds them exactly).
+ * Without them a sequence's rows are at 0..L-1, which must fit too. */
+static int check_positions(const collected *c, const attnd_model_info *m, int B, int L,
+                           attnd_error *e) {
+    const tensor *p = &c->t[T_POS];
+    const char *lb = c->label[T_POS];
+    long long limit = m->max_positions ? m->max_positions : 1LL << 24;
+    if (!c->given[T_POS]) {
+        if (m->hp.rope.dim && L > limit)
+            return attnd_set_error(e, AERR_BAD_REQUEST,
+                                   "query: %d rows sit at positions 0..%d, past the model's "
+                                   "max_positions %lld",
+                                   L, L - 1, limit);
+        return 0;
+    }
+    if (!m->hp.rope.dim)
+        return attnd_set_error(e, AERR_BAD_REQUEST,
+                               "%s: model '%s' has no rotary positions (no rope in its config)",
+                               lb, m->name);
+    if (c->given[T_KEY])
+        return attnd_set_error(e, AERR_BAD_REQUEST,
+                               "%s: rotary positions need self-attention; give no key", lb);
+    if (p->is_bool || !((p->rank == 1 && p->shape[0] == L) ||
+                        (p->rank == 2 && p->shape[0] == B && p->shape[1] == L)))
+        return attnd_set_error(e, AERR_BAD_REQUEST,
+                               "%s: expected %d whole numbers (L) or %d×%d (B×L)", lb, L, B, L);
+    size_t n = (size_t)(p->rank == 1 ? L : B * L);
+    for (size_t i = 0; i < n; i++) {
+        float v = p->f[i];
+        if (!(v >= 0) || v != floorf(v) || v >= (float)limit)
+            return attnd_set_error(e, AERR_BAD_REQUEST,
+                                   "%s[%zu]: %g is not a whole number from 0 to %lld (%s)", lb,
+                                   i, (double)v, limit - 1,
+                                   m->max_positions ? "the model's max_positions" : "2^24");
+    }
+    return 0;
+}
+
+/* The job's positions (B×L int32) from a checked L or B×L tensor. */
+static int32_t *positions_of(const tensor *p, int B, int L) {
+    int32_t *out = malloc(sizeof(int32_t) * (size_t)B * (size_t)L);
+    if (!out) return NULL;
+    for (size_t i = 0; i < (size_t)B * (size_t)L; i++)
+        out[i] = (int32_t)p->f[p->rank == 1 ? i % (size_t)L : i];
+    return out;
 }
 
 /* The checks both APIs share: shapes against the model, masks against the
@@ -194,6 +243,7 @@ static int build_job(const attnd_parse_env *env, const char *path_model, collect
                                    S);
     }
     int mask_per_seq = 0;
+    if (check_positions(c, m, B, L, e) < 0) return -1;
     if (c->given[T_MASK]) {
         int ok2 = am->rank == 2 && am->shape[0] == L && am->shape[1] == S;
         int ok3 = am->rank == 3 && am->shape[0] == B && am->shape[1] == L && am->shape[2] == S;
@@ -250,6 +300,10 @@ static int build_job(const attnd_parse_env *env, const char *path_model, collect
         else
             job->mask_add = take_f(am);
     }
+    if (c->given[T_POS] && !(job->positions = positions_of(&c->t[T_POS], B, L))) {
+        attnd_job_free(job);
+        return attnd_set_error(e, AERR_INTERNAL, "out of memory");
+    }
     return 0;
 }
 
@@ -264,7 +318,8 @@ static int read_tensor(jin *j, const jfield *f, void *dst, jpath *path, attnd_er
     collected *c = dst;
     int role = f->arg;
     tensor_kind kind = role == T_KPM ? TK_BOOL : role == T_MASK ? TK_ANY : TK_FLOAT;
-    if (tensor_read(j, path->s, kind, role == T_KPM ? 2 : 3, role == T_MASK, &c->t[role], e) < 0)
+    int max_rank = role == T_KPM || role == T_POS ? 2 : 3;
+    if (tensor_read(j, path->s, kind, max_rank, role == T_MASK, &c->t[role], e) < 0)
         return -1;
     c->given[role] = 1;
     return 0;
@@ -298,13 +353,14 @@ static const jfield NATIVE_FIELDS[] = {
     {.name = "causal", .type = JF_BOOL_NULL, .offset = COLLECTED(causal)},
     TENSOR_FIELD("key_padding_mask", T_KPM),
     TENSOR_FIELD("attn_mask", T_MASK),
+    TENSOR_FIELD("positions", T_POS),
     {.name = "attention", .type = JF_WORD, .offset = COLLECTED(weights), .words = WEIGHT_WORDS},
     {.name = "encoding", .type = JF_WORD, .offset = COLLECTED(enc), .words = ENC_WORDS},
 };
 // clang-format on
 /* Unknown fields are refused: a typo like "atention" must not silently
  * return no attention. */
-static const jtable NATIVE = {"field", NATIVE_FIELDS, 9, 0};
+static const jtable NATIVE = {"field", NATIVE_FIELDS, 10, 0};
 
 static void collected_init(collected *c) {
     memset(c, 0, sizeof(*c));
@@ -535,13 +591,15 @@ static int file_v2_input(v2_input *in, int idx, collected *c, char labels[][48],
     if (ti < 0)
         return attnd_set_error(e, AERR_BAD_REQUEST,
                                "inputs[%d].name: unknown input '%s' (query, key, value, "
-                               "key_padding_mask, attn_mask)",
+                               "key_padding_mask, attn_mask, positions)",
                                idx, in->name);
     if (c->given[ti])
         return attnd_set_error(e, AERR_BAD_REQUEST, "inputs[%d]: input '%s' given twice", idx,
                                in->name);
     int is_float = strcmp(in->datatype, "FP32") == 0 || strcmp(in->datatype, "FP64") == 0 ||
-                   strcmp(in->datatype, "FP16") == 0;
+                   strcmp(in->datatype, "FP16") == 0 ||
+                   (ti == T_POS && in->bin_size < 0 &&
+                    (strcmp(in->datatype, "INT32") == 0 || strcmp(in->datatype, "INT64") == 0));
     int is_bool = strcmp(in->datatype, "BOOL") == 0;
     int want_float = ti <= T_VALUE, want_bool = ti == T_KPM;
     if ((!is_float && !is_bool) || (want_float && !is_float) || (want_bool && !is_bool))

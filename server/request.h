@@ -17,8 +17,9 @@
 
 /* What the parsers need to know about one served model. */
 typedef struct {
-    const char *name; /* borrowed from the config */
-    attn_hparams hp;  /* E, H, kdim, vdim, bias, causal default */
+    const char *name;  /* borrowed from the config */
+    attn_hparams hp;   /* E, H, kdim, vdim, bias, causal default, decoder options */
+    int max_positions; /* rotary positions must stay below it; 0 = 2^24 */
 } attnd_model_info;
 
 typedef struct {
@@ -46,6 +47,7 @@ typedef struct {
     uint8_t *mask_bool;        /* attn_mask (L,S) or (B,L,S) booleans, 1 = hidden, or NULL */
     float *mask_add;           /* attn_mask (L,S) or (B,L,S) floats, added, or NULL */
     int mask_per_seq;          /* 1: the mask is (B,L,S); 0: one (L,S) for every sequence */
+    int32_t *positions;        /* (B, L) rotary positions, or NULL: 0..L-1 */
     int causal;                /* 1: hide key j > query i */
     attn_weights_mode weights; /* none, mean or heads */
     attnd_encoding enc;        /* how the answer carries tensors */

@@ -307,6 +307,7 @@ static void describe_sequences(batch_run *br, attn_seq *seqs) {
             size_t mo = j->mask_per_seq ? (size_t)bb * ls : 0;
             if (j->mask_bool) q->attn_mask_bool = j->mask_bool + mo;
             if (j->mask_add) q->attn_mask_add = j->mask_add + mo;
+            if (j->positions) q->positions = j->positions + (size_t)bb * j->L;
             q->weights = j->weights;
             if (j->attn) q->attn = j->attn + (size_t)bb * per_attn;
         }

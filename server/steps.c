@@ -60,10 +60,11 @@ static int has_query(const char *body, size_t len) {
 
 /* What a session step may carry: rows of one sequence, no key, no masks. */
 static int check_job(const attnd_job *job, const attnd_model_info *mi, attnd_error *e) {
-    if (!job->self || job->kpm || job->mask_bool || job->mask_add)
+    if (!job->self || job->kpm || job->mask_bool || job->mask_add || job->positions)
         return attnd_set_error(e, AERR_BAD_REQUEST,
                                "a session step takes query rows only: no key, value, "
-                               "key_padding_mask or attn_mask (it is causal over the cache)");
+                               "key_padding_mask, attn_mask or positions (it is causal over "
+                               "the cache, its rows at the positions after it)");
     if (job->B != 1)
         return attnd_set_error(e, AERR_BAD_REQUEST,
                                "query: a session holds one sequence; send L x %d rows, not a "

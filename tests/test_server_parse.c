@@ -160,8 +160,9 @@ END_TEST
 /* ---- requests ---- */
 
 static attnd_model_info MODELS[2] = {
-    {"small", {.embed_dim = 4, .num_heads = 2, .kdim = 4, .vdim = 4, .bias = 1}},
-    {"cross", {.embed_dim = 4, .num_heads = 2, .kdim = 3, .vdim = 2, .bias = 1, .causal = 1}},
+    {.name = "small", .hp = {.embed_dim = 4, .num_heads = 2, .kdim = 4, .vdim = 4, .bias = 1}},
+    {.name = "cross",
+     .hp = {.embed_dim = 4, .num_heads = 2, .kdim = 3, .vdim = 2, .bias = 1, .causal = 1}},
 };
 
 static attnd_parse_env env_of(int n_models) {

@@ -40,29 +40,74 @@ def d(daemons):
     return daemons(decoder_config())
 
 
-def default_positions(seq):
-    return seq["positions"] is None
-
-
 WHOLE = [pytest.param(g["name"], i, id="%s-%d" % (g["name"], i))
-         for g in GOLDENS for i, s in enumerate(g["sequences"]) if default_positions(s)]
+         for g in GOLDENS for i in range(len(g["sequences"]))]
 
 
 def test_goldens_present():
     assert len(GOLDENS) >= 4, "no decoder goldens in %s" % DEC_DIR
-    assert len(WHOLE) >= 12
+    assert len(WHOLE) >= 24
+    assert sum(s["positions"] is not None for g in GOLDENS for s in g["sequences"]) >= 12
 
 
 @pytest.mark.parametrize("name,i", WHOLE)
 def test_whole_sequence_golden(d, name, i):
+    """Each golden sequence, positions given (continued and packed sequences,
+    positions far past training) or left to 0..L-1."""
     g = next(g for g in GOLDENS if g["name"] == name)
     s = g["sequences"][i]
-    r = d.post("/v1/attention", golden_body(s, model_name=name))
+    body = golden_body(s, model_name=name)
+    if s["positions"] is not None:
+        body["positions"] = s["positions"]
+    r = d.post("/v1/attention", body)
     assert r.status_code == 200, r.text[:300]
     a = r.json()
     assert rel_err(np.float32(a["output"]), s["output"]) <= TOL
     if s["attention"] != "none":
         assert rel_err(np.float32(a["attention"]), s["attn_weights"]) <= TOL
+
+
+def test_positions_batched_and_refused(d):
+    """B×L positions in one batched request; bad positions name the index."""
+    g = GOLDENS[0]
+    s1, s4 = g["sequences"][1], g["sequences"][4]  # L = 7 and 6 with positions
+    L = 6
+    q = [s1["query"][:L], s4["query"]]
+    pos = [s1["positions"][:L], s4["positions"]]
+    r = d.post("/v1/attention", {"model": g["name"], "query": q, "positions": pos})
+    assert r.status_code == 200, r.text[:300]
+    out = np.array(r.json()["output"])
+    assert rel_err(np.float32(out[1]), s4["output"]) <= TOL
+    # one L list applies to every sequence
+    r = d.post("/v1/attention", {"model": g["name"], "query": [s4["query"]] * 2,
+                                 "positions": s4["positions"]})
+    assert rel_err(np.float32(np.array(r.json()["output"])[1]), s4["output"]) <= TOL
+    E = g["embed_dim"]
+    rows = [[0.1] * E] * 3
+    for bad, frag in (([0, 1], "expected 3 whole numbers"), ([0, -1, 2], "positions[1]"),
+                      ([0, 1.5, 2], "positions[1]: 1.5 is not a whole number"),
+                      ([[0, 1, 2]] * 2, "expected 3 whole numbers")):
+        msg = check_error_body(d.post("/v1/attention", {"model": g["name"], "query": rows,
+                                                        "positions": bad}), 400)
+        assert frag in msg, msg
+
+
+def test_max_positions(daemons):
+    """max_positions: a position at or past it is refused, naming it."""
+    cfg = decoder_config()
+    cfg["models"][0]["max_positions"] = 100
+    d = daemons(cfg)
+    g = GOLDENS[0]
+    rows = [[0.1] * g["embed_dim"]] * 2
+    msg = check_error_body(d.post("/v1/attention", {"model": g["name"], "query": rows,
+                                                    "positions": [98, 100]}), 400)
+    assert "positions[1]: 100" in msg and "max_positions" in msg
+    assert d.post("/v1/attention", {"model": g["name"], "query": rows,
+                                    "positions": [98, 99]}).status_code == 200
+    sid = open_session(d, g["name"], rows * 49).json()["session"]  # 98 tokens
+    assert step(d, sid, rows[:1]).status_code == 200               # position 98
+    msg = check_error_body(step(d, sid, rows), 413)                 # 99 and 100
+    assert "max_positions" in msg
 
 
 def open_session(d, name, prefix=None, **kw):
@@ -205,3 +250,19 @@ def test_idle_timeout_and_metrics(daemons):
     assert val[("attnd_session_evictions_total", "idle")] == 1
     assert val[("attnd_sessions", None)] == 0
     assert val[("attnd_session_bytes", None)] == 0
+
+
+def test_v2_positions(d):
+    """KServe v2: positions as an INT64 input give the golden answer."""
+    g = GOLDENS[0]
+    s = g["sequences"][1]  # positions 100..106
+    q = np.array(s["query"], dtype=np.float32)
+    body = {"inputs": [
+        {"name": "query", "shape": [1, q.shape[0], q.shape[1]], "datatype": "FP32",
+         "data": q.reshape(-1).tolist()},
+        {"name": "positions", "shape": [q.shape[0]], "datatype": "INT64",
+         "data": s["positions"]}]}
+    r = d.post("/v2/models/%s/infer" % g["name"], body)
+    assert r.status_code == 200, r.text[:300]
+    out = np.array(r.json()["outputs"][0]["data"], dtype=np.float32).reshape(q.shape)
+    assert rel_err(out, s["output"]) <= TOL
