@@ -70,7 +70,7 @@ typedef struct {
 static void run_steps(void *arg) {
     step_job *j = arg;
     char err[256];
-    if (attn_step_forward(j->m, j->steps, j->n, err, sizeof err) < 0) {
+    if (attn_step_forward(NULL, j->m, j->steps, j->n, err, sizeof err) < 0) {
         fprintf(stderr, "bench_decode: %s\n", err);
         exit(1);
     }
@@ -84,7 +84,7 @@ typedef struct {
 static void run_whole(void *arg) {
     whole_job *j = arg;
     char err[256];
-    if (attn_forward_decoder(j->m, j->b, err, sizeof err) < 0) {
+    if (attn_forward_decoder(NULL, j->m, j->b, err, sizeof err) < 0) {
         fprintf(stderr, "bench_decode: %s\n", err);
         exit(1);
     }

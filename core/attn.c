@@ -533,7 +533,7 @@ static size_t make_tasks(attn_task *tasks, const attn_batch *b, int H, int D)
 int attn_forward(attn_ctx *ctx, const attn_model *m, attn_batch *b, char *err, size_t errlen)
 {
     size_t T, U;
-    if (m->mem && !attn_is_mha(&m->hp)) return attn_forward_decoder(m, b, err, errlen);
+    if (m->mem && !attn_is_mha(&m->hp)) return attn_forward_decoder(ctx, m, b, err, errlen);
     if (attn_check_batch(m, b, &T, &U, err, errlen) < 0) return -1;
     if (!m->packed) {
         snprintf(err, errlen, "model weights are not packed: call attn_model_pack once filled");

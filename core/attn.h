@@ -165,9 +165,11 @@ int attn_forward_ref(const attn_model *m, attn_batch *b, char *err, size_t errle
 /* ---- decoders: grouped heads, rotary positions, KV-cache steps (decode.c) -- */
 
 /* The forward of a model with decoder options (num_kv_heads, head_dim,
- * scale, rope), self-attention only, every mask and weights mode of
- * attn_forward. Same contract as attn_forward; runs on the calling thread. */
-int attn_forward_decoder(const attn_model *m, attn_batch *b, char *err, size_t errlen);
+ * scale, rope), every mask and weights mode of attn_forward. Same contract
+ * as attn_forward (which hands decoder models to it); ctx NULL runs on the
+ * calling thread. */
+int attn_forward_decoder(attn_ctx *ctx, const attn_model *m, attn_batch *b, char *err,
+                         size_t errlen);
 
 /* One step of a KV-cache session: n new query rows at positions len ..
  * len+n-1 attend causally over the len cached tokens and themselves. The
@@ -186,7 +188,8 @@ typedef struct {
 /* Runs steps of one model together: one GEMM for every new row's
  * projections and one for the outputs. A step's rows equal the same rows of
  * the whole sequence through attn_forward_decoder with causal = 1. */
-int attn_step_forward(const attn_model *m, attn_step *steps, int n, char *err, size_t errlen);
+int attn_step_forward(attn_ctx *ctx, const attn_model *m, attn_step *steps, int n, char *err,
+                      size_t errlen);
 
 /* The no-weights path runs a fused AVX-512 kernel when the CPU has AVX-512F
  * and D is a multiple of 16 up to 128, and OpenBLAS tiles otherwise. on = 0

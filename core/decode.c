@@ -13,8 +13,10 @@
  *   4. out projection: one GEMM.
  * Steps write their rotated keys and their values into the session's cache
  * rows before attending, so a step's new rows see each other causally.
- * Runs on the calling thread, through blas.c's OpenBLAS (single-threaded);
- * scratch is allocated per call. Legend: see attn.h.
+ * Every step splits over the compute context's threads when one is given
+ * (GEMMs by columns, attention by rows, or by (row, key/value head) when no
+ * mean weights are asked for), on the calling thread when it is NULL;
+ * OpenBLAS stays single-threaded (blas.c). Scratch is allocated per call. Legend: see attn.h.
  */
 #include <math.h>
 #include <stdio.h>
@@ -135,16 +137,6 @@ static void attend_group(float *ctx, const float *q, const row_keys *rk, int R, 
 
 /* ---- shared steps ------------------------------------------------------ */
 
-/* C (M,N) = A (M,K) @ W^T (K,N) + bias (N) */
-static void linear(float *C, size_t ldc, const float *A, size_t lda, const float *W,
-                   const float *bias, size_t M, int N, int K)
-{
-    for (size_t r = 0; r < M; r++) memcpy(C + r * ldc, bias, sizeof(float) * (size_t)N);
-    // A (M,K) @ W^T (K,N) + C -> C (M,N)
-    blas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, N, K, 1.0f, A, (int)lda, W, K,
-                1.0f, C, (int)ldc);
-}
-
 /* Widths of one token's projections. */
 typedef struct {
     int E, H, G, D, R; /* R = H / G query heads per key/value head */
@@ -163,24 +155,143 @@ static dims dims_of(const attn_hparams *hp)
     return d;
 }
 
-/* Scratch floats: projections of N tokens (N * W), R * S scores, and the
- * heads' outputs (N * H*D). */
-static float *scratch(const dims *d, size_t N, size_t S, float **qkv, float **sc, float **ctx,
+/* fn(arg, task, thread) for every task, on ctx's threads, or on the calling
+ * thread when ctx is NULL. */
+static void par(attn_ctx *ctx, int ntasks, void (*fn)(void *, int, int), void *arg)
+{
+    if (ctx && attn_ctx_threads(ctx) > 1 && ntasks > 1) {
+        attn_ctx_parallel(ctx, ntasks, fn, arg);
+        return;
+    }
+    for (int t = 0; t < ntasks; t++) fn(arg, t, 0);
+}
+
+static int threads_of(attn_ctx *ctx)
+{
+    return ctx ? attn_ctx_threads(ctx) : 1;
+}
+
+/* C (M,N) = A (M,K) @ W^T (K,N) + bias (N), in column chunks. */
+typedef struct {
+    float *C;
+    size_t ldc;
+    const float *A;
+    size_t lda;
+    const float *W, *bias;
+    size_t M;
+    int N, K, chunk;
+} linear_job;
+
+static void linear_task(void *arg, int t, int thread)
+{
+    (void)thread;
+    const linear_job *g = arg;
+    int c0 = t * g->chunk, c1 = c0 + g->chunk < g->N ? c0 + g->chunk : g->N;
+    for (size_t r = 0; r < g->M; r++)
+        memcpy(g->C + r * g->ldc + c0, g->bias + c0, sizeof(float) * (size_t)(c1 - c0));
+    // A (M,K) @ W[c0:c1]^T (K,c1-c0) + C -> C (M,c1-c0)
+    blas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)g->M, c1 - c0, g->K, 1.0f, g->A,
+               (int)g->lda, g->W + (size_t)c0 * g->K, g->K, 1.0f, g->C + c0, (int)g->ldc);
+}
+
+static void linear(attn_ctx *ctx, float *C, size_t ldc, const float *A, size_t lda,
+                   const float *W, const float *bias, size_t M, int N, int K)
+{
+    int nt = threads_of(ctx), chunk = (N + nt - 1) / nt;
+    chunk = chunk < 64 ? 64 : (chunk + 15) / 16 * 16;
+    linear_job g = {C, ldc, A, lda, W, bias, M, N, K, chunk};
+    par(ctx, (N + chunk - 1) / chunk, linear_task, &g);
+}
+
+/* ---- rows of attention, in parallel ---------------------------------------- */
+
+/* One query row: where its heads go, its keys, and its weights. */
+typedef struct {
+    float *ctx;      /* (H*D) the row's head outputs */
+    const float *q;  /* (H*D) its rotated query */
+    row_keys rk;     /* key/value head 0; head g is D columns on */
+    float *w;        /* HEADS: head 0's row, head h at w + h * wstride; or NULL */
+    size_t wstride;
+    float *mean;     /* MEAN: the row (S), or NULL */
+} row_job;
+
+typedef struct {
+    const row_job *rows;
+    int G, R, D, H;
+    float scale;
+    int by_group;    /* 1: a task is (row, g); 0: (row), every group */
+    float *sc;       /* (threads, R * S) scores */
+    size_t sc_each;
+} rows_job;
+
+static void rows_task(void *arg, int t, int thread)
+{
+    const rows_job *a = arg;
+    int r = a->by_group ? t / a->G : t;
+    int g0 = a->by_group ? t % a->G : 0, g1 = a->by_group ? g0 + 1 : a->G;
+    const row_job *j = &a->rows[r];
+    float *sc = a->sc + (size_t)thread * a->sc_each;
+    for (int g = g0; g < g1; g++) {
+        row_keys rk = j->rk;
+        rk.k += (size_t)g * a->D;
+        rk.v += (size_t)g * a->D;
+        size_t off = (size_t)g * a->R * a->D;
+        attend_group(j->ctx + off, j->q + off, &rk, a->R, a->D, a->scale, sc,
+                     j->w ? j->w + (size_t)g * a->R * j->wstride : NULL, j->wstride);
+        if (j->mean) /* tasks are whole rows here: no other task adds to it */
+            for (int h = 0; h < a->R; h++)
+                for (int c = 0; c < rk.jend; c++)
+                    j->mean[c] += sc[(size_t)h * rk.jend + c] / (float)a->H;
+    }
+}
+
+/* Attends every row job; a row asking for MEAN weights is one task. */
+static int run_rows(attn_ctx *ctx, const dims *d, const row_job *rows, size_t n, size_t maxS,
+                    char *err, size_t errlen)
+{
+    int nt = threads_of(ctx), any_mean = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!rows[i].mean) continue;
+        any_mean = 1;
+        memset(rows[i].mean, 0, sizeof(float) * (size_t)rows[i].rk.S);
+    }
+    uint64_t each, all;
+    if (sz_mul((uint64_t)d->R, maxS, UINT64_MAX, &each) < 0 ||
+        sz_mul(each, (uint64_t)nt, SIZE_MAX / sizeof(float), &all) < 0) {
+        snprintf(err, errlen, "scores of %zu keys do not fit in memory", maxS);
+        return -1;
+    }
+    float *sc = malloc(sizeof(float) * (size_t)(all ? all : 1));
+    if (!sc) {
+        snprintf(err, errlen, "out of memory for scores over %zu keys", maxS);
+        return -1;
+    }
+    rows_job a = {rows, d->G, d->R, d->D, d->H, d->scale, !any_mean, sc, (size_t)each};
+    par(ctx, (int)(n * (any_mean ? 1 : (size_t)d->G)), rows_task, &a);
+    free(sc);
+    return 0;
+}
+
+/* Scratch: projections of N tokens (N * W floats) and the heads' outputs
+ * (N * H*D), and one row job per token. Free *rows and the result. */
+static float *scratch(const dims *d, size_t N, float **qkv, float **ctx, row_job **rows,
                       char *err, size_t errlen)
 {
-    uint64_t a, b, c, n;
+    uint64_t a, c, n;
     int bad = sz_mul(N, (uint64_t)d->W, UINT64_MAX, &a) < 0 ||
-              sz_mul(S, (uint64_t)d->R, UINT64_MAX, &b) < 0 ||
-              sz_mul(N, (uint64_t)d->QW, UINT64_MAX, &c) < 0 || sz_add(a, b, UINT64_MAX, &n) < 0 ||
-              sz_add(n, c, SIZE_MAX / sizeof(float), &n) < 0;
+              sz_mul(N, (uint64_t)d->QW, UINT64_MAX, &c) < 0 ||
+              sz_add(a, c, SIZE_MAX / sizeof(float), &n) < 0;
     float *p = bad ? NULL : malloc(sizeof(float) * (size_t)(n ? n : 1));
-    if (!p) {
-        snprintf(err, errlen, "out of memory for %zu tokens over %zu keys", N, S);
+    *rows = bad ? NULL : calloc(N ? N : 1, sizeof(row_job));
+    if (!p || !*rows) {
+        free(p);
+        free(*rows);
+        *rows = NULL;
+        snprintf(err, errlen, "out of memory for %zu tokens", N);
         return NULL;
     }
     *qkv = p;
-    *sc = p + a;
-    *ctx = *sc + b;
+    *ctx = p + a;
     return p;
 }
 
@@ -196,50 +307,43 @@ typedef struct {
 
 /* Projects a batch into qkv, (T, W) for self-attention, else (T, H*D) of
  * queries then (U, 2*G*D) of keys and values. */
-static projected project_batch(const attn_model *m, const attn_batch *b, const dims *d,
-                               float *qkv, size_t T, size_t U)
+static projected project_batch(attn_ctx *ctx, const attn_model *m, const attn_batch *b,
+                               const dims *d, float *qkv, size_t T, size_t U)
 {
     const attn_hparams *hp = &m->hp;
     if (!b->key) {
         // query (T,E) @ [Wq;Wk;Wv]^T (E,W) + [bq;bk;bv] -> QKV (T,W)
-        linear(qkv, d->W, b->query, d->E, m->q_w, m->q_b, T, d->W, d->E);
+        linear(ctx, qkv, d->W, b->query, d->E, m->q_w, m->q_b, T, d->W, d->E);
         return (projected){qkv, qkv + d->QW, qkv + d->QW + d->KW, (size_t)d->W, (size_t)d->W};
     }
     float *kv = qkv + T * d->QW;
     // query (T,E) @ Wq^T (E,H*D) + bq -> Q (T,H*D)
-    linear(qkv, d->QW, b->query, d->E, m->q_w, m->q_b, T, d->QW, d->E);
+    linear(ctx, qkv, d->QW, b->query, d->E, m->q_w, m->q_b, T, d->QW, d->E);
     // key (U,Kd) @ Wk^T (Kd,G*D) + bk -> K; value (U,Vd) (or key) @ Wv^T + bv -> V
-    linear(kv, 2 * (size_t)d->KW, b->key, hp->kdim, m->k_w, m->k_b, U, d->KW, hp->kdim);
-    linear(kv + d->KW, 2 * (size_t)d->KW, b->value ? b->value : b->key,
+    linear(ctx, kv, 2 * (size_t)d->KW, b->key, hp->kdim, m->k_w, m->k_b, U, d->KW, hp->kdim);
+    linear(ctx, kv + d->KW, 2 * (size_t)d->KW, b->value ? b->value : b->key,
            b->value ? hp->vdim : hp->kdim, m->v_w, m->v_b, U, d->KW, hp->vdim);
     return (projected){qkv, kv, kv + d->KW, (size_t)d->QW, 2 * (size_t)d->KW};
 }
 
-/* Every row of one sequence: ctx (L, H*D); q, k, v at the sequence's rows. */
-static void attend_seq(float *ctx, const attn_seq *s, const float *q, size_t ldq, const float *k,
-                       const float *v, size_t ldkv, const dims *d, float *sc)
+/* The row jobs of one sequence: ctx (L, H*D); q, k, v at its rows. */
+static void seq_rows(row_job *rows, float *ctx, const attn_seq *s, const float *q, size_t ldq,
+                     const float *k, const float *v, size_t ldkv, const dims *d)
 {
     for (int r = 0; r < s->L; r++) {
-        if (s->weights == ATTN_WEIGHTS_MEAN) memset(s->attn + (size_t)r * s->S, 0,
-                                                    sizeof(float) * (size_t)s->S);
-        for (int g = 0; g < d->G; g++) {
-            row_keys rk = {k + (size_t)g * d->D, v + (size_t)g * d->D, ldkv, s->S,
-                           s->causal && r + 1 < s->S ? r + 1 : s->S, s, r};
-            float *w = NULL;
-            if (s->weights == ATTN_WEIGHTS_HEADS)
-                w = s->attn + ((size_t)g * d->R * s->L + r) * s->S;
-            attend_group(ctx + (size_t)r * d->QW + (size_t)g * d->R * d->D,
-                         q + (size_t)r * ldq + (size_t)g * d->R * d->D, &rk, d->R, d->D, d->scale,
-                         sc, w, (size_t)s->L * s->S);
-            if (s->weights == ATTN_WEIGHTS_MEAN)
-                for (int h = 0; h < d->R; h++)
-                    for (int j = 0; j < rk.jend; j++)
-                        s->attn[(size_t)r * s->S + j] += sc[(size_t)h * rk.jend + j] / (float)d->H;
+        row_job *j = &rows[r];
+        *j = (row_job){.ctx = ctx + (size_t)r * d->QW, .q = q + (size_t)r * ldq,
+                       .rk = {k, v, ldkv, s->S, s->causal && r + 1 < s->S ? r + 1 : s->S, s, r}};
+        if (s->weights == ATTN_WEIGHTS_HEADS) {
+            j->w = s->attn + (size_t)r * s->S;
+            j->wstride = (size_t)s->L * s->S;
         }
+        if (s->weights == ATTN_WEIGHTS_MEAN) j->mean = s->attn + (size_t)r * s->S;
     }
 }
 
-int attn_forward_decoder(const attn_model *m, attn_batch *b, char *err, size_t errlen)
+int attn_forward_decoder(attn_ctx *ctx, const attn_model *m, attn_batch *b, char *err,
+                         size_t errlen)
 {
     size_t T, U, maxS = 0;
     if (attn_check_batch(m, b, &T, &U, err, errlen) < 0) return -1;
@@ -247,18 +351,18 @@ int attn_forward_decoder(const attn_model *m, attn_batch *b, char *err, size_t e
     dims d = dims_of(&m->hp);
     for (int i = 0; i < b->B; i++)
         if ((size_t)b->seqs[i].S > maxS) maxS = b->seqs[i].S;
-    float *qkv, *sc, *ctx;
+    float *qkv, *heads;
+    row_job *rows;
     /* self: (T,W); cross: (T,H*D) + (U,2*G*D), within (T+U, W) */
-    float *mem = scratch(&d, T + (b->key ? U : 0), maxS, &qkv, &sc, &ctx, err, errlen);
+    float *mem = scratch(&d, T + (b->key ? U : 0), &qkv, &heads, &rows, err, errlen);
     double *inv = malloc(sizeof(double) * (size_t)(m->hp.rope.dim / 2 + 1));
+    int rc = -1;
     if (!mem || !inv) {
         if (mem) snprintf(err, errlen, "out of memory for the rotary frequencies");
-        free(mem);
-        free(inv);
-        return -1;
+        goto cleanup;
     }
     if (m->hp.rope.dim) rope_freqs(&m->hp.rope, inv);
-    projected p = project_batch(m, b, &d, qkv, T, U);
+    projected p = project_batch(ctx, m, b, &d, qkv, T, U);
     size_t t0 = 0, u0 = 0;
     for (int i = 0; i < b->B; t0 += (size_t)b->seqs[i].L, u0 += (size_t)b->seqs[i].S, i++) {
         const attn_seq *s = &b->seqs[i];
@@ -267,14 +371,18 @@ int attn_forward_decoder(const attn_model *m, attn_batch *b, char *err, size_t e
             rope_rows(q, p.ldq, s->L, d.H, d.D, &m->hp.rope, inv, s->positions, 0);
             rope_rows(q + d.QW, p.ldq, s->L, d.G, d.D, &m->hp.rope, inv, s->positions, 0);
         }
-        attend_seq(ctx + t0 * d.QW, s, q, p.ldq, p.k + u0 * p.ldkv, p.v + u0 * p.ldkv, p.ldkv,
-                   &d, sc);
+        seq_rows(rows + t0, heads + t0 * d.QW, s, q, p.ldq, p.k + u0 * p.ldkv,
+                 p.v + u0 * p.ldkv, p.ldkv, &d);
     }
+    if (run_rows(ctx, &d, rows, T, maxS, err, errlen) < 0) goto cleanup;
     // heads (T,H*D) @ Wo^T (H*D,E) + bo -> out (T,E)
-    linear(b->out, d.E, ctx, d.QW, m->out_w, m->out_b, T, d.E, d.QW);
+    linear(ctx, b->out, d.E, heads, d.QW, m->out_w, m->out_b, T, d.E, d.QW);
+    rc = 0;
+cleanup:
     free(inv);
+    free(rows);
     free(mem);
-    return 0;
+    return rc;
 }
 
 /* ---- session steps ------------------------------------------------------ */
@@ -301,43 +409,39 @@ static int check_steps(const attn_model *m, const attn_step *steps, int n, size_
     return 0;
 }
 
-/* Attends the new rows of one step over its cache (rows [0, len + n)). */
-static void attend_step(const attn_step *st, const dims *d, const float *q, float *ctx,
-                        float *sc)
+/* The row jobs of one step: its new rows over its cache [0, len + n). */
+static void step_rows(row_job *rows, float *heads, const attn_step *st, const float *q,
+                      const dims *d)
 {
     int S = st->len + st->n;
     size_t ld = 2 * (size_t)d->KW;
-    if (st->weights == ATTN_WEIGHTS_MEAN)
-        memset(st->attn, 0, sizeof(float) * (size_t)st->n * S);
-    for (int r = 0; r < st->n; r++)
-        for (int g = 0; g < d->G; g++) {
-            row_keys rk = {st->kv + (size_t)g * d->D, st->kv + d->KW + (size_t)g * d->D, ld, S,
-                           st->len + r + 1, NULL, 0};
-            float *w = NULL;
-            if (st->weights == ATTN_WEIGHTS_HEADS)
-                w = st->attn + ((size_t)g * d->R * st->n + r) * S;
-            attend_group(ctx + (size_t)r * d->QW + (size_t)g * d->R * d->D,
-                         q + (size_t)r * d->W + (size_t)g * d->R * d->D, &rk, d->R, d->D,
-                         d->scale, sc, w, (size_t)st->n * S);
-            if (st->weights == ATTN_WEIGHTS_MEAN)
-                for (int h = 0; h < d->R; h++)
-                    for (int j = 0; j < rk.jend; j++)
-                        st->attn[(size_t)r * S + j] += sc[(size_t)h * rk.jend + j] / (float)d->H;
+    for (int r = 0; r < st->n; r++) {
+        row_job *j = &rows[r];
+        *j = (row_job){.ctx = heads + (size_t)r * d->QW, .q = q + (size_t)r * d->W,
+                       .rk = {st->kv, st->kv + d->KW, ld, S, st->len + r + 1, NULL, 0}};
+        if (st->weights == ATTN_WEIGHTS_HEADS) {
+            j->w = st->attn + (size_t)r * S;
+            j->wstride = (size_t)st->n * S;
         }
+        if (st->weights == ATTN_WEIGHTS_MEAN) j->mean = st->attn + (size_t)r * S;
+    }
 }
 
-int attn_step_forward(const attn_model *m, attn_step *steps, int n, char *err, size_t errlen)
+int attn_step_forward(attn_ctx *ctx, const attn_model *m, attn_step *steps, int n, char *err,
+                      size_t errlen)
 {
     size_t N, maxS;
     if (check_steps(m, steps, n, &N, &maxS, err, errlen) < 0) return -1;
     if (attn_blas_init(err, errlen) < 0) return -1;
     dims d = dims_of(&m->hp);
-    float *qkv, *sc, *ctx, *xo = NULL;
-    float *mem = scratch(&d, N, maxS, &qkv, &sc, &ctx, err, errlen);
-    if (!mem) return -1;
-    double *freqs = malloc(sizeof(double) * (size_t)(m->hp.rope.dim / 2 + 1));
-    xo = malloc(sizeof(float) * N * (size_t)d.E); /* (N,E): queries in, outputs out */
+    float *qkv, *heads, *xo = NULL;
+    row_job *rows = NULL;
+    double *freqs = NULL;
+    float *mem = scratch(&d, N, &qkv, &heads, &rows, err, errlen);
     int rc = -1;
+    if (!mem) return -1;
+    freqs = malloc(sizeof(double) * (size_t)(m->hp.rope.dim / 2 + 1));
+    xo = malloc(sizeof(float) * N * (size_t)d.E); /* (N,E): queries in, outputs out */
     if (!freqs || !xo) {
         snprintf(err, errlen, "out of memory for %zu step rows", N);
         goto cleanup;
@@ -346,7 +450,7 @@ int attn_step_forward(const attn_model *m, attn_step *steps, int n, char *err, s
     for (int i = 0, t = 0; i < n; t += steps[i].n, i++)
         memcpy(xo + (size_t)t * d.E, steps[i].query, sizeof(float) * (size_t)steps[i].n * d.E);
     // queries (N,E) @ [Wq;Wk;Wv]^T (E,W) + [bq;bk;bv] -> QKV (N,W)
-    linear(qkv, d.W, xo, d.E, m->q_w, m->q_b, N, d.W, d.E);
+    linear(ctx, qkv, d.W, xo, d.E, m->q_w, m->q_b, N, d.W, d.E);
     for (int i = 0, t = 0; i < n; t += steps[i].n, i++) {
         attn_step *st = &steps[i];
         float *x = qkv + (size_t)t * d.W; /* (n,W) */
@@ -357,16 +461,18 @@ int attn_step_forward(const attn_model *m, attn_step *steps, int n, char *err, s
         for (int r = 0; r < st->n; r++) /* rotated key and value rows into the cache */
             memcpy(st->kv + (size_t)(st->len + r) * 2 * d.KW, x + (size_t)r * d.W + d.QW,
                    sizeof(float) * 2 * (size_t)d.KW);
-        attend_step(st, &d, x, ctx + (size_t)t * d.QW, sc);
+        step_rows(rows + t, heads + (size_t)t * d.QW, st, x, &d);
     }
+    if (run_rows(ctx, &d, rows, N, maxS, err, errlen) < 0) goto cleanup;
     // heads (N,H*D) @ Wo^T (H*D,E) + bo -> out (N,E)
-    linear(xo, d.E, ctx, d.QW, m->out_w, m->out_b, N, d.E, d.QW);
+    linear(ctx, xo, d.E, heads, d.QW, m->out_w, m->out_b, N, d.E, d.QW);
     for (int i = 0, t = 0; i < n; t += steps[i].n, i++)
         memcpy(steps[i].out, xo + (size_t)t * d.E, sizeof(float) * (size_t)steps[i].n * d.E);
     rc = 0;
 cleanup:
     free(freqs);
     free(xo);
+    free(rows);
     free(mem);
     return rc;
 }

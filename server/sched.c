@@ -427,7 +427,7 @@ static void answer_task(void *arg, int i, int thread) {
 static void run_steps(attnd_sched *s, attnd_req **rs, int n) {
     int mi = rs[0]->job.model;
     uint64_t t0, t1;
-    attnd_steps_run(&s->o.models[mi], &s->o.info[mi], rs, n, &t0, &t1);
+    attnd_steps_run(s->ctx, &s->o.models[mi], &s->o.info[mi], rs, n, &t0, &t1);
     attnd_metrics *mt = s->o.metrics;
     hist_observe(&mt->compute_seconds, t1 - t0);
     hist_observe(&mt->batch_size, (uint64_t)n);

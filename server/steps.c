@@ -218,8 +218,8 @@ static int write_step(attnd_req *r, const attnd_model_info *info, const float *o
     return 0;
 }
 
-void attnd_steps_run(const attn_model *m, const attnd_model_info *info, attnd_req **rs, int n,
-                     uint64_t *t0, uint64_t *t1) {
+void attnd_steps_run(attn_ctx *ctx, const attn_model *m, const attnd_model_info *info,
+                     attnd_req **rs, int n, uint64_t *t0, uint64_t *t1) {
     int E = m->hp.embed_dim, H = m->hp.num_heads;
     attn_step *st = calloc((size_t)n, sizeof *st);
     float **outs = calloc((size_t)n, sizeof *outs);
@@ -239,7 +239,7 @@ void attnd_steps_run(const attn_model *m, const attnd_model_info *info, attnd_re
     }
     if (fail) snprintf(err, sizeof err, "out of memory for a batch of steps");
     *t0 = mono_us();
-    if (!fail && attn_step_forward(m, st, n, err, sizeof err) < 0) fail = 1;
+    if (!fail && attn_step_forward(ctx, m, st, n, err, sizeof err) < 0) fail = 1;
     *t1 = mono_us();
     double now = attnd_step_now();
     for (int i = 0; i < n; i++) {

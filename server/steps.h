@@ -52,11 +52,11 @@ int attnd_step_prepare(const attnd_step_env *se, const char *body, size_t len, a
 /* The 201 body of an open without a prefix, NULL when out of memory. */
 char *attnd_step_open_answer(const char *id, const char *model, size_t *len);
 
-/* Computes n requests that are steps of one model (on a worker) and writes
- * each answer into its request (status, body), or its error. Ends every
- * step: kept when computed, dropped when not. */
-void attnd_steps_run(const attn_model *m, const attnd_model_info *info, attnd_req **rs, int n,
-                     uint64_t *t0, uint64_t *t1);
+/* Computes n requests that are steps of one model on the compute pool ctx
+ * and writes each answer into its request (status, body), or its error.
+ * Ends every step: kept when computed, dropped when not. */
+void attnd_steps_run(attn_ctx *ctx, const attn_model *m, const attnd_model_info *info,
+                     attnd_req **rs, int n, uint64_t *t0, uint64_t *t1);
 
 /* Ends a step that was not computed (its rows are dropped) and frees it. */
 void attnd_step_release(attnd_step_req *sr, double now);

@@ -391,12 +391,22 @@ START_TEST(test_decoder_vs_ref) {
         }
         attn_batch b = {.B = B, .seqs = seqs, .query = q, .key = k->cross ? key : NULL,
                         .value = k->cross && k->value ? val : NULL, .out = o1};
-        ck_assert_msg(attn_forward_decoder(&m, &b, err, sizeof err) == 0, "case %zu: %s", c, err);
+        ck_assert_msg(attn_forward_decoder(NULL, &m, &b, err, sizeof err) == 0, "case %zu: %s", c,
+                      err);
         b.seqs = ref;
         b.out = o2;
         ck_assert_msg(attn_forward_ref(&m, &b, err, sizeof err) == 0, "case %zu: %s", c, err);
         double e = rel_err(o1, o2, T * k->E);
         ck_assert_msg(e <= REL_TOL, "case %zu: output %g", c, e);
+        /* and split over a 2-thread context: the same numbers */
+        attn_ctx *ctx = attn_ctx_new(2);
+        ck_assert(ctx != NULL);
+        b.seqs = seqs;
+        b.out = o1;
+        ck_assert_msg(attn_forward_decoder(ctx, &m, &b, err, sizeof err) == 0, "%s", err);
+        attn_ctx_free(ctx);
+        e = rel_err(o1, o2, T * k->E);
+        ck_assert_msg(e <= REL_TOL, "case %zu, 2 threads: output %g", c, e);
         for (int i = 0; i < B; i++) {
             if (seqs[i].weights) {
                 e = rel_err(seqs[i].attn, ref[i].attn, na[i]);
@@ -583,7 +593,7 @@ START_TEST(test_golden_file) {
         float *out = xcalloc((size_t)g[i].s.L * E, sizeof(float));
         attn_batch b = {.B = 1, .seqs = &g[i].s, .query = g[i].query, .out = out};
         int rc = fast == 2   ? attn_forward(ctx, &m, &b, err, sizeof err)
-                 : fast == 1 ? attn_forward_decoder(&m, &b, err, sizeof err)
+                 : fast == 1 ? attn_forward_decoder(NULL, &m, &b, err, sizeof err)
                              : attn_forward_ref(&m, &b, err, sizeof err);
         ck_assert_msg(rc == 0, "%s: %s", file, err);
         snprintf(what, sizeof what, "%s sequence %zu (%s)", file, i, path[fast]);
@@ -610,7 +620,7 @@ START_TEST(test_golden_file) {
     for (int fast = 0; fast < 3; fast++) {
         memset(out, 0, sizeof(float) * T * E);
         int rc = fast == 2   ? attn_forward(ctx, &m, &b, err, sizeof err)
-                 : fast == 1 ? attn_forward_decoder(&m, &b, err, sizeof err)
+                 : fast == 1 ? attn_forward_decoder(NULL, &m, &b, err, sizeof err)
                              : attn_forward_ref(&m, &b, err, sizeof err);
         ck_assert_msg(rc == 0, "%s: %s", file, err);
         for (size_t i = 0, t = 0; i < B; t += (size_t)g[i].s.L, i++) {
@@ -658,6 +668,8 @@ START_TEST(test_steps_replay) {
     float *kv[2], *out[2], *attn[2];
     int len[2] = {0, 0}, at[2] = {0, 0};
     double worst = 0;
+    attn_ctx *ctx = attn_ctx_new(3); /* the steps split over 3 threads */
+    ck_assert(ctx != NULL);
     for (int k = 0; k < 2; k++) {
         kv[k] = xcalloc((size_t)L * row, sizeof(float));
         out[k] = xcalloc((size_t)L * E, sizeof(float));
@@ -676,7 +688,8 @@ START_TEST(test_steps_replay) {
                                  .attn = attn[k]};
             who[ns++] = k;
         }
-        ck_assert_msg(attn_step_forward(&m, st, ns, err, sizeof err) == 0, "%s: %s", file, err);
+        ck_assert_msg(attn_step_forward(ctx, &m, st, ns, err, sizeof err) == 0, "%s: %s", file,
+                      err);
         for (int i = 0; i < ns; i++) {
             int k = who[i], n = st[i].n, p0 = len[k], S = p0 + n;
             double e = rel_err(out[k], g.want_out + (size_t)p0 * E, (size_t)n * E);
@@ -715,6 +728,7 @@ START_TEST(test_steps_replay) {
         free(out[k]);
         free(attn[k]);
     }
+    attn_ctx_free(ctx);
     gseq_free(&g);
     attn_model_free(&m);
     json_decref(root);
