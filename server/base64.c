@@ -1,9 +1,11 @@
 /* base64.c - standard base64 (RFC 4648 section 4) both ways, two
- * characters per table lookup (see codec.h). Pure and thread-safe; the
- * tables are built once. */
+ * characters per table lookup (see codec.h); text wrapped in lines is read
+ * too, slowly, and what is wrong with text that is not base64 is said in
+ * words. Pure and thread-safe; the tables are built once. */
 #include "codec.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 
 
@@ -67,8 +69,8 @@ size_t b64_decoded_max(size_t n) {
     return n / 4 * 3 + 3;
 }
 
-int b64_decode(const char *s, size_t n, void *out, size_t cap, size_t *outlen) {
-    pthread_once(&b64_once, b64_tables);
+/* Four characters at a time; -1 on anything that is not plain base64. */
+static int decode_fast(const char *s, size_t n, void *out, size_t cap, size_t *outlen) {
     unsigned char *o = out;
     if (n % 4 == 0 && n >= 1 && s[n - 1] == '=') n--;
     if (n % 4 == 3 && n >= 1 && s[n - 1] == '=') n--;
@@ -101,4 +103,101 @@ int b64_decode(const char *s, size_t n, void *out, size_t cap, size_t *outlen) {
     }
     *outlen = k;
     return 0;
+}
+
+/* The 6-bit value of c, or -1. */
+static int b64_value(unsigned char c) {
+    const char *p = c ? strchr(B64, c) : NULL;
+    return p ? (int)(p - B64) : -1;
+}
+
+static int is_break(char c) {
+    return c == '\n' || c == '\r';
+}
+
+/* One character at a time, skipping line breaks: wrapped text (MIME,
+ * base64.encodebytes, the base64 tool) is rare enough to go slowly. */
+static int decode_lines(const char *s, size_t n, void *out, size_t cap, size_t *outlen) {
+    unsigned char *o = out;
+    uint32_t acc = 0;
+    size_t chars = 0, k = 0, pads = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (is_break(s[i])) continue;
+        if (s[i] == '=') {
+            pads++;
+            continue;
+        }
+        int v = b64_value((unsigned char)s[i]);
+        if (v < 0 || pads) return -1;
+        acc = acc << 6 | (uint32_t)v;
+        if (++chars % 4 == 0) {
+            if (k + 3 > cap) return -1;
+            o[k++] = (unsigned char)(acc >> 16);
+            o[k++] = (unsigned char)(acc >> 8);
+            o[k++] = (unsigned char)acc;
+        }
+    }
+    size_t rest = chars % 4;
+    if (rest == 1 || (pads && (rest == 0 || pads > 4 - rest))) return -1; /* as decode_fast */
+    if (rest) {
+        acc <<= 6 * (4 - rest);
+        if (k + rest - 1 > cap) return -1;
+        o[k++] = (unsigned char)(acc >> 16);
+        if (rest == 3) o[k++] = (unsigned char)(acc >> 8);
+    }
+    *outlen = k;
+    return 0;
+}
+
+int b64_decode(const char *s, size_t n, void *out, size_t cap, size_t *outlen, int breaks_ok) {
+    pthread_once(&b64_once, b64_tables);
+    if (decode_fast(s, n, out, cap, outlen) == 0) return 0;
+    if (breaks_ok && (memchr(s, '\n', n) || memchr(s, '\r', n)))
+        return decode_lines(s, n, out, cap, outlen);
+    return -1;
+}
+
+void b64_explain(const char *s, size_t n, int breaks_ok, char *buf, size_t cap) {
+    size_t chars = 0, pads = 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (breaks_ok && is_break((char)c)) continue;
+        if (c == '=') {
+            pads++;
+            continue;
+        }
+        if (pads) {
+            snprintf(buf, cap, "'=' padding before the end (character %zu)", i - pads);
+            return;
+        }
+        if (b64_value(c) >= 0) {
+            chars++;
+            continue;
+        }
+        if (c == '-' || c == '_')
+            snprintf(buf, cap,
+                     "character %zu is '%c': this is URL-safe base64 ('-' and '_'); attnd takes "
+                     "standard base64 ('+' and '/', as Python's base64.b64encode writes)",
+                     i, c);
+        else if (c == ' ' || c == '\t')
+            snprintf(buf, cap, "character %zu is a %s: base64 text may be wrapped in lines, but "
+                               "holds no spaces",
+                     i, c == ' ' ? "space" : "tab");
+        else if (c == '\n' || c == '\r')
+            snprintf(buf, cap, "character %zu is a raw line break, which a JSON string cannot "
+                               "hold (write it as \\n)",
+                     i);
+        else if (c < 0x20 || c >= 0x7f)
+            snprintf(buf, cap, "character %zu is the byte 0x%02x, not base64", i, c);
+        else
+            snprintf(buf, cap, "character %zu is '%c', not base64", i, c);
+        return;
+    }
+    if (chars % 4 == 1)
+        snprintf(buf, cap,
+                 "%zu base64 characters: no base64 text has 4k+1 of them (cut short?)", chars);
+    else if (pads && (chars % 4 == 0 || pads > 4 - chars % 4))
+        snprintf(buf, cap, "%zu '=' after %zu characters: wrong padding", pads, chars);
+    else
+        snprintf(buf, cap, "not valid base64");
 }

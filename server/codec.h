@@ -74,10 +74,15 @@ size_t parse_f32_row(const char *s, size_t n, float *out, size_t max, size_t *co
 void sb_b64(sbuf *b, const void *data, size_t n);
 /* Upper bound of the bytes n base64 characters decode to. */
 size_t b64_decoded_max(size_t n);
-/* Decodes s[0..n) (standard alphabet, padding optional, no whitespace) into
- * out (room for cap bytes). Returns 0 and sets *outlen, or -1 when s is not
- * base64 or does not fit. */
-int b64_decode(const char *s, size_t n, void *out, size_t cap, size_t *outlen);
+/* Decodes s[0..n) (standard alphabet, padding optional) into out (room
+ * for cap bytes). With breaks_ok, line breaks (\n, \r\n) anywhere are
+ * skipped: wrapped text, as MIME, base64.encodebytes and the base64 tool
+ * write it. Returns 0 and sets *outlen, or -1 when s is not base64 or does
+ * not fit (b64_explain says which). */
+int b64_decode(const char *s, size_t n, void *out, size_t cap, size_t *outlen, int breaks_ok);
+/* What is wrong with s[0..n) as base64, in words, with the position of the
+ * first bad character ("character 12 is '-': this is URL-safe base64..."). */
+void b64_explain(const char *s, size_t n, int breaks_ok, char *buf, size_t cap);
 
 /* Microseconds of CLOCK_MONOTONIC. */
 uint64_t mono_us(void);

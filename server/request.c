@@ -87,12 +87,31 @@ static int find_model(const attnd_parse_env *env, const char *name) {
     return -1;
 }
 
+/* "a, b, c": the loaded models' names, for messages (cut to fit). */
+static const char *loaded_names(const attnd_parse_env *env, char *buf, size_t cap) {
+    size_t n = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < env->n_models && n < cap; i++) {
+        int k = snprintf(buf + n, cap - n, "%s%s", i ? ", " : "", env->models[i].name);
+        n += k > 0 ? (size_t)k : 0;
+    }
+    if (n >= cap && cap > 4) memcpy(buf + cap - 4, "...", 4);
+    return buf;
+}
+
+static int unknown_model(const attnd_parse_env *env, const char *name, attnd_error *e) {
+    char names[160];
+    return attnd_set_error(e, AERR_NOT_FOUND, "unknown model '%.64s' (loaded: %s)", name,
+                           loaded_names(env, names, sizeof(names)));
+}
+
 /* Picks the model from the path and the body. */
 static int resolve_model(const attnd_parse_env *env, const char *path_model, const collected *c,
                          attnd_error *e) {
+    char names[160];
     if (path_model) {
         int m = find_model(env, path_model);
-        if (m < 0) return attnd_set_error(e, AERR_NOT_FOUND, "unknown model '%s'", path_model);
+        if (m < 0) return unknown_model(env, path_model, e);
         if (c->have_model && strcmp(c->model, path_model) != 0)
             return attnd_set_error(e, AERR_BAD_REQUEST,
                                    "model: '%s' does not match '%s' in the path", c->model,
@@ -101,12 +120,13 @@ static int resolve_model(const attnd_parse_env *env, const char *path_model, con
     }
     if (c->have_model) {
         int m = find_model(env, c->model);
-        if (m < 0) return attnd_set_error(e, AERR_NOT_FOUND, "unknown model '%s'", c->model);
+        if (m < 0) return unknown_model(env, c->model, e);
         return m;
     }
     if (env->n_models == 1) return 0;
     return attnd_set_error(e, AERR_BAD_REQUEST,
-                           "model: required when more than one model is loaded");
+                           "model: required when more than one model is loaded (loaded: %s)",
+                           loaded_names(env, names, sizeof(names)));
 }
 
 static float *take_f(tensor *t) {
@@ -332,7 +352,8 @@ static int read_model(jin *j, const jfield *f, void *dst, jpath *path, attnd_err
     int cut = 0;
     if (jin_next_type(j) == JT_NULL) return jin_null(j) < 0 ? jin_fail(j, path, e) : 0;
     if (jin_string_buf(j, c->model, sizeof(c->model), &cut) < 0) return jin_fail(j, path, e);
-    if (cut) return attnd_set_error(e, AERR_NOT_FOUND, "unknown model (name too long)");
+    if (cut) return attnd_set_error(e, AERR_NOT_FOUND, "unknown model (a name longer than %zu bytes)",
+                                    sizeof(c->model) - 1);
     c->have_model = 1;
     return 0;
 }

@@ -273,9 +273,12 @@ static int decode_object(const tensor_object *o, const char *field, int neg_inf_
                                field, o->len, (unsigned long long)need);
     void *buf = malloc(cap ? cap : 1);
     if (!buf) return attnd_set_error(e, AERR_INTERNAL, "out of memory reading %s", field);
-    if (b64_decode(o->text, o->len, buf, cap, &got) < 0) {
+    /* line breaks come as \n escapes, so only a decoded copy can hold them */
+    if (b64_decode(o->text, o->len, buf, cap, &got, o->copy != NULL) < 0) {
+        char why[200];
+        b64_explain(o->text, o->len, o->copy != NULL, why, sizeof(why));
         free(buf);
-        return attnd_set_error(e, AERR_BAD_REQUEST, "%s.b64: not valid base64", field);
+        return attnd_set_error(e, AERR_BAD_REQUEST, "%s.b64: %s", field, why);
     }
     if (got != need) {
         free(buf);

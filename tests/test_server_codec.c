@@ -326,14 +326,14 @@ START_TEST(test_b64_vectors) {
         sb_free(&b);
         char out[16];
         size_t n = 99;
-        ck_assert_int_eq(b64_decode(enc[i], strlen(enc[i]), out, sizeof(out), &n), 0);
+        ck_assert_int_eq(b64_decode(enc[i], strlen(enc[i]), out, sizeof(out), &n, 0), 0);
         ck_assert_uint_eq(n, strlen(plain[i]));
         ck_assert(memcmp(out, plain[i], n) == 0);
     }
     /* unpadded is accepted too */
     char out[16];
     size_t n = 0;
-    ck_assert_int_eq(b64_decode("Zm9vYg", 6, out, sizeof(out), &n), 0);
+    ck_assert_int_eq(b64_decode("Zm9vYg", 6, out, sizeof(out), &n, 0), 0);
     ck_assert_uint_eq(n, 4);
 }
 END_TEST
@@ -343,12 +343,67 @@ START_TEST(test_b64_refuses_garbage) {
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         char out[16];
         size_t n;
-        ck_assert_msg(b64_decode(bad[i], strlen(bad[i]), out, sizeof(out), &n) < 0,
+        ck_assert_msg(b64_decode(bad[i], strlen(bad[i]), out, sizeof(out), &n, 0) < 0,
                       "'%s' was decoded", bad[i]);
     }
     char small[2];
     size_t n;
-    ck_assert_int_lt(b64_decode("Zm9v", 4, small, sizeof(small), &n), 0);
+    ck_assert_int_lt(b64_decode("Zm9v", 4, small, sizeof(small), &n, 0), 0);
+}
+END_TEST
+
+START_TEST(test_b64_wrapped_lines) {
+    /* as base64.encodebytes and MIME write it: 76 characters a line */
+    unsigned char in[200], out[200];
+    for (int i = 0; i < 200; i++)
+        in[i] = (unsigned char)rnd32();
+    sbuf b, w;
+    sb_init(&b);
+    sb_init(&w);
+    sb_b64(&b, in, sizeof(in));
+    for (int crlf = 0; crlf < 2; crlf++) {
+        w.len = 0;
+        for (size_t i = 0; i < b.len; i += 76) {
+            sb_put(&w, b.p + i, b.len - i < 76 ? b.len - i : 76);
+            sb_puts(&w, crlf ? "\r\n" : "\n");
+        }
+        size_t n = 0;
+        ck_assert_int_lt(b64_decode(w.p, w.len, out, sizeof(out), &n, 0), 0);
+        ck_assert_int_eq(b64_decode(w.p, w.len, out, sizeof(out), &n, 1), 0);
+        ck_assert_uint_eq(n, sizeof(in));
+        ck_assert(memcmp(in, out, n) == 0);
+    }
+    sb_free(&b);
+    sb_free(&w);
+    /* unpadded and padded tails, broken anywhere */
+    size_t n = 0;
+    ck_assert_int_eq(b64_decode("Zm9v\nYg", 7, out, sizeof(out), &n, 1), 0);
+    ck_assert_uint_eq(n, 4);
+    ck_assert_int_eq(b64_decode("Zm\r\n9vYg=\n=", 11, out, sizeof(out), &n, 1), 0);
+    ck_assert_uint_eq(n, 4);
+    ck_assert_int_lt(b64_decode("Zm9v\nY", 6, out, sizeof(out), &n, 1), 0);
+    ck_assert_int_lt(b64_decode("Zm=9\nvYg", 8, out, sizeof(out), &n, 1), 0);
+}
+END_TEST
+
+/* b64_explain(s) must hold every word. */
+static void explained(const char *s, int breaks_ok, const char *w1, const char *w2) {
+    char why[256];
+    b64_explain(s, strlen(s), breaks_ok, why, sizeof(why));
+    ck_assert_msg(strstr(why, w1), "'%s': '%s' lacks '%s'", s, why, w1);
+    if (w2) ck_assert_msg(strstr(why, w2), "'%s': '%s' lacks '%s'", s, why, w2);
+}
+
+START_TEST(test_b64_explained) {
+    explained("AAAA-AAA", 0, "character 4 is '-'", "URL-safe");
+    explained("AAAAAA_A", 0, "character 6 is '_'", "URL-safe");
+    explained("AAAA AAA", 0, "character 4 is a space", NULL);
+    explained("AAAA\nAAA", 0, "character 4 is a raw line break", NULL);
+    explained("AA\nAA\n!A", 1, "character 6 is '!'", NULL);
+    explained("AAAA\x01", 0, "character 4 is the byte 0x01", NULL);
+    explained("AA=AAAAA", 0, "'=' padding before the end", "character 2");
+    explained("AAAAA", 0, "5 base64 characters", "4k+1");
+    explained("AAAA=", 0, "wrong padding", NULL);
 }
 END_TEST
 
@@ -362,7 +417,7 @@ START_TEST(test_b64_random_round_trip) {
         sb_b64(&b, in, (size_t)len);
         ck_assert_uint_eq(b.len, (size_t)(len + 2) / 3 * 4);
         size_t n = 0;
-        ck_assert_int_eq(b64_decode(b.p ? b.p : "", b.len, out, sizeof(out), &n), 0);
+        ck_assert_int_eq(b64_decode(b.p ? b.p : "", b.len, out, sizeof(out), &n, 0), 0);
         ck_assert_uint_eq(n, (size_t)len);
         ck_assert(memcmp(in, out, n) == 0);
         sb_free(&b);
@@ -405,6 +460,8 @@ int main(void) {
     tcase_add_test(tc, test_b64_vectors);
     tcase_add_test(tc, test_b64_refuses_garbage);
     tcase_add_test(tc, test_b64_random_round_trip);
+    tcase_add_test(tc, test_b64_wrapped_lines);
+    tcase_add_test(tc, test_b64_explained);
     tcase_add_test(tc, test_json_str_escapes);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

@@ -652,6 +652,44 @@ START_TEST(test_v2_outputs_listed_are_returned) {
 }
 END_TEST
 
+/* ---- errors that say what to fix (issue 9) ---- */
+
+START_TEST(test_errors_say_what_to_fix) {
+    /* the loaded models are listed */
+    native_refused("{\"model\":\"nope\",\"query\":[[1,2,3,4]]}", AERR_NOT_FOUND,
+                   "unknown model 'nope'", "loaded: small, cross");
+    native_refused("{\"query\":[[1,2,3,4]]}", AERR_BAD_REQUEST, "model: required",
+                   "loaded: small, cross");
+    /* NaN and Infinity: JSON has none, attnd refuses them */
+    native_refused("{\"model\":\"small\",\"query\":[[1,2,NaN,4]]}", AERR_BAD_REQUEST,
+                   "query[0][2]: NaN", "JSON has no NaN or Infinity");
+    native_refused("{\"model\":\"small\",\"query\":[[1,2,-Infinity,4]]}", AERR_BAD_REQUEST,
+                   "query[0][2]", "non-finite");
+    native_refused("{\"model\":\"small\",\"query\":[[1,2,3,4]],\"foo\":Infinity}", AERR_BAD_REQUEST,
+                   "foo: unknown field", NULL);
+    native_refused("{\"model\":\"small\",\"causal\":nan,\"query\":[[1,2,3,4]]}", AERR_BAD_REQUEST,
+                   "causal", "JSON has no NaN");
+    /* forms are not JSON */
+    native_refused("--xyz\r\nContent-Disposition: form-data; name=\"query\"\r\n\r\n[[1]]\r\n--xyz--",
+                   AERR_BAD_REQUEST, "body must be JSON", "multipart");
+    native_refused("model=small&query=1,2,3,4", AERR_BAD_REQUEST, "body must be JSON",
+                   "HTML form");
+    /* base64: the first bad character, URL-safe said so; wrapped is read */
+    native_refused("{\"model\":\"small\",\"query\":{\"shape\":[1,4],\"b64\":"
+                   "\"AACAPwAAAEAAAEBAAACAQA-_\"}}",
+                   AERR_BAD_REQUEST, "query.b64: character 22 is '-'", "URL-safe");
+    attnd_job job;
+    attnd_error e;
+    ck_assert_int_eq(parse("{\"model\":\"small\",\"query\":{\"shape\":[1,4],\"b64\":"
+                           "\"AACAPwAA\\nAEAAAEBA\\r\\nAACAQA==\\n\"}}",
+                           2, NULL, &job, &e),
+                     0);
+    ck_assert_float_eq(job.query[0], 1);
+    ck_assert_float_eq(job.query[3], 4);
+    attnd_job_free(&job);
+}
+END_TEST
+
 START_TEST(test_answers_written_back) {
     attnd_job job;
     attnd_error e;
@@ -681,7 +719,7 @@ START_TEST(test_answers_written_back) {
     const char *q = strchr(p, '"');
     float back[8];
     size_t n = 0;
-    ck_assert_int_eq(b64_decode(p, (size_t)(q - p), back, sizeof(back), &n), 0);
+    ck_assert_int_eq(b64_decode(p, (size_t)(q - p), back, sizeof(back), &n, 0), 0);
     ck_assert_uint_eq(n, sizeof(out));
     ck_assert(memcmp(back, out, sizeof(out)) == 0);
     sb_free(&b);
@@ -712,6 +750,7 @@ int main(void) {
     tcase_add_test(tr, test_paths_name_the_place);
     tcase_add_test(tr, test_unknown_keys_by_table);
     tcase_add_test(tr, test_v2_outputs_listed_are_returned);
+    tcase_add_test(tr, test_errors_say_what_to_fix);
     suite_add_tcase(s, tr);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

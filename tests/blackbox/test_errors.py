@@ -2,6 +2,7 @@
 each error body exactly {"error": "<sentence>"}, 400s naming the field and
 the index; the API key; then a bounded loop of malformed bodies. After all of
 it the daemon still answers a golden request correctly."""
+import base64
 import json
 import random
 import re
@@ -173,6 +174,23 @@ BAD_400 = [
                                                           1.0).reshape(2, E))}, ("query",)),
     ("b64_inf", {"model": M, "query": b64_tensor(np.where(np.arange(2 * E) == 3, np.inf,
                                                           1.0).reshape(2, E))}, ("query",)),
+    # issue 9: errors that say what to fix
+    ("nan_literal_says_why", b'{"model": "self_e64_h8", "query": [[0.5, NaN' + b", 0.5" * (E - 2)
+     + b"]]}", ("query", 0, 1, "NaN", "non-finite")),
+    ("infinity_literal_says_why", b'{"model": "self_e64_h8", "query": [[-Infinity' +
+     b", 0.5" * (E - 1) + b"]]}", ("query", "JSON has no NaN or Infinity")),
+    ("multipart_body", b'--b\r\nContent-Disposition: form-data; name="query"\r\n\r\n[[1]]\r\n'
+     b"--b--\r\n", ("must be JSON", "multipart")),
+    ("form_body", b"model=self_e64_h8&query=0.5", ("must be JSON", "form")),
+    ("b64_urlsafe", {"model": M, "query": {"shape": [2, E], "dtype": "float32",
+                                           "b64": base64.urlsafe_b64encode(
+                                               (b"\xfb\xff\xbf" * 171)[:8 * E]).decode()}},
+     ("query.b64", "URL-safe", "character")),
+    ("b64_space", {"model": M, "query": {"shape": [1, 2], "b64": "AACAPwAA AEA="}},
+     ("query.b64", "character 8", "space")),
+    ("model_missing_lists_names", {"query": rows(2, E)}, ("model", M, C)),
+    ("duplicate_key", b'{"model": "self_e64_h8", "model": "self_e64_h8", "query": [[0.5]]}',
+     ("model", "twice")),
 ]
 
 
@@ -237,6 +255,13 @@ BAD_V2 = [
                                         "datatype": "FP32", "data": [0.0, 1.0]}]),
      ("key_padding_mask",)),
     ("unknown_output", v2(rows(2, E), outputs=[{"name": "logits"}]), ("logits",)),
+    ("attention_output_but_none", v2(rows(2, E), outputs=[{"name": "attention"}],
+                                     parameters={"attention": "none"}), ("attention", "none")),
+    ("duplicate_parameter", b'{"inputs": [{"name": "query", "shape": [1, 64], "datatype": "FP32",'
+     b' "data": [' + b", ".join([b"0.5"] * E) + b']}], "parameters": {"causal": true, "causal": '
+     b'false}}', ("parameters.causal", "twice")),
+    ("input_path_named", v2(rows(2, E), [{"name": "key", "shape": [2, -E], "datatype": "FP32",
+                                          "data": [0.0] * (2 * E)}]), ("inputs[1].shape[1]",)),
 ]
 
 
@@ -277,6 +302,8 @@ def test_not_found_404(d, method, path, body):
     msg = check_error_body(r, 404)
     if "/models/nope" in path or (body and body.get("model") == "nope"):
         assert "nope" in msg, "the error should name the unknown model: %r" % msg
+        if "infer" in path or "attention" in path:  # and list the loaded ones (issue 9)
+            assert M in msg and C in msg, msg
 
 
 WRONG_METHOD = [
@@ -747,3 +774,19 @@ def test_zz_still_serves_correctly(d):
     """Runs last: after every bad input above, golden answers are unchanged."""
     assert d.alive()
     check_golden(d)
+
+
+def test_wrapped_base64_is_read(d):
+    """Line-wrapped base64 (base64.encodebytes, the base64 tool, MIME) is
+    read as the same numbers."""
+    g, _ = GOLDENS[M]
+    s = next(s for s in g["sequences"] if s["key"] is None and s["attn_mask"] is None
+             and s["key_padding_mask"] is None)
+    q = np.asarray(s["query"], "<f4")
+    wrapped = base64.encodebytes(q.tobytes()).decode()
+    assert "\n" in wrapped[:-1]
+    body = {"model": M, "causal": bool(s["causal"]),
+            "query": {"shape": list(q.shape), "dtype": "float32", "b64": wrapped}}
+    r = post_raw(d, "/v1/attention", body)
+    assert r.status_code == 200, r.text[:300]
+    assert rel_err(r.json()["output"], s["output"]) <= 1e-5
