@@ -19,7 +19,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                                    sizeof err);
     if (rc != 0 && !err[0]) abort();
     if (rc == 0) {
-        if (c.port < 0 || c.port > 65535 || c.worker_threads < 1 || !c.host || !c.api_key_env)
+        if (c.port < 0 || c.port > 65535 || c.worker_threads < 0 || !c.host || !c.api_key_env)
             abort();
         for (int i = 0; i < c.n_models; i++) {
             const attnd_model_config *m = &c.models[i];
