@@ -152,9 +152,10 @@ int attnd_step_prepare(const attnd_step_env *se, const char *body, size_t len, a
     job->S = sr->st.len + job->L;
     job->causal = 1;
     uint64_t floats;
-    if (attnd_attention_floats(1, job->L, job->S, job->weights,
-                               se->env->models[job->model].hp.num_heads,
-                               (uint64_t)se->env->max_attention_floats, &floats) < 0) {
+    int wrapped = attnd_attention_floats(1, job->L, job->S, job->weights,
+                                         se->env->models[job->model].hp.num_heads, UINT64_MAX,
+                                         &floats);
+    if (wrapped < 0 || floats > (uint64_t)se->env->max_attention_floats) {
         attnd_set_error(e, AERR_TOO_LARGE,
                         "attention: %d rows over %d cached tokens ask for more than %lld floats "
                         "(limits.max_attention_floats); ask for \"none\" or \"mean\"",

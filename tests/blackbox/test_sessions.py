@@ -266,3 +266,33 @@ def test_v2_positions(d):
     assert r.status_code == 200, r.text[:300]
     out = np.array(r.json()["outputs"][0]["data"], dtype=np.float32).reshape(q.shape)
     assert rel_err(out, s["output"]) <= TOL
+
+
+def test_step_while_busy_is_409(d):
+    """Two steps of one session at once: one computes, the other gets 409 at
+    once and changes nothing (a long step of 8000 rows first, a short one
+    0.3 s later; on a slow machine the order may flip, either way exactly
+    one is refused)."""
+    g = GOLDENS[[x["name"] for x in GOLDENS].index("gqa_half")]
+    sid = open_session(d, "gqa_half").json()["session"]
+    rng = np.random.default_rng(7)
+    big = np.round(rng.standard_normal((8000, g["embed_dim"])), 2).tolist()  # 16000 tokens
+    done = {}
+
+    def long_step():
+        done["r"] = step(d, sid, big)
+
+    t = threading.Thread(target=long_step)
+    t.start()
+    time.sleep(0.3)  # its body is read and its step begun by now, as a rule
+    short = step(d, sid, big[:1])
+    t.join(120)
+    long_ = done["r"]
+    assert sorted([long_.status_code, short.status_code]) == [200, 409], (
+        long_.status_code, short.status_code)
+    refused, kept = (short, long_) if short.status_code == 409 else (long_, short)
+    assert "previous step is still computing" in check_error_body(refused, 409)
+    n = kept.json()["cached_tokens"]
+    assert n in (1, 8000)
+    assert step(d, sid, big[:1]).json()["cached_tokens"] == n + 1
+    assert d.request("DELETE", "/v1/sessions/" + sid).status_code == 204
