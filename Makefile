@@ -193,6 +193,7 @@ bench-decode: deps
 bench-http: deps
 	$(MAKE) all $(BUILD)/bench/bench_codec
 	ATTND_BIN=$(BUILD)/attnd BENCH_CODEC=$(BUILD)/bench/bench_codec sh bench/bench_http.sh
+	ATTND_BIN=$(BUILD)/attnd BENCH_VENV=$(BUILD)/bench-venv sh bench/bench_json.sh
 
 # The same table for torch.nn.MultiheadAttention (Debian's python3-torch).
 bench-compare: bench
