@@ -46,7 +46,8 @@ static void check_rows(const attnd_session_step *p) {
 static void open_n(attnd_sessions *st, int n, double now, char id[ATTND_SESSION_ID_LEN + 1]) {
     attnd_session_step p;
     int retry = 0;
-    ck_assert_int_eq(attnd_session_open(st, 0, ROW, n, 1 << 20, now, NULL, id, &p, &retry), SESS_OK);
+    ck_assert_int_eq(attnd_session_open(st, 0, ROW, n, 1 << 20, now, NULL, id, &p, &retry),
+                     SESS_OK);
     fill(&p);
     attnd_session_end(st, &p, 1, now);
 }
@@ -218,7 +219,8 @@ START_TEST(test_per_session_limits) {
     char a[ATTND_SESSION_ID_LEN + 1], b[ATTND_SESSION_ID_LEN + 1];
     attnd_session_step p;
     int retry = 0;
-    ck_assert_int_eq(attnd_session_open(st, 0, ROW, 11, 1000, 0, NULL, a, &p, &retry), SESS_TOO_BIG);
+    ck_assert_int_eq(attnd_session_open(st, 0, ROW, 11, 1000, 0, NULL, a, &p, &retry),
+                     SESS_TOO_BIG);
     ck_assert_int_eq(stats(st).sessions, 0);
     open_n(st, 9, 0, a);
     ck_assert_int_eq(attnd_session_begin(st, a, 2, 0, &p, &retry), SESS_TOO_BIG);
@@ -297,7 +299,8 @@ static void *work(void *arg) {
         char id[ATTND_SESSION_ID_LEN + 1];
         attnd_session_step p;
         int retry;
-        if (attnd_session_open(w->st, 0, ROW, 3, 1 << 20, 0, NULL, id, &p, &retry) != SESS_OK) continue;
+        if (attnd_session_open(w->st, 0, ROW, 3, 1 << 20, 0, NULL, id, &p, &retry) != SESS_OK)
+            continue;
         fill(&p);
         attnd_session_end(w->st, &p, 1, 0);
         for (int k = 0; k < 5; k++) {
