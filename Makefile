@@ -5,8 +5,7 @@
 #   make tsan       the core and concurrency suites under ThreadSanitizer
 #   make test-abuse the abuse suite alone; make soak  ten minutes of mixed load
 #   make run        serve the embedded default model on port 8080
-#   make bench      benchmark tables (never part of the tests)
-#   make bench-compare  the same tables for torch too
+#   make bench      the core, onnxruntime and torch: tables (never part of the tests)
 #   make bench-http     wrk against the daemon, and codec costs
 #   make bench-decode   KV-cache session steps against re-sending the prefix
 #   make docker-test, make scaleout-test   the image, and replicas behind nginx
@@ -40,7 +39,7 @@ LIBS       := $(BUILD)/libattnd_server.a $(BUILD)/libattnd_config.a $(BUILD)/lib
 TESTS      := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 BENCHES    := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
-.PHONY: all deps test test-unit test-blackbox test-abuse soak asan tsan run bench bench-compare bench-http bench-decode clean fuzz fuzz-smoke fuzz-long venv
+.PHONY: all deps test test-unit test-blackbox test-abuse soak asan tsan run bench bench-http bench-decode clean fuzz fuzz-smoke fuzz-long venv
 .PHONY: docker-test scaleout-test
 
 all: $(BUILD)/attnd $(LIBS)
@@ -178,15 +177,29 @@ run: deps
 	$(MAKE) all
 	$(BUILD)/attnd --port 8080
 
-bench: deps
-	$(MAKE) all $(BENCHES)
-	env -u OPENBLAS_CORETYPE $(BUILD)/bench/bench_core
+# attnd's core, onnxruntime's CPU attention and torch's on the same six shapes
+# at 1 thread, 2 threads and every CPU, then one comparison table
+# (bench/RESULTS.md). onnxruntime comes from PyPI, pinned in
+# bench/requirements-ort.txt, in $(BENCH_VENV); torch is Debian's python3-torch,
+# run on the OpenBLAS kernels the core chose.
+BENCH_VENV ?= .venv-bench
+$(BENCH_VENV)/.stamp: bench/requirements-ort.txt
+	$(PYTHON) -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/pip install -q -r bench/requirements-ort.txt
+	touch $@
 
-# Decoding: single-token steps through KV-cache sessions at cache lengths
-# 128..8192, 1 and 64 sessions, next to re-sending the whole prefix.
-bench-decode: deps
-	$(MAKE) all $(BUILD)/bench/bench_decode
-	env -u OPENBLAS_CORETYPE $(BUILD)/bench/bench_decode
+bench: deps
+	$(MAKE) all $(BENCHES) $(BENCH_VENV)/.stamp
+	rm -f $(BUILD)/bench/cells.json
+	env -u OPENBLAS_CORETYPE $(BUILD)/bench/bench_core --json $(BUILD)/bench/cells.json
+	$(BENCH_VENV)/bin/python bench/bench_ort.py --json $(BUILD)/bench/cells.json \
+	  --threads $$(env -u OPENBLAS_CORETYPE $(BUILD)/bench/bench_core --print threads)
+	@if /usr/bin/python3 -c 'import torch' 2>/dev/null; then \
+	  OPENBLAS_CORETYPE=$$(env -u OPENBLAS_CORETYPE $(BUILD)/bench/bench_core --print blas-core) \
+	  /usr/bin/python3 bench/bench_torch.py --json $(BUILD)/bench/cells.json \
+	    --threads $$(env -u OPENBLAS_CORETYPE $(BUILD)/bench/bench_core --print threads); \
+	else echo "torch: not installed (apt-get install python3-torch), its column is left out"; fi
+	$(PYTHON) bench/compare.py $(BUILD)/bench/cells.json
 
 # HTTP throughput and latency with wrk, batching on and off, the large
 # request's round trip, and the codec costs (bench/bench_http.sh).
@@ -194,10 +207,6 @@ bench-http: deps
 	$(MAKE) all $(BUILD)/bench/bench_codec
 	ATTND_BIN=$(BUILD)/attnd BENCH_CODEC=$(BUILD)/bench/bench_codec sh bench/bench_http.sh
 	ATTND_BIN=$(BUILD)/attnd BENCH_VENV=$(BUILD)/bench-venv sh bench/bench_json.sh
-
-# The same table for torch.nn.MultiheadAttention (Debian's python3-torch).
-bench-compare: bench
-	env -u OPENBLAS_CORETYPE /usr/bin/python3 bench/bench_torch.py
 
 # Deployment (tests/deploy/): docker-test lints docker/, checks the Kubernetes
 # and KServe manifests against schemas and the daemon, builds the image with

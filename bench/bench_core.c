@@ -8,7 +8,7 @@
  * Then the peak memory of one long forward beyond its weights, inputs and
  * outputs, next to attn_workspace_bytes for the same batch.
  *
- *   build/bench/bench_core [--threads 1,2] [--seconds 1.5] [--fused on|off|both]
+ *   build/bench/bench_core [--threads 1,2,N] [--seconds 1.5] [--fused on|off|both]
  *                          [--owner core|blas|both] [--proj packed|openblas|both]
  *                          [--clock wall|cpu] [--no-memory]
  *
@@ -16,6 +16,7 @@
  * bench/bench_torch.py prints the same table for torch.
  */
 #include "../core/attn.h"
+#include "../server/cpus.h"
 
 #include <malloc.h>
 #include <math.h>
@@ -61,6 +62,8 @@ static double median(double *v, int n) {
 }
 
 static uint32_t g_seed = 12345;
+
+static FILE *g_json; /* --json FILE: one line per table cell, for bench/compare.py */
 
 /* Who owns the threads: 0 the core (attn_ctx_new(n), OpenBLAS at one
  * thread: what attnd does), 1 OpenBLAS (attn_ctx_new(1), OpenBLAS at n). */
@@ -189,6 +192,53 @@ cleanup:
     return med;
 }
 
+/* ---- FMA peak: independent FMA chains on every thread ---- */
+
+enum { PEAK_ITERS = 20000000 };
+
+#pragma GCC diagnostic ignored "-Wpsabi"
+typedef float v16 __attribute__((vector_size(64)));
+typedef float v8 __attribute__((vector_size(32)));
+
+/* 12 independent accumulators, enough to cover FMA latency; returns a sum
+ * so the loop is not removed. FLOPs: 2 * 12 * lanes per iteration. */
+#define PEAK_KERNEL(name, type, attr)                                                             \
+    attr static float name(long iters) {                                                        \
+        type a[12], x = (type){} + 0.999999f, y = (type){} + 1e-7f;                              \
+        for (int i = 0; i < 12; i++) a[i] = (type){} + (float)i;                                 \
+        for (long k = 0; k < iters; k++)                                                         \
+            for (int i = 0; i < 12; i++) a[i] = a[i] * x + y;                                    \
+        type s = (type){};                                                                       \
+        for (int i = 0; i < 12; i++) s += a[i];                                                  \
+        return s[0];                                                                             \
+    }
+PEAK_KERNEL(peak512, v16, __attribute__((target("avx512f,fma"))))
+PEAK_KERNEL(peak256, v8, __attribute__((target("avx2,fma"))))
+
+static int g_peak_lanes; /* 16, 8, or 0 when the CPU has no FMA */
+static volatile float g_peak_sink;
+
+static void peak_task(void *arg, int task, int thread) {
+    (void)arg, (void)task, (void)thread;
+    g_peak_sink = g_peak_lanes == 16 ? peak512(PEAK_ITERS) : peak256(PEAK_ITERS);
+}
+
+/* GFLOP/s of FMAs on `threads` threads at once (0 without FMA). */
+static double fma_peak(int threads) {
+    attn_cpu c;
+    attn_cpu_detect(&c);
+    g_peak_lanes = c.avx512f ? 16 : c.avx2 && c.fma ? 8 : 0;
+    if (!g_peak_lanes) return 0;
+    attn_ctx *ctx = attn_ctx_new(threads);
+    if (!ctx) return 0;
+    attn_ctx_parallel(ctx, threads, peak_task, NULL); /* warm-up: clocks settle */
+    double t0 = now_s();
+    attn_ctx_parallel(ctx, threads, peak_task, NULL);
+    double sec = now_s() - t0;
+    attn_ctx_free(ctx);
+    return 2.0 * 12 * g_peak_lanes * (double)PEAK_ITERS * threads / sec / 1e9;
+}
+
 /* One value of /proc/self/status in kB ("VmHWM", "VmRSS"), or -1. */
 static long status_kb(const char *key) {
     FILE *f = fopen("/proc/self/status", "r");
@@ -281,6 +331,11 @@ static void print_table(const int *threads, int nt, const double *gemm, double b
                 continue;
             }
             double rate = shape_flops(s) / sec / 1e9;
+            if (g_json)
+                fprintf(g_json,
+                        "{\"impl\": \"attnd\", \"shape\": [%d, %d, %d, %d], \"threads\": %d, "
+                        "\"ms\": %.4f}\n",
+                        s->B, s->L, s->E, s->H, threads[t], sec * 1e3);
             printf(" | %3s %4d %9.2f %8.1f %5.1f", "", runs, sec * 1e3, rate,
                    gemm[t] > 0 ? 100.0 * rate / gemm[t] : 0.0);
             fflush(stdout);
@@ -290,9 +345,9 @@ static void print_table(const int *threads, int nt, const double *gemm, double b
 }
 
 static void usage(void) {
-    fprintf(stderr, "usage: bench_core [--threads 1,2] [--seconds S] [--fused on|off|both] "
+    fprintf(stderr, "usage: bench_core [--threads 1,2,N] [--seconds S] [--fused on|off|both] "
                     "[--no-memory]\n"
-                    "  --threads   thread counts to compare, comma separated (default 1,2)\n"
+                    "  --threads   thread counts to compare, comma separated (default 1, 2, all CPUs)\n"
                     "  --seconds   time budget per table cell (default 1.5)\n"
                     "  --fused     the fused attention kernel: on (default, where the CPU has\n"
                     "              it), off (OpenBLAS tiles), or both (one table each)\n"
@@ -303,11 +358,18 @@ static void usage(void) {
                     "              packed at load), openblas (OpenBLAS sgemm), or both\n"
                     "  --clock     wall (default) or cpu: the process's CPU time, for one\n"
                     "              thread on a machine shared with other work\n"
+                    "  --print threads|blas-core  print the default thread counts or the\n"
+                    "              OpenBLAS kernels the core loads, and exit\n"
+                    "  --json FILE append one JSON line per cell (bench/compare.py reads them)\n"
                     "  --no-memory skip the peak-memory measurement\n");
 }
 
 int main(int argc, char **argv) {
     int threads[MAX_THREADS] = {1, 2}, nt = 2, memory = 1;
+    const char *print_what = NULL;
+    attnd_cpus cpus; /* the daemon's count: affinity mask and cgroup quota */
+    attnd_cpus_count(&cpus);
+    if (cpus.n > 2 && cpus.n < 1024) threads[nt++] = cpus.n; /* 1, 2 and every CPU */
     int fused[2] = {1, 0}, nf = 1; /* settings of attn_set_fused to run */
     int owners[2] = {0, 1}, no = 1; /* settings of g_blas_owns to run */
     int projs[2] = {ATTN_PROJ_PACKED, ATTN_PROJ_OPENBLAS}, np = 1; /* attn_set_projections */
@@ -374,6 +436,14 @@ int main(int argc, char **argv) {
                 usage();
                 return 2;
             }
+        } else if (strcmp(argv[i], "--print") == 0 && i + 1 < argc) {
+            print_what = argv[++i]; /* for make bench's other benchmarks */
+        } else if (strcmp(argv[i], "--json") == 0 && i + 1 < argc) {
+            g_json = fopen(argv[++i], "a");
+            if (!g_json) {
+                perror(argv[i]);
+                return 2;
+            }
         } else if (strcmp(argv[i], "--no-memory") == 0) {
             memory = 0;
         } else {
@@ -386,6 +456,15 @@ int main(int argc, char **argv) {
         return 2;
     }
 
+    if (print_what && strcmp(print_what, "threads") == 0) {
+        for (int t = 0; t < nt; t++) printf("%s%d", t ? "," : "", threads[t]);
+        printf("\n");
+        return 0;
+    }
+    if (print_what) { /* blas-core */
+        printf("%s\n", attn_blas_corename());
+        return 0;
+    }
     /* a fixed mmap threshold: big blocks come from and go back to the system,
      * so the memory rise of a forward is not hidden by reused heap pages */
     mallopt(M_MMAP_THRESHOLD, 128 * 1024);
@@ -399,6 +478,14 @@ int main(int argc, char **argv) {
     }
 
     double gemm[MAX_THREADS];
+    attn_cpu cpu;
+    attn_cpu_detect(&cpu);
+    printf("FMA peak (%s, independent chains):", cpu.avx512f ? "AVX-512" : "AVX2");
+    for (int t = 0; t < nt; t++) {
+        double pk = fma_peak(threads[t]);
+        printf("  %d thread%s %.1f GFLOP/s", threads[t], threads[t] > 1 ? "s" : "", pk);
+    }
+    printf("\n");
     printf("sgemm 2048^3 (OpenBLAS):");
     for (int t = 0; t < nt; t++) {
         gemm[t] = sgemm_rate(threads[t], 2048);
@@ -416,6 +503,10 @@ int main(int argc, char **argv) {
                        owners[o] ? "OpenBLAS (one core thread)" : "the core (OpenBLAS at one)",
                        fused[f] ? "on" : "off");
                 print_table(threads, nt, gemm, budget);
+                if (g_json) { /* only the first (default) table goes to the comparison */
+                    fclose(g_json);
+                    g_json = NULL;
+                }
             }
     return 0;
 }

@@ -8,12 +8,16 @@ with FLOPs = 8*T*E^2 + 4*B*L^2*E (T = B*L), and that rate as a share of
 torch.mm's own rate (2048^3) at the same thread count. Then the peak RSS rise
 of one forward at B=1 L=8192 E=512 H=8, each in a fresh subprocess.
 
-    /usr/bin/python3 bench/bench_torch.py [--threads 1,2] [--seconds 1.5] [--no-memory]
+    /usr/bin/python3 bench/bench_torch.py [--threads 1,2] [--seconds 1.5] [--no-memory] [--json FILE]
+
+make bench runs it with OPENBLAS_CORETYPE set to the kernels attnd chose (its
+OpenBLAS is Debian's too), so that both compute on the same BLAS kernels.
 
 Needs a Python with torch (Debian's python3-torch). Never part of the tests.
 """
 import argparse
 import ctypes
+import json
 import os
 import statistics
 import subprocess
@@ -121,6 +125,7 @@ def main():
     ap.add_argument("--threads", default="1,2", help="thread counts, comma separated")
     ap.add_argument("--seconds", type=float, default=1.5, help="time budget per table cell")
     ap.add_argument("--no-memory", action="store_true", help="skip the peak-memory run")
+    ap.add_argument("--json", help="append one JSON line per cell to this file")
     ap.add_argument("--memory-child", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.memory_child:
@@ -131,8 +136,9 @@ def main():
         ap.error("bad --threads or --seconds")
 
     torch.mm(torch.ones(2, 2), torch.ones(2, 2))  # loads the BLAS
-    print("torch %s nn.MultiheadAttention: self-attention, need_weights=False; BLAS %s"
-          % (torch.__version__, blas_libs()))
+    print("torch %s nn.MultiheadAttention: self-attention, need_weights=False; BLAS %s; "
+          "OPENBLAS_CORETYPE=%s" % (torch.__version__, blas_libs(),
+                                    os.environ.get("OPENBLAS_CORETYPE", "(unset)")))
     if not args.no_memory:
         B, L, E, H = MEM_SHAPE
         print("memory of one forward, B=%d L=%d E=%d H=%d:" % (B, L, E, H))
@@ -159,6 +165,10 @@ def main():
         for t, g in zip(threads, gemm):
             sec, n = time_forward(shape, t, args.seconds)
             rate = flops(*shape) / sec / 1e9
+            if args.json:
+                with open(args.json, "a") as f:
+                    f.write(json.dumps({"impl": "torch", "shape": shape, "threads": t,
+                                        "ms": sec * 1e3}) + "\n")
             line += " | %3s %4d %9.2f %8.1f %5.1f" % ("", n, sec * 1e3, rate, 100.0 * rate / g)
         print(line, flush=True)
     return 0

@@ -1,0 +1,106 @@
+"""bench_ort.py - the table of bench/bench_core.c, for onnxruntime's CPU
+attention as BERT-style serving runs it: one com.microsoft.Attention node
+(the fused QKV projection, masks and softmax) followed by the output
+projection (MatMul + Add), self-attention, for the same six shapes. Median
+ms of one run over N after a warm-up, at each thread count
+(intra_op_num_threads; inter-op 1, sequential execution).
+
+    .venv-bench/bin/python bench/bench_ort.py [--threads 1,2] [--seconds 1.5] [--json FILE]
+
+Numbers only; never part of the tests. onnxruntime and onnx are pinned in
+bench/requirements-ort.txt.
+"""
+import argparse
+import json
+import statistics
+import time
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
+
+SHAPES = [(1, 128, 512, 8), (1, 512, 1024, 16), (8, 128, 512, 8),
+          (32, 64, 768, 12), (1, 2048, 1024, 16), (1, 4096, 512, 8)]
+
+
+def flops(B, L, E, H):
+    return 8.0 * B * L * E * E + 4.0 * B * L * L * E
+
+
+def model(E, H):
+    """Attention (weights (E,3E), bias (3E)) then out projection, as ORT's
+    transformer optimizer leaves a BERT layer's attention."""
+    rng = np.random.default_rng(0)
+    w = (rng.standard_normal((E, 3 * E)) / np.sqrt(E)).astype(np.float32)
+    b = (rng.standard_normal(3 * E) * 0.1).astype(np.float32)
+    wo = (rng.standard_normal((E, E)) / np.sqrt(E)).astype(np.float32)
+    bo = (rng.standard_normal(E) * 0.1).astype(np.float32)
+    nodes = [
+        helper.make_node("Attention", ["x", "w", "b"], ["ctx"], domain="com.microsoft",
+                         num_heads=H),
+        helper.make_node("MatMul", ["ctx", "wo"], ["proj"]),
+        helper.make_node("Add", ["proj", "bo"], ["y"]),
+    ]
+    g = helper.make_graph(
+        nodes, "mha",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", "L", E])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["B", "L", E])],
+        [numpy_helper.from_array(a, n) for a, n in ((w, "w"), (b, "b"), (wo, "wo"), (bo, "bo"))])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17),
+                                            helper.make_opsetid("com.microsoft", 1)])
+    m.ir_version = 8
+    return m.SerializeToString()
+
+
+def session(blob, threads):
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    return ort.InferenceSession(blob, so, providers=["CPUExecutionProvider"])
+
+
+def time_shape(shape, threads, budget):
+    B, L, E, H = shape
+    s = session(model(E, H), threads)
+    x = np.random.default_rng(1).standard_normal((B, L, E)).astype(np.float32)
+    t0 = time.perf_counter()
+    s.run(None, {"x": x})
+    once = time.perf_counter() - t0
+    n = max(3, min(200, int(budget / max(once, 1e-6))))
+    t = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        s.run(None, {"x": x})
+        t.append(time.perf_counter() - t0)
+    return statistics.median(t), n
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--seconds", type=float, default=1.5)
+    ap.add_argument("--json", help="append one JSON line per cell to this file")
+    a = ap.parse_args()
+    threads = [int(t) for t in a.threads.split(",")]
+    print("onnxruntime %s CPU: com.microsoft.Attention + out projection (MatMul, Add), "
+          "self-attention" % ort.__version__)
+    print("%4s %5s %5s %3s" % ("B", "L", "E", "H") +
+          "".join(" | %2dt %4s %9s %8s" % (t, "N", "ms", "GFLOP/s") for t in threads))
+    for shape in SHAPES:
+        print("%4d %5d %5d %3d" % shape, end="", flush=True)
+        for t in threads:
+            sec, n = time_shape(shape, t, a.seconds)
+            print(" | %3s %4d %9.2f %8.1f" % ("", n, sec * 1e3, flops(*shape) / sec / 1e9),
+                  end="", flush=True)
+            if a.json:
+                with open(a.json, "a") as f:
+                    f.write(json.dumps({"impl": "onnxruntime", "shape": shape, "threads": t,
+                                        "ms": sec * 1e3}) + "\n")
+        print()
+
+
+if __name__ == "__main__":
+    main()
