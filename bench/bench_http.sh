@@ -1,14 +1,17 @@
 #!/bin/sh
-# bench_http.sh - attnd over HTTP on 127.0.0.1, printed as a table:
+# bench_http.sh - attnd over HTTP on 127.0.0.1, at its defaults, as tables:
 #   1. small requests (L=16, E=512, the default model) at 64 connections with
-#      wrk: requests/s, p50, p99, with batching on (the defaults) and off
-#      (ATTND_MAX_BATCH_REQUESTS=1), with JSON number bodies and with base64
-#      tensor bodies (which take the decimal text out of the cost);
-#   2. one large request (B=1, L=512, E=1024, H=16) in base64: round trip
-#      against the core's own compute time (usage.compute_us);
-#   3. the codec costs on their own (build/bench/bench_codec).
+#      wrk: requests/s, p50, p99, mean batch; JSON and base64 bodies, and
+#      batching off; with BASELINE_BIN (an older build, which split the CPUs
+#      as workers x blas_threads) also its 2 x 1 and 1 x 2 splits;
+#   2. a lone small request on a kept-alive connection: round trip, queue
+#      wait and compute time (usage);
+#   3. one large request (B=1, L=512, E=1024, H=16) in base64: round trip
+#      against the core's all-thread compute time (usage.compute_us);
+#   4. the codec costs on their own (build/bench/bench_codec).
 # Numbers only; nothing is asserted. Run by `make bench-http`.
-# Env: ATTND_BIN (build/attnd), BENCH_SECONDS (10), PYTHON (python3).
+# Env: ATTND_BIN (build/attnd), BENCH_SECONDS (10), PYTHON (python3),
+# BASELINE_BIN (optional).
 set -eu
 
 BIN=${ATTND_BIN:-build/attnd}
@@ -113,40 +116,68 @@ EOF
 
 echo "attnd HTTP benchmark: $(nproc) cores, $BIN, wrk 64 connections for ${DUR}s per row"
 echo
-echo "| small requests (16×512, default model) | req/s    | p50 ms  | p99 ms  | p99/p50 | errors | mean batch |"
-echo "|----------------------------------------|----------|---------|---------|---------|--------|------------|"
-for enc in json base64; do
-    : >"$TMP/rows"
-    for mode in on off; do
-        if [ "$mode" = on ]; then start; else start ATTND_MAX_BATCH_REQUESTS=1; fi
-        # warm-up, then the measured run
-        BODY="$TMP/small.$enc" wrk -t2 -c64 -d2s --timeout 10s -s "$TMP/post.lua" \
-            "http://127.0.0.1:$PORT/v1/attention" >/dev/null
-        b0=$(curl -s "http://127.0.0.1:$PORT/metrics" | awk '/^attnd_batch_size_(sum|count) /{printf "%s ", $2}')
-        out=$(BODY="$TMP/small.$enc" wrk -t2 -c64 -d"${DUR}s" --timeout 10s -s "$TMP/post.lua" \
-            "http://127.0.0.1:$PORT/v1/attention" | grep '^RESULT')
-        b1=$(curl -s "http://127.0.0.1:$PORT/metrics" | awk '/^attnd_batch_size_(sum|count) /{printf "%s ", $2}')
-        stop
-        echo "$out $b0 $b1" | awk -v mode="$mode, $enc" '{
-            mb = ($10 - $8) > 0 ? ($9 - $7) / ($10 - $8) : 0;
-            printf "| batching %-29s | %8.1f | %7.2f | %7.2f | %7.2f | %6d | %10.1f |\n",
-                mode, $2, $3, $4, ($3 > 0 ? $4 / $3 : 0), $5, mb }' | tee -a "$TMP/rows"
-    done
-    awk -v enc="$enc" '{ gsub(/\|/, " "); r[NR] = $4 } END { if (r[2] > 0) printf "batching on / off throughput, %s bodies: %.2fx\n", enc, r[1] / r[2] }' "$TMP/rows" >>"$TMP/ratios"
-done
-echo
-cat "$TMP/ratios"
+echo "| small requests (16×512, default model)   | req/s    | p50 ms  | p99 ms  | p99/p50 | errors | mean batch |"
+echo "|------------------------------------------|----------|---------|---------|---------|--------|------------|"
+# small_row LABEL ENCODING [VAR=value...]: one wrk row against a fresh daemon
+small_row() {
+    label=$1 enc=$2
+    shift 2
+    start "$@"
+    # warm-up, then the measured run
+    BODY="$TMP/small.$enc" wrk -t2 -c64 -d2s --timeout 10s -s "$TMP/post.lua" \
+        "http://127.0.0.1:$PORT/v1/attention" >/dev/null
+    b0=$(curl -s "http://127.0.0.1:$PORT/metrics" | awk '/^attnd_batch_size_(sum|count) /{printf "%s ", $2}')
+    out=$(BODY="$TMP/small.$enc" wrk -t2 -c64 -d"${DUR}s" --timeout 10s -s "$TMP/post.lua" \
+        "http://127.0.0.1:$PORT/v1/attention" | grep '^RESULT')
+    b1=$(curl -s "http://127.0.0.1:$PORT/metrics" | awk '/^attnd_batch_size_(sum|count) /{printf "%s ", $2}')
+    stop
+    echo "$out $b0 $b1" | awk -v label="$label" '{
+        mb = ($10 - $8) > 0 ? ($9 - $7) / ($10 - $8) : 0;
+        printf "| %-40s | %8.1f | %7.2f | %7.2f | %7.2f | %6d | %10.1f |\n",
+            label, $2, $3, $4, ($3 > 0 ? $4 / $3 : 0), $5, mb }'
+}
+small_row "defaults, json" json
+small_row "defaults, base64" base64
+small_row "batching off, json" json ATTND_MAX_BATCH_REQUESTS=1
+# the old static split, when an older build is given (it had no single pool):
+# workers x blas_threads = 2 x 1 (its default) and 1 x 2
+if [ -n "${BASELINE_BIN:-}" ]; then
+    NEWBIN=$BIN
+    BIN=$BASELINE_BIN
+    small_row "older build: workers 2 x blas 1, json" json ATTND_WORKERS=2 ATTND_BLAS_THREADS=1
+    small_row "older build: workers 1 x blas 2, json" json ATTND_WORKERS=1 ATTND_BLAS_THREADS=2
+    BIN=$NEWBIN
+fi
 
+echo
+echo "| lone small request (16×512, json), keep-alive | round trip ms | queue µs | compute ms | round trip / compute |"
+echo "|-----------------------------------------------|---------------|----------|------------|----------------------|"
+start
+"$PY" - "$PORT" "$TMP/small.json" <<'PYEOF2'
+import http.client, json, statistics, sys, time
+port, path = int(sys.argv[1]), sys.argv[2]
+body = open(path, "rb").read()
+conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+rt, q, c = [], [], []
+for i in range(41):
+    t0 = time.perf_counter()
+    conn.request("POST", "/v1/attention", body, {"Content-Type": "application/json"})
+    r = conn.getresponse()
+    data = r.read()
+    t = time.perf_counter() - t0
+    assert r.status == 200, data[:200]
+    u = json.loads(data)["usage"]
+    if i:
+        rt.append(t * 1e3); q.append(u["queue_us"]); c.append(u["compute_us"] / 1e3)
+m = statistics.median
+print("| median of %d, defaults %-23s | %13.2f | %8.0f | %10.3f | %20.1f |" % (len(rt), "", m(rt), m(q), m(c), m(rt) / m(c)))
+PYEOF2
+stop
 echo
 echo "| large request (1×512×1024, H=16, base64)   | round trip ms | compute ms (usage) | ratio |"
 echo "|--------------------------------------------|---------------|--------------------|-------|"
-for delay in default 0; do
-    if [ "$delay" = default ]; then
-        start ATTND_CONFIG="$TMP/large_config.json" ATTND_MAX_BODY_BYTES=67108864
-    else
-        start ATTND_CONFIG="$TMP/large_config.json" ATTND_MAX_BODY_BYTES=67108864 \
-            ATTND_MAX_QUEUE_DELAY_US="$delay"
-    fi
+for delay in default; do
+    start ATTND_CONFIG="$TMP/large_config.json" ATTND_MAX_BODY_BYTES=67108864
     # a keep-alive client, as a backend would hold one; the first answer warms up
     "$PY" - "$PORT" "$TMP/large.json" "$delay" <<'PYEOF'
 import http.client, json, sys, time
