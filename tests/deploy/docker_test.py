@@ -196,6 +196,19 @@ def main():
         c.check(r.returncode == 0 and code == 0, "podman stop (SIGTERM) -> exit code 0",
                 f"exit code {code} after {took:.1f} s; {r.stderr.strip()}")
 
+        # The compute pool follows the container's CPU quota: --cpus 1 means one
+        # compute thread (the cgroup quota is read inside the container).
+        qport = dl.free_port()
+        qc = Container(f"attnd-test-cpus-{os.getpid()}", qport, opts=["--cpus", "1"])
+        containers.append(qc)
+        ok = qc.wait_healthy()
+        status, qbody, _ = dl.http("GET", qc.url("/v1/models")) if ok else (0, {}, None)
+        qcomp = (qbody.get("compute") or {}) if isinstance(qbody, dict) else {}
+        c.check(ok and qcomp.get("threads") == 1 and qcomp.get("cpus") == 1,
+                "--cpus 1: the image's compute pool has 1 thread (cgroup quota)",
+                f"{status} {qcomp}; {qc.logs()[:600]}")
+        podman("stop", "-t", "40", qc.name, timeout=60)
+
         # 2. A mounted folder with config.json and weights, an ATTND_* port,
         # and the HEALTHCHECK following ATTND_PORT.
         models = os.path.join(tmp, "models")
