@@ -10,6 +10,15 @@
 
 #include "../server/codec.h"
 
+/* The plain build runs every random and swept check in full; under
+ * AddressSanitizer (make asan) a tenth of each, and the digit split's
+ * first 10^8 values, which keeps that suite to a minute. */
+#ifdef __SANITIZE_ADDRESS__
+#define SAN_DIV 10
+#else
+#define SAN_DIV 1
+#endif
+
 static uint64_t rng_state = 0x243f6a8885a308d3ull;
 static uint32_t rnd32(void) {
     rng_state ^= rng_state << 13;
@@ -60,7 +69,7 @@ START_TEST(test_f32_special_values) {
 END_TEST
 
 START_TEST(test_f32_random_bits_round_trip) {
-    for (int i = 0; i < 300000; i++) {
+    for (int i = 0; i < 300000 / SAN_DIV; i++) {
         float f = from_bits(rnd32());
         if (!isfinite(f)) continue;
         check_one(f);
@@ -70,7 +79,7 @@ END_TEST
 
 START_TEST(test_f32_random_values_round_trip) {
     /* the range attention outputs live in */
-    for (int i = 0; i < 150000; i++) {
+    for (int i = 0; i < 150000 / SAN_DIV; i++) {
         float f = ((float)rnd32() / 4294967296.0f - 0.5f) * 8.0f;
         check_one(f);
     }
@@ -79,7 +88,7 @@ END_TEST
 
 START_TEST(test_f32_every_997th_float) {
     /* 4.3 million floats spread over every exponent, both signs */
-    for (uint64_t u = 0; u < 0x100000000ull; u += 997) {
+    for (uint64_t u = 0; u < 0x100000000ull; u += 997 * SAN_DIV) {
         float f = from_bits((uint32_t)u);
         if (isfinite(f)) check_one(f);
     }
@@ -117,7 +126,8 @@ START_TEST(test_digits9_every_value) {
      * to a decimal counter stepped alongside */
     char want[9], got[9];
     memset(want, '0', sizeof(want));
-    for (uint32_t n = 0; n < 1000000000u; n++) {
+    const uint32_t end = 1000000000u / SAN_DIV; /* every digit position turns over */
+    for (uint32_t n = 0; n < end; n++) {
         fmt_digits9(got, n);
         if (memcmp(got, want, 9) != 0)
             ck_abort_msg("%u written as %.9s, not %.9s", n, got, want);
@@ -170,7 +180,7 @@ START_TEST(test_parse_number_matches_strtod) {
         ck_assert_msg(v == ref || (isinf(v) && isinf(ref)), "%s: %.17g vs %.17g", ok[i], v, ref);
     }
     /* random decimals with 1..20 digits and exponents */
-    for (int i = 0; i < 200000; i++) {
+    for (int i = 0; i < 200000 / SAN_DIV; i++) {
         char s[64];
         int digits = 1 + (int)(rnd32() % 20), e = (int)(rnd32() % 80) - 40;
         int k = 0;
@@ -199,7 +209,7 @@ static void same_as_strtof(const char *s) {
 START_TEST(test_parse_f32_printed_floats) {
     /* float32 values as clients print them: numpy's 17 digits, %.9g, 12 and 20 digits */
     const char *fmts[] = {"%.17g", "%.9g", "%.12g", "%.17e", "%.20e", "%.8e"};
-    for (int i = 0; i < 600000; i++) {
+    for (int i = 0; i < 600000 / SAN_DIV; i++) {
         float f = from_bits(rnd32());
         if (!isfinite(f)) continue;
         char s[64];
@@ -216,7 +226,7 @@ END_TEST
 
 START_TEST(test_parse_f32_random_decimals) {
     /* 1 to 40 digits, exponents across and past the float32 range */
-    for (int i = 0; i < 1000000; i++) {
+    for (int i = 0; i < 1000000 / SAN_DIV; i++) {
         char s[96];
         int k = 0, digits = 1 + (int)(rnd32() % 40), point = (int)(rnd32() % (unsigned)digits);
         if (rnd32() & 1) s[k++] = '-';
@@ -245,7 +255,7 @@ static void exact_decimal(char *s, size_t cap, double x) {
 START_TEST(test_parse_f32_midpoints) {
     /* halfway between two floats (normal, subnormal, next to FLT_MAX), and
      * the decimals just below and above it: the hard cases of any reader */
-    for (int i = 0; i < 200000; i++) {
+    for (int i = 0; i < 200000 / SAN_DIV; i++) {
         uint32_t u = rnd32() & 0x7fffffffu;
         if (i % 4 == 0) u &= 0x007fffffu;             /* subnormal */
         if (i % 97 == 0) u = 0x7f7fffffu - (u & 0xff); /* near FLT_MAX */
