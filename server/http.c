@@ -405,6 +405,22 @@ static enum MHD_Result dispatch_session(hreq *h) {
     return submit(h);
 }
 
+/* A v2 infer whose parameters open a session (session_open) or step one
+ * (session_id): the parsed job becomes a begun step (steps.c). */
+static enum MHD_Result v2_session(hreq *h) {
+    attnd_server *s = h->srv;
+    attnd_error e = {AERR_NONE, ""};
+    attnd_job *job = &h->r.job;
+    if (job->session_id && job->session_open)
+        return send_err(h, AERR_BAD_REQUEST, "%s",
+                        "parameters: give session_id (a step) or session_open, not both");
+    attnd_step_env se = {s->sessions, &s->env, s->cfg, job->session_id, NULL, attnd_step_now()};
+    if (attnd_step_from_job(&se, job, &h->r.step, &e, &h->retry_after) < 0)
+        return send_error(h, &e);
+    h->r.tokens = job->L;
+    return submit(h);
+}
+
 static enum MHD_Result dispatch_compute(hreq *h) {
     attnd_server *s = h->srv;
     attnd_error e = {AERR_NONE, ""};
@@ -426,6 +442,10 @@ static enum MHD_Result dispatch_compute(hreq *h) {
                             "body's length",
                             hl);
         rc = attnd_parse_v2(&s->env, path_model, body, h->in.len, (size_t)json_len, &h->r.job, &e);
+        if (rc == 0 && (h->r.job.session_id || h->r.job.session_open)) {
+            sb_free(&h->in);
+            return v2_session(h);
+        }
     } else {
         rc = attnd_parse_native(&s->env, path_model, body, h->in.len, &h->r.job, &e);
     }

@@ -77,6 +77,7 @@ void attnd_job_free(attnd_job *job) {
     free(job->mask_add);
     free(job->positions);
     free(job->v2_id);
+    free(job->session_id);
     free(job->attn);
     memset(job, 0, sizeof(*job));
 }
@@ -498,6 +499,8 @@ typedef struct {
     char labels[T_COUNT][48];
     v2_input in;               /* the input being read; its data owned */
     v2_output out;             /* the output being read */
+    char session_id[40];       /* parameters.session_id: a step of that session, or "" */
+    int session_open;          /* parameters.session_open: open a session with the query */
 } v2_body;
 
 /* "data": nested arrays or flat, named with the input's name when known. */
@@ -706,8 +709,11 @@ static const jfield V2_PARAMETER_FIELDS[] = {
     {.name = "causal", .type = JF_BOOL_NULL, .offset = V2(c.causal)},
     {.name = "attention", .type = JF_WORD, .offset = V2(c.weights), .words = WEIGHT_WORDS},
     {.name = "binary_data_output", .type = JF_BOOL, .offset = V2(bin_all)},
+    {.name = "session_id", .type = JF_STRING, .offset = V2(session_id),
+     .size = sizeof(((v2_body *)0)->session_id)},
+    {.name = "session_open", .type = JF_BOOL, .offset = V2(session_open)},
 };
-static const jtable V2_PARAMETERS = {"parameter", V2_PARAMETER_FIELDS, 3, 1};
+static const jtable V2_PARAMETERS = {"parameter", V2_PARAMETER_FIELDS, 5, 1};
 
 static const jfield V2_FIELDS[] = {
     {.name = "id", .type = JF_STRDUP, .offset = V2(id)},
@@ -772,6 +778,12 @@ int attnd_parse_v2(const attnd_parse_env *env, const char *path_model, const cha
     job->v2_binary = v.bin_all ? 3 : v.bin_bits;
     job->v2_id = v.id;
     v.id = NULL;
+    job->session_open = v.session_open;
+    if (v.session_id[0] && !(job->session_id = strdup(v.session_id))) {
+        attnd_job_free(job);
+        attnd_set_error(e, AERR_INTERNAL, "out of memory");
+        goto cleanup;
+    }
     ret = 0;
 cleanup:
     tensor_free(&v.in.data);

@@ -52,6 +52,8 @@ typedef struct {
     attn_weights_mode weights; /* none, mean or heads */
     attnd_encoding enc;        /* how the answer carries tensors */
     char *v2_id;               /* the v2 "id" to echo, or NULL */
+    char *session_id;          /* v2 parameters.session_id: a step of that session, or NULL */
+    int session_open;          /* v2 parameters.session_open: open a session with the query */
     int v2_binary;             /* binary data extension for outputs: 1 output, 2 attention */
     int v2_outputs;            /* outputs listed in the request: 1 output, 2 attention; 0 = all */
     /* results, written by the worker */

@@ -136,9 +136,39 @@ int attnd_step_prepare(const attnd_step_env *se, const char *body, size_t len, a
         free(sr);
         return mi < 0 ? -1 : s == SESS_OK ? 0 : session_error(s, NULL, e);
     }
+    free(sr);
     const char *path_model = mi >= 0 ? se->env->models[mi].name : NULL;
-    if (attnd_parse_native(se->env, path_model, body, len, job, e) < 0 ||
-        check_job(job, &se->env->models[job->model], e) < 0) {
+    if (attnd_parse_native(se->env, path_model, body, len, job, e) < 0) return -1;
+    return attnd_step_from_job(se, job, out, e, retry_after_s);
+}
+
+int attnd_step_from_job(const attnd_step_env *se, attnd_job *job, attnd_step_req **out,
+                        attnd_error *e, int *retry_after_s) {
+    *out = NULL;
+    *retry_after_s = 0;
+    char idbuf[ATTND_SESSION_ID_LEN + 8]; /* se->id may live in the job, freed on failure */
+    attnd_step_env local = *se;
+    if (se->id) {
+        snprintf(idbuf, sizeof idbuf, "%s", se->id);
+        local.id = idbuf;
+    }
+    se = &local;
+    attnd_step_req *sr = calloc(1, sizeof *sr);
+    if (!sr) {
+        attnd_job_free(job);
+        return attnd_set_error(e, AERR_INTERNAL, "out of memory");
+    }
+    sr->table = se->table;
+    int mi = se->id ? attnd_session_model(se->table, se->id, se->now) : job->model;
+    if (mi < 0 || check_job(job, &se->env->models[job->model], e) < 0) {
+        if (mi < 0) session_error(SESS_NOT_FOUND, se->id, e);
+        attnd_job_free(job);
+        free(sr);
+        return -1;
+    }
+    if (mi != job->model) {
+        attnd_set_error(e, AERR_BAD_REQUEST, "session '%.40s' belongs to model '%s', not '%s'",
+                        se->id, se->env->models[mi].name, se->env->models[job->model].name);
         attnd_job_free(job);
         free(sr);
         return -1;
@@ -194,7 +224,8 @@ static int all_finite(const float *x, size_t n) {
 }
 
 /* The answer of one computed step: the /v1/attention answer with the
- * session's id and its cached tokens first. */
+ * session's id and its cached tokens first; in a v2 answer, its first
+ * parameters. */
 static int write_step(attnd_req *r, const attnd_model_info *info, const float *out,
                       const attnd_usage *u) {
     attnd_step_req *sr = r->step;
@@ -206,15 +237,27 @@ static int write_step(attnd_req *r, const attnd_model_info *info, const float *o
         sb_free(&a);
         return -1;
     }
-    sb_puts(&b, "{\"session\":");
+    const char *at = a.p + 1; /* native: right after the opening brace */
+    if (r->job.api == API_V2) {
+        const char *par = strstr(a.p, "\"parameters\":{");
+        if (!par || (json_len && (size_t)(par - a.p) >= json_len)) {
+            sb_free(&a);
+            return -1;
+        }
+        at = par + strlen("\"parameters\":{");
+    }
+    sb_put(&b, a.p, (size_t)(at - a.p));
+    sb_puts(&b, r->job.api == API_V2 ? "\"session_id\":" : "\"session\":");
     sb_json_str(&b, sr->id);
     sb_printf(&b, ",\"cached_tokens\":%d,", r->job.S);
-    sb_put(&b, a.p + 1, a.len - 1);
+    sb_put(&b, at, a.len - (size_t)(at - a.p));
+    size_t alen = a.len;
     sb_free(&a);
     free(r->body);
     r->body = sb_take(&b, &r->body_len);
     if (!r->body) return -1;
-    r->status = sr->opened ? 201 : 200;
+    r->json_len = json_len ? json_len + (r->body_len - alen) : 0;
+    r->status = sr->opened && r->job.api != API_V2 ? 201 : 200;
     r->err = AERR_NONE;
     return 0;
 }

@@ -49,6 +49,12 @@ int attnd_step_prepare(const attnd_step_env *se, const char *body, size_t len, a
                        attnd_step_req **out, char opened_id[ATTND_SESSION_ID_LEN + 1],
                        attnd_error *e, int *retry_after_s);
 
+/* Begins the step of an already parsed job (a v2 infer whose parameters
+ * name a session, or open one): se->id is the session, NULL to open. Frees
+ * the job on failure. Same returns as attnd_step_prepare. */
+int attnd_step_from_job(const attnd_step_env *se, attnd_job *job, attnd_step_req **out,
+                        attnd_error *e, int *retry_after_s);
+
 /* The 201 body of an open without a prefix, NULL when out of memory. */
 char *attnd_step_open_answer(const char *id, const char *model, size_t *len);
 

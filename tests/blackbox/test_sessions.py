@@ -299,3 +299,35 @@ def test_step_while_busy_is_409(d):
     after = step(d, sid, big[:1]).json()["cached_tokens"]
     assert after == 8000 + answered + 1
     assert d.request("DELETE", "/v1/sessions/" + sid).status_code == 204
+
+
+def test_v2_sessions_through_parameters(d):
+    """KServe v2: parameters.session_open opens a session with the query as
+    its prefix, parameters.session_id steps it; the answers' parameters
+    carry session_id and cached_tokens, and equal the golden rows."""
+    g = GOLDENS[0]
+    s = g["sequences"][0]
+    q, want = np.array(s["query"], dtype=np.float32), np.array(s["output"])
+    E = g["embed_dim"]
+
+    def infer(rows, params):
+        body = {"inputs": [{"name": "query", "shape": [1, len(rows), E], "datatype": "FP32",
+                            "data": np.asarray(rows).reshape(-1).tolist()}],
+                "parameters": params}
+        return d.post("/v2/models/%s/infer" % g["name"], body)
+
+    r = infer(q[:5], {"session_open": True})
+    assert r.status_code == 200, r.text[:300]
+    a = r.json()
+    sid, p = a["parameters"]["session_id"], a["parameters"]
+    assert p["cached_tokens"] == 5 and "batch" in p
+    out = np.array(a["outputs"][0]["data"], dtype=np.float32).reshape(5, E)
+    assert rel_err(out, want[:5]) <= TOL
+    for at in range(5, 8):
+        a = infer(q[at:at + 1], {"session_id": sid}).json()
+        assert a["parameters"]["cached_tokens"] == at + 1
+        out = np.array(a["outputs"][0]["data"], dtype=np.float32).reshape(1, E)
+        assert rel_err(out, want[at:at + 1]) <= TOL
+    check_error_body(infer(q[:1], {"session_id": "0123456789abcdef0123456789abcdef"}), 404)
+    check_error_body(infer(q[:1], {"session_id": sid, "session_open": True}), 400)
+    assert d.request("DELETE", "/v1/sessions/" + sid).status_code == 204
