@@ -62,8 +62,17 @@ class Daemon:
             self.config_path.write_text(json.dumps(config, indent=1))
         self.stdout_path = self.workdir / (name + ".stdout")
         self.stderr_path = self.workdir / (name + ".stderr")
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith("ATTND_")}
-        self.env.update(env or {})
+        # A daemon starts as a fresh user's would: no ATTND_* and no
+        # OPENBLAS_CORETYPE inherited from the machine running the tests (some
+        # preset one); a test that wants either passes it in env. A value of
+        # None removes a key.
+        self.env = {k: v for k, v in os.environ.items()
+                    if not k.startswith("ATTND_") and k != "OPENBLAS_CORETYPE"}
+        for k, v in (env or {}).items():
+            if v is None:
+                self.env.pop(k, None)
+            else:
+                self.env[k] = v
         self.args = [str(BIN)]
         if flags:  # otherwise the caller says where to listen (env or config)
             self.args += ["--host", "127.0.0.1", "--port", str(self.port)]

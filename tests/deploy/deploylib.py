@@ -97,7 +97,9 @@ def attnd_bin():
 def start_attnd(port, args=(), env=None, log=None):
     """Starts build/attnd on 127.0.0.1:port; returns the Popen once /health
     answers 200, or raises RuntimeError with the log's tail."""
-    e = {k: v for k, v in os.environ.items() if not k.startswith("ATTND_") or k == "ATTND_BIN"}
+    # as a fresh user's shell: no OPENBLAS_CORETYPE preset by the test machine
+    e = {k: v for k, v in os.environ.items()
+         if (not k.startswith("ATTND_") or k == "ATTND_BIN") and k != "OPENBLAS_CORETYPE"}
     e.update(env or {})
     e["ATTND_HOST"] = "127.0.0.1"
     e["ATTND_PORT"] = str(port)
