@@ -39,7 +39,7 @@ LIBS       := $(BUILD)/libattnd_server.a $(BUILD)/libattnd_config.a $(BUILD)/lib
 TESTS      := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 BENCHES    := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
-.PHONY: all deps test test-unit test-blackbox test-abuse soak asan tsan run bench bench-http bench-decode clean fuzz fuzz-smoke fuzz-long venv
+.PHONY: all deps deps-bench test test-unit test-blackbox test-abuse soak asan tsan run bench bench-http bench-decode clean fuzz fuzz-smoke fuzz-long venv
 .PHONY: docker-test scaleout-test
 
 all: $(BUILD)/attnd $(LIBS)
@@ -188,7 +188,12 @@ $(BENCH_VENV)/.stamp: bench/requirements-ort.txt
 	$(BENCH_VENV)/bin/pip install -q -r bench/requirements-ort.txt
 	touch $@
 
-bench: deps
+# Debian's torch (the numerics reference, and a speed baseline) and perf
+# (bench_json.sh's profile) are needed by the benches alone.
+deps-bench:
+	@sh tests/deps.sh python3-torch linux-perf
+
+bench: deps-bench
 	$(MAKE) all $(BENCHES) $(BENCH_VENV)/.stamp
 	rm -f $(BUILD)/bench/cells.json
 	env -u OPENBLAS_CORETYPE $(BUILD)/bench/bench_core --json $(BUILD)/bench/cells.json
@@ -201,9 +206,15 @@ bench: deps
 	else echo "torch: not installed (apt-get install python3-torch), its column is left out"; fi
 	$(PYTHON) bench/compare.py $(BUILD)/bench/cells.json
 
+# KV-cache session steps at cache lengths 128..8192, 1 and 64 sessions,
+# against re-sending the whole prefix (bench/bench_decode.c).
+bench-decode: deps
+	$(MAKE) all $(BUILD)/bench/bench_decode
+	env -u OPENBLAS_CORETYPE $(BUILD)/bench/bench_decode
+
 # HTTP throughput and latency with wrk, batching on and off, the large
 # request's round trip, and the codec costs (bench/bench_http.sh).
-bench-http: deps
+bench-http: deps-bench
 	$(MAKE) all $(BUILD)/bench/bench_codec
 	ATTND_BIN=$(BUILD)/attnd BENCH_CODEC=$(BUILD)/bench/bench_codec sh bench/bench_http.sh
 	ATTND_BIN=$(BUILD)/attnd BENCH_VENV=$(BUILD)/bench-venv sh bench/bench_json.sh

@@ -1,7 +1,8 @@
 #!/bin/sh
 # Installs the Debian packages attnd's build and tests need, when they are
 # missing: as root with apt-get, otherwise by printing the one line to run.
-PKGS="build-essential pkg-config libmicrohttpd-dev libjansson-dev libopenblas-dev check \
+# Arguments name more packages (make bench adds python3-torch and linux-perf).
+PKGS="$* build-essential pkg-config libmicrohttpd-dev libjansson-dev libopenblas-dev check \
 python3 python3-venv python3-pip curl clang libclang-rt-14-dev nginx wrk prometheus"
 missing=""
 for p in $PKGS; do
