@@ -48,8 +48,27 @@ def forward(mha, x):
         return mha(x, x, x, need_weights=False)[0]
 
 
-def mm_rate(threads, n=2048):
+def openblas():
+    """The OpenBLAS torch computes with (Debian's torch calls the system BLAS)."""
+    for path in blas_libs().split(", "):
+        if "openblas" in os.path.basename(path):
+            lib = ctypes.CDLL(path)
+            if hasattr(lib, "openblas_set_num_threads"):
+                return lib
+    return None
+
+
+def set_threads(threads):
+    """torch.set_num_threads governs torch's own loops but not the OpenBLAS
+    it calls, which otherwise starts a thread per CPU: both get `threads`."""
     torch.set_num_threads(threads)
+    lib = openblas()
+    if lib is not None:
+        lib.openblas_set_num_threads(threads)
+
+
+def mm_rate(threads, n=2048):
+    set_threads(threads)
     a, b = torch.randn(n, n), torch.randn(n, n)
     torch.mm(a, b)
     t = []
@@ -61,7 +80,7 @@ def mm_rate(threads, n=2048):
 
 
 def time_forward(shape, threads, budget):
-    torch.set_num_threads(threads)
+    set_threads(threads)
     mha, x = make(*shape)
     t0 = time.perf_counter()
     forward(mha, x)  # warm-up
@@ -100,7 +119,7 @@ def memory_child(threads):
         ctypes.CDLL("libc.so.6").mallopt(-3, 128 * 1024)  # M_MMAP_THRESHOLD
     except OSError:
         pass
-    torch.set_num_threads(threads)
+    set_threads(threads)
     B, L, E, H = MEM_SHAPE
     mha, x = make(B, L, E, H)
     out = forward(mha, x)  # warm-up: the BLAS buffers become resident
