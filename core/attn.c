@@ -126,6 +126,11 @@ void attn_ctx_parallel(attn_ctx *ctx, int ntasks, void (*fn)(void *arg, int task
     attn_pool_run(ctx->pool, ntasks, fn, arg);
 }
 
+void attn_ctx_rest(attn_ctx *ctx)
+{
+    attn_pool_rest(ctx->pool);
+}
+
 /* ---- vector kernels ------------------------------------------------------ */
 
 /* 16 lanes: one AVX-512 register, two AVX2 ones, four SSE ones. The kernels

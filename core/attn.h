@@ -148,6 +148,11 @@ int attn_ctx_threads(const attn_ctx *ctx);
  * back into the same context. */
 void attn_ctx_parallel(attn_ctx *ctx, int ntasks, void (*fn)(void *arg, int task, int thread),
                        void *arg);
+/* Between parallel loops the context's threads spin for a short while, so
+ * that the next loop of a batch starts at once. A caller with nothing more
+ * to run soon (a server whose queues are empty) says so, and they sleep at
+ * once instead of taking CPU from other threads. The next loop wakes them. */
+void attn_ctx_rest(attn_ctx *ctx);
 
 /* Scratch bytes a forward of this batch needs beyond its inputs and outputs
  * (upper bound), so that a server can bound memory before admission. */

@@ -30,6 +30,9 @@ void attn_pool_free(attn_pool *p);
 /* Runs fn(arg, i, tid) for every i in [0, ntasks), tasks taken in order,
  * and returns when all are done. */
 void attn_pool_run(attn_pool *p, int ntasks, attn_task_fn fn, void *arg);
+/* No loop is coming soon: helpers stop spinning and sleep until the next
+ * attn_pool_run (which ends the rest). */
+void attn_pool_rest(attn_pool *p);
 
 /* fused.c: the AVX-512 online-softmax block (see there). Supported when the
  * CPU has AVX-512F and D is a multiple of 16 up to 128. */

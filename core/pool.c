@@ -12,15 +12,23 @@
  * A forward runs three loops back to back (projections, attention, output
  * projection), so helpers spin for a short while before sleeping and the
  * caller spins before waiting: a futex wake-up on a virtual machine costs
- * tens of microseconds, which is most of a small forward. */
+ * tens of microseconds, which is most of a small forward. The spin is
+ * bounded by time (SPIN_NS), not by a count of pause instructions, whose
+ * cost differs tenfold between CPUs; and the owner ends it at once with
+ * attn_pool_rest() when it has no more loops coming (a server between
+ * batches), so idle helpers never take CPU from threads that have work. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "internal.h"
 
-enum { SPIN_ROUNDS = 20000 }; /* pause instructions before sleeping: tens of microseconds */
+enum {
+    SPIN_NS = 30000,  /* longest spin before sleeping: covers the gaps inside a batch */
+    SPIN_CHECK = 64,  /* pause instructions between two looks at the clock */
+};
 
 struct attn_pool {
     int nthreads;          /* including the caller's thread */
@@ -35,6 +43,7 @@ struct attn_pool {
     atomic_int ntasks;
     atomic_int finished;   /* tasks of the current loop done */
     atomic_int stop;       /* shut down */
+    atomic_int resting;    /* 1: no loop is coming soon, helpers sleep instead of spinning */
 };
 
 typedef struct {
@@ -47,6 +56,32 @@ static inline void cpu_relax(void)
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
 #endif
+}
+
+static uint64_t now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+/* Spins until done(p, x) holds, the pool rests (when `restless`), or SPIN_NS
+ * pass; returns done's last answer. */
+static int spin_until(attn_pool *p, int (*done)(attn_pool *, unsigned), unsigned x, int restless)
+{
+    uint64_t until = 0;
+    for (;;) {
+        for (int i = 0; i < SPIN_CHECK; i++) {
+            if (done(p, x)) return 1;
+            if (restless && atomic_load_explicit(&p->resting, memory_order_relaxed)) return 0;
+            cpu_relax();
+        }
+        uint64_t t = now_ns();
+        if (!until)
+            until = t + SPIN_NS;
+        else if (t >= until)
+            return 0;
+    }
 }
 
 /* Claims and runs tasks of loop `gen` until none is left; returns how many
@@ -82,15 +117,22 @@ static void finish(attn_pool *p, int n)
     }
 }
 
+static int new_loop(attn_pool *p, unsigned seen)
+{
+    return atomic_load_explicit(&p->gen, memory_order_acquire) != seen ||
+           atomic_load_explicit(&p->stop, memory_order_relaxed);
+}
+
+static int loop_done(attn_pool *p, unsigned ntasks)
+{
+    return (unsigned)atomic_load_explicit(&p->finished, memory_order_acquire) == ntasks;
+}
+
 /* Waits until gen differs from seen or the pool stops; returns the new gen. */
 static unsigned wait_loop(attn_pool *p, unsigned seen)
 {
     unsigned g = seen;
-    for (int i = 0; i < SPIN_ROUNDS; i++) {
-        g = atomic_load_explicit(&p->gen, memory_order_acquire);
-        if (g != seen || atomic_load_explicit(&p->stop, memory_order_relaxed)) return g;
-        cpu_relax();
-    }
+    if (spin_until(p, new_loop, seen, 1)) return atomic_load_explicit(&p->gen, memory_order_acquire);
     pthread_mutex_lock(&p->mu);
     while (!atomic_load(&p->stop) && (g = atomic_load(&p->gen)) == seen)
         pthread_cond_wait(&p->go, &p->mu);
@@ -129,6 +171,7 @@ attn_pool *attn_pool_new(int nthreads)
     atomic_init(&p->ntasks, 0);
     atomic_init(&p->finished, 0);
     atomic_init(&p->stop, 0);
+    atomic_init(&p->resting, 1);
     if (nthreads > 1) {
         p->threads = calloc((size_t)nthreads - 1, sizeof *p->threads);
         if (!p->threads) goto fail;
@@ -172,6 +215,7 @@ void attn_pool_run(attn_pool *p, int ntasks, attn_task_fn fn, void *arg)
         for (int i = 0; i < ntasks; i++) fn(arg, i, 0);
         return;
     }
+    atomic_store_explicit(&p->resting, 0, memory_order_relaxed);
     unsigned gen = atomic_load_explicit(&p->gen, memory_order_relaxed) + 1;
     atomic_store_explicit(&p->fn, fn, memory_order_relaxed);
     atomic_store_explicit(&p->arg, arg, memory_order_relaxed);
@@ -183,11 +227,13 @@ void attn_pool_run(attn_pool *p, int ntasks, attn_task_fn fn, void *arg)
     pthread_cond_broadcast(&p->go);
     pthread_mutex_unlock(&p->mu);
     finish(p, run_tasks(p, gen, 0));
-    for (int i = 0; i < SPIN_ROUNDS; i++) {
-        if (atomic_load_explicit(&p->finished, memory_order_acquire) == ntasks) return;
-        cpu_relax();
-    }
+    if (spin_until(p, loop_done, (unsigned)ntasks, 0)) return;
     pthread_mutex_lock(&p->mu);
     while (atomic_load(&p->finished) < ntasks) pthread_cond_wait(&p->done, &p->mu);
     pthread_mutex_unlock(&p->mu);
+}
+
+void attn_pool_rest(attn_pool *p)
+{
+    atomic_store_explicit(&p->resting, 1, memory_order_relaxed);
 }

@@ -529,6 +529,7 @@ static void *batcher_main(void *arg) {
             for (int i = 0; i < s->o.n_models; i++)
                 queued += s->q[i].count;
             if (s->stop && queued == 0) break;
+            attn_ctx_rest(s->ctx); /* nothing to compute: the pool's threads sleep */
             timed_wait(&s->work_cv, &s->mu, wake);
             continue;
         }
