@@ -203,10 +203,10 @@ static int is_compute(route_id id) {
            id == R_V2_VINFER || id == R_SESSIONS || id == R_SESSION_STEP;
 }
 
+/* The model's index, or -1 (request.c's lookup, its message unused). */
 static int find_model(const attnd_server *s, const char *name) {
-    for (int i = 0; i < s->n_models; i++)
-        if (strcmp(s->names[i], name) == 0) return i;
-    return -1;
+    attnd_error e;
+    return attnd_find_model(&s->env, name, &e);
 }
 
 /* ---- sending ---- */
@@ -305,8 +305,9 @@ static enum MHD_Result dispatch_get(hreq *h) {
     int state = atomic_load(&s->state);
     int mi = -1;
     if (h->rm.name[0]) {
-        mi = find_model(s, h->rm.name);
-        if (mi < 0) return send_err(h, AERR_NOT_FOUND, "unknown model '%s'", h->rm.name);
+        attnd_error e;
+        mi = attnd_find_model(&s->env, h->rm.name, &e);
+        if (mi < 0) return send_error(h, &e);
         if (h->rm.version[0] && strcmp(h->rm.version, "1") != 0)
             return send_err(h, AERR_NOT_FOUND,
                             "unknown model version '%s' (attnd serves version 1)", h->rm.version);

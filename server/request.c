@@ -106,6 +106,11 @@ static int unknown_model(const attnd_parse_env *env, const char *name, attnd_err
                            loaded_names(env, names, sizeof(names)));
 }
 
+int attnd_find_model(const attnd_parse_env *env, const char *name, attnd_error *e) {
+    int m = find_model(env, name);
+    return m >= 0 ? m : unknown_model(env, name, e);
+}
+
 /* Picks the model from the path and the body. */
 static int resolve_model(const attnd_parse_env *env, const char *path_model, const collected *c,
                          attnd_error *e) {

@@ -29,6 +29,10 @@ typedef struct {
     long long max_attention_floats; /* B*H*L*S (heads) or B*L*S (mean) above it -> 413 */
 } attnd_parse_env;
 
+/* The index of the served model called name, or -1 with e set to the 404
+ * every route gives: "unknown model 'x' (loaded: a, b)". */
+int attnd_find_model(const attnd_parse_env *env, const char *name, attnd_error *e);
+
 typedef enum { API_NATIVE = 0, API_V2 = 1 } attnd_api;
 typedef enum { ENC_JSON = 0, ENC_BASE64 = 1 } attnd_encoding;
 

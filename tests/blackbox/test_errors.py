@@ -281,7 +281,10 @@ NOT_FOUND = [
     ("POST", "/v1/attention", {"model": "nope", "query": rows(2, E)}),
     ("GET", "/v2/models/nope", None),
     ("GET", "/v2/models/nope/ready", None),
+    ("GET", "/v2/models/nope/versions/1", None),
+    ("GET", "/v2/models/nope/versions/1/ready", None),
     ("POST", "/v2/models/nope/infer", v2(rows(2, E))),
+    ("POST", "/v2/models/nope/versions/1/infer", v2(rows(2, E))),
     ("GET", "/v2/nope", None),
     ("GET", "/v1", None),
     # a percent-encoded NUL must not cut the path short into another route
@@ -301,9 +304,9 @@ def test_not_found_404(d, method, path, body):
     r = d.request(method, path, **kw)
     msg = check_error_body(r, 404)
     if "/models/nope" in path or (body and body.get("model") == "nope"):
+        # every model path names the unknown model and lists the loaded ones
         assert "nope" in msg, "the error should name the unknown model: %r" % msg
-        if "infer" in path or "attention" in path:  # and list the loaded ones (issue 9)
-            assert M in msg and C in msg, msg
+        assert M in msg and C in msg, msg
 
 
 WRONG_METHOD = [
