@@ -785,6 +785,33 @@ static json_t *rope_json(const attn_rope *r) {
     return j;
 }
 
+/* One tensor of the v2 model metadata: rank dimensions, variable (-1)
+ * but the last, which is width when width > 0. */
+static json_t *v2_tensor(const char *name, const char *datatype, int rank, int width) {
+    json_t *shape = json_array();
+    for (int d = 0; d < rank; d++)
+        json_array_append_new(shape, json_integer(d == rank - 1 && width > 0 ? width : -1));
+    return json_pack("{s:s, s:s, s:o}", "name", name, "datatype", datatype, "shape", shape);
+}
+
+/* GET /v2/models/{name}: the inputs this model accepts and the outputs it
+ * gives (docs/api.md). A model with rotary positions takes positions and no
+ * key or value (a key row would have no position); the others the reverse. */
+static json_t *v2_model_json(const char *name, const attn_hparams *hp) {
+    json_t *in = json_array();
+    json_array_append_new(in, v2_tensor("query", "FP32", 3, hp->embed_dim));
+    if (!hp->rope.dim) {
+        json_array_append_new(in, v2_tensor("key", "FP32", 3, hp->kdim));
+        json_array_append_new(in, v2_tensor("value", "FP32", 3, hp->vdim));
+    }
+    json_array_append_new(in, v2_tensor("key_padding_mask", "BOOL", 2, 0));
+    json_array_append_new(in, v2_tensor("attn_mask", "BOOL", 3, 0));
+    if (hp->rope.dim) json_array_append_new(in, v2_tensor("positions", "INT64", 2, 0));
+    return json_pack("{s:s, s:[s], s:s, s:o, s:[o, o]}", "name", name, "versions", "1", "platform",
+                     "attnd", "inputs", in, "outputs", v2_tensor("output", "FP32", 3, hp->embed_dim),
+                     v2_tensor("attention", "FP32", 4, 0));
+}
+
 static int build_bodies(attnd_server *s) {
     const attnd_config *c = s->cfg;
     json_t *models = json_array();
@@ -828,21 +855,8 @@ static int build_bodies(attnd_server *s) {
                                 blas ? blas->features : ""));
     s->v2_model_body = calloc((size_t)s->n_models, sizeof(char *));
     if (!s->models_body || !s->v2_body || !s->v2_model_body) return -1;
-    for (int i = 0; i < s->n_models; i++) {
-        const attn_hparams *hp = &s->info[i].hp;
-        s->v2_model_body[i] = dump(json_pack(
-            "{s:s, s:[s], s:s, s:[{s:s,s:s,s:[i,i,i]}, {s:s,s:s,s:[i,i,i]}, {s:s,s:s,s:[i,i,i]},"
-            " {s:s,s:s,s:[i,i]}, {s:s,s:s,s:[i,i,i]}],"
-            " s:[{s:s,s:s,s:[i,i,i]}, {s:s,s:s,s:[i,i,i,i]}]}",
-            "name", s->names[i], "versions", "1", "platform", "attnd", "inputs", "name", "query",
-            "datatype", "FP32", "shape", -1, -1, hp->embed_dim, "name", "key", "datatype", "FP32",
-            "shape", -1, -1, hp->kdim, "name", "value", "datatype", "FP32", "shape", -1, -1,
-            hp->vdim, "name", "key_padding_mask", "datatype", "BOOL", "shape", -1, -1, "name",
-            "attn_mask", "datatype", "BOOL", "shape", -1, -1, -1, "outputs", "name", "output",
-            "datatype", "FP32", "shape", -1, -1, hp->embed_dim, "name", "attention", "datatype",
-            "FP32", "shape", -1, -1, -1, -1));
-        if (!s->v2_model_body[i]) return -1;
-    }
+    for (int i = 0; i < s->n_models; i++)
+        if (!(s->v2_model_body[i] = dump(v2_model_json(s->names[i], &s->info[i].hp)))) return -1;
     return 0;
 }
 

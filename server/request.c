@@ -155,6 +155,11 @@ static int check_positions(const collected *c, const attnd_model_info *m, int B,
     const tensor *p = &c->t[T_POS];
     const char *lb = c->label[T_POS];
     long long limit = m->max_positions ? m->max_positions : 1LL << 24;
+    if (m->hp.rope.dim && c->given[T_KEY])
+        return attnd_set_error(e, AERR_BAD_REQUEST,
+                               "%s: model '%s' has rotary positions, which need self-attention "
+                               "(a key row would have no position); give no key",
+                               c->label[T_KEY], m->name);
     if (!c->given[T_POS]) {
         if (m->hp.rope.dim && L > limit)
             return attnd_set_error(e, AERR_BAD_REQUEST,
@@ -167,9 +172,6 @@ static int check_positions(const collected *c, const attnd_model_info *m, int B,
         return attnd_set_error(e, AERR_BAD_REQUEST,
                                "%s: model '%s' has no rotary positions (no rope in its config)",
                                lb, m->name);
-    if (c->given[T_KEY])
-        return attnd_set_error(e, AERR_BAD_REQUEST,
-                               "%s: rotary positions need self-attention; give no key", lb);
     if (p->is_bool || !((p->rank == 1 && p->shape[0] == L) ||
                         (p->rank == 2 && p->shape[0] == B && p->shape[1] == L)))
         return attnd_set_error(e, AERR_BAD_REQUEST,
@@ -559,18 +561,38 @@ static const jfield V2_OUTPUT_FIELDS[] = {
 static const jtable V2_OUTPUT = {"key", V2_OUTPUT_FIELDS, 2, 1};
 // clang-format on
 
+/* Little-endian INT32 or INT64 elements (positions) as the floats the
+ * checks read; past 2^24 they round, which the position limit refuses
+ * anyway. Frees raw; NULL when out of memory. */
+static float *ints_as_floats(void *raw, uint64_t n, int is_i64) {
+    float *f = malloc(n ? (size_t)n * sizeof(float) : 1);
+    for (uint64_t k = 0; f && k < n; k++) {
+        int64_t v64;
+        int32_t v32;
+        if (is_i64)
+            memcpy(&v64, (char *)raw + k * 8, 8);
+        else
+            memcpy(&v32, (char *)raw + k * 4, 4);
+        f[k] = is_i64 ? (float)v64 : (float)v32;
+    }
+    free(raw);
+    return f;
+}
+
 /* Checks one input against its declared shape and datatype and files it
  * under its role. */
 /* The bytes of a binary input, checked like JSON data (finite floats). */
 static int take_binary(v2_input *in, int idx, uint64_t n, int is_bool, v2_bin *bin,
                        attnd_error *e) {
-    size_t esz = is_bool ? 1 : sizeof(float);
+    int is_i32 = strcmp(in->datatype, "INT32") == 0, is_i64 = strcmp(in->datatype, "INT64") == 0;
+    size_t esz = is_bool ? 1 : is_i64 ? 8 : 4;
     uint64_t need;
     sz_mul(n, esz, UINT64_MAX, &need); /* n <= TENSOR_MAX_ELEMS: cannot wrap */
-    if (!is_bool && strcmp(in->datatype, "FP32") != 0)
+    if (!is_bool && !is_i32 && !is_i64 && strcmp(in->datatype, "FP32") != 0)
         return attnd_set_error(e, AERR_BAD_REQUEST,
-                               "inputs[%d] (%s): binary data must be FP32 or BOOL, not %s", idx,
-                               in->name, in->datatype);
+                               "inputs[%d] (%s): binary data must be FP32 or BOOL (positions: "
+                               "INT32 or INT64), not %s",
+                               idx, in->name, in->datatype);
     if ((uint64_t)in->bin_size != need)
         return attnd_set_error(e, AERR_BAD_REQUEST,
                                "inputs[%d] (%s): binary_data_size %lld where shape and datatype "
@@ -596,7 +618,8 @@ static int take_binary(v2_input *in, int idx, uint64_t n, int is_bool, v2_bin *b
             t->u[k] = t->u[k] != 0;
         return 0;
     }
-    t->f = buf;
+    t->f = is_i32 || is_i64 ? ints_as_floats(buf, n, is_i64) : buf;
+    if (!t->f) return attnd_set_error(e, AERR_INTERNAL, "out of memory reading %s", in->name);
     for (uint64_t k = 0; k < n; k++) {
         if (isfinite(t->f[k])) continue;
         int shape[TENSOR_MAX_RANK];
@@ -627,7 +650,7 @@ static int file_v2_input(v2_input *in, int idx, collected *c, char labels[][48],
                                in->name);
     int is_float = strcmp(in->datatype, "FP32") == 0 || strcmp(in->datatype, "FP64") == 0 ||
                    strcmp(in->datatype, "FP16") == 0 ||
-                   (ti == T_POS && in->bin_size < 0 &&
+                   (ti == T_POS &&
                     (strcmp(in->datatype, "INT32") == 0 || strcmp(in->datatype, "INT64") == 0));
     int is_bool = strcmp(in->datatype, "BOOL") == 0;
     int want_float = ti <= T_VALUE, want_bool = ti == T_KPM;

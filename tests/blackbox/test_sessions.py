@@ -190,8 +190,12 @@ def test_bad_session_bodies(d):
     sid = open_session(d, g["name"]).json()["session"]
     rows = [[0.1] * E]
     msg = check_error_body(d.post("/v1/sessions/%s/attention" % sid,
-                                  {"query": rows, "key": rows}), 400)
+                                  {"query": rows, "key_padding_mask": [False]}), 400)
     assert "query rows only" in msg
+    # a key is refused before that: a model with rotary positions takes none
+    msg = check_error_body(d.post("/v1/sessions/%s/attention" % sid,
+                                  {"query": rows, "key": rows}), 400)
+    assert msg.startswith("key: ") and "give no key" in msg, msg
     msg = check_error_body(d.post("/v1/sessions/%s/attention" % sid,
                                   {"query": [rows, rows]}), 400)
     assert "one sequence" in msg
