@@ -887,6 +887,31 @@ static int flag_value(int argc, char **argv, int *i, size_t *flen, const char **
     return 0;
 }
 
+/* The value of a string server key from its flag (the last given) or, with
+ * no flag, its variable; NULL when neither gives one the key allows. */
+static const char *early_value(const char *name, int argc, char **argv) {
+    const cfg_key *k = NULL;
+    for (int i = 0; i < N_CONFIG_KEYS && !k; i++)
+        if (strcmp(config_keys[i].key, name) == 0 && config_keys[i].section) k = &config_keys[i];
+    const char *val = k && k->env ? getenv(k->env) : NULL;
+    size_t flen = k && k->flag ? strlen(k->flag) : 0;
+    for (int i = 1; flen && i < argc; i++) {
+        if (strncmp(argv[i], k->flag, flen) != 0) continue;
+        if (argv[i][flen] == '=')
+            val = argv[i] + flen + 1;
+        else if (argv[i][flen] == '\0' && i + 1 < argc)
+            val = argv[++i];
+    }
+    return val && *val && !string_rule(k, val) ? val : NULL;
+}
+
+void attnd_config_log_early(int argc, char **argv, const char **format, const char **level) {
+    const char *f = early_value("log_format", argc, argv);
+    const char *l = early_value("log_level", argc, argv);
+    *format = f ? f : "text";
+    *level = l ? l : "info";
+}
+
 int attnd_config_from_args(attnd_config *c, int argc, char **argv, int *want_help, char *err,
                            size_t errlen) {
     const char *config_file = NULL;

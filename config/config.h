@@ -94,6 +94,13 @@ enum { ATTND_WANT_RUN = 0, ATTND_WANT_HELP = 1, ATTND_WANT_VERSION = 2 };
 int attnd_config_from_args(attnd_config *c, int argc, char **argv, int *want_help,
                            char *err, size_t errlen);
 
+/* log_format and log_level as --log-format / --log-level or
+ * ATTND_LOG_FORMAT / ATTND_LOG_LEVEL give them, before anything else is
+ * read, so that a refused config is already logged in the format asked for;
+ * "text" and "info" when not given (or not valid: attnd_config_from_args
+ * then refuses them). The strings are argv's or the environment's. */
+void attnd_config_log_early(int argc, char **argv, const char **format, const char **level);
+
 /* Prints the flags and environment variables (attnd --help). */
 void attnd_config_usage(FILE *f, const char *argv0);
 

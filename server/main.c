@@ -50,6 +50,11 @@ int main(int argc, char **argv) {
     memset(&cfg, 0, sizeof(cfg));
     char err[1024] = "";
     int want = ATTND_WANT_RUN;
+    /* the flag's or variable's log format from the first line, a refused
+     * config included; the config file's once it is read */
+    const char *log_format, *log_level;
+    attnd_config_log_early(argc, argv, &log_format, &log_level);
+    attnd_log_setup(strcmp(log_format, "json") == 0, attnd_log_level_parse(log_level), 1);
     int rc = attnd_config_from_args(&cfg, argc, argv, &want, err, sizeof(err));
     if (rc < 0) {
         attnd_log(LOG_ERROR, "attnd: %s", err);

@@ -29,6 +29,7 @@ static char g_cfg[512];     /* g_dir/sub/c.json */
 static const char *const env_vars[] = {
     "ATTND_CONFIG",       "ATTND_HOST",         "ATTND_PORT",         "ATTND_WORKERS",
     "ATTND_HTTP_THREADS", "ATTND_BLAS_THREADS", "ATTND_CORS_ORIGINS", "ATTND_MAX_BATCH_REQUESTS",
+    "ATTND_LOG_FORMAT",   "ATTND_LOG_LEVEL",
 };
 
 static void clear_env(void) {
@@ -422,6 +423,35 @@ START_TEST(bad_flags) {
 }
 END_TEST
 
+/* The log settings read before the config: the last flag, else the
+ * variable, else text and info; a value the key refuses counts as absent. */
+START_TEST(log_settings_early) {
+    const char *f, *l;
+    char *a0[] = {"attnd", NULL};
+    attnd_config_log_early(1, a0, &f, &l);
+    ck_assert_str_eq(f, "text");
+    ck_assert_str_eq(l, "info");
+    setenv("ATTND_LOG_FORMAT", "json", 1);
+    setenv("ATTND_LOG_LEVEL", "warn", 1);
+    attnd_config_log_early(1, a0, &f, &l);
+    ck_assert_str_eq(f, "json");
+    ck_assert_str_eq(l, "warn");
+    char *a1[] = {"attnd", "--log-format", "text", "--port", "1", "--log-level=error", NULL};
+    attnd_config_log_early(6, a1, &f, &l);
+    ck_assert_str_eq(f, "text");
+    ck_assert_str_eq(l, "error");
+    char *a2[] = {"attnd", "--log-format=text", "--log-format", "json", NULL};
+    unsetenv("ATTND_LOG_FORMAT");
+    attnd_config_log_early(4, a2, &f, &l);
+    ck_assert_str_eq(f, "json");
+    char *a3[] = {"attnd", "--log-format", "yaml", "--log-level", NULL};
+    unsetenv("ATTND_LOG_LEVEL");
+    attnd_config_log_early(4, a3, &f, &l);
+    ck_assert_str_eq(f, "text");
+    ck_assert_str_eq(l, "info");
+}
+END_TEST
+
 /* ------------------------------------------------------------ refused configs */
 
 START_TEST(refuse_wrong_type) {
@@ -689,6 +719,7 @@ static Suite *suite(void) {
     tcase_add_test(t, config_from_env);
     tcase_add_test(t, env_values);
     tcase_add_test(t, bad_flags);
+    tcase_add_test(t, log_settings_early);
     tcase_add_test(t, refuse_wrong_type);
     tcase_add_test(t, refuse_out_of_range);
     tcase_add_test(t, refuse_unknown_key);

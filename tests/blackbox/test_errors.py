@@ -451,7 +451,11 @@ def test_api_key_open_routes(keyed, path):
     assert r.status_code == 200, r.text[:300]
 
 
-def test_api_key_not_logged(keyed):
+@pytest.mark.parametrize("log_format", ["text", "json"])
+def test_api_key_not_logged(keyed, daemons, log_format):
+    if log_format == "json":
+        keyed = daemons({"models": [GOLDENS[M][1].config()]},
+                        env={"ATTND_API_KEY": API_KEY, "ATTND_LOG_FORMAT": "json"})
     r = keyed.post("/v1/attention", {"model": M, "query": rows(2, E)},
                    headers={"Authorization": "Bearer " + API_KEY})
     assert r.status_code == 200
@@ -459,6 +463,9 @@ def test_api_key_not_logged(keyed):
     assert r.status_code == 401
     assert support.wait_until(lambda: "/v1/models" in keyed.stdout(), 5), \
         "no access log line on stdout"
+    if log_format == "json":  # the lines are JSON, so this format was the one checked
+        got = [json.loads(l) for l in keyed.stdout().splitlines() if l.strip()]
+        assert any(o.get("path") == "/v1/models" and o.get("status") == 401 for o in got), got
     for text in (keyed.stdout(), keyed.stderr()):
         assert API_KEY not in text, "the API key appears in the daemon's output"
 

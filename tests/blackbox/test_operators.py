@@ -50,6 +50,40 @@ def test_json_lines(fresh_daemons):
     assert access[0]["path"] == "/v1/attention" and access[0]["batch"] >= 1, access
 
 
+BAD_STARTS = [
+    ("bad config, flag", {"server": {"prot": 1}}, {}, ["--log-format", "json"], "server.prot"),
+    ("bad config, variable", {"models": [{"name": "x"}]}, {"ATTND_LOG_FORMAT": "json"}, [],
+     "models[0]"),
+    ("bad flag, variable", None, {"ATTND_LOG_FORMAT": "json"}, ["--workers", "-1"],
+     "--workers"),
+    ("bad variable, flag", None, {"ATTND_PORT": "80x"}, ["--log-format=json"], "ATTND_PORT"),
+    ("missing weights, flag", {"models": [{"name": "m", "embed_dim": 8, "num_heads": 2,
+                                           "weights": "/nonexistent/w.safetensors"}]},
+     {}, ["--log-format", "json"], "w.safetensors"),
+]
+
+
+@pytest.mark.parametrize("case", BAD_STARTS, ids=[c[0] for c in BAD_STARTS])
+def test_refused_start_logs_json_from_the_first_line(fresh_daemons, case):
+    """With --log-format json or ATTND_LOG_FORMAT=json, a config, flag,
+    variable or weights error is already one JSON object per line."""
+    _, config, env, args, names = case
+    d = fresh_daemons(config, env=env, args=args, wait=False)
+    rc = d.wait_exit(60)
+    assert rc in (2, 3), (rc, d.logs())
+    got = lines(d)
+    assert got, "nothing logged"
+    objs = []
+    for l in got:
+        try:
+            objs.append(json.loads(l))
+        except ValueError:
+            raise AssertionError("not a JSON line: %r" % l)
+    errors = [o for o in objs if o["level"] == "error"]
+    assert errors and names in errors[0]["msg"], objs
+    assert all(re.match(r"^\d{4}-\d\d-\d\dT", o["ts"]) for o in objs), objs
+
+
 def test_access_log_off_and_level(fresh_daemons):
     d = fresh_daemons({"server": {"access_log": False}})
     hello(d)
