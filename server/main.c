@@ -10,6 +10,8 @@
  *                             config or weights in place (restart it, which
  *                             is what a rolling update does anyway)
  *   SIGPIPE                   ignored (a client that left is seen as such)
+ *   SIGCONT, SIGWINCH         left to their default: no effect on a running
+ *                             daemon (systemd sends SIGCONT after SIGTERM)
  */
 #include <signal.h>
 #include <stdio.h>

@@ -120,3 +120,30 @@ def test_stop_signals_drain_and_exit_0(fresh_daemons, sig):
     hello(d)
     assert d.stop(sig) == 0
     assert "draining" in d.stdout() and "stopped" in d.stdout(), d.logs()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGCONT, signal.SIGWINCH], ids=["SIGCONT", "SIGWINCH"])
+def test_harmless_signals_leave_it_serving(fresh_daemons, sig):
+    """SIGCONT (systemd sends it after SIGTERM) and SIGWINCH change nothing.
+    A SIGUSR1 sent after it is logged, so the first has been delivered by
+    the time the daemon is asked again."""
+    d = fresh_daemons()
+    hello(d)
+    d.send_signal(sig)
+    d.send_signal(signal.SIGUSR1)
+    assert support.wait_until(lambda: "SIGUSR1" in d.stdout() or not d.alive(), 10), d.logs()
+    assert d.alive(), d.logs()
+    assert d.get("/health").status_code == 200
+    hello(d)
+    assert d.stop() == 0
+
+
+def test_sigcont_after_sigterm_still_drains(fresh_daemons):
+    """systemd's stop: SIGTERM, then SIGCONT at once; the drain goes on and
+    ends with exit 0."""
+    d = fresh_daemons()
+    hello(d)
+    d.send_signal(signal.SIGTERM)
+    d.send_signal(signal.SIGCONT)
+    assert d.wait_exit(60) == 0, d.logs()
+    assert "draining" in d.stdout() and "stopped" in d.stdout(), d.logs()
