@@ -104,3 +104,60 @@ def test_schemathesis_all_checks(d, tmp_path):
         assert "%s %s" % (m.upper(), shown) in out, "schemathesis did not test %s %s:\n%s" % (
             m.upper(), path, out[-4000:])
     assert d.alive()
+
+
+def _schema_validator(doc, name):
+    """A JSON Schema validator of one component schema of the served
+    document (its $refs resolved within it)."""
+    import jsonschema
+    schema = {"$ref": "#/components/schemas/" + name, "components": doc["components"]}
+    return jsonschema.Draft4Validator(schema)  # OpenAPI 3.0's schemas are draft 4's dialect
+
+
+def _leaf_item_types(schema, doc, seen=()):
+    """The types of the innermost array items a schema admits, its
+    alternatives and $refs followed; tensor objects counted as "object"."""
+    if "$ref" in schema:
+        ref = schema["$ref"].split("/")[-1]
+        return set() if ref in seen else _leaf_item_types(doc["components"]["schemas"][ref],
+                                                           doc, seen + (ref,))
+    out = set()
+    for alt in schema.get("anyOf", []) + schema.get("oneOf", []):
+        out |= _leaf_item_types(alt, doc, seen)
+    if schema.get("type") == "array":
+        out |= _leaf_item_types(schema.get("items", {}), doc, seen)
+    elif "type" in schema:
+        out.add(schema["type"])
+    elif not out:
+        out.add("any")  # no type and no alternatives: anything goes
+    return out
+
+
+def test_key_padding_mask_schema_is_boolean_only(d):
+    """The schema of key_padding_mask admits what the server takes (S or B×S
+    booleans, a bool tensor object) and nothing else: no 0/1 numbers, no
+    float tensor object, no untyped items."""
+    doc = d.get("/openapi.json", headers={"Authorization": "Bearer " + KEY}).json()
+    body = doc["paths"]["/v1/attention"]["post"]["requestBody"]["content"]["application/json"]
+    schemas = doc["components"]["schemas"]
+    ref = body["schema"].get("$ref", "").split("/")[-1]
+    kpm = schemas[ref]["properties"]["key_padding_mask"]
+    assert kpm == {"$ref": "#/components/schemas/KeyPaddingMask"}, kpm
+    assert _leaf_item_types(schemas["KeyPaddingMask"], doc) == {"boolean", "object"}
+    v = _schema_validator(doc, "KeyPaddingMask")
+    good = [[False, True], [[False, True], [True, False]],
+            {"shape": [2], "dtype": "bool", "b64": "AAE="}]
+    bad = [[0, 1], [[0, 1]], [1.0, 0.0], [True, 0], ["true"], [None], [[[True]]], [], True,
+           {"shape": [2], "dtype": "float32", "b64": "AAAAAAAAgD8="},
+           {"shape": [2], "b64": "AAE="},
+           {"shape": [2], "dtype": "bool", "b64": "AAE=", "extra": 1}]
+    for x in good:
+        assert v.is_valid(x), "KeyPaddingMask refuses %r" % (x,)
+    for x in bad:
+        assert not v.is_valid(x), "KeyPaddingMask admits %r" % (x,)
+    # the server agrees with the schema on each of them (B = 2 sequences of 2)
+    q = [[[0.1] * 16] * 2] * 2
+    for x, ok in [(g, True) for g in good] + [(b, False) for b in bad]:
+        r = d.post("/v1/attention", {"query": q, "key_padding_mask": x},
+                   headers={"Authorization": "Bearer " + KEY})
+        assert (r.status_code == 200) == ok, (x, r.status_code, r.text[:200])
