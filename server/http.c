@@ -796,8 +796,10 @@ static json_t *v2_tensor(const char *name, const char *datatype, int rank, int w
 
 /* GET /v2/models/{name}: the inputs this model accepts and the outputs it
  * gives (docs/api.md). A model with rotary positions takes positions and no
- * key or value (a key row would have no position); the others the reverse. */
-static json_t *v2_model_json(const char *name, const attn_hparams *hp) {
+ * key or value (a key row would have no position); the others the reverse.
+ * The platform follows the protocol's "<project>_<format>": the weights'
+ * format, a safetensors file or the embedded default. */
+static json_t *v2_model_json(const char *name, const attn_hparams *hp, int from_file) {
     json_t *in = json_array();
     json_array_append_new(in, v2_tensor("query", "FP32", 3, hp->embed_dim));
     if (!hp->rope.dim) {
@@ -808,7 +810,7 @@ static json_t *v2_model_json(const char *name, const attn_hparams *hp) {
     json_array_append_new(in, v2_tensor("attn_mask", "BOOL", 3, 0));
     if (hp->rope.dim) json_array_append_new(in, v2_tensor("positions", "INT64", 2, 0));
     return json_pack("{s:s, s:[s], s:s, s:o, s:[o, o]}", "name", name, "versions", "1", "platform",
-                     "attnd", "inputs", in, "outputs", v2_tensor("output", "FP32", 3, hp->embed_dim),
+                     from_file ? "attnd_safetensors" : "attnd_embedded", "inputs", in, "outputs", v2_tensor("output", "FP32", 3, hp->embed_dim),
                      v2_tensor("attention", "FP32", 4, 0));
 }
 
@@ -856,7 +858,9 @@ static int build_bodies(attnd_server *s) {
     s->v2_model_body = calloc((size_t)s->n_models, sizeof(char *));
     if (!s->models_body || !s->v2_body || !s->v2_model_body) return -1;
     for (int i = 0; i < s->n_models; i++)
-        if (!(s->v2_model_body[i] = dump(v2_model_json(s->names[i], &s->info[i].hp)))) return -1;
+        if (!(s->v2_model_body[i] =
+                  dump(v2_model_json(s->names[i], &s->info[i].hp, c->models[i].weights != NULL))))
+            return -1;
     return 0;
 }
 

@@ -48,7 +48,8 @@ def test_model_ready_and_metadata(client, name):
     assert client.is_model_ready(name) is True
     md = client.get_model_metadata(name)
     assert md["name"] == name
-    assert isinstance(md.get("platform", ""), str)
+    # the protocol's "<project>_<format>" (Platforms): weights from safetensors
+    assert md.get("platform") == "attnd_safetensors", md.get("platform")
     ins = {i["name"]: i for i in md["inputs"]}
     outs = {o["name"]: o for o in md["outputs"]}
     assert {"query", "key", "value", "key_padding_mask", "attn_mask"} <= set(ins), sorted(ins)
