@@ -357,3 +357,40 @@ def test_encoder_metadata_is_what_it_accepts(client, binary):
     and takes exactly that."""
     decl = _metadata_is_what_is_accepted(client, "self_e64_h8", 64, binary)
     assert "positions" not in decl
+
+
+# input -> (datatypes taken as JSON data, datatypes refused); docs/api.md,
+# "Open Inference Protocol: MUST and SHOULD", tensor datatypes
+DATATYPES = {
+    "query": (("FP32", "FP16", "FP64"), ("BOOL", "INT32", "INT64", "UINT8", "BYTES")),
+    "key_padding_mask": (("BOOL",), ("FP32", "INT64", "UINT8")),
+    "attn_mask": (("BOOL", "FP32", "FP16", "FP64"), ("INT32", "INT64", "UINT8")),
+    "positions": (("INT64", "INT32", "FP32", "FP64"), ("BOOL", "UINT8", "BYTES")),
+}
+
+
+def test_each_input_takes_its_documented_datatypes(daemons):
+    import requests
+    dd = daemons(args=["--config", str(EXAMPLE)])
+    L, E = 3, 64
+
+    def body(name, dt):
+        def val(i):  # booleans, or numbers (positions 0..L-1)
+            return i % 2 == 1 if dt == "BOOL" else i % L if name == "positions" else 0.0
+        shape = {"query": [1, L, E], "key_padding_mask": [1, L], "attn_mask": [L, L],
+                 "positions": [1, L]}[name]
+        n = int(np.prod(shape))
+        ins = [{"name": name, "shape": shape, "datatype": dt, "data": [val(i) for i in range(n)]}]
+        if name != "query":
+            ins.insert(0, {"name": "query", "shape": [1, L, E], "datatype": "FP32",
+                           "data": [0.01] * (L * E)})
+        return {"inputs": ins}
+
+    for name, (ok, refused) in DATATYPES.items():
+        for dt in ok:
+            r = requests.post(dd.url + "/v2/models/llama-gqa/infer", json=body(name, dt), timeout=30)
+            assert r.status_code == 200, (name, dt, r.text[:200])
+        for dt in refused:
+            r = requests.post(dd.url + "/v2/models/llama-gqa/infer", json=body(name, dt), timeout=30)
+            msg = support.check_error_body(r, 400)
+            assert name in msg, (name, dt, msg)
