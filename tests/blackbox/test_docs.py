@@ -138,15 +138,22 @@ def _literal(text, free_numbers):
     return "".join(out)
 
 
+def squeeze(text):
+    """Whitespace next to JSON's punctuation dropped, so that compact and
+    indented JSON (or Python's printed lists) compare equal."""
+    return re.sub(r"\s*([{}\[\],:])\s*", r"\1", text)
+
+
 def expected_regex(text, free_numbers=False):
-    """`...` is any text; the rest is literal (see _literal)."""
-    parts = [_literal(p, free_numbers) for p in text.strip().split("...")]
+    """`...` is any text; the rest is literal (see _literal). Match it
+    against squeeze(output)."""
+    parts = [_literal(p, free_numbers) for p in squeeze(text.strip()).split("...")]
     return re.compile(r".*?".join(parts), re.S)
 
 
 def logged_line_matches(doc_line, log_lines):
     rx = expected_regex(doc_line, free_numbers=True)
-    return any(rx.fullmatch(l.strip()) for l in log_lines)
+    return any(rx.fullmatch(squeeze(l.strip())) for l in log_lines)
 
 
 # ---------------------------------------------------------------- running
@@ -280,7 +287,7 @@ def check_blocks(blocks, torch_ok):
             problems.append('%s: printed {"error" and its docs show no error:\n%s'
                             % (b.where, b.out[-3000:]))
         for s in shown:
-            if not expected_regex(s).search(b.out):
+            if not expected_regex(s).search(squeeze(b.out)):
                 problems.append("%s: the docs show\n%s\nbut it printed\n%s"
                                 % (b.where, s, b.out[-3000:]))
     return problems
@@ -300,6 +307,7 @@ def json_logs(daemons):
     d = daemons(args=["--log-format", "json"])
     assert d.post("/v1/attention", {"query": [[0.25] * 512]}).status_code == 200
     assert d.get("/no/such/route").status_code == 404
+    assert support.wait_until(lambda: "/no/such/route" in d.stdout(), 10)
     return d
 
 
@@ -328,7 +336,8 @@ def test_blocks_run(path, default, tmp_path, torch_ok):
 def test_logged_lines_have_the_real_form(path, default, json_logs):
     """Each line the docs show as logged has the form of a line a daemon
     wrote: the default model's (text) and a JSON-lines one."""
-    default.get("/health")
+    assert default.post("/v1/attention", {"query": [[0.25] * 512]}).status_code == 200
+    assert support.wait_until(lambda: "path=/v1/attention" in default.stdout(), 10)
     text_lines = [l for l in (default.stdout() + default.stderr()).splitlines() if l.strip()]
     json_lines = [l for l in (json_logs.stdout() + json_logs.stderr()).splitlines() if l.strip()]
     blocks, _ = read_blocks(path)
