@@ -12,9 +12,9 @@ How a block is read (docs/README conventions, written once here):
   it; `<!-- needs python3-torch -->` runs it only where Debian's torch is
   installed (a skip says so otherwise). Any other block that is not run is
   a failure, so new docs cannot go untested.
-- `<!-- output -->` before a shown block: that text is printed by the last
-  block that ran before it. `...` stands for any text, whitespace may
-  differ, and numbers are compared as written.
+- `<!-- output -->` before a shown block: that text is printed by the
+  block right before it, which runs. `...` stands for any text, whitespace
+  may differ, and numbers are compared as written.
 - `<!-- logged -->` before a shown block: each line has the form of a line
   the daemon really logs (text or JSON lines), its numbers, timestamps and
   ids left free.
@@ -98,15 +98,13 @@ def read_blocks(path):
                                             "ordered_list_open") else marker
             continue
         marker = None
-    runnable = None
-    for b in blocks:
-        if b.kind and not (b.marker or "").startswith("not run"):
-            runnable = b
-        elif b.marker == "output":
-            if runnable is None:
-                problems.append("%s: <!-- output --> with no block before it" % b.where)
-            else:
-                runnable.expected.append(b)
+    for prev, b in zip([None] + blocks, blocks):
+        if b.marker != "output":
+            continue
+        if prev is None or not prev.kind or (prev.marker or "").startswith("not run"):
+            problems.append("%s: <!-- output --> does not follow a block that runs" % b.where)
+        else:
+            prev.expected.append(b)
     return blocks, problems
 
 
