@@ -29,7 +29,6 @@ requests, tritonclient), which the docs tell readers to make; JavaScript
 blocks run as ES modules with node. A block's output holds no
 `{"error"` unless the output the docs show for it does.
 """
-import json
 import os
 import re
 import shutil
@@ -60,6 +59,12 @@ class Block:
         self.expected = []  # shown blocks marked <!-- output --> after it
         self.out = None     # what it printed
         self.rc = None      # None: it never ran to its end
+
+    def runs(self, torch_ok):
+        """True when this block is run here."""
+        if not self.kind or (self.marker or "").startswith("not run"):
+            return False
+        return self.marker != "needs python3-torch" or torch_ok
 
 
 def read_blocks(path):
@@ -93,11 +98,7 @@ def read_blocks(path):
             if marker in ("output", "logged") and b.kind:
                 problems.append("%s:%d: <!-- %s --> marks a block that runs" % (rel, line, marker))
             blocks.append(b)
-        elif t.type != "html_block":
-            marker = None if t.type not in ("list_item_open", "bullet_list_open",
-                                            "ordered_list_open") else marker
-            continue
-        marker = None
+        marker = None  # a marker holds for the token right after it only
     for prev, b in zip([None] + blocks, blocks):
         if b.marker != "output":
             continue
@@ -207,9 +208,7 @@ def script_for(blocks, ports, wd, torch_ok):
     that carry its index and, at its end, its status."""
     lines = ["exec 2>&1", "set -e"]
     for i, b in enumerate(blocks):
-        if not b.kind or (b.marker or "").startswith("not run"):
-            continue
-        if b.marker == "needs python3-torch" and not torch_ok:
+        if not b.runs(torch_ok):
             continue
         text = ports.rewrite(b.text)
         lines.append("echo '@@docs-block %d start@@'" % i)
@@ -267,9 +266,7 @@ def check_blocks(blocks, torch_ok):
     """Every block ran, ended well and printed what the docs show."""
     problems = []
     for b in blocks:
-        if not b.kind or (b.marker or "").startswith("not run"):
-            continue
-        if b.marker == "needs python3-torch" and not torch_ok:
+        if not b.runs(torch_ok):
             continue
         if b.out is None:
             problems.append("%s: never ran (an earlier block failed)" % b.where)
