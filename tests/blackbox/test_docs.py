@@ -14,7 +14,8 @@ How a block is read (docs/README conventions, written once here):
   a failure, so new docs cannot go untested.
 - `<!-- output -->` before a shown block: that text is printed by the
   block right before it, which runs. `...` stands for any text, whitespace
-  may differ, and numbers are compared as written.
+  may differ, and numbers are compared to 1e-6 relative (the last digit of
+  a float may differ between OpenBLAS's kernels).
 - `<!-- logged -->` before a shown block: each line has the form of a line
   the daemon really logs (text or JSON lines), its numbers, timestamps and
   ids left free.
@@ -115,9 +116,10 @@ _TS = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z"
 _HEX_ID = re.compile(r"\b(?=[0-9a-f]*[a-f])[0-9a-f]{16}(?:[0-9a-f]{16})?\b")
 
 
-def _literal(text, free_numbers):
+def _literal(text, free_numbers, numbers):
     """A regex for one piece of expected text: whitespace runs may differ,
-    timestamps and 16/32-hex ids are free, numbers exact (or free)."""
+    timestamps and 16/32-hex ids are free; each number is free, or a group
+    whose value must be close to the one written (appended to numbers)."""
     out, pos = [], 0
     pat = re.compile(r"(?P<ts>%s)|(?P<hex>%s)|(?P<num>\d+(?:\.\d+)?)|(?P<ws>\s+)"
                      % (_TS, _HEX_ID.pattern))
@@ -127,9 +129,11 @@ def _literal(text, free_numbers):
             out.append(_TS)
         elif m.group("hex"):
             out.append("[0-9a-f]{%d}" % len(m.group("hex")))
+        elif m.group("num") and free_numbers:
+            out.append(r"[0-9.]+")
         elif m.group("num"):
-            out.append(r"[0-9.]+" if free_numbers else
-                       r"(?<!\d)" + re.escape(m.group("num")) + r"(?!\d)")
+            out.append(r"(?<!\d)(\d+(?:\.\d+)?)(?!\d)")
+            numbers.append(float(m.group("num")))
         else:
             out.append(r"\s*")
         pos = m.end()
@@ -144,14 +148,27 @@ def squeeze(text):
 
 
 def expected_regex(text, free_numbers=False):
-    """`...` is any text; the rest is literal (see _literal). Match it
-    against squeeze(output)."""
-    parts = [_literal(p, free_numbers) for p in squeeze(text.strip()).split("...")]
-    return re.compile(r".*?".join(parts), re.S)
+    """`...` is any text; the rest is literal (see _literal). Returns the
+    regex, to match against squeeze(output), and the numbers written."""
+    numbers = []
+    parts = [_literal(p, free_numbers, numbers) for p in squeeze(text.strip()).split("...")]
+    return re.compile(r".*?".join(parts), re.S), numbers
+
+
+def shows(expected, out):
+    """True when out holds the expected text, its numbers within 1e-6
+    relative: the last digit of a float may differ between OpenBLAS's
+    kernels on other CPUs, never more."""
+    rx, numbers = expected_regex(expected)
+    for m in rx.finditer(squeeze(out)):
+        got = [float(g) for g in m.groups()]
+        if all(abs(a - b) <= 1e-6 * max(abs(a), abs(b)) for a, b in zip(got, numbers)):
+            return True
+    return False
 
 
 def logged_line_matches(doc_line, log_lines):
-    rx = expected_regex(doc_line, free_numbers=True)
+    rx, _ = expected_regex(doc_line, free_numbers=True)
     return any(rx.fullmatch(squeeze(l.strip())) for l in log_lines)
 
 
@@ -282,7 +299,7 @@ def check_blocks(blocks, torch_ok):
             problems.append('%s: printed {"error" and its docs show no error:\n%s'
                             % (b.where, b.out[-3000:]))
         for s in shown:
-            if not expected_regex(s).search(squeeze(b.out)):
+            if not shows(s, b.out):
                 problems.append("%s: the docs show\n%s\nbut it printed\n%s"
                                 % (b.where, s, b.out[-3000:]))
     return problems
@@ -370,9 +387,11 @@ def test_markers_and_fences(tmp_path):
     assert [b.kind for b in blocks] == [None, None, "sh", "sh", None]
     run = blocks[3]
     assert run.expected == [blocks[4]]
-    run.out, run.rc = "num 1.5\n", 0
-    assert check_blocks([run], True), "1.50 must not match 1.5"
-    run.out = "num 1.50\n"
+    run.out, run.rc = "num 1.51\n", 0
+    assert check_blocks([run], True), "1.51 must not match 1.50"
+    run.out = "num 11.5\n"
+    assert check_blocks([run], True), "11.5 must not match 1.50"
+    run.out = "num 1.5000001\n"
     assert not check_blocks([run], True)
     run.out = 'num 1.50 {"error":"x"}'
     assert any("{\"error\"" in p for p in check_blocks([run], True))
