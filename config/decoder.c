@@ -52,7 +52,7 @@ static const char *const scaling_keys[] = {
 /* The "scaling" object: {"type": "linear", "factor": F} or {"type":
  * "llama3", "factor", "low_freq_factor", "high_freq_factor",
  * "original_max_position_embeddings"}, as Hugging Face's rope_scaling
- * (whose "rope_type" is taken for "type"). */
+ * (whose "rope_type" is taken for "type"; both may be given when equal). */
 static int parse_scaling(attn_rope *r, json_t *obj, const char *src, const char *path, char *err,
                          size_t errlen) {
     char key[320], hint[160];
@@ -70,10 +70,13 @@ static int parse_scaling(attn_rope *r, json_t *obj, const char *src, const char 
                                              sizeof hint));
     }
     json_t *t = json_object_get(obj, "type"), *rt = json_object_get(obj, "rope_type");
-    snprintf(key, sizeof key, "%.200s.type", path);
-    if (t && rt)
-        return cfg_fail(err, errlen, "%s: %s: give \"type\" or \"rope_type\", not both.", src,
-                        path);
+    snprintf(key, sizeof key, "%.200s.%s", path, t ? "type" : "rope_type");
+    /* Hugging Face configs often carry both (older code reads "type"): the
+     * same value twice is one type, two values are a contradiction. */
+    if (t && rt && !json_equal(t, rt))
+        return cfg_fail(err, errlen,
+                        "%s: %s: \"type\" and \"rope_type\" differ; give one, or both the same.",
+                        src, path);
     if (!t) t = rt;
     const char *type = json_string_value(t);
     if (!type)

@@ -574,6 +574,15 @@ START_TEST(decoder_keys_land) {
     ck_assert(m.hp.rope.factor == 2.5);
     attnd_config_free(&c);
 
+    /* Hugging Face's rope_scaling often holds both names, equal: one type */
+    m = load_one(LLAMA(",\"rope\":{\"scaling\":{\"type\":\"llama3\",\"rope_type\":\"llama3\","
+                       "\"factor\":8,\"low_freq_factor\":1,\"high_freq_factor\":4,"
+                       "\"original_max_position_embeddings\":8192}}"),
+                 &c);
+    ck_assert_int_eq(m.hp.rope.scaling, ATTN_ROPE_SCALE_LLAMA3);
+    ck_assert(m.hp.rope.factor == 8);
+    attnd_config_free(&c);
+
     /* other layouts keep torch's defaults */
     m = load_one("{\"models\":[" MODEL("t", 8, 2) "]}", &c);
     ck_assert_int_eq(m.hp.bias, 1);
@@ -613,9 +622,14 @@ START_TEST(decoder_combinations_refused) {
     expect_refused(LLAMA(",\"rope\":{\"scaling\":{\"type\":\"llama3\",\"factor\":8,"
                          "\"low_freq_factor\":1,\"high_freq_factor\":4}}"),
                    "models[0].rope.scaling.original_max_position_embeddings", "missing");
-    expect_refused(LLAMA(",\"rope\":{\"scaling\":{\"type\":\"linear\",\"rope_type\":\"linear\","
+    expect_refused(LLAMA(",\"rope\":{\"scaling\":{\"type\":\"linear\",\"rope_type\":\"llama3\","
                          "\"factor\":2}}"),
-                   "models[0].rope.scaling", "not both");
+                   "models[0].rope.scaling", "\"type\" and \"rope_type\" differ");
+    expect_refused(LLAMA(",\"rope\":{\"scaling\":{\"type\":\"linear\",\"rope_type\":7,"
+                         "\"factor\":2}}"),
+                   "models[0].rope.scaling", "\"type\" and \"rope_type\" differ");
+    expect_refused(LLAMA(",\"rope\":{\"scaling\":{\"rope_type\":\"yarn\",\"factor\":2}}"),
+                   "models[0].rope.scaling.rope_type", "not \"linear\" or \"llama3\"");
     expect_refused(LLAMA(",\"rope\":{\"scaling\":{\"type\":\"linear\",\"factr\":2}}"),
                    "models[0].rope.scaling.factr", "did you mean \"factor\"");
     expect_refused(LLAMA(",\"scale\":0"), "models[0].scale", "out of range");
