@@ -158,42 +158,85 @@ static int read_floats(float *dst, const source *src, const st_header *h, const 
     return 0;
 }
 
-/* Finds, checks and reads the tensor behind one role. */
-static int load_role(attn_model *m, attnd_role r, const attnd_model_config *mc, int layout,
-                     const st_header *h, const source *src, const char *file, char *err,
-                     size_t errlen) {
+/* What does not fit between a model and its file, gathered over every role
+ * so that one message names it all. */
+typedef struct {
+    char text[2048]; /* "; "-separated sentences, cut short when full */
+    size_t len;      /* strlen(text) */
+    int n;           /* problems found, at most one per role */
+    const char *names[ROLE_COUNT]; /* role_src names reported: a tensor that stacks
+                                      q, k and v is reported once, not per part */
+} misfits;
+
+static void misfit(misfits *mf, const char *name, const char *fmt, ...) {
+    for (int i = 0; i < mf->n; i++)
+        if (strcmp(mf->names[i], name) == 0) return;
+    mf->names[mf->n++] = name;
+    char one[sizeof mf->text];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(one, sizeof one, fmt, ap);
+    va_end(ap);
+    size_t room = sizeof mf->text - mf->len;
+    int k = snprintf(mf->text + mf->len, room, "%s%s", mf->len ? "; " : "", one);
+    if (k > 0) mf->len = (size_t)k < room ? mf->len + (size_t)k : sizeof mf->text - 1;
+}
+
+/* Where one role's floats are in the file: tensor t (NULL when an optional
+ * role is absent, or on a misfit), from element first, count of them. */
+typedef struct {
+    const st_tensor *t;
+    uint64_t first;
+    size_t count;
+} role_at;
+
+/* Finds the tensor behind role r and checks its dtype and shape; what does
+ * not fit goes to mf and leaves at->t NULL. */
+static void find_role(role_at *at, const attn_model *m, attnd_role r,
+                      const attnd_model_config *mc, int layout, const st_header *h,
+                      misfits *mf) {
     const attn_hparams *hp = &m->hp; /* num_kv_heads and head_dim filled in */
     uint64_t E = (uint64_t)hp->embed_dim, QD = (uint64_t)hp->num_heads * hp->head_dim;
     uint64_t KVD = (uint64_t)hp->num_kv_heads * hp->head_dim;
-    float *dst[ROLE_COUNT] = {m->q_w, m->q_b, m->k_w, m->k_b, m->v_w, m->v_b, m->out_w, m->out_b};
     uint64_t rows[ROLE_COUNT] = {QD, QD, KVD, KVD, KVD, KVD, E, E};
     uint64_t cols[ROLE_COUNT] = {E, 0, (uint64_t)hp->kdim, 0, (uint64_t)hp->vdim, 0, QD, 0};
     role_src rs = layout_role(layout, r, hp);
     if (mc->tensors[r]) rs = (role_src){mc->tensors[r], NULL, -1, 0};
     const char *prefix = mc->prefix ? mc->prefix : "";
-    char name[2200], alt[2200];
+    char name[2200], alt[2200], role[64];
+    *at = (role_at){NULL, 0, 0};
+    if (rs.part >= 0) { /* one tensor stacks q, k and v: name the three roles */
+        int q = (int)r - 2 * rs.part;
+        snprintf(role, sizeof role, "roles %s, %s and %s", role_names[q], role_names[q + 2],
+                 role_names[q + 4]);
+    } else {
+        snprintf(role, sizeof role, "role %s", role_names[r]);
+    }
     snprintf(name, sizeof name, "%s%s", prefix, rs.name);
     const st_tensor *t = st_find(h, name);
     if (rs.alt) {
         snprintf(alt, sizeof alt, "%s%s", prefix, rs.alt);
         const st_tensor *ta = st_find(h, alt);
-        if (t && ta)
-            return cfg_fail(err, errlen,
-                        "%s: both \"%s\" and \"%s\" are present for role %s; name one in "
-                        "\"tensors\".",
-                        file, name, alt, role_names[r]);
+        if (t && ta) {
+            misfit(mf, rs.name, "both \"%s\" and \"%s\" are present for %s (name one in "
+                   "\"tensors\")", name, alt, role);
+            return;
+        }
         if (!t) t = ta;
     }
-    if (!t && rs.optional) return 0; /* stays zero */
-    if (!t)
-        return cfg_fail(err, errlen, "%s: tensor \"%s\"%s%s%s is missing (role %s, layout %s).", file,
-                    name, rs.alt ? " (or \"" : "", rs.alt ? alt : "", rs.alt ? "\")" : "",
-                    role_names[r], mc->tensors[r] ? "tensors map" : layout_names[layout]);
-    if (t->dtype != ST_F32 && t->dtype != ST_F16 && t->dtype != ST_BF16)
-        return cfg_fail(err, errlen,
-                    "%s: tensor \"%s\": dtype %s cannot be read; weights must be F32, F16 or "
-                    "BF16.",
-                    file, t->name, st_dtype_name(t->dtype));
+    if (!t && rs.optional) return; /* stays zero */
+    if (!t) {
+        misfit(mf, rs.name, "tensor \"%s\"%s%s%s is missing (%s, %s%s)", name,
+               rs.alt ? " (or \"" : "", rs.alt ? alt : "", rs.alt ? "\")" : "", role,
+               mc->tensors[r] ? "tensors map" : "layout ",
+               mc->tensors[r] ? "" : layout_names[layout]);
+        return;
+    }
+    if (t->dtype != ST_F32 && t->dtype != ST_F16 && t->dtype != ST_BF16) {
+        misfit(mf, rs.name, "tensor \"%s\": dtype %s cannot be read; weights must be F32, F16 "
+               "or BF16", t->name, st_dtype_name(t->dtype));
+        return;
+    }
     /* The shape the tensor must have: the role's, or 3 parts stacked. */
     uint64_t parts = rs.part >= 0 ? 3 : 1;
     uint64_t want[2] = {parts * rows[r], cols[r]};
@@ -205,15 +248,47 @@ static int load_role(attn_model *m, attnd_role r, const attnd_model_config *mc, 
         char got_s[128], want_s[64];
         shape_text(got_s, sizeof got_s, t->ndim, t->shape);
         shape_text(want_s, sizeof want_s, want_ndim, want);
-        return cfg_fail(err, errlen,
-                    "%s: tensor \"%s\" has shape %s but model \"%s\" (embed_dim %d, kdim %d, "
-                    "vdim %d, num_heads %d, num_kv_heads %d, head_dim %d) needs %s for role %s.",
-                    file, t->name, got_s, mc->name, hp->embed_dim, hp->kdim, hp->vdim,
-                    hp->num_heads, hp->num_kv_heads, hp->head_dim, want_s, role_names[r]);
+        misfit(mf, rs.name, "tensor \"%s\" has shape %s but needs %s for %s", t->name, got_s,
+               want_s, role);
+        return;
     }
-    size_t count = (size_t)(rows[r] * (cols[r] ? cols[r] : 1));
-    uint64_t first = rs.part >= 0 ? (uint64_t)rs.part * count : 0;
-    return read_floats(dst[r], src, h, t, first, count, file, err, errlen);
+    at->t = t;
+    at->count = (size_t)(rows[r] * (cols[r] ? cols[r] : 1));
+    at->first = rs.part >= 0 ? (uint64_t)rs.part * at->count : 0;
+}
+
+/* Checks every role's tensor, refusing with one message that names each
+ * missing, unreadable or wrong-shaped one, then reads them. */
+static int load_roles(attn_model *m, const attnd_model_config *mc, int layout,
+                      const st_header *h, const source *src, const char *file, char *err,
+                      size_t errlen) {
+    const attn_hparams *hp = &m->hp;
+    float *dst[ROLE_COUNT] = {m->q_w, m->q_b, m->k_w, m->k_b, m->v_w, m->v_b, m->out_w, m->out_b};
+    role_at at[ROLE_COUNT] = {{0}};
+    misfits mf = {.text = "", .len = 0, .n = 0};
+    for (int r = 0; r < ROLE_COUNT; r++) {
+        int is_bias =
+            r == ROLE_Q_BIAS || r == ROLE_K_BIAS || r == ROLE_V_BIAS || r == ROLE_OUT_BIAS;
+        if (is_bias && !mc->hp.bias) continue; /* stays zero */
+        find_role(&at[r], m, (attnd_role)r, mc, layout, h, &mf);
+    }
+    if (mf.n == 1)
+        return cfg_fail(err, errlen,
+                        "%s: %s, for model \"%s\" (embed_dim %d, kdim %d, vdim %d, num_heads %d, "
+                        "num_kv_heads %d, head_dim %d).",
+                        file, mf.text, mc->name, hp->embed_dim, hp->kdim, hp->vdim,
+                        hp->num_heads, hp->num_kv_heads, hp->head_dim);
+    if (mf.n > 1)
+        return cfg_fail(err, errlen,
+                        "%s: %d tensors do not fit model \"%s\" (embed_dim %d, kdim %d, vdim %d, "
+                        "num_heads %d, num_kv_heads %d, head_dim %d): %s.",
+                        file, mf.n, mc->name, hp->embed_dim, hp->kdim, hp->vdim, hp->num_heads,
+                        hp->num_kv_heads, hp->head_dim, mf.text);
+    for (int r = 0; r < ROLE_COUNT; r++)
+        if (at[r].t && read_floats(dst[r], src, h, at[r].t, at[r].first, at[r].count, file, err,
+                                   errlen) != 0)
+            return -1;
+    return 0;
 }
 
 static int load_from(attn_model *m, const attnd_model_config *mc, const st_header *h,
@@ -232,16 +307,8 @@ static int load_from(attn_model *m, const attnd_model_config *mc, const st_heade
                         "head_dim; use layout llama, hf_proj or a tensors map.",
                         file, mc->name);
     }
-    for (int r = 0; r < ROLE_COUNT; r++) {
-        int is_bias =
-            r == ROLE_Q_BIAS || r == ROLE_K_BIAS || r == ROLE_V_BIAS || r == ROLE_OUT_BIAS;
-        if (is_bias && !mc->hp.bias) continue; /* stays zero */
-        if (load_role(m, (attnd_role)r, mc, layout, h, src, file, err, errlen) != 0) {
-            attn_model_free(m);
-            return -1;
-        }
-    }
-    if (attn_model_pack(m, err, errlen) != 0) {
+    if (load_roles(m, mc, layout, h, src, file, err, errlen) != 0 ||
+        attn_model_pack(m, err, errlen) != 0) {
         attn_model_free(m);
         return -1;
     }

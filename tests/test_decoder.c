@@ -735,30 +735,57 @@ START_TEST(test_steps_replay) {
 }
 END_TEST
 
-/* The llama layout's shape checks name what does not fit: the weights of
- * decoder_gqa_half (G = 2, no biases) under changed hyper-parameters. */
+/* The llama layout's shape checks name everything that does not fit, in
+ * one message: the weights of decoder_gqa_half (G = 2, no biases) under
+ * changed hyper-parameters, each case with one or two keys changed. */
 START_TEST(test_weights_refused) {
-    char path[600], err[512], text[4096];
+    char path[600], err[2048], text[4096];
     snprintf(path, sizeof path, "%s/gqa_half.json", golden_dir());
     json_error_t jerr;
     json_t *root = json_load_file(path, 0, &jerr);
     ck_assert_msg(root != NULL, "%s: %s", path, jerr.text);
+#define T "\"model.layers.0.self_attn."
     struct {
-        const char *key;
-        json_t *value;
-        const char *want;
+        const char *key[2];
+        json_t *value[2];
+        const char *want[6]; /* NULL-ended: every one must be in the message */
     } cases[] = {
-        {"num_kv_heads", json_integer(4),
-         "\"model.layers.0.self_attn.k_proj.weight\" has shape [16, 64]"},
-        {"num_kv_heads", json_integer(4), "num_kv_heads 4, head_dim 8) needs [32, 64]"},
-        {"head_dim", json_integer(16), "q_proj.weight\" has shape [64, 64] but"},
-        {"bias", json_true(), "\"model.layers.0.self_attn.q_proj.bias\" is missing"},
-        {"prefix", json_string("model.layers.1.self_attn."),
-         "\"model.layers.1.self_attn.q_proj.weight\" is missing (role q_weight, layout llama)"},
+        {{"num_kv_heads"},
+         {json_integer(4)},
+         {"2 tensors do not fit model \"gqa_half\"", "num_kv_heads 4, head_dim 8)",
+          T "k_proj.weight\" has shape [16, 64] but needs [32, 64] for role k_weight",
+          T "v_proj.weight\" has shape [16, 64] but needs [32, 64] for role v_weight"}},
+        {{"head_dim"},
+         {json_integer(16)},
+         {"4 tensors do not fit", "q_proj.weight\" has shape [64, 64] but needs [128, 64]",
+          "k_proj.weight\" has shape [16, 64] but needs [32, 64]",
+          "v_proj.weight\" has shape [16, 64] but needs [32, 64]",
+          "o_proj.weight\" has shape [64, 64] but needs [64, 128] for role out_weight"}},
+        {{"bias"},
+         {json_true()},
+         {"3 tensors do not fit", T "q_proj.bias\" is missing (role q_bias, layout llama)",
+          T "k_proj.bias\" is missing (role k_bias", T "v_proj.bias\" is missing (role v_bias"}},
+        {{"prefix"},
+         {json_string("model.layers.1.self_attn.")},
+         {"4 tensors do not fit",
+          "\"model.layers.1.self_attn.q_proj.weight\" is missing (role q_weight, layout llama)",
+          "\"model.layers.1.self_attn.o_proj.weight\" is missing (role out_weight"}},
+        /* a missing tensor and a wrong shape together */
+        {{"num_kv_heads", "tensors"},
+         {json_integer(4), json_pack("{s:s}", "q_weight", "q.weight")},
+         {"3 tensors do not fit", T "q.weight\" is missing (role q_weight, tensors map)",
+          T "k_proj.weight\" has shape [16, 64]", T "v_proj.weight\" has shape [16, 64]"}},
+        /* one misfit: one sentence */
+        {{"tensors"},
+         {json_pack("{s:s}", "out_weight", "k_proj.weight")},
+         {"gqa_half.safetensors: tensor " T "k_proj.weight\" has shape [16, 64] but needs "
+          "[64, 64] for role out_weight, for model \"gqa_half\" (embed_dim 64,"}},
     };
+#undef T
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         json_t *entry = json_deep_copy(json_object_get(root, "config"));
-        json_object_set_new(entry, cases[i].key, cases[i].value);
+        for (int k = 0; k < 2 && cases[i].key[k]; k++)
+            json_object_set_new(entry, cases[i].key[k], cases[i].value[k]);
         char *js = json_dumps(entry, JSON_COMPACT);
         snprintf(text, sizeof text, "{\"models\":[%s]}", js);
         free(js);
@@ -771,8 +798,9 @@ START_TEST(test_weights_refused) {
         err[0] = '\0';
         ck_assert_msg(attnd_model_load(&m, &c.models[0], err, sizeof err) == -1, "case %zu loaded",
                       i);
-        ck_assert_msg(strstr(err, cases[i].want) != NULL, "case %zu: \"%s\" lacks \"%s\"", i, err,
-                      cases[i].want);
+        for (int k = 0; k < 6 && cases[i].want[k]; k++)
+            ck_assert_msg(strstr(err, cases[i].want[k]) != NULL, "case %zu: \"%s\" lacks \"%s\"", i,
+                          err, cases[i].want[k]);
         ck_assert(m.mem == NULL);
         attnd_config_free(&c);
     }

@@ -71,6 +71,8 @@ BAD = [
      ("cors_origins",)),
     ("model_unknown_key", {"models": [model_cfg(heads=1)]}, ("heads",)),
     ("model_heads_do_not_divide", {"models": [model_cfg(num_heads=3)]}, ("num_heads",)),
+    ("kv_heads_do_not_divide", {"models": [model_cfg(num_heads=8, num_kv_heads=3)]},
+     ("models[0].num_kv_heads", "3 does not divide num_heads 8")),
     ("models_not_list", {"models": {"name": "x"}}, ("models",)),
     ("duplicate_model_names", {"models": [model_cfg(), model_cfg()]}, ("self_e16_h1",)),
     ("server_key_in_wrong_section", {"server": {"max_batch_tokens": 3},
@@ -90,9 +92,11 @@ BAD = [
 BAD_WEIGHTS = [
     ("weights_file_missing", {"models": [model_cfg(weights="no-such-file.safetensors")]},
      ("no-such-file.safetensors",)),
+    # every tensor is named in one message, not only the first
     ("embed_dim_disagrees_with_weights", {"models": [model_cfg(embed_dim=32, num_heads=1, kdim=32,
                                                                vdim=32)]},
-     ("in_proj_weight",)),
+     ("4 tensors do not fit", '"in_proj_weight" has shape [48, 16] but needs [96, 32]',
+      '"in_proj_bias"', '"out_proj.weight"', '"out_proj.bias"')),
 ]
 
 
