@@ -26,7 +26,7 @@ struct attnd_session {
     int len;              /* cached tokens */
     int cap;              /* rows allocated */
     double last_used;     /* monotonic seconds of the last open, step end or begin */
-    int busy;             /* 1 while a step computes */
+    int busy;             /* 1 from a step's begin to its end: queued or computing */
     int deleted;          /* 1: out of the table, freed when its step ends */
     attnd_session *next;  /* bucket chain */
 };
@@ -366,8 +366,8 @@ const char *attnd_session_status_text(attnd_session_status s) {
         return "no such session on this server: it was deleted, timed out, or is held by "
                "another replica or a restarted one; open a new session with the whole prefix";
     case SESS_BUSY:
-        return "the session's previous step is still computing; send the next step after its "
-               "answer";
+        return "the session's previous step is still queued or computing; send the next step "
+               "after its answer";
     case SESS_FULL: return "the session memory budget or session count is used up; retry later";
     case SESS_TOO_BIG: return "the step would take the session past max_session_bytes_each";
     case SESS_TOO_LONG: return "the step would take the session past the model's max_positions";

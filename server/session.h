@@ -41,7 +41,7 @@ typedef struct {
 typedef enum {
     SESS_OK = 0,
     SESS_NOT_FOUND, /* no such session: never opened, deleted or expired (404) */
-    SESS_BUSY,      /* its previous step is still computing (409) */
+    SESS_BUSY,      /* its previous step is still queued or computing (409) */
     SESS_FULL,      /* the count or the total budget is used up; retry later (429) */
     SESS_TOO_BIG,   /* past max_bytes_per_session (413) */
     SESS_TOO_LONG,  /* past the model's max_len (413) */
@@ -83,8 +83,8 @@ attnd_session_status attnd_session_open(attnd_sessions *st, int model, size_t ro
 int attnd_session_id_ok(const char *id);
 
 /* Begins a step of session id that appends `tokens` (>= 1) rows. The
- * session is busy until attnd_session_end. A session idle past idle_s is
- * ended here and reported SESS_NOT_FOUND. */
+ * session is busy (its step queued or computing) until attnd_session_end.
+ * A session idle past idle_s is ended here and reported SESS_NOT_FOUND. */
 attnd_session_status attnd_session_begin(attnd_sessions *st, const char *id, int tokens,
                                          double now, attnd_session_step *step,
                                          int *retry_after_s);

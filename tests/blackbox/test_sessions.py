@@ -150,17 +150,29 @@ def test_session_replays_whole_sequence(d, name):
     assert d.request("DELETE", "/v1/sessions/" + sid).status_code == 204
 
 
-def test_sessions_of_one_model_batch_together(d):
-    """Eight sessions stepping at once all get their own rows right."""
+def test_sessions_of_one_model_batch_together(daemons):
+    """Eight sessions stepping at once all get their own rows right, and
+    steps of different sessions share batches: each round, the eight send
+    a step together, and the batcher waits (up to a second) for eight
+    requests before it computes, so some answer says usage.batch > 1."""
+    d = daemons(dict(decoder_config(), batching={"max_queue_delay_us": 1000000,
+                                                 "max_batch_requests": 8}))
     g = GOLDENS[0]
     s = g["sequences"][0]
     q, want = s["query"], np.array(s["output"])
     sids = [open_session(d, g["name"], q[:3]).json()["session"] for _ in range(8)]
-    errors = []
+    errors, batches = [], []
+    rounds = threading.Barrier(len(sids))
 
     def run(sid):
         for at in range(3, 10):
-            a = step(d, sid, q[at:at + 1]).json()
+            rounds.wait(60)
+            r = step(d, sid, q[at:at + 1])
+            if r.status_code != 200:
+                errors.append((sid, at, r.status_code))
+                continue
+            a = r.json()
+            batches.append(a["usage"]["batch"])
             if rel_err(np.float32(a["output"]), want[at:at + 1]) > TOL:
                 errors.append((sid, at))
 
@@ -170,8 +182,42 @@ def test_sessions_of_one_model_batch_together(d):
     for t in ts:
         t.join(120)
     assert not errors
+    assert len(batches) == 8 * 7
+    assert max(batches) > 1, "no two sessions' steps shared a batch: %s" % batches
     for sid in sids:
         assert d.request("DELETE", "/v1/sessions/" + sid).status_code == 204
+
+
+def queue_depth(d):
+    _, samples = parse_prometheus(d.get("/metrics").text)
+    return sum(v for n, labels, v in samples if n == "attnd_queue_depth")
+
+
+def test_queued_step_is_409(daemons):
+    """A step whose previous step is only queued (the batcher waits up to
+    10 s for a second request) gets the same 409 as one that meets a
+    computing step, with words that say so. An open with a prefix, a step
+    of another session, then fills the batch, and both are answered."""
+    d = daemons(dict(decoder_config(), batching={"max_queue_delay_us": 10000000,
+                                                 "max_batch_requests": 2}))
+    g = GOLDENS[0]
+    q = g["sequences"][0]["query"]
+    sid = open_session(d, g["name"]).json()["session"]
+    done = {}
+    t = threading.Thread(target=lambda: done.setdefault("r", step(d, sid, q[:1])))
+    t.start()
+    deadline = time.monotonic() + 30
+    while queue_depth(d) == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert "r" not in done, "the first step was answered before it could be met in the queue"
+    msg = check_error_body(step(d, sid, q[1:2]), 409)
+    assert "previous step is still queued or computing" in msg
+    other = open_session(d, g["name"], q[:2])
+    t.join(60)
+    assert other.status_code == 201 and other.json()["usage"]["batch"] == 2
+    assert done["r"].status_code == 200 and done["r"].json()["cached_tokens"] == 1
+    for s in (sid, other.json()["session"]):
+        assert d.request("DELETE", "/v1/sessions/" + s).status_code == 204
 
 
 def test_unknown_and_deleted_sessions(d):
@@ -299,7 +345,7 @@ def test_step_while_busy_is_409(d):
     t.join(300)
     assert done["r"].status_code == 200, done["r"].text[:200]
     assert refused is not None, "the long step ended before a second step met it"
-    assert "previous step is still computing" in check_error_body(refused, 409)
+    assert "previous step is still queued or computing" in check_error_body(refused, 409)
     after = step(d, sid, big[:1]).json()["cached_tokens"]
     assert after == 8000 + answered + 1
     assert d.request("DELETE", "/v1/sessions/" + sid).status_code == 204
