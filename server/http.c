@@ -291,7 +291,7 @@ static enum MHD_Result answer_metrics(hreq *h) {
     if (depth) attnd_sched_depths(s->sched, depth);
     metrics_write(&s->metrics, &b, s->names, depth ? depth : (int[1]){0}, depth ? s->n_models : 0);
     attnd_sched_metrics(s->sched, &b);
-    attnd_steps_metrics(s->sessions, attnd_step_now(), &b);
+    attnd_steps_metrics(s->sessions, &b);
     free(depth);
     size_t len = 0;
     char *body = sb_take(&b, &len);
@@ -979,7 +979,7 @@ attnd_server *attnd_server_new(const attnd_config *cfg, attnd_exit *why, char *e
     attnd_session_limits sl = {cfg->max_sessions, cfg->max_session_bytes,
                                cfg->max_session_bytes_each, cfg->session_idle_s};
     s->sessions = attnd_sessions_new(&sl);
-    if (!s->sessions) goto oom;
+    if (!s->sessions || attnd_sessions_reaper_start(s->sessions, attnd_step_now) < 0) goto oom;
     attnd_sched_opts o = {cfg, s->models, s->info, s->n_models, &s->metrics, on_answer_ready, s};
     s->sched = attnd_sched_new(&o, err, errlen);
     if (!s->sched) goto fail;

@@ -1,6 +1,7 @@
 /* session.c - the table of KV-cache sessions (session.h): ids, caches that
  * grow by doubling within the budget, steps that are ordered per session,
- * the idle timeout, and the counters /metrics shows. No HTTP, no compute.
+ * the idle timeout (and the reaper thread that applies it without
+ * traffic), and the counters /metrics shows. No HTTP, no compute.
  */
 #include "session.h"
 
@@ -13,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../core/sizes.h"
@@ -41,6 +43,12 @@ struct attnd_sessions {
     long long bytes;         /* bytes of every cache, deleted-but-busy ones too */
     double last_sweep;       /* monotonic seconds of the last expiry scan */
     attnd_session_stats totals;
+    /* the reaper (attnd_sessions_reaper_start): sweeps once a second */
+    pthread_t reaper;
+    int reaper_on;              /* 1: started, to be joined by attnd_sessions_free */
+    int reaper_stop;            /* 1: the reaper exits; under mu */
+    pthread_cond_t reaper_cv;   /* on CLOCK_MONOTONIC; signalled to stop it */
+    double (*clock)(void);      /* the reaper's now, monotonic seconds */
 };
 
 static size_t session_bytes(const attnd_session *s) {
@@ -78,6 +86,14 @@ static void session_free(attnd_session *s) {
 
 void attnd_sessions_free(attnd_sessions *st) {
     if (!st) return;
+    if (st->reaper_on) {
+        pthread_mutex_lock(&st->mu);
+        st->reaper_stop = 1;
+        pthread_cond_signal(&st->reaper_cv);
+        pthread_mutex_unlock(&st->mu);
+        pthread_join(st->reaper, NULL);
+        pthread_cond_destroy(&st->reaper_cv);
+    }
     for (size_t b = 0; b < st->nbuckets; b++) {
         attnd_session *s = st->buckets[b];
         while (s) {
@@ -340,6 +356,40 @@ int attnd_sessions_expire(attnd_sessions *st, double now) {
     int n = now - st->last_sweep >= 1.0 ? sweep(st, now) : 0;
     pthread_mutex_unlock(&st->mu);
     return n;
+}
+
+/* The reaper: ends idle sessions once a second until attnd_sessions_free
+ * stops it, so that a daemon with no traffic frees their memory too. */
+static void *reaper_main(void *arg) {
+    attnd_sessions *st = arg;
+    pthread_mutex_lock(&st->mu);
+    while (!st->reaper_stop) {
+        sweep(st, st->clock());
+        struct timespec until;
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        until.tv_sec += 1;
+        while (!st->reaper_stop &&
+               pthread_cond_timedwait(&st->reaper_cv, &st->mu, &until) != ETIMEDOUT)
+            ;
+    }
+    pthread_mutex_unlock(&st->mu);
+    return NULL;
+}
+
+int attnd_sessions_reaper_start(attnd_sessions *st, double (*clock)(void)) {
+    pthread_condattr_t ca;
+    if (st->reaper_on || pthread_condattr_init(&ca) != 0) return -1;
+    int rc = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    if (rc == 0) rc = pthread_cond_init(&st->reaper_cv, &ca);
+    pthread_condattr_destroy(&ca);
+    if (rc != 0) return -1;
+    st->clock = clock;
+    if (pthread_create(&st->reaper, NULL, reaper_main, st) != 0) {
+        pthread_cond_destroy(&st->reaper_cv);
+        return -1;
+    }
+    st->reaper_on = 1;
+    return 0;
 }
 
 int attnd_session_model(attnd_sessions *st, const char *id, double now) {

@@ -6,7 +6,8 @@
  * timeout and the memory budget, and counts what happens for /metrics. It
  * computes nothing and knows no HTTP: the routes ask it for a step, compute
  * into the rows it hands out, and end the step. Thread-safe: one mutex over
- * the table, never held while a step computes.
+ * the table, never held while a step computes. Once started, a thread of
+ * its own (the reaper) ends idle sessions without waiting for traffic.
  *
  * A session's cache is one allocation of `cap` rows, row-major; row t holds
  * token t's keys then its values, each (G, D) for G key/value heads of
@@ -65,8 +66,16 @@ typedef struct {
 
 /* NULL when out of memory. lim is copied. */
 attnd_sessions *attnd_sessions_new(const attnd_session_limits *lim);
-/* Frees every session; no step may be running. NULL is a no-op. */
+/* Stops the reaper, if started, and frees every session; no step may be
+ * running. NULL is a no-op. */
 void attnd_sessions_free(attnd_sessions *st);
+
+/* Starts the reaper: a thread that ends every session idle for idle_s
+ * about once a second, with clock() (monotonic seconds, the `now` of every
+ * other call) as its time, so that an idle daemon frees their memory.
+ * Tables without it expire sessions only when called. Returns 0, or -1
+ * when it is already started or the thread cannot start. */
+int attnd_sessions_reaper_start(attnd_sessions *st, double (*clock)(void));
 
 /* Opens a session for model (rows of row_floats floats) and begins its
  * first step, which appends `tokens` (>= 0) prefix rows; with 0 the step

@@ -311,9 +311,8 @@ void attnd_steps_run(attn_ctx *ctx, const attn_model *m, const attnd_model_info 
     free(st);
 }
 
-void attnd_steps_metrics(attnd_sessions *t, double now, sbuf *b) {
+void attnd_steps_metrics(attnd_sessions *t, sbuf *b) {
     attnd_session_stats st;
-    attnd_sessions_expire(t, now);
     attnd_sessions_stats(t, &st);
     sb_printf(b,
               "# HELP attnd_sessions KV-cache sessions open.\n"

@@ -67,8 +67,9 @@ void attnd_steps_run(attn_ctx *ctx, const attn_model *m, const attnd_model_info 
 /* Ends a step that was not computed (its rows are dropped) and frees it. */
 void attnd_step_release(attnd_step_req *sr, double now);
 
-/* The session gauges and counters for GET /metrics (expiring idle ones first). */
-void attnd_steps_metrics(attnd_sessions *t, double now, sbuf *b);
+/* The session gauges and counters for GET /metrics. It only reads: idle
+ * sessions are ended by the table's reaper (session.h), not by a scrape. */
+void attnd_steps_metrics(attnd_sessions *t, sbuf *b);
 
 /* Monotonic seconds, the session table's clock. */
 double attnd_step_now(void);

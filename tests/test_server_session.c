@@ -2,14 +2,17 @@
  * ids, steps that append and roll back, one step at a time per session,
  * deletion (also during a step), the idle timeout, the per-session and
  * total memory budgets with their statuses and Retry-After, the counters,
- * and many threads at once. Time is passed in, so nothing sleeps.
+ * and many threads at once. Time is passed in, so nothing sleeps, except
+ * the reaper's test, which waits for its thread on a clock it moves.
  */
 #include <check.h>
 #include <ctype.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "../server/session.h"
 
@@ -213,6 +216,45 @@ START_TEST(test_idle_timeout) {
 }
 END_TEST
 
+/* The reaper's clock: the test moves it (microseconds, so atomic). */
+static _Atomic long long g_now_us;
+
+static double fake_now(void) {
+    return (double)atomic_load(&g_now_us) / 1e6;
+}
+
+/* The reaper ends idle sessions with no call into the table: time moves
+ * past the timeout and the sessions go, the one with a step in flight
+ * stays. Waits on the counters, up to 30 s, for the thread to run. */
+START_TEST(test_reaper) {
+    attnd_sessions *st = table(8, 1 << 20, 1 << 20, 10);
+    char a[ATTND_SESSION_ID_LEN + 1], b[ATTND_SESSION_ID_LEN + 1];
+    attnd_session_step p;
+    int retry = 0;
+    atomic_store(&g_now_us, 0);
+    ck_assert_int_eq(attnd_sessions_reaper_start(st, fake_now), 0);
+    ck_assert_int_eq(attnd_sessions_reaper_start(st, fake_now), -1); /* once */
+    open_n(st, 4, 0, a);
+    open_n(st, 4, 0, b);
+    ck_assert_int_eq(attnd_session_begin(st, b, 1, 0, &p, &retry), SESS_OK);
+    atomic_store(&g_now_us, 9000000); /* not yet: 1 s short of the timeout */
+    struct timespec tick = {0, 5000000};
+    for (int i = 0; i < 300; i++) /* 1.5 s: the reaper has swept at 9 s */
+        nanosleep(&tick, NULL);
+    ck_assert_int_eq(stats(st).sessions, 2);
+    atomic_store(&g_now_us, 20000000);
+    for (int i = 0; i < 6000 && stats(st).expired < 1; i++)
+        nanosleep(&tick, NULL);
+    attnd_session_stats s = stats(st);
+    ck_assert_int_eq(s.expired, 1);
+    ck_assert_int_eq(s.sessions, 1); /* b's step is in flight */
+    ck_assert_int_eq(attnd_session_model(st, a, 20), -1);
+    ck_assert_int_eq(attnd_session_model(st, b, 20), 0);
+    attnd_session_end(st, &p, 1, 20);
+    attnd_sessions_free(st); /* stops and joins the reaper */
+}
+END_TEST
+
 START_TEST(test_per_session_limits) {
     /* 16 bytes a token: 10 tokens per session, 100 in all */
     attnd_sessions *st = table(8, 1600, 160, 60);
@@ -346,12 +388,14 @@ END_TEST
 static Suite *session_suite(void) {
     Suite *s = suite_create("session");
     TCase *t = tcase_create("table");
+    tcase_set_timeout(t, 60); /* test_reaper waits for a thread that wakes each second */
     tcase_add_test(t, test_open_step_end);
     tcase_add_test(t, test_proposed_id);
     tcase_add_test(t, test_one_step_at_a_time);
     tcase_add_test(t, test_not_found);
     tcase_add_test(t, test_delete);
     tcase_add_test(t, test_idle_timeout);
+    tcase_add_test(t, test_reaper);
     tcase_add_test(t, test_per_session_limits);
     tcase_add_test(t, test_total_budget);
     tcase_add_test(t, test_session_count);

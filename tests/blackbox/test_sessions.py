@@ -283,23 +283,38 @@ def test_budgets(daemons):
     assert open_session(d, "gqa_half", q[:3]).status_code == 201
 
 
-def test_idle_timeout_and_metrics(daemons):
-    d = daemons(decoder_config({"session_idle_s": 1}))
+def session_metrics(d):
+    _, samples = parse_prometheus(d.get("/metrics").text)
+    return {(n, labels.get("reason")): v for n, labels, v in samples
+            if n.startswith("attnd_session")}
+
+
+def test_idle_sessions_end_without_traffic(daemons):
+    """A session left idle past session_idle_s is ended by the daemon on its
+    own: nothing is sent until well after the timeout, and then /metrics
+    (which only reads) shows the session gone, its bytes freed and one idle
+    eviction; a step for it then gets 404 saying it may have timed out."""
+    idle = 2
+    d = daemons(decoder_config({"session_idle_s": idle}))
     g = GOLDENS[0]
     q = g["sequences"][0]["query"]
     sid = open_session(d, g["name"], q[:4]).json()["session"]
-    _, samples = parse_prometheus(d.get("/metrics").text)
-    val = {n: v for n, labels, v in samples if n.startswith("attnd_session")}
-    assert val["attnd_sessions"] == 1 and val["attnd_session_cached_tokens"] == 4
-    assert val["attnd_session_bytes"] > 0
-    time.sleep(2.2)
+    val = session_metrics(d)
+    assert val[("attnd_sessions", None)] == 1 and val[("attnd_session_cached_tokens", None)] == 4
+    assert val[("attnd_session_bytes", None)] > 0
+    time.sleep(idle + 1.5)  # no request of any kind meanwhile
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        val = session_metrics(d)
+        if val[("attnd_session_evictions_total", "idle")] >= 1:
+            break
+        time.sleep(0.2)
+    assert val[("attnd_session_evictions_total", "idle")] == 1, val
+    assert val[("attnd_sessions", None)] == 0
+    assert val[("attnd_session_cached_tokens", None)] == 0
+    assert val[("attnd_session_bytes", None)] == 0
     msg = check_error_body(step(d, sid, q[4:5]), 404)
     assert "timed out" in msg
-    _, samples = parse_prometheus(d.get("/metrics").text)
-    val = {(n, labels.get("reason")): v for n, labels, v in samples}
-    assert val[("attnd_session_evictions_total", "idle")] == 1
-    assert val[("attnd_sessions", None)] == 0
-    assert val[("attnd_session_bytes", None)] == 0
 
 
 def test_v2_positions(d):
