@@ -407,7 +407,11 @@ static enum MHD_Result dispatch_session(hreq *h) {
 }
 
 /* A v2 infer whose parameters open a session (session_open) or step one
- * (session_id): the parsed job becomes a begun step (steps.c). */
+ * (session_id): the parsed job becomes a begun step (steps.c). An open
+ * takes its id from X-Session-Id when given, as the native open does, so
+ * that a load balancer hashing on that header keeps the session's steps on
+ * this replica (docs/deploy.md); a step's header is not read (its id is in
+ * the parameters). */
 static enum MHD_Result v2_session(hreq *h) {
     attnd_server *s = h->srv;
     attnd_error e = {AERR_NONE, ""};
@@ -415,7 +419,12 @@ static enum MHD_Result v2_session(hreq *h) {
     if (job->session_id && job->session_open)
         return send_err(h, AERR_BAD_REQUEST, "%s",
                         "parameters: give session_id (a step) or session_open, not both");
-    attnd_step_env se = {s->sessions, &s->env, s->cfg, job->session_id, NULL, attnd_step_now()};
+    const char *want_id =
+        job->session_open
+            ? MHD_lookup_connection_value(h->conn, MHD_HEADER_KIND, "X-Session-Id")
+            : NULL;
+    attnd_step_env se = {s->sessions, &s->env, s->cfg, job->session_id, want_id,
+                         attnd_step_now()};
     if (attnd_step_from_job(&se, job, &h->r.step, &e, &h->retry_after) < 0)
         return send_error(h, &e);
     h->r.tokens = job->L;

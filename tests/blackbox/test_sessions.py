@@ -396,3 +396,38 @@ def test_v2_sessions_through_parameters(d):
     check_error_body(infer(q[:1], {"session_id": "0123456789abcdef0123456789abcdef"}), 404)
     check_error_body(infer(q[:1], {"session_id": sid, "session_open": True}), 400)
     assert d.request("DELETE", "/v1/sessions/" + sid).status_code == 204
+
+
+def test_v2_open_takes_x_session_id(d):
+    """A v2 open names its session from X-Session-Id, as the native open
+    does (what a load balancer sets for affinity, docs/deploy.md); a taken
+    id gets 409, a malformed one 400; steps carry the header too and are
+    answered from the session their parameters name."""
+    g = GOLDENS[0]
+    s = g["sequences"][0]
+    q, want = np.array(s["query"], dtype=np.float32), np.array(s["output"])
+    E = g["embed_dim"]
+    sid = "0123456789abcdef0123456789abcd01"
+
+    def infer(rows, params, header):
+        body = {"inputs": [{"name": "query", "shape": [1, len(rows), E], "datatype": "FP32",
+                            "data": np.asarray(rows).reshape(-1).tolist()}],
+                "parameters": params}
+        return d.post("/v2/models/%s/infer" % g["name"], body,
+                      headers={"X-Session-Id": header})
+
+    r = infer(q[:3], {"session_open": True}, sid)
+    assert r.status_code == 200, r.text[:300]
+    assert r.json()["parameters"]["session_id"] == sid
+    msg = check_error_body(infer(q[:3], {"session_open": True}, sid), 409)
+    assert "open already" in msg
+    msg = check_error_body(infer(q[:3], {"session_open": True}, "NOT-hex"), 400)
+    assert "X-Session-Id" in msg
+    a = infer(q[3:4], {"session_id": sid}, sid).json()
+    assert a["parameters"]["session_id"] == sid and a["parameters"]["cached_tokens"] == 4
+    out = np.array(a["outputs"][0]["data"], dtype=np.float32).reshape(1, E)
+    assert rel_err(out, want[3:4]) <= TOL
+    # an ordinary infer ignores the header
+    r = infer(q[:2], {}, "NOT-hex")
+    assert r.status_code == 200 and "session_id" not in (r.json().get("parameters") or {})
+    assert d.request("DELETE", "/v1/sessions/" + sid).status_code == 204
