@@ -8,6 +8,9 @@ later stops another with SIGTERM. Every request must get a 200 with the right
 answer: nginx retries what a dead or draining replica fails on another one.
 It then checks, from nginx's access log, that nginx did retry, that the
 restarted replica took traffic again, and that the SIGTERM'd replica exited 0.
+Before the load, KV-cache sessions go through nginx, native and KServe v2
+(X-Session-Id on each v2 step): every step must reach the replica that
+holds its session.
 """
 
 import http.client
@@ -180,6 +183,61 @@ def wait_queued(port, timeout=3.0):
     return False
 
 
+def v2_sessions(c, lb, tmp, queries, reps):
+    """KServe v2 sessions through nginx: the id of a v2 step is in its body,
+    which nginx does not read, so clients send it as X-Session-Id on every
+    step (docs/deploy.md). Half the opens let nginx name the session (no
+    header: it sends its $request_id, which attnd takes as the id), half
+    name it themselves. Every step must reach its session and equal the
+    whole sequence computed causally at once; the sessions spread over the
+    replicas, and the native DELETE of each reaches it too."""
+    refs = []
+    for q in queries:
+        st, body, _ = dl.http("POST", f"http://127.0.0.1:{reps[2].port}/v1/attention",
+                              {"query": q, "causal": True})
+        c.check(st == 200, "causal reference answer from a replica", str(st), fatal=True)
+        refs.append(np.asarray(body["output"]))
+
+    def infer(rows, params, sid):
+        body = {"inputs": [{"name": "query", "shape": [1, len(rows), E], "datatype": "FP32",
+                            "data": np.asarray(rows, dtype=np.float32).reshape(-1).tolist()}],
+                "parameters": params}
+        return dl.http("POST", lb + "/v2/models/default/infer", body,
+                       headers={"X-Session-Id": sid} if sid else None)
+
+    mark = len(access_lines(tmp))
+    sids, named, steps_ok, deleted = [], 0, 0, 0
+    for k in range(12):
+        own = os.urandom(16).hex() if k % 2 else None
+        st, body, _ = infer(queries[k % 4][:2], {"session_open": True}, own)
+        if st != 200:
+            c.check(False, "v2 session opened through nginx", f"{st} {str(body)[:200]}")
+            break
+        sid = body["parameters"]["session_id"]
+        named += own is None or sid == own
+        sids.append(sid)
+        for i in range(2, L):
+            st, body, _ = infer(queries[k % 4][i:i + 1], {"session_id": sid}, sid)
+            if st != 200:
+                continue
+            out = np.asarray(body["outputs"][0]["data"]).reshape(1, E)
+            steps_ok += (body["parameters"].get("cached_tokens") == i + 1
+                         and dl.rel_err(out, refs[k % 4][i:i + 1]) < 1e-5)
+    c.check(len(sids) == 12 and named == 12 and steps_ok == 12 * (L - 2),
+            "every v2 step (X-Session-Id) of 12 sessions opened through nginx reached its "
+            "session and equals the causal whole sequence",
+            f"{len(sids)} opened, {named} with the id asked for, "
+            f"{steps_ok} of {12 * (L - 2)} steps right")
+    lines = [ln for ln in access_lines(tmp)[mark:] if '"POST /v2/models/default/infer' in ln]
+    spread = {re.search(r"upstream=(\S+) ", ln).group(1) for ln in lines}
+    c.check(len(spread) >= 2, "v2 sessions spread over the replicas", str(spread))
+    for sid in sids:
+        st, _, _ = dl.http("DELETE", f"{lb}/v1/sessions/{sid}")
+        deleted += st == 204
+    c.check(deleted == len(sids), "the native DELETE reaches every v2 session",
+            f"{deleted} of {len(sids)} answered 204")
+
+
 def access_lines(tmp):
     path = os.path.join(tmp, "access.log")
     return open(path, errors="replace").read().splitlines() if os.path.exists(path) else []
@@ -240,6 +298,7 @@ def main():
         c.check(len(spread) >= 2, "sessions spread over the replicas", str(spread))
         for sid in sids:
             dl.http("DELETE", f"{lb}/v1/sessions/{sid}")
+        v2_sessions(c, lb, tmp, queries, reps)
 
         marks = {}
         term_code = {}
