@@ -13,7 +13,9 @@
  *   golden    every .json in tests/data/golden/decoder (tests/gen_golden_decoder.py,
  *             an independent float64 implementation cross-checked against
  *             Hugging Face transformers) through attn_forward_ref, within a
- *             relative error of 1e-5.
+ *             relative error of 1e-5; sessions replayed step by step, a
+ *             golden sequence and a 1000-token cache, against the whole
+ *             sequence.
  */
 #include "../config/config.h"
 #include "../config/config_internal.h"
@@ -735,6 +737,82 @@ START_TEST(test_steps_replay) {
 }
 END_TEST
 
+/* A long cache: 1000 tokens of a grouped-head, rotary (llama3-scaled)
+ * layer fed through one session in uneven steps (a prefix of 37, then 1 to
+ * 8 rows at a time) on a 2-thread context, beside a second session of
+ * single rows in the same calls. Every step's output and mean attention
+ * rows equal the same rows of the whole sequence through the reference
+ * with causal = 1, to 1e-5, up to the last token, so that neither the
+ * rotation at large positions nor the cache's addressing drifts. */
+START_TEST(test_long_cache_replay) {
+    enum { L = 1000, E = 64, H = 8, G = 2, D = 8, SHORT = 24, PREFIX = 37 };
+    attn_hparams hp = {.embed_dim = E, .num_heads = H, .kdim = E, .vdim = E, .bias = 1,
+                       .num_kv_heads = G,
+                       .rope = {.dim = D, .theta = 500000, .style = ATTN_ROPE_HALF,
+                                .scaling = ATTN_ROPE_SCALE_LLAMA3, .factor = 8,
+                                .low_freq_factor = 1, .high_freq_factor = 4,
+                                .original_max_position = 128}};
+    attn_model m;
+    g_rng = 1000;
+    rand_model(&m, &hp);
+    const int row = 2 * G * D;
+    float *x = rand_floats((size_t)L * E, 1);
+    float *want = xcalloc((size_t)L * E, sizeof(float)), *want_attn = xcalloc((size_t)L * L, sizeof(float));
+    char err[256];
+    attn_seq whole = {.L = L, .S = L, .causal = 1, .weights = ATTN_WEIGHTS_MEAN,
+                      .attn = want_attn};
+    attn_batch b = {.B = 1, .seqs = &whole, .query = x, .out = want};
+    ck_assert_msg(attn_forward_ref(&m, &b, err, sizeof err) == 0, "%s", err);
+    float *kv = xcalloc((size_t)L * row, sizeof(float)), *kv2 = xcalloc((size_t)SHORT * row, sizeof(float));
+    /* a step's rows: at most PREFIX (the first), 8 after it */
+    float *out = xcalloc((size_t)PREFIX * E, sizeof(float));
+    float *attn = xcalloc((size_t)PREFIX * L, sizeof(float));
+    float out2[E], attn2[SHORT];
+    const int sizes[] = {1, 1, 2, 1, 5, 1, 3, 1, 1, 8};
+    attn_ctx *ctx = attn_ctx_new(2);
+    ck_assert(ctx != NULL);
+    int len = 0, len2 = 0, k = 0;
+    double worst = 0;
+    while (len < L) {
+        int n = len == 0 ? PREFIX : sizes[k++ % 10];
+        if (n > L - len) n = L - len;
+        attn_step st[2] = {
+            {.n = n, .len = len, .kv = kv, .query = x + (size_t)len * E, .out = out,
+             .weights = ATTN_WEIGHTS_MEAN, .attn = attn},
+            {.n = 1, .len = len2, .kv = kv2, .query = x + (size_t)len2 * E, .out = out2,
+             .weights = ATTN_WEIGHTS_MEAN, .attn = attn2},
+        };
+        int ns = len2 < SHORT ? 2 : 1;
+        ck_assert_msg(attn_step_forward(ctx, &m, st, ns, err, sizeof err) == 0, "%s", err);
+        double e = rel_err(out, want + (size_t)len * E, (size_t)n * E);
+        ck_assert_msg(e <= REL_TOL, "step at %d (+%d): output error %g", len, n, e);
+        worst = fmax(worst, e);
+        for (int r = 0; r < n; r++) {
+            e = rel_err(attn + (size_t)r * (len + n), want_attn + (size_t)(len + r) * L,
+                        (size_t)(len + n));
+            ck_assert_msg(e <= REL_TOL, "step at %d, row %d: attention error %g", len, r, e);
+        }
+        if (ns == 2) {
+            e = rel_err(out2, want + (size_t)len2 * E, E);
+            ck_assert_msg(e <= REL_TOL, "single-row session at %d: output error %g", len2, e);
+            len2++;
+        }
+        len += n;
+    }
+    printf("long cache: %d tokens in %d steps equal the whole causal sequence; largest "
+           "relative error %.3g\n", L, k + 1, worst);
+    attn_ctx_free(ctx);
+    free(x);
+    free(want);
+    free(want_attn);
+    free(kv);
+    free(kv2);
+    free(out);
+    free(attn);
+    attn_model_free(&m);
+}
+END_TEST
+
 /* The llama layout's shape checks name everything that does not fit, in
  * one message: the weights of decoder_gqa_half (G = 2, no biases) under
  * changed hyper-parameters, each case with one or two keys changed. */
@@ -836,6 +914,7 @@ static Suite *decoder_suite(void) {
     tcase_add_test(tg, test_weights_refused);
     tcase_add_loop_test(tg, test_golden_file, 0, g_ngolden);
     tcase_add_loop_test(tg, test_steps_replay, 0, g_ngolden);
+    tcase_add_test(tg, test_long_cache_replay);
     suite_add_tcase(s, tg);
     return s;
 }
