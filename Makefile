@@ -9,6 +9,7 @@
 #   make bench-http     wrk against the daemon, and codec costs
 #   make bench-decode   KV-cache session steps against re-sending the prefix
 #   make docker-test, make scaleout-test   the image, and replicas behind nginx
+#   make golden-decoder-check  the decoder goldens against Hugging Face transformers
 
 CC      ?= cc
 OPT     ?= -O3
@@ -40,7 +41,7 @@ TESTS      := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 BENCHES    := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
 .PHONY: all deps deps-bench test test-unit test-blackbox test-abuse soak asan tsan run bench bench-http bench-decode clean fuzz fuzz-smoke fuzz-long venv
-.PHONY: docker-test scaleout-test
+.PHONY: docker-test scaleout-test golden-decoder-check
 
 all: $(BUILD)/attnd $(LIBS)
 
@@ -205,6 +206,22 @@ bench: deps-bench
 	    --threads $$(env -u OPENBLAS_CORETYPE $(BUILD)/bench/bench_core --print threads); \
 	else echo "torch: not installed (apt-get install python3-torch), its column is left out"; fi
 	$(PYTHON) bench/compare.py $(BUILD)/bench/cells.json
+
+# The decoder goldens against Hugging Face transformers (LlamaAttention,
+# Qwen2Attention, the rotary rules): tests/gen_golden_decoder.py --check in a
+# venv that sees Debian's python3-torch (--system-site-packages) and holds
+# the transformers pinned in tests/requirements-golden.txt. It regenerates
+# the goldens in memory and fails if any file differs or any cross-check
+# misses; it writes nothing.
+GOLDEN_VENV ?= .venv-golden
+$(GOLDEN_VENV)/.stamp: tests/requirements-golden.txt
+	/usr/bin/python3 -m venv --system-site-packages $(GOLDEN_VENV)
+	$(GOLDEN_VENV)/bin/pip install -q -r tests/requirements-golden.txt
+	touch $@
+golden-decoder-check:
+	@sh tests/deps.sh python3-torch
+	$(MAKE) $(GOLDEN_VENV)/.stamp
+	$(GOLDEN_VENV)/bin/python tests/gen_golden_decoder.py --check --require-transformers
 
 # KV-cache session steps at cache lengths 128..8192, 1 and 64 sessions,
 # against re-sending the whole prefix (bench/bench_decode.c).

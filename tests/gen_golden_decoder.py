@@ -16,8 +16,12 @@ GPT-J's rotate_every_two and Meta's complex-number form. Make the venv once
     .venv-golden/bin/python tests/gen_golden_decoder.py           # writes tests/data/golden/decoder/
     .venv-golden/bin/python tests/gen_golden_decoder.py --check   # regenerates in memory, compares
 
-Without transformers it still writes the same files (the cross-checks are
-skipped and it says so). Every number comes from fixed seeds.
+`make golden-decoder-check` does all three steps but the writing, with
+--require-transformers (which fails when transformers does not import,
+rather than skipping the cross-checks); tests/data/golden/decoder/README
+records its last output. Without transformers the script still writes the
+same files (the cross-checks are skipped and it says so). Every number
+comes from fixed seeds.
 
 One model per pair of files, tests/data/golden/decoder/<name>.{json,safetensors}:
 the weights in Llama's names under the prefix model.layers.0.self_attn., and
@@ -226,7 +230,7 @@ def check_layer(m, sd, x, pos, hidden, want):
                    position_embeddings=(emb.cos(), emb.sin()))[0][0].numpy()
     keep = ~hidden.all(axis=1)
     # eager attention takes its softmax in float32: 1e-6 leaves room for that
-    return close(out[keep], want[keep], 1e-6, m["name"] + " layer")
+    return close(out[keep], want[keep], 1e-6, "%s layer (%s)" % (m["name"], type(attn).__name__))
 
 
 # ---------------------------------------------------------------- models
@@ -348,7 +352,11 @@ def build(m):
 
 def main():
     check = "--check" in sys.argv[1:]
-    print("transformers %s: cross-checks on" % HF if HF else
+    if "--require-transformers" in sys.argv[1:] and not HF:
+        print("transformers does not import here: the cross-checks cannot run "
+              "(make golden-decoder-check makes a venv that has it)")
+        return 2
+    print("transformers %s on torch %s: cross-checks on" % (HF, torch.__version__) if HF else
           "transformers not installed: cross-checks skipped")
     bad = 0
     os.makedirs(DEC_DIR, exist_ok=True)
