@@ -224,10 +224,13 @@ golden-decoder-check:
 	$(GOLDEN_VENV)/bin/python tests/gen_golden_decoder.py --check --require-transformers
 
 # KV-cache session steps at cache lengths 128..8192, 1 and 64 sessions,
-# against re-sending the whole prefix (bench/bench_decode.c).
+# against re-sending the whole prefix, on a pool of every CPU, and whether a
+# step's cost grows linearly with the cache (bench/bench_decode.c).
+# BENCH_DECODE_ARGS="--max-len 512 --seconds 0.1 --threads 1" for a short run.
+BENCH_DECODE_ARGS ?=
 bench-decode: deps
 	$(MAKE) all $(BUILD)/bench/bench_decode
-	env -u OPENBLAS_CORETYPE $(BUILD)/bench/bench_decode
+	env -u OPENBLAS_CORETYPE $(BUILD)/bench/bench_decode $(BENCH_DECODE_ARGS)
 
 # HTTP throughput and latency with wrk, batching on and off, the large
 # request's round trip, and the codec costs (bench/bench_http.sh).

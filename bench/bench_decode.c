@@ -1,33 +1,50 @@
 /* bench_decode.c - decoding with a KV cache against re-sending the prefix,
- * printed as a table.
+ * printed as a table, with a check of how a step's cost grows with the
+ * cache.
  *
  * A Llama-shaped layer (E = 1024, 8 query heads over 2 key/value heads of
- * 128, rotary positions). For cache lengths 128 .. 8192 and 1 or 64
- * sessions decoding at once: the median time of one single-token step of
- * every session through attn_step_forward (what POST
- * /v1/sessions/{id}/attention computes), as tokens per second, and the
- * step's cost per cached token, which should stay flat if a step grows
- * linearly with the cache. Next to it, the same token without a session:
- * the whole prefix plus the token through attn_forward_decoder, causal (what
- * a client without sessions sends), for one session and cache lengths up
- * to --resend-max (it grows with the square of the length).
+ * 128, rotary positions). For cache lengths L = 128, 256, 512, ..., 8192
+ * and 1 or 64 sessions decoding at once: the median time of one
+ * single-token step of every session through attn_step_forward (what
+ * POST /v1/sessions/{id}/attention computes), as tokens per second and as
+ * microseconds per step per 1000 cached tokens. Next to it, the same token
+ * without a session: the whole prefix plus the token through
+ * attn_forward_decoder, causal (what a client without sessions sends), for
+ * one session (64 sessions re-send 64 times that), up to --resend-max
+ * (8192 by default: it grows with the square of the length, about a
+ * second a token at 8192 on two cores).
  *
- *   build/bench/bench_decode [--seconds 1] [--resend-max 2048]
+ * Then, for 1 and for 64 sessions, the least-squares line
+ *     step time = a + b * L
+ * through the step times, the largest relative residual |t - fit| / t, and
+ * a verdict: the step cost grows linearly with the cache when that residual
+ * is at most LINEAR_TOL (and b > 0). A step reads every cached key and
+ * value once, so it should.
  *
- * Core only, on the calling thread: no HTTP. Never part of the tests:
- * timings depend on the machine and its load (the test machine's 2 cores
- * are shared with other builds; medians of repeated runs, bench/RESULTS.md
- * says when and how quiet).
+ *   build/bench/bench_decode [--threads N] [--seconds S] [--max-len L] [--resend-max L]
+ *
+ * --threads: the compute pool's size, by default every CPU this process may
+ * use (affinity mask and cgroup quota), as the daemon sizes its pool.
+ * --seconds: time budget per cell (medians of repeated runs, at least 3).
+ * --max-len: the longest cache (a power of two from 128; 8192 by default).
+ * The 64 sessions' caches take 64 * (max-len + 1) * 2 KiB (1 GiB at 8192).
+ *
+ * Core only, no HTTP. Never part of the tests: timings depend on the
+ * machine and its load; bench/RESULTS.md says when and how quiet.
  */
 #include "../core/attn.h"
+#include "../server/cpus.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-enum { E = 1024, H = 8, G = 2, D = 128, MAXS = 64 };
+enum { E = 1024, H = 8, G = 2, D = 128, MAXS = 64, MIN_LEN = 128, MAX_LEN = 8192 };
+#define NLEN 7           /* 128 .. 8192, doubling */
+#define LINEAR_TOL 0.10  /* largest relative residual of a linear cost */
 
 static double now_s(void) {
     struct timespec ts;
@@ -62,6 +79,7 @@ static double median(void (*fn)(void *), void *arg, double seconds) {
 }
 
 typedef struct {
+    attn_ctx *ctx;
     const attn_model *m;
     attn_step *steps;
     int n;
@@ -70,13 +88,14 @@ typedef struct {
 static void run_steps(void *arg) {
     step_job *j = arg;
     char err[256];
-    if (attn_step_forward(NULL, j->m, j->steps, j->n, err, sizeof err) < 0) {
+    if (attn_step_forward(j->ctx, j->m, j->steps, j->n, err, sizeof err) < 0) {
         fprintf(stderr, "bench_decode: %s\n", err);
         exit(1);
     }
 }
 
 typedef struct {
+    attn_ctx *ctx;
     const attn_model *m;
     attn_batch *b;
 } whole_job;
@@ -84,39 +103,121 @@ typedef struct {
 static void run_whole(void *arg) {
     whole_job *j = arg;
     char err[256];
-    if (attn_forward_decoder(NULL, j->m, j->b, err, sizeof err) < 0) {
+    if (attn_forward_decoder(j->ctx, j->m, j->b, err, sizeof err) < 0) {
         fprintf(stderr, "bench_decode: %s\n", err);
         exit(1);
     }
 }
 
 /* Median seconds of one single-token step of each of n sessions whose
- * caches hold len tokens (filled with random rows: the time does not depend
- * on the values). */
-static double time_steps(const attn_model *m, int n, int len, float *kv, float *q, float *out,
-                         double seconds) {
-    size_t row = 2 * (size_t)G * D, per = (size_t)(len + 1) * row;
+ * caches hold len tokens (random rows: the time does not depend on the
+ * values). Session i's cache is kv + i * per, per = (maxlen + 1) rows. */
+static double time_steps(attn_ctx *ctx, const attn_model *m, int n, int len, int maxlen,
+                         float *kv, float *q, float *out, double seconds) {
+    size_t row = 2 * (size_t)G * D, per = (size_t)(maxlen + 1) * row;
     attn_step st[MAXS];
     for (int i = 0; i < n; i++)
         st[i] = (attn_step){.n = 1, .len = len, .kv = kv + i * per, .query = q + (size_t)i * E,
                             .out = out + (size_t)i * E, .weights = ATTN_WEIGHTS_NONE};
-    step_job j = {m, st, n};
+    step_job j = {ctx, m, st, n};
     return median(run_steps, &j, seconds);
 }
 
-static double time_whole(const attn_model *m, int len, float *x, float *out, double seconds) {
+/* Median seconds of the whole prefix of len tokens plus one, causal. */
+static double time_whole(attn_ctx *ctx, const attn_model *m, int len, float *x, float *out,
+                         double seconds) {
     attn_seq s = {.L = len + 1, .S = len + 1, .causal = 1};
     attn_batch b = {.B = 1, .seqs = &s, .query = x, .out = out};
-    whole_job j = {m, &b};
+    whole_job j = {ctx, m, &b};
     return median(run_whole, &j, seconds);
+}
+
+/* Least squares t = a + b * L over n points; *worst the largest
+ * |t - fit| / t and *at its L. */
+static void fit_line(const int *L, const double *t, int n, double *a, double *b, double *worst,
+                     int *at) {
+    double sx = 0, sy = 0, sxx = 0, sxy = 0;
+    for (int i = 0; i < n; i++) {
+        sx += L[i];
+        sy += t[i];
+        sxx += (double)L[i] * L[i];
+        sxy += (double)L[i] * t[i];
+    }
+    double den = n * sxx - sx * sx;
+    *b = den != 0 ? (n * sxy - sx * sy) / den : 0;
+    *a = (sy - *b * sx) / n;
+    *worst = 0;
+    *at = n ? L[0] : 0;
+    for (int i = 0; i < n; i++) {
+        double r = fabs(t[i] - (*a + *b * L[i])) / t[i];
+        if (r > *worst) {
+            *worst = r;
+            *at = L[i];
+        }
+    }
+}
+
+static void print_fit(int sessions, const int *lens, const double *t, int n) {
+    double a, b, worst;
+    int at;
+    if (n < 3) {
+        printf("fit, %d session%s: fewer than 3 cache lengths, no fit\n", sessions,
+               sessions == 1 ? "" : "s");
+        return;
+    }
+    fit_line(lens, t, n, &a, &b, &worst, &at);
+    printf("fit, %d session%s: step ms = %.4f + %.5f x L/1000 (L = %d..%d); largest relative "
+           "residual %.1f%% at L = %d\n",
+           sessions, sessions == 1 ? "" : "s", a * 1e3, b * 1e6, lens[0], lens[n - 1],
+           worst * 100, at);
+    if (b > 0 && worst <= LINEAR_TOL)
+        printf("verdict, %d session%s: linear: every step time is within %.0f%% of the line\n",
+               sessions, sessions == 1 ? "" : "s", LINEAR_TOL * 100);
+    else
+        printf("verdict, %d session%s: NOT linear: %s\n", sessions, sessions == 1 ? "" : "s",
+               b <= 0 ? "the step time does not grow with the cache"
+                      : "a step time is further than the tolerance from the line");
+}
+
+static int arg_int(const char *s, int lo, int hi, const char *name) {
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (*s == '\0' || *end != '\0' || v < lo || v > hi) {
+        fprintf(stderr, "bench_decode: %s: '%s' is not a whole number from %d to %d\n", name, s,
+                lo, hi);
+        exit(2);
+    }
+    return (int)v;
 }
 
 int main(int argc, char **argv) {
     double seconds = 1.0;
-    int resend_max = 2048;
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (strcmp(argv[i], "--seconds") == 0) seconds = atof(argv[i + 1]);
-        if (strcmp(argv[i], "--resend-max") == 0) resend_max = atoi(argv[i + 1]);
+    int resend_max = MAX_LEN, maxlen = MAX_LEN, threads = 0;
+    for (int i = 1; i < argc; i += 2) {
+        if (i + 1 >= argc) {
+            fprintf(stderr, "bench_decode: %s needs a value\n", argv[i]);
+            return 2;
+        }
+        if (strcmp(argv[i], "--seconds") == 0)
+            seconds = atof(argv[i + 1]);
+        else if (strcmp(argv[i], "--resend-max") == 0)
+            resend_max = arg_int(argv[i + 1], 0, MAX_LEN, argv[i]);
+        else if (strcmp(argv[i], "--max-len") == 0)
+            maxlen = arg_int(argv[i + 1], MIN_LEN, MAX_LEN, argv[i]);
+        else if (strcmp(argv[i], "--threads") == 0)
+            threads = arg_int(argv[i + 1], 1, 4096, argv[i]);
+        else {
+            fprintf(stderr, "usage: bench_decode [--threads N] [--seconds S] [--max-len L] "
+                            "[--resend-max L]\n");
+            return 2;
+        }
+    }
+    const char *who = "--threads";
+    if (threads == 0) {
+        attnd_cpus c;
+        attnd_cpus_count(&c);
+        threads = c.n;
+        who = "every CPU this process may use";
     }
     char err[256];
     attn_model m;
@@ -128,42 +229,51 @@ int main(int argc, char **argv) {
         return 1;
     }
     for (size_t i = 0; i < m.n_floats; i++) m.mem[i] = frand() * 0.06f;
-    const int lens[] = {128, 512, 2048, 8192};
-    size_t row = 2 * (size_t)G * D, maxlen = 8192 + 1;
-    float *kv = malloc(sizeof(float) * MAXS * maxlen * row);
-    float *q = malloc(sizeof(float) * MAXS * E), *out = malloc(sizeof(float) * maxlen * E);
-    float *x = malloc(sizeof(float) * maxlen * E);
-    if (!kv || !q || !out || !x) {
-        fprintf(stderr, "bench_decode: out of memory\n");
+    attn_ctx *ctx = attn_ctx_new(threads);
+    int lens[NLEN], nlen = 0;
+    for (int len = MIN_LEN; len <= maxlen; len *= 2) lens[nlen++] = len;
+    size_t row = 2 * (size_t)G * D, rows = (size_t)maxlen + 1; /* a cache, or a prefix */
+    float *kv = malloc(sizeof(float) * MAXS * rows * row);
+    float *q = malloc(sizeof(float) * MAXS * E), *out = malloc(sizeof(float) * rows * E);
+    float *x = malloc(sizeof(float) * rows * E);
+    if (!ctx || !kv || !q || !out || !x) {
+        fprintf(stderr, "bench_decode: out of memory (or no threads)\n");
         return 1;
     }
-    for (size_t i = 0; i < MAXS * maxlen * row; i++) kv[i] = frand();
+    for (size_t i = 0; i < MAXS * rows * row; i++) kv[i] = frand();
     for (size_t i = 0; i < MAXS * (size_t)E; i++) q[i] = frand();
-    for (size_t i = 0; i < maxlen * E; i++) x[i] = frand();
+    for (size_t i = 0; i < rows * E; i++) x[i] = frand();
 
-    printf("decode, E=%d H=%d G=%d D=%d, rope; blas %s; one thread; medians\n", E, H, G, D,
-           attn_blas_corename());
+    printf("decode, E=%d H=%d G=%d D=%d, rope; blas %s; %d thread%s (%s); medians of %g s "
+           "a cell\n",
+           E, H, G, D, attn_blas_corename(), threads, threads == 1 ? "" : "s", who, seconds);
     printf("| cache | sessions | step ms | tokens/s | us per step per 1k cached tokens | "
            "re-send prefix ms | re-send tokens/s | session speed-up |\n");
     printf("|---|---|---|---|---|---|---|---|\n");
-    for (int li = 0; li < 4; li++) {
+    double steps_t[2][NLEN];
+    for (int li = 0; li < nlen; li++) {
         int len = lens[li];
-        double whole = len <= resend_max ? time_whole(&m, len, x, out, seconds) : NAN;
-        for (int n = 1; n <= MAXS; n *= MAXS) {
-            double t = time_steps(&m, n, len, kv, q, out, seconds);
+        double whole = len <= resend_max ? time_whole(ctx, &m, len, x, out, seconds) : NAN;
+        for (int k = 0, n = 1; k < 2; k++, n = MAXS) {
+            double t = time_steps(ctx, &m, n, len, maxlen, kv, q, out, seconds);
+            steps_t[k][li] = t;
             double per_k = t / n * 1e6 / (len / 1000.0);
-            printf("| %d | %d | %.3f | %.0f | %.2f |", len, n, t * 1e3, n / t, per_k);
+            printf("| %d | %d | %.3f | %.0f | %.1f |", len, n, t * 1e3, n / t, per_k);
             if (isnan(whole))
                 printf(" not run | | |\n");
             else
                 printf(" %.1f | %.2f | %.0fx |\n", whole * n * 1e3, 1 / whole, whole * n / t);
         }
+        fflush(stdout);
     }
     printf("re-send: one session's whole prefix per token (for 64 sessions, 64 times one).\n");
+    print_fit(1, lens, steps_t[0], nlen);
+    print_fit(MAXS, lens, steps_t[1], nlen);
     free(kv);
     free(q);
     free(out);
     free(x);
+    attn_ctx_free(ctx);
     attn_model_free(&m);
     return 0;
 }
