@@ -18,7 +18,7 @@ typedef enum {
     AERR_INTERNAL,     /* 500: anything else; the daemon keeps serving */
     AERR_UNAVAILABLE,  /* 503: starting or draining (Retry-After) */
     AERR_TIMEOUT,      /* 504: not done within request_timeout_ms */
-    AERR_CONFLICT,     /* 409: a session's previous step is still computing, or its id is taken */
+    AERR_CONFLICT,     /* 409: a session's previous step is still queued or computing, or its id is taken */
     AERR_COUNT
 } attnd_err;
 
