@@ -336,7 +336,8 @@ def main():
         while 1 not in term_code and time.monotonic() < deadline:
             time.sleep(0.1)
         c.check(term_code.get(1) == 0, "the SIGTERM'd replica drained and exited 0",
-                str(term_code.get(1)))
+                f"exit {term_code.get(1)}; its log ends: "
+                + " | ".join(reps[1].log_text().splitlines()[-8:]))
 
         lines = access_lines(tmp)
         # Wait for nginx to write its last lines (it logs after answering).
