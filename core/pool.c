@@ -88,9 +88,11 @@ static int spin_until(attn_pool *p, int (*done)(attn_pool *, unsigned), unsigned
  * this thread ran. */
 static int run_tasks(attn_pool *p, unsigned gen, int tid)
 {
-    attn_task_fn fn = atomic_load_explicit(&p->fn, memory_order_relaxed);
-    void *arg = atomic_load_explicit(&p->arg, memory_order_relaxed);
-    int ntasks = atomic_load_explicit(&p->ntasks, memory_order_relaxed);
+    /* acquire: a helper still on an older loop that reads any of these from
+     * a newer loop then reads the newer loop's claim word below, and stops */
+    attn_task_fn fn = atomic_load_explicit(&p->fn, memory_order_acquire);
+    void *arg = atomic_load_explicit(&p->arg, memory_order_acquire);
+    int ntasks = atomic_load_explicit(&p->ntasks, memory_order_acquire);
     int ran = 0;
     uint64_t v = atomic_load_explicit(&p->next, memory_order_acquire);
     for (;;) {
@@ -217,11 +219,14 @@ void attn_pool_run(attn_pool *p, int ntasks, attn_task_fn fn, void *arg)
     }
     atomic_store_explicit(&p->resting, 0, memory_order_relaxed);
     unsigned gen = atomic_load_explicit(&p->gen, memory_order_relaxed) + 1;
-    atomic_store_explicit(&p->fn, fn, memory_order_relaxed);
-    atomic_store_explicit(&p->arg, arg, memory_order_relaxed);
-    atomic_store_explicit(&p->ntasks, ntasks, memory_order_relaxed);
+    /* The claim word first: a helper still holding the previous generation
+     * could otherwise pair its exhausted claim word with this loop's larger
+     * ntasks, and run this loop's fn on a task before the loop is set. */
+    atomic_store_explicit(&p->next, (uint64_t)gen << 32, memory_order_relaxed);
     atomic_store_explicit(&p->finished, 0, memory_order_relaxed);
-    atomic_store_explicit(&p->next, (uint64_t)gen << 32, memory_order_release);
+    atomic_store_explicit(&p->fn, fn, memory_order_release);
+    atomic_store_explicit(&p->arg, arg, memory_order_release);
+    atomic_store_explicit(&p->ntasks, ntasks, memory_order_release);
     pthread_mutex_lock(&p->mu);
     atomic_store_explicit(&p->gen, gen, memory_order_release);
     pthread_cond_broadcast(&p->go);
