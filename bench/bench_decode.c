@@ -229,6 +229,10 @@ int main(int argc, char **argv) {
         return 1;
     }
     for (size_t i = 0; i < m.n_floats; i++) m.mem[i] = frand() * 0.06f;
+    if (attn_model_pack(&m, err, sizeof err) < 0) {
+        fprintf(stderr, "bench_decode: %s\n", err);
+        return 1;
+    }
     attn_ctx *ctx = attn_ctx_new(threads);
     int lens[NLEN], nlen = 0;
     for (int len = MIN_LEN; len <= maxlen; len *= 2) lens[nlen++] = len;

@@ -120,6 +120,11 @@ int attn_ctx_threads(const attn_ctx *ctx)
     return ctx->nthreads;
 }
 
+attn_pool *attn_ctx_pool(attn_ctx *ctx)
+{
+    return ctx ? ctx->pool : NULL;
+}
+
 void attn_ctx_parallel(attn_ctx *ctx, int ntasks, void (*fn)(void *arg, int task, int thread),
                        void *arg)
 {
@@ -253,17 +258,6 @@ static float row_exp_sum(float *x, int n, float m)
     case 1: return row_exp_sum_avx2(x, n, m);
     default: return row_exp_sum_base(x, n, m);
     }
-}
-
-/* ---- projections: proj.c ------------------------------------------------- */
-
-/* One projection of a forward: C (M,N) = A (M,K) @ W^T + bias, with the
- * model's packed weights number `which` (0 q, 1 k, 2 v, 3 out). */
-static proj_part part(const attn_model *m, int which, float *C, size_t ldc, const float *A,
-                      size_t lda, size_t M)
-{
-    const float *W[4] = {m->q_w, m->k_w, m->v_w, m->out_w};
-    return (proj_part){&m->packed[which], W[which], A, lda, C, ldc, M};
 }
 
 /* ---- attention --------------------------------------------------------- */
@@ -540,10 +534,7 @@ int attn_forward(attn_ctx *ctx, const attn_model *m, attn_batch *b, char *err, s
     size_t T, U;
     if (m->mem && !attn_is_mha(&m->hp)) return attn_forward_decoder(ctx, m, b, err, errlen);
     if (attn_check_batch(m, b, &T, &U, err, errlen) < 0) return -1;
-    if (!m->packed) {
-        snprintf(err, errlen, "model weights are not packed: call attn_model_pack once filled");
-        return -1;
-    }
+    if (attn_check_packed(m, err, errlen) < 0) return -1;
     int E = m->hp.embed_dim, H = m->hp.num_heads, D = E / H;
     int Kd = m->hp.kdim, Vd = m->hp.vdim;
     fwd_plan p;
@@ -568,9 +559,9 @@ int attn_forward(attn_ctx *ctx, const attn_model *m, attn_batch *b, char *err, s
         // query (T,E) @ [Wq;Wk;Wv]^T (E,3E) + [bq;bk;bv] -> QKV (T,3E)
         float *qkv = ctx->ws;
         size_t ld = 3 * (size_t)E;
-        parts[0] = part(m, 0, qkv, ld, b->query, E, T);
-        parts[1] = part(m, 1, qkv + E, ld, b->query, E, T);
-        parts[2] = part(m, 2, qkv + 2 * E, ld, b->query, E, T);
+        parts[0] = proj_part_of(m, 0, qkv, ld, b->query, E, T);
+        parts[1] = proj_part_of(m, 1, qkv + E, ld, b->query, E, T);
+        parts[2] = proj_part_of(m, 2, qkv + 2 * E, ld, b->query, E, T);
         st.q = qkv;
         st.k = qkv + E;
         st.v = qkv + 2 * E;
@@ -580,10 +571,10 @@ int attn_forward(attn_ctx *ctx, const attn_model *m, attn_batch *b, char *err, s
         const float *value = b->value ? b->value : b->key; /* value = key */
         size_t ldv = b->value ? (size_t)Vd : (size_t)Kd;
         // query (T,E) @ Wq^T (E,E) + bq -> Q (T,E)
-        parts[0] = part(m, 0, q, E, b->query, E, T);
+        parts[0] = proj_part_of(m, 0, q, E, b->query, E, T);
         // key (U,Kd) @ Wk^T (Kd,E) + bk -> K (U,E); value (U,Vd) @ Wv^T + bv -> V (U,E)
-        parts[1] = part(m, 1, kv, 2 * (size_t)E, b->key, Kd, U);
-        parts[2] = part(m, 2, kv + E, 2 * (size_t)E, value, ldv, U);
+        parts[1] = proj_part_of(m, 1, kv, 2 * (size_t)E, b->key, Kd, U);
+        parts[2] = proj_part_of(m, 2, kv + E, 2 * (size_t)E, value, ldv, U);
         st.q = q;
         st.ldq = E;
         st.k = kv;
@@ -597,7 +588,7 @@ int attn_forward(attn_ctx *ctx, const attn_model *m, attn_batch *b, char *err, s
     attn_pool_run(ctx->pool, (int)ntasks, attend_task, &job);
 
     // heads (T,E) @ Wo^T (E,E) + bo -> out (T,E)
-    parts[0] = part(m, 3, b->out, E, st.q, st.ldq, T);
+    parts[0] = proj_part_of(m, 3, b->out, E, st.q, st.ldq, T);
     proj_run(ctx->pool, ctx->nthreads, parts, 1);
     return 0;
 }

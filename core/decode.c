@@ -3,20 +3,25 @@
  * batch (attn_forward_decoder) and for session steps over a KV cache
  * (attn_step_forward). nn.MultiheadAttention models go through attn.c.
  *
- *   1. projections: one GEMM over all new tokens, [Wq;Wk;Wv] packed:
- *      QKV (N, H*D + 2*G*D);
+ *   1. projections: over all new tokens at once, Q, K and V side by side
+ *      (QKV (N, H*D + 2*G*D)), with the core's kernel on the weights packed
+ *      at load (proj.c, gemm.c), as one parallel loop of tiles;
  *   2. rotary positions on q and k, angles in double from integer positions;
  *   3. per (row, key/value head g): the R = H/G query heads of the group
  *      score against g's keys together, so each key row is read once:
  *      scores (R, S') = q_g (R,D) @ k_g^T (D,S'), softmax, (R,D) = p @ v_g,
  *      where S' is the last key the row may see (causal rows stop early);
- *   4. out projection: one GEMM.
+ *   4. out projection: the same way.
  * Steps write their rotated keys and their values into the session's cache
  * rows before attending, so a step's new rows see each other causally.
  * Every step splits over the compute context's threads when one is given
- * (GEMMs by columns, attention by rows, or by (row, key/value head) when no
- * mean weights are asked for), on the calling thread when it is NULL;
- * OpenBLAS stays single-threaded (blas.c). Scratch is allocated per call. Legend: see attn.h.
+ * (projections by tiles, attention by rows, or by (row, key/value head)
+ * when no mean weights are asked for), on the calling thread when it is
+ * NULL; OpenBLAS (the attention's small products) stays single-threaded
+ * (blas.c). The projection kernel computes each output alike whatever the
+ * batch and the tiles, so a step's projections are the very bits of the
+ * same rows in a whole sequence. Scratch is allocated per call. Legend: see
+ * attn.h.
  */
 #include <math.h>
 #include <stdio.h>
@@ -171,36 +176,11 @@ static int threads_of(attn_ctx *ctx)
     return ctx ? attn_ctx_threads(ctx) : 1;
 }
 
-/* C (M,N) = A (M,K) @ W^T (K,N) + bias (N), in column chunks. */
-typedef struct {
-    float *C;
-    size_t ldc;
-    const float *A;
-    size_t lda;
-    const float *W, *bias;
-    size_t M;
-    int N, K, chunk;
-} linear_job;
-
-static void linear_task(void *arg, int t, int thread)
+/* The projections parts (proj.c: tiles on the model's packed weights) on
+ * ctx's threads, or on the calling thread when ctx is NULL. */
+static void project(attn_ctx *ctx, const proj_part *parts, int n)
 {
-    (void)thread;
-    const linear_job *g = arg;
-    int c0 = t * g->chunk, c1 = c0 + g->chunk < g->N ? c0 + g->chunk : g->N;
-    for (size_t r = 0; r < g->M; r++)
-        memcpy(g->C + r * g->ldc + c0, g->bias + c0, sizeof(float) * (size_t)(c1 - c0));
-    // A (M,K) @ W[c0:c1]^T (K,c1-c0) + C -> C (M,c1-c0)
-    blas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)g->M, c1 - c0, g->K, 1.0f, g->A,
-               (int)g->lda, g->W + (size_t)c0 * g->K, g->K, 1.0f, g->C + c0, (int)g->ldc);
-}
-
-static void linear(attn_ctx *ctx, float *C, size_t ldc, const float *A, size_t lda,
-                   const float *W, const float *bias, size_t M, int N, int K)
-{
-    int nt = threads_of(ctx), chunk = (N + nt - 1) / nt;
-    chunk = chunk < 64 ? 64 : (chunk + 15) / 16 * 16;
-    linear_job g = {C, ldc, A, lda, W, bias, M, N, K, chunk};
-    par(ctx, (N + chunk - 1) / chunk, linear_task, &g);
+    proj_run(attn_ctx_pool(ctx), threads_of(ctx), parts, n);
 }
 
 /* ---- rows of attention, in parallel ---------------------------------------- */
@@ -313,17 +293,22 @@ static projected project_batch(attn_ctx *ctx, const attn_model *m, const attn_ba
     const attn_hparams *hp = &m->hp;
     if (!b->key) {
         // query (T,E) @ [Wq;Wk;Wv]^T (E,W) + [bq;bk;bv] -> QKV (T,W)
-        linear(ctx, qkv, d->W, b->query, d->E, m->q_w, m->q_b, T, d->W, d->E);
+        proj_part parts[3] = {proj_part_of(m, 0, qkv, d->W, b->query, d->E, T),
+                              proj_part_of(m, 1, qkv + d->QW, d->W, b->query, d->E, T),
+                              proj_part_of(m, 2, qkv + d->QW + d->KW, d->W, b->query, d->E, T)};
+        project(ctx, parts, 3);
         return (projected){qkv, qkv + d->QW, qkv + d->QW + d->KW, (size_t)d->W, (size_t)d->W};
     }
     float *kv = qkv + T * d->QW;
+    const float *value = b->value ? b->value : b->key; /* value = key */
+    size_t ldv = b->value ? (size_t)hp->vdim : (size_t)hp->kdim, ldkv = 2 * (size_t)d->KW;
     // query (T,E) @ Wq^T (E,H*D) + bq -> Q (T,H*D)
-    linear(ctx, qkv, d->QW, b->query, d->E, m->q_w, m->q_b, T, d->QW, d->E);
     // key (U,Kd) @ Wk^T (Kd,G*D) + bk -> K; value (U,Vd) (or key) @ Wv^T + bv -> V
-    linear(ctx, kv, 2 * (size_t)d->KW, b->key, hp->kdim, m->k_w, m->k_b, U, d->KW, hp->kdim);
-    linear(ctx, kv + d->KW, 2 * (size_t)d->KW, b->value ? b->value : b->key,
-           b->value ? hp->vdim : hp->kdim, m->v_w, m->v_b, U, d->KW, hp->vdim);
-    return (projected){qkv, kv, kv + d->KW, (size_t)d->QW, 2 * (size_t)d->KW};
+    proj_part parts[3] = {proj_part_of(m, 0, qkv, d->QW, b->query, d->E, T),
+                          proj_part_of(m, 1, kv, ldkv, b->key, hp->kdim, U),
+                          proj_part_of(m, 2, kv + d->KW, ldkv, value, ldv, U)};
+    project(ctx, parts, 3);
+    return (projected){qkv, kv, kv + d->KW, (size_t)d->QW, ldkv};
 }
 
 /* The row jobs of one sequence: ctx (L, H*D); q, k, v at its rows. */
@@ -347,6 +332,7 @@ int attn_forward_decoder(attn_ctx *ctx, const attn_model *m, attn_batch *b, char
 {
     size_t T, U, maxS = 0;
     if (attn_check_batch(m, b, &T, &U, err, errlen) < 0) return -1;
+    if (attn_check_packed(m, err, errlen) < 0) return -1;
     if (attn_blas_init(err, errlen) < 0) return -1;
     dims d = dims_of(&m->hp);
     for (int i = 0; i < b->B; i++)
@@ -376,7 +362,8 @@ int attn_forward_decoder(attn_ctx *ctx, const attn_model *m, attn_batch *b, char
     }
     if (run_rows(ctx, &d, rows, T, maxS, err, errlen) < 0) goto cleanup;
     // heads (T,H*D) @ Wo^T (H*D,E) + bo -> out (T,E)
-    linear(ctx, b->out, d.E, heads, d.QW, m->out_w, m->out_b, T, d.E, d.QW);
+    proj_part out = proj_part_of(m, 3, b->out, d.E, heads, d.QW, T);
+    project(ctx, &out, 1);
     rc = 0;
 cleanup:
     free(inv);
@@ -432,6 +419,7 @@ int attn_step_forward(attn_ctx *ctx, const attn_model *m, attn_step *steps, int 
 {
     size_t N, maxS;
     if (check_steps(m, steps, n, &N, &maxS, err, errlen) < 0) return -1;
+    if (attn_check_packed(m, err, errlen) < 0) return -1;
     if (attn_blas_init(err, errlen) < 0) return -1;
     dims d = dims_of(&m->hp);
     float *qkv, *heads, *xo = NULL;
@@ -450,7 +438,10 @@ int attn_step_forward(attn_ctx *ctx, const attn_model *m, attn_step *steps, int 
     for (int i = 0, t = 0; i < n; t += steps[i].n, i++)
         memcpy(xo + (size_t)t * d.E, steps[i].query, sizeof(float) * (size_t)steps[i].n * d.E);
     // queries (N,E) @ [Wq;Wk;Wv]^T (E,W) + [bq;bk;bv] -> QKV (N,W)
-    linear(ctx, qkv, d.W, xo, d.E, m->q_w, m->q_b, N, d.W, d.E);
+    proj_part parts[3] = {proj_part_of(m, 0, qkv, d.W, xo, d.E, N),
+                          proj_part_of(m, 1, qkv + d.QW, d.W, xo, d.E, N),
+                          proj_part_of(m, 2, qkv + d.QW + d.KW, d.W, xo, d.E, N)};
+    project(ctx, parts, 3);
     for (int i = 0, t = 0; i < n; t += steps[i].n, i++) {
         attn_step *st = &steps[i];
         float *x = qkv + (size_t)t * d.W; /* (n,W) */
@@ -465,7 +456,8 @@ int attn_step_forward(attn_ctx *ctx, const attn_model *m, attn_step *steps, int 
     }
     if (run_rows(ctx, &d, rows, N, maxS, err, errlen) < 0) goto cleanup;
     // heads (N,H*D) @ Wo^T (H*D,E) + bo -> out (N,E)
-    linear(ctx, xo, d.E, heads, d.QW, m->out_w, m->out_b, N, d.E, d.QW);
+    proj_part out = proj_part_of(m, 3, xo, d.E, heads, d.QW, N);
+    project(ctx, &out, 1);
     for (int i = 0, t = 0; i < n; t += steps[i].n, i++)
         memcpy(steps[i].out, xo + (size_t)t * d.E, sizeof(float) * (size_t)steps[i].n * d.E);
     rc = 0;

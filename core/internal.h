@@ -15,6 +15,9 @@ extern __typeof__(cblas_sgemm) *blas_sgemm;
  * tokens). Returns 0, or -1 with a sentence in err. */
 int attn_check_batch(const attn_model *m, const attn_batch *b, size_t *T, size_t *U, char *err,
                      size_t errlen);
+/* 0 when m's weights are packed (attn_model_pack), which the fast forwards
+ * need; else -1 with a sentence in err. */
+int attn_check_packed(const attn_model *m, char *err, size_t errlen);
 /* 1 when hp (filled by attn_model_init) is plain nn.MultiheadAttention: no
  * grouped heads, head_dim, scale or rope. attn_forward hands the others to
  * attn_forward_decoder (decode.c). */
@@ -78,6 +81,13 @@ typedef struct {
     size_t ldc;
     size_t M;
 } proj_part;
+/* Part `which` (0 q, 1 k, 2 v, 3 out) of model m: outputs C at row stride
+ * ldc from M rows of A at stride lda, on m's packed weights. */
+proj_part proj_part_of(const attn_model *m, int which, float *C, size_t ldc, const float *A,
+                       size_t lda, size_t M);
+/* Runs the parts' tiles on pool, or on the calling thread when pool is NULL. */
 void proj_run(attn_pool *pool, int nthreads, const proj_part *parts, int nparts);
+/* attn.c: the pool of a context; NULL for a NULL context. */
+attn_pool *attn_ctx_pool(attn_ctx *ctx);
 
 #endif

@@ -217,6 +217,13 @@ int attn_check_batch(const attn_model *m, const attn_batch *b, size_t *T, size_t
     return 0;
 }
 
+int attn_check_packed(const attn_model *m, char *err, size_t errlen)
+{
+    if (m->packed) return 0;
+    snprintf(err, errlen, "model weights are not packed: call attn_model_pack once filled");
+    return -1;
+}
+
 int attn_is_mha(const attn_hparams *hp)
 {
     return hp->num_kv_heads == hp->num_heads && hp->head_dim * hp->num_heads == hp->embed_dim &&

@@ -101,9 +101,20 @@ static void proj_task(void *arg, int t, int tid)
     gemm_tile(p->C + r0 * p->ldc, p->ldc, p->A + r0 * p->lda, p->lda, p->pw, 0, r1 - r0, j0, j1);
 }
 
+proj_part proj_part_of(const attn_model *m, int which, float *C, size_t ldc, const float *A,
+                       size_t lda, size_t M)
+{
+    const float *W[4] = {m->q_w, m->k_w, m->v_w, m->out_w};
+    return (proj_part){&m->packed[which], W[which], A, lda, C, ldc, M};
+}
+
 void proj_run(attn_pool *pool, int nthreads, const proj_part *parts, int nparts)
 {
     proj_job j = {.parts = parts, .nparts = nparts};
-    int n = plan_tiles(&j, nthreads);
+    int n = plan_tiles(&j, pool ? nthreads : 1);
+    if (!pool) {
+        for (int t = 0; t < n; t++) proj_task(&j, t, 0);
+        return;
+    }
     attn_pool_run(pool, n, proj_task, &j);
 }

@@ -79,6 +79,7 @@ static void rand_model(attn_model *m, const attn_hparams *hp) {
         for (int i = 0; i < hp->embed_dim; i++)
             m->out_b[i] = rng_normal() * 0.5f;
     }
+    ck_assert_msg(attn_model_pack(m, err, sizeof err) == 0, "%s", err);
 }
 
 /* ||a - ref|| / ||ref|| in double. */
@@ -425,6 +426,116 @@ START_TEST(test_decoder_vs_ref) {
         free(o2);
         attn_model_free(&m);
     }
+}
+END_TEST
+
+/* ------------------------------------------------------------ invariance */
+
+/* A decoder model with grouped heads, a head_dim of its own and rotary
+ * positions, widths that are not multiples of the kernel's 16 columns. */
+static void invariance_model(attn_model *m) {
+    attn_hparams hp = {.embed_dim = 40, .num_heads = 6, .kdim = 40, .vdim = 40, .bias = 1,
+                       .num_kv_heads = 2, .head_dim = 10,
+                       .rope = {.dim = 8, .theta = 10000, .style = ATTN_ROPE_HALF}};
+    g_rng = 77;
+    rand_model(m, &hp);
+}
+
+/* A sequence's numbers do not depend on what shares its batch nor on the
+ * thread count: each sequence alone on the calling thread equals, bit for
+ * bit, the same sequence packed with the others over 3 threads (the
+ * projections' kernel computes each output alike, docs/performance.md). */
+START_TEST(test_decoder_batch_invariant) {
+    attn_model m;
+    invariance_model(&m);
+    enum { B = 4 };
+    const int L[B] = {7, 61, 1, 130}, E = m.hp.embed_dim;
+    attn_seq seqs[B];
+    size_t T = 0;
+    for (int i = 0; i < B; i++) {
+        seqs[i] = (attn_seq){.L = L[i], .S = L[i], .causal = i % 2};
+        T += (size_t)L[i];
+    }
+    float *q = rand_floats(T * E, 1), *all = xcalloc(T * E, sizeof(float));
+    float *one = xcalloc(T * E, sizeof(float));
+    char err[256];
+    attn_ctx *ctx = attn_ctx_new(3);
+    ck_assert(ctx != NULL);
+    attn_batch b = {.B = B, .seqs = seqs, .query = q, .out = all};
+    ck_assert_msg(attn_forward_decoder(ctx, &m, &b, err, sizeof err) == 0, "%s", err);
+    for (int i = 0, t = 0; i < B; t += L[i], i++) {
+        attn_batch a = {.B = 1, .seqs = &seqs[i], .query = q + (size_t)t * E,
+                        .out = one + (size_t)t * E};
+        ck_assert_msg(attn_forward_decoder(NULL, &m, &a, err, sizeof err) == 0, "%s", err);
+    }
+    for (size_t i = 0; i < T * E; i++)
+        REQUIRE(memcmp(&all[i], &one[i], sizeof(float)) == 0,
+                "float %zu (row %zu): %.9g in the batch over 3 threads, %.9g alone", i, i / E,
+                all[i], one[i]);
+    attn_ctx_free(ctx);
+    free(q);
+    free(all);
+    free(one);
+    attn_model_free(&m);
+}
+END_TEST
+
+/* A session's steps give the very bits of the whole causal sequence: rows
+ * projected in a step of a few rows equal the same rows projected among
+ * many, so the cached keys, the scores and the outputs are the same. */
+START_TEST(test_steps_bitwise) {
+    attn_model m;
+    invariance_model(&m);
+    const int L = 40, E = m.hp.embed_dim;
+    const int row = 2 * m.hp.num_kv_heads * m.hp.head_dim;
+    const int split[] = {13, 1, 2, 1, 7, 16};
+    float *q = rand_floats((size_t)L * E, 1), *whole = xcalloc((size_t)L * E, sizeof(float));
+    float *stepped = xcalloc((size_t)L * E, sizeof(float));
+    float *kv = xcalloc((size_t)L * row, sizeof(float));
+    char err[256];
+    attn_seq s = {.L = L, .S = L, .causal = 1};
+    attn_batch b = {.B = 1, .seqs = &s, .query = q, .out = whole};
+    ck_assert_msg(attn_forward_decoder(NULL, &m, &b, err, sizeof err) == 0, "%s", err);
+    attn_ctx *ctx = attn_ctx_new(2);
+    ck_assert(ctx != NULL);
+    for (int k = 0, len = 0; len < L; len += split[k], k++) {
+        attn_step st = {.n = split[k], .len = len, .kv = kv, .query = q + (size_t)len * E,
+                        .out = stepped + (size_t)len * E};
+        ck_assert_msg(attn_step_forward(ctx, &m, &st, 1, err, sizeof err) == 0, "%s", err);
+    }
+    for (size_t i = 0; i < (size_t)L * E; i++)
+        REQUIRE(memcmp(&whole[i], &stepped[i], sizeof(float)) == 0,
+                "row %zu column %zu: %.9g through steps, %.9g as a whole sequence", i / E, i % E,
+                stepped[i], whole[i]);
+    attn_ctx_free(ctx);
+    free(q);
+    free(whole);
+    free(stepped);
+    free(kv);
+    attn_model_free(&m);
+}
+END_TEST
+
+/* The decoder forwards read the packed weights, which attn_model_pack
+ * makes: an unpacked model is refused with a sentence saying so. */
+START_TEST(test_unpacked_refused) {
+    attn_model m;
+    invariance_model(&m);
+    float q[2 * 40], out[2 * 40], kv[2 * 40];
+    memset(q, 0, sizeof q);
+    char err[256] = "";
+    struct attn_packed *packed = m.packed;
+    m.packed = NULL; /* as before attn_model_pack */
+    attn_seq s = {.L = 2, .S = 2};
+    attn_batch b = {.B = 1, .seqs = &s, .query = q, .out = out};
+    ck_assert(attn_forward_decoder(NULL, &m, &b, err, sizeof err) == -1);
+    ck_assert_msg(strstr(err, "not packed") != NULL, "%s", err);
+    attn_step st = {.n = 2, .len = 0, .kv = kv, .query = q, .out = out};
+    err[0] = '\0';
+    ck_assert(attn_step_forward(NULL, &m, &st, 1, err, sizeof err) == -1);
+    ck_assert_msg(strstr(err, "not packed") != NULL, "%s", err);
+    m.packed = packed;
+    attn_model_free(&m);
 }
 END_TEST
 
@@ -908,6 +1019,11 @@ static Suite *decoder_suite(void) {
     tcase_add_test(ta, test_scale_is_query_scaling);
     tcase_add_test(ta, test_decoder_vs_ref);
     suite_add_tcase(s, ta);
+    TCase *ti = tcase_create("invariance");
+    tcase_add_test(ti, test_decoder_batch_invariant);
+    tcase_add_test(ti, test_steps_bitwise);
+    tcase_add_test(ti, test_unpacked_refused);
+    suite_add_tcase(s, ti);
     TCase *tg = tcase_create("golden");
     tcase_set_timeout(tg, 120);
     tcase_add_test(tg, test_golden_present);
