@@ -35,11 +35,10 @@ static void b64_tables(void) {
         }
 }
 
-void sb_b64(sbuf *b, const void *data, size_t n) {
+size_t b64_encode(char *dst, const void *data, size_t n) {
     const unsigned char *p = data;
-    if (sb_reserve(b, (n + 2) / 3 * 4) < 0) return;
     pthread_once(&b64_once, b64_tables);
-    char *o = b->p + b->len;
+    char *o = dst;
     size_t i = 0;
     for (; i + 3 <= n; i += 3) {
         uint32_t v = (uint32_t)p[i] << 16 | (uint32_t)p[i + 1] << 8 | p[i + 2];
@@ -61,7 +60,12 @@ void sb_b64(sbuf *b, const void *data, size_t n) {
         o[3] = '=';
         o += 4;
     }
-    b->len = (size_t)(o - b->p);
+    return (size_t)(o - dst);
+}
+
+void sb_b64(sbuf *b, const void *data, size_t n) {
+    if (sb_reserve(b, (n + 2) / 3 * 4) < 0) return;
+    b->len += b64_encode(b->p + b->len, data, n);
     b->p[b->len] = '\0';
 }
 

@@ -72,6 +72,10 @@ size_t parse_f32_row(const char *s, size_t n, float *out, size_t max, size_t *co
 
 /* Standard base64 with '=' padding. */
 void sb_b64(sbuf *b, const void *data, size_t n);
+/* The same into dst (room for (n + 2) / 3 * 4 bytes, no NUL); returns the
+ * bytes written. Data cut at multiples of 3 bytes encodes to the pieces of
+ * the whole's text. */
+size_t b64_encode(char *dst, const void *data, size_t n);
 /* Upper bound of the bytes n base64 characters decode to. */
 size_t b64_decoded_max(size_t n);
 /* Decodes s[0..n) (standard alphabet, padding optional) into out (room
