@@ -153,7 +153,7 @@ static void bodies(int L, int E) {
             attnd_error e;
             attnd_parse_native(&env, NULL, body, blen, &job, &e);
             job.enc = enc ? ENC_BASE64 : ENC_JSON;
-            attnd_usage u = {1, 0, 0};
+            attnd_usage u = {.batch_requests = 1};
             t0 = now_s();
             for (int r = 0; r < reps; r++) {
                 sbuf b;

@@ -2,7 +2,7 @@
  * (POST /v1/attention) and the Open Inference Protocol body (POST
  * /v2/models/{name}/infer) are both read into one attnd_job, checked once
  * against the model and the limits, and later written back by the same
- * writers on the worker threads. No HTTP and no threads in here.
+ * writers on the worker threads (answer.c). No HTTP and no threads in here.
  */
 #ifndef ATTND_REQUEST_H
 #define ATTND_REQUEST_H
@@ -89,17 +89,24 @@ int attnd_parse_v2(const attnd_parse_env *env, const char *path_model, const cha
 
 void attnd_job_free(attnd_job *job); /* zeroed and NULL jobs are fine */
 
-/* How the answer was produced, for "usage" and "parameters". */
+/* How the answer was produced, for "usage" and "parameters", and the
+ * session fields of a session step's answer. */
 typedef struct {
     int batch_requests;  /* requests in the compute batch this one shared */
     uint64_t queue_us;   /* admission to compute start */
     uint64_t compute_us; /* attn_forward of the batch */
+    const char *session; /* a session step's id: "session" and "cached_tokens" come first in
+                            the answer (v2: "session_id" and "cached_tokens", first in its
+                            parameters); NULL for other requests. Borrowed */
+    int cached_tokens;   /* the session's tokens after the step (with session) */
 } attnd_usage;
 
 /* Writes the 200 body for job (native or v2 as job->api says) from out
- * (B*L, E) and job->attn. *json_len is set to the length of the JSON part
- * when binary outputs follow it (Inference-Header-Content-Length), else 0.
- * Returns 0, or -1 when out of memory. */
+ * (B*L, E) and job->attn, whole, on the calling thread (answer.c, which
+ * also writes answers over the compute pool: answer.h). *json_len is set
+ * to the length of the JSON part when binary outputs follow it
+ * (Inference-Header-Content-Length), else 0. Returns 0, or -1 when out of
+ * memory. */
 int attnd_write_answer(sbuf *b, const attnd_job *job, const attnd_model_info *model,
                        const float *out, const attnd_usage *u, size_t *json_len);
 

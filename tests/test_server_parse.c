@@ -422,7 +422,7 @@ START_TEST(test_v2_binary_extension) {
     ck_assert_int_eq(job.v2_binary, 1);
     /* the answer: JSON of json_len bytes, then the output's floats */
     float out[8] = {0.5f, 1, 2, 3, 4, 5, 6, 7};
-    attnd_usage u = {1, 0, 0};
+    attnd_usage u = {.batch_requests = 1};
     size_t jl = 0;
     sbuf b;
     sb_init(&b);
@@ -608,7 +608,7 @@ START_TEST(test_v2_outputs_listed_are_returned) {
     attnd_job job;
     attnd_error e;
     float out[4] = {1, 2, 3, 4}, attn[1] = {1};
-    attnd_usage u = {1, 0, 0};
+    attnd_usage u = {.batch_requests = 1};
     size_t jl;
     sbuf b;
     /* only attention: computed (mean by default) and the only output written */
@@ -699,7 +699,7 @@ START_TEST(test_answers_written_back) {
     float attn[4] = {0.25f, 0.75f, 1, 0};
     job.attn = malloc(sizeof(attn));
     memcpy(job.attn, attn, sizeof(attn));
-    attnd_usage u = {3, 10, 20};
+    attnd_usage u = {.batch_requests = 3, .queue_us = 10, .compute_us = 20};
     size_t jl = 99;
     sbuf b;
     sb_init(&b);

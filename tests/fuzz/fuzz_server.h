@@ -82,7 +82,7 @@ static void fuzz_check_job(const attnd_job *job) {
     float *out = calloc(nq, sizeof(float));
     w.attn = floats ? calloc(floats, sizeof(float)) : NULL;
     FUZZ_CHECK(out && (!floats || w.attn));
-    attnd_usage u = {1, 2, 3};
+    attnd_usage u = {.batch_requests = 1, .queue_us = 2, .compute_us = 3};
     size_t json_len = 0;
     sbuf b;
     sb_init(&b);
