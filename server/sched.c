@@ -22,6 +22,7 @@
  * (the core's numbers are the same either way: docs/performance.md).
  */
 #include "sched.h"
+#include "answer.h"
 #include "steps.h"
 
 #include <math.h>
@@ -54,6 +55,9 @@ typedef struct {
     size_t offcap;          /* requests */
     attnd_req **batch;      /* (max_batch_requests) the batch being run */
     attnd_req **expired;    /* (max_batch_requests) met past their deadline */
+    char *keep;             /* (max_batch_requests) 1: batch[i]'s answer is left to write */
+    attnd_answer *answers;  /* (max_batch_requests) the answers being written */
+    int *who;               /* (max_batch_requests) answers[a] is batch[who[a]]'s */
 } scratch;
 
 struct attnd_sched {
@@ -369,50 +373,70 @@ static void compute(batch_run *br) {
 
 /* ---- step 4: answer ---- */
 
-/* Request i's answer from its rows of the output (a pool task): checked,
- * written, handed to the HTTP side. */
-static void answer_task(void *arg, int i, int thread) {
-    (void)thread;
-    batch_run *br = arg;
-    attnd_sched *s = br->s;
-    attnd_req *r = br->rs[i];
-    attnd_job *j = &r->job;
-    r->t_start_us = br->t0;
-    r->t_end_us = br->t1;
-    r->batch_requests = br->n;
-    hist_observe(&s->o.metrics->queue_seconds, br->t0 - r->t_admit_us);
-    if (br->fail) {
-        char msg[240];
-        snprintf(msg, sizeof(msg), "compute failed: %.200s", br->err);
-        answer_error(s, r, AERR_INTERNAL, msg);
-        return;
-    }
-    const float *out = s->w.out + s->w.off[3 * (size_t)i];
+/* Request i's rows of the batch's output. */
+static const float *output_of(const batch_run *br, int i) {
+    return br->s->w.out + br->s->w.off[3 * (size_t)i];
+}
+
+/* 1 when request i's output and attention matrices are finite. */
+static int result_finite(const batch_run *br, int i) {
+    const attnd_job *j = &br->rs[i]->job;
     size_t nout = (size_t)j->B * j->L * br->m->hp.embed_dim;
     uint64_t na = 0;
     if (j->attn)
         attnd_attention_floats(j->B, j->L, j->S, j->weights, br->m->hp.num_heads, UINT64_MAX, &na);
-    if (!all_finite(out, nout) || (j->attn && !all_finite(j->attn, na))) {
+    return all_finite(output_of(br, i), nout) && (!j->attn || all_finite(j->attn, na));
+}
+
+/* Answers request i at once when it gets no output: the compute failed,
+ * the result overflows, or its deadline passed. Returns 1 when it did. */
+static int answered_early(batch_run *br, int i) {
+    attnd_sched *s = br->s;
+    attnd_req *r = br->rs[i];
+    if (br->fail) {
+        char msg[240];
+        snprintf(msg, sizeof(msg), "compute failed: %.200s", br->err);
+        answer_error(s, r, AERR_INTERNAL, msg);
+    } else if (!result_finite(br, i)) {
         /* the input's magnitudes did it: a client error, not the server's */
         answer_error(s, r, AERR_BAD_REQUEST,
                      "query, key, value or attn_mask: values too large, the result overflows "
                      "float32");
-        return;
-    }
-    if (mono_us() > r->deadline_us) {
+    } else if (mono_us() > r->deadline_us) {
         answer_timeout(s, r);
-        return;
+    } else {
+        return 0;
     }
-    attnd_usage u = {br->n, br->t0 - r->t_admit_us, br->t1 - br->t0};
-    sbuf sb;
-    sb_init(&sb);
-    if (attnd_write_answer(&sb, j, br->info, out, &u, &r->json_len) < 0) {
-        sb_free(&sb);
-        answer_error(s, r, AERR_INTERNAL, "out of memory writing the answer");
+    return 1;
+}
+
+/* Request i's times, then its checks (a pool task); w.keep[i] = 1 when its
+ * answer is left to write. */
+static void check_task(void *arg, int i, int thread) {
+    (void)thread;
+    batch_run *br = arg;
+    attnd_req *r = br->rs[i];
+    r->t_start_us = br->t0;
+    r->t_end_us = br->t1;
+    r->batch_requests = br->n;
+    hist_observe(&br->s->o.metrics->queue_seconds, br->t0 - r->t_admit_us);
+    br->s->w.keep[i] = !answered_early(br, i);
+}
+
+/* Answer a, written (answer.c), goes into its request and to the HTTP side. */
+static void answer_written(void *arg, int a) {
+    batch_run *br = arg;
+    const attnd_answer *an = &br->s->w.answers[a];
+    attnd_req *r = br->rs[br->s->w.who[a]];
+    attnd_job *j = &r->job;
+    if (!an->body) {
+        answer_error(br->s, r, AERR_INTERNAL, "out of memory writing the answer");
         return;
     }
     free(r->body);
-    r->body = sb_take(&sb, &r->body_len);
+    r->body = an->body;
+    r->body_len = an->body_len;
+    r->json_len = an->json_len;
     r->status = 200;
     r->err = AERR_NONE;
     /* the inputs are no longer needed: free them now, not at completion */
@@ -420,7 +444,25 @@ static void answer_task(void *arg, int i, int thread) {
     free(j->key);
     free(j->value);
     j->query = j->key = j->value = NULL;
-    deliver(s, r);
+    deliver(br->s, r);
+}
+
+/* Checks every request of the batch, then writes the answers left over the
+ * whole pool: a large one in chunks on every thread (answer.h). */
+static void answer(batch_run *br) {
+    scratch *w = &br->s->w;
+    attn_ctx_parallel(br->s->ctx, br->n, check_task, br);
+    int na = 0;
+    for (int i = 0; i < br->n; i++) {
+        if (!w->keep[i]) continue;
+        attnd_req *r = br->rs[i];
+        w->who[na] = i;
+        w->answers[na++] = (attnd_answer){
+            .job = &r->job, .model = br->info, .out = output_of(br, i),
+            .usage = {.batch_requests = br->n, .queue_us = br->t0 - r->t_admit_us,
+                      .compute_us = br->t1 - br->t0}};
+    }
+    attnd_write_answers(br->s->ctx, w->answers, na, answer_written, br);
 }
 
 /* A batch of KV-cache session steps: steps.c computes and answers them. */
@@ -456,7 +498,7 @@ static void run_batch(attnd_sched *s, attnd_req **rs, int taken) {
         batch_run br = {.s = s, .rs = rs, .n = n, .m = &s->o.models[mi], .info = &s->o.info[mi]};
         pack(&br);
         compute(&br);
-        attn_ctx_parallel(s->ctx, n, answer_task, &br);
+        answer(&br);
     }
     release(s, taken);
 }
@@ -752,6 +794,9 @@ void attnd_sched_free(attnd_sched *s) {
     free(w->off);
     free(w->batch);
     free(w->expired);
+    free(w->keep);
+    free(w->answers);
+    free(w->who);
     free(s->q);
     pthread_cond_destroy(&s->work_cv);
     pthread_cond_destroy(&s->sweep_cv);
@@ -777,7 +822,10 @@ attnd_sched *attnd_sched_new(const attnd_sched_opts *o, char *err, size_t errlen
     int cap = o->cfg->max_batch_requests;
     s->w.batch = calloc((size_t)cap, sizeof(*s->w.batch));
     s->w.expired = calloc((size_t)cap, sizeof(*s->w.expired));
-    if (!s->q || !s->w.batch || !s->w.expired) {
+    s->w.keep = calloc((size_t)cap, sizeof(*s->w.keep));
+    s->w.answers = calloc((size_t)cap, sizeof(*s->w.answers));
+    s->w.who = calloc((size_t)cap, sizeof(*s->w.who));
+    if (!s->q || !s->w.batch || !s->w.expired || !s->w.keep || !s->w.answers || !s->w.who) {
         snprintf(err, errlen, "out of memory starting the scheduler");
         goto fail;
     }
