@@ -13,6 +13,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "answer.h"
 #include "codec.h"
 #include "sched.h"
 
@@ -217,98 +218,126 @@ void attnd_step_release(attnd_step_req *sr, double now) {
 
 /* ---- computing a batch of steps ---------------------------------------- */
 
+/* A batch of steps on its way through attnd_steps_run. */
+typedef struct {
+    attnd_req **rs;
+    int n;
+    int E, H;
+    attn_step *st;         /* (n) the core's view of each step */
+    float **outs;          /* (n) each step's output rows (L, E), owned */
+    int *ok;               /* (n) 1: computed, finite and written */
+    attnd_answer *answers; /* (n) the answers being written */
+    int *who;              /* (n) answers[a] is rs[who[a]]'s */
+    int fail;              /* 1: nothing computed; err says why */
+    char err[256];
+} steps_run;
+
 static int all_finite(const float *x, size_t n) {
     for (size_t i = 0; i < n; i++)
         if (!isfinite(x[i])) return 0;
     return 1;
 }
 
-/* The answer of one computed step: the /v1/attention answer with the
- * session's id and its cached tokens first; in a v2 answer, its first
- * parameters. */
-static int write_step(attnd_req *r, const attnd_model_info *info, const float *out,
-                      const attnd_usage *u) {
-    attnd_step_req *sr = r->step;
-    sbuf a, b;
-    sb_init(&a);
-    sb_init(&b);
-    size_t json_len = 0;
-    if (attnd_write_answer(&a, &r->job, info, out, u, &json_len) < 0 || !a.p || a.len < 2) {
-        sb_free(&a);
-        return -1;
-    }
-    const char *at = a.p + 1; /* native: right after the opening brace */
-    if (r->job.api == API_V2) {
-        const char *par = strstr(a.p, "\"parameters\":{");
-        if (!par || (json_len && (size_t)(par - a.p) >= json_len)) {
-            sb_free(&a);
-            return -1;
-        }
-        at = par + strlen("\"parameters\":{");
-    }
-    sb_put(&b, a.p, (size_t)(at - a.p));
-    sb_puts(&b, r->job.api == API_V2 ? "\"session_id\":" : "\"session\":");
-    sb_json_str(&b, sr->id);
-    sb_printf(&b, ",\"cached_tokens\":%d,", r->job.S);
-    sb_put(&b, at, a.len - (size_t)(at - a.p));
-    size_t alen = a.len;
-    sb_free(&a);
-    free(r->body);
-    r->body = sb_take(&b, &r->body_len);
-    if (!r->body) return -1;
-    r->json_len = json_len ? json_len + (r->body_len - alen) : 0;
-    r->status = sr->opened && r->job.api != API_V2 ? 201 : 200;
-    r->err = AERR_NONE;
-    return 0;
+static uint64_t attention_floats(const steps_run *b, const attnd_job *j) {
+    uint64_t na = 0;
+    attnd_attention_floats(1, j->L, j->S, j->weights, b->H, UINT64_MAX, &na); /* admitted */
+    return na;
 }
 
-void attnd_steps_run(attn_ctx *ctx, const attn_model *m, const attnd_model_info *info,
-                     attnd_req **rs, int n, uint64_t *t0, uint64_t *t1) {
-    int E = m->hp.embed_dim, H = m->hp.num_heads;
-    attn_step *st = calloc((size_t)n, sizeof *st);
-    float **outs = calloc((size_t)n, sizeof *outs);
-    char err[256] = "";
-    int fail = !st || !outs;
-    for (int i = 0; i < n && !fail; i++) {
-        attnd_job *j = &rs[i]->job;
-        attnd_session_step *ss = &rs[i]->step->st;
-        uint64_t na = 0;
-        attnd_attention_floats(1, j->L, j->S, j->weights, H, UINT64_MAX, &na); /* admitted */
-        outs[i] = malloc(sizeof(float) * (size_t)j->L * E);
+/* The batch's arrays, each step's output and attention buffers, and the
+ * core's view of each step; on failure b->fail. */
+static void steps_alloc(steps_run *b) {
+    int n = b->n;
+    b->st = calloc((size_t)n, sizeof *b->st);
+    b->outs = calloc((size_t)n, sizeof *b->outs);
+    b->ok = calloc((size_t)n, sizeof *b->ok);
+    b->answers = calloc((size_t)n, sizeof *b->answers);
+    b->who = calloc((size_t)n, sizeof *b->who);
+    b->fail = !b->st || !b->outs || !b->ok || !b->answers || !b->who;
+    for (int i = 0; i < n && !b->fail; i++) {
+        attnd_job *j = &b->rs[i]->job;
+        attnd_session_step *ss = &b->rs[i]->step->st;
+        uint64_t na = attention_floats(b, j);
+        b->outs[i] = malloc(sizeof(float) * (size_t)j->L * b->E);
         free(j->attn);
         j->attn = na ? malloc(sizeof(float) * na) : NULL;
-        fail = !outs[i] || (na && !j->attn);
-        st[i] = (attn_step){.n = j->L, .len = ss->len, .kv = ss->kv, .query = j->query,
-                            .out = outs[i], .weights = j->weights, .attn = j->attn};
+        b->fail = !b->outs[i] || (na && !j->attn);
+        b->st[i] = (attn_step){.n = j->L, .len = ss->len, .kv = ss->kv, .query = j->query,
+                               .out = b->outs[i], .weights = j->weights, .attn = j->attn};
     }
-    if (fail) snprintf(err, sizeof err, "out of memory for a batch of steps");
-    *t0 = mono_us();
-    if (!fail && attn_step_forward(ctx, m, st, n, err, sizeof err) < 0) fail = 1;
-    *t1 = mono_us();
-    double now = attnd_step_now();
-    for (int i = 0; i < n; i++) {
-        attnd_req *r = rs[i];
+    if (b->fail) snprintf(b->err, sizeof b->err, "out of memory for a batch of steps");
+}
+
+/* Answer a, written (answer.c), into its request: 201 for a native open. */
+static void step_written(void *arg, int a) {
+    steps_run *b = arg;
+    const attnd_answer *an = &b->answers[a];
+    attnd_req *r = b->rs[b->who[a]];
+    if (!an->body) return; /* out of memory: not ok, answered as a failure */
+    free(r->body);
+    r->body = an->body;
+    r->body_len = an->body_len;
+    r->json_len = an->json_len;
+    r->status = r->step->opened && r->job.api != API_V2 ? 201 : 200;
+    r->err = AERR_NONE;
+    b->ok[b->who[a]] = 1;
+}
+
+/* The answers of the computed, finite steps, written over the pool; each
+ * carries its session's id and cached tokens in place (answer.c). */
+static void steps_write(steps_run *b, attn_ctx *ctx, const attnd_model_info *info, uint64_t t0,
+                        uint64_t t1) {
+    int na = 0;
+    for (int i = 0; i < b->n && !b->fail; i++) {
+        attnd_req *r = b->rs[i];
         attnd_job *j = &r->job;
-        uint64_t na = 0;
-        attnd_attention_floats(1, j->L, j->S, j->weights, H, UINT64_MAX, &na);
-        int ok = !fail && all_finite(outs[i], (size_t)j->L * E) &&
-                 (!j->attn || all_finite(j->attn, na));
-        attnd_usage u = {n, *t0 - r->t_admit_us, *t1 - *t0};
-        if (ok) ok = write_step(r, info, outs[i], &u) == 0;
+        if (!all_finite(b->outs[i], (size_t)j->L * b->E) ||
+            (j->attn && !all_finite(j->attn, attention_floats(b, j))))
+            continue;
+        b->who[na] = i;
+        b->answers[na++] = (attnd_answer){
+            .job = j, .model = info, .out = b->outs[i],
+            .usage = {.batch_requests = b->n, .queue_us = t0 - r->t_admit_us,
+                      .compute_us = t1 - t0, .session = r->step->id, .cached_tokens = j->S}};
+    }
+    attnd_write_answers(ctx, b->answers, na, step_written, b);
+}
+
+/* Ends every step (kept when answered, dropped when not) and answers the
+ * others with an error. */
+static void steps_end(steps_run *b, uint64_t t0, uint64_t t1) {
+    double now = attnd_step_now();
+    for (int i = 0; i < b->n; i++) {
+        attnd_req *r = b->rs[i];
+        int ok = b->ok && b->ok[i];
         attnd_session_end(r->step->table, &r->step->st, ok, now);
         if (!ok) {
             attnd_error e;
             attnd_set_error(&e, AERR_INTERNAL, "compute failed: %.200s",
-                            err[0] ? err : "a non-finite result or out of memory");
+                            b->err[0] ? b->err : "a non-finite result or out of memory");
             attnd_req_fail(r, &e);
         }
-        r->t_start_us = *t0;
-        r->t_end_us = *t1;
-        r->batch_requests = n;
-        free(outs ? outs[i] : NULL);
+        r->t_start_us = t0;
+        r->t_end_us = t1;
+        r->batch_requests = b->n;
+        free(b->outs ? b->outs[i] : NULL);
     }
-    free(outs);
-    free(st);
+}
+
+void attnd_steps_run(attn_ctx *ctx, const attn_model *m, const attnd_model_info *info,
+                     attnd_req **rs, int n, uint64_t *t0, uint64_t *t1) {
+    steps_run b = {.rs = rs, .n = n, .E = m->hp.embed_dim, .H = m->hp.num_heads};
+    steps_alloc(&b);
+    *t0 = mono_us();
+    if (!b.fail && attn_step_forward(ctx, m, b.st, n, b.err, sizeof b.err) < 0) b.fail = 1;
+    *t1 = mono_us();
+    steps_write(&b, ctx, info, *t0, *t1);
+    steps_end(&b, *t0, *t1);
+    free(b.outs);
+    free(b.st);
+    free(b.ok);
+    free(b.answers);
+    free(b.who);
 }
 
 void attnd_steps_metrics(attnd_sessions *t, sbuf *b) {
