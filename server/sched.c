@@ -587,75 +587,122 @@ static void *batcher_main(void *arg) {
 
 /* ---- the sweeper ---- */
 
+/* The sweeper's grow-only buffers: what one sweep takes out of the queues
+ * and the sockets it polls. */
+typedef struct {
+    size_t cap;           /* entries of each array */
+    attnd_req **out;      /* (cap) taken out of the queues this sweep */
+    int *gone;            /* (cap) 1: out[i]'s client hung up; 0: its deadline passed */
+    struct pollfd *pf;    /* (cap) the queued requests' sockets */
+    attnd_req **polled;   /* (cap) the request of each pf */
+} sweep_bufs;
+
+static int sweep_bufs_init(sweep_bufs *b) {
+    b->cap = 64;
+    b->out = malloc(b->cap * sizeof(*b->out));
+    b->gone = malloc(b->cap * sizeof(*b->gone));
+    b->pf = malloc(b->cap * sizeof(*b->pf));
+    b->polled = malloc(b->cap * sizeof(*b->polled));
+    return b->out && b->gone && b->pf && b->polled ? 0 : -1;
+}
+
+static void sweep_bufs_free(sweep_bufs *b) {
+    free(b->out);
+    free(b->gone);
+    free(b->pf);
+    free(b->polled);
+}
+
+/* Room for every queued request (mutex held); on a failed allocation the
+ * buffers keep their size and a sweep looks at fewer requests. */
+static void grow_sweep_bufs(attnd_sched *s, sweep_bufs *b) {
+    size_t queued = 0;
+    for (int i = 0; i < s->o.n_models; i++)
+        queued += (size_t)s->q[i].count;
+    if (queued <= b->cap) return;
+    size_t c = b->cap;
+    while (c < queued)
+        c *= 2;
+    attnd_req **o2 = realloc(b->out, c * sizeof(*o2));
+    if (o2) b->out = o2;
+    int *g2 = realloc(b->gone, c * sizeof(*g2));
+    if (g2) b->gone = g2;
+    struct pollfd *p2 = realloc(b->pf, c * sizeof(*p2));
+    if (p2) b->pf = p2;
+    attnd_req **l2 = realloc(b->polled, c * sizeof(*l2));
+    if (l2) b->polled = l2;
+    if (o2 && g2 && p2 && l2) b->cap = c;
+}
+
+/* Takes the requests whose deadline passed out of the queues (mutex held),
+ * into b->out from *n on; *wake becomes the next deadline. The queues are
+ * in admission order, so only their heads are looked at. */
+static void collect_expired(attnd_sched *s, sweep_bufs *b, uint64_t now, size_t *n,
+                            uint64_t *wake) {
+    for (int i = 0; i < s->o.n_models; i++) {
+        squeue *q = &s->q[i];
+        while (q->head && q->head->deadline_us <= now && *n < b->cap) {
+            attnd_req *r = q->head;
+            q_remove(q, r);
+            b->out[*n] = r;
+            b->gone[(*n)++] = 0;
+        }
+        if (q->head && q->head->deadline_us < *wake) *wake = q->head->deadline_us;
+    }
+}
+
+/* Takes the requests whose client hung up out of the queues (mutex held),
+ * into b->out from *n on: a peer that closed makes its socket readable at
+ * EOF. Returns how many sockets were polled. */
+static size_t collect_hangups(attnd_sched *s, sweep_bufs *b, size_t *n) {
+    size_t np = 0;
+    for (int i = 0; i < s->o.n_models; i++)
+        for (attnd_req *r = s->q[i].head; r && np < b->cap; r = r->next) {
+            if (r->sock < 0) continue;
+            b->pf[np] = (struct pollfd){.fd = r->sock, .events = POLLIN | POLLRDHUP};
+            b->polled[np++] = r;
+        }
+    if (!np || poll(b->pf, np, 0) <= 0) return np;
+    for (size_t k = 0; k < np && *n < b->cap; k++) {
+        if (!b->pf[k].revents || !hung_up(b->polled[k])) continue;
+        attnd_req *r = b->polled[k];
+        q_remove(&s->q[r->job.model], r);
+        b->out[*n] = r;
+        b->gone[(*n)++] = 1;
+    }
+    return np;
+}
+
+/* Answers what a sweep took (mutex not held): 504 past the deadline; a
+ * client that hung up is dropped, not answered. */
+static void answer_swept(attnd_sched *s, sweep_bufs *b, size_t n) {
+    for (size_t k = 0; k < n; k++) {
+        if (b->gone[k]) {
+            b->out[k]->gone = 1;
+            deliver(s, b->out[k]);
+        } else {
+            answer_timeout(s, b->out[k]);
+        }
+    }
+}
+
+/* The sweeper: answers queued requests past their deadline and drops those
+ * whose client left, then sleeps until the next deadline (or the next
+ * hang-up poll while sockets are queued). */
 static void *sweeper_main(void *arg) {
     attnd_sched *s = arg;
-    size_t cap = 64;
-    attnd_req **out = malloc(cap * sizeof(*out));
-    int *gone = malloc(cap * sizeof(*gone));
-    struct pollfd *pf = malloc(cap * sizeof(*pf));
-    attnd_req **polled = malloc(cap * sizeof(*polled));
-    if (!out || !gone || !pf || !polled) goto cleanup;
+    sweep_bufs b;
+    if (sweep_bufs_init(&b) < 0) goto cleanup;
     pthread_mutex_lock(&s->mu);
     while (!s->sweep_stop) {
         uint64_t now = mono_us(), wake = UINT64_MAX;
-        size_t n = 0, queued = 0;
-        for (int i = 0; i < s->o.n_models; i++)
-            queued += (size_t)s->q[i].count;
-        if (queued > cap) {
-            size_t c = cap;
-            while (c < queued)
-                c *= 2;
-            attnd_req **o2 = realloc(out, c * sizeof(*o2));
-            if (o2) out = o2;
-            int *g2 = realloc(gone, c * sizeof(*g2));
-            if (g2) gone = g2;
-            struct pollfd *p2 = realloc(pf, c * sizeof(*p2));
-            if (p2) pf = p2;
-            attnd_req **l2 = realloc(polled, c * sizeof(*l2));
-            if (l2) polled = l2;
-            if (o2 && g2 && p2 && l2) cap = c;
-        }
-        /* deadlines: the queues are in admission order, so heads first */
-        for (int i = 0; i < s->o.n_models; i++) {
-            squeue *q = &s->q[i];
-            while (q->head && q->head->deadline_us <= now && n < cap) {
-                attnd_req *r = q->head;
-                q_remove(q, r);
-                out[n] = r;
-                gone[n++] = 0;
-            }
-            if (q->head && q->head->deadline_us < wake) wake = q->head->deadline_us;
-        }
-        /* hang-ups: a peer that closed makes its socket readable at EOF */
-        size_t np = 0;
-        for (int i = 0; i < s->o.n_models; i++)
-            for (attnd_req *r = s->q[i].head; r && np < cap; r = r->next) {
-                if (r->sock < 0) continue;
-                pf[np].fd = r->sock;
-                pf[np].events = POLLIN | POLLRDHUP;
-                pf[np].revents = 0;
-                polled[np++] = r;
-            }
-        if (np && poll(pf, np, 0) > 0) {
-            for (size_t k = 0; k < np && n < cap; k++) {
-                if (!pf[k].revents || !hung_up(polled[k])) continue;
-                attnd_req *r = polled[k];
-                q_remove(&s->q[r->job.model], r);
-                out[n] = r;
-                gone[n++] = 1;
-            }
-        }
-        if (np && now + HANGUP_POLL_US < wake) wake = now + HANGUP_POLL_US;
+        size_t n = 0;
+        grow_sweep_bufs(s, &b);
+        collect_expired(s, &b, now, &n, &wake);
+        if (collect_hangups(s, &b, &n) && now + HANGUP_POLL_US < wake) wake = now + HANGUP_POLL_US;
         if (n) {
             pthread_mutex_unlock(&s->mu);
-            for (size_t k = 0; k < n; k++) {
-                if (gone[k]) {
-                    out[k]->gone = 1;
-                    deliver(s, out[k]);
-                } else {
-                    answer_timeout(s, out[k]);
-                }
-            }
+            answer_swept(s, &b, n);
             pthread_mutex_lock(&s->mu);
             continue;
         }
@@ -663,10 +710,7 @@ static void *sweeper_main(void *arg) {
     }
     pthread_mutex_unlock(&s->mu);
 cleanup:
-    free(out);
-    free(gone);
-    free(pf);
-    free(polled);
+    sweep_bufs_free(&b);
     return NULL;
 }
 
