@@ -184,7 +184,8 @@ static void write_v2(sink *s, const attnd_job *job, const attnd_model_info *m, c
               u->batch_requests, (unsigned long long)u->queue_us,
               (unsigned long long)u->compute_us);
     if (want_out) put_v2_output(s, "output", out, nout, orank, oshape, bin_out, 1);
-    if (want_attn) put_v2_output(s, "attention", job->attn, nattn, arank, ashape, bin_attn, !want_out);
+    if (want_attn)
+        put_v2_output(s, "attention", job->attn, nattn, arank, ashape, bin_attn, !want_out);
     if (bin_out || bin_attn) { /* binary data extension: the JSON, then the bytes */
         sb_puts(b, "]}");
         end_json(s);
