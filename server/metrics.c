@@ -24,19 +24,23 @@ static void hist_init(attnd_hist *h, const char *name, const char *help, const d
 
 void metrics_init(attnd_metrics *m) {
     memset(m, 0, sizeof(*m));
-    static const double secs[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
-                                  0.25,   0.5,   1,      2.5,   5,    10,    30};
+    static const double secs[] = {0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+                                  0.1,    0.25,   0.5,   1,      2.5,   5,    10,   30};
     static const double sizes[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
     static const double toks[] = {16, 64, 256, 1024, 4096, 16384, 65536, 262144};
+#define NB(a) (int)(sizeof(a) / sizeof((a)[0]))
+    _Static_assert(NB(secs) <= HIST_MAX_BUCKETS, "HIST_MAX_BUCKETS holds every bound");
     hist_init(&m->request_seconds, "attnd_request_duration_seconds",
-              "Time from a request's arrival to its answer.", secs, 15, 1e-6);
+              "Time from a request's arrival to its answer.", secs, NB(secs), 1e-6);
     hist_init(&m->queue_seconds, "attnd_queue_seconds",
-              "Time a request waited between admission and compute.", secs, 15, 1e-6);
+              "Time a request waited between admission and compute.", secs, NB(secs), 1e-6);
     hist_init(&m->compute_seconds, "attnd_compute_seconds", "Time of one batch's forward.", secs,
-              15, 1e-6);
-    hist_init(&m->batch_size, "attnd_batch_size", "Requests per computed batch.", sizes, 9, 1);
+              NB(secs), 1e-6);
+    hist_init(&m->batch_size, "attnd_batch_size", "Requests per computed batch.", sizes,
+              NB(sizes), 1);
     hist_init(&m->batch_tokens, "attnd_batch_tokens", "Query plus key tokens per computed batch.",
-              toks, 8, 1);
+              toks, NB(toks), 1);
+#undef NB
 }
 
 static int status_index(int status) {

@@ -135,9 +135,11 @@ def small_body(rows=4, seed=0, encoding=None):
 
 
 def test_lone_request_starts_at_once(fresh_daemons):
-    """With compute idle a request does not wait for company: usage.queue_us
-    and the queue histogram stay far below the 1 ms every lone request used
-    to wait (the old max_queue_delay_us default)."""
+    """With compute idle a request does not wait for company: most lone
+    requests' usage.queue_us, and so the queue histogram's smallest bucket
+    (100 us), stay within the 100 us target, where every lone request used
+    to wait 1 ms (the old max_queue_delay_us default). A busy machine may
+    delay a few wake-ups, hence "most"."""
     d = fresh_daemons()
     waits = []
     for i in range(20):
@@ -146,11 +148,11 @@ def test_lone_request_starts_at_once(fresh_daemons):
         u = r.json()["usage"]
         assert u["batch"] == 1
         waits.append(u["queue_us"])
-    waits.sort()
-    assert waits[len(waits) // 2] < 1000, waits
     h = support.histograms(d.get("/metrics").text)["attnd_queue_seconds"]
-    under_1ms = dict(h["buckets"])[0.001]
-    assert h["count"] == 20 and under_1ms >= 15, h
+    smallest, within = h["buckets"][0]
+    assert smallest == 0.0001, h
+    assert h["count"] == 20 and within == sum(w <= 100 for w in waits), (h, waits)
+    assert within > 10, sorted(waits)
 
 
 def gauge(d, name):
