@@ -1,7 +1,9 @@
 /* test_server_sched.c - the scheduler without HTTP: requests of different
  * kinds packed into one batch answer what each answers alone (naive
  * reference), a full queue refuses with 429, a request still queued at its
- * deadline is answered 504 without compute. */
+ * deadline is answered 504 without compute, a lone request on idle compute
+ * is taken at once, and requests that arrive while a batch computes form
+ * the next batch together. */
 #include <check.h>
 #include <jansson.h>
 #include <math.h>
@@ -31,11 +33,22 @@ static void treq_free(attnd_req *r) {
     free(r);
 }
 
+/* A request whose answer, once handed over, holds the batcher (its
+ * finish callback waits for g_release): a batch that computes for as long
+ * as a test needs. Guarded by mu. */
+static treq *g_hold;
+static int g_held, g_release;
+
 static void on_done(attnd_req *r, void *arg) {
     (void)arg;
     pthread_mutex_lock(&mu);
     ((treq *)r)->done = 1;
     pthread_cond_broadcast(&cv);
+    if ((treq *)r == g_hold) {
+        g_held = 1;
+        while (!g_release)
+            pthread_cond_wait(&cv, &mu);
+    }
     pthread_mutex_unlock(&mu);
 }
 
@@ -302,6 +315,116 @@ START_TEST(test_cancel_drops_queued_work) {
 }
 END_TEST
 
+/* A self-attention request of 2 rows, submitted (after *slot = it, when
+ * slot is given: the callback may run before this returns). */
+static treq *small_req(attnd_sched *s, treq **slot) {
+    treq *t = treq_new();
+    t->r.job.B = 1, t->r.job.L = 2, t->r.job.S = 2, t->r.job.self = 1;
+    t->r.job.query = rnd_floats(16);
+    t->r.tokens = 4;
+    if (slot) {
+        pthread_mutex_lock(&mu);
+        *slot = t;
+        pthread_mutex_unlock(&mu);
+    }
+    attnd_error e;
+    ck_assert_int_eq(attnd_sched_submit(s, &t->r, &e), 0);
+    return t;
+}
+
+/* The default max_queue_delay_us. */
+static int default_delay(void) {
+    attnd_config d;
+    ck_assert_int_eq(attnd_config_defaults(&d), 0);
+    int v = d.max_queue_delay_us;
+    attnd_config_free(&d);
+    return v;
+}
+
+/* At the defaults, a request that finds compute idle is taken at once: it
+ * computes alone, and the scheduler's own record of its wait (admission
+ * to compute start, which feeds attnd_queue_seconds) is within the
+ * histogram's smallest bucket, 100 us, for most of a run of lone requests
+ * (a busy machine may delay a few wake-ups); the old default waited 1 ms
+ * for company every time. */
+START_TEST(test_lone_request_starts_at_once) {
+    setup_model();
+    attnd_config c;
+    config(&c, 64, default_delay(), 16, 60000);
+    attnd_metrics mt;
+    attnd_sched *s = sched_of(&c, &mt);
+    ck_assert_double_eq(mt.queue_seconds.bounds[0], 0.0001);
+    enum { RUNS = 20 };
+    int within = 0;
+    for (int i = 0; i < RUNS; i++) {
+        treq *t = small_req(s, NULL);
+        wait_done(t);
+        ck_assert_int_eq(t->r.status, 200);
+        ck_assert_int_eq(t->r.batch_requests, 1);
+        ck_assert_uint_ge(t->r.t_start_us, t->r.t_admit_us);
+        within += t->r.t_start_us - t->r.t_admit_us <= 100;
+        attnd_req_unref(&t->r);
+    }
+    uint64_t bucket0 = atomic_load(&mt.queue_seconds.count[0]);
+    printf("lone requests: %d of %d taken within 100 us of admission\n", within, RUNS);
+    ck_assert_uint_eq(bucket0, (uint64_t)within); /* the record is the histogram's */
+    ck_assert_msg(within > RUNS / 2, "%d of %d lone requests waited over 100 us", RUNS - within,
+                  RUNS);
+    ck_assert_uint_eq(atomic_load(&mt.batch_size.count[0]), RUNS); /* every batch of one */
+    attnd_sched_free(s);
+    attn_model_free(&model);
+    attnd_config_free(&c);
+}
+END_TEST
+
+/* Requests that arrive while a batch computes wait for it, then leave
+ * together as the next batch (continuous batching), at the default delay. */
+START_TEST(test_requests_during_a_batch_form_the_next) {
+    setup_model();
+    attnd_config c;
+    config(&c, 16, default_delay(), 32, 60000);
+    attnd_metrics mt;
+    attnd_sched *s = sched_of(&c, &mt);
+    pthread_mutex_lock(&mu);
+    g_held = g_release = 0;
+    pthread_mutex_unlock(&mu);
+    small_req(s, &g_hold);
+    pthread_mutex_lock(&mu); /* the batcher is inside the first batch, held there */
+    while (!g_held)
+        pthread_cond_wait(&cv, &mu);
+    pthread_mutex_unlock(&mu);
+    enum { N = 5 };
+    treq *t[N];
+    for (int i = 0; i < N; i++)
+        t[i] = small_req(s, NULL);
+    int depth = -1;
+    attnd_sched_depths(s, &depth);
+    ck_assert_int_eq(depth, N); /* all queued behind the running batch */
+    ck_assert_int_eq(attnd_sched_pending(s), N + 1);
+    pthread_mutex_lock(&mu);
+    g_release = 1;
+    pthread_cond_broadcast(&cv);
+    pthread_mutex_unlock(&mu);
+    for (int i = 0; i < N; i++) {
+        wait_done(t[i]);
+        ck_assert_int_eq(t[i]->r.status, 200);
+        ck_assert_int_eq(t[i]->r.batch_requests, N);
+    }
+    ck_assert_int_eq(g_hold->r.batch_requests, 1);
+    ck_assert_uint_eq(atomic_load(&mt.batch_size.count[0]), 1); /* le=1: the held one */
+    ck_assert_uint_eq(atomic_load(&mt.batch_size.count[3]), 1); /* le=8: the five */
+    attnd_sched_free(s);
+    attnd_req_unref(&g_hold->r);
+    pthread_mutex_lock(&mu);
+    g_hold = NULL;
+    pthread_mutex_unlock(&mu);
+    for (int i = 0; i < N; i++)
+        attnd_req_unref(&t[i]->r);
+    attn_model_free(&model);
+    attnd_config_free(&c);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("server_sched");
     TCase *tc = tcase_create("sched");
@@ -309,6 +432,8 @@ int main(void) {
     tcase_add_test(tc, test_mixed_batch_matches_reference);
     tcase_add_test(tc, test_full_queue_429_and_deadline_504);
     tcase_add_test(tc, test_cancel_drops_queued_work);
+    tcase_add_test(tc, test_lone_request_starts_at_once);
+    tcase_add_test(tc, test_requests_during_a_batch_form_the_next);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
