@@ -7,8 +7,9 @@
  * token and request caps (continuous batching: requests that arrive while
  * a batch computes form the next one), and runs it in steps named for what
  * they do: drop the departed, pack, compute, answer. Packing, the forward
- * and the answers (JSON or base64, attnd_write_answer) all spread over the
- * whole pool; nothing goes through one thread.
+ * and the answers (JSON, base64 or binary: answer.c, which cuts a large
+ * answer into chunks for every thread) all spread over the whole pool;
+ * nothing goes through one thread.
  *
  * Locking: one mutex guards every queue and every attnd_req's scheduling
  * fields. The batcher and the sweeper take requests out under it and
