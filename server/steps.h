@@ -1,8 +1,9 @@
 /* steps.h - KV-cache sessions over HTTP, between the parser and the core:
  * a session route's body becomes a job plus a begun session step
  * (attnd_step_prepare, on the HTTP thread); the scheduler batches steps of
- * one model together and hands them to attnd_steps_run (on a worker), which
- * computes them with attn_step_forward and writes each answer. A step that
+ * one model together and hands them to attnd_steps_run (on the batcher),
+ * which computes them with attn_step_forward and writes each answer, both
+ * over the compute pool. A step that
  * never computes (refused, timed out, its client gone, draining) is ended
  * without keeping its rows by attnd_step_release, from the request's free.
  * The session table itself is session.c; HTTP is http.c.
@@ -59,8 +60,9 @@ int attnd_step_from_job(const attnd_step_env *se, attnd_job *job, attnd_step_req
 char *attnd_step_open_answer(const char *id, const char *model, size_t *len);
 
 /* Computes n requests that are steps of one model on the compute pool ctx
- * and writes each answer into its request (status, body), or its error.
- * Ends every step: kept when computed, dropped when not. */
+ * and writes each answer into its request (status, body; the session's id
+ * and cached tokens in place, answer.c) over the same pool, or its error.
+ * Ends every step: kept when computed and written, dropped when not. */
 void attnd_steps_run(attn_ctx *ctx, const attn_model *m, const attnd_model_info *info,
                      attnd_req **rs, int n, uint64_t *t0, uint64_t *t1);
 
