@@ -2,6 +2,8 @@
 tests/gen_golden.py) through the native API with JSON and base64 tensors and
 through KServe v2 infer, single and batched, to a relative error of 1e-5;
 and the embedded default model (no config)."""
+import json
+
 import numpy as np
 import pytest
 
@@ -268,6 +270,47 @@ def test_batched_matches_single(d):
         assert r.status_code == 200
         assert rel_err(from_b64_tensor(r.json()["output"]), ob[b]) <= TOL
         assert rel_err(from_b64_tensor(r.json()["attention"]), ab[b]) <= TOL
+
+
+def test_large_answers_same_bits_in_every_encoding(d):
+    """Answers large enough to be written in chunks by every thread (an
+    output of 38,400 numbers and a mean attention matrix of 180,000, rows
+    cut across chunks) carry the same float32 bits as native JSON text,
+    base64, v2 JSON data and v2 binary data, and equal the reference."""
+    g, m = BY_NAME["self_e64_h8"]
+    rng = np.random.default_rng(11)
+    q = rng.standard_normal((2, 300, m.E)).astype(np.float32)
+    base = {"model": m.name, "query": b64_tensor(q), "attention": "mean"}
+    rj = d.post("/v1/attention", base)
+    rb = d.post("/v1/attention", dict(base, encoding="base64"))
+    assert rj.status_code == 200 and rb.status_code == 200, (rj.text[:300], rb.text[:300])
+    out = from_b64_tensor(rb.json()["output"])
+    att = from_b64_tensor(rb.json()["attention"])
+    assert out.shape == (2, 300, m.E) and att.shape == (2, 300, 300)
+    for b in range(2):
+        ref, w = m.forward(q[b], None, None, False, None, None)
+        assert rel_err(out[b], ref) <= TOL
+        assert rel_err(att[b], w.mean(axis=0)) <= TOL
+    as_f32 = lambda x: np.asarray(x, dtype=np.float64).astype(np.float32)
+    assert np.array_equal(as_f32(rj.json()["output"]), out)
+    assert np.array_equal(as_f32(rj.json()["attention"]), att)
+    req = {"inputs": v2_inputs(q), "parameters": {"attention": "mean"}}
+    r2 = d.post("/v2/models/%s/infer" % m.name, req)
+    assert r2.status_code == 200, r2.text[:300]
+    outs = {o["name"]: o for o in r2.json()["outputs"]}
+    assert np.array_equal(as_f32(outs["output"]["data"]), out.reshape(-1))
+    assert np.array_equal(as_f32(outs["attention"]["data"]), att.reshape(-1))
+    req["outputs"] = [{"name": "output", "parameters": {"binary_data": True}},
+                      {"name": "attention", "parameters": {"binary_data": True}}]
+    rbin = d.post("/v2/models/%s/infer" % m.name, req)
+    assert rbin.status_code == 200, rbin.text[:300]
+    n = int(rbin.headers["Inference-Header-Content-Length"])
+    head = json.loads(rbin.content[:n])
+    sizes = [o["parameters"]["binary_data_size"] for o in head["outputs"]]
+    data = rbin.content[n:]
+    assert sizes == [out.nbytes, att.nbytes] and len(data) == sum(sizes)
+    assert np.frombuffer(data[:sizes[0]], dtype="<f4").tobytes() == out.tobytes()
+    assert data[sizes[0]:] == att.astype("<f4").tobytes()
 
 
 def test_models_listing(d):
