@@ -442,13 +442,15 @@ static jin *body_reader(const char *body, size_t len, attnd_error *e) {
     return NULL;
 }
 
-/* The whole body against table t into dst, and nothing after it. */
-static int read_body(const char *body, size_t len, const jtable *t, void *dst, attnd_error *e) {
+/* The whole body against table t into dst, and nothing after it. given, when
+ * not NULL, gets the fields that were there (jin_object). */
+static int read_body(const char *body, size_t len, const jtable *t, void *dst, unsigned *given,
+                     attnd_error *e) {
     jin *j = body_reader(body, len, e);
     if (!j) return -1;
     jpath path;
     jpath_init(&path, "");
-    int rc = jin_object(j, t, dst, &path, NULL, e);
+    int rc = jin_object(j, t, dst, &path, given, e);
     if (rc == 0 && jin_end(j) < 0) rc = jin_fail(j, NULL, e);
     jin_free(j);
     return rc;
@@ -460,9 +462,41 @@ int attnd_parse_native(const attnd_parse_env *env, const char *path_model, const
     collected_init(&c);
     memset(job, 0, sizeof(*job));
     int ret = -1;
-    if (read_body(body, len, &NATIVE, &c, e) < 0) goto cleanup;
+    if (read_body(body, len, &NATIVE, &c, NULL, e) < 0) goto cleanup;
     if (c.weights < 0) c.weights = ATTN_WEIGHTS_NONE;
     if (build_job(env, path_model, &c, job, e) < 0) goto cleanup;
+    job->api = API_NATIVE;
+    ret = 0;
+cleanup:
+    collected_free(&c);
+    return ret;
+}
+
+int attnd_parse_session_open(const attnd_parse_env *env, const char *body, size_t len,
+                             attnd_job *job, attnd_error *e) {
+    collected c;
+    collected_init(&c);
+    memset(job, 0, sizeof(*job));
+    unsigned given = 0;
+    int ret = -1, mi;
+    if (len > 0 && read_body(body, len, &NATIVE, &c, &given, e) < 0) goto cleanup;
+    if (c.given[T_QUERY]) { /* the prefix: a native body like any other */
+        if (c.weights < 0) c.weights = ATTN_WEIGHTS_NONE;
+        if (build_job(env, NULL, &c, job, e) < 0) goto cleanup;
+        job->api = API_NATIVE;
+        ret = 1;
+        goto cleanup;
+    }
+    for (int i = 0; i < NATIVE.n; i++)
+        if ((given & 1u << i) && NATIVE.fields[i].read != read_model) {
+            attnd_set_error(e, AERR_BAD_REQUEST,
+                            "%s: a session opened without a prefix takes only \"model\" (give "
+                            "the prefix rows as \"query\")",
+                            NATIVE.fields[i].name);
+            goto cleanup;
+        }
+    if ((mi = resolve_model(env, NULL, &c, e)) < 0) goto cleanup;
+    job->model = mi;
     job->api = API_NATIVE;
     ret = 0;
 cleanup:
@@ -789,7 +823,7 @@ int attnd_parse_v2(const attnd_parse_env *env, const char *path_model, const cha
         v.bin.left = len - json_len;
         len = json_len;
     }
-    if (read_body(body, len, &V2, &v, e) < 0) goto cleanup;
+    if (read_body(body, len, &V2, &v, NULL, e) < 0) goto cleanup;
     if (!v.c.given[T_QUERY]) {
         attnd_set_error(e, AERR_BAD_REQUEST, "inputs: an input named 'query' is required");
         goto cleanup;

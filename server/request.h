@@ -80,6 +80,15 @@ int attnd_attention_floats(int B, int L, int S, attn_weights_mode mode, int H, u
 int attnd_parse_native(const attnd_parse_env *env, const char *path_model, const char *body,
                        size_t len, attnd_job *job, attnd_error *e);
 
+/* Reads the body of POST /v1/sessions: a native body whose query, the
+ * session's prefix, may be left out (an empty body gives nothing).
+ * Returns 1 when it holds a query: job is then as attnd_parse_native makes
+ * it. Returns 0 when it does not: only "model" may be given then, and job
+ * holds nothing but job->model. Returns -1 with e set (400, 404, 413, 500);
+ * job holds nothing to free after a failure. */
+int attnd_parse_session_open(const attnd_parse_env *env, const char *body, size_t len,
+                             attnd_job *job, attnd_error *e);
+
 /* Reads an Open Inference Protocol infer body for the model path_model.
  * json_len is the Inference-Header-Content-Length of the binary data
  * extension (the JSON part; the inputs' bytes follow it), 0 when the whole

@@ -5,7 +5,6 @@
  */
 #include "steps.h"
 
-#include <jansson.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -21,51 +20,19 @@ double attnd_step_now(void) {
     return (double)mono_us() / 1e6;
 }
 
-/* The model an open names ("model", or the only one), for a body with no
- * query. Returns its index, or -1 with e set. */
-static int open_model(const attnd_parse_env *env, const char *body, size_t len, attnd_error *e) {
-    json_error_t jerr;
-    json_t *root = len ? json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr) : json_object();
-    int mi = -1;
-    if (!root || !json_is_object(root)) {
-        attnd_set_error(e, AERR_BAD_REQUEST, "body: not a JSON object");
-    } else if (json_object_size(root) > (json_object_get(root, "model") ? 1u : 0u)) {
-        attnd_set_error(e, AERR_BAD_REQUEST,
-                        "a session opened without a prefix takes only \"model\" (give the "
-                        "prefix rows as \"query\")");
-    } else if (json_object_get(root, "model")) {
-        const char *name = json_string_value(json_object_get(root, "model"));
-        for (int i = 0; name && i < env->n_models && mi < 0; i++)
-            if (strcmp(env->models[i].name, name) == 0) mi = i;
-        if (!name)
-            attnd_set_error(e, AERR_BAD_REQUEST, "model: must be a string");
-        else if (mi < 0)
-            attnd_set_error(e, AERR_NOT_FOUND, "unknown model '%.100s'", name);
-    } else if (env->n_models == 1) {
-        mi = 0;
-    } else {
-        attnd_set_error(e, AERR_BAD_REQUEST, "model: required when several models are served");
-    }
-    json_decref(root);
-    return mi;
-}
-
-/* A body with no "query" opens a session with no prefix. */
-static int has_query(const char *body, size_t len) {
-    json_error_t jerr;
-    json_t *root = len ? json_loadb(body, len, 0, &jerr) : NULL;
-    int has = root && json_object_get(root, "query") != NULL;
-    json_decref(root);
-    return has;
-}
-
 /* What a session step may carry: rows of one sequence, no key, no masks. */
 static int check_job(const attnd_job *job, const attnd_model_info *mi, attnd_error *e) {
-    if (!job->self || job->kpm || job->mask_bool || job->mask_add || job->positions)
+    const char *extra = !job->self                           ? "key"
+                        : job->kpm                           ? "key_padding_mask"
+                        : job->mask_bool || job->mask_add    ? "attn_mask"
+                        : job->positions                     ? "positions"
+                                                             : NULL;
+    if (extra)
         return attnd_set_error(e, AERR_BAD_REQUEST,
-                               "a session step takes query rows only: no key, value, "
+                               "%s: a session step takes query rows only: no key, value, "
                                "key_padding_mask, attn_mask or positions (it is causal over "
-                               "the cache, its rows at the positions after it)");
+                               "the cache, its rows at the positions after it)",
+                               extra);
     if (job->B != 1)
         return attnd_set_error(e, AERR_BAD_REQUEST,
                                "query: a session holds one sequence; send L x %d rows, not a "
@@ -118,29 +85,23 @@ int attnd_step_prepare(const attnd_step_env *se, const char *body, size_t len, a
     *retry_after_s = 0;
     opened_id[0] = '\0';
     attnd_sessions_expire(se->table, se->now);
-    int mi = -1;
-    if (se->id) {
-        mi = attnd_session_model(se->table, se->id, se->now);
+    if (se->id) { /* a step: the session's model reads the body */
+        int mi = attnd_session_model(se->table, se->id, se->now);
         if (mi < 0) return session_error(SESS_NOT_FOUND, se->id, e);
+        if (attnd_parse_native(se->env, se->env->models[mi].name, body, len, job, e) < 0)
+            return -1;
+        return attnd_step_from_job(se, job, out, e, retry_after_s);
     }
-    attnd_step_req *sr = calloc(1, sizeof *sr);
-    if (!sr) return attnd_set_error(e, AERR_INTERNAL, "out of memory");
-    sr->table = se->table;
-    if (!se->id && !has_query(body, len)) { /* an open with no prefix: nothing to compute */
-        mi = open_model(se->env, body, len, e);
-        attnd_session_status s = mi < 0 ? SESS_OK : begin(se, mi, 0, sr, retry_after_s);
-        if (mi >= 0 && s == SESS_OK) {
-            job->model = mi;
-            memcpy(opened_id, sr->id, sizeof sr->id);
-            attnd_session_end(se->table, &sr->st, 1, se->now);
-        }
-        free(sr);
-        return mi < 0 ? -1 : s == SESS_OK ? 0 : session_error(s, NULL, e);
-    }
-    free(sr);
-    const char *path_model = mi >= 0 ? se->env->models[mi].name : NULL;
-    if (attnd_parse_native(se->env, path_model, body, len, job, e) < 0) return -1;
-    return attnd_step_from_job(se, job, out, e, retry_after_s);
+    int prefix = attnd_parse_session_open(se->env, body, len, job, e);
+    if (prefix < 0) return -1;
+    if (prefix) return attnd_step_from_job(se, job, out, e, retry_after_s);
+    /* an open with no prefix: nothing to compute */
+    attnd_step_req sr = {.table = se->table};
+    attnd_session_status s = begin(se, job->model, 0, &sr, retry_after_s);
+    if (s != SESS_OK) return session_error(s, NULL, e);
+    memcpy(opened_id, sr.id, sizeof sr.id);
+    attnd_session_end(se->table, &sr.st, 1, se->now);
+    return 0;
 }
 
 int attnd_step_from_job(const attnd_step_env *se, attnd_job *job, attnd_step_req **out,

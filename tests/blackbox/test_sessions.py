@@ -7,6 +7,7 @@ step; and the session contract: 201 on open, 404 with the re-open advice,
 204 on DELETE, 409 for a taken id, 413 past one session's budget, 429 with
 Retry-After past the total, the idle timeout, and the /metrics lines."""
 import json
+import re
 import threading
 import time
 
@@ -253,6 +254,85 @@ def test_bad_session_bodies(d):
     a = step(d, sid, rows).json()
     assert a["cached_tokens"] == 1
     assert d.request("DELETE", "/v1/sessions/" + sid).status_code == 204
+
+
+def opened_total(d):
+    _, samples = parse_prometheus(d.get("/metrics").text)
+    return sum(v for n, _, v in samples if n == "attnd_sessions_opened_total")
+
+
+def session_open_refusals(name, E):
+    """Bodies of POST /v1/sessions that must be refused: (body bytes, status,
+    the words the message must hold, the first naming the path)."""
+    row = "[" + ", ".join(["0.1"] * E) + "]"
+    m = '"model": "%s"' % name
+    return [
+        (b'{"model": 5}', 400, ["model: expected a model name, got a number"]),
+        (b'{"model": "nope"}', 404, ["unknown model 'nope'", name]),
+        (('{%s, "extra": 1}' % m).encode(), 400, ["extra: unknown field"]),
+        (('{%s, %s}' % (m, m)).encode(), 400, ["model: given twice"]),
+        (('{%s, "query": [%s], "query": [%s]}' % (m, row, row)).encode(), 400,
+         ["query: given twice"]),
+        (('{%s, "attention": "mean"}' % m).encode(), 400,
+         ["attention: a session opened without a prefix takes only \"model\""]),
+        (('{%s, "causal": true}' % m).encode(), 400, ["causal: a session opened without"]),
+        (('{%s, "attention": "all", "query": [%s]}' % (m, row)).encode(), 400,
+         ["attention: expected one of"]),
+        (('{%s, "query": [[0.1, 0.2]]}' % m).encode(), 400, ["query: rows have 2 numbers"]),
+        (('{%s, "query": [%s, [0.1]]}' % (m, row)).encode(), 400, ["query[1]"]),
+        (('{%s, "query": [[NaN%s]]}' % (m, ", 0" * (E - 1))).encode(), 400,
+         ["query[0][0]: NaN"]),
+        (('{%s, "query": [%s], "key": [%s]}' % (m, row, row)).encode(), 400,
+         ["key: a session step takes query rows only"]),
+        (('{%s, "query": [%s], "positions": [3]}' % (m, row)).encode(), 400,
+         ["positions: a session step takes query rows only"]),
+        (('{%s, "query": [[%s], [%s]]}' % (m, row, row)).encode(), 400,
+         ["query: a session holds one"]),
+        (('{%s, "query": {"shape": [268435456, 134217728, 512], "b64": ""}}' % m).encode(),
+         413, ["query.shape: too large"]),
+        (('{%s, "query": [%s]} x' % (m, row)).encode(), 400, ["not valid JSON"]),
+        (('{%s, "query": [%s' % (m, row)).encode(), 400, ["query", "not valid JSON"]),
+        (b'[1, 2]', 400, ["body must be a JSON object"]),
+        (b'model=x', 400, ["body must be JSON", "HTML form"]),
+        (b'   ', 400, ["body is empty"]),
+        (b'', 400, ["model: required when more than one model is loaded"]),
+    ]
+
+
+def test_session_open_bodies_refused_naming_the_path(d):
+    """POST /v1/sessions is read by the request reader once: each bad body
+    gets its status and a message naming the field, and opens nothing."""
+    g = GOLDENS[0]
+    before = opened_total(d)
+    for body, status, words in session_open_refusals(g["name"], g["embed_dim"]):
+        r = d.post("/v1/sessions", data=body, headers={"Content-Type": "application/json"})
+        msg = check_error_body(r, status)
+        for w in words:
+            assert w in msg, "%r: %r lacks %r" % (body[:80], msg, w)
+        path = re.match(r"[a-z_]+(\[\d+\])*(\.[a-z]+)?: ", words[0])
+        if path:  # the message starts with the path of the field to blame
+            assert msg.startswith(path.group(0)), "%r: %r" % (body[:80], msg)
+    assert opened_total(d) == before, "a refused open opened a session"
+    # what is left: no query opens an empty session, a query opens it with a prefix
+    r = d.post("/v1/sessions", data=('{"model": "%s"}' % g["name"]).encode())
+    assert r.status_code == 201 and r.json()["cached_tokens"] == 0, r.text[:300]
+    assert d.request("DELETE", "/v1/sessions/" + r.json()["session"]).status_code == 204
+    r = open_session(d, g["name"], g["sequences"][0]["query"][:2])
+    assert r.status_code == 201 and r.json()["cached_tokens"] == 2, r.text[:300]
+    assert d.request("DELETE", "/v1/sessions/" + r.json()["session"]).status_code == 204
+    assert opened_total(d) == before + 2
+
+
+def test_session_open_empty_body_with_one_model(daemons):
+    """With one model served, an empty body (or one naming no model) opens an
+    empty session of it."""
+    g = GOLDENS[0]
+    d = daemons({"models": [config_entry(g)]})
+    for body in (b"", b"{}", b'{"model": null}'):
+        r = d.post("/v1/sessions", data=body)
+        assert r.status_code == 201, (body, r.text[:300])
+        assert r.json()["model"] == g["name"] and r.json()["cached_tokens"] == 0
+        assert d.request("DELETE", "/v1/sessions/" + r.json()["session"]).status_code == 204
 
 
 def test_proposed_session_id(d):
