@@ -98,6 +98,11 @@ int attnd_parse_v2(const attnd_parse_env *env, const char *path_model, const cha
 
 void attnd_job_free(attnd_job *job); /* zeroed and NULL jobs are fine */
 
+/* The 400 of a result that is not finite: the input's magnitudes did it
+ * (a client error, not the server's). */
+#define ATTND_MSG_OVERFLOW                                                                         \
+    "query, key, value or attn_mask: values too large, the result overflows float32"
+
 /* How the answer was produced, for "usage" and "parameters", and the
  * session fields of a session step's answer. */
 typedef struct {

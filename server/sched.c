@@ -400,9 +400,7 @@ static int answered_early(batch_run *br, int i) {
         answer_error(s, r, AERR_INTERNAL, msg);
     } else if (!result_finite(br, i)) {
         /* the input's magnitudes did it: a client error, not the server's */
-        answer_error(s, r, AERR_BAD_REQUEST,
-                     "query, key, value or attn_mask: values too large, the result overflows "
-                     "float32");
+        answer_error(s, r, AERR_BAD_REQUEST, ATTND_MSG_OVERFLOW);
     } else if (mono_us() > r->deadline_us) {
         answer_timeout(s, r);
     } else {

@@ -284,6 +284,7 @@ attnd_session_status attnd_session_open(attnd_sessions *st, int model, size_t ro
     st->count++;
     st->totals.opened++;
     start_step(s, tokens, now, step);
+    step->opening = 1;
     memcpy(id, s->id, ATTND_SESSION_ID_LEN + 1);
     pthread_mutex_unlock(&st->mu);
     return SESS_OK;
@@ -328,6 +329,9 @@ void attnd_session_end(attnd_sessions *st, attnd_session_step *step, int commit,
     } else if (commit) {
         s->len += step->add;
         st->tokens += step->add;
+    } else if (step->opening) { /* an open that failed: nobody knows its id */
+        unlink_session(st, s);
+        drop(st, s);
     }
     pthread_mutex_unlock(&st->mu);
     step->s = NULL;

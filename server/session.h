@@ -62,6 +62,8 @@ typedef struct {
     size_t row_floats; /* 2 * G * D */
     int len;           /* cached tokens before the step */
     int add;           /* tokens the step appends */
+    int opening;       /* 1: the step that opened the session; dropped, it takes the
+                          session with it (its id was never answered) */
 } attnd_session_step;
 
 /* NULL when out of memory. lim is copied. */
@@ -100,7 +102,9 @@ attnd_session_status attnd_session_begin(attnd_sessions *st, const char *id, int
 
 /* Ends a step: commit 1 keeps its rows (len += add), 0 drops them (a step
  * that failed or was cancelled). Frees the session when it was deleted
- * meanwhile. */
+ * meanwhile, or when the dropped step is the one that opened it: an open
+ * that failed leaves no session behind to hold a slot until its idle
+ * timeout. */
 void attnd_session_end(attnd_sessions *st, attnd_session_step *step, int commit, double now);
 
 /* Deletes session id: at once, or when its running step ends. Returns

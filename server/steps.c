@@ -186,7 +186,7 @@ typedef struct {
     int E, H;
     attn_step *st;         /* (n) the core's view of each step */
     float **outs;          /* (n) each step's output rows (L, E), owned */
-    int *ok;               /* (n) 1: computed, finite and written */
+    int *ok;               /* (n) 1: computed, finite and written; -1: not finite */
     attnd_answer *answers; /* (n) the answers being written */
     int *who;              /* (n) answers[a] is rs[who[a]]'s */
     int fail;              /* 1: nothing computed; err says why */
@@ -253,8 +253,10 @@ static void steps_write(steps_run *b, attn_ctx *ctx, const attnd_model_info *inf
         attnd_req *r = b->rs[i];
         attnd_job *j = &r->job;
         if (!all_finite(b->outs[i], (size_t)j->L * b->E) ||
-            (j->attn && !all_finite(j->attn, attention_floats(b, j))))
+            (j->attn && !all_finite(j->attn, attention_floats(b, j)))) {
+            b->ok[i] = -1; /* the rows' magnitudes: the client's error */
             continue;
+        }
         b->who[na] = i;
         b->answers[na++] = (attnd_answer){
             .job = j, .model = info, .out = b->outs[i],
@@ -264,18 +266,22 @@ static void steps_write(steps_run *b, attn_ctx *ctx, const attnd_model_info *inf
     attnd_write_answers(ctx, b->answers, na, step_written, b);
 }
 
-/* Ends every step (kept when answered, dropped when not) and answers the
- * others with an error. */
+/* Ends every step (kept when answered, dropped when not; an open that was
+ * not answered takes its session with it) and answers the others with an
+ * error: 400 for a result that is not finite, 500 for the rest. */
 static void steps_end(steps_run *b, uint64_t t0, uint64_t t1) {
     double now = attnd_step_now();
     for (int i = 0; i < b->n; i++) {
         attnd_req *r = b->rs[i];
-        int ok = b->ok && b->ok[i];
+        int ok = b->ok && b->ok[i] == 1;
         attnd_session_end(r->step->table, &r->step->st, ok, now);
         if (!ok) {
             attnd_error e;
-            attnd_set_error(&e, AERR_INTERNAL, "compute failed: %.200s",
-                            b->err[0] ? b->err : "a non-finite result or out of memory");
+            if (b->ok && b->ok[i] == -1)
+                attnd_set_error(&e, AERR_BAD_REQUEST, "%s", ATTND_MSG_OVERFLOW);
+            else
+                attnd_set_error(&e, AERR_INTERNAL, "compute failed: %.200s",
+                                b->err[0] ? b->err : "out of memory writing the answer");
             attnd_req_fail(r, &e);
         }
         r->t_start_us = t0;

@@ -98,6 +98,43 @@ START_TEST(test_open_step_end) {
 }
 END_TEST
 
+/* An open whose first step is dropped (its prefix failed, timed out, its
+ * client left) leaves nothing: no session, no bytes, no slot. */
+START_TEST(test_failed_open_leaves_nothing) {
+    attnd_sessions *st = table(1, 1 << 20, 1 << 20, 60);
+    char a[ATTND_SESSION_ID_LEN + 1], b[ATTND_SESSION_ID_LEN + 1];
+    attnd_session_step p;
+    int retry = 0;
+    for (int i = 0; i < 3; i++) { /* one slot: each must give it back */
+        ck_assert_int_eq(attnd_session_open(st, 0, ROW, 5, 1000, i, NULL, a, &p, &retry),
+                         SESS_OK);
+        ck_assert_int_eq(p.opening, 1);
+        fill(&p);
+        attnd_session_end(st, &p, 0, i);
+        ck_assert_int_eq(attnd_session_model(st, a, i), -1);
+        attnd_session_stats s = stats(st);
+        ck_assert_int_eq(s.sessions, 0);
+        ck_assert_int_eq(s.tokens, 0);
+        ck_assert_int_eq(s.bytes, 0);
+    }
+    /* an open kept, then a dropped step: the session stays as it was */
+    open_n(st, 3, 5, b);
+    ck_assert_int_eq(attnd_session_begin(st, b, 2, 6, &p, &retry), SESS_OK);
+    ck_assert_int_eq(p.opening, 0);
+    attnd_session_end(st, &p, 0, 6);
+    ck_assert_int_eq(attnd_session_model(st, b, 6), 0);
+    ck_assert_int_eq(stats(st).tokens, 3);
+    /* deleted during its opening step: freed once, at the end */
+    ck_assert_int_eq(attnd_session_delete(st, b, 7), SESS_OK);
+    ck_assert_int_eq(attnd_session_open(st, 0, ROW, 2, 1000, 8, NULL, a, &p, &retry), SESS_OK);
+    ck_assert_int_eq(attnd_session_delete(st, a, 8), SESS_OK);
+    attnd_session_end(st, &p, 0, 8);
+    ck_assert_int_eq(stats(st).sessions, 0);
+    ck_assert_int_eq(stats(st).bytes, 0);
+    attnd_sessions_free(st);
+}
+END_TEST
+
 /* An id proposed by the caller (a load balancer's): used when free and well
  * formed; taken or malformed ones are refused. */
 START_TEST(test_proposed_id) {
@@ -390,6 +427,7 @@ static Suite *session_suite(void) {
     TCase *t = tcase_create("table");
     tcase_set_timeout(t, 60); /* test_reaper waits for a thread that wakes each second */
     tcase_add_test(t, test_open_step_end);
+    tcase_add_test(t, test_failed_open_leaves_nothing);
     tcase_add_test(t, test_proposed_id);
     tcase_add_test(t, test_one_step_at_a_time);
     tcase_add_test(t, test_not_found);

@@ -335,6 +335,30 @@ def test_session_open_empty_body_with_one_model(daemons):
         assert d.request("DELETE", "/v1/sessions/" + r.json()["session"]).status_code == 204
 
 
+def test_refused_prefix_opens_nothing(daemons):
+    """An open whose prefix is refused after the session was made (here its
+    output overflows float32: a 400, like /v1/attention's) takes the
+    session with it: the client never got its id, so it must not hold a
+    slot until the idle timeout. A step refused the same way keeps the
+    session as it was."""
+    d = daemons(decoder_config({"max_sessions": 2}))
+    g = GOLDENS[0]
+    E = g["embed_dim"]
+    q = g["sequences"][0]["query"]
+    huge = [[3e38] * E] * 2
+    for _ in range(3):
+        msg = check_error_body(open_session(d, g["name"], huge), 400)
+        assert "overflows float32" in msg, msg
+    _, samples = parse_prometheus(d.get("/metrics").text)
+    val = {n: v for n, labels, v in samples if n.startswith("attnd_session")}
+    assert val["attnd_sessions"] == 0 and val["attnd_session_bytes"] == 0, val
+    sids = [open_session(d, g["name"], q[:2]).json()["session"] for _ in range(2)]
+    assert "overflows float32" in check_error_body(step(d, sids[0], huge[:1]), 400)
+    assert step(d, sids[0], q[2:3]).json()["cached_tokens"] == 3
+    for sid in sids:
+        assert d.request("DELETE", "/v1/sessions/" + sid).status_code == 204
+
+
 def test_proposed_session_id(d):
     """A load balancer may name the session (X-Session-Id, docs/deploy.md)."""
     name = GOLDENS[0]["name"]
