@@ -568,14 +568,23 @@ static void examine(hreq *h, const char *url) {
     }
     const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
     if (cl) {
-        /* libmicrohttpd has checked that it is a number of bytes */
-        long long n = strtoll(cl, NULL, 10);
-        long long room = s->cfg->max_buffered_body_bytes - atomic_load(&s->buffered);
-        if (n > s->cfg->max_body_bytes) {
-            attnd_set_error(&h->pre, AERR_TOO_LARGE, "body of %lld bytes, the limit is %lld", n,
-                            s->cfg->max_body_bytes);
+        /* libmicrohttpd refuses what is not a number of bytes; past max_body_bytes the
+         * exact number does not matter, only that it is too many */
+        uint64_t v;
+        if (parse_size(cl, (uint64_t)s->cfg->max_body_bytes, &v) < 0) {
+            if (strspn(cl, "0123456789") == strlen(cl) && cl[0])
+                attnd_set_error(&h->pre, AERR_TOO_LARGE,
+                                "body of %.40s bytes, the limit is %lld", cl,
+                                s->cfg->max_body_bytes);
+            else
+                attnd_set_error(&h->pre, AERR_BAD_REQUEST,
+                                "Content-Length: '%.40s' is not a decimal number of bytes", cl);
             h->refuse_now = 1;
-        } else if (n > room && is_compute(h->rid)) {
+            return;
+        }
+        long long n = (long long)v; /* at most max_body_bytes (2^34) */
+        long long room = s->cfg->max_buffered_body_bytes - atomic_load(&s->buffered);
+        if (n > room && is_compute(h->rid)) {
             budget_refusal(h, n);
             h->refuse_now = 1;
         } else if (n > 0 && is_compute(h->rid)) {

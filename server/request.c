@@ -176,14 +176,19 @@ static int check_positions(const collected *c, const attnd_model_info *m, int B,
                         (p->rank == 2 && p->shape[0] == B && p->shape[1] == L)))
         return attnd_set_error(e, AERR_BAD_REQUEST,
                                "%s: expected %d whole numbers (L) or %d×%d (B×L)", lb, L, B, L);
-    size_t n = (size_t)(p->rank == 1 ? L : B * L);
-    for (size_t i = 0; i < n; i++) {
+    uint64_t n = (uint64_t)L; /* B·L: at most the tensor's elements, checked all the same */
+    if (p->rank == 2 && sz_mul((uint64_t)B, (uint64_t)L, (uint64_t)p->n, &n) < 0)
+        return attnd_set_error(e, AERR_TOO_LARGE, "%s: %d×%d positions are too many", lb, B, L);
+    for (uint64_t i = 0; i < n; i++) {
         float v = p->f[i];
-        if (!(v >= 0) || v != floorf(v) || v >= (float)limit)
+        if (!(v >= 0) || v != floorf(v) || v >= (float)limit) {
+            char at[128];
+            tensor_index_name(at, sizeof(at), lb, p->rank, p->shape, (size_t)i);
             return attnd_set_error(e, AERR_BAD_REQUEST,
-                                   "%s[%zu]: %g is not a whole number from 0 to %lld (%s)", lb,
-                                   i, (double)v, limit - 1,
+                                   "%s: %g is not a whole number from 0 to %lld (%s)", at,
+                                   (double)v, limit - 1,
                                    m->max_positions ? "the model's max_positions" : "2^24");
+        }
     }
     return 0;
 }

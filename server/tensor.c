@@ -127,6 +127,8 @@ static int fast_row(nested *c, int depth, int *count) {
         size_t max = c->cap - c->n;
         if (c->shape[depth] && (size_t)(c->shape[depth] - *count) < max)
             max = (size_t)(c->shape[depth] - *count);
+        if ((size_t)(TENSOR_MAX_DIM - *count) < max) /* past it, the general loop refuses */
+            max = (size_t)(TENSOR_MAX_DIM - *count);
         size_t got = jin_f32_row(j, c->f + c->n, max);
         c->n += got;
         *count += (int)got;
@@ -158,6 +160,9 @@ static int level(nested *c, int depth) {
         if (r == 1) goto closed;
     }
     for (;;) {
+        if (count >= TENSOR_MAX_DIM) /* a body over 2 GB could hold more than an int counts */
+            return attnd_set_error(c->e, AERR_TOO_LARGE, "%s: more than %d elements",
+                                   where(c, depth, at, sizeof(at)), TENSOR_MAX_DIM);
         c->idx[depth] = count;
         jin_type type = jin_next_type(c->j);
         if (type == JT_ARRAY) {

@@ -91,6 +91,10 @@ def test_positions_batched_and_refused(d):
         msg = check_error_body(d.post("/v1/attention", {"model": g["name"], "query": rows,
                                                         "positions": bad}), 400)
         assert frag in msg, msg
+    # B×L positions: the sequence and the row
+    msg = check_error_body(d.post("/v1/attention", {"model": g["name"], "query": [rows, rows],
+                                                    "positions": [[0, 1, 2], [0, 1, -2]]}), 400)
+    assert msg.startswith("positions[1][2]: -2 is not a whole number"), msg
 
 
 def test_max_positions(daemons):
