@@ -465,7 +465,7 @@ START_TEST(test_shape_products_overflow) {
          "\"datatype\":\"FP32\",\"parameters\":{\"binary_data_size\":0}}]}",
          AERR_TOO_LARGE, "inputs[1] (attn_mask).shape: too large"},
         {"{\"inputs\":[{\"name\":\"query\",\"shape\":[1,4],\"datatype\":\"FP32\","
-         "\"data\":[1,2,3,4]},{\"name\":\"key_padding_mask\",\"shape\":[1000000,1000000,1000000],"
+         "\"data\":[1,2,3,4]},{\"name\":\"key_padding_mask\",\"shape\":[268435456,134217728,512],"
          "\"datatype\":\"BOOL\",\"parameters\":{\"binary_data_size\":0}}]}",
          AERR_TOO_LARGE, "inputs[1] (key_padding_mask).shape: too large"},
         {"{\"inputs\":[{\"name\":\"query\",\"shape\":[1000000000,1000000000,1000000000],"

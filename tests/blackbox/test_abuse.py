@@ -412,6 +412,15 @@ ODD_HTTP = [
     ("content_length_huge",
      b"POST /v1/attention HTTP/1.1\r\nHost: t\r\nContent-Length: 99999999999999999999999\r\n\r\n",
      {413}),
+    ("content_length_2_63",
+     b"POST /v1/attention HTTP/1.1\r\nHost: t\r\nContent-Length: 9223372036854775808\r\n\r\n",
+     {413}),
+    ("content_length_u64_max",
+     b"POST /v1/attention HTTP/1.1\r\nHost: t\r\nContent-Length: 18446744073709551615\r\n\r\n",
+     {413}),
+    ("content_length_leading_zeros",
+     b"POST /v1/attention HTTP/1.1\r\nHost: t\r\nContent-Length: 00000000000000000000000004"
+     b"\r\n\r\n{}  ", {400}),
     ("content_length_over_limit",
      b"POST /v1/attention HTTP/1.1\r\nHost: t\r\nContent-Length: 1099511627776\r\n\r\n", {413}),
     ("chunk_size_not_hex",
@@ -497,34 +506,92 @@ def b64_query(rows, width=16):
     return support.b64_tensor(np.ones((rows, width), dtype=np.float32))
 
 
-JSON_BOMBS = [
-    # (name, body bytes, words the message must hold, any of which names the field)
-    ("deep_nesting_query", b'{"query": ' + b"[" * 100000 + b"]" * 100000 + b"}", ["query"]),
-    ("deep_nesting_top", b"[" * 200000 + b"]" * 200000, []),
-    ("deep_object", b'{"a":' * 50000 + b"1" + b"}" * 50000, []),
-    ("number_1e999", b'{"query": [[1e999' + b", 0" * 15 + b"]]}", ["query"]),
-    ("number_10k_digits", b'{"query": [[' + b"9" * 10000 + b", 0" * 15 + b"]]}", ["query"]),
-    # a valid number however long: answered
-    ("number_10k_fraction", b'{"query": [[0.' + b"1" * 10000 + b", 0" * 15 + b"]]}", "ok"),
-    ("duplicate_keys", b'{"query": [[0' + b", 0" * 15 + b']], "query": [[1' + b", 1" * 15
-     + b"]]}", ["query"]),
-    ("invalid_utf8", b'{"model": "\xff\xfe\xc0\x80", "query": [[0' + b", 0" * 15 + b"]]}", None),
-    ("nul_in_string", b'{"model": "self\\u0000e16_h1", "query": [[0' + b", 0" * 15 + b"]]}",
-     ["model"]),
-    ("raw_nul_byte", b'{"query": [[0\x00' + b", 0" * 15 + b"]]}", None),
-    ("b64_bad_padding", json.dumps({"query": {"shape": [1, 16], "dtype": "float32",
-                                              "b64": "AAAA" * 16 + "A="}}).encode(), ["query"]),
-    ("b64_bad_alphabet", json.dumps({"query": {"shape": [1, 16], "dtype": "float32",
-                                               "b64": "!!!!" * 16}}).encode(), ["query"]),
-    ("b64_wrong_length", json.dumps({"query": {"shape": [2, 16], "dtype": "float32",
-                                               "b64": b64_query(1)["b64"]}}).encode(), ["query"]),
-    ("shape_overflow", json.dumps({"query": {"shape": [1 << 40, 1 << 40, 16], "dtype": "float32",
-                                             "b64": ""}}).encode(), ["query"]),
-    ("shape_negative", json.dumps({"query": {"shape": [-1, 16], "dtype": "float32",
-                                             "b64": ""}}).encode(), ["query"]),
-    ("huge_array_of_empties", b'{"query": [' + b"[]," * 200000 + b"[]]}", ["query"]),
-    ("string_escapes", b'{"query": "' + b"\\ud800" * 20000 + b'"}', ["query"]),
-]
+# 2^28 * 2^27 * 2^9 = 2^64: every dimension passes its own check, the
+# product wraps to 0 (the binary part it must match is empty); and three
+# dimensions whose product passes 2^63 (signed overflow in a naive product)
+WRAP = [268435456, 134217728, 512]
+HUGE = [1000000000, 1000000000, 1000000000]
+
+
+def json_bombs(width=16):
+    """(name, body bytes, words the message must hold, any of which names the
+    field; "ok" for a body that must be answered) for a native body whose
+    rows are `width` wide."""
+    zeros = b", 0" * (width - 1)
+    return [
+        ("deep_nesting_query", b'{"query": ' + b"[" * 100000 + b"]" * 100000 + b"}", ["query"]),
+        ("deep_nesting_top", b"[" * 200000 + b"]" * 200000, []),
+        ("deep_object", b'{"a":' * 50000 + b"1" + b"}" * 50000, []),
+        ("number_1e999", b'{"query": [[1e999' + zeros + b"]]}", ["query"]),
+        ("number_10k_digits", b'{"query": [[' + b"9" * 10000 + zeros + b"]]}", ["query"]),
+        # a valid number however long: answered
+        ("number_10k_fraction", b'{"query": [[0.' + b"1" * 10000 + zeros + b"]]}", "ok"),
+        ("duplicate_keys", b'{"query": [[0' + zeros + b']], "query": [[1' + zeros + b"]]}",
+         ["query"]),
+        ("invalid_utf8", b'{"model": "\xff\xfe\xc0\x80", "query": [[0' + zeros + b"]]}", None),
+        ("nul_in_string", b'{"model": "self\\u0000e16_h1", "query": [[0' + zeros + b"]]}",
+         ["model"]),
+        ("raw_nul_byte", b'{"query": [[0\x00' + zeros + b"]]}", None),
+        ("b64_bad_padding", json.dumps({"query": {"shape": [1, width], "dtype": "float32",
+                                                  "b64": "AAAA" * width + "A="}}).encode(),
+         ["query"]),
+        ("b64_bad_alphabet", json.dumps({"query": {"shape": [1, width], "dtype": "float32",
+                                                   "b64": "!!!!" * width}}).encode(), ["query"]),
+        ("b64_wrong_length", json.dumps({"query": {"shape": [2, width], "dtype": "float32",
+                                                   "b64": b64_query(1, width)["b64"]}}).encode(),
+         ["query"]),
+        ("shape_overflow_b64", json.dumps({"query": {"shape": WRAP, "dtype": "float32",
+                                                     "b64": ""}}).encode(),
+         ["query.shape: too large"]),
+        ("shape_overflow_huge", json.dumps({"query": {"shape": HUGE, "dtype": "float32",
+                                                      "b64": "AAAA"}}).encode(),
+         ["query.shape: too large"]),
+        ("shape_negative", json.dumps({"query": {"shape": [-1, width], "dtype": "float32",
+                                                 "b64": ""}}).encode(), ["query"]),
+        ("huge_array_of_empties", b'{"query": [' + b"[]," * 200000 + b"[]]}", ["query"]),
+        ("string_escapes", b'{"query": "' + b"\\ud800" * 20000 + b'"}', ["query"]),
+    ]
+
+
+JSON_BOMBS = json_bombs()
+
+
+def v2_bombs(width=16):
+    """The bombs as Open Inference Protocol bodies, where they fit one: the
+    tensor in an input's data or shape, the strings in its name. (name,
+    body, Inference-Header-Content-Length or None, words, as above)."""
+    zeros = b", 0" * (width - 1)
+
+    def one(data=b"[0" + zeros + b"]", shape=b"[1, %d]" % width, name=b'"query"', extra=b""):
+        return (b'{"inputs": [{"name": ' + name + b', "shape": ' + shape +
+                b', "datatype": "FP32", "data": ' + data + b"}]" + extra + b"}")
+
+    binary = json.dumps({"inputs": [{"name": "query", "shape": WRAP, "datatype": "FP32",
+                                     "parameters": {"binary_data_size": 0}}]}).encode()
+    return [
+        ("deep_nesting_data", one(data=b"[" * 100000 + b"]" * 100000), None, ["inputs[0]"]),
+        ("deep_nesting_top", b"[" * 200000 + b"]" * 200000, None, []),
+        ("deep_parameters", one(extra=b', "parameters": ' + b'{"a":' * 50000 + b"1"
+                                + b"}" * 50000), None, ["parameters"]),
+        ("number_1e999", one(data=b"[1e999" + zeros + b"]"), None, ["inputs[0]"]),
+        ("number_10k_digits", one(data=b"[" + b"9" * 10000 + zeros + b"]"), None, ["inputs[0]"]),
+        ("number_10k_fraction", one(data=b"[0." + b"1" * 10000 + zeros + b"]"), None, "ok"),
+        ("duplicate_keys", one(extra=b', "inputs": []'), None, ["inputs"]),
+        ("duplicate_parameters", one(extra=b', "parameters": {"causal": true, "causal": true}'),
+         None, ["parameters.causal"]),
+        ("invalid_utf8", one(name=b'"\xff\xfe\xc0\x80"'), None, None),
+        ("nul_in_string", one(name=b'"que\\u0000ry"'), None, ["inputs[0].name"]),
+        ("raw_nul_byte", one(data=b"[0\x00" + zeros + b"]"), None, None),
+        ("shape_overflow_json", one(shape=json.dumps(HUGE).encode(), data=b"[0]"), None,
+         ["inputs[0] (query).shape: too large"]),
+        ("shape_overflow_binary", binary, len(binary), ["inputs[0] (query).shape: too large"]),
+        ("shape_negative", one(shape=b"[-1, %d]" % width), None, ["inputs[0].shape[0]"]),
+        ("huge_array_of_empties", one(data=b"[" + b"[]," * 200000 + b"[]]"), None, ["inputs[0]"]),
+        ("string_escapes", one(name=b'"' + b"\\ud800" * 20000 + b'"'), None, ["inputs[0].name"]),
+    ]
+
+
+V2_BOMBS = v2_bombs()
 
 
 @pytest.fixture(scope="module")
@@ -532,21 +599,77 @@ def bombs(daemons):
     return daemons(small_config(max_body_bytes=4 << 20))
 
 
+def assert_bomb_refused(d, r, words):
+    """A 4xx (never a 500) with attnd's error body; the message names the
+    field where one is to blame. Wording past that is not pinned."""
+    assert 400 <= r.status_code < 500, (r.status_code, r.text[:300])
+    msg = check_error_body(r, r.status_code)
+    if words:
+        assert any(w in msg for w in words), "%r names none of %s" % (msg, words)
+    assert d.alive()
+
+
 @pytest.mark.parametrize("case", JSON_BOMBS, ids=[c[0] for c in JSON_BOMBS])
 def test_json_bombs_get_4xx(bombs, case):
-    """Each bomb gets a 4xx (never a 500) with attnd's error body; the
-    message names the field where one is to blame. Wording is not pinned."""
+    """Each bomb to /v1/attention gets a 4xx with attnd's error body."""
     _, body, words = case
     r = requests.post(bombs.url + "/v1/attention", data=body, timeout=60,
                       headers={"Content-Type": "application/json"})
     if words == "ok":
         assert r.status_code == 200, r.text[:300]
         return
-    assert 400 <= r.status_code < 500, (r.status_code, r.text[:300])
-    msg = check_error_body(r, r.status_code)
-    if words:
-        assert any(w in msg for w in words), "%r names none of %s" % (msg, words)
-    assert bombs.alive()
+    assert_bomb_refused(bombs, r, words)
+
+
+@pytest.mark.parametrize("case", V2_BOMBS, ids=[c[0] for c in V2_BOMBS])
+def test_json_bombs_v2_get_4xx(bombs, case):
+    """The same bombs as v2 infer bodies, JSON or with the binary data
+    extension."""
+    _, body, json_len, words = case
+    headers = {"Content-Type": "application/json"}
+    if json_len is not None:
+        headers["Inference-Header-Content-Length"] = str(json_len)
+    r = requests.post(bombs.url + "/v2/models/%s/infer" % SMALL, data=body, timeout=60,
+                      headers=headers)
+    if words == "ok":
+        assert r.status_code == 200, r.text[:300]
+        return
+    assert_bomb_refused(bombs, r, words)
+
+
+DEC = "gqa_half"  # a decoder model: E = 64, grouped key/value heads, rotary positions
+
+
+@pytest.fixture(scope="module")
+def session_bombs(daemons):
+    dec = support.GOLDEN_DIR / "decoder"
+    g = json.loads((dec / (DEC + ".json")).read_text())
+    cfg = dict(g["config"], weights=str(dec / g["config"]["weights"]))
+    return daemons({"server": {"max_body_bytes": 4 << 20}, "models": [cfg]})
+
+
+def session_gauge(d):
+    return sum(v for n, _, v in support.parse_prometheus(d.get("/metrics").text)[1]
+               if n == "attnd_sessions")
+
+
+SESSION_BOMBS = json_bombs(64)
+
+
+@pytest.mark.parametrize("case", SESSION_BOMBS, ids=[c[0] for c in SESSION_BOMBS])
+def test_json_bombs_session_open_get_4xx(session_bombs, case):
+    """The bombs as bodies of POST /v1/sessions against a decoder model: a
+    4xx, and no session is left open by one."""
+    d = session_bombs
+    _, body, words = case
+    r = requests.post(d.url + "/v1/sessions", data=body, timeout=60,
+                      headers={"Content-Type": "application/json"})
+    if words == "ok":
+        assert r.status_code == 201, r.text[:300]
+        assert d.request("DELETE", "/v1/sessions/" + r.json()["session"]).status_code == 204
+    else:
+        assert_bomb_refused(d, r, words)
+    assert session_gauge(d) == 0
 
 
 def test_body_far_over_the_limit_refused_before_it_is_read(bombs):
@@ -565,8 +688,13 @@ def test_body_far_over_the_limit_refused_before_it_is_read(bombs):
     assert blob.startswith(b"HTTP/1.1 413"), blob[:200]
 
 
-def test_zz_bombs_left_the_daemon_serving(bombs):
+def test_zz_bombs_left_the_daemon_serving(bombs, session_bombs):
     assert_serving(bombs)
+    g = json.loads((support.GOLDEN_DIR / "decoder" / (DEC + ".json")).read_text())
+    q = g["sequences"][0]["query"]
+    r = session_bombs.post("/v1/sessions", {"query": q[:3]})
+    assert r.status_code == 201, r.text[:300]
+    assert support.rel_err(np.float32(r.json()["output"]), g["sequences"][0]["output"][:3]) <= 1e-5
 
 
 # ---------------------------------------------------------------- isolation

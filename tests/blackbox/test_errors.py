@@ -656,6 +656,32 @@ def test_wrapping_shape_products_413(d, case):
     assert d.get("/health").status_code == 200
 
 
+def binary_v2_body(L=2):
+    """A valid binary-extension body: its JSON part, then L×E float32."""
+    js = json.dumps({"inputs": [{"name": "query", "shape": [1, L, E], "datatype": "FP32",
+                                 "parameters": {"binary_data_size": 4 * L * E}}]}).encode()
+    return js, js + np.asarray(rows(L, E), dtype="<f4").tobytes()
+
+
+def test_bad_inference_header_content_length_400(d):
+    """Inference-Header-Content-Length is a size from 1 to the body's length,
+    digits only: anything else is a 400 that names the header."""
+    js, body = binary_v2_body()
+    r = post_raw(d, "/v2/models/%s/infer" % M, body,
+                 {"Inference-Header-Content-Length": str(len(js))})
+    assert r.status_code == 200, r.text[:300]
+    for bad in ("-1", "0", "abc", "18446744073709551616", str(len(body) + 1), "+%d" % len(js),
+                "%d " % len(js), "0x%x" % len(js), ""):
+        r = post_raw(d, "/v2/models/%s/infer" % M, body, {"Inference-Header-Content-Length": bad})
+        msg = check_error_body(r, 400)
+        assert msg.startswith("Inference-Header-Content-Length: "), (bad, msg)
+    # the JSON part's length, but not where the JSON ends: the body's fault, named
+    r = post_raw(d, "/v2/models/%s/infer" % M, body,
+                 {"Inference-Header-Content-Length": str(len(js) - 1)})
+    check_error_body(r, 400)
+    assert d.get("/health").status_code == 200
+
+
 # ---------------------------------------------------------------- HTTP details
 
 def test_overflow_in_compute_never_leaks_nan(d):
