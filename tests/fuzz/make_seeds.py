@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
 """make_seeds.py - writes the seed corpora of the request-path fuzz targets
 under tests/fuzz/seeds/<target>/: real request bodies for the fuzz models
-(fuzz_server.h: "small" E=4 H=2; "cross" E=4 kdim=3 vdim=2; fuzz_http.c:
-"s16" E=16 and "x24" E=24 kdim=16 vdim=20), the shapes of issue 13 whose
-element counts wrap 64 bits, and the odd corners (NaN literals, wrapped
-base64, duplicate keys, deep nesting). Run from anywhere; the files are
-checked in, so run it only to change them:
+(fuzz_server.h: "small" E=4 H=2; "cross" E=4 kdim=3 vdim=2), session
+bodies (fuzz_session), route and header lines (fuzz_routes), the shapes
+whose element counts wrap 64 bits, and the odd corners (NaN literals,
+wrapped base64, duplicate keys, deep nesting). Run from anywhere; the files
+are checked in, so run it only to change them:
     python3 tests/fuzz/make_seeds.py
 Seed files this script does not write are past findings of the fuzzers,
-kept so that every run replays them first.
+kept so that every run replays them first (fuzz_config and
+fuzz_safetensors have only those, and real files).
 """
 import base64
 import json
@@ -36,7 +37,7 @@ def put(target, name, data):
     (d / name).write_bytes(data if isinstance(data, bytes) else data.encode())
 
 
-WRAP = [268435456, 134217728, 512]          # issue 13: the product wraps to 0
+WRAP = [268435456, 134217728, 512]          # 2^28 * 2^27 * 2^9: the product wraps to 0
 HUGE = [1000000000, 1000000000, 1000000000]  # signed overflow in the product
 
 
@@ -158,37 +159,45 @@ def json_docs():
     put(t, "nan.json", "[NaN, Infinity]")
 
 
-def http():
-    t = "fuzz_http"
-    body = json.dumps({"model": "s16", "query": rows(2, 16), "attention": "mean"})
-    auth = "Authorization: Bearer k3y\r\n"
-    put(t, "native.txt", "POST /v1/attention HTTP/1.1\r\nHost: x\r\n%sContent-Type: application/json"
-                         "\r\nContent-Length: %d\r\nX-Request-Id: abc-1\r\n\r\n%s"
-                         % (auth, len(body), body))
-    body = json.dumps({"inputs": [v2_input("query", [1, 2, 16], "FP32", flat(2, 16))]})
-    put(t, "v2.txt", "POST /v2/models/s16/versions/1/infer HTTP/1.1\r\nHost: x\r\n%s"
-                     "Content-Length: %d\r\n\r\n%s" % (auth, len(body), body))
-    js = json.dumps({"inputs": [v2_input("query", [1, 16], "FP32", size=64)]}).encode()
-    b = js + struct.pack("<16f", *flat(1, 16))
-    put(t, "v2_binary.txt", ("POST /v2/models/s16/infer HTTP/1.1\r\nHost: x\r\n%s"
-                             "Inference-Header-Content-Length: %d\r\nContent-Length: %d\r\n\r\n"
-                             % (auth, len(js), len(b))).encode() + b)
-    put(t, "chunked.txt", "POST /v1/models/s16/attention HTTP/1.1\r\nHost: x\r\n%s"
-                          "Transfer-Encoding: chunked\r\n\r\n6\r\n{\"quer\r\n"
-                          "12\r\ny\": [[1,2,3,4,5,6]]}\r\n0\r\n\r\n" % auth)
-    put(t, "gets.txt", "GET /health HTTP/1.1\r\nHost: x\r\n\r\nGET /v2/models/x24 HTTP/1.1\r\n"
-                       "Host: x\r\n%s\r\nHEAD /metrics HTTP/1.1\r\nHost: x\r\n\r\n"
-                       "GET /v2/models/s16/versions/2/ready HTTP/1.1\r\n%s\r\n" % (auth, auth))
-    put(t, "options.txt", "OPTIONS /v2/models/s16/infer HTTP/1.1\r\nHost: x\r\n"
-                          "Origin: http://app.example\r\nAccess-Control-Request-Method: POST\r\n\r\n")
-    put(t, "bad_length.txt", "POST /v1/attention HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n{}")
-    put(t, "too_large.txt", "POST /v1/attention HTTP/1.1\r\nHost: x\r\n%s"
-                            "Content-Length: 99999999999\r\n\r\n{}" % auth)
-    put(t, "escaped_path.txt", "GET /v2/models/s%3116/ready%00x HTTP/1.1\r\nHost: x\r\n" + auth + "\r\n")
-    put(t, "wrap.txt", ("POST /v2/models/s16/infer HTTP/1.1\r\nHost: x\r\n%s"
-                        "Inference-Header-Content-Length: 96\r\nContent-Length: 96\r\n\r\n" % auth)
-        + json.dumps({"inputs": [v2_input("query", WRAP, "FP32", size=0)]})[:96].ljust(96))
-    put(t, "http10.txt", "GET /v1/models HTTP/1.0\r\n%s\r\n" % auth)
+def routes():
+    """Lines: method, URL (as it arrives), Inference-Header-Content-Length,
+    X-Request-Id, Authorization (fuzz_routes.c)."""
+    t = "fuzz_routes"
+    put(t, "native", "POST\n/v1/attention\n\nabc-1\nBearer k3y\n")
+    put(t, "v2_infer", "POST\n/v2/models/s16/versions/1/infer\n96\nreq.7:x\nbearer   k3y\n")
+    put(t, "head", "HEAD\n/metrics?x=1\n-1\n" + "a" * 65 + "\nBasic a3k=\n")
+    put(t, "escaped", "GET\n/v2/models/m%2Fx/ready\n18446744073709551616\n\nBearer k3y \n")
+    put(t, "options", "OPTIONS\n/v1/models/a%00b/attention\n007\nid with space\n")
+    put(t, "odd", "DELETE\n//v2//models/x/\n1\n\n")
+    put(t, "sessions", "POST\n/v1/sessions/0123456789abcdef0123456789abcdef/attention\n"
+                       "18446744073709551615\nsess:1\nBearer k3y\n")
+
+
+def session():
+    """Bodies of POST /v1/sessions and of a step (fuzz_session.c)."""
+    t = "fuzz_session"
+    put(t, "empty", "")
+    put(t, "model.json", json.dumps({"model": "small"}))
+    put(t, "model_null.json", '{"model": null}')
+    put(t, "prefix.json", json.dumps({"model": "small", "query": rows(3, 4),
+                                      "attention": "heads"}))
+    put(t, "prefix_b64.json", json.dumps({"query": {"shape": [2, 4], "dtype": "float32",
+                                                    "b64": b64f(flat(2, 4))},
+                                          "encoding": "base64", "attention": "mean"}))
+    put(t, "step.json", json.dumps({"query": rows(1, 4)}))
+    put(t, "batch.json", json.dumps({"model": "small", "query": [rows(1, 4), rows(1, 4, 1)]}))
+    put(t, "key.json", json.dumps({"model": "small", "query": rows(2, 4), "key": rows(2, 4)}))
+    put(t, "positions.json", json.dumps({"query": rows(2, 4), "positions": [5, 6]}))
+    put(t, "no_prefix_extra.json", json.dumps({"model": "small", "attention": "mean"}))
+    put(t, "cross.json", json.dumps({"model": "cross", "query": rows(2, 4)}))
+    put(t, "wrap_shape.json", json.dumps({"model": "small", "query": {
+        "shape": WRAP, "dtype": "float32", "b64": ""}}))
+    put(t, "huge_shape.json", json.dumps({"query": {"shape": HUGE, "b64": "AAAA"}}))
+    put(t, "overflow.json", json.dumps({"query": [[3e38] * 4] * 2}))
+    put(t, "dup.json", '{"model": "small", "model": "small"}')
+    put(t, "dup_query.json", '{"query": [[1,2,3,4]], "query": [[1,2,3,4]]}')
+    put(t, "bad_literal.json", '{"model": "small", "causal": tru`}')
+    put(t, "trailing.json", '{"model": "small"} {}')
 
 
 if __name__ == "__main__":
@@ -197,4 +206,5 @@ if __name__ == "__main__":
     v2_binary()
     tensor()
     json_docs()
-    http()
+    routes()
+    session()
