@@ -245,6 +245,45 @@ def test_slowloris_cannot_take_every_slot(fresh_daemons, body):
     assert re.search(r"[1-9]\d* (past the (header|body) deadline|evicted)", line), line
 
 
+def guard_counts(d):
+    """What the guard's warning lines add up to: (past a deadline, evicted)."""
+    deadline = evicted = 0
+    for m in re.finditer(r"closed by the guard in the last \S+ s: (\d+) past the header "
+                         r"deadline, (\d+) past the body deadline, (\d+) evicted", d.stdout()):
+        deadline += int(m.group(1)) + int(m.group(2))
+        evicted += int(m.group(3))
+    return deadline, evicted
+
+
+@pytest.mark.parametrize("body", [False, True], ids=["header", "body"])
+def test_slowloris_evicted_before_any_deadline(fresh_daemons, body):
+    """The same tricklers with deadlines of two minutes, which no part of
+    this test reaches: each probe must still be answered within 5 s, so
+    only the slot reserve, which evicts the slow client that has waited
+    longest, can let it in. The log counts the evictions and no deadline."""
+    d = fresh_daemons(small_config(max_connections=64, header_timeout_ms=120000,
+                                   body_timeout_ms=120000))
+    body_req, ref = known_request()
+    with Tricklers(d.port, 96, every=0.5, seconds=40, body=body) as t:
+        assert support.wait_until(lambda: t.opened >= 90, 20), t.opened
+        # 96 opened where 60 fit beside the reserve of 4: the oldest were evicted
+        assert support.wait_until(lambda: t.closed_by_server >= 96 - 64, 10), \
+            "%d of %d tricklers closed" % (t.closed_by_server, t.opened)
+        for _ in range(4):
+            r = requests.get(d.url + "/health", timeout=5)
+            assert r.status_code == 200, r.text
+            r = requests.post(d.url + "/v1/attention", data=json.dumps(body_req), timeout=5)
+            assert r.status_code == 200, r.text
+            assert support.rel_err(np.array(r.json()["output"]), ref) <= 1e-5
+        held = t.opened - t.closed_by_server
+        assert held >= 40, "only %d tricklers still held: a deadline closed them" % held
+    assert support.wait_until(lambda: guard_counts(d)[1] > 0, 25), d.logs()
+    deadline, evicted = guard_counts(d)
+    assert deadline == 0, "a deadline passed: %d closed" % deadline
+    assert evicted >= 96 - 64, evicted
+    assert_serving(d)
+
+
 def closed_by_server(sock, timeout):
     """True when the server closes sock within timeout seconds."""
     sock.settimeout(timeout)
