@@ -135,7 +135,7 @@ def drain_with_slow_reader(fresh_daemons, grace, request, env=None, **read):
 
 
 def test_drain_keeps_sending_to_a_slow_reader(fresh_daemons):
-    """SIGTERM while a client reads a 26 MB answer over 15 s, with a request
+    """SIGTERM while a client reads a 33 MB answer over 15 s, with a request
     timeout of 1 s: it gets every byte, exit code 0, and the access log says
     the answer went out whole. (attnd once cut such a reader at about the
     request timeout + 10 s, and logged it as complete.)"""
@@ -922,6 +922,9 @@ LIM_ATT = 1 << 21
 # "Memory"). AddressSanitizer keeps freed memory in quarantine (256 MiB by
 # default), so its builds get that much more.
 OVERHEAD = (16 << 20) + ((320 << 20) if SAN else 0)
+# What reading a refused request may cost beyond its body and its numbers:
+# the reader's growing arrays and allocator slack (ASan: its quarantine).
+REFUSED_SLACK = (2 << 20) + ((320 << 20) if SAN else 0)
 
 
 @pytest.fixture(scope="module")
@@ -951,9 +954,12 @@ LIMIT_CASES = [
 
 @pytest.mark.parametrize("case", LIMIT_CASES, ids=[c[0] for c in LIMIT_CASES])
 def test_request_at_each_limit_stays_within_what_was_admitted(fresh_daemons, lim_model, case):
-    """A request at each documented limit is answered, and the daemon's peak
-    RSS grows by at most what that request was admitted with, plus a fixed
-    overhead; one just past the limit is refused with 413."""
+    """One request just past each documented limit is refused with 413
+    before the memory it asks for is spent: the daemon's peak RSS grows by
+    less than what the request would cost (at most what it took to read it,
+    and nothing for a declared body over the limit). Then a request at the
+    limit is answered, and the peak grows by at most what that request was
+    admitted with, plus a fixed overhead."""
     name, L, S, attention, pad = case
     d = fresh_daemons({"models": [lim_model.config()],
                        "server": {"max_body_bytes": LIM_BODY},
@@ -968,8 +974,37 @@ def test_request_at_each_limit_stays_within_what_was_admitted(fresh_daemons, lim
     raw = json.dumps(body).encode()
     raw = raw[:-1] + b" " * max(0, pad - len(raw)) + b"}"
     assert len(raw) <= LIM_BODY
+    # one past the limit: (its body, query rows, key rows, attention floats)
+    if name == "body_bytes":
+        over = raw[:-1] + b" " * (LIM_BODY - len(raw) + 1) + b"}"
+        oL, oS = L, 0
+    elif name == "tokens":
+        over_body = dict(body, query=support.b64_tensor(np.zeros((L + 1, LIM_E), np.float32)))
+        over, oL, oS = json.dumps(over_body).encode(), L + 1, S
+    else:
+        over_body = dict(body, query=support.b64_tensor(np.zeros((L + 1, LIM_E), np.float32)),
+                         key=support.b64_tensor(np.zeros((S + 1, LIM_E), np.float32)))
+        over, oL, oS = json.dumps(over_body).encode(), L + 1, S + 1
+    o_att = {"none": 0, "mean": oL * max(oS, oL), "heads": LIM_H * oL * max(oS, oL)}[attention]
     warm = d.post("/v1/attention", {"query": support.b64_tensor(q[:8])})
     assert warm.status_code == 200
+
+    before = support.vm_hwm_bytes(d.proc.pid)
+    r = d.post("/v1/attention", data=over, headers={"Content-Type": "application/json"})
+    check_error_body(r, 413)
+    grew = support.vm_hwm_bytes(d.proc.pid) - before
+    # a declared body over the limit is never read; any other is read and
+    # decoded (4 bytes a number) and refused before its compute
+    read = 0 if name == "body_bytes" else len(over) + 4 * (oL + oS) * LIM_E
+    cost = admitted_bytes(len(over), oL, oS, o_att, 0)
+    bound = read + REFUSED_SLACK
+    if not SAN:  # the check can tell a refusal from a request served (not with ASan's slack)
+        assert bound < cost, (bound, cost)
+    print("%s past the limit: peak RSS grew %.1f MiB, bound %.1f MiB, served it would cost "
+          "%.1f MiB" % (name, grew / 2 ** 20, bound / 2 ** 20, cost / 2 ** 20))
+    assert grew <= bound, "%s: a refused request grew the peak RSS by %.1f MiB (bound %.1f)" % (
+        name, grew / 2 ** 20, bound / 2 ** 20)
+
     before = support.vm_hwm_bytes(d.proc.pid)
     r = d.post("/v1/attention", data=raw, headers={"Content-Type": "application/json"})
     assert r.status_code == 200, r.text[:300]
@@ -980,18 +1015,6 @@ def test_request_at_each_limit_stays_within_what_was_admitted(fresh_daemons, lim
     print("%s: peak RSS grew %.1f MiB, bound %.1f MiB" % (name, grew / 2 ** 20, bound / 2 ** 20))
     assert grew <= bound, "%s: peak RSS grew %.1f MiB, more than the %.1f MiB admitted" % (
         name, grew / 2 ** 20, bound / 2 ** 20)
-    # one past the limit: refused before the memory is spent
-    if name == "body_bytes":
-        over = raw[:-1] + b" " * (LIM_BODY - len(raw) + 1) + b"}"
-    elif name == "tokens":
-        body["query"] = support.b64_tensor(np.zeros((L + 1, LIM_E), dtype=np.float32))
-        over = json.dumps(body).encode()
-    else:
-        body["query"] = support.b64_tensor(np.zeros((L + 1, LIM_E), dtype=np.float32))
-        body["key"] = support.b64_tensor(np.zeros((S + 1, LIM_E), dtype=np.float32))
-        over = json.dumps(body).encode()
-    r = d.post("/v1/attention", data=over, headers={"Content-Type": "application/json"})
-    check_error_body(r, 413)
     assert_serving_model(d, lim_model)
 
 
