@@ -6,14 +6,18 @@ with and without attention matrices), valid KServe v2 requests, and bad ones
 (ragged, non-numbers, unknown model, truncated JSON, over the token limit),
 plus a connection that closes half-way through its body. Every valid answer
 is checked against the same request's first answer, bit for bit; every bad
-one must be a 4xx. The daemon's RSS, descriptors and threads are printed at the start,
-after one minute (the end of warm-up) and at the end, and every minute in
-between. Warm-up ends after two minutes and 10,000 requests (or half the
-run): in a run here RSS still rose by 1 MB between the first and the second
-minute (20.3 -> 21.4 MB, while a parallel build slowed the clients), then
-stayed within 1 % for eight minutes. Fails (exit 1) when RSS grew by more than 5 % from the end of warm-up
-to the end, when the descriptors or threads grew, when an answer was
-wrong or a 5xx came back, or when the daemon did not exit 0.
+one must be a 4xx. The daemon's RSS, descriptors and threads are printed at
+the start, at the end of warm-up, every minute and at the end. Warm-up ends
+once a quarter of the run has passed (two minutes at most) and 10,000
+requests were served, or at half the run, whichever comes first: in a run
+here RSS still rose by 1 MB between the first and the second minute
+(20.3 -> 21.4 MB, while a parallel build slowed the clients), then stayed
+within 1 % for eight minutes. Fails (exit 1) when RSS grew by more than 5 %
+(SOAK_MAX_GROWTH) from the end of warm-up to the end, when the descriptors
+or threads grew, when an answer was wrong or a 5xx came back, when the
+daemon did not exit 0, or when fewer requests than SOAK_MIN_REQUESTS were
+served (40 a second of the run by default, a tenth of them of each kind), so
+that load that never arrived cannot pass for a quiet daemon.
 
 Bounded in time and connections; traffic goes to 127.0.0.1 only.
 """
@@ -40,6 +44,10 @@ WARMUP_REQUESTS = 10000
 # Allowed RSS growth after warm-up; make asan sets it loose, since there the
 # run is about leaks and AddressSanitizer's quarantine fills for minutes.
 GROWTH = float(os.environ.get("SOAK_MAX_GROWTH", "0.05"))
+# Requests the run must serve at least (valid, invalid and half bodies
+# together), a tenth of them of each kind; a run here serves about 240 a
+# second, and under AddressSanitizer about a third of that.
+MIN_REQUESTS = int(os.environ.get("SOAK_MIN_REQUESTS", str(int(40 * SECONDS))))
 
 
 def status_of(pid):
@@ -192,6 +200,11 @@ def main():
         fail.append("exit code %s on SIGTERM" % rc)
     if problems:
         fail.append("%d wrong answers or errors, first: %s" % (len(problems), problems[:3]))
+    served = sum(counts.values())
+    print("served %d requests (at least %d: %d of each kind)" % (served, MIN_REQUESTS,
+                                                                 MIN_REQUESTS // 10))
+    if served < MIN_REQUESTS or min(counts.values()) < MIN_REQUESTS // 10:
+        fail.append("only %s requests served, at least %d wanted" % (counts, MIN_REQUESTS))
     marks = d.sanitizer_reports()
     if marks:
         fail.append("sanitizer reports: %s" % marks)
