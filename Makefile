@@ -145,7 +145,6 @@ FUZZ_SRC   := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZERS    := $(FUZZ_SRC:tests/fuzz/%.c=build-fuzz/%)
 FUZZ_SECONDS ?= 15
 FUZZ_RUNS  ?= 10000000
-FUZZ_JOBS  ?= 1
 FUZZ_SAN   := -fsanitize=address,undefined -fno-sanitize-recover=all
 FUZZ_CFLAGS := -g -O1 -std=c11 -D_GNU_SOURCE -fno-omit-frame-pointer $(FUZZ_SAN)
 FUZZ_OBJ   := $(CORE_SRC:%.c=build-fuzz/obj/%.o) $(CONFIG_SRC:%.c=build-fuzz/obj/%.o) \
