@@ -652,7 +652,7 @@ START_TEST(test_v2_outputs_listed_are_returned) {
 }
 END_TEST
 
-/* ---- errors that say what to fix (issue 9) ---- */
+/* ---- errors that say what to fix ---- */
 
 START_TEST(test_errors_say_what_to_fix) {
     /* the loaded models are listed */

@@ -1,4 +1,4 @@
-"""Abuse (issue 13): what one client, or many, can do to the daemon over
+"""Abuse: what one client, or many, can do to the daemon over
 plain TCP on 127.0.0.1, and what the daemon must still do afterwards.
 
 Every case is bounded in connections, bytes and seconds, and ends with the

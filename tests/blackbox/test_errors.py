@@ -174,7 +174,7 @@ BAD_400 = [
                                                           1.0).reshape(2, E))}, ("query",)),
     ("b64_inf", {"model": M, "query": b64_tensor(np.where(np.arange(2 * E) == 3, np.inf,
                                                           1.0).reshape(2, E))}, ("query",)),
-    # issue 9: errors that say what to fix
+    # errors that say what to fix
     ("nan_literal_says_why", b'{"model": "self_e64_h8", "query": [[0.5, NaN' + b", 0.5" * (E - 2)
      + b"]]}", ("query", 0, 1, "NaN", "non-finite")),
     ("infinity_literal_says_why", b'{"model": "self_e64_h8", "query": [[-Infinity' +

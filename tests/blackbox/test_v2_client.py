@@ -243,7 +243,7 @@ def test_client_with_api_key(daemons):
 
 @pytest.mark.parametrize("binary", [False, True], ids=["json", "binary"])
 def test_infer_returns_only_the_outputs_asked_for(client, binary):
-    """Issue 9: a request that lists outputs gets only those; one the model
+    """A request that lists outputs gets only those; one the model
     cannot give is a 400 that names it."""
     name, s = next((g["name"], s) for g, _ in GOLDENS for s in g["sequences"]
                    if s["attention"] == "heads")
