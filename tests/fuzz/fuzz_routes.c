@@ -1,14 +1,24 @@
 /* fuzz_routes.c - libFuzzer target: the route table and the header
  * handling of server/http.c, in process. The bytes are lines: method, URL
  * (percent-escaped, as it arrives), Inference-Header-Content-Length,
- * X-Request-Id, Authorization (a missing line is an absent header). They
- * go the daemon's way: the URL through its unescape callback, then the
- * route matcher (server/routes.c); the headers through the same static
- * helpers the request handler calls, which is why this file includes
- * server/http.c whole. Each answer is held to an independent statement of
- * what it should be: a matched route's pattern with its captures put back
- * is the path; a size is digits only and within its limit; a request id is
- * 1 to 64 of [A-Za-z0-9._:-]; the API key matches only "Bearer <key>".
+ * X-Request-Id, Authorization, Content-Length, Origin (a missing line is an
+ * absent header). They go the daemon's way: the URL through its unescape
+ * callback, then the route matcher (server/routes.c); the headers through
+ * the same static helpers the request handler calls, and the whole first
+ * look at a request (examine: route, method, CORS origin, API key,
+ * draining, declared body size against max_body_bytes and the body budget)
+ * on three servers (a key and one CORS origin; no key and "*"; draining),
+ * which is why this file includes server/http.c whole. examine reads its
+ * headers through MHD_lookup_connection_value, which this file defines:
+ * the executable's definition comes before the library's, so no
+ * connection is needed. Each answer is held to an independent statement
+ * of what it should be: a matched route's pattern with its captures put
+ * back is the path; a size is digits only and within its limit; a request
+ * id is 1 to 64 of [A-Za-z0-9._:-]; the API key matches only "Bearer
+ * <key>"; examine refuses with the first of 404, 405, 401, 503, then a
+ * Content-Length that is not digits (400), past max_body_bytes (413) or
+ * past the body budget (429), the last three at once, and reserves at
+ * most 64 KiB for a body it has not seen.
  *   make fuzz-smoke; make fuzz-long
  */
 #include "../../server/http.c"
@@ -108,11 +118,119 @@ static void check_key(const char *hdr) {
     CHECK(key_ok(&s, hdr) == want);
 }
 
+/* ---- examine, without a connection ---- */
+
+/* The header values of the request examine looks at (NULL: absent). */
+typedef struct {
+    const char *content_length, *origin, *authorization;
+} fake_headers;
+
+/* examine's connection is a fake_headers; see the file's header. */
+const char *MHD_lookup_connection_value(struct MHD_Connection *connection, enum MHD_ValueKind kind,
+                                        const char *key) {
+    const fake_headers *f = (const fake_headers *)connection;
+    if (kind != MHD_HEADER_KIND || !f) return NULL;
+    if (strcasecmp(key, "Content-Length") == 0) return f->content_length;
+    if (strcasecmp(key, "Origin") == 0) return f->origin;
+    if (strcasecmp(key, "Authorization") == 0) return f->authorization;
+    return NULL;
+}
+
+enum { MAX_BODY = 1 << 20, BUDGET = 3 << 19 };
+
+/* What examine must decide: the refusal's kind and whether it goes out at
+ * once. */
+static attnd_err expected(const attnd_server *s, const char *method, const char *path,
+                          const fake_headers *f, long long buffered, int *now) {
+    route_match m;
+    int st = route_find(method, path, s->cfg->n_cors_origins > 0, &m);
+    *now = 0;
+    if (st == 404) return AERR_NOT_FOUND;
+    if (st == 405) return AERR_METHOD;
+    if (strcmp(method, "OPTIONS") == 0) return AERR_NONE;
+    int key = 1;
+    if (s->api_key) {
+        const char *a = f->authorization;
+        key = a && strncasecmp(a, "Bearer ", 7) == 0 &&
+              strcmp(a + 7 + strspn(a + 7, " "), s->api_key) == 0;
+    }
+    if (!m.route->open && !key) return AERR_UNAUTHORIZED;
+    int compute = is_compute(m.route->id);
+    if (compute && atomic_load(&s->state) != S_READY) return AERR_UNAVAILABLE;
+    const char *cl = f->content_length;
+    if (!cl) return AERR_NONE;
+    *now = 1;
+    if (!cl[0] || strspn(cl, "0123456789") != strlen(cl)) return AERR_BAD_REQUEST;
+    errno = 0;
+    unsigned long long n = strtoull(cl, NULL, 10);
+    if (errno == ERANGE || n > (unsigned long long)MAX_BODY) return AERR_TOO_LARGE;
+    if (compute && (long long)n > BUDGET - buffered) return AERR_QUEUE_FULL;
+    *now = 0;
+    return AERR_NONE;
+}
+
+static void check_examine(attnd_server *s, const char *method, const char *url,
+                          const char *path, const fake_headers *f, long long buffered) {
+    hreq *h = calloc(1, sizeof(*h));
+    CHECK(h != NULL);
+    h->srv = s;
+    h->conn = (struct MHD_Connection *)f;
+    snprintf(h->method, sizeof(h->method), "%s", method);
+    snprintf(h->path, sizeof(h->path), "%s", url);
+    atomic_store(&s->buffered, buffered);
+    examine(h, path);
+    int now;
+    attnd_err want = expected(s, method, path, f, buffered, &now);
+    if (h->pre.code != want)
+        fprintf(stderr, "%s %s: examine said %d (%s), expected %d\n", method, path, h->pre.code,
+                h->pre.msg, want);
+    CHECK(h->pre.code == want);
+    CHECK(h->refuse_now == now);
+    CHECK((h->pre.code == AERR_NONE) == (h->pre.msg[0] == '\0'));
+    CHECK(memchr(h->pre.msg, '\0', sizeof(h->pre.msg)) != NULL);
+    CHECK(h->in.cap <= BODY_RESERVE_MAX);
+    /* the origin echoed: only one configured (or any, with "*") */
+    const char *o = f->origin;
+    int allowed = 0;
+    for (int i = 0; o && i < s->cfg->n_cors_origins; i++)
+        allowed |= strcmp(s->cfg->cors_origins[i], "*") == 0 ||
+                   strcmp(s->cfg->cors_origins[i], o) == 0;
+    CHECK(allowed ? h->origin == o : h->origin == NULL);
+    CHECK(atomic_load(&s->buffered) == buffered); /* examine holds no body bytes */
+    sb_free(&h->in);
+    free(h);
+}
+
+/* Three servers: a key and one origin; no key and any origin; draining. */
+static void examine_all(const char *method, const char *url, const char *path,
+                        const fake_headers *f, long long buffered) {
+    static char *one[] = {"http://app.example"}, *any[] = {"*"};
+    attnd_config cfg;
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.max_body_bytes = MAX_BODY;
+    cfg.max_buffered_body_bytes = BUDGET;
+    cfg.max_queue_requests = 1;
+    attnd_server s;
+    for (int v = 0; v < 3; v++) {
+        memset(&s, 0, sizeof(s));
+        s.cfg = &cfg;
+        cfg.cors_origins = v == 0 ? one : any;
+        cfg.n_cors_origins = v == 2 ? 0 : 1;
+        if (v != 1) {
+            s.api_key = "k3y";
+            s.api_key_len = 3;
+        }
+        atomic_init(&s.state, v == 2 ? S_DRAINING : S_READY);
+        check_examine(&s, method, url, path, f, buffered);
+    }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const char *p = (const char *)data, *end = p + size;
-    char method[64], url[1024], path[1024], ihcl[64], id[128], auth[256];
+    char method[64], url[1024], path[1024], ihcl[64], id[128], auth[256], cl[64], origin[128];
     if (!next_line(&p, end, method, sizeof(method))) return 0;
-    if (next_line(&p, end, url, sizeof(url))) {
+    int have_url = next_line(&p, end, url, sizeof(url)) != NULL;
+    if (have_url) {
         memcpy(path, url, sizeof(url));
         size_t n = unescape(NULL, NULL, path);
         CHECK(n == strlen(path) && n <= strlen(url));
@@ -122,6 +240,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     if (next_line(&p, end, ihcl, sizeof(ihcl))) check_size(ihcl);
     if (next_line(&p, end, id, sizeof(id))) check_id(id);
-    check_key(next_line(&p, end, auth, sizeof(auth)));
+    fake_headers f = {NULL, NULL, next_line(&p, end, auth, sizeof(auth))};
+    check_key(f.authorization);
+    f.content_length = next_line(&p, end, cl, sizeof(cl));
+    f.origin = next_line(&p, end, origin, sizeof(origin));
+    if (have_url) {
+        /* the body budget nearly spent, or not, by the input's length */
+        long long buffered = size % 2 ? BUDGET - 1000 : 0;
+        examine_all(method, url, path, &f, buffered);
+    }
     return 0;
 }

@@ -161,7 +161,7 @@ def json_docs():
 
 def routes():
     """Lines: method, URL (as it arrives), Inference-Header-Content-Length,
-    X-Request-Id, Authorization (fuzz_routes.c)."""
+    X-Request-Id, Authorization, Content-Length, Origin (fuzz_routes.c)."""
     t = "fuzz_routes"
     put(t, "native", "POST\n/v1/attention\n\nabc-1\nBearer k3y\n")
     put(t, "v2_infer", "POST\n/v2/models/s16/versions/1/infer\n96\nreq.7:x\nbearer   k3y\n")
@@ -171,6 +171,12 @@ def routes():
     put(t, "odd", "DELETE\n//v2//models/x/\n1\n\n")
     put(t, "sessions", "POST\n/v1/sessions/0123456789abcdef0123456789abcdef/attention\n"
                        "18446744073709551615\nsess:1\nBearer k3y\n")
+    put(t, "declared", "POST\n/v1/attention\n\nbody-1\nBearer k3y\n1048576\n"
+                       "http://app.example\n")
+    put(t, "declared_over", "POST\n/v2/models/x/infer\n5\n\nBearer k3y\n1048577\nhttp://other\n")
+    put(t, "declared_bad", "PUT\n/v1/sessions\n\n\nBearer k3y\n-1\n*\n")
+    put(t, "preflight", "OPTIONS\n/v1/attention\n\n\n\n\nhttp://app.example\n")
+    put(t, "open_route", "GET\n/health\n\n\n\n18446744073709551616\n\n")
 
 
 def session():
