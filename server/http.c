@@ -589,7 +589,9 @@ static void examine(hreq *h, const char *url) {
             h->refuse_now = 1;
         } else if (n > 0 && is_compute(h->rid)) {
             /* a declaration reserves nothing: memory follows the bytes that arrive */
-            sb_reserve(&h->in, (size_t)(n < BODY_RESERVE_MAX ? n : BODY_RESERVE_MAX));
+            /* room for n bytes and the NUL: at most BODY_RESERVE_MAX (sbuf rounds to a
+             * power of two, so n + 1 past it would double the reserve) */
+            sb_reserve(&h->in, (size_t)(n < BODY_RESERVE_MAX ? n : BODY_RESERVE_MAX - 1));
         }
     }
 }
