@@ -10,7 +10,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +19,7 @@
 
 #include "config.h"
 #include "config_internal.h"
+#include "refuse.h"
 
 /* A config file larger than this is refused before parsing, bytes. */
 #define CONFIG_MAX_BYTES (16u << 20)
@@ -172,97 +172,25 @@ static const cfg_key model_keys[] = {
 static const char *const sections[] = {"server", "batching", "workers", "limits", "models"};
 #define N_SECTIONS (int)(sizeof sections / sizeof sections[0])
 
-int cfg_fail(char *err, size_t errlen, const char *fmt, ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
-
-/* ---- "did you mean": the nearest known name to an unknown one ---- */
-
-/* Edit distance between a and b (insertions, deletions, substitutions and
- * swaps of neighbours, case-insensitive); names past 64 bytes are never
- * near anything. */
-static int edit_distance(const char *a, const char *b) {
-    size_t n = strlen(a), m = strlen(b);
-    if (n > 64 || m > 64) return 1 << 20;
-    int d[65][65];
-    for (size_t i = 0; i <= n; i++)
-        d[i][0] = (int)i;
-    for (size_t j = 0; j <= m; j++)
-        d[0][j] = (int)j;
-    for (size_t i = 1; i <= n; i++) {
-        for (size_t j = 1; j <= m; j++) {
-            char x = (char)tolower((unsigned char)a[i - 1]), y = (char)tolower((unsigned char)b[j - 1]);
-            int best = d[i - 1][j - 1] + (x != y);
-            if (d[i - 1][j] + 1 < best) best = d[i - 1][j] + 1;
-            if (d[i][j - 1] + 1 < best) best = d[i][j - 1] + 1;
-            if (i > 1 && j > 1 && x == tolower((unsigned char)b[j - 2]) &&
-                tolower((unsigned char)a[i - 2]) == y && d[i - 2][j - 2] + 1 < best)
-                best = d[i - 2][j - 2] + 1;
-            d[i][j] = best;
-        }
-    }
-    return d[n][m];
-}
-
-/* Keeps the candidate nearest to name in *best (NULL until one is near
- * enough: at most a third of its length, and at most 3 edits). */
-typedef struct {
-    const char *name;
-    const char *best;
-    int dist;
-} nearest;
-
-static void nearest_try(nearest *n, const char *cand) {
-    int limit = (int)strlen(cand) / 3;
-    if (limit < 1) limit = 1;
-    if (limit > 3) limit = 3;
-    int d = edit_distance(n->name, cand);
-    if (d <= limit && (!n->best || d < n->dist)) {
-        n->best = cand;
-        n->dist = d;
-    }
-}
-
-/* " (did you mean \"x\"?)" into buf, or "" when nothing is near. */
-static const char *did_you_mean(const nearest *n, const char *prefix, char *buf, size_t cap) {
-    if (!n->best) return "";
-    snprintf(buf, cap, " (did you mean \"%s%s\"?)", prefix, n->best);
-    return buf;
-}
-
-const char *cfg_did_you_mean(const char *name, const char *const *cands, int n, char *buf,
-                             size_t cap) {
-    nearest near = {name, NULL, 0};
-    for (int i = 0; i < n; i++)
-        nearest_try(&near, cands[i]);
-    return did_you_mean(&near, "", buf, cap);
-}
-
 /* The message for an unknown key of a section (section NULL: of a model):
  * the nearest key of the same table, or the section a known key belongs in. */
 static int unknown_key(const char *section, const char *name, const char *src, const char *key,
                        char *err, size_t errlen) {
-    nearest n = {name, NULL, 0};
+    cfg_nearest n = {.name = name};
     char hint[160];
     if (section) {
         for (int i = 0; i < N_CONFIG_KEYS; i++) {
             if (strcmp(config_keys[i].key, name) == 0)
                 return cfg_fail(err, errlen, "%s: %s: unknown key; \"%s\" belongs in \"%s\".",
                                 src, key, name, config_keys[i].section);
-            if (strcmp(config_keys[i].section, section) == 0) nearest_try(&n, config_keys[i].key);
+            if (strcmp(config_keys[i].section, section) == 0) cfg_nearest_try(&n, config_keys[i].key);
         }
     } else {
         for (int i = 0; i < N_MODEL_KEYS; i++)
-            nearest_try(&n, model_keys[i].key);
+            cfg_nearest_try(&n, model_keys[i].key);
     }
     return cfg_fail(err, errlen, "%s: %s: unknown key%s.", src, key,
-                    did_you_mean(&n, "", hint, sizeof hint));
+                    cfg_nearest_hint(&n, "", hint, sizeof hint));
 }
 
 /* Replaces the string at *slot with a copy of s. Returns 0 or -1 (memory). */
@@ -430,14 +358,14 @@ static int store_rolemap(attnd_model_config *mc, json_t *v, const char *src, con
         while (r < ROLE_COUNT && strcmp(attnd_role_name((attnd_role)r), role) != 0)
             r++;
         if (r == ROLE_COUNT) {
-            nearest n = {role, NULL, 0};
+            cfg_nearest n = {.name = role};
             char hint[160];
             for (int i = 0; i < ROLE_COUNT; i++)
-                nearest_try(&n, attnd_role_name((attnd_role)i));
+                cfg_nearest_try(&n, attnd_role_name((attnd_role)i));
             return cfg_fail(err, errlen,
                             "%s: %s.%s: unknown role%s (roles: q_weight, q_bias, k_weight, "
                             "k_bias, v_weight, v_bias, out_weight, out_bias).",
-                            src, key, role, did_you_mean(&n, "", hint, sizeof hint));
+                            src, key, role, cfg_nearest_hint(&n, "", hint, sizeof hint));
         }
         if (!json_is_string(name))
             return cfg_fail(err, errlen, "%s: %s.%s: must be a string, not %s.", src, key, role,
@@ -789,14 +717,14 @@ int attnd_config_load_mem(attnd_config *c, const char *text, size_t len, const c
         while (s < N_SECTIONS && strcmp(sections[s], name) != 0)
             s++;
         if (s == N_SECTIONS) {
-            nearest n = {name, NULL, 0};
+            cfg_nearest n = {.name = name};
             char hint[160];
             for (int i = 0; i < N_SECTIONS; i++)
-                nearest_try(&n, sections[i]);
+                cfg_nearest_try(&n, sections[i]);
             cfg_fail(err, errlen,
                      "%s: %.100s: unknown key%s (known: server, batching, workers, limits, "
                      "models).",
-                     file, name, did_you_mean(&n, "", hint, sizeof hint));
+                     file, name, cfg_nearest_hint(&n, "", hint, sizeof hint));
             goto cleanup;
         }
         int bad = strcmp(name, "models") == 0
@@ -940,14 +868,14 @@ int attnd_config_from_args(attnd_config *c, int argc, char **argv, int *want_hel
         if (!is_config && !find_flag(a, flen)) {
             char name[80], hint[160];
             snprintf(name, sizeof name, "%.*s", (int)(flen < 79 ? flen : 79), a);
-            nearest n = {name + 2, NULL, 0};
-            nearest_try(&n, "config");
-            nearest_try(&n, "help");
-            nearest_try(&n, "version");
+            cfg_nearest n = {.name = name + 2};
+            cfg_nearest_try(&n, "config");
+            cfg_nearest_try(&n, "help");
+            cfg_nearest_try(&n, "version");
             for (int k = 0; k < N_CONFIG_KEYS; k++)
-                if (config_keys[k].flag) nearest_try(&n, config_keys[k].flag + 2);
+                if (config_keys[k].flag) cfg_nearest_try(&n, config_keys[k].flag + 2);
             cfg_fail(err, errlen, "unknown flag \"%.*s\"%s (see --help).", (int)flen, a,
-                     did_you_mean(&n, "--", hint, sizeof hint));
+                     cfg_nearest_hint(&n, "--", hint, sizeof hint));
             goto fail;
         }
         if (flag_value(argc, argv, &i, &flen, &val, err, errlen) != 0) goto fail;

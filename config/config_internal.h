@@ -12,6 +12,7 @@
 #include <jansson.h>
 
 #include "config.h"
+#include "refuse.h"
 
 /* ---- the embedded default model (default_model.c) ---- */
 
@@ -109,10 +110,6 @@ int attnd_layout_index(const char *name);
 int attnd_config_load_mem(attnd_config *c, const char *text, size_t len, const char *file,
                           int check_files, char *err, size_t errlen);
 
-/* " (did you mean \"x\"?)" for the candidate nearest to name, or "". */
-const char *cfg_did_you_mean(const char *name, const char *const *cands, int n, char *buf,
-                             size_t cap);
-
 /* ---- the decoder options of a model (decoder.c) ---- */
 
 /* Reads the "rope" object at `path` into mc->hp.rope (dim -1 until
@@ -124,10 +121,5 @@ int attnd_rope_parse(attnd_model_config *mc, json_t *obj, const char *src, const
  * refuses every bad combination, naming the key and the reason. */
 int attnd_model_check(attnd_model_config *mc, int idx, const char *src, char *err,
                       size_t errlen);
-
-/* Writes a sentence into err (when given) and returns -1: the one way the
- * config files report a failure. */
-int cfg_fail(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
 
 #endif
