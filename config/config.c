@@ -18,7 +18,8 @@
 #include <unistd.h>
 
 #include "config.h"
-#include "config_internal.h"
+#include "decoder.h"
+#include "default_model.h"
 #include "refuse.h"
 
 /* A config file larger than this is refused before parsing, bytes. */

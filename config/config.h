@@ -1,6 +1,7 @@
 /* config.h - what attnd serves and how: the JSON config file, the flags and
- * ATTND_* environment variables that override it, and loading each model's
- * weights (safetensors, or the embedded default model).
+ * ATTND_* environment variables that override it, and the models it names.
+ * It includes weights.h, which defines a model's config and loads its
+ * weights (attnd_model_load), so the server needs only this header.
  * It reads files and the environment; it never listens, computes attention
  * or exits (only main() exits).
  */
@@ -10,28 +11,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#include "../core/attn.h"
-
-/* The eight weight roles a model's tensors fill. */
-typedef enum {
-    ROLE_Q_WEIGHT, ROLE_Q_BIAS, ROLE_K_WEIGHT, ROLE_K_BIAS,
-    ROLE_V_WEIGHT, ROLE_V_BIAS, ROLE_OUT_WEIGHT, ROLE_OUT_BIAS,
-    ROLE_COUNT
-} attnd_role;
-
-#define ATTND_NAME_MAX 64
-
-typedef struct {
-    char name[ATTND_NAME_MAX]; /* [A-Za-z0-9._-]+, unique; "default" when no config */
-    attn_hparams hp;           /* embed_dim, num_heads, kdim, vdim, bias, causal, and the
-                                  decoder options num_kv_heads, head_dim, scale, rope */
-    char *weights;             /* absolute or cwd-relative path after resolution against
-                                  the config's folder; NULL = embedded default weights */
-    char *prefix;              /* prepended to every tensor name; "" by default */
-    char *layout;              /* "torch" (default) | "bert" | "hf_proj" | "llama" */
-    char *tensors[ROLE_COUNT]; /* explicit names from the "tensors" map (before prefix), or NULL */
-    int max_positions;         /* rotary positions must stay below it; 0 = no limit */
-} attnd_model_config;
+#include "weights.h"
 
 typedef struct {
     /* server */
@@ -81,6 +61,12 @@ int attnd_config_defaults(attnd_config *c);
  * of range values are refused: err names the file, the key and the reason. */
 int attnd_config_load_file(attnd_config *c, const char *path, char *err, size_t errlen);
 
+/* Parses config JSON held in memory as if read from `file` (whose folder
+ * resolves weight paths); check_files = 0 skips the weights-exist check
+ * (fuzzing). Same contract as attnd_config_load_file. */
+int attnd_config_load_mem(attnd_config *c, const char *text, size_t len, const char *file,
+                          int check_files, char *err, size_t errlen);
+
 /* What attnd_config_from_args found instead of a run: --help or --version. */
 enum { ATTND_WANT_RUN = 0, ATTND_WANT_HELP = 1, ATTND_WANT_VERSION = 2 };
 
@@ -105,14 +91,5 @@ void attnd_config_log_early(int argc, char **argv, const char **format, const ch
 void attnd_config_usage(FILE *f, const char *argv0);
 
 void attnd_config_free(attnd_config *c); /* safe on a zeroed config */
-
-/* Loads one model's weights: safetensors per mc (checking every offset,
- * dtype and shape), or the embedded default weights when mc->weights is
- * NULL. m is initialised here. Errors name the file and the tensor. */
-int attnd_model_load(attn_model *m, const attnd_model_config *mc, char *err, size_t errlen);
-
-/* The embedded default model: E=512, H=8, weights from a fixed seed,
- * distributed as torch initialises nn.MultiheadAttention. */
-int attnd_default_model(attn_model *m, char *err, size_t errlen);
 
 #endif

@@ -11,7 +11,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "config_internal.h"
+#include "decoder.h"
+#include "refuse.h"
 
 /* A JSON number (integer or not) as a double; 0 when v is not one. */
 static int json_number(const json_t *v, double *out) {

@@ -2,8 +2,11 @@
  * seed the way torch initialises nn.MultiheadAttention, so that a fresh
  * attnd with no files serves something deterministic.
  *
- * The recipe (docs/config.md; tests/gen_default_golden.py re-implements it):
- *   PRNG    splitmix64, state = ATTND_DEFAULT_SEED, one 64-bit draw per float.
+ * The recipe (docs/config.md, "The embedded default model"; tests/gen_weights.py
+ * re-implements it for E = kdim = vdim and writes
+ * tests/data/weights/default_model.json, which test_safetensors checks):
+ *   PRNG    splitmix64 (splitmix.c), state = the seed (ATTND_DEFAULT_SEED for
+ *           the default model), one 64-bit draw per float.
  *   uniform u = (x >> 11) * 2^-53 in [0, 1); w = (float)((2u - 1) * bound),
  *           computed in double, rounded once to float.
  *   order   in_proj_weight (3E,E) row-major, then out_proj.weight (E,E);
@@ -17,15 +20,8 @@
 #include <math.h>
 #include <stdint.h>
 
-#include "config.h"
-#include "config_internal.h"
-
-uint64_t attnd_splitmix64(uint64_t *state) {
-    uint64_t z = (*state += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-}
+#include "default_model.h"
+#include "splitmix.h"
 
 /* Fills w (n floats) with U(-bound, bound) from the generator. */
 static void fill_uniform(float *w, size_t n, double bound, uint64_t *state) {

@@ -14,7 +14,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "config_internal.h"
+#include "safetensors.h"
+#include "refuse.h"
 
 static const struct {
     const char *name;

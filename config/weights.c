@@ -25,7 +25,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "config_internal.h"
+#include "weights.h"
+#include "default_model.h"
+#include "refuse.h"
+#include "safetensors.h"
 
 static const char *const role_names[ROLE_COUNT] = {
     "q_weight", "q_bias", "k_weight", "k_bias", "v_weight", "v_bias", "out_weight", "out_bias",

@@ -409,7 +409,7 @@ GAMMA = 0x9E3779B97F4A7C15
 
 
 def splitmix64_scalar(state):
-    """One step as config/default_model.c writes it: (new state, output)."""
+    """One step as config/splitmix.c writes it: (new state, output)."""
     state = (state + GAMMA) & MASK64
     z = state
     z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK64

@@ -19,7 +19,6 @@
 #include <unistd.h>
 
 #include "../config/config.h"
-#include "../config/config_internal.h"
 
 static char g_dir[256];     /* a fresh folder per test */
 static char g_weights[512]; /* g_dir/sub/w.safetensors, an empty file */

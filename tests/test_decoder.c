@@ -18,7 +18,6 @@
  *             sequence.
  */
 #include "../config/config.h"
-#include "../config/config_internal.h"
 #include "../core/attn.h"
 
 #include <check.h>

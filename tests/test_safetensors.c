@@ -24,7 +24,8 @@
 #include <unistd.h>
 
 #include "../config/config.h"
-#include "../config/config_internal.h"
+#include "../config/default_model.h"
+#include "../config/safetensors.h"
 #include "../core/attn.h"
 
 static const char *weights_dir(void) {

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../config/config_internal.h"
+#include "../../config/config.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     attnd_config c;

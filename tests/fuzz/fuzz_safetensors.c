@@ -9,7 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../config/config_internal.h"
+#include "../../config/safetensors.h"
+#include "../../config/weights.h"
 
 static void convert_all(const st_header *h, const uint8_t *data) {
     for (int i = 0; i < h->n; i++) {
