@@ -272,8 +272,7 @@ cleanup:
     return rc;
 }
 
-/* pread until n bytes are in, or fail. */
-static int read_full(int fd, void *dst, size_t n, uint64_t off) {
+int st_read_full(int fd, void *dst, size_t n, uint64_t off) {
     unsigned char *p = dst;
     while (n) {
         ssize_t got = pread(fd, p, n, (off_t)off);
@@ -298,7 +297,7 @@ int st_header_read(st_header *h, int fd, const char *file, char *err, size_t err
         goto cleanup;
     }
     uint64_t size = (uint64_t)st.st_size;
-    if (size >= 8 && read_full(fd, b8, 8, 0) != 0) {
+    if (size >= 8 && st_read_full(fd, b8, 8, 0) != 0) {
         cfg_fail(err, errlen, "%s: cannot read: %s.", file, strerror(errno ? errno : EIO));
         goto cleanup;
     }
@@ -309,7 +308,7 @@ int st_header_read(st_header *h, int fd, const char *file, char *err, size_t err
         goto cleanup;
     }
     memcpy(buf, b8, 8);
-    if (read_full(fd, buf + 8, (size_t)n, 8) != 0) {
+    if (st_read_full(fd, buf + 8, (size_t)n, 8) != 0) {
         cfg_fail(err, errlen, "%s: cannot read the header: %s.", file, strerror(errno ? errno : EIO));
         goto cleanup;
     }

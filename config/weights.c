@@ -111,20 +111,9 @@ typedef struct {
 } source;
 
 static int source_read(const source *s, void *dst, size_t n, uint64_t off) {
-    if (s->fd < 0) {
-        if (off > s->len || n > s->len - off) return -1;
-        memcpy(dst, s->mem + off, n);
-        return 0;
-    }
-    unsigned char *p = dst;
-    while (n) {
-        ssize_t got = pread(s->fd, p, n, (off_t)off);
-        if (got < 0 && errno == EINTR) continue;
-        if (got <= 0) return -1;
-        p += got;
-        n -= (size_t)got;
-        off += (uint64_t)got;
-    }
+    if (s->fd >= 0) return st_read_full(s->fd, dst, n, off);
+    if (off > s->len || n > s->len - off) return -1;
+    memcpy(dst, s->mem + off, n);
     return 0;
 }
 
