@@ -33,11 +33,15 @@ typedef enum {
     K_LL,      /* long long in [min, max] */
     K_BOOL,    /* int 0/1 from a JSON boolean */
     K_STRLIST, /* char ** plus an int count at off_n; at most max entries */
-    K_NAME,    /* char[ATTND_NAME_MAX] in place, [A-Za-z0-9._-]+ */
+    K_NAME,    /* char[ATTND_NAME_MAX] in place */
     K_ROLEMAP, /* the "tensors" object: role -> tensor name */
     K_NUM,     /* double in (min, max]: a JSON number, integer or not */
     K_ROPE     /* the "rope" object (decoder.c) */
 } key_type;
+
+/* A rule on a string's content beyond its length: NULL when s is fine,
+ * else why not, as words that follow the quoted value ("must be ..."). */
+typedef const char *(*string_rule)(const char *s);
 
 typedef struct {
     const char *section; /* top-level object; NULL for a model key */
@@ -48,86 +52,157 @@ typedef struct {
     const char *def_str; /* default string (NULL = none) */
     size_t off;          /* where it lands in attnd_config / attnd_model_config */
     size_t off_n;        /* K_STRLIST: where the count lands */
-    const char *env;     /* ATTND_* variable that overrides it, or NULL */
     const char *flag;    /* --flag that overrides it, or NULL */
-    const char *check;   /* extra rule: "envname", "layout" or NULL */
-    int required;        /* models only: 1 = must be given */
-    const char *help;    /* one line for --help and docs/config.md */
+    const char *env;     /* ATTND_* variable that overrides it, or NULL */
+    string_rule valid;   /* K_STR, K_NAME: the rule on the content, or NULL */
+    int required;        /* models only: REQUIRED = must be given */
+    const char *help;    /* one line for --help; docs/config.md says the same */
 } cfg_key;
+
+enum { OPTIONAL = 0, REQUIRED = 1 };
 
 #define C_OFF(f) offsetof(attnd_config, f)
 #define M_OFF(f) offsetof(attnd_model_config, f)
 
+/* One row of the server table each: the section and key in the file, the
+ * range, the default, the attnd_config field it lands in, its flag and its
+ * variable (NULL = none), and the line --help prints. */
+#define CFG_INT(sec, name, lo, hi, dflt, field, flag_, env_, help_)                               \
+    {.section = sec, .key = name, .type = K_INT, .min = lo, .max = hi, .def = dflt,               \
+     .off = C_OFF(field), .flag = flag_, .env = env_, .help = help_}
+#define CFG_LL(sec, name, lo, hi, dflt, field, flag_, env_, help_)                                \
+    {.section = sec, .key = name, .type = K_LL, .min = lo, .max = hi, .def = dflt,                \
+     .off = C_OFF(field), .flag = flag_, .env = env_, .help = help_}
+#define CFG_BOOL(sec, name, dflt, field, flag_, env_, help_)                                      \
+    {.section = sec, .key = name, .type = K_BOOL, .min = 0, .max = 1, .def = dflt,                \
+     .off = C_OFF(field), .flag = flag_, .env = env_, .help = help_}
+/* minlen..maxlen bytes, then valid (NULL = any content). */
+#define CFG_STR(sec, name, minlen, maxlen, dflt, valid_, field, flag_, env_, help_)               \
+    {.section = sec, .key = name, .type = K_STR, .min = minlen, .max = maxlen, .def_str = dflt,   \
+     .valid = valid_, .off = C_OFF(field), .flag = flag_, .env = env_, .help = help_}
+/* At most `most` strings of 1 to 1024 bytes; their count lands in count_field. */
+#define CFG_STRLIST(sec, name, most, field, count_field, flag_, env_, help_)                      \
+    {.section = sec, .key = name, .type = K_STRLIST, .max = most, .off = C_OFF(field),            \
+     .off_n = C_OFF(count_field), .flag = flag_, .env = env_, .help = help_}
+
+/* One row of the model table each: the key, its range, REQUIRED or
+ * OPTIONAL, the attnd_model_config field it lands in, and its help. */
+#define MODEL_INT(name, lo, hi, need, field, help_)                                               \
+    {.key = name, .type = K_INT, .min = lo, .max = hi, .required = need, .off = M_OFF(field),     \
+     .help = help_}
+/* dflt -1: settled by the layout (decoder.c). */
+#define MODEL_BOOL(name, dflt, field, help_)                                                      \
+    {.key = name, .type = K_BOOL, .min = 0, .max = 1, .def = dflt, .off = M_OFF(field),           \
+     .help = help_}
+/* A number in (lo, hi]; 0 (not given) means the core's default. */
+#define MODEL_NUM(name, lo, hi, field, help_)                                                     \
+    {.key = name, .type = K_NUM, .min = lo, .max = hi, .off = M_OFF(field), .help = help_}
+#define MODEL_STR(name, minlen, maxlen, dflt, valid_, need, field, help_)                         \
+    {.key = name, .type = K_STR, .min = minlen, .max = maxlen, .def_str = dflt, .valid = valid_,  \
+     .required = need, .off = M_OFF(field), .help = help_}
+/* The model's name, in place in its char array. */
+#define MODEL_NAME(name, field, help_)                                                            \
+    {.key = name, .type = K_NAME, .min = 1, .max = ATTND_NAME_MAX - 1, .valid = valid_name,      \
+     .required = REQUIRED, .off = M_OFF(field), .help = help_}
+/* An object read by its own code (K_ROLEMAP, K_ROPE). */
+#define MODEL_OBJECT(name, kind, help_) {.key = name, .type = kind, .help = help_}
+
+/* ---- the rules on string values ---- */
+
+static const char *valid_name(const char *s) {
+    for (const char *p = s; *p; p++)
+        if (!isalnum((unsigned char)*p) && *p != '.' && *p != '_' && *p != '-')
+            return "may hold only letters, digits, '.', '_' and '-'";
+    return NULL;
+}
+
+/* "" is allowed: no variable, so no API key. */
+static const char *valid_envname(const char *s) {
+    if (isdigit((unsigned char)*s)) return "is not an environment variable name";
+    for (const char *p = s; *p; p++)
+        if (!isalnum((unsigned char)*p) && *p != '_') return "is not an environment variable name";
+    return NULL;
+}
+
+static const char *valid_layout(const char *s) {
+    return attnd_layout_index(s) < 0 ? "must be \"torch\", \"bert\", \"hf_proj\" or \"llama\""
+                                     : NULL;
+}
+
+static const char *valid_log_format(const char *s) {
+    static const char *const formats[] = {"text", "json"};
+    return cfg_name_index(s, formats, 2) < 0 ? "must be \"text\" or \"json\"" : NULL;
+}
+
+static const char *valid_log_level(const char *s) {
+    static const char *const levels[] = {"debug", "info", "warn", "error"};
+    return cfg_name_index(s, levels, 4) < 0 ? "must be \"debug\", \"info\", \"warn\" or \"error\""
+                                            : NULL;
+}
+
 /* The server settings. Ranges and defaults are documented in docs/config.md. */
 static const cfg_key config_keys[] = {
-    {"server", "host", K_STR, 1, 255, 0, "0.0.0.0", C_OFF(host), 0, "ATTND_HOST", "--host", NULL, 0,
-     "address to listen on"},
-    {"server", "port", K_INT, 0, 65535, 8080, NULL, C_OFF(port), 0, "ATTND_PORT", "--port", NULL, 0,
-     "TCP port; 0 picks a free one"},
-    {"server", "http_threads", K_INT, 0, 256, 0, NULL, C_OFF(http_threads), 0, "ATTND_HTTP_THREADS",
-     "--http-threads", NULL, 0, "HTTP polling threads; 0 = the CPUs this process may use (max 64)"},
-    {"server", "max_body_bytes", K_LL, 1, 1LL << 34, 67108864, NULL, C_OFF(max_body_bytes), 0,
-     "ATTND_MAX_BODY_BYTES", NULL, NULL, 0, "request body limit, bytes (413 past it)"},
-    {"server", "request_timeout_ms", K_INT, 1, 3600000, 30000, NULL, C_OFF(request_timeout_ms), 0,
-     "ATTND_REQUEST_TIMEOUT_MS", NULL, NULL, 0, "admission to answer, ms (504 past it)"},
-    {"server", "max_connections", K_INT, 1, 1000000, 1024, NULL, C_OFF(max_connections), 0,
-     "ATTND_MAX_CONNECTIONS", NULL, NULL, 0, "concurrent connections"},
-    {"server", "connection_timeout_s", K_INT, 0, 86400, 30, NULL, C_OFF(connection_timeout_s), 0,
-     "ATTND_CONNECTION_TIMEOUT_S", NULL, NULL, 0, "idle connection timeout, s; 0 = none"},
-    {"server", "header_timeout_ms", K_INT, 100, 3600000, 10000, NULL, C_OFF(header_timeout_ms), 0,
-     "ATTND_HEADER_TIMEOUT_MS", NULL, NULL, 0,
-     "from a connection's start, or its last answer, to a request's last header line, ms"},
-    {"server", "body_timeout_ms", K_INT, 100, 3600000, 60000, NULL, C_OFF(body_timeout_ms), 0,
-     "ATTND_BODY_TIMEOUT_MS", NULL, NULL, 0, "from the last header line to the body's last byte, ms"},
-    {"server", "max_buffered_body_bytes", K_LL, 1 << 20, 1LL << 40, 268435456, NULL,
-     C_OFF(max_buffered_body_bytes), 0, "ATTND_MAX_BUFFERED_BODY_BYTES", NULL, NULL, 0,
-     "request body bytes held at once over all connections (429 past it)"},
-    {"server", "drain_grace_s", K_INT, 0, 86400, 30, NULL, C_OFF(drain_grace_s), 0,
-     "ATTND_DRAIN_GRACE_S", NULL, NULL, 0,
-     "after SIGTERM/SIGINT, how long admitted requests may take to be answered, s"},
-    {"server", "api_key_env", K_STR, 0, 128, 0, "ATTND_API_KEY", C_OFF(api_key_env), 0, NULL,
-     "--api-key-env", "envname", 0, "env variable holding the API key; \"\" = no key"},
-    {"server", "cors_origins", K_STRLIST, 1, CORS_MAX, 0, NULL, C_OFF(cors_origins),
-     C_OFF(n_cors_origins), "ATTND_CORS_ORIGINS", NULL, NULL, 0,
-     "allowed CORS origins (env: comma-separated); empty = CORS off"},
-    {"server", "log_format", K_STR, 1, 16, 0, "text", C_OFF(log_format), 0, "ATTND_LOG_FORMAT",
-     "--log-format", "log_format", 0, "log lines: text | json (one object per line)"},
-    {"server", "log_level", K_STR, 1, 16, 0, "info", C_OFF(log_level), 0, "ATTND_LOG_LEVEL",
-     "--log-level", "log_level", 0, "least level logged: debug | info | warn | error"},
-    {"server", "access_log", K_BOOL, 0, 1, 1, NULL, C_OFF(access_log), 0, "ATTND_ACCESS_LOG", NULL,
-     NULL, 0, "one line per request (true | false)"},
-    {"batching", "max_batch_tokens", K_INT, 1, 1 << 24, 16384, NULL, C_OFF(max_batch_tokens), 0,
-     "ATTND_MAX_BATCH_TOKENS", "--max-batch-tokens", NULL, 0, "query + key tokens per batch"},
-    {"batching", "max_batch_requests", K_INT, 1, 4096, 64, NULL, C_OFF(max_batch_requests), 0,
-     "ATTND_MAX_BATCH_REQUESTS", "--max-batch-requests", NULL, 0,
-     "requests per batch; 1 = batching off"},
-    {"batching", "max_queue_delay_us", K_INT, 0, 10000000, 0, NULL, C_OFF(max_queue_delay_us), 0,
-     "ATTND_MAX_QUEUE_DELAY_US", "--max-queue-delay-us", NULL, 0,
-     "while compute is idle, how long a batch waits for company, us; 0 = starts at once"},
-    {"batching", "max_queue_requests", K_INT, 1, 1000000, 4096, NULL, C_OFF(max_queue_requests), 0,
-     "ATTND_MAX_QUEUE_REQUESTS", NULL, NULL, 0, "queued requests per model (429 past it)"},
-    {"workers", "threads", K_INT, 0, 1024, 0, NULL, C_OFF(worker_threads), 0, "ATTND_WORKERS",
-     "--workers", NULL, 0,
-     "threads of the one compute pool; 0 = the CPUs this process may use (affinity, cgroup quota)"},
-    {"workers", "blas_threads", K_INT, 1, 256, 0, NULL, C_OFF(blas_threads), 0,
-     "ATTND_BLAS_THREADS", "--blas-threads", NULL, 0,
-     "obsolete: the pool gets workers.threads x this (docs/config.md)"},
-    {"limits", "max_tokens_per_request", K_INT, 1, 1 << 24, 16384, NULL,
-     C_OFF(max_tokens_per_request), 0, "ATTND_MAX_TOKENS_PER_REQUEST", NULL, NULL, 0,
-     "query + key tokens of one request (413 past it)"},
-    {"limits", "max_attention_floats", K_LL, 1, 1LL << 40, 16777216, NULL,
-     C_OFF(max_attention_floats), 0, "ATTND_MAX_ATTENTION_FLOATS", NULL, NULL, 0,
-     "floats of a requested attention matrix (413 past it)"},
-    {"limits", "max_sessions", K_INT, 1, 1000000, 1024, NULL, C_OFF(max_sessions), 0,
-     "ATTND_MAX_SESSIONS", NULL, NULL, 0, "KV-cache sessions open at once (429 past it)"},
-    {"limits", "max_session_bytes", K_LL, 1, 1LL << 40, 1LL << 30, NULL, C_OFF(max_session_bytes),
-     0, "ATTND_MAX_SESSION_BYTES", NULL, NULL, 0,
-     "bytes of all sessions' caches together (429 past it)"},
-    {"limits", "max_session_bytes_each", K_LL, 1, 1LL << 40, 1LL << 28, NULL,
-     C_OFF(max_session_bytes_each), 0, "ATTND_MAX_SESSION_BYTES_EACH", NULL, NULL, 0,
-     "bytes of one session's cache (413 past it)"},
-    {"limits", "session_idle_s", K_INT, 1, 86400 * 7, 300, NULL, C_OFF(session_idle_s), 0,
-     "ATTND_SESSION_IDLE_S", NULL, NULL, 0, "a session unused this long ends, s"},
+    CFG_STR("server", "host", 1, 255, "0.0.0.0", NULL, host, "--host", "ATTND_HOST",
+            "address to listen on"),
+    CFG_INT("server", "port", 0, 65535, 8080, port, "--port", "ATTND_PORT",
+            "TCP port; 0 picks a free one"),
+    CFG_INT("server", "http_threads", 0, 256, 0, http_threads, "--http-threads",
+            "ATTND_HTTP_THREADS", "HTTP polling threads; 0 = the CPUs this process may use (max 64)"),
+    CFG_LL("server", "max_body_bytes", 1, 1LL << 34, 67108864, max_body_bytes, NULL,
+           "ATTND_MAX_BODY_BYTES", "request body limit, bytes (413 past it)"),
+    CFG_INT("server", "request_timeout_ms", 1, 3600000, 30000, request_timeout_ms, NULL,
+            "ATTND_REQUEST_TIMEOUT_MS", "admission to answer, ms (504 past it)"),
+    CFG_INT("server", "max_connections", 1, 1000000, 1024, max_connections, NULL,
+            "ATTND_MAX_CONNECTIONS", "concurrent connections"),
+    CFG_INT("server", "connection_timeout_s", 0, 86400, 30, connection_timeout_s, NULL,
+            "ATTND_CONNECTION_TIMEOUT_S", "idle connection timeout, s; 0 = none"),
+    CFG_INT("server", "header_timeout_ms", 100, 3600000, 10000, header_timeout_ms, NULL,
+            "ATTND_HEADER_TIMEOUT_MS",
+            "from a connection's start, or its last answer, to a request's last header line, ms"),
+    CFG_INT("server", "body_timeout_ms", 100, 3600000, 60000, body_timeout_ms, NULL,
+            "ATTND_BODY_TIMEOUT_MS", "from the last header line to the body's last byte, ms"),
+    CFG_LL("server", "max_buffered_body_bytes", 1 << 20, 1LL << 40, 268435456,
+           max_buffered_body_bytes, NULL, "ATTND_MAX_BUFFERED_BODY_BYTES",
+           "request body bytes held at once over all connections (429 past it)"),
+    CFG_INT("server", "drain_grace_s", 0, 86400, 30, drain_grace_s, NULL, "ATTND_DRAIN_GRACE_S",
+            "after SIGTERM/SIGINT, how long admitted requests may take to be answered, s"),
+    CFG_STR("server", "api_key_env", 0, 128, "ATTND_API_KEY", valid_envname, api_key_env,
+            "--api-key-env", NULL, "env variable holding the API key; \"\" = no key"),
+    CFG_STRLIST("server", "cors_origins", CORS_MAX, cors_origins, n_cors_origins, NULL,
+                "ATTND_CORS_ORIGINS", "allowed CORS origins (env: comma-separated); empty = CORS off"),
+    CFG_STR("server", "log_format", 1, 16, "text", valid_log_format, log_format, "--log-format",
+            "ATTND_LOG_FORMAT", "log lines: text | json (one object per line)"),
+    CFG_STR("server", "log_level", 1, 16, "info", valid_log_level, log_level, "--log-level",
+            "ATTND_LOG_LEVEL", "least level logged: debug | info | warn | error"),
+    CFG_BOOL("server", "access_log", 1, access_log, NULL, "ATTND_ACCESS_LOG",
+             "one line per request (true | false)"),
+    CFG_INT("batching", "max_batch_tokens", 1, 1 << 24, 16384, max_batch_tokens,
+            "--max-batch-tokens", "ATTND_MAX_BATCH_TOKENS", "query + key tokens per batch"),
+    CFG_INT("batching", "max_batch_requests", 1, 4096, 64, max_batch_requests,
+            "--max-batch-requests", "ATTND_MAX_BATCH_REQUESTS",
+            "requests per batch; 1 = batching off"),
+    CFG_INT("batching", "max_queue_delay_us", 0, 10000000, 0, max_queue_delay_us,
+            "--max-queue-delay-us", "ATTND_MAX_QUEUE_DELAY_US",
+            "while compute is idle, how long a batch waits for company, us; 0 = starts at once"),
+    CFG_INT("batching", "max_queue_requests", 1, 1000000, 4096, max_queue_requests, NULL,
+            "ATTND_MAX_QUEUE_REQUESTS", "queued requests per model (429 past it)"),
+    CFG_INT("workers", "threads", 0, 1024, 0, worker_threads, "--workers", "ATTND_WORKERS",
+            "threads of the one compute pool; 0 = the CPUs this process may use (affinity, cgroup "
+            "quota)"),
+    CFG_INT("workers", "blas_threads", 1, 256, 0, blas_threads, "--blas-threads",
+            "ATTND_BLAS_THREADS", "obsolete: the pool gets workers.threads x this (docs/config.md)"),
+    CFG_INT("limits", "max_tokens_per_request", 1, 1 << 24, 16384, max_tokens_per_request, NULL,
+            "ATTND_MAX_TOKENS_PER_REQUEST", "query + key tokens of one request (413 past it)"),
+    CFG_LL("limits", "max_attention_floats", 1, 1LL << 40, 16777216, max_attention_floats, NULL,
+           "ATTND_MAX_ATTENTION_FLOATS", "floats of a requested attention matrix (413 past it)"),
+    CFG_INT("limits", "max_sessions", 1, 1000000, 1024, max_sessions, NULL, "ATTND_MAX_SESSIONS",
+            "KV-cache sessions open at once (429 past it)"),
+    CFG_LL("limits", "max_session_bytes", 1, 1LL << 40, 1LL << 30, max_session_bytes, NULL,
+           "ATTND_MAX_SESSION_BYTES", "bytes of all sessions' caches together (429 past it)"),
+    CFG_LL("limits", "max_session_bytes_each", 1, 1LL << 40, 1LL << 28, max_session_bytes_each,
+           NULL, "ATTND_MAX_SESSION_BYTES_EACH", "bytes of one session's cache (413 past it)"),
+    CFG_INT("limits", "session_idle_s", 1, 86400 * 7, 300, session_idle_s, NULL,
+            "ATTND_SESSION_IDLE_S", "a session unused this long ends, s"),
 };
 #define N_CONFIG_KEYS (int)(sizeof config_keys / sizeof config_keys[0])
 
@@ -135,38 +210,29 @@ static const cfg_key config_keys[] = {
  * default to 0, meaning what nn.MultiheadAttention does; bias and causal to
  * -1, meaning the layout's default (decoder.c). */
 static const cfg_key model_keys[] = {
-    {NULL, "name", K_NAME, 1, ATTND_NAME_MAX - 1, 0, NULL, M_OFF(name), 0, NULL, NULL, NULL, 1,
-     "unique name, [A-Za-z0-9._-]+"},
-    {NULL, "embed_dim", K_INT, 1, 65536, 0, NULL, M_OFF(hp.embed_dim), 0, NULL, NULL, NULL, 1,
-     "E: query and output width"},
-    {NULL, "num_heads", K_INT, 1, 65536, 0, NULL, M_OFF(hp.num_heads), 0, NULL, NULL, NULL, 1,
-     "H: heads; must divide embed_dim"},
-    {NULL, "kdim", K_INT, 1, 65536, 0, NULL, M_OFF(hp.kdim), 0, NULL, NULL, NULL, 0,
-     "key input width (default embed_dim)"},
-    {NULL, "vdim", K_INT, 1, 65536, 0, NULL, M_OFF(hp.vdim), 0, NULL, NULL, NULL, 0,
-     "value input width (default embed_dim)"},
-    {NULL, "bias", K_BOOL, 0, 1, -1, NULL, M_OFF(hp.bias), 0, NULL, NULL, NULL, 0,
-     "projections carry biases (default: false for layout llama, else true)"},
-    {NULL, "causal", K_BOOL, 0, 1, -1, NULL, M_OFF(hp.causal), 0, NULL, NULL, NULL, 0,
-     "causal mask for requests that do not say (default: true for layout llama)"},
-    {NULL, "num_kv_heads", K_INT, 1, 65536, 0, NULL, M_OFF(hp.num_kv_heads), 0, NULL, NULL, NULL,
-     0, "key/value heads (grouped-query attention); must divide num_heads"},
-    {NULL, "head_dim", K_INT, 1, 65536, 0, NULL, M_OFF(hp.head_dim), 0, NULL, NULL, NULL, 0,
-     "D: head width (default embed_dim / num_heads)"},
-    {NULL, "scale", K_NUM, 0, 1000000, 0, NULL, M_OFF(hp.scale), 0, NULL, NULL, NULL, 0,
-     "multiplies q k^T (default 1 / sqrt(head_dim))"},
-    {NULL, "rope", K_ROPE, 0, 0, 0, NULL, 0, 0, NULL, NULL, NULL, 0,
-     "rotary positions: {theta, dim, style, scaling}"},
-    {NULL, "max_positions", K_INT, 1, 1 << 30, 0, NULL, M_OFF(max_positions), 0, NULL, NULL, NULL,
-     0, "positions a request or session may reach (default: no limit)"},
-    {NULL, "weights", K_STR, 1, 4096, 0, NULL, M_OFF(weights), 0, NULL, NULL, NULL, 1,
-     ".safetensors file; relative to the config's folder"},
-    {NULL, "prefix", K_STR, 0, 1024, 0, "", M_OFF(prefix), 0, NULL, NULL, NULL, 0,
-     "prepended to every tensor name"},
-    {NULL, "layout", K_STR, 1, 32, 0, "torch", M_OFF(layout), 0, NULL, NULL, "layout", 0,
-     "tensor names: torch | bert | hf_proj | llama"},
-    {NULL, "tensors", K_ROLEMAP, 0, 0, 0, NULL, 0, 0, NULL, NULL, NULL, 0,
-     "role -> tensor name, over the layout's names"},
+    MODEL_NAME("name", name, "unique name, [A-Za-z0-9._-]+"),
+    MODEL_INT("embed_dim", 1, 65536, REQUIRED, hp.embed_dim, "E: query and output width"),
+    MODEL_INT("num_heads", 1, 65536, REQUIRED, hp.num_heads, "H: heads; must divide embed_dim"),
+    MODEL_INT("kdim", 1, 65536, OPTIONAL, hp.kdim, "key input width (default embed_dim)"),
+    MODEL_INT("vdim", 1, 65536, OPTIONAL, hp.vdim, "value input width (default embed_dim)"),
+    MODEL_BOOL("bias", -1, hp.bias,
+               "projections carry biases (default: false for layout llama, else true)"),
+    MODEL_BOOL("causal", -1, hp.causal,
+               "causal mask for requests that do not say (default: true for layout llama)"),
+    MODEL_INT("num_kv_heads", 1, 65536, OPTIONAL, hp.num_kv_heads,
+              "key/value heads (grouped-query attention); must divide num_heads"),
+    MODEL_INT("head_dim", 1, 65536, OPTIONAL, hp.head_dim,
+              "D: head width (default embed_dim / num_heads)"),
+    MODEL_NUM("scale", 0, 1000000, hp.scale, "multiplies q k^T (default 1 / sqrt(head_dim))"),
+    MODEL_OBJECT("rope", K_ROPE, "rotary positions: {theta, dim, style, scaling}"),
+    MODEL_INT("max_positions", 1, 1 << 30, OPTIONAL, max_positions,
+              "positions a request or session may reach (default: no limit)"),
+    MODEL_STR("weights", 1, 4096, NULL, NULL, REQUIRED, weights,
+              ".safetensors file; relative to the config's folder"),
+    MODEL_STR("prefix", 0, 1024, "", NULL, OPTIONAL, prefix, "prepended to every tensor name"),
+    MODEL_STR("layout", 1, 32, "torch", valid_layout, OPTIONAL, layout,
+              "tensor names: torch | bert | hf_proj | llama"),
+    MODEL_OBJECT("tensors", K_ROLEMAP, "role -> tensor name, over the layout's names"),
 };
 #define N_MODEL_KEYS (int)(sizeof model_keys / sizeof model_keys[0])
 
@@ -250,28 +316,9 @@ static const char *type_wanted(key_type t) {
     }
 }
 
-/* The extra rules on a string's content: NULL when fine, else why not. */
-static const char *string_rule(const cfg_key *k, const char *s) {
-    if (k->type == K_NAME) {
-        for (const char *p = s; *p; p++)
-            if (!isalnum((unsigned char)*p) && *p != '.' && *p != '_' && *p != '-')
-                return "may hold only letters, digits, '.', '_' and '-'";
-    }
-    if (k->check && strcmp(k->check, "envname") == 0 && *s) {
-        if (isdigit((unsigned char)*s)) return "is not an environment variable name";
-        for (const char *p = s; *p; p++)
-            if (!isalnum((unsigned char)*p) && *p != '_')
-                return "is not an environment variable name";
-    }
-    if (k->check && strcmp(k->check, "layout") == 0 && attnd_layout_index(s) < 0)
-        return "must be \"torch\", \"bert\", \"hf_proj\" or \"llama\"";
-    if (k->check && strcmp(k->check, "log_format") == 0 && strcmp(s, "text") != 0 &&
-        strcmp(s, "json") != 0)
-        return "must be \"text\" or \"json\"";
-    if (k->check && strcmp(k->check, "log_level") == 0 && strcmp(s, "debug") != 0 &&
-        strcmp(s, "info") != 0 && strcmp(s, "warn") != 0 && strcmp(s, "error") != 0)
-        return "must be \"debug\", \"info\", \"warn\" or \"error\"";
-    return NULL;
+/* Why s breaks k's rule on its content, or NULL when it keeps it (or k has none). */
+static const char *rule_broken(const cfg_key *k, const char *s) {
+    return k->valid ? k->valid(s) : NULL;
 }
 
 /* Checks a string value against k's length range and rules, then stores it.
@@ -282,7 +329,7 @@ static int store_string(void *base, const cfg_key *k, const char *s, size_t len,
     if ((long long)len < k->min || (long long)len > k->max)
         return cfg_fail(err, errlen, "%s: %s: length %zu is out of range [%lld, %lld].", src, key, len,
                     k->min, k->max);
-    const char *why = string_rule(k, s);
+    const char *why = rule_broken(k, s);
     if (why) return cfg_fail(err, errlen, "%s: %s: \"%s\" %s.", src, key, s, why);
     if (k->type == K_NAME) {
         memcpy((char *)base + k->off, s, len + 1);
@@ -831,7 +878,7 @@ static const char *early_value(const char *name, int argc, char **argv) {
         else if (argv[i][flen] == '\0' && i + 1 < argc)
             val = argv[++i];
     }
-    return val && *val && !string_rule(k, val) ? val : NULL;
+    return val && *val && !rule_broken(k, val) ? val : NULL;
 }
 
 void attnd_config_log_early(int argc, char **argv, const char **format, const char **level) {
