@@ -61,6 +61,10 @@ typedef struct {
 
 enum { OPTIONAL = 0, REQUIRED = 1 };
 
+/* The field of type T at byte offset off of the struct at base (a row's off
+ * or off_n). */
+#define FIELD(T, base, off) ((T *)((char *)(base) + (off)))
+
 #define C_OFF(f) offsetof(attnd_config, f)
 #define M_OFF(f) offsetof(attnd_model_config, f)
 
@@ -332,10 +336,10 @@ static int store_string(void *base, const cfg_key *k, const char *s, size_t len,
     const char *why = rule_broken(k, s);
     if (why) return cfg_fail(err, errlen, "%s: %s: \"%s\" %s.", src, key, s, why);
     if (k->type == K_NAME) {
-        memcpy((char *)base + k->off, s, len + 1);
+        memcpy(FIELD(char, base, k->off), s, len + 1);
         return 0;
     }
-    if (set_str((char **)((char *)base + k->off), s) != 0)
+    if (set_str(FIELD(char *, base, k->off), s) != 0)
         return cfg_fail(err, errlen, "%s: %s: out of memory.", src, key);
     return 0;
 }
@@ -346,17 +350,17 @@ static int store_number(void *base, const cfg_key *k, long long v, const char *s
         return cfg_fail(err, errlen, "%s: %s: %lld is out of range [%lld, %lld].", src, key, v, k->min,
                     k->max);
     if (k->type == K_LL)
-        *(long long *)((char *)base + k->off) = v;
+        *FIELD(long long, base, k->off) = v;
     else
-        *(int *)((char *)base + k->off) = (int)v;
+        *FIELD(int, base, k->off) = (int)v;
     return 0;
 }
 
 /* Stores a list of strings, replacing the old one. items/n are borrowed. */
 static int store_strlist(void *base, const cfg_key *k, const char **items, const size_t *lens,
                          int n, const char *src, const char *key, char *err, size_t errlen) {
-    char ***slot = (char ***)((char *)base + k->off);
-    int *count = (int *)((char *)base + k->off_n);
+    char ***slot = FIELD(char **, base, k->off);
+    int *count = FIELD(int, base, k->off_n);
     char **list = NULL;
     int made = 0, rc = -1;
     if (n > k->max) {
@@ -428,6 +432,46 @@ static int store_rolemap(attnd_model_config *mc, json_t *v, const char *src, con
     return 0;
 }
 
+/* Stores a JSON array of strings (v is an array). */
+static int store_json_strlist(void *base, const cfg_key *k, json_t *v, const char *src,
+                              const char *key, char *err, size_t errlen) {
+    if ((long long)json_array_size(v) > k->max)
+        return cfg_fail(err, errlen, "%s: %s: %zu entries, at most %lld allowed.", src, key,
+                        json_array_size(v), k->max);
+    int n = (int)json_array_size(v), rc = -1;
+    const char **items = calloc(n ? (size_t)n : 1, sizeof *items);
+    size_t *lens = calloc(n ? (size_t)n : 1, sizeof *lens);
+    if (!items || !lens) {
+        cfg_fail(err, errlen, "%s: %s: out of memory.", src, key);
+        goto cleanup;
+    }
+    for (int i = 0; i < n; i++) {
+        json_t *s = json_array_get(v, (size_t)i);
+        if (!json_is_string(s)) {
+            cfg_fail(err, errlen, "%s: %s[%d]: must be a string, not %s.", src, key, i,
+                     json_type_name(s));
+            goto cleanup;
+        }
+        items[i] = json_string_value(s);
+        lens[i] = json_string_length(s);
+    }
+    rc = store_strlist(base, k, items, lens, n, src, key, err, errlen);
+cleanup:
+    free(items);
+    free(lens);
+    return rc;
+}
+
+/* Stores a number in (min, max]. */
+static int store_real(void *base, const cfg_key *k, double x, const char *src, const char *key,
+                      char *err, size_t errlen) {
+    if (!(x > (double)k->min && x <= (double)k->max))
+        return cfg_fail(err, errlen, "%s: %s: %g is out of range (%lld, %lld].", src, key, x,
+                        k->min, k->max);
+    *FIELD(double, base, k->off) = x;
+    return 0;
+}
+
 /* Type-checks one JSON value against its row and stores it. */
 static int store_json(void *base, const cfg_key *k, json_t *v, const char *src, const char *key,
                       char *err, size_t errlen) {
@@ -443,53 +487,21 @@ static int store_json(void *base, const cfg_key *k, json_t *v, const char *src, 
         return store_number(base, k, (long long)json_integer_value(v), src, key, err, errlen);
     case K_BOOL:
         if (!json_is_boolean(v)) break;
-        *(int *)((char *)base + k->off) = json_is_true(v);
+        *FIELD(int, base, k->off) = json_is_true(v);
         return 0;
-    case K_STRLIST: {
+    case K_STRLIST:
         if (!json_is_array(v)) break;
-        if ((long long)json_array_size(v) > k->max)
-            return cfg_fail(err, errlen, "%s: %s: %zu entries, at most %lld allowed.", src, key,
-                        json_array_size(v), k->max);
-        int n = (int)json_array_size(v);
-        const char **items = calloc(n ? (size_t)n : 1, sizeof *items);
-        size_t *lens = calloc(n ? (size_t)n : 1, sizeof *lens);
-        int rc = -1;
-        if (!items || !lens) {
-            cfg_fail(err, errlen, "%s: %s: out of memory.", src, key);
-            goto list_done;
-        }
-        for (int i = 0; i < n; i++) {
-            json_t *s = json_array_get(v, (size_t)i);
-            if (!json_is_string(s)) {
-                cfg_fail(err, errlen, "%s: %s[%d]: must be a string, not %s.", src, key, i,
-                     json_type_name(s));
-                goto list_done;
-            }
-            items[i] = json_string_value(s);
-            lens[i] = json_string_length(s);
-        }
-        rc = store_strlist(base, k, items, lens, n, src, key, err, errlen);
-    list_done:
-        free(items);
-        free(lens);
-        return rc;
-    }
+        return store_json_strlist(base, k, v, src, key, err, errlen);
+    case K_NUM:
+        if (!json_is_number(v)) break;
+        return store_real(base, k, json_number_value(v), src, key, err, errlen);
     case K_ROLEMAP:
         return store_rolemap((attnd_model_config *)base, v, src, key, err, errlen);
     case K_ROPE:
         return attnd_rope_parse((attnd_model_config *)base, v, src, key, err, errlen);
-    case K_NUM: {
-        if (!json_is_number(v)) break;
-        double x = json_number_value(v);
-        if (!(x > (double)k->min && x <= (double)k->max))
-            return cfg_fail(err, errlen, "%s: %s: %g is out of range (%lld, %lld].", src, key, x,
-                            k->min, k->max);
-        *(double *)((char *)base + k->off) = x;
-        return 0;
-    }
     }
     return cfg_fail(err, errlen, "%s: %s: must be %s, not %s.", src, key, type_wanted(k->type),
-                json_type_name(v));
+                    json_type_name(v));
 }
 
 /* Parses a decimal integer that fills the whole string. */
@@ -515,7 +527,7 @@ static int store_text(void *base, const cfg_key *k, const char *s, const char *s
         int v = strcmp(s, "true") == 0 || strcmp(s, "1") == 0;
         if (!v && strcmp(s, "false") != 0 && strcmp(s, "0") != 0)
             return cfg_fail(err, errlen, "%s: %s: \"%s\" is not true, false, 1 or 0.", src, key, s);
-        *(int *)((char *)base + k->off) = v;
+        *FIELD(int, base, k->off) = v;
         return 0;
     }
     if (k->type == K_STRLIST) { /* comma-separated; spaces around items are dropped */
@@ -549,13 +561,13 @@ static void key_path(char *out, size_t n, const cfg_key *k) {
 static int set_default(void *base, const cfg_key *k) {
     switch (k->type) {
     case K_STR:
-        return k->def_str ? set_str((char **)((char *)base + k->off), k->def_str) : 0;
+        return k->def_str ? set_str(FIELD(char *, base, k->off), k->def_str) : 0;
     case K_INT:
     case K_BOOL:
-        *(int *)((char *)base + k->off) = (int)k->def;
+        *FIELD(int, base, k->off) = (int)k->def;
         return 0;
     case K_LL:
-        *(long long *)((char *)base + k->off) = k->def;
+        *FIELD(long long, base, k->off) = k->def;
         return 0;
     default:
         return 0; /* lists, names and maps start empty */
@@ -761,18 +773,12 @@ int attnd_config_load_mem(attnd_config *c, const char *text, size_t len, const c
     const char *name;
     json_t *v;
     json_object_foreach(root, name, v) {
-        int s = 0;
-        while (s < N_SECTIONS && strcmp(sections[s], name) != 0)
-            s++;
-        if (s == N_SECTIONS) {
-            cfg_nearest n = {.name = name};
+        if (cfg_name_index(name, sections, N_SECTIONS) < 0) {
             char hint[160];
-            for (int i = 0; i < N_SECTIONS; i++)
-                cfg_nearest_try(&n, sections[i]);
             cfg_fail(err, errlen,
                      "%s: %.100s: unknown key%s (known: server, batching, workers, limits, "
                      "models).",
-                     file, name, cfg_nearest_hint(&n, "", hint, sizeof hint));
+                     file, name, cfg_did_you_mean(name, sections, N_SECTIONS, hint, sizeof hint));
             goto cleanup;
         }
         int bad = strcmp(name, "models") == 0
@@ -888,78 +894,111 @@ void attnd_config_log_early(int argc, char **argv, const char **format, const ch
     *level = l ? l : "info";
 }
 
-int attnd_config_from_args(attnd_config *c, int argc, char **argv, int *want_help, char *err,
-                           size_t errlen) {
-    const char *config_file = NULL;
-    char src[200], key[160];
-    *want_help = 0;
-    if (attnd_config_defaults(c) != 0) return cfg_fail(err, errlen, "out of memory.");
-    /* First pass: --help, --config, and every flag checked for a known name. */
+/* The message for a flag no row has, with the nearest one that exists. */
+static int unknown_flag(const char *a, size_t flen, char *err, size_t errlen) {
+    char name[80], hint[160];
+    snprintf(name, sizeof name, "%.*s", (int)(flen < 79 ? flen : 79), a);
+    cfg_nearest n = {.name = name + 2};
+    cfg_nearest_try(&n, "config");
+    cfg_nearest_try(&n, "help");
+    cfg_nearest_try(&n, "version");
+    for (int k = 0; k < N_CONFIG_KEYS; k++)
+        if (config_keys[k].flag) cfg_nearest_try(&n, config_keys[k].flag + 2);
+    return cfg_fail(err, errlen, "unknown flag \"%.*s\"%s (see --help).", (int)flen, a,
+                    cfg_nearest_hint(&n, "--", hint, sizeof hint));
+}
+
+/* The first pass over argv: stops at --help or --version (*want says
+ * which); else checks that every argument is a known flag with a value, and
+ * sets *config_file to --config's (the last given; untouched when none). */
+static int scan_args(int argc, char **argv, int *want, const char **config_file, char *err,
+                     size_t errlen) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = NULL;
-        size_t flen;
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-            *want_help = ATTND_WANT_HELP;
+            *want = ATTND_WANT_HELP;
             return 0;
         }
         if (strcmp(a, "--version") == 0) {
-            *want_help = ATTND_WANT_VERSION;
+            *want = ATTND_WANT_VERSION;
             return 0;
         }
-        if (strncmp(a, "--", 2) != 0) {
-            cfg_fail(err, errlen, "unexpected argument \"%s\" (see --help).", a);
-            goto fail;
-        }
+        if (strncmp(a, "--", 2) != 0)
+            return cfg_fail(err, errlen, "unexpected argument \"%s\" (see --help).", a);
         const char *eq = strchr(a, '=');
-        flen = eq ? (size_t)(eq - a) : strlen(a);
+        size_t flen = eq ? (size_t)(eq - a) : strlen(a);
         int is_config = flen == 8 && strncmp(a, "--config", 8) == 0;
-        if (!is_config && !find_flag(a, flen)) {
-            char name[80], hint[160];
-            snprintf(name, sizeof name, "%.*s", (int)(flen < 79 ? flen : 79), a);
-            cfg_nearest n = {.name = name + 2};
-            cfg_nearest_try(&n, "config");
-            cfg_nearest_try(&n, "help");
-            cfg_nearest_try(&n, "version");
-            for (int k = 0; k < N_CONFIG_KEYS; k++)
-                if (config_keys[k].flag) cfg_nearest_try(&n, config_keys[k].flag + 2);
-            cfg_fail(err, errlen, "unknown flag \"%.*s\"%s (see --help).", (int)flen, a,
-                     cfg_nearest_hint(&n, "--", hint, sizeof hint));
-            goto fail;
-        }
-        if (flag_value(argc, argv, &i, &flen, &val, err, errlen) != 0) goto fail;
-        if (is_config) config_file = val;
+        if (!is_config && !find_flag(a, flen)) return unknown_flag(a, flen, err, errlen);
+        if (flag_value(argc, argv, &i, &flen, &val, err, errlen) != 0) return -1;
+        if (is_config) *config_file = val;
     }
-    if (!config_file) {
-        const char *env = getenv("ATTND_CONFIG");
-        if (env && *env) config_file = env;
-    }
-    if (config_file && load_file(c, config_file, 0, err, errlen) != 0) goto fail;
+    return 0;
+}
+
+/* Stores every ATTND_* variable that is set and not empty. */
+static int apply_env(attnd_config *c, char *err, size_t errlen) {
+    char src[200], key[160];
     for (int i = 0; i < N_CONFIG_KEYS; i++) {
         const cfg_key *k = &config_keys[i];
         const char *env = k->env ? getenv(k->env) : NULL;
         if (!env || !*env) continue; /* empty = unset, as Docker's "VAR=" means */
         snprintf(src, sizeof src, "environment variable %s", k->env);
         key_path(key, sizeof key, k);
-        if (store_text(c, k, env, src, key, err, errlen) != 0) goto fail;
+        if (store_text(c, k, env, src, key, err, errlen) != 0) return -1;
     }
+    return 0;
+}
+
+/* Stores every flag but --config, in the order given (scan_args has
+ * checked them). */
+static int apply_flags(attnd_config *c, int argc, char **argv, char *err, size_t errlen) {
+    char src[200], key[160];
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = NULL;
         size_t flen;
-        if (flag_value(argc, argv, &i, &flen, &val, err, errlen) != 0) goto fail;
+        if (flag_value(argc, argv, &i, &flen, &val, err, errlen) != 0) return -1;
         const cfg_key *k = find_flag(a, flen);
         if (!k) continue; /* --config */
         snprintf(src, sizeof src, "flag %s", k->flag);
         key_path(key, sizeof key, k);
-        if (store_text(c, k, val, src, key, err, errlen) != 0) goto fail;
+        if (store_text(c, k, val, src, key, err, errlen) != 0) return -1;
     }
-    if (c->n_models == 0 && add_default_model(c, err, errlen) != 0) goto fail;
-    /* the config is sound; what is left is the weights files' business */
+    return 0;
+}
+
+/* Checks that every model's weights file can be opened; config_file names
+ * where the models came from. */
+static int models_readable(const attnd_config *c, const char *config_file, char *err,
+                           size_t errlen) {
+    char key[160];
     for (int i = 0; i < c->n_models; i++) {
         snprintf(key, sizeof key, "models[%d].weights", i);
-        if (c->models[i].weights && weights_readable(&c->models[i], config_file, key, err, errlen)) {
-            attnd_config_free(c);
-            return -2;
-        }
+        if (c->models[i].weights &&
+            weights_readable(&c->models[i], config_file, key, err, errlen) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+int attnd_config_from_args(attnd_config *c, int argc, char **argv, int *want_help, char *err,
+                           size_t errlen) {
+    const char *config_file = NULL;
+    *want_help = 0;
+    if (attnd_config_defaults(c) != 0) return cfg_fail(err, errlen, "out of memory.");
+    if (scan_args(argc, argv, want_help, &config_file, err, errlen) != 0) goto fail;
+    if (*want_help) return 0;
+    if (!config_file) {
+        const char *env = getenv("ATTND_CONFIG");
+        if (env && *env) config_file = env;
+    }
+    /* defaults < config file < ATTND_* variables < flags */
+    if (config_file && load_file(c, config_file, 0, err, errlen) != 0) goto fail;
+    if (apply_env(c, err, errlen) != 0 || apply_flags(c, argc, argv, err, errlen) != 0) goto fail;
+    if (c->n_models == 0 && add_default_model(c, err, errlen) != 0) goto fail;
+    /* the config is sound; what is left is the weights files' business */
+    if (models_readable(c, config_file, err, errlen) != 0) {
+        attnd_config_free(c);
+        return -2;
     }
     return 0;
 fail:

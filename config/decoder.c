@@ -14,7 +14,8 @@
 #include "decoder.h"
 #include "refuse.h"
 
-/* A JSON number (integer or not) as a double; 0 when v is not one. */
+/* A JSON number (integer or not) as a double. Returns 0, or -1 when v is
+ * not a finite number. */
 static int json_number(const json_t *v, double *out) {
     if (!json_is_number(v)) return -1;
     *out = json_number_value(v);
@@ -50,50 +51,43 @@ static const char *const scaling_keys[] = {
 };
 #define N_SCALING_KEYS (int)(sizeof scaling_keys / sizeof scaling_keys[0])
 
-/* The "scaling" object: {"type": "linear", "factor": F} or {"type":
- * "llama3", "factor", "low_freq_factor", "high_freq_factor",
- * "original_max_position_embeddings"}, as Hugging Face's rope_scaling
- * (whose "rope_type" is taken for "type"; both may be given when equal). */
-static int parse_scaling(attn_rope *r, json_t *obj, const char *src, const char *path, char *err,
-                         size_t errlen) {
-    char key[320], hint[160];
-    if (!json_is_object(obj))
-        return cfg_fail(err, errlen, "%s: %s: must be an object.", src, path);
-    const char *name;
-    json_t *v;
-    json_object_foreach(obj, name, v) {
-        int i = 0;
-        while (i < N_SCALING_KEYS && strcmp(scaling_keys[i], name) != 0)
-            i++;
-        if (i == N_SCALING_KEYS)
-            return cfg_fail(err, errlen, "%s: %s.%.60s: unknown key%s.", src, path, name,
-                            cfg_did_you_mean(name, scaling_keys, N_SCALING_KEYS, hint,
-                                             sizeof hint));
-    }
+/* Sets r->scaling from "type" or "rope_type" (Hugging Face configs often
+ * carry both, since older code reads "type": the same value twice is one
+ * type, two values are a contradiction). *type is the name given. */
+static int scaling_type(attn_rope *r, json_t *obj, const char **type, const char *src,
+                        const char *path, char *err, size_t errlen) {
+    char key[320];
     json_t *t = json_object_get(obj, "type"), *rt = json_object_get(obj, "rope_type");
     snprintf(key, sizeof key, "%.200s.%s", path, t ? "type" : "rope_type");
-    /* Hugging Face configs often carry both (older code reads "type"): the
-     * same value twice is one type, two values are a contradiction. */
     if (t && rt && !json_equal(t, rt))
         return cfg_fail(err, errlen,
                         "%s: %s: \"type\" and \"rope_type\" differ; give one, or both the same.",
                         src, path);
-    if (!t) t = rt;
-    const char *type = json_string_value(t);
-    if (!type)
+    *type = json_string_value(t ? t : rt);
+    if (!*type)
         return cfg_fail(err, errlen, "%s: %s: missing or not a string; \"linear\" or \"llama3\".",
                         src, key);
-    if (strcmp(type, "linear") == 0)
+    if (strcmp(*type, "linear") == 0)
         r->scaling = ATTN_ROPE_SCALE_LINEAR;
-    else if (strcmp(type, "llama3") == 0)
+    else if (strcmp(*type, "llama3") == 0)
         r->scaling = ATTN_ROPE_SCALE_LLAMA3;
     else
         return cfg_fail(err, errlen, "%s: %s: \"%.60s\" is not \"linear\" or \"llama3\".", src,
-                        key, type);
-    const char *need[] = {"factor", "low_freq_factor", "high_freq_factor",
-                          "original_max_position_embeddings"};
+                        key, *type);
+    return 0;
+}
+
+/* The numbers r->scaling takes: "factor" for linear; for llama3 also
+ * "low_freq_factor" < "high_freq_factor" and
+ * "original_max_position_embeddings". Each must be given, or not, as the
+ * type says. */
+static int scaling_numbers(attn_rope *r, json_t *obj, const char *type, const char *src,
+                           const char *path, char *err, size_t errlen) {
+    static const char *const need[] = {"factor", "low_freq_factor", "high_freq_factor",
+                                       "original_max_position_embeddings"};
     double *dst[] = {&r->factor, &r->low_freq_factor, &r->high_freq_factor};
     int n = r->scaling == ATTN_ROPE_SCALE_LINEAR ? 1 : 4;
+    char key[320];
     for (int i = 0; i < 4; i++) {
         json_t *x = json_object_get(obj, need[i]);
         snprintf(key, sizeof key, "%.200s.%s", path, need[i]);
@@ -113,6 +107,27 @@ static int parse_scaling(attn_rope *r, json_t *obj, const char *src, const char 
     return 0;
 }
 
+/* The "scaling" object: {"type": "linear", "factor": F} or {"type":
+ * "llama3", "factor", "low_freq_factor", "high_freq_factor",
+ * "original_max_position_embeddings"}, as Hugging Face's rope_scaling
+ * (whose "rope_type" is taken for "type"; both may be given when equal). */
+static int parse_scaling(attn_rope *r, json_t *obj, const char *src, const char *path, char *err,
+                         size_t errlen) {
+    char hint[160];
+    if (!json_is_object(obj))
+        return cfg_fail(err, errlen, "%s: %s: must be an object.", src, path);
+    const char *name, *type = NULL;
+    json_t *v;
+    json_object_foreach(obj, name, v) {
+        if (cfg_name_index(name, scaling_keys, N_SCALING_KEYS) < 0)
+            return cfg_fail(err, errlen, "%s: %s.%.60s: unknown key%s.", src, path, name,
+                            cfg_did_you_mean(name, scaling_keys, N_SCALING_KEYS, hint,
+                                             sizeof hint));
+    }
+    if (scaling_type(r, obj, &type, src, path, err, errlen) != 0) return -1;
+    return scaling_numbers(r, obj, type, src, path, err, errlen);
+}
+
 static const char *const rope_keys[] = {"theta", "dim", "style", "scaling"};
 #define N_ROPE_KEYS (int)(sizeof rope_keys / sizeof rope_keys[0])
 
@@ -127,11 +142,9 @@ int attnd_rope_parse(attnd_model_config *mc, json_t *obj, const char *src, const
     const char *name;
     json_t *v;
     json_object_foreach(obj, name, v) {
-        int i = 0;
-        while (i < N_ROPE_KEYS && strcmp(rope_keys[i], name) != 0)
-            i++;
+        int i = cfg_name_index(name, rope_keys, N_ROPE_KEYS);
         snprintf(key, sizeof key, "%.200s.%.60s", path, name);
-        if (i == N_ROPE_KEYS)
+        if (i < 0)
             return cfg_fail(err, errlen, "%s: %s: unknown key%s.", src, key,
                             cfg_did_you_mean(name, rope_keys, N_ROPE_KEYS, hint, sizeof hint));
         int bad = 0;
