@@ -182,70 +182,95 @@ typedef struct {
     size_t count;
 } role_at;
 
+/* The shape of role r's floats: rows x cols, or rows alone (cols 0) for a
+ * bias. hp has num_kv_heads and head_dim filled in. */
+static void role_shape(const attn_hparams *hp, attnd_role r, uint64_t *rows, uint64_t *cols) {
+    uint64_t E = (uint64_t)hp->embed_dim, QD = (uint64_t)hp->num_heads * hp->head_dim;
+    uint64_t KVD = (uint64_t)hp->num_kv_heads * hp->head_dim;
+    const uint64_t R[ROLE_COUNT] = {QD, QD, KVD, KVD, KVD, KVD, E, E};
+    const uint64_t C[ROLE_COUNT] = {E, 0, (uint64_t)hp->kdim, 0, (uint64_t)hp->vdim, 0, QD, 0};
+    *rows = R[r];
+    *cols = C[r];
+}
+
+/* "role q_weight", or for a part of a stacked tensor the three roles it
+ * holds ("roles q_weight, k_weight and v_weight"). */
+static void role_label(char *out, size_t n, attnd_role r, int part) {
+    if (part < 0) {
+        snprintf(out, n, "role %s", role_names[r]);
+        return;
+    }
+    int q = (int)r - 2 * part;
+    snprintf(out, n, "roles %s, %s and %s", role_names[q], role_names[q + 2], role_names[q + 4]);
+}
+
+/* The tensor rs names (after prefix), or its second choice. NULL when
+ * neither is present (a misfit, unless the role is optional) or both are
+ * (a misfit). `role` and `from` only say, in a misfit, what needed it and
+ * who named it. */
+static const st_tensor *lookup_tensor(const st_header *h, const role_src *rs, const char *prefix,
+                                      const char *role, const char *from, misfits *mf) {
+    char name[2200], alt[2200];
+    snprintf(name, sizeof name, "%s%s", prefix, rs->name);
+    const st_tensor *t = st_find(h, name);
+    if (rs->alt) {
+        snprintf(alt, sizeof alt, "%s%s", prefix, rs->alt);
+        const st_tensor *ta = st_find(h, alt);
+        if (t && ta) {
+            misfit(mf, rs->name, "both \"%s\" and \"%s\" are present for %s (name one in "
+                   "\"tensors\")", name, alt, role);
+            return NULL;
+        }
+        if (!t) t = ta;
+    }
+    if (!t && !rs->optional)
+        misfit(mf, rs->name, "tensor \"%s\"%s%s%s is missing (%s, %s)", name,
+               rs->alt ? " (or \"" : "", rs->alt ? alt : "", rs->alt ? "\")" : "", role, from);
+    return t;
+}
+
+/* Whether t is want (ndim 1 or 2); a misfit naming both shapes if not. */
+static int shape_fits(const st_tensor *t, const uint64_t *want, int ndim, const char *src_name,
+                      const char *role, misfits *mf) {
+    int ok = t->ndim == ndim;
+    for (int i = 0; ok && i < ndim; i++)
+        ok = t->shape[i] == want[i];
+    if (!ok) {
+        char got_s[128], want_s[64];
+        shape_text(got_s, sizeof got_s, t->ndim, t->shape);
+        shape_text(want_s, sizeof want_s, ndim, want);
+        misfit(mf, src_name, "tensor \"%s\" has shape %s but needs %s for %s", t->name, got_s,
+               want_s, role);
+    }
+    return ok;
+}
+
 /* Finds the tensor behind role r and checks its dtype and shape; what does
  * not fit goes to mf and leaves at->t NULL. */
 static void find_role(role_at *at, const attn_model *m, attnd_role r,
                       const attnd_model_config *mc, int layout, const st_header *h,
                       misfits *mf) {
-    const attn_hparams *hp = &m->hp; /* num_kv_heads and head_dim filled in */
-    uint64_t E = (uint64_t)hp->embed_dim, QD = (uint64_t)hp->num_heads * hp->head_dim;
-    uint64_t KVD = (uint64_t)hp->num_kv_heads * hp->head_dim;
-    uint64_t rows[ROLE_COUNT] = {QD, QD, KVD, KVD, KVD, KVD, E, E};
-    uint64_t cols[ROLE_COUNT] = {E, 0, (uint64_t)hp->kdim, 0, (uint64_t)hp->vdim, 0, QD, 0};
-    role_src rs = layout_role(layout, r, hp);
+    uint64_t rows, cols;
+    role_shape(&m->hp, r, &rows, &cols);
+    role_src rs = layout_role(layout, r, &m->hp);
     if (mc->tensors[r]) rs = (role_src){mc->tensors[r], NULL, -1, 0};
-    const char *prefix = mc->prefix ? mc->prefix : "";
-    char name[2200], alt[2200], role[64];
+    char role[64], from[64];
+    role_label(role, sizeof role, r, rs.part);
+    snprintf(from, sizeof from, "%s%s", mc->tensors[r] ? "tensors map" : "layout ",
+             mc->tensors[r] ? "" : layout_names[layout]);
     *at = (role_at){NULL, 0, 0};
-    if (rs.part >= 0) { /* one tensor stacks q, k and v: name the three roles */
-        int q = (int)r - 2 * rs.part;
-        snprintf(role, sizeof role, "roles %s, %s and %s", role_names[q], role_names[q + 2],
-                 role_names[q + 4]);
-    } else {
-        snprintf(role, sizeof role, "role %s", role_names[r]);
-    }
-    snprintf(name, sizeof name, "%s%s", prefix, rs.name);
-    const st_tensor *t = st_find(h, name);
-    if (rs.alt) {
-        snprintf(alt, sizeof alt, "%s%s", prefix, rs.alt);
-        const st_tensor *ta = st_find(h, alt);
-        if (t && ta) {
-            misfit(mf, rs.name, "both \"%s\" and \"%s\" are present for %s (name one in "
-                   "\"tensors\")", name, alt, role);
-            return;
-        }
-        if (!t) t = ta;
-    }
-    if (!t && rs.optional) return; /* stays zero */
-    if (!t) {
-        misfit(mf, rs.name, "tensor \"%s\"%s%s%s is missing (%s, %s%s)", name,
-               rs.alt ? " (or \"" : "", rs.alt ? alt : "", rs.alt ? "\")" : "", role,
-               mc->tensors[r] ? "tensors map" : "layout ",
-               mc->tensors[r] ? "" : layout_names[layout]);
-        return;
-    }
+    const st_tensor *t = lookup_tensor(h, &rs, mc->prefix ? mc->prefix : "", role, from, mf);
+    if (!t) return; /* a misfit, or an optional role that stays zero */
     if (t->dtype != ST_F32 && t->dtype != ST_F16 && t->dtype != ST_BF16) {
         misfit(mf, rs.name, "tensor \"%s\": dtype %s cannot be read; weights must be F32, F16 "
                "or BF16", t->name, st_dtype_name(t->dtype));
         return;
     }
     /* The shape the tensor must have: the role's, or 3 parts stacked. */
-    uint64_t parts = rs.part >= 0 ? 3 : 1;
-    uint64_t want[2] = {parts * rows[r], cols[r]};
-    int want_ndim = cols[r] ? 2 : 1;
-    int ok = t->ndim == want_ndim;
-    for (int i = 0; ok && i < want_ndim; i++)
-        ok = t->shape[i] == want[i];
-    if (!ok) {
-        char got_s[128], want_s[64];
-        shape_text(got_s, sizeof got_s, t->ndim, t->shape);
-        shape_text(want_s, sizeof want_s, want_ndim, want);
-        misfit(mf, rs.name, "tensor \"%s\" has shape %s but needs %s for %s", t->name, got_s,
-               want_s, role);
-        return;
-    }
+    uint64_t want[2] = {(rs.part >= 0 ? 3 : 1) * rows, cols};
+    if (!shape_fits(t, want, cols ? 2 : 1, rs.name, role, mf)) return;
     at->t = t;
-    at->count = (size_t)(rows[r] * (cols[r] ? cols[r] : 1));
+    at->count = (size_t)(rows * (cols ? cols : 1));
     at->first = rs.part >= 0 ? (uint64_t)rs.part * at->count : 0;
 }
 
