@@ -245,7 +245,7 @@ static const char *const sections[] = {"server", "batching", "workers", "limits"
 
 /* The message for an unknown key of a section (section NULL: of a model):
  * the nearest key of the same table, or the section a known key belongs in. */
-static int unknown_key(const char *section, const char *name, const char *src, const char *key,
+static int refuse_unknown_key(const char *section, const char *name, const char *src, const char *key,
                        char *err, size_t errlen) {
     cfg_nearest n = {.name = name};
     char hint[160];
@@ -514,7 +514,29 @@ static int parse_ll(const char *s, long long *out) {
     return 0;
 }
 
-/* Stores a value given as text (an env variable or a flag). */
+/* Splits a comma-separated list into at most cap items (pointers into s
+ * and lengths), dropping the spaces around each; returns how many. A list
+ * longer than cap is cut at cap items, so that a cap one past the row's
+ * maximum lets store_strlist refuse it. */
+static int split_commas(const char *s, const char **items, size_t *lens, int cap) {
+    int n = 0;
+    for (const char *p = s; *p && n < cap; n++) {
+        const char *comma = strchr(p, ',');
+        const char *end = comma ? comma : p + strlen(p);
+        while (p < end && *p == ' ')
+            p++;
+        items[n] = p;
+        while (end > p && end[-1] == ' ')
+            end--;
+        lens[n] = (size_t)(end - p);
+        if (!comma) return n + 1;
+        p = comma + 1;
+    }
+    return n;
+}
+
+/* Stores a value given as text (an env variable or a flag); a list is
+ * comma-separated. */
 static int store_text(void *base, const cfg_key *k, const char *s, const char *src, const char *key,
                       char *err, size_t errlen) {
     if (k->type == K_INT || k->type == K_LL) {
@@ -530,25 +552,10 @@ static int store_text(void *base, const cfg_key *k, const char *s, const char *s
         *FIELD(int, base, k->off) = v;
         return 0;
     }
-    if (k->type == K_STRLIST) { /* comma-separated; spaces around items are dropped */
+    if (k->type == K_STRLIST) {
         const char *items[CORS_MAX + 1];
         size_t lens[CORS_MAX + 1];
-        int n = 0;
-        for (const char *p = s; *p && n <= CORS_MAX; n++) {
-            const char *comma = strchr(p, ',');
-            const char *end = comma ? comma : p + strlen(p);
-            while (p < end && *p == ' ')
-                p++;
-            items[n] = p;
-            while (end > p && end[-1] == ' ')
-                end--;
-            lens[n] = (size_t)(end - p);
-            if (!comma) {
-                n++;
-                break;
-            }
-            p = comma + 1;
-        }
+        int n = split_commas(s, items, lens, CORS_MAX + 1);
         return store_strlist(base, k, items, lens, n, src, key, err, errlen);
     }
     return store_string(base, k, s, strlen(s), src, key, err, errlen);
@@ -570,7 +577,7 @@ static int set_default(void *base, const cfg_key *k) {
         *FIELD(long long, base, k->off) = k->def;
         return 0;
     default:
-        return 0; /* lists, names and maps start empty */
+        return 0; /* the rest start as the caller zeroed them: lists, names, K_NUM, objects */
     }
 }
 
@@ -668,7 +675,7 @@ static int parse_model(attnd_model_config *mc, json_t *obj, int idx, const char 
         while (i < N_MODEL_KEYS && strcmp(model_keys[i].key, name) != 0)
             i++;
         snprintf(key, sizeof key, "models[%d].%.100s", idx, name);
-        if (i == N_MODEL_KEYS) return unknown_key(NULL, name, src, key, err, errlen);
+        if (i == N_MODEL_KEYS) return refuse_unknown_key(NULL, name, src, key, err, errlen);
         if (store_json(mc, &model_keys[i], v, src, key, err, errlen) != 0) return -1;
         given[i] = 1;
     }
@@ -742,7 +749,7 @@ static int parse_section(attnd_config *c, const char *section, json_t *obj, cons
             if (strcmp(config_keys[i].section, section) == 0 &&
                 strcmp(config_keys[i].key, name) == 0)
                 k = &config_keys[i];
-        if (!k) return unknown_key(section, name, src, key, err, errlen);
+        if (!k) return refuse_unknown_key(section, name, src, key, err, errlen);
         if (store_json(c, k, v, src, key, err, errlen) != 0) return -1;
     }
     return 0;
