@@ -2,12 +2,12 @@
  * little-endian header length N, N bytes of JSON mapping tensor names to
  * {dtype, shape, data_offsets}, then the raw little-endian data. Every
  * dtype, shape and offset is checked against the file's real size before
- * any data is touched; the data itself is read by weights.c, which also
- * decides which tensors a model needs. Converts F32, F16 and BF16 to float.
+ * any data is touched; the data itself is read by weights.c (with
+ * st_read_full and st_to_f32), which also decides which tensors a model
+ * needs. Converts F32, F16 and BF16 to float.
  */
 #include <errno.h>
 #include <jansson.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,7 +35,6 @@ const char *st_dtype_name(st_dtype d) {
 size_t st_dtype_size(st_dtype d) {
     return (unsigned)d < ST_DTYPE_COUNT ? dtypes[d].size : 0;
 }
-
 
 static uint64_t le64(const unsigned char *b) {
     uint64_t v = 0;

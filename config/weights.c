@@ -74,9 +74,14 @@ static const char *const torch_split_names[ROLE_COUNT] = {
     "v_proj_weight", "in_proj_bias", "out_proj.weight", "out_proj.bias",
 };
 
+/* The roles alternate weight, bias (attnd_role). */
+static int role_is_bias(attnd_role r) {
+    return r % 2 == 1;
+}
+
 static role_src layout_role(int layout, attnd_role r, const attn_hparams *hp) {
     role_src s = {NULL, NULL, -1, 0};
-    int is_bias = r == ROLE_Q_BIAS || r == ROLE_K_BIAS || r == ROLE_V_BIAS || r == ROLE_OUT_BIAS;
+    int is_bias = role_is_bias(r);
     int qkv = r / 2; /* 0 q, 1 k, 2 v, 3 out */
     switch (layout) {
     case LAYOUT_BERT:
@@ -102,12 +107,11 @@ static role_src layout_role(int layout, attnd_role r, const attn_hparams *hp) {
     return s;
 }
 
-
 /* The bytes of a safetensors file: an open file or a buffer. */
 typedef struct {
     int fd;                   /* >= 0: read with pread */
     const unsigned char *mem; /* else: the whole file */
-    size_t len;
+    size_t len;               /* bytes at mem */
 } source;
 
 static int source_read(const source *s, void *dst, size_t n, uint64_t off) {
@@ -284,9 +288,7 @@ static int load_roles(attn_model *m, const attnd_model_config *mc, int layout,
     role_at at[ROLE_COUNT] = {{0}};
     misfits mf = {.text = "", .len = 0, .n = 0};
     for (int r = 0; r < ROLE_COUNT; r++) {
-        int is_bias =
-            r == ROLE_Q_BIAS || r == ROLE_K_BIAS || r == ROLE_V_BIAS || r == ROLE_OUT_BIAS;
-        if (is_bias && !mc->hp.bias) continue; /* stays zero */
+        if (role_is_bias((attnd_role)r) && !mc->hp.bias) continue; /* stays zero */
         find_role(&at[r], m, (attnd_role)r, mc, layout, h, &mf);
     }
     if (mf.n == 1)
