@@ -10,6 +10,7 @@
 #   make bench-decode   KV-cache session steps against re-sending the prefix
 #   make docker-test, make scaleout-test   the image, and replicas behind nginx
 #   make golden-decoder-check  the decoder goldens against Hugging Face transformers
+#   make format-check, make format   clang-format over every tracked .c and .h
 
 CC      ?= cc
 OPT     ?= -O3
@@ -41,7 +42,7 @@ TESTS      := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 BENCHES    := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
 .PHONY: all deps deps-bench test test-unit test-blackbox test-abuse soak asan tsan run bench bench-http bench-decode clean fuzz fuzz-smoke fuzz-long venv
-.PHONY: docker-test scaleout-test golden-decoder-check
+.PHONY: docker-test scaleout-test golden-decoder-check format format-check
 
 all: $(BUILD)/attnd $(LIBS)
 
@@ -254,6 +255,17 @@ docker-test: deps
 scaleout-test: deps
 	$(MAKE) $(BUILD)/attnd venv
 	ATTND_BIN=$(abspath $(BUILD)/attnd) $(VENV)/bin/python tests/deploy/scaleout_test.py
+
+# Debian's clang-format with the checked-in .clang-format, over every .c and
+# .h that git tracks: format-check prints every difference and fails when
+# any file has one; format rewrites the files in place.
+FORMAT_FILES = $(shell git ls-files '*.c' '*.h')
+format-check:
+	@command -v clang-format >/dev/null || { echo "clang-format is missing: run make deps"; exit 1; }
+	clang-format --dry-run -Werror $(FORMAT_FILES)
+format:
+	@command -v clang-format >/dev/null || { echo "clang-format is missing: run make deps"; exit 1; }
+	clang-format -i $(FORMAT_FILES)
 
 clean:
 	rm -rf build build-asan build-tsan build-fuzz
