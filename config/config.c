@@ -245,7 +245,7 @@ static const char *const sections[] = {"server", "batching", "workers", "limits"
 
 /* The message for an unknown key of a section (section NULL: of a model):
  * the nearest key of the same table, or the section a known key belongs in. */
-static int refuse_unknown_key(const char *section, const char *name, const char *src, const char *key,
+static int no_such_key(const char *section, const char *name, const char *src, const char *key,
                        char *err, size_t errlen) {
     cfg_nearest n = {.name = name};
     char hint[160];
@@ -675,7 +675,7 @@ static int parse_model(attnd_model_config *mc, json_t *obj, int idx, const char 
         while (i < N_MODEL_KEYS && strcmp(model_keys[i].key, name) != 0)
             i++;
         snprintf(key, sizeof key, "models[%d].%.100s", idx, name);
-        if (i == N_MODEL_KEYS) return refuse_unknown_key(NULL, name, src, key, err, errlen);
+        if (i == N_MODEL_KEYS) return no_such_key(NULL, name, src, key, err, errlen);
         if (store_json(mc, &model_keys[i], v, src, key, err, errlen) != 0) return -1;
         given[i] = 1;
     }
@@ -749,7 +749,7 @@ static int parse_section(attnd_config *c, const char *section, json_t *obj, cons
             if (strcmp(config_keys[i].section, section) == 0 &&
                 strcmp(config_keys[i].key, name) == 0)
                 k = &config_keys[i];
-        if (!k) return refuse_unknown_key(section, name, src, key, err, errlen);
+        if (!k) return no_such_key(section, name, src, key, err, errlen);
         if (store_json(c, k, v, src, key, err, errlen) != 0) return -1;
     }
     return 0;
