@@ -71,45 +71,64 @@ enum { OPTIONAL = 0, REQUIRED = 1 };
 /* One row of the server table each: the section and key in the file, the
  * range, the default, the attnd_config field it lands in, its flag and its
  * variable (NULL = none), and the line --help prints. */
-#define CFG_INT(sec, name, lo, hi, dflt, field, flag_, env_, help_)                               \
-    {.section = sec, .key = name, .type = K_INT, .min = lo, .max = hi, .def = dflt,               \
-     .off = C_OFF(field), .flag = flag_, .env = env_, .help = help_}
-#define CFG_LL(sec, name, lo, hi, dflt, field, flag_, env_, help_)                                \
-    {.section = sec, .key = name, .type = K_LL, .min = lo, .max = hi, .def = dflt,                \
-     .off = C_OFF(field), .flag = flag_, .env = env_, .help = help_}
-#define CFG_BOOL(sec, name, dflt, field, flag_, env_, help_)                                      \
-    {.section = sec, .key = name, .type = K_BOOL, .min = 0, .max = 1, .def = dflt,                \
-     .off = C_OFF(field), .flag = flag_, .env = env_, .help = help_}
+#define CFG_INT(sec, name, lo, hi, dflt, field, flag_, env_, help_)                                \
+    {                                                                                              \
+        .section = sec, .key = name, .type = K_INT, .min = lo, .max = hi, .def = dflt,             \
+        .off = C_OFF(field), .flag = flag_, .env = env_, .help = help_                             \
+    }
+#define CFG_LL(sec, name, lo, hi, dflt, field, flag_, env_, help_)                                 \
+    {                                                                                              \
+        .section = sec, .key = name, .type = K_LL, .min = lo, .max = hi, .def = dflt,              \
+        .off = C_OFF(field), .flag = flag_, .env = env_, .help = help_                             \
+    }
+#define CFG_BOOL(sec, name, dflt, field, flag_, env_, help_)                                       \
+    {                                                                                              \
+        .section = sec, .key = name, .type = K_BOOL, .min = 0, .max = 1, .def = dflt,              \
+        .off = C_OFF(field), .flag = flag_, .env = env_, .help = help_                             \
+    }
 /* minlen..maxlen bytes, then valid (NULL = any content). */
-#define CFG_STR(sec, name, minlen, maxlen, dflt, valid_, field, flag_, env_, help_)               \
-    {.section = sec, .key = name, .type = K_STR, .min = minlen, .max = maxlen, .def_str = dflt,   \
-     .valid = valid_, .off = C_OFF(field), .flag = flag_, .env = env_, .help = help_}
+#define CFG_STR(sec, name, minlen, maxlen, dflt, valid_, field, flag_, env_, help_)                \
+    {                                                                                              \
+        .section = sec, .key = name, .type = K_STR, .min = minlen, .max = maxlen, .def_str = dflt, \
+        .valid = valid_, .off = C_OFF(field), .flag = flag_, .env = env_, .help = help_            \
+    }
 /* At most `most` strings of 1 to 1024 bytes; their count lands in count_field. */
-#define CFG_STRLIST(sec, name, most, field, count_field, flag_, env_, help_)                      \
-    {.section = sec, .key = name, .type = K_STRLIST, .max = most, .off = C_OFF(field),            \
-     .off_n = C_OFF(count_field), .flag = flag_, .env = env_, .help = help_}
+#define CFG_STRLIST(sec, name, most, field, count_field, flag_, env_, help_)                       \
+    {                                                                                              \
+        .section = sec, .key = name, .type = K_STRLIST, .max = most, .off = C_OFF(field),          \
+        .off_n = C_OFF(count_field), .flag = flag_, .env = env_, .help = help_                     \
+    }
 
 /* One row of the model table each: the key, its range, REQUIRED or
  * OPTIONAL, the attnd_model_config field it lands in, and its help. */
-#define MODEL_INT(name, lo, hi, need, field, help_)                                               \
-    {.key = name, .type = K_INT, .min = lo, .max = hi, .required = need, .off = M_OFF(field),     \
-     .help = help_}
+#define MODEL_INT(name, lo, hi, need, field, help_)                                                \
+    {                                                                                              \
+        .key = name, .type = K_INT, .min = lo, .max = hi, .required = need, .off = M_OFF(field),   \
+        .help = help_                                                                              \
+    }
 /* dflt -1: settled by the layout (decoder.c). */
-#define MODEL_BOOL(name, dflt, field, help_)                                                      \
-    {.key = name, .type = K_BOOL, .min = 0, .max = 1, .def = dflt, .off = M_OFF(field),           \
-     .help = help_}
+#define MODEL_BOOL(name, dflt, field, help_)                                                       \
+    {                                                                                              \
+        .key = name, .type = K_BOOL, .min = 0, .max = 1, .def = dflt, .off = M_OFF(field),         \
+        .help = help_                                                                              \
+    }
 /* A number in (lo, hi]; 0 (not given) means the core's default. */
-#define MODEL_NUM(name, lo, hi, field, help_)                                                     \
-    {.key = name, .type = K_NUM, .min = lo, .max = hi, .off = M_OFF(field), .help = help_}
-#define MODEL_STR(name, minlen, maxlen, dflt, valid_, need, field, help_)                         \
-    {.key = name, .type = K_STR, .min = minlen, .max = maxlen, .def_str = dflt, .valid = valid_,  \
-     .required = need, .off = M_OFF(field), .help = help_}
+#define MODEL_NUM(name, lo, hi, field, help_)                                                      \
+    { .key = name, .type = K_NUM, .min = lo, .max = hi, .off = M_OFF(field), .help = help_ }
+#define MODEL_STR(name, minlen, maxlen, dflt, valid_, need, field, help_)                          \
+    {                                                                                              \
+        .key = name, .type = K_STR, .min = minlen, .max = maxlen, .def_str = dflt,                 \
+        .valid = valid_, .required = need, .off = M_OFF(field), .help = help_                      \
+    }
 /* The model's name, in place in its char array. */
-#define MODEL_NAME(name, field, help_)                                                            \
-    {.key = name, .type = K_NAME, .min = 1, .max = ATTND_NAME_MAX - 1, .valid = valid_name,      \
-     .required = REQUIRED, .off = M_OFF(field), .help = help_}
+#define MODEL_NAME(name, field, help_)                                                             \
+    {                                                                                              \
+        .key = name, .type = K_NAME, .min = 1, .max = ATTND_NAME_MAX - 1, .valid = valid_name,     \
+        .required = REQUIRED, .off = M_OFF(field), .help = help_                                   \
+    }
 /* An object read by its own code (K_ROLEMAP, K_ROPE). */
-#define MODEL_OBJECT(name, kind, help_) {.key = name, .type = kind, .help = help_}
+#define MODEL_OBJECT(name, kind, help_)                                                            \
+    { .key = name, .type = kind, .help = help_ }
 
 /* ---- the rules on string values ---- */
 
@@ -151,7 +170,8 @@ static const cfg_key config_keys[] = {
     CFG_INT("server", "port", 0, 65535, 8080, port, "--port", "ATTND_PORT",
             "TCP port; 0 picks a free one"),
     CFG_INT("server", "http_threads", 0, 256, 0, http_threads, "--http-threads",
-            "ATTND_HTTP_THREADS", "HTTP polling threads; 0 = the CPUs this process may use (max 64)"),
+            "ATTND_HTTP_THREADS",
+            "HTTP polling threads; 0 = the CPUs this process may use (max 64)"),
     CFG_LL("server", "max_body_bytes", 1, 1LL << 34, 67108864, max_body_bytes, NULL,
            "ATTND_MAX_BODY_BYTES", "request body limit, bytes (413 past it)"),
     CFG_INT("server", "request_timeout_ms", 1, 3600000, 30000, request_timeout_ms, NULL,
@@ -173,7 +193,8 @@ static const cfg_key config_keys[] = {
     CFG_STR("server", "api_key_env", 0, 128, "ATTND_API_KEY", valid_envname, api_key_env,
             "--api-key-env", NULL, "env variable holding the API key; \"\" = no key"),
     CFG_STRLIST("server", "cors_origins", CORS_MAX, cors_origins, n_cors_origins, NULL,
-                "ATTND_CORS_ORIGINS", "allowed CORS origins (env: comma-separated); empty = CORS off"),
+                "ATTND_CORS_ORIGINS",
+                "allowed CORS origins (env: comma-separated); empty = CORS off"),
     CFG_STR("server", "log_format", 1, 16, "text", valid_log_format, log_format, "--log-format",
             "ATTND_LOG_FORMAT", "log lines: text | json (one object per line)"),
     CFG_STR("server", "log_level", 1, 16, "info", valid_log_level, log_level, "--log-level",
@@ -194,7 +215,8 @@ static const cfg_key config_keys[] = {
             "threads of the one compute pool; 0 = the CPUs this process may use (affinity, cgroup "
             "quota)"),
     CFG_INT("workers", "blas_threads", 1, 256, 0, blas_threads, "--blas-threads",
-            "ATTND_BLAS_THREADS", "obsolete: the pool gets workers.threads x this (docs/config.md)"),
+            "ATTND_BLAS_THREADS",
+            "obsolete: the pool gets workers.threads x this (docs/config.md)"),
     CFG_INT("limits", "max_tokens_per_request", 1, 1 << 24, 16384, max_tokens_per_request, NULL,
             "ATTND_MAX_TOKENS_PER_REQUEST", "query + key tokens of one request (413 past it)"),
     CFG_LL("limits", "max_attention_floats", 1, 1LL << 40, 16777216, max_attention_floats, NULL,
@@ -252,9 +274,10 @@ static int no_such_key(const char *section, const char *name, const char *src, c
     if (section) {
         for (int i = 0; i < N_CONFIG_KEYS; i++) {
             if (strcmp(config_keys[i].key, name) == 0)
-                return cfg_fail(err, errlen, "%s: %s: unknown key; \"%s\" belongs in \"%s\".",
-                                src, key, name, config_keys[i].section);
-            if (strcmp(config_keys[i].section, section) == 0) cfg_nearest_try(&n, config_keys[i].key);
+                return cfg_fail(err, errlen, "%s: %s: unknown key; \"%s\" belongs in \"%s\".", src,
+                                key, name, config_keys[i].section);
+            if (strcmp(config_keys[i].section, section) == 0)
+                cfg_nearest_try(&n, config_keys[i].key);
         }
     } else {
         for (int i = 0; i < N_MODEL_KEYS; i++)
@@ -329,10 +352,11 @@ static const char *rule_broken(const cfg_key *k, const char *s) {
  * src names where it came from (the file, a variable or a flag). */
 static int store_string(void *base, const cfg_key *k, const char *s, size_t len, const char *src,
                         const char *key, char *err, size_t errlen) {
-    if (memchr(s, '\0', len)) return cfg_fail(err, errlen, "%s: %s: holds a NUL character.", src, key);
+    if (memchr(s, '\0', len))
+        return cfg_fail(err, errlen, "%s: %s: holds a NUL character.", src, key);
     if ((long long)len < k->min || (long long)len > k->max)
-        return cfg_fail(err, errlen, "%s: %s: length %zu is out of range [%lld, %lld].", src, key, len,
-                    k->min, k->max);
+        return cfg_fail(err, errlen, "%s: %s: length %zu is out of range [%lld, %lld].", src, key,
+                        len, k->min, k->max);
     const char *why = rule_broken(k, s);
     if (why) return cfg_fail(err, errlen, "%s: %s: \"%s\" %s.", src, key, s, why);
     if (k->type == K_NAME) {
@@ -347,8 +371,8 @@ static int store_string(void *base, const cfg_key *k, const char *s, size_t len,
 static int store_number(void *base, const cfg_key *k, long long v, const char *src, const char *key,
                         char *err, size_t errlen) {
     if (v < k->min || v > k->max)
-        return cfg_fail(err, errlen, "%s: %s: %lld is out of range [%lld, %lld].", src, key, v, k->min,
-                    k->max);
+        return cfg_fail(err, errlen, "%s: %s: %lld is out of range [%lld, %lld].", src, key, v,
+                        k->min, k->max);
     if (k->type == K_LL)
         *FIELD(long long, base, k->off) = v;
     else
@@ -374,8 +398,8 @@ static int store_strlist(void *base, const cfg_key *k, const char **items, const
     }
     for (; made < n; made++) {
         if (lens[made] < 1 || lens[made] > 1024 || memchr(items[made], '\0', lens[made])) {
-            cfg_fail(err, errlen, "%s: %s[%d]: must be a non-empty string of at most 1024 bytes.", src,
-                 key, made);
+            cfg_fail(err, errlen, "%s: %s[%d]: must be a non-empty string of at most 1024 bytes.",
+                     src, key, made);
             goto cleanup;
         }
         list[made] = strndup(items[made], lens[made]);
@@ -402,7 +426,7 @@ static int store_rolemap(attnd_model_config *mc, json_t *v, const char *src, con
                          char *err, size_t errlen) {
     if (!json_is_object(v))
         return cfg_fail(err, errlen, "%s: %s: must be an object of strings, not %s.", src, key,
-                    json_type_name(v));
+                        json_type_name(v));
     const char *role;
     json_t *name;
     json_object_foreach(v, role, name) {
@@ -421,11 +445,11 @@ static int store_rolemap(attnd_model_config *mc, json_t *v, const char *src, con
         }
         if (!json_is_string(name))
             return cfg_fail(err, errlen, "%s: %s.%s: must be a string, not %s.", src, key, role,
-                        json_type_name(name));
+                            json_type_name(name));
         size_t len = json_string_length(name);
         if (len < 1 || len > 1024 || memchr(json_string_value(name), '\0', len))
-            return cfg_fail(err, errlen, "%s: %s.%s: must be a tensor name of 1 to 1024 bytes.", src,
-                        key, role);
+            return cfg_fail(err, errlen, "%s: %s.%s: must be a tensor name of 1 to 1024 bytes.",
+                            src, key, role);
         if (set_str(&mc->tensors[r], json_string_value(name)) != 0)
             return cfg_fail(err, errlen, "%s: %s: out of memory.", src, key);
     }
@@ -664,7 +688,7 @@ static int parse_model(attnd_model_config *mc, json_t *obj, int idx, const char 
     snprintf(key, sizeof key, "models[%d]", idx);
     if (!json_is_object(obj))
         return cfg_fail(err, errlen, "%s: %s: must be an object, not %s.", src, key,
-                    json_type_name(obj));
+                        json_type_name(obj));
     for (int i = 0; i < N_MODEL_KEYS; i++)
         if (set_default(mc, &model_keys[i]) != 0)
             return cfg_fail(err, errlen, "%s: %s: out of memory.", src, key);
@@ -681,8 +705,8 @@ static int parse_model(attnd_model_config *mc, json_t *obj, int idx, const char 
     }
     for (int i = 0; i < N_MODEL_KEYS; i++)
         if (model_keys[i].required && !given[i])
-            return cfg_fail(err, errlen, "%s: models[%d].%s: missing; every model needs it.", src, idx,
-                        model_keys[i].key);
+            return cfg_fail(err, errlen, "%s: models[%d].%s: missing; every model needs it.", src,
+                            idx, model_keys[i].key);
     if (attnd_model_check(mc, idx, src, err, errlen) != 0) return -1;
     snprintf(key, sizeof key, "models[%d].weights", idx);
     return resolve_weights(mc, dir, check_files, src, key, err, errlen);
@@ -697,8 +721,8 @@ static int parse_models(attnd_config *c, json_t *arr, const char *dir, int check
         goto cleanup;
     }
     if (json_array_size(arr) > MODELS_MAX) {
-        cfg_fail(err, errlen, "%s: models: %zu models, at most %d allowed.", src, json_array_size(arr),
-             MODELS_MAX);
+        cfg_fail(err, errlen, "%s: models: %zu models, at most %d allowed.", src,
+                 json_array_size(arr), MODELS_MAX);
         goto cleanup;
     }
     size_t want = json_array_size(arr);
@@ -716,8 +740,9 @@ static int parse_models(attnd_config *c, json_t *arr, const char *dir, int check
         }
         for (int j = 0; j < n; j++) {
             if (strcmp(models[j].name, mc->name) == 0) {
-                cfg_fail(err, errlen, "%s: models[%d].name: \"%s\" is already the name of models[%d].",
-                     src, n, mc->name, j);
+                cfg_fail(err, errlen,
+                         "%s: models[%d].name: \"%s\" is already the name of models[%d].", src, n,
+                         mc->name, j);
                 n++;
                 goto cleanup;
             }
@@ -738,7 +763,7 @@ static int parse_section(attnd_config *c, const char *section, json_t *obj, cons
                          char *err, size_t errlen) {
     if (!json_is_object(obj))
         return cfg_fail(err, errlen, "%s: %s: must be an object, not %s.", src, section,
-                    json_type_name(obj));
+                        json_type_name(obj));
     const char *name;
     json_t *v;
     json_object_foreach(obj, name, v) {
@@ -764,12 +789,12 @@ int attnd_config_load_mem(attnd_config *c, const char *text, size_t len, const c
     root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
     if (!root) {
         cfg_fail(err, errlen, "%s: not valid JSON (line %d, column %d): %s.", file, jerr.line,
-             jerr.column, jerr.text);
+                 jerr.column, jerr.text);
         goto cleanup;
     }
     if (!json_is_object(root)) {
         cfg_fail(err, errlen, "%s: the top level must be an object, not %s.", file,
-             json_type_name(root));
+                 json_type_name(root));
         goto cleanup;
     }
     dir = folder_of(file);
@@ -800,8 +825,7 @@ cleanup:
     return rc;
 }
 
-static int load_file(attnd_config *c, const char *path, int check_files, char *err,
-                     size_t errlen) {
+static int load_file(attnd_config *c, const char *path, int check_files, char *err, size_t errlen) {
     FILE *f = NULL;
     char *text = NULL;
     int rc = -1;

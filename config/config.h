@@ -15,43 +15,43 @@
 
 typedef struct {
     /* server */
-    char *host;               /* "0.0.0.0" */
-    int port;                 /* 8080; 0 = pick a free port (tests) */
-    int http_threads;         /* libmicrohttpd polling threads; 0 = auto (server/cpus.c) */
-    long long max_body_bytes; /* request body limit, bytes -> 413 */
-    int request_timeout_ms;   /* admission to answer; past it -> 504 */
-    int max_connections;      /* concurrent connections accepted */
-    int connection_timeout_s; /* idle connection timeout, seconds */
-    int header_timeout_ms;    /* connection start or last answer -> end of headers, ms */
-    int body_timeout_ms;      /* end of headers -> last body byte, ms */
+    char *host;                        /* "0.0.0.0" */
+    int port;                          /* 8080; 0 = pick a free port (tests) */
+    int http_threads;                  /* libmicrohttpd polling threads; 0 = auto (server/cpus.c) */
+    long long max_body_bytes;          /* request body limit, bytes -> 413 */
+    int request_timeout_ms;            /* admission to answer; past it -> 504 */
+    int max_connections;               /* concurrent connections accepted */
+    int connection_timeout_s;          /* idle connection timeout, seconds */
+    int header_timeout_ms;             /* connection start or last answer -> end of headers, ms */
+    int body_timeout_ms;               /* end of headers -> last body byte, ms */
     long long max_buffered_body_bytes; /* body bytes held over all connections -> 429 */
-    int drain_grace_s;        /* SIGTERM -> requests cut short and exit 5, seconds */
-    char *api_key_env;        /* name of the env variable holding the API key */
-    char **cors_origins;      /* allowed origins; n_cors_origins == 0 = CORS off */
+    int drain_grace_s;                 /* SIGTERM -> requests cut short and exit 5, seconds */
+    char *api_key_env;                 /* name of the env variable holding the API key */
+    char **cors_origins;               /* allowed origins; n_cors_origins == 0 = CORS off */
     int n_cors_origins;
-    char *log_format;         /* "text" | "json" */
-    char *log_level;          /* "debug" | "info" | "warn" | "error": the least level logged */
-    int access_log;           /* 1: one line per request */
+    char *log_format; /* "text" | "json" */
+    char *log_level;  /* "debug" | "info" | "warn" | "error": the least level logged */
+    int access_log;   /* 1: one line per request */
     /* batching */
-    int max_batch_tokens;     /* query + key tokens per batch */
-    int max_batch_requests;   /* 1 = batching off */
-    int max_queue_delay_us;   /* while compute is idle, how long a batch waits for company */
-    int max_queue_requests;   /* queued requests per model; past it -> 429 */
+    int max_batch_tokens;   /* query + key tokens per batch */
+    int max_batch_requests; /* 1 = batching off */
+    int max_queue_delay_us; /* while compute is idle, how long a batch waits for company */
+    int max_queue_requests; /* queued requests per model; past it -> 429 */
     /* workers */
-    int worker_threads;       /* threads of the one compute pool; 0 = auto (server/cpus.c) */
-    int blas_threads;         /* obsolete; 0 = not given, else the pool gets worker_threads x this */
+    int worker_threads; /* threads of the one compute pool; 0 = auto (server/cpus.c) */
+    int blas_threads;   /* obsolete; 0 = not given, else the pool gets worker_threads x this */
     /* limits */
-    int max_tokens_per_request;     /* query + key tokens -> 413 */
-    long long max_attention_floats; /* floats of a requested attention matrix -> 413 */
-    int max_sessions;               /* KV-cache sessions open at once -> 429 */
-    long long max_session_bytes;    /* all sessions' caches, bytes -> 429 */
+    int max_tokens_per_request;       /* query + key tokens -> 413 */
+    long long max_attention_floats;   /* floats of a requested attention matrix -> 413 */
+    int max_sessions;                 /* KV-cache sessions open at once -> 429 */
+    long long max_session_bytes;      /* all sessions' caches, bytes -> 429 */
     long long max_session_bytes_each; /* one session's cache, bytes -> 413 */
-    int session_idle_s;             /* a session unused this long ends, seconds */
+    int session_idle_s;               /* a session unused this long ends, seconds */
     /* models */
     attnd_model_config *models;
     int n_models;
     /* where it came from */
-    char *config_path;        /* NULL when no config file */
+    char *config_path; /* NULL when no config file */
 } attnd_config;
 
 /* Fills every default (and no models). Returns 0 or -1 (out of memory). */
@@ -77,8 +77,8 @@ enum { ATTND_WANT_RUN = 0, ATTND_WANT_HELP = 1, ATTND_WANT_VERSION = 2 };
  * (and reads nothing else). Returns 0; -1 with err set when the config,
  * a flag or a variable is wrong; -2 with err set when a model's weights
  * file cannot be opened (the config itself is sound). */
-int attnd_config_from_args(attnd_config *c, int argc, char **argv, int *want_help,
-                           char *err, size_t errlen);
+int attnd_config_from_args(attnd_config *c, int argc, char **argv, int *want_help, char *err,
+                           size_t errlen);
 
 /* log_format and log_level as --log-format / --log-level or
  * ATTND_LOG_FORMAT / ATTND_LOG_LEVEL give them, before anything else is

@@ -35,18 +35,21 @@ static int positive(const json_t *v, double max, double *out, const char *src, c
 
 static int integer(const json_t *v, long long lo, long long hi, int *out, const char *src,
                    const char *key, char *err, size_t errlen) {
-    if (!json_is_integer(v))
-        return cfg_fail(err, errlen, "%s: %s: must be an integer.", src, key);
+    if (!json_is_integer(v)) return cfg_fail(err, errlen, "%s: %s: must be an integer.", src, key);
     long long x = json_integer_value(v);
     if (x < lo || x > hi)
-        return cfg_fail(err, errlen, "%s: %s: %lld is out of range [%lld, %lld].", src, key, x,
-                        lo, hi);
+        return cfg_fail(err, errlen, "%s: %s: %lld is out of range [%lld, %lld].", src, key, x, lo,
+                        hi);
     *out = (int)x;
     return 0;
 }
 
 static const char *const scaling_keys[] = {
-    "type", "rope_type", "factor", "low_freq_factor", "high_freq_factor",
+    "type",
+    "rope_type",
+    "factor",
+    "low_freq_factor",
+    "high_freq_factor",
     "original_max_position_embeddings",
 };
 #define N_SCALING_KEYS (int)(sizeof scaling_keys / sizeof scaling_keys[0])
@@ -72,8 +75,8 @@ static int scaling_type(attn_rope *r, json_t *obj, const char **type, const char
     else if (strcmp(*type, "llama3") == 0)
         r->scaling = ATTN_ROPE_SCALE_LLAMA3;
     else
-        return cfg_fail(err, errlen, "%s: %s: \"%.60s\" is not \"linear\" or \"llama3\".", src,
-                        key, *type);
+        return cfg_fail(err, errlen, "%s: %s: \"%.60s\" is not \"linear\" or \"llama3\".", src, key,
+                        *type);
     return 0;
 }
 
@@ -102,8 +105,8 @@ static int scaling_numbers(attn_rope *r, json_t *obj, const char *type, const ch
     }
     if (r->scaling == ATTN_ROPE_SCALE_LLAMA3 && !(r->high_freq_factor > r->low_freq_factor))
         return cfg_fail(err, errlen,
-                        "%s: %s.high_freq_factor: %g must be greater than low_freq_factor %g.",
-                        src, path, r->high_freq_factor, r->low_freq_factor);
+                        "%s: %s.high_freq_factor: %g must be greater than low_freq_factor %g.", src,
+                        path, r->high_freq_factor, r->low_freq_factor);
     return 0;
 }
 
@@ -114,15 +117,14 @@ static int scaling_numbers(attn_rope *r, json_t *obj, const char *type, const ch
 static int parse_scaling(attn_rope *r, json_t *obj, const char *src, const char *path, char *err,
                          size_t errlen) {
     char hint[160];
-    if (!json_is_object(obj))
-        return cfg_fail(err, errlen, "%s: %s: must be an object.", src, path);
+    if (!json_is_object(obj)) return cfg_fail(err, errlen, "%s: %s: must be an object.", src, path);
     const char *name, *type = NULL;
     json_t *v;
     json_object_foreach(obj, name, v) {
         if (cfg_name_index(name, scaling_keys, N_SCALING_KEYS) < 0)
-            return cfg_fail(err, errlen, "%s: %s.%.60s: unknown key%s.", src, path, name,
-                            cfg_did_you_mean(name, scaling_keys, N_SCALING_KEYS, hint,
-                                             sizeof hint));
+            return cfg_fail(
+                err, errlen, "%s: %s.%.60s: unknown key%s.", src, path, name,
+                cfg_did_you_mean(name, scaling_keys, N_SCALING_KEYS, hint, sizeof hint));
     }
     if (scaling_type(r, obj, &type, src, path, err, errlen) != 0) return -1;
     return scaling_numbers(r, obj, type, src, path, err, errlen);
@@ -179,8 +181,7 @@ static void layout_defaults(attnd_model_config *mc) {
     if (mc->hp.causal < 0) mc->hp.causal = llama;
 }
 
-int attnd_model_check(attnd_model_config *mc, int idx, const char *src, char *err,
-                      size_t errlen) {
+int attnd_model_check(attnd_model_config *mc, int idx, const char *src, char *err, size_t errlen) {
     attn_hparams *hp = &mc->hp;
     int E = hp->embed_dim, H = hp->num_heads;
     layout_defaults(mc);
@@ -207,8 +208,8 @@ int attnd_model_check(attnd_model_config *mc, int idx, const char *src, char *er
     if (hp->rope.dim == -1) hp->rope.dim = D;
     if (hp->rope.dim > D)
         return cfg_fail(err, errlen,
-                        "%s: models[%d].rope.dim: %d is wider than a head (%d columns).", src,
-                        idx, hp->rope.dim, D);
+                        "%s: models[%d].rope.dim: %d is wider than a head (%d columns).", src, idx,
+                        hp->rope.dim, D);
     if (hp->rope.dim && (hp->kdim != E || hp->vdim != E))
         return cfg_fail(err, errlen,
                         "%s: models[%d].rope: rotary positions need self-attention, so kdim "
@@ -216,7 +217,7 @@ int attnd_model_check(attnd_model_config *mc, int idx, const char *src, char *er
                         src, idx, hp->kdim, hp->vdim, E);
     if (mc->max_positions && !hp->rope.dim)
         return cfg_fail(err, errlen,
-                        "%s: models[%d].max_positions: only a model with rope has positions.",
-                        src, idx);
+                        "%s: models[%d].max_positions: only a model with rope has positions.", src,
+                        idx);
     return 0;
 }

@@ -19,7 +19,6 @@ int attnd_rope_parse(attnd_model_config *mc, json_t *obj, const char *src, const
 /* After every key of models[idx] is read: settles the defaults that depend
  * on other keys (kdim, vdim, bias and causal by layout, rope.dim) and
  * refuses every bad combination, naming the key and the reason. */
-int attnd_model_check(attnd_model_config *mc, int idx, const char *src, char *err,
-                      size_t errlen);
+int attnd_model_check(attnd_model_config *mc, int idx, const char *src, char *err, size_t errlen);
 
 #endif

@@ -38,7 +38,8 @@ static int edit_distance(const char *a, const char *b) {
         d[0][j] = (int)j;
     for (size_t i = 1; i <= n; i++) {
         for (size_t j = 1; j <= m; j++) {
-            char x = (char)tolower((unsigned char)a[i - 1]), y = (char)tolower((unsigned char)b[j - 1]);
+            char x = (char)tolower((unsigned char)a[i - 1]),
+                 y = (char)tolower((unsigned char)b[j - 1]);
             int best = d[i - 1][j - 1] + (x != y);
             if (d[i - 1][j] + 1 < best) best = d[i - 1][j] + 1;
             if (d[i][j - 1] + 1 < best) best = d[i][j - 1] + 1;

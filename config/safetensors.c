@@ -14,8 +14,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "safetensors.h"
 #include "refuse.h"
+#include "safetensors.h"
 
 static const struct {
     const char *name;
@@ -100,19 +100,20 @@ static int header_length(const unsigned char *b8, uint64_t file_size, const char
                          char *err, size_t errlen) {
     if (file_size < 8)
         return cfg_fail(err, errlen,
-                    "%s: file is %llu bytes, too short for the 8-byte header length "
-                    "(truncated, or not a safetensors file).",
-                    file, (unsigned long long)file_size);
+                        "%s: file is %llu bytes, too short for the 8-byte header length "
+                        "(truncated, or not a safetensors file).",
+                        file, (unsigned long long)file_size);
     *n = le64(b8);
     if (*n > ST_MAX_HEADER)
-        return cfg_fail(err, errlen,
-                    "%s: absurd header length %llu (at most %llu bytes); not a safetensors file.",
-                    file, (unsigned long long)*n, (unsigned long long)ST_MAX_HEADER);
+        return cfg_fail(
+            err, errlen,
+            "%s: absurd header length %llu (at most %llu bytes); not a safetensors file.", file,
+            (unsigned long long)*n, (unsigned long long)ST_MAX_HEADER);
     if (*n > file_size - 8)
         return cfg_fail(err, errlen,
-                    "%s: header length %llu runs past the end of the file (%llu bytes); "
-                    "truncated?",
-                    file, (unsigned long long)*n, (unsigned long long)file_size);
+                        "%s: header length %llu runs past the end of the file (%llu bytes); "
+                        "truncated?",
+                        file, (unsigned long long)*n, (unsigned long long)file_size);
     return 0;
 }
 
@@ -126,28 +127,31 @@ static int get_u64(const json_t *v, uint64_t *out) {
 static int parse_entry(st_tensor *t, const char *name, json_t *v, uint64_t data_size,
                        const char *file, char *err, size_t errlen) {
     if (!json_is_object(v))
-        return cfg_fail(err, errlen, "%s: tensor \"%s\": header entry is not an object.", file, name);
+        return cfg_fail(err, errlen, "%s: tensor \"%s\": header entry is not an object.", file,
+                        name);
     json_t *dt = json_object_get(v, "dtype");
     if (!json_is_string(dt))
-        return cfg_fail(err, errlen, "%s: tensor \"%s\": missing or non-string \"dtype\".", file, name);
+        return cfg_fail(err, errlen, "%s: tensor \"%s\": missing or non-string \"dtype\".", file,
+                        name);
     int d = 0;
     while (d < ST_DTYPE_COUNT && strcmp(dtypes[d].name, json_string_value(dt)) != 0)
         d++;
     if (d == ST_DTYPE_COUNT)
         return cfg_fail(err, errlen, "%s: tensor \"%s\": unknown dtype \"%.32s\".", file, name,
-                    json_string_value(dt));
+                        json_string_value(dt));
     t->dtype = (st_dtype)d;
     json_t *shape = json_object_get(v, "shape");
     if (!json_is_array(shape) || json_array_size(shape) > ST_MAX_DIMS)
         return cfg_fail(err, errlen,
-                    "%s: tensor \"%s\": \"shape\" must be an array of at most %d integers.", file,
-                    name, ST_MAX_DIMS);
+                        "%s: tensor \"%s\": \"shape\" must be an array of at most %d integers.",
+                        file, name, ST_MAX_DIMS);
     t->ndim = (int)json_array_size(shape);
     t->numel = 1;
     for (int i = 0; i < t->ndim; i++) {
         if (get_u64(json_array_get(shape, (size_t)i), &t->shape[i]) != 0)
-            return cfg_fail(err, errlen, "%s: tensor \"%s\": shape[%d] is not a non-negative integer.",
-                        file, name, i);
+            return cfg_fail(err, errlen,
+                            "%s: tensor \"%s\": shape[%d] is not a non-negative integer.", file,
+                            name, i);
         if (t->shape[i] && t->numel > UINT64_MAX / 8 / t->shape[i])
             return cfg_fail(err, errlen, "%s: tensor \"%s\": shape is absurdly large.", file, name);
         t->numel *= t->shape[i];
@@ -157,24 +161,24 @@ static int parse_entry(st_tensor *t, const char *name, json_t *v, uint64_t data_
         get_u64(json_array_get(off, 0), &t->begin) != 0 ||
         get_u64(json_array_get(off, 1), &t->end) != 0)
         return cfg_fail(err, errlen,
-                    "%s: tensor \"%s\": \"data_offsets\" must be two non-negative integers.", file,
-                    name);
+                        "%s: tensor \"%s\": \"data_offsets\" must be two non-negative integers.",
+                        file, name);
     if (t->begin > t->end)
-        return cfg_fail(err, errlen, "%s: tensor \"%s\": data_offsets [%llu, %llu] are reversed.", file,
-                    name, (unsigned long long)t->begin, (unsigned long long)t->end);
+        return cfg_fail(err, errlen, "%s: tensor \"%s\": data_offsets [%llu, %llu] are reversed.",
+                        file, name, (unsigned long long)t->begin, (unsigned long long)t->end);
     if (t->end > data_size)
         return cfg_fail(err, errlen,
-                    "%s: tensor \"%s\": data_offsets [%llu, %llu] run past the end of the file "
-                    "(%llu data bytes); truncated?",
-                    file, name, (unsigned long long)t->begin, (unsigned long long)t->end,
-                    (unsigned long long)data_size);
+                        "%s: tensor \"%s\": data_offsets [%llu, %llu] run past the end of the file "
+                        "(%llu data bytes); truncated?",
+                        file, name, (unsigned long long)t->begin, (unsigned long long)t->end,
+                        (unsigned long long)data_size);
     uint64_t need = t->numel * dtypes[d].size;
     if (t->end - t->begin != need)
         return cfg_fail(err, errlen,
-                    "%s: tensor \"%s\": data_offsets span %llu bytes but %s with %llu elements "
-                    "needs %llu.",
-                    file, name, (unsigned long long)(t->end - t->begin), dtypes[d].name,
-                    (unsigned long long)t->numel, (unsigned long long)need);
+                        "%s: tensor \"%s\": data_offsets span %llu bytes but %s with %llu elements "
+                        "needs %llu.",
+                        file, name, (unsigned long long)(t->end - t->begin), dtypes[d].name,
+                        (unsigned long long)t->numel, (unsigned long long)need);
     return 0;
 }
 
@@ -204,8 +208,8 @@ static int check_overlap(const st_header *h, const char *file, char *err, size_t
     for (int i = 1; i < n; i++) {
         if (s[i].begin < s[i - 1].end) {
             cfg_fail(err, errlen, "%s: tensors \"%s\" and \"%s\" overlap (bytes %llu..%llu).", file,
-                 h->tensors[s[i - 1].idx].name, h->tensors[s[i].idx].name,
-                 (unsigned long long)s[i].begin, (unsigned long long)s[i - 1].end);
+                     h->tensors[s[i - 1].idx].name, h->tensors[s[i].idx].name,
+                     (unsigned long long)s[i].begin, (unsigned long long)s[i - 1].end);
             goto cleanup;
         }
     }
@@ -228,14 +232,14 @@ int st_header_parse(st_header *h, const unsigned char *buf, size_t len, uint64_t
     if (header_length(buf, file_size, file, &n, err, errlen) != 0) goto cleanup;
     if (len - 8 < n) {
         cfg_fail(err, errlen, "%s: header truncated (%zu of %llu bytes).", file, len - 8,
-             (unsigned long long)n);
+                 (unsigned long long)n);
         goto cleanup;
     }
     json_error_t jerr;
     root = json_loadb((const char *)buf + 8, (size_t)n, JSON_REJECT_DUPLICATES, &jerr);
     if (!root) {
         cfg_fail(err, errlen, "%s: header is not valid JSON (column %d): %s.", file, jerr.column,
-             jerr.text);
+                 jerr.text);
         goto cleanup;
     }
     if (!json_is_object(root)) {
@@ -303,12 +307,14 @@ int st_header_read(st_header *h, int fd, const char *file, char *err, size_t err
     if (header_length(b8, size, file, &n, err, errlen) != 0) goto cleanup;
     buf = malloc((size_t)(8 + n));
     if (!buf) {
-        cfg_fail(err, errlen, "%s: out of memory for a %llu-byte header.", file, (unsigned long long)n);
+        cfg_fail(err, errlen, "%s: out of memory for a %llu-byte header.", file,
+                 (unsigned long long)n);
         goto cleanup;
     }
     memcpy(buf, b8, 8);
     if (st_read_full(fd, buf + 8, (size_t)n, 8) != 0) {
-        cfg_fail(err, errlen, "%s: cannot read the header: %s.", file, strerror(errno ? errno : EIO));
+        cfg_fail(err, errlen, "%s: cannot read the header: %s.", file,
+                 strerror(errno ? errno : EIO));
         goto cleanup;
     }
     rc = st_header_parse(h, buf, (size_t)(8 + n), size, file, err, errlen);

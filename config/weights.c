@@ -25,10 +25,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "weights.h"
 #include "default_model.h"
 #include "refuse.h"
 #include "safetensors.h"
+#include "weights.h"
 
 static const char *const role_names[ROLE_COUNT] = {
     "q_weight", "q_bias", "k_weight", "k_bias", "v_weight", "v_bias", "out_weight", "out_bias",
@@ -141,14 +141,14 @@ static int read_floats(float *dst, const source *src, const st_header *h, const 
         uint64_t off = h->data_start + t->begin + (first + done) * esz;
         if (source_read(src, buf, n * esz, off) != 0)
             return cfg_fail(err, errlen,
-                        "%s: tensor \"%s\": cannot read its data (file changed or "
-                        "truncated).",
-                        file, t->name);
+                            "%s: tensor \"%s\": cannot read its data (file changed or "
+                            "truncated).",
+                            file, t->name);
         st_to_f32(dst + done, buf, t->dtype, n);
         for (size_t i = 0; i < n; i++)
             if (!isfinite(dst[done + i]))
                 return cfg_fail(err, errlen, "%s: tensor \"%s\": element %llu is NaN or Inf.", file,
-                            t->name, (unsigned long long)(first + done + i));
+                                t->name, (unsigned long long)(first + done + i));
         done += n;
     }
     return 0;
@@ -157,9 +157,9 @@ static int read_floats(float *dst, const source *src, const st_header *h, const 
 /* What does not fit between a model and its file, gathered over every role
  * so that one message names it all. */
 typedef struct {
-    char text[2048]; /* "; "-separated sentences, cut short when full */
-    size_t len;      /* strlen(text) */
-    int n;           /* problems found, at most one per role */
+    char text[2048];               /* "; "-separated sentences, cut short when full */
+    size_t len;                    /* strlen(text) */
+    int n;                         /* problems found, at most one per role */
     const char *names[ROLE_COUNT]; /* role_src names reported: a tensor that stacks
                                       q, k and v is reported once, not per part */
 } misfits;
@@ -221,8 +221,10 @@ static const st_tensor *lookup_tensor(const st_header *h, const role_src *rs, co
         snprintf(alt, sizeof alt, "%s%s", prefix, rs->alt);
         const st_tensor *ta = st_find(h, alt);
         if (t && ta) {
-            misfit(mf, rs->name, "both \"%s\" and \"%s\" are present for %s (name one in "
-                   "\"tensors\")", name, alt, role);
+            misfit(mf, rs->name,
+                   "both \"%s\" and \"%s\" are present for %s (name one in "
+                   "\"tensors\")",
+                   name, alt, role);
             return NULL;
         }
         if (!t) t = ta;
@@ -251,9 +253,8 @@ static int shape_fits(const st_tensor *t, const uint64_t *want, int ndim, const 
 
 /* Finds the tensor behind role r and checks its dtype and shape; what does
  * not fit goes to mf and leaves at->t NULL. */
-static void find_role(role_at *at, const attn_model *m, attnd_role r,
-                      const attnd_model_config *mc, int layout, const st_header *h,
-                      misfits *mf) {
+static void find_role(role_at *at, const attn_model *m, attnd_role r, const attnd_model_config *mc,
+                      int layout, const st_header *h, misfits *mf) {
     uint64_t rows, cols;
     role_shape(&m->hp, r, &rows, &cols);
     role_src rs = layout_role(layout, r, &m->hp);
@@ -266,8 +267,10 @@ static void find_role(role_at *at, const attn_model *m, attnd_role r,
     const st_tensor *t = lookup_tensor(h, &rs, mc->prefix ? mc->prefix : "", role, from, mf);
     if (!t) return; /* a misfit, or an optional role that stays zero */
     if (t->dtype != ST_F32 && t->dtype != ST_F16 && t->dtype != ST_BF16) {
-        misfit(mf, rs.name, "tensor \"%s\": dtype %s cannot be read; weights must be F32, F16 "
-               "or BF16", t->name, st_dtype_name(t->dtype));
+        misfit(mf, rs.name,
+               "tensor \"%s\": dtype %s cannot be read; weights must be F32, F16 "
+               "or BF16",
+               t->name, st_dtype_name(t->dtype));
         return;
     }
     /* The shape the tensor must have: the role's, or 3 parts stacked. */
@@ -280,9 +283,8 @@ static void find_role(role_at *at, const attn_model *m, attnd_role r,
 
 /* Checks every role's tensor, refusing with one message that names each
  * missing, unreadable or wrong-shaped one, then reads them. */
-static int load_roles(attn_model *m, const attnd_model_config *mc, int layout,
-                      const st_header *h, const source *src, const char *file, char *err,
-                      size_t errlen) {
+static int load_roles(attn_model *m, const attnd_model_config *mc, int layout, const st_header *h,
+                      const source *src, const char *file, char *err, size_t errlen) {
     const attn_hparams *hp = &m->hp;
     float *dst[ROLE_COUNT] = {m->q_w, m->q_b, m->k_w, m->k_b, m->v_w, m->v_b, m->out_w, m->out_b};
     role_at at[ROLE_COUNT] = {{0}};
@@ -295,8 +297,8 @@ static int load_roles(attn_model *m, const attnd_model_config *mc, int layout,
         return cfg_fail(err, errlen,
                         "%s: %s, for model \"%s\" (embed_dim %d, kdim %d, vdim %d, num_heads %d, "
                         "num_kv_heads %d, head_dim %d).",
-                        file, mf.text, mc->name, hp->embed_dim, hp->kdim, hp->vdim,
-                        hp->num_heads, hp->num_kv_heads, hp->head_dim);
+                        file, mf.text, mc->name, hp->embed_dim, hp->kdim, hp->vdim, hp->num_heads,
+                        hp->num_kv_heads, hp->head_dim);
     if (mf.n > 1)
         return cfg_fail(err, errlen,
                         "%s: %d tensors do not fit model \"%s\" (embed_dim %d, kdim %d, vdim %d, "
@@ -304,8 +306,8 @@ static int load_roles(attn_model *m, const attnd_model_config *mc, int layout,
                         file, mf.n, mc->name, hp->embed_dim, hp->kdim, hp->vdim, hp->num_heads,
                         hp->num_kv_heads, hp->head_dim, mf.text);
     for (int r = 0; r < ROLE_COUNT; r++)
-        if (at[r].t && read_floats(dst[r], src, h, at[r].t, at[r].first, at[r].count, file, err,
-                                   errlen) != 0)
+        if (at[r].t &&
+            read_floats(dst[r], src, h, at[r].t, at[r].first, at[r].count, file, err, errlen) != 0)
             return -1;
     return 0;
 }
@@ -315,7 +317,7 @@ static int load_from(attn_model *m, const attnd_model_config *mc, const st_heade
     int layout = mc->layout ? attnd_layout_index(mc->layout) : LAYOUT_TORCH;
     if (layout < 0)
         return cfg_fail(err, errlen, "%s: model \"%s\": unknown layout \"%s\".", file, mc->name,
-                    mc->layout);
+                        mc->layout);
     if (attn_model_init(m, &mc->hp, err, errlen) != 0) return -1;
     const attn_hparams *hp = &m->hp;
     if (layout == LAYOUT_TORCH &&

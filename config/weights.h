@@ -15,8 +15,14 @@
 /* The eight weight roles a model's tensors fill: weight and bias alternate,
  * q, k, v, then out (weights.c relies on that order). */
 typedef enum {
-    ROLE_Q_WEIGHT, ROLE_Q_BIAS, ROLE_K_WEIGHT, ROLE_K_BIAS,
-    ROLE_V_WEIGHT, ROLE_V_BIAS, ROLE_OUT_WEIGHT, ROLE_OUT_BIAS,
+    ROLE_Q_WEIGHT,
+    ROLE_Q_BIAS,
+    ROLE_K_WEIGHT,
+    ROLE_K_BIAS,
+    ROLE_V_WEIGHT,
+    ROLE_V_BIAS,
+    ROLE_OUT_WEIGHT,
+    ROLE_OUT_BIAS,
     ROLE_COUNT
 } attnd_role;
 
