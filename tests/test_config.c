@@ -497,6 +497,40 @@ START_TEST(refuse_out_of_range) {
 }
 END_TEST
 
+/* Every rule on a string's content, each refusal with its reason; an empty
+ * api_key_env (no key) is not a bad variable name. */
+START_TEST(refuse_string_rules) {
+    expect_refused("{\"server\":{\"log_format\":\"xml\"}}", "server.log_format",
+                   "\"xml\" must be \"text\" or \"json\"");
+    expect_refused("{\"server\":{\"log_level\":\"trace\"}}", "server.log_level",
+                   "\"trace\" must be \"debug\", \"info\", \"warn\" or \"error\"");
+    expect_refused("{\"server\":{\"api_key_env\":\"1KEY\"}}", "server.api_key_env",
+                   "\"1KEY\" is not an environment variable name");
+    expect_refused("{\"server\":{\"api_key_env\":\"MY-KEY\"}}", "server.api_key_env",
+                   "\"MY-KEY\" is not an environment variable name");
+    expect_refused("{\"models\":[" MODEL("a/b", 4, 2) "]}", "models[0].name",
+                   "\"a/b\" may hold only letters, digits, '.', '_' and '-'");
+    char err[512];
+    attnd_config c;
+    write_cfg("{\"server\":{\"api_key_env\":\"\",\"log_format\":\"json\","
+              "\"log_level\":\"debug\"},\"models\":[" MODEL("a.b_c-1", 4, 2) "]}");
+    ck_assert(attnd_config_defaults(&c) == 0);
+    ck_assert_msg(attnd_config_load_file(&c, g_cfg, err, sizeof err) == 0, "%s", err);
+    ck_assert_str_eq(c.api_key_env, "");
+    ck_assert_str_eq(c.log_format, "json");
+    ck_assert_str_eq(c.log_level, "debug");
+    ck_assert_str_eq(c.models[0].name, "a.b_c-1");
+    attnd_config_free(&c);
+    setenv("ATTND_LOG_LEVEL", "loud", 1);
+    char *a0[] = {"attnd", NULL};
+    int help = 0;
+    ck_assert(attnd_config_from_args(&c, 1, a0, &help, err, sizeof err) == -1);
+    ck_assert_msg(strstr(err, "environment variable ATTND_LOG_LEVEL: server.log_level: \"loud\" "
+                              "must be \"debug\""),
+                  "%s", err);
+}
+END_TEST
+
 START_TEST(refuse_unknown_key) {
     expect_refused("{\"server\":{\"prot\":1}}", "server.prot", "unknown key");
     expect_refused("{\"sever\":{}}", "sever", "unknown key");
@@ -735,6 +769,7 @@ static Suite *suite(void) {
     tcase_add_test(t, log_settings_early);
     tcase_add_test(t, refuse_wrong_type);
     tcase_add_test(t, refuse_out_of_range);
+    tcase_add_test(t, refuse_string_rules);
     tcase_add_test(t, refuse_unknown_key);
     tcase_add_test(t, refuse_heads_not_dividing);
     tcase_add_test(t, decoder_keys_land);
