@@ -48,13 +48,13 @@ typedef struct {
 struct attn_ctx {
     int nthreads;
     attn_pool *pool;
-    float *ws;          /* projections, see forward(); ws_cap floats */
+    float *ws; /* projections, see forward(); ws_cap floats */
     size_t ws_cap;
-    float **tile;       /* (nthreads) per-thread scratch, tile_cap floats each */
+    float **tile; /* (nthreads) per-thread scratch, tile_cap floats each */
     size_t tile_cap;
-    attn_task *tasks;   /* (tasks_cap) */
+    attn_task *tasks; /* (tasks_cap) */
     size_t tasks_cap;
-    size_t *off;        /* (2 * off_cap): query then key row offsets of each sequence */
+    size_t *off; /* (2 * off_cap): query then key row offsets of each sequence */
     size_t off_cap;
 };
 
@@ -62,8 +62,7 @@ struct attn_ctx {
 
 /* Aligned, and backed by huge pages when large: first-touch faults of fresh
  * 4 KiB pages are a large share of a forward's time otherwise. */
-static float *alloc_floats(size_t n)
-{
+static float *alloc_floats(size_t n) {
     size_t bytes = n * sizeof(float);
     size_t align = bytes >= (4u << 20) ? (2u << 20) : 64;
     bytes = (bytes + align - 1) / align * align;
@@ -75,8 +74,7 @@ static float *alloc_floats(size_t n)
     return p;
 }
 
-static int grow_floats(float **buf, size_t *cap, size_t need)
-{
+static int grow_floats(float **buf, size_t *cap, size_t need) {
     if (need <= *cap && *buf) return 0;
     float *p = alloc_floats(need);
     if (!p) return -1;
@@ -86,8 +84,7 @@ static int grow_floats(float **buf, size_t *cap, size_t need)
     return 0;
 }
 
-attn_ctx *attn_ctx_new(int nthreads)
-{
+attn_ctx *attn_ctx_new(int nthreads) {
     if (nthreads < 1) nthreads = 1;
     if (attn_blas_init(NULL, 0) < 0) return NULL;
     attn_ctx *ctx = calloc(1, sizeof *ctx);
@@ -102,12 +99,12 @@ attn_ctx *attn_ctx_new(int nthreads)
     return ctx;
 }
 
-void attn_ctx_free(attn_ctx *ctx)
-{
+void attn_ctx_free(attn_ctx *ctx) {
     if (!ctx) return;
     attn_pool_free(ctx->pool);
     if (ctx->tile)
-        for (int t = 0; t < ctx->nthreads; t++) free(ctx->tile[t]);
+        for (int t = 0; t < ctx->nthreads; t++)
+            free(ctx->tile[t]);
     free(ctx->tile);
     free(ctx->ws);
     free(ctx->tasks);
@@ -115,24 +112,20 @@ void attn_ctx_free(attn_ctx *ctx)
     free(ctx);
 }
 
-int attn_ctx_threads(const attn_ctx *ctx)
-{
+int attn_ctx_threads(const attn_ctx *ctx) {
     return ctx->nthreads;
 }
 
-attn_pool *attn_ctx_pool(attn_ctx *ctx)
-{
+attn_pool *attn_ctx_pool(attn_ctx *ctx) {
     return ctx ? ctx->pool : NULL;
 }
 
 void attn_ctx_parallel(attn_ctx *ctx, int ntasks, void (*fn)(void *arg, int task, int thread),
-                       void *arg)
-{
+                       void *arg) {
     attn_pool_run(ctx->pool, ntasks, fn, arg);
 }
 
-void attn_ctx_rest(attn_ctx *ctx)
-{
+void attn_ctx_rest(attn_ctx *ctx) {
     attn_pool_rest(ctx->pool);
 }
 
@@ -147,21 +140,18 @@ typedef int vi16 __attribute__((vector_size(64)));
 #define VL 16
 #define INLINE static inline __attribute__((always_inline))
 
-static inline __attribute__((always_inline)) vf16 vsplat(float x)
-{
+static inline __attribute__((always_inline)) vf16 vsplat(float x) {
     return (vf16){} + x;
 }
 
-static inline __attribute__((always_inline)) vf16 vselect(vi16 mask, vf16 a, vf16 b)
-{
+static inline __attribute__((always_inline)) vf16 vselect(vi16 mask, vf16 a, vf16 b) {
     return (vf16)(((vi16)a & mask) | ((vi16)b & ~mask));
 }
 
 /* e^x for x <= 0 (x - row max), 0 below the float range and at -inf.
  * Range reduction x = n ln2 + r, |r| <= ln2/2, and a degree-6 polynomial:
  * relative error about 2e-7 (Cephes expf coefficients). */
-static inline __attribute__((always_inline)) vf16 vexp_neg(vf16 x)
-{
+static inline __attribute__((always_inline)) vf16 vexp_neg(vf16 x) {
     const vf16 lo = vsplat(-87.3f), magic = vsplat(12582912.0f); /* 1.5 * 2^23 */
     vi16 tiny = x < lo;
     x = vselect(tiny, lo, x);
@@ -180,8 +170,7 @@ static inline __attribute__((always_inline)) vf16 vexp_neg(vf16 x)
     return vselect(tiny, vsplat(0.0f), p * scale);
 }
 
-INLINE float row_max_body(const float *x, int n)
-{
+INLINE float row_max_body(const float *x, int n) {
     vf16 m = vsplat(-INFINITY);
     int c = 0;
     for (; c + VL <= n; c += VL) {
@@ -190,14 +179,15 @@ INLINE float row_max_body(const float *x, int n)
         m = vselect(v > m, v, m);
     }
     float r = -INFINITY;
-    for (int l = 0; l < VL; l++) r = m[l] > r ? m[l] : r;
-    for (; c < n; c++) r = x[c] > r ? x[c] : r;
+    for (int l = 0; l < VL; l++)
+        r = m[l] > r ? m[l] : r;
+    for (; c < n; c++)
+        r = x[c] > r ? x[c] : r;
     return r;
 }
 
 /* x[c] = e^(x[c] - m); returns the sum. m is finite. */
-INLINE float row_exp_sum_body(float *x, int n, float m)
-{
+INLINE float row_exp_sum_body(float *x, int n, float m) {
     vf16 acc = vsplat(0.0f), vm = vsplat(m);
     int c = 0;
     for (; c + VL <= n; c += VL) {
@@ -215,7 +205,8 @@ INLINE float row_exp_sum_body(float *x, int n, float m)
         acc += v;
     }
     float s = 0;
-    for (int l = 0; l < VL; l++) s += acc[l];
+    for (int l = 0; l < VL; l++)
+        s += acc[l];
     return s;
 }
 
@@ -223,12 +214,10 @@ INLINE float row_exp_sum_body(float *x, int n, float m)
  * chosen at run time (target_clones' load-time resolvers are not safe under
  * ThreadSanitizer). */
 #define ROW_KERNELS(suffix, attr)                                                                  \
-    attr static float row_max_##suffix(const float *x, int n)                                     \
-    {                                                                                              \
+    attr static float row_max_##suffix(const float *x, int n) {                                    \
         return row_max_body(x, n);                                                                 \
     }                                                                                              \
-    attr static float row_exp_sum_##suffix(float *x, int n, float m)                              \
-    {                                                                                              \
+    attr static float row_exp_sum_##suffix(float *x, int n, float m) {                             \
         return row_exp_sum_body(x, n, m);                                                          \
     }
 ROW_KERNELS(avx512, __attribute__((target("avx512f"))))
@@ -237,26 +226,30 @@ ROW_KERNELS(base, )
 
 static int cpu_level(void) /* 2: AVX-512F, 1: AVX2 + FMA, 0: neither */
 {
-    return __builtin_cpu_supports("avx512f") ? 2
+    return __builtin_cpu_supports("avx512f")                                 ? 2
            : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? 1
-                                                                              : 0;
+                                                                             : 0;
 }
 
-static float row_max(const float *x, int n)
-{
+static float row_max(const float *x, int n) {
     switch (cpu_level()) {
-    case 2: return row_max_avx512(x, n);
-    case 1: return row_max_avx2(x, n);
-    default: return row_max_base(x, n);
+    case 2:
+        return row_max_avx512(x, n);
+    case 1:
+        return row_max_avx2(x, n);
+    default:
+        return row_max_base(x, n);
     }
 }
 
-static float row_exp_sum(float *x, int n, float m)
-{
+static float row_exp_sum(float *x, int n, float m) {
     switch (cpu_level()) {
-    case 2: return row_exp_sum_avx512(x, n, m);
-    case 1: return row_exp_sum_avx2(x, n, m);
-    default: return row_exp_sum_base(x, n, m);
+    case 2:
+        return row_exp_sum_avx512(x, n, m);
+    case 1:
+        return row_exp_sum_avx2(x, n, m);
+    default:
+        return row_exp_sum_base(x, n, m);
     }
 }
 
@@ -266,20 +259,19 @@ typedef struct {
     const attn_model *m;
     const attn_batch *b;
     attn_ctx *ctx;
-    float *q;          /* (T,E) at row stride ldq: projected queries, then head outputs */
+    float *q; /* (T,E) at row stride ldq: projected queries, then head outputs */
     size_t ldq;
-    const float *k;    /* (U,E) at row stride ldk */
+    const float *k; /* (U,E) at row stride ldk */
     size_t ldk;
-    const float *v;    /* (U,E) at row stride ldv */
+    const float *v; /* (U,E) at row stride ldv */
     size_t ldv;
     const size_t *qoff, *koff; /* (B) first query / key row of each sequence */
-    float scale;       /* 1 / sqrt(D) */
+    float scale;               /* 1 / sqrt(D) */
 } fwd_state;
 
 /* Hides masked scores of rows [i0, i0+Lb) x keys [j0, j0+Sb) (ld = ldsc):
  * -inf where hidden, the additive mask added elsewhere. */
-static void mask_scores(float *sc, int ldsc, const attn_seq *s, int i0, int Lb, int j0, int Sb)
-{
+static void mask_scores(float *sc, int ldsc, const attn_seq *s, int i0, int Lb, int j0, int Sb) {
     int causal = s->causal && j0 + Sb - 1 > i0;
     if (!causal && !s->key_padding_mask && !s->attn_mask_bool && !s->attn_mask_add) return;
     for (int r = 0; r < Lb; r++) {
@@ -287,7 +279,8 @@ static void mask_scores(float *sc, int ldsc, const attn_seq *s, int i0, int Lb, 
         float *row = sc + (size_t)r * ldsc;
         size_t mrow = (size_t)i * s->S + j0;
         if (s->attn_mask_add)
-            for (int c = 0; c < Sb; c++) row[c] += s->attn_mask_add[mrow + c];
+            for (int c = 0; c < Sb; c++)
+                row[c] += s->attn_mask_add[mrow + c];
         if (s->key_padding_mask)
             for (int c = 0; c < Sb; c++)
                 if (s->key_padding_mask[j0 + c]) row[c] = -INFINITY;
@@ -295,42 +288,40 @@ static void mask_scores(float *sc, int ldsc, const attn_seq *s, int i0, int Lb, 
             for (int c = 0; c < Sb; c++)
                 if (s->attn_mask_bool[mrow + c]) row[c] = -INFINITY;
         if (causal)
-            for (int c = i + 1 - j0 > 0 ? i + 1 - j0 : 0; c < Sb; c++) row[c] = -INFINITY;
+            for (int c = i + 1 - j0 > 0 ? i + 1 - j0 : 0; c < Sb; c++)
+                row[c] = -INFINITY;
     }
 }
 
 /* Tile floats one thread needs for the online softmax path. */
-static size_t tiled_floats(int D)
-{
+static size_t tiled_floats(int D) {
     if (attn_fused_supported(D)) return attn_fused_floats(D);
     return (size_t)QB * KB + (size_t)QB * D + 2 * QB;
 }
 
 /* Query rows per task on the online softmax path. */
-static int tiled_rows(int D)
-{
+static int tiled_rows(int D) {
     return attn_fused_supported(D) ? ATTN_FUSED_ROWS : QB;
 }
 
 /* One (sequence, head, row block) with an online softmax over key tiles:
  * never more than a QB x KB block of scores. */
-static void attend_tiled(const fwd_state *st, const attn_task *tk, float *scratch)
-{
+static void attend_tiled(const fwd_state *st, const attn_task *tk, float *scratch) {
     const attn_seq *s = &st->b->seqs[tk->seq];
     int H = st->m->hp.num_heads, D = st->m->hp.embed_dim / H;
     int i0 = tk->i0, Lb = tk->i1 - tk->i0;
     float *q = st->q + (st->qoff[tk->seq] + i0) * st->ldq + (size_t)tk->head * D; /* (Lb,D) */
-    const float *k = st->k + st->koff[tk->seq] * st->ldk + (size_t)tk->head * D; /* (S,D) */
-    const float *v = st->v + st->koff[tk->seq] * st->ldv + (size_t)tk->head * D; /* (S,D) */
+    const float *k = st->k + st->koff[tk->seq] * st->ldk + (size_t)tk->head * D;  /* (S,D) */
+    const float *v = st->v + st->koff[tk->seq] * st->ldv + (size_t)tk->head * D;  /* (S,D) */
     if (attn_fused_supported(D)) {
         attn_fused_block(q, st->ldq, q, st->ldq, k, st->ldk, v, st->ldv, s, i0, Lb, D, st->scale,
                          scratch);
         return;
     }
-    float *sc = scratch;                  /* (Lb,KB) scores, then probabilities */
-    float *acc = sc + (size_t)QB * KB;    /* (Lb,D) unnormalised output */
-    float *mx = acc + (size_t)QB * D;     /* (Lb) running row max */
-    float *sum = mx + QB;                 /* (Lb) running row sum */
+    float *sc = scratch;               /* (Lb,KB) scores, then probabilities */
+    float *acc = sc + (size_t)QB * KB; /* (Lb,D) unnormalised output */
+    float *mx = acc + (size_t)QB * D;  /* (Lb) running row max */
+    float *sum = mx + QB;              /* (Lb) running row sum */
     memset(acc, 0, sizeof(float) * (size_t)Lb * D);
     for (int r = 0; r < Lb; r++) {
         mx[r] = -INFINITY;
@@ -341,8 +332,8 @@ static void attend_tiled(const fwd_state *st, const attn_task *tk, float *scratc
     for (int j0 = 0; j0 < jend; j0 += KB) {
         int Sb = jend - j0 < KB ? jend - j0 : KB;
         // q (Lb,D) @ k^T (D,Sb) * scale -> sc (Lb,Sb)
-        blas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Lb, Sb, D, st->scale, q,
-                    (int)st->ldq, k + (size_t)j0 * st->ldk, (int)st->ldk, 0.0f, sc, Sb);
+        blas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Lb, Sb, D, st->scale, q, (int)st->ldq,
+                   k + (size_t)j0 * st->ldk, (int)st->ldk, 0.0f, sc, Sb);
         mask_scores(sc, Sb, s, i0, Lb, j0, Sb);
         for (int r = 0; r < Lb; r++) {
             float *row = sc + (size_t)r * Sb;
@@ -355,23 +346,24 @@ static void attend_tiled(const fwd_state *st, const attn_task *tk, float *scratc
             float alpha = expf(mx[r] - mnew); /* 0 when mx was -inf */
             sum[r] = sum[r] * alpha + row_exp_sum(row, Sb, mnew);
             if (alpha != 1.0f)
-                for (int d = 0; d < D; d++) acc[(size_t)r * D + d] *= alpha;
+                for (int d = 0; d < D; d++)
+                    acc[(size_t)r * D + d] *= alpha;
             mx[r] = mnew;
         }
         // p (Lb,Sb) @ v (Sb,D) + acc -> acc (Lb,D)
         blas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, Lb, D, Sb, 1.0f, sc, Sb,
-                    v + (size_t)j0 * st->ldv, (int)st->ldv, 1.0f, acc, D);
+                   v + (size_t)j0 * st->ldv, (int)st->ldv, 1.0f, acc, D);
     }
     for (int r = 0; r < Lb; r++) {
         float inv = sum[r] > 0 ? 1.0f / sum[r] : 0.0f; /* all keys hidden: 0 */
-        for (int d = 0; d < D; d++) q[(size_t)r * st->ldq + d] = acc[(size_t)r * D + d] * inv;
+        for (int d = 0; d < D; d++)
+            q[(size_t)r * st->ldq + d] = acc[(size_t)r * D + d] * inv;
     }
 }
 
 /* Query rows per task on the weights path, so that a block of scores stays
  * near FULL_FLOATS. */
-static int full_rows(int S)
-{
+static int full_rows(int S) {
     int r = FULL_FLOATS / S;
     if (r > QB) r = QB;
     if (r < 8) r = 8;
@@ -380,8 +372,7 @@ static int full_rows(int S)
 
 /* One (sequence, row block), every head, with the full rows of scores: the
  * attention matrix is asked for. */
-static void attend_full(const fwd_state *st, const attn_task *tk, float *scratch)
-{
+static void attend_full(const fwd_state *st, const attn_task *tk, float *scratch) {
     const attn_seq *s = &st->b->seqs[tk->seq];
     int H = st->m->hp.num_heads, D = st->m->hp.embed_dim / H, L = s->L, S = s->S;
     int i0 = tk->i0, Lb = tk->i1 - tk->i0;
@@ -396,8 +387,8 @@ static void attend_full(const fwd_state *st, const attn_task *tk, float *scratch
         float *P = s->weights == ATTN_WEIGHTS_HEADS ? s->attn + ((size_t)h * L + i0) * S
                                                     : scratch; /* (Lb,S) */
         // q (Lb,D) @ k^T (D,jend) * scale -> P (Lb,jend), ld S
-        blas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Lb, jend, D, st->scale, q,
-                    (int)st->ldq, k, (int)st->ldk, 0.0f, P, S);
+        blas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Lb, jend, D, st->scale, q, (int)st->ldq,
+                   k, (int)st->ldk, 0.0f, P, S);
         mask_scores(P, S, s, i0, Lb, 0, jend);
         for (int r = 0; r < Lb; r++) {
             float *row = P + (size_t)r * S;
@@ -407,12 +398,13 @@ static void attend_full(const fwd_state *st, const attn_task *tk, float *scratch
                 continue;
             }
             float inv = 1.0f / row_exp_sum(row, jend, mt);
-            for (int c = 0; c < jend; c++) row[c] *= inv;
+            for (int c = 0; c < jend; c++)
+                row[c] *= inv;
             if (jend < S) memset(row + jend, 0, sizeof(float) * (size_t)(S - jend));
         }
         // P (Lb,jend) @ v (jend,D) -> q's own columns (Lb,D): q is used up
         blas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, Lb, D, jend, 1.0f, P, S, v,
-                    (int)st->ldv, 0.0f, q, (int)st->ldq);
+                   (int)st->ldv, 0.0f, q, (int)st->ldq);
         if (mean) {
             for (size_t e = 0; e < (size_t)Lb * S; e++)
                 mean[e] = h == 0 ? P[e] * invH : mean[e] + P[e] * invH;
@@ -425,8 +417,7 @@ typedef struct {
     const attn_task *tasks;
 } attend_job;
 
-static void attend_task(void *arg, int t, int tid)
-{
+static void attend_task(void *arg, int t, int tid) {
     const attend_job *j = arg;
     const attn_task *tk = &j->tasks[t];
     float *scratch = j->st->ctx->tile[tid];
@@ -445,8 +436,7 @@ typedef struct {
     size_t tasks; /* task count */
 } fwd_plan;
 
-static void plan(const attn_model *m, const attn_batch *b, size_t T, size_t U, fwd_plan *p)
-{
+static void plan(const attn_model *m, const attn_batch *b, size_t T, size_t U, fwd_plan *p) {
     int E = m->hp.embed_dim, H = m->hp.num_heads, D = E / H;
     p->T = T;
     p->U = U;
@@ -467,8 +457,7 @@ static void plan(const attn_model *m, const attn_batch *b, size_t T, size_t U, f
     }
 }
 
-size_t attn_workspace_bytes(const attn_model *m, const attn_batch *b, int nthreads)
-{
+size_t attn_workspace_bytes(const attn_model *m, const attn_batch *b, int nthreads) {
     size_t T = 0, U = 0;
     for (int i = 0; i < b->B; i++) {
         T += b->seqs[i].L;
@@ -481,8 +470,7 @@ size_t attn_workspace_bytes(const attn_model *m, const attn_batch *b, int nthrea
            2 * sizeof(size_t) * (size_t)b->B;
 }
 
-static int reserve(attn_ctx *ctx, const fwd_plan *p, int B)
-{
+static int reserve(attn_ctx *ctx, const fwd_plan *p, int B) {
     if (grow_floats(&ctx->ws, &ctx->ws_cap, p->ws) < 0) return -1;
     if (p->tile > ctx->tile_cap) {
         for (int t = 0; t < ctx->nthreads; t++) {
@@ -511,8 +499,7 @@ static int reserve(attn_ctx *ctx, const fwd_plan *p, int B)
 }
 
 /* Fills the task list: later row blocks first (they cost more under causal). */
-static size_t make_tasks(attn_task *tasks, const attn_batch *b, int H, int D)
-{
+static size_t make_tasks(attn_task *tasks, const attn_batch *b, int H, int D) {
     size_t n = 0;
     for (int i = 0; i < b->B; i++) {
         const attn_seq *s = &b->seqs[i];
@@ -521,7 +508,8 @@ static size_t make_tasks(attn_task *tasks, const attn_batch *b, int H, int D)
         for (int blk = blocks - 1; blk >= 0; blk--) {
             int i0 = blk * rows, i1 = i0 + rows < s->L ? i0 + rows : s->L;
             if (s->weights == ATTN_WEIGHTS_NONE)
-                for (int h = 0; h < H; h++) tasks[n++] = (attn_task){i, h, i0, i1};
+                for (int h = 0; h < H; h++)
+                    tasks[n++] = (attn_task){i, h, i0, i1};
             else
                 tasks[n++] = (attn_task){i, -1, i0, i1};
         }
@@ -529,8 +517,7 @@ static size_t make_tasks(attn_task *tasks, const attn_batch *b, int H, int D)
     return n;
 }
 
-int attn_forward(attn_ctx *ctx, const attn_model *m, attn_batch *b, char *err, size_t errlen)
-{
+int attn_forward(attn_ctx *ctx, const attn_model *m, attn_batch *b, char *err, size_t errlen) {
     size_t T, U;
     if (m->mem && !attn_is_mha(&m->hp)) return attn_forward_decoder(ctx, m, b, err, errlen);
     if (attn_check_batch(m, b, &T, &U, err, errlen) < 0) return -1;

@@ -73,17 +73,17 @@ typedef struct {
  * (3E,E) and q_b..v_b is in_proj_bias (3E). Biases are zeros when
  * hp.bias == 0 (or when a layout's tensor is absent, docs/config.md). */
 typedef struct {
-    attn_hparams hp; /* num_kv_heads, head_dim and scale filled in */
-    float *q_w;   /* (H*D, E)  */
-    float *k_w;   /* (G*D, Kd) */
-    float *v_w;   /* (G*D, Vd) */
-    float *q_b;   /* (H*D) */
-    float *k_b;   /* (G*D) */
-    float *v_b;   /* (G*D) */
-    float *out_w; /* (E, H*D) */
-    float *out_b; /* (E) */
-    float *mem;   /* the one allocation; owned, freed by attn_model_free */
-    size_t n_floats; /* floats in mem */
+    attn_hparams hp;            /* num_kv_heads, head_dim and scale filled in */
+    float *q_w;                 /* (H*D, E)  */
+    float *k_w;                 /* (G*D, Kd) */
+    float *v_w;                 /* (G*D, Vd) */
+    float *q_b;                 /* (H*D) */
+    float *k_b;                 /* (G*D) */
+    float *v_b;                 /* (G*D) */
+    float *out_w;               /* (E, H*D) */
+    float *out_b;               /* (E) */
+    float *mem;                 /* the one allocation; owned, freed by attn_model_free */
+    size_t n_floats;            /* floats in mem */
     struct attn_packed *packed; /* (4) q_w, k_w, v_w, out_w in the projection kernel's layout
                                    (core/gemm.c): made by attn_model_pack, owned; NULL before */
 } attn_model;
@@ -107,28 +107,28 @@ typedef enum {
 /* One sequence of a batch: its lengths, masks and what it wants back.
  * Masks are the sequence's own (not packed); NULL means none. */
 typedef struct {
-    int L;                            /* query length, >= 1 */
-    int S;                            /* key length, >= 1; must equal L in a self-attention batch */
-    int causal;                       /* 1: hide key j > query i */
-    const uint8_t *key_padding_mask;  /* (S), nonzero = hidden, or NULL */
-    const uint8_t *attn_mask_bool;    /* (L,S), nonzero = hidden, or NULL */
-    const float *attn_mask_add;       /* (L,S), added to the scaled scores (may hold -inf), or NULL */
-    const int32_t *positions;         /* (L) rotary position of each row (self-attention: of
-                                         query and key row alike), >= 0, or NULL: 0..L-1 */
-    attn_weights_mode weights;        /* which attention matrix to return */
-    float *attn;                      /* out: (H,L,S) for HEADS, (L,S) for MEAN, else unused; caller-owned */
+    int L;                           /* query length, >= 1 */
+    int S;                           /* key length, >= 1; must equal L in a self-attention batch */
+    int causal;                      /* 1: hide key j > query i */
+    const uint8_t *key_padding_mask; /* (S), nonzero = hidden, or NULL */
+    const uint8_t *attn_mask_bool;   /* (L,S), nonzero = hidden, or NULL */
+    const float *attn_mask_add; /* (L,S), added to the scaled scores (may hold -inf), or NULL */
+    const int32_t *positions;   /* (L) rotary position of each row (self-attention: of
+                                   query and key row alike), >= 0, or NULL: 0..L-1 */
+    attn_weights_mode weights;  /* which attention matrix to return */
+    float *attn; /* out: (H,L,S) for HEADS, (L,S) for MEAN, else unused; caller-owned */
 } attn_seq;
 
 /* A batch: packed tensors plus per-sequence lengths and options.
  * key == NULL makes every sequence self-attention (key = value = query,
  * which needs Kd == Vd == E). value == NULL makes value = key. */
 typedef struct {
-    int B;                 /* sequences, >= 1 */
-    attn_seq *seqs;        /* (B) */
-    const float *query;    /* (T, E)  */
-    const float *key;      /* (U, Kd) or NULL */
-    const float *value;    /* (U, Vd) or NULL */
-    float *out;            /* out: (T, E), caller-owned */
+    int B;              /* sequences, >= 1 */
+    attn_seq *seqs;     /* (B) */
+    const float *query; /* (T, E)  */
+    const float *key;   /* (U, Kd) or NULL */
+    const float *value; /* (U, Vd) or NULL */
+    float *out;         /* out: (T, E), caller-owned */
 } attn_batch;
 
 /* A compute context: the threads one forward may use and the scratch it

@@ -41,11 +41,16 @@ typedef struct {
 
 /* OpenBLAS 0.3.21's x86-64 kernel sets by the instructions they use. */
 static const core_level CORES[] = {
-    {"SapphireRapids", ATTN_ISA_AVX512}, {"Cooperlake", ATTN_ISA_AVX512},
-    {"SkylakeX", ATTN_ISA_AVX512},       {"Haswell", ATTN_ISA_AVX2},
-    {"Zen", ATTN_ISA_AVX2},              {"Sandybridge", ATTN_ISA_AVX},
-    {"Bulldozer", ATTN_ISA_AVX},         {"Piledriver", ATTN_ISA_AVX},
-    {"Steamroller", ATTN_ISA_AVX},       {"Excavator", ATTN_ISA_AVX},
+    {"SapphireRapids", ATTN_ISA_AVX512},
+    {"Cooperlake", ATTN_ISA_AVX512},
+    {"SkylakeX", ATTN_ISA_AVX512},
+    {"Haswell", ATTN_ISA_AVX2},
+    {"Zen", ATTN_ISA_AVX2},
+    {"Sandybridge", ATTN_ISA_AVX},
+    {"Bulldozer", ATTN_ISA_AVX},
+    {"Piledriver", ATTN_ISA_AVX},
+    {"Steamroller", ATTN_ISA_AVX},
+    {"Excavator", ATTN_ISA_AVX},
 };
 
 static struct {
@@ -58,15 +63,13 @@ static struct {
     attn_blas_info info;
 } g = {.once = PTHREAD_ONCE_INIT};
 
-int attn_blas_core_level(const char *core)
-{
+int attn_blas_core_level(const char *core) {
     for (size_t i = 0; core && i < sizeof CORES / sizeof CORES[0]; i++)
         if (strcasecmp(core, CORES[i].name) == 0) return CORES[i].level;
     return ATTN_ISA_BASE; /* Prescott, Nehalem, Core2, ...: SSE kernels */
 }
 
-const char *attn_blas_core_for(const attn_cpu *c)
-{
+const char *attn_blas_core_for(const attn_cpu *c) {
     if (c->avx512f && c->avx512cd && c->avx512bw && c->avx512dq && c->avx512vl)
         return c->avx512bf16 ? "Cooperlake" : "SkylakeX";
     if (c->avx2 && c->fma) return "Haswell";
@@ -74,14 +77,12 @@ const char *attn_blas_core_for(const attn_cpu *c)
     return NULL;
 }
 
-int attn_cpu_level(const attn_cpu *c)
-{
+int attn_cpu_level(const attn_cpu *c) {
     const char *core = attn_blas_core_for(c);
     return core ? attn_blas_core_level(core) : ATTN_ISA_BASE;
 }
 
-void attn_cpu_detect(attn_cpu *c)
-{
+void attn_cpu_detect(attn_cpu *c) {
     memset(c, 0, sizeof *c);
     __builtin_cpu_init();
     /* __builtin_cpu_supports also checks that the OS saves the registers */
@@ -97,8 +98,7 @@ void attn_cpu_detect(attn_cpu *c)
     c->sse4_2 = __builtin_cpu_supports("sse4.2");
 }
 
-void attn_cpu_features(const attn_cpu *c, char *out, size_t n)
-{
+void attn_cpu_features(const attn_cpu *c, char *out, size_t n) {
     const struct {
         int on;
         const char *name;
@@ -116,16 +116,14 @@ void attn_cpu_features(const attn_cpu *c, char *out, size_t n)
 }
 
 /* Sets name=value for the load and remembers the old value (NULL: unset). */
-static char *env_swap(const char *name, const char *value)
-{
+static char *env_swap(const char *name, const char *value) {
     const char *old = getenv(name);
     char *saved = old ? strdup(old) : NULL;
     setenv(name, value, 1);
     return saved;
 }
 
-static void env_restore(const char *name, char *saved)
-{
+static void env_restore(const char *name, char *saved) {
     if (saved)
         setenv(name, saved, 1);
     else
@@ -133,8 +131,7 @@ static void env_restore(const char *name, char *saved)
     free(saved);
 }
 
-static void *open_lib(void)
-{
+static void *open_lib(void) {
     for (size_t i = 0; i < sizeof LIBS / sizeof LIBS[0]; i++) {
         void *h = dlopen(LIBS[i], RTLD_NOW | RTLD_LOCAL);
         if (h) return h;
@@ -144,8 +141,7 @@ static void *open_lib(void)
 
 /* What to warn about once the kernels are loaded: kernels weaker than the
  * CPU allows, or stronger than it runs. */
-static void judge(int cpu_level, const char *user)
-{
+static void judge(int cpu_level, const char *user) {
     int core_level = attn_blas_core_level(g.info.core);
     const char *want = g.info.chosen ? g.info.chosen : "(OpenBLAS's own choice)";
     if (core_level < cpu_level)
@@ -161,8 +157,7 @@ static void judge(int cpu_level, const char *user)
     g.info.warning = g.warning[0] ? g.warning : NULL;
 }
 
-static void load(void)
-{
+static void load(void) {
     attn_cpu cpu;
     attn_cpu_detect(&cpu);
     attn_cpu_features(&cpu, g.features, sizeof g.features);
@@ -190,8 +185,9 @@ static void load(void)
     blas_set_threads = (void (*)(int))dlsym(h, "openblas_set_num_threads");
     blas_corename = (char *(*)(void))dlsym(h, "openblas_get_corename");
     if (!blas_sgemm || !blas_set_threads || !blas_corename) {
-        snprintf(g.err, sizeof g.err, "the loaded libopenblas lacks cblas_sgemm or "
-                                      "openblas_get_corename: not OpenBLAS?");
+        snprintf(g.err, sizeof g.err,
+                 "the loaded libopenblas lacks cblas_sgemm or "
+                 "openblas_get_corename: not OpenBLAS?");
         return;
     }
     blas_set_threads(1);
@@ -200,31 +196,26 @@ static void load(void)
     g.ok = 1;
 }
 
-int attn_blas_init(char *err, size_t errlen)
-{
+int attn_blas_init(char *err, size_t errlen) {
     pthread_once(&g.once, load);
     if (g.ok) return 0;
     if (err && errlen) snprintf(err, errlen, "%s", g.err);
     return -1;
 }
 
-const attn_blas_info *attn_blas_get_info(void)
-{
+const attn_blas_info *attn_blas_get_info(void) {
     return attn_blas_init(NULL, 0) == 0 ? &g.info : NULL;
 }
 
-const char *attn_blas_corename(void)
-{
+const char *attn_blas_corename(void) {
     return attn_blas_init(NULL, 0) == 0 ? g.info.core : "none";
 }
 
-void attn_blas_set_threads(int n)
-{
+void attn_blas_set_threads(int n) {
     if (attn_blas_init(NULL, 0) == 0) blas_set_threads(n < 1 ? 1 : n);
 }
 
-void attn_blas_sgemm(float *C, const float *A, const float *B, int M, int N, int K)
-{
+void attn_blas_sgemm(float *C, const float *A, const float *B, int M, int N, int K) {
     if (attn_blas_init(NULL, 0) < 0) return;
     // A (M,K) @ B (K,N) -> C (M,N)
     blas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.0f, A, K, B, N, 0.0f, C, N);

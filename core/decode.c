@@ -35,8 +35,7 @@
 /* ---- rotary positions ---------------------------------------------------- */
 
 /* inv (dim/2): the frequency of each rotated pair, scaling applied (attn.h). */
-static void rope_freqs(const attn_rope *r, double *inv)
-{
+static void rope_freqs(const attn_rope *r, double *inv) {
     for (int i = 0; i < r->dim / 2; i++) {
         double f = pow(r->theta, -2.0 * i / r->dim);
         if (r->scaling == ATTN_ROPE_SCALE_LINEAR) f /= r->factor;
@@ -57,8 +56,7 @@ static void rope_freqs(const attn_rope *r, double *inv)
 /* Rotates the first dim columns of each head of rows x (n, heads*D, stride
  * ld), row i at position pos0 + i, or pos[i] when pos is given. */
 static void rope_rows(float *x, size_t ld, int n, int heads, int D, const attn_rope *r,
-                      const double *inv, const int32_t *pos, int pos0)
-{
+                      const double *inv, const int32_t *pos, int pos0) {
     int half = r->dim / 2;
     int il = r->style == ATTN_ROPE_INTERLEAVED;
     for (int i = 0; i < n; i++) {
@@ -83,14 +81,13 @@ static void rope_rows(float *x, size_t ld, int n, int heads, int D, const attn_r
 typedef struct {
     const float *k, *v; /* key and value row 0 of head g; row stride ld */
     size_t ld;
-    int S;              /* keys in all */
-    int jend;           /* keys [jend, S) are hidden (causal) */
-    const attn_seq *s;  /* masks of a whole-sequence row, or NULL */
-    int i;              /* the row's index in s (masks) */
+    int S;             /* keys in all */
+    int jend;          /* keys [jend, S) are hidden (causal) */
+    const attn_seq *s; /* masks of a whole-sequence row, or NULL */
+    int i;             /* the row's index in s (masks) */
 } row_keys;
 
-static int hidden(const row_keys *rk, int j)
-{
+static int hidden(const row_keys *rk, int j) {
     const attn_seq *s = rk->s;
     if (!s) return 0;
     size_t at = (size_t)rk->i * s->S + j;
@@ -102,14 +99,13 @@ static int hidden(const row_keys *rk, int j)
 /* ctx (R,D) = softmax(q (R,D) k^T * scale + masks) v for the R query heads
  * of one group at one row; sc holds R * S floats. Weights, when w is given,
  * go to w[r * wstride + j] (zeros past jend). */
-static void attend_group(float *ctx, const float *q, const row_keys *rk, int R, int D,
-                         float scale, float *sc, float *w, size_t wstride)
-{
+static void attend_group(float *ctx, const float *q, const row_keys *rk, int R, int D, float scale,
+                         float *sc, float *w, size_t wstride) {
     int n = rk->jend;
     if (n > 0) {
         // q (R,D) @ k^T (D,n) * scale -> sc (R,n)
         blas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, R, n, D, scale, q, D, rk->k,
-                    (int)rk->ld, 0.0f, sc, n);
+                   (int)rk->ld, 0.0f, sc, n);
     }
     for (int r = 0; r < R; r++) {
         float *row = sc + (size_t)r * n, mx = -INFINITY;
@@ -125,7 +121,8 @@ static void attend_group(float *ctx, const float *q, const row_keys *rk, int R, 
             sum += row[j];
         }
         float inv = sum > 0 ? 1.0f / sum : 0.0f; /* every key hidden: weights 0 */
-        for (int j = 0; j < n; j++) row[j] *= inv;
+        for (int j = 0; j < n; j++)
+            row[j] *= inv;
         if (w) {
             memcpy(w + (size_t)r * wstride, row, sizeof(float) * (size_t)n);
             memset(w + (size_t)r * wstride + n, 0, sizeof(float) * (size_t)(rk->S - n));
@@ -134,7 +131,7 @@ static void attend_group(float *ctx, const float *q, const row_keys *rk, int R, 
     if (n > 0) {
         // p (R,n) @ v (n,D) -> ctx (R,D)
         blas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, R, D, n, 1.0f, sc, n, rk->v,
-                    (int)rk->ld, 0.0f, ctx, D);
+                   (int)rk->ld, 0.0f, ctx, D);
     } else {
         memset(ctx, 0, sizeof(float) * (size_t)R * D);
     }
@@ -149,8 +146,7 @@ typedef struct {
     float scale;
 } dims;
 
-static dims dims_of(const attn_hparams *hp)
-{
+static dims dims_of(const attn_hparams *hp) {
     dims d = {hp->embed_dim, hp->num_heads, hp->num_kv_heads, hp->head_dim, 0, 0, 0, 0, 0};
     d.R = d.H / d.G;
     d.QW = d.H * d.D;
@@ -162,24 +158,22 @@ static dims dims_of(const attn_hparams *hp)
 
 /* fn(arg, task, thread) for every task, on ctx's threads, or on the calling
  * thread when ctx is NULL. */
-static void par(attn_ctx *ctx, int ntasks, void (*fn)(void *, int, int), void *arg)
-{
+static void par(attn_ctx *ctx, int ntasks, void (*fn)(void *, int, int), void *arg) {
     if (ctx && attn_ctx_threads(ctx) > 1 && ntasks > 1) {
         attn_ctx_parallel(ctx, ntasks, fn, arg);
         return;
     }
-    for (int t = 0; t < ntasks; t++) fn(arg, t, 0);
+    for (int t = 0; t < ntasks; t++)
+        fn(arg, t, 0);
 }
 
-static int threads_of(attn_ctx *ctx)
-{
+static int threads_of(attn_ctx *ctx) {
     return ctx ? attn_ctx_threads(ctx) : 1;
 }
 
 /* The projections parts (proj.c: tiles on the model's packed weights) on
  * ctx's threads, or on the calling thread when ctx is NULL. */
-static void project(attn_ctx *ctx, const proj_part *parts, int n)
-{
+static void project(attn_ctx *ctx, const proj_part *parts, int n) {
     proj_run(attn_ctx_pool(ctx), threads_of(ctx), parts, n);
 }
 
@@ -187,25 +181,24 @@ static void project(attn_ctx *ctx, const proj_part *parts, int n)
 
 /* One query row: where its heads go, its keys, and its weights. */
 typedef struct {
-    float *ctx;      /* (H*D) the row's head outputs */
-    const float *q;  /* (H*D) its rotated query */
-    row_keys rk;     /* key/value head 0; head g is D columns on */
-    float *w;        /* HEADS: head 0's row, head h at w + h * wstride; or NULL */
+    float *ctx;     /* (H*D) the row's head outputs */
+    const float *q; /* (H*D) its rotated query */
+    row_keys rk;    /* key/value head 0; head g is D columns on */
+    float *w;       /* HEADS: head 0's row, head h at w + h * wstride; or NULL */
     size_t wstride;
-    float *mean;     /* MEAN: the row (S), or NULL */
+    float *mean; /* MEAN: the row (S), or NULL */
 } row_job;
 
 typedef struct {
     const row_job *rows;
     int G, R, D, H;
     float scale;
-    int by_group;    /* 1: a task is (row, g); 0: (row), every group */
-    float *sc;       /* (threads, R * S) scores */
+    int by_group; /* 1: a task is (row, g); 0: (row), every group */
+    float *sc;    /* (threads, R * S) scores */
     size_t sc_each;
 } rows_job;
 
-static void rows_task(void *arg, int t, int thread)
-{
+static void rows_task(void *arg, int t, int thread) {
     const rows_job *a = arg;
     int r = a->by_group ? t / a->G : t;
     int g0 = a->by_group ? t % a->G : 0, g1 = a->by_group ? g0 + 1 : a->G;
@@ -227,8 +220,7 @@ static void rows_task(void *arg, int t, int thread)
 
 /* Attends every row job; a row asking for MEAN weights is one task. */
 static int run_rows(attn_ctx *ctx, const dims *d, const row_job *rows, size_t n, size_t maxS,
-                    char *err, size_t errlen)
-{
+                    char *err, size_t errlen) {
     int nt = threads_of(ctx), any_mean = 0;
     for (size_t i = 0; i < n; i++) {
         if (!rows[i].mean) continue;
@@ -254,9 +246,8 @@ static int run_rows(attn_ctx *ctx, const dims *d, const row_job *rows, size_t n,
 
 /* Scratch: projections of N tokens (N * W floats) and the heads' outputs
  * (N * H*D), and one row job per token. Free *rows and the result. */
-static float *scratch(const dims *d, size_t N, float **qkv, float **ctx, row_job **rows,
-                      char *err, size_t errlen)
-{
+static float *scratch(const dims *d, size_t N, float **qkv, float **ctx, row_job **rows, char *err,
+                      size_t errlen) {
     uint64_t a, c, n;
     int bad = sz_mul(N, (uint64_t)d->W, UINT64_MAX, &a) < 0 ||
               sz_mul(N, (uint64_t)d->QW, UINT64_MAX, &c) < 0 ||
@@ -288,8 +279,7 @@ typedef struct {
 /* Projects a batch into qkv, (T, W) for self-attention, else (T, H*D) of
  * queries then (U, 2*G*D) of keys and values. */
 static projected project_batch(attn_ctx *ctx, const attn_model *m, const attn_batch *b,
-                               const dims *d, float *qkv, size_t T, size_t U)
-{
+                               const dims *d, float *qkv, size_t T, size_t U) {
     const attn_hparams *hp = &m->hp;
     if (!b->key) {
         // query (T,E) @ [Wq;Wk;Wv]^T (E,W) + [bq;bk;bv] -> QKV (T,W)
@@ -313,11 +303,11 @@ static projected project_batch(attn_ctx *ctx, const attn_model *m, const attn_ba
 
 /* The row jobs of one sequence: ctx (L, H*D); q, k, v at its rows. */
 static void seq_rows(row_job *rows, float *ctx, const attn_seq *s, const float *q, size_t ldq,
-                     const float *k, const float *v, size_t ldkv, const dims *d)
-{
+                     const float *k, const float *v, size_t ldkv, const dims *d) {
     for (int r = 0; r < s->L; r++) {
         row_job *j = &rows[r];
-        *j = (row_job){.ctx = ctx + (size_t)r * d->QW, .q = q + (size_t)r * ldq,
+        *j = (row_job){.ctx = ctx + (size_t)r * d->QW,
+                       .q = q + (size_t)r * ldq,
                        .rk = {k, v, ldkv, s->S, s->causal && r + 1 < s->S ? r + 1 : s->S, s, r}};
         if (s->weights == ATTN_WEIGHTS_HEADS) {
             j->w = s->attn + (size_t)r * s->S;
@@ -328,8 +318,7 @@ static void seq_rows(row_job *rows, float *ctx, const attn_seq *s, const float *
 }
 
 int attn_forward_decoder(attn_ctx *ctx, const attn_model *m, attn_batch *b, char *err,
-                         size_t errlen)
-{
+                         size_t errlen) {
     size_t T, U, maxS = 0;
     if (attn_check_batch(m, b, &T, &U, err, errlen) < 0) return -1;
     if (attn_check_packed(m, err, errlen) < 0) return -1;
@@ -357,8 +346,8 @@ int attn_forward_decoder(attn_ctx *ctx, const attn_model *m, attn_batch *b, char
             rope_rows(q, p.ldq, s->L, d.H, d.D, &m->hp.rope, inv, s->positions, 0);
             rope_rows(q + d.QW, p.ldq, s->L, d.G, d.D, &m->hp.rope, inv, s->positions, 0);
         }
-        seq_rows(rows + t0, heads + t0 * d.QW, s, q, p.ldq, p.k + u0 * p.ldkv,
-                 p.v + u0 * p.ldkv, p.ldkv, &d);
+        seq_rows(rows + t0, heads + t0 * d.QW, s, q, p.ldq, p.k + u0 * p.ldkv, p.v + u0 * p.ldkv,
+                 p.ldkv, &d);
     }
     if (run_rows(ctx, &d, rows, T, maxS, err, errlen) < 0) goto cleanup;
     // heads (T,H*D) @ Wo^T (H*D,E) + bo -> out (T,E)
@@ -374,9 +363,8 @@ cleanup:
 
 /* ---- session steps ------------------------------------------------------ */
 
-static int check_steps(const attn_model *m, const attn_step *steps, int n, size_t *N,
-                       size_t *maxS, char *err, size_t errlen)
-{
+static int check_steps(const attn_model *m, const attn_step *steps, int n, size_t *N, size_t *maxS,
+                       char *err, size_t errlen) {
     *N = *maxS = 0;
     if (!m->mem || n < 1 || !steps) {
         snprintf(err, errlen, "steps need a model and at least one step");
@@ -398,13 +386,13 @@ static int check_steps(const attn_model *m, const attn_step *steps, int n, size_
 
 /* The row jobs of one step: its new rows over its cache [0, len + n). */
 static void step_rows(row_job *rows, float *heads, const attn_step *st, const float *q,
-                      const dims *d)
-{
+                      const dims *d) {
     int S = st->len + st->n;
     size_t ld = 2 * (size_t)d->KW;
     for (int r = 0; r < st->n; r++) {
         row_job *j = &rows[r];
-        *j = (row_job){.ctx = heads + (size_t)r * d->QW, .q = q + (size_t)r * d->W,
+        *j = (row_job){.ctx = heads + (size_t)r * d->QW,
+                       .q = q + (size_t)r * d->W,
                        .rk = {st->kv, st->kv + d->KW, ld, S, st->len + r + 1, NULL, 0}};
         if (st->weights == ATTN_WEIGHTS_HEADS) {
             j->w = st->attn + (size_t)r * S;
@@ -415,8 +403,7 @@ static void step_rows(row_job *rows, float *heads, const attn_step *st, const fl
 }
 
 int attn_step_forward(attn_ctx *ctx, const attn_model *m, attn_step *steps, int n, char *err,
-                      size_t errlen)
-{
+                      size_t errlen) {
     size_t N, maxS;
     if (check_steps(m, steps, n, &N, &maxS, err, errlen) < 0) return -1;
     if (attn_check_packed(m, err, errlen) < 0) return -1;

@@ -18,29 +18,26 @@
 
 #include "internal.h"
 
-#define FQ 64  /* query rows per block: four 16-lane vectors */
+#define FQ 64                          /* query rows per block: four 16-lane vectors */
 #define FBLOCKS (ATTN_FUSED_ROWS / FQ) /* blocks one call may take */
-#ifndef ATTN_FK /* -DATTN_FK=... for tuning builds */
+#ifndef ATTN_FK                        /* -DATTN_FK=... for tuning builds */
 #define ATTN_FK 128
 #endif
 #define FK ATTN_FK /* keys per tile */
 
 static int fused_on = 1; /* attn_set_fused() */
 
-int attn_set_fused(int on)
-{
+int attn_set_fused(int on) {
     int was = fused_on;
     fused_on = on != 0;
     return was;
 }
 
-int attn_fused_supported(int D)
-{
+int attn_fused_supported(int D) {
     return fused_on && __builtin_cpu_supports("avx512f") && D % 16 == 0 && D <= 128;
 }
 
-size_t attn_fused_floats(int D)
-{
+size_t attn_fused_floats(int D) {
     return (size_t)FK * FQ + 2 * (size_t)FK * D + (size_t)FBLOCKS * 2 * D * FQ;
 }
 
@@ -48,8 +45,7 @@ size_t attn_fused_floats(int D)
 #define INLINE static inline __attribute__((always_inline))
 
 /* e^x for x <= 0, 0 below the float range and at -inf (as vexp_neg in attn.c). */
-AVX512 INLINE __m512 exp_neg(__m512 x)
-{
+AVX512 INLINE __m512 exp_neg(__m512 x) {
     __mmask16 tiny = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.3f), _CMP_LT_OQ);
     x = _mm512_max_ps(x, _mm512_set1_ps(-87.3f));
     __m512 magic = _mm512_set1_ps(12582912.0f);
@@ -65,24 +61,21 @@ AVX512 INLINE __m512 exp_neg(__m512 x)
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
     p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-    __m512 scale = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(ni, _mm512_set1_epi32(127)), 23));
+    __m512 scale =
+        _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(ni, _mm512_set1_epi32(127)), 23));
     return _mm512_maskz_mul_ps(~tiny, p, scale);
 }
 
 /* sT (C,64) = k (C,D) @ qT (D,64) for C = 6, 4 or 1 keys. */
 AVX512 INLINE void scores_keys(float *sT, const float *k, size_t ldk, const float *qT, int D,
-                               const int C)
-{
+                               const int C) {
     __m512 a[6][4];
-    _Pragma("GCC unroll 8")
-    for (int c = 0; c < C; c++)
-        _Pragma("GCC unroll 8")
-        for (int j = 0; j < 4; j++) a[c][j] = _mm512_setzero_ps();
+    _Pragma("GCC unroll 8") for (int c = 0; c < C; c++)
+        _Pragma("GCC unroll 8") for (int j = 0; j < 4; j++) a[c][j] = _mm512_setzero_ps();
     for (int d = 0; d < D; d++) {
         __m512 q0 = _mm512_loadu_ps(qT + d * FQ), q1 = _mm512_loadu_ps(qT + d * FQ + 16);
         __m512 q2 = _mm512_loadu_ps(qT + d * FQ + 32), q3 = _mm512_loadu_ps(qT + d * FQ + 48);
-        _Pragma("GCC unroll 8")
-        for (int c = 0; c < C; c++) {
+        _Pragma("GCC unroll 8") for (int c = 0; c < C; c++) {
             __m512 kb = _mm512_set1_ps(k[c * ldk + d]);
             a[c][0] = _mm512_fmadd_ps(kb, q0, a[c][0]);
             a[c][1] = _mm512_fmadd_ps(kb, q1, a[c][1]);
@@ -90,107 +83,105 @@ AVX512 INLINE void scores_keys(float *sT, const float *k, size_t ldk, const floa
             a[c][3] = _mm512_fmadd_ps(kb, q3, a[c][3]);
         }
     }
-    _Pragma("GCC unroll 8")
-    for (int c = 0; c < C; c++)
-        _Pragma("GCC unroll 8")
-        for (int j = 0; j < 4; j++) _mm512_storeu_ps(sT + c * FQ + 16 * j, a[c][j]);
+    _Pragma("GCC unroll 8") for (int c = 0; c < C; c++)
+        _Pragma("GCC unroll 8") for (int j = 0; j < 4; j++)
+            _mm512_storeu_ps(sT + c * FQ + 16 * j, a[c][j]);
 }
 
 /* acc (R, 16*NC) += pT[:, r0:r0+R]^T (R,Sb) @ v (Sb, 16*NC): one chunk of at
  * most four column vectors; acc rows are D floats apart. */
 AVX512 INLINE void av_rows(float *acc, int D, const float *pT, int r0, const float *v, size_t ldv,
-                           int Sb, const int R, const int NC)
-{
+                           int Sb, const int R, const int NC) {
     __m512 a[6][4];
-    _Pragma("GCC unroll 8")
-    for (int r = 0; r < R; r++)
-        _Pragma("GCC unroll 8")
-        for (int j = 0; j < NC; j++) a[r][j] = _mm512_loadu_ps(acc + (r0 + r) * D + 16 * j);
+    _Pragma("GCC unroll 8") for (int r = 0; r < R; r++)
+        _Pragma("GCC unroll 8") for (int j = 0; j < NC; j++) a[r][j] =
+            _mm512_loadu_ps(acc + (r0 + r) * D + 16 * j);
     for (int c = 0; c < Sb; c++) {
         __m512 vv[4];
-        _Pragma("GCC unroll 8")
-        for (int j = 0; j < NC; j++) vv[j] = _mm512_loadu_ps(v + c * ldv + 16 * j);
-        _Pragma("GCC unroll 8")
-        for (int r = 0; r < R; r++) {
+        _Pragma("GCC unroll 8") for (int j = 0; j < NC; j++) vv[j] =
+            _mm512_loadu_ps(v + c * ldv + 16 * j);
+        _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) {
             __m512 p = _mm512_set1_ps(pT[c * FQ + r0 + r]);
-            _Pragma("GCC unroll 8")
-            for (int j = 0; j < NC; j++) a[r][j] = _mm512_fmadd_ps(p, vv[j], a[r][j]);
+            _Pragma("GCC unroll 8") for (int j = 0; j < NC; j++) a[r][j] =
+                _mm512_fmadd_ps(p, vv[j], a[r][j]);
         }
     }
-    _Pragma("GCC unroll 8")
-    for (int r = 0; r < R; r++)
-        _Pragma("GCC unroll 8")
-        for (int j = 0; j < NC; j++) _mm512_storeu_ps(acc + (r0 + r) * D + 16 * j, a[r][j]);
+    _Pragma("GCC unroll 8") for (int r = 0; r < R; r++)
+        _Pragma("GCC unroll 8") for (int j = 0; j < NC; j++)
+            _mm512_storeu_ps(acc + (r0 + r) * D + 16 * j, a[r][j]);
 }
 
 /* acc (Lb,D) += pT^T (Lb,Sb) @ v (Sb,D), rows six at a time (24 accumulators
  * and 4 vectors of v fit the 32 registers), columns four vectors at a time. */
 AVX512 INLINE void av_cols(float *acc, int D, const float *pT, const float *v, size_t ldv, int Sb,
-                           int Lb, const int NC)
-{
+                           int Lb, const int NC) {
     int r = 0;
-    for (; r + 6 <= Lb; r += 6) av_rows(acc, D, pT, r, v, ldv, Sb, 6, NC);
-    for (; r + 4 <= Lb; r += 4) av_rows(acc, D, pT, r, v, ldv, Sb, 4, NC);
-    for (; r < Lb; r++) av_rows(acc, D, pT, r, v, ldv, Sb, 1, NC);
+    for (; r + 6 <= Lb; r += 6)
+        av_rows(acc, D, pT, r, v, ldv, Sb, 6, NC);
+    for (; r + 4 <= Lb; r += 4)
+        av_rows(acc, D, pT, r, v, ldv, Sb, 4, NC);
+    for (; r < Lb; r++)
+        av_rows(acc, D, pT, r, v, ldv, Sb, 1, NC);
 }
 
-AVX512 INLINE void av_block(float *acc, const float *pT, const float *v, size_t ldv, int Sb,
-                            int Lb, const int ND)
-{
+AVX512 INLINE void av_block(float *acc, const float *pT, const float *v, size_t ldv, int Sb, int Lb,
+                            const int ND) {
     av_cols(acc, ND * 16, pT, v, ldv, Sb, Lb, ND < 4 ? ND : 4);
     if (ND > 4) av_cols(acc + 64, ND * 16, pT, v + 64, ldv, Sb, Lb, ND - 4);
 }
 
 /* Hides masked scores of the tile: sT (Sb,64) for keys j0.. and rows i0... */
-static void mask_tile(float *sT, const attn_seq *s, int i0, int Lb, int j0, int Sb)
-{
+static void mask_tile(float *sT, const attn_seq *s, int i0, int Lb, int j0, int Sb) {
     for (int c = 0; c < Sb; c++) {
         int j = j0 + c;
         float *row = sT + (size_t)c * FQ;
         if (s->key_padding_mask && s->key_padding_mask[j]) {
-            for (int r = 0; r < FQ; r++) row[r] = -INFINITY;
+            for (int r = 0; r < FQ; r++)
+                row[r] = -INFINITY;
             continue;
         }
         if (s->attn_mask_add)
-            for (int r = 0; r < Lb; r++) row[r] += s->attn_mask_add[(size_t)(i0 + r) * s->S + j];
+            for (int r = 0; r < Lb; r++)
+                row[r] += s->attn_mask_add[(size_t)(i0 + r) * s->S + j];
         if (s->attn_mask_bool)
             for (int r = 0; r < Lb; r++)
                 if (s->attn_mask_bool[(size_t)(i0 + r) * s->S + j]) row[r] = -INFINITY;
         if (s->causal && j > i0) /* rows i < j are hidden from key j */
-            for (int r = 0; r < Lb && i0 + r < j; r++) row[r] = -INFINITY;
+            for (int r = 0; r < Lb && i0 + r < j; r++)
+                row[r] = -INFINITY;
     }
 }
 
 /* Online softmax state of one block of FQ query rows. */
 typedef struct {
-    float *qT;  /* (D,FQ) scaled queries, transposed; zero past the block's rows */
-    float *acc; /* (FQ,D) unnormalised output rows */
+    float *qT;         /* (D,FQ) scaled queries, transposed; zero past the block's rows */
+    float *acc;        /* (FQ,D) unnormalised output rows */
     __m512 m[4], l[4]; /* running max and sum, one lane per row */
 } fused_rows;
 
 /* One key tile for one block: scores, masks, online softmax update, AV. */
 AVX512 INLINE void tile_update(fused_rows *st, float *sT, const float *kt, size_t ldk,
                                const float *vt, size_t ldv, const attn_seq *s, int i0, int Lb,
-                               int j0, int Sb, int masked, const int ND)
-{
+                               int j0, int Sb, int masked, const int ND) {
     const int D = ND * 16;
     int c = 0;
     // k (Sb,D) @ qT (D,64) -> sT (Sb,64)
-    for (; c + 6 <= Sb; c += 6) scores_keys(sT + c * FQ, kt + c * ldk, ldk, st->qT, D, 6);
-    for (; c + 4 <= Sb; c += 4) scores_keys(sT + c * FQ, kt + c * ldk, ldk, st->qT, D, 4);
-    for (; c < Sb; c++) scores_keys(sT + c * FQ, kt + c * ldk, ldk, st->qT, D, 1);
+    for (; c + 6 <= Sb; c += 6)
+        scores_keys(sT + c * FQ, kt + c * ldk, ldk, st->qT, D, 6);
+    for (; c + 4 <= Sb; c += 4)
+        scores_keys(sT + c * FQ, kt + c * ldk, ldk, st->qT, D, 4);
+    for (; c < Sb; c++)
+        scores_keys(sT + c * FQ, kt + c * ldk, ldk, st->qT, D, 1);
     if (masked) mask_tile(sT, s, i0, Lb, j0, Sb);
     __m512 mt[4], alpha[4], mn[4], ts[4];
-    _Pragma("GCC unroll 8")
-    for (int j = 0; j < 4; j++) {
+    _Pragma("GCC unroll 8") for (int j = 0; j < 4; j++) {
         mt[j] = _mm512_set1_ps(-INFINITY);
         ts[j] = _mm512_setzero_ps();
     }
     for (c = 0; c < Sb; c++)
-        _Pragma("GCC unroll 8")
-        for (int j = 0; j < 4; j++) mt[j] = _mm512_max_ps(mt[j], _mm512_loadu_ps(sT + c * FQ + 16 * j));
-    _Pragma("GCC unroll 8")
-    for (int j = 0; j < 4; j++) {
+        _Pragma("GCC unroll 8") for (int j = 0; j < 4; j++) mt[j] =
+            _mm512_max_ps(mt[j], _mm512_loadu_ps(sT + c * FQ + 16 * j));
+    _Pragma("GCC unroll 8") for (int j = 0; j < 4; j++) {
         mn[j] = _mm512_max_ps(st->m[j], mt[j]);
         /* rows with nothing visible yet keep max -inf: shift by 0, so e^-inf = 0, no NaN */
         __mmask16 none = _mm512_cmp_ps_mask(mn[j], _mm512_set1_ps(-INFINITY), _CMP_EQ_OQ);
@@ -199,23 +190,20 @@ AVX512 INLINE void tile_update(fused_rows *st, float *sT, const float *kt, size_
         st->m[j] = _mm512_mask_blend_ps(none, mn[j], _mm512_set1_ps(-INFINITY));
     }
     for (c = 0; c < Sb; c++)
-        _Pragma("GCC unroll 8")
-        for (int j = 0; j < 4; j++) {
+        _Pragma("GCC unroll 8") for (int j = 0; j < 4; j++) {
             __m512 p = exp_neg(_mm512_sub_ps(_mm512_loadu_ps(sT + c * FQ + 16 * j), mn[j]));
             _mm512_storeu_ps(sT + c * FQ + 16 * j, p);
             ts[j] = _mm512_add_ps(ts[j], p);
         }
     float al[FQ];
-    _Pragma("GCC unroll 8")
-    for (int j = 0; j < 4; j++) {
+    _Pragma("GCC unroll 8") for (int j = 0; j < 4; j++) {
         st->l[j] = _mm512_fmadd_ps(st->l[j], alpha[j], ts[j]);
         _mm512_storeu_ps(al + 16 * j, alpha[j]);
     }
     if (j0 > 0)
         for (int r = 0; r < Lb; r++) {
             __m512 a = _mm512_set1_ps(al[r]);
-            _Pragma("GCC unroll 8")
-            for (int j = 0; j < ND; j++)
+            _Pragma("GCC unroll 8") for (int j = 0; j < ND; j++)
                 _mm512_storeu_ps(st->acc + r * D + 16 * j,
                                  _mm512_mul_ps(a, _mm512_loadu_ps(st->acc + r * D + 16 * j)));
         }
@@ -224,30 +212,31 @@ AVX512 INLINE void tile_update(fused_rows *st, float *sT, const float *kt, size_
 }
 
 /* Copies Sb rows of x (row stride ldx) to a contiguous (Sb,D) tile. */
-static void copy_tile(float *dst, const float *x, size_t ldx, int Sb, int D)
-{
-    for (int c = 0; c < Sb; c++) memcpy(dst + (size_t)c * D, x + c * ldx, sizeof(float) * D);
+static void copy_tile(float *dst, const float *x, size_t ldx, int Sb, int D) {
+    for (int c = 0; c < Sb; c++)
+        memcpy(dst + (size_t)c * D, x + c * ldx, sizeof(float) * D);
 }
 
 AVX512 INLINE void fused_rows_all(float *out, size_t ldo, const float *q, size_t ldq,
                                   const float *k, size_t ldk, const float *v, size_t ldv,
                                   const attn_seq *s, int i0, int L, float scale, float *scratch,
-                                  const int ND)
-{
+                                  const int ND) {
     const int D = ND * 16;
-    int nb = (L + FQ - 1) / FQ; /* blocks of FQ rows, at most FBLOCKS */
-    float *sT = scratch;                /* (FK,FQ) scores, then probabilities, transposed */
-    float *kbuf = sT + FK * FQ;         /* (FK,D) key tile, contiguous */
-    float *vbuf = kbuf + FK * D;        /* (FK,D) value tile, contiguous */
-    float *blk = vbuf + FK * D;         /* per block: qT (D,FQ), acc (FQ,D) */
+    int nb = (L + FQ - 1) / FQ;  /* blocks of FQ rows, at most FBLOCKS */
+    float *sT = scratch;         /* (FK,FQ) scores, then probabilities, transposed */
+    float *kbuf = sT + FK * FQ;  /* (FK,D) key tile, contiguous */
+    float *vbuf = kbuf + FK * D; /* (FK,D) value tile, contiguous */
+    float *blk = vbuf + FK * D;  /* per block: qT (D,FQ), acc (FQ,D) */
     fused_rows st[FBLOCKS];
     for (int b = 0; b < nb; b++) {
         int r0 = b * FQ, Lb = L - r0 < FQ ? L - r0 : FQ;
         st[b].qT = blk + (size_t)b * 2 * D * FQ;
         st[b].acc = st[b].qT + D * FQ;
         for (int d = 0; d < D; d++) {
-            for (int r = 0; r < Lb; r++) st[b].qT[d * FQ + r] = q[(size_t)(r0 + r) * ldq + d] * scale;
-            for (int r = Lb; r < FQ; r++) st[b].qT[d * FQ + r] = 0.0f;
+            for (int r = 0; r < Lb; r++)
+                st[b].qT[d * FQ + r] = q[(size_t)(r0 + r) * ldq + d] * scale;
+            for (int r = Lb; r < FQ; r++)
+                st[b].qT[d * FQ + r] = 0.0f;
         }
         memset(st[b].acc, 0, sizeof(float) * (size_t)Lb * D);
         for (int j = 0; j < 4; j++) {
@@ -278,7 +267,8 @@ AVX512 INLINE void fused_rows_all(float *out, size_t ldo, const float *q, size_t
     for (int b = 0; b < nb; b++) {
         int r0 = b * FQ, Lb = L - r0 < FQ ? L - r0 : FQ;
         float lsum[FQ];
-        for (int j = 0; j < 4; j++) _mm512_storeu_ps(lsum + 16 * j, st[b].l[j]);
+        for (int j = 0; j < 4; j++)
+            _mm512_storeu_ps(lsum + 16 * j, st[b].l[j]);
         for (int r = 0; r < Lb; r++) {
             float inv = lsum[r] > 0 ? 1.0f / lsum[r] : 0.0f; /* all keys hidden: 0 */
             for (int d = 0; d < D; d++)
@@ -289,16 +279,31 @@ AVX512 INLINE void fused_rows_all(float *out, size_t ldo, const float *q, size_t
 
 AVX512 void attn_fused_block(float *out, size_t ldo, const float *q, size_t ldq, const float *k,
                              size_t ldk, const float *v, size_t ldv, const attn_seq *s, int i0,
-                             int Lb, int D, float scale, float *scratch)
-{
+                             int Lb, int D, float scale, float *scratch) {
     switch (D / 16) {
-    case 1: fused_rows_all(out, ldo, q, ldq, k, ldk, v, ldv, s, i0, Lb, scale, scratch, 1); break;
-    case 2: fused_rows_all(out, ldo, q, ldq, k, ldk, v, ldv, s, i0, Lb, scale, scratch, 2); break;
-    case 3: fused_rows_all(out, ldo, q, ldq, k, ldk, v, ldv, s, i0, Lb, scale, scratch, 3); break;
-    case 4: fused_rows_all(out, ldo, q, ldq, k, ldk, v, ldv, s, i0, Lb, scale, scratch, 4); break;
-    case 5: fused_rows_all(out, ldo, q, ldq, k, ldk, v, ldv, s, i0, Lb, scale, scratch, 5); break;
-    case 6: fused_rows_all(out, ldo, q, ldq, k, ldk, v, ldv, s, i0, Lb, scale, scratch, 6); break;
-    case 7: fused_rows_all(out, ldo, q, ldq, k, ldk, v, ldv, s, i0, Lb, scale, scratch, 7); break;
-    default: fused_rows_all(out, ldo, q, ldq, k, ldk, v, ldv, s, i0, Lb, scale, scratch, 8); break;
+    case 1:
+        fused_rows_all(out, ldo, q, ldq, k, ldk, v, ldv, s, i0, Lb, scale, scratch, 1);
+        break;
+    case 2:
+        fused_rows_all(out, ldo, q, ldq, k, ldk, v, ldv, s, i0, Lb, scale, scratch, 2);
+        break;
+    case 3:
+        fused_rows_all(out, ldo, q, ldq, k, ldk, v, ldv, s, i0, Lb, scale, scratch, 3);
+        break;
+    case 4:
+        fused_rows_all(out, ldo, q, ldq, k, ldk, v, ldv, s, i0, Lb, scale, scratch, 4);
+        break;
+    case 5:
+        fused_rows_all(out, ldo, q, ldq, k, ldk, v, ldv, s, i0, Lb, scale, scratch, 5);
+        break;
+    case 6:
+        fused_rows_all(out, ldo, q, ldq, k, ldk, v, ldv, s, i0, Lb, scale, scratch, 6);
+        break;
+    case 7:
+        fused_rows_all(out, ldo, q, ldq, k, ldk, v, ldv, s, i0, Lb, scale, scratch, 7);
+        break;
+    default:
+        fused_rows_all(out, ldo, q, ldq, k, ldk, v, ldv, s, i0, Lb, scale, scratch, 8);
+        break;
     }
 }

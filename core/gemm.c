@@ -37,21 +37,19 @@
 #define ATTN_GEMM_MB 96
 #endif
 enum {
-    NP = ATTN_PANEL, /* columns per panel */
+    NP = ATTN_PANEL,   /* columns per panel */
     KC = ATTN_GEMM_KC, /* K block: two panels of it (16 KiB) stay in L1 across a row tile */
     MB = ATTN_GEMM_MB, /* row block: its K block of inputs stays in L2 across the panels */
     LDA = KC + 16,     /* row stride of the copied inputs */
 };
 
 /* Offset of W[16j][k] in the packed layout (kb = k / KC). */
-static inline size_t panel_at(int K, int panels, int j, int k)
-{
+static inline size_t panel_at(int K, int panels, int j, int k) {
     size_t kb = (size_t)(k / KC), kw = (size_t)(K - kb * KC < KC ? K - kb * KC : KC);
     return (kb * KC * panels + (size_t)j * kw + (size_t)(k % KC)) * NP;
 }
 
-int attn_packed_init(attn_packed *pw, const float *W, const float *bias, int N, int K)
-{
+int attn_packed_init(attn_packed *pw, const float *W, const float *bias, int N, int K) {
     memset(pw, 0, sizeof *pw);
     int panels = (N + NP - 1) / NP;
     size_t n = (size_t)panels * K * NP, bytes = (n ? n : 1) * sizeof(float);
@@ -76,8 +74,7 @@ int attn_packed_init(attn_packed *pw, const float *W, const float *bias, int N, 
     return 0;
 }
 
-void attn_packed_free(attn_packed *pw)
-{
+void attn_packed_free(attn_packed *pw) {
     if (!pw) return;
     free(pw->p);
     memset(pw, 0, sizeof *pw);
@@ -85,8 +82,7 @@ void attn_packed_free(attn_packed *pw)
 
 /* The formula, plainly: rows [r0,r1) x columns [c0,c1) of C. */
 void gemm_ref(float *C, size_t ldc, const float *A, size_t lda, const attn_packed *pw, size_t r0,
-              size_t r1, int c0, int c1)
-{
+              size_t r1, int c0, int c1) {
     int K = pw->K;
     for (size_t r = r0; r < r1; r++)
         for (int n = c0; n < c1; n++) {
@@ -108,25 +104,21 @@ void gemm_ref(float *C, size_t ldc, const float *A, size_t lda, const attn_packe
  * from the bias when first, else from C. */
 AVX512 INLINE void k512(float *C, size_t ldc, const float *A, size_t lda, const float *P0,
                         const float *P1, const float *b0, const float *b1, __mmask16 m0,
-                        __mmask16 m1, int first, int kn, const int MR)
-{
+                        __mmask16 m1, int first, int kn, const int MR) {
     __m512 c[12][2];
-    _Pragma("GCC unroll 12") for (int r = 0; r < MR; r++)
-    {
+    _Pragma("GCC unroll 12") for (int r = 0; r < MR; r++) {
         c[r][0] = _mm512_maskz_loadu_ps(m0, first ? b0 : C + r * ldc);
         c[r][1] = _mm512_maskz_loadu_ps(m1, first ? b1 : C + r * ldc + NP);
     }
     for (int k = 0; k < kn; k++) {
         __m512 w0 = _mm512_load_ps(P0 + (size_t)k * NP), w1 = _mm512_load_ps(P1 + (size_t)k * NP);
-        _Pragma("GCC unroll 12") for (int r = 0; r < MR; r++)
-        {
+        _Pragma("GCC unroll 12") for (int r = 0; r < MR; r++) {
             __m512 a = _mm512_set1_ps(A[r * lda + k]);
             c[r][0] = _mm512_fmadd_ps(a, w0, c[r][0]);
             c[r][1] = _mm512_fmadd_ps(a, w1, c[r][1]);
         }
     }
-    _Pragma("GCC unroll 12") for (int r = 0; r < MR; r++)
-    {
+    _Pragma("GCC unroll 12") for (int r = 0; r < MR; r++) {
         _mm512_mask_storeu_ps(C + r * ldc, m0, c[r][0]);
         _mm512_mask_storeu_ps(C + r * ldc + NP, m1, c[r][1]);
     }
@@ -135,15 +127,15 @@ AVX512 INLINE void k512(float *C, size_t ldc, const float *A, size_t lda, const 
 /* nr rows x panels [j0,j1) of C over the K block [k0,k1); A holds the
  * block's inputs of those rows (column k0 first). */
 AVX512 static void tile512(float *C, size_t ldc, const float *A, size_t lda, const attn_packed *pw,
-                           size_t nr, int j0, int j1, int k0, int k1)
-{
+                           size_t nr, int j0, int j1, int k0, int k1) {
     int N = pw->N, kn = k1 - k0, first = k0 == 0;
     for (int j = j0; j < j1; j += 2) {
         int n0 = j * NP;
         int left0 = N - n0, left1 = N - n0 - NP;
         __mmask16 m0 = left0 >= NP ? 0xFFFF : (__mmask16)((1u << left0) - 1);
-        __mmask16 m1 = j + 1 >= j1 || left1 <= 0 ? 0 :
-                       left1 >= NP ? 0xFFFF : (__mmask16)((1u << left1) - 1);
+        __mmask16 m1 = j + 1 >= j1 || left1 <= 0 ? 0
+                       : left1 >= NP             ? 0xFFFF
+                                                 : (__mmask16)((1u << left1) - 1);
         const float *P0 = pw->p + panel_at(pw->K, pw->panels, j, k0);
         const float *P1 = m1 ? P0 + (size_t)kn * NP : P0; /* unread lanes: any valid panel */
         const float *b0 = pw->bias + n0, *b1 = m1 ? b0 + NP : b0;
@@ -153,18 +145,41 @@ AVX512 static void tile512(float *C, size_t ldc, const float *A, size_t lda, con
         float *c = C + r * ldc + n0;
         const float *a = A + r * lda;
         switch (nr - r) {
-        case 11: k512(c, ldc, a, lda, P0, P1, b0, b1, m0, m1, first, kn, 11); break;
-        case 10: k512(c, ldc, a, lda, P0, P1, b0, b1, m0, m1, first, kn, 10); break;
-        case 9: k512(c, ldc, a, lda, P0, P1, b0, b1, m0, m1, first, kn, 9); break;
-        case 8: k512(c, ldc, a, lda, P0, P1, b0, b1, m0, m1, first, kn, 8); break;
-        case 7: k512(c, ldc, a, lda, P0, P1, b0, b1, m0, m1, first, kn, 7); break;
-        case 6: k512(c, ldc, a, lda, P0, P1, b0, b1, m0, m1, first, kn, 6); break;
-        case 5: k512(c, ldc, a, lda, P0, P1, b0, b1, m0, m1, first, kn, 5); break;
-        case 4: k512(c, ldc, a, lda, P0, P1, b0, b1, m0, m1, first, kn, 4); break;
-        case 3: k512(c, ldc, a, lda, P0, P1, b0, b1, m0, m1, first, kn, 3); break;
-        case 2: k512(c, ldc, a, lda, P0, P1, b0, b1, m0, m1, first, kn, 2); break;
-        case 1: k512(c, ldc, a, lda, P0, P1, b0, b1, m0, m1, first, kn, 1); break;
-        default: break;
+        case 11:
+            k512(c, ldc, a, lda, P0, P1, b0, b1, m0, m1, first, kn, 11);
+            break;
+        case 10:
+            k512(c, ldc, a, lda, P0, P1, b0, b1, m0, m1, first, kn, 10);
+            break;
+        case 9:
+            k512(c, ldc, a, lda, P0, P1, b0, b1, m0, m1, first, kn, 9);
+            break;
+        case 8:
+            k512(c, ldc, a, lda, P0, P1, b0, b1, m0, m1, first, kn, 8);
+            break;
+        case 7:
+            k512(c, ldc, a, lda, P0, P1, b0, b1, m0, m1, first, kn, 7);
+            break;
+        case 6:
+            k512(c, ldc, a, lda, P0, P1, b0, b1, m0, m1, first, kn, 6);
+            break;
+        case 5:
+            k512(c, ldc, a, lda, P0, P1, b0, b1, m0, m1, first, kn, 5);
+            break;
+        case 4:
+            k512(c, ldc, a, lda, P0, P1, b0, b1, m0, m1, first, kn, 4);
+            break;
+        case 3:
+            k512(c, ldc, a, lda, P0, P1, b0, b1, m0, m1, first, kn, 3);
+            break;
+        case 2:
+            k512(c, ldc, a, lda, P0, P1, b0, b1, m0, m1, first, kn, 2);
+            break;
+        case 1:
+            k512(c, ldc, a, lda, P0, P1, b0, b1, m0, m1, first, kn, 1);
+            break;
+        default:
+            break;
         }
     }
 }
@@ -172,42 +187,36 @@ AVX512 static void tile512(float *C, size_t ldc, const float *A, size_t lda, con
 /* ---- AVX2 + FMA: MR rows x 1 panel ------------------------------------------ */
 
 /* The valid lanes of a partial panel, as AVX2 masks of its two halves. */
-AVX2 INLINE void masks256(int left, __m256i *lo, __m256i *hi)
-{
+AVX2 INLINE void masks256(int left, __m256i *lo, __m256i *hi) {
     const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     *lo = _mm256_cmpgt_epi32(_mm256_set1_epi32(left), idx);
     *hi = _mm256_cmpgt_epi32(_mm256_set1_epi32(left - 8), idx);
 }
 
 AVX2 INLINE void k256(float *C, size_t ldc, const float *A, size_t lda, const float *P,
-                      const float *b, __m256i mlo, __m256i mhi, int first, int kn, const int MR)
-{
+                      const float *b, __m256i mlo, __m256i mhi, int first, int kn, const int MR) {
     __m256 c[6][2];
-    _Pragma("GCC unroll 6") for (int r = 0; r < MR; r++)
-    {
+    _Pragma("GCC unroll 6") for (int r = 0; r < MR; r++) {
         const float *src = first ? b : C + r * ldc;
         c[r][0] = _mm256_maskload_ps(src, mlo);
         c[r][1] = _mm256_maskload_ps(src + 8, mhi);
     }
     for (int k = 0; k < kn; k++) {
         __m256 w0 = _mm256_load_ps(P + (size_t)k * NP), w1 = _mm256_load_ps(P + (size_t)k * NP + 8);
-        _Pragma("GCC unroll 6") for (int r = 0; r < MR; r++)
-        {
+        _Pragma("GCC unroll 6") for (int r = 0; r < MR; r++) {
             __m256 a = _mm256_broadcast_ss(A + r * lda + k);
             c[r][0] = _mm256_fmadd_ps(a, w0, c[r][0]);
             c[r][1] = _mm256_fmadd_ps(a, w1, c[r][1]);
         }
     }
-    _Pragma("GCC unroll 6") for (int r = 0; r < MR; r++)
-    {
+    _Pragma("GCC unroll 6") for (int r = 0; r < MR; r++) {
         _mm256_maskstore_ps(C + r * ldc, mlo, c[r][0]);
         _mm256_maskstore_ps(C + r * ldc + 8, mhi, c[r][1]);
     }
 }
 
 AVX2 static void tile256(float *C, size_t ldc, const float *A, size_t lda, const attn_packed *pw,
-                         size_t nr, int j0, int j1, int k0, int k1)
-{
+                         size_t nr, int j0, int j1, int k0, int k1) {
     int N = pw->N, kn = k1 - k0, first = k0 == 0;
     for (int j = j0; j < j1; j++) {
         int n0 = j * NP;
@@ -220,12 +229,23 @@ AVX2 static void tile256(float *C, size_t ldc, const float *A, size_t lda, const
         float *c = C + r * ldc + n0;
         const float *a = A + r * lda;
         switch (nr - r) {
-        case 5: k256(c, ldc, a, lda, P, b, mlo, mhi, first, kn, 5); break;
-        case 4: k256(c, ldc, a, lda, P, b, mlo, mhi, first, kn, 4); break;
-        case 3: k256(c, ldc, a, lda, P, b, mlo, mhi, first, kn, 3); break;
-        case 2: k256(c, ldc, a, lda, P, b, mlo, mhi, first, kn, 2); break;
-        case 1: k256(c, ldc, a, lda, P, b, mlo, mhi, first, kn, 1); break;
-        default: break;
+        case 5:
+            k256(c, ldc, a, lda, P, b, mlo, mhi, first, kn, 5);
+            break;
+        case 4:
+            k256(c, ldc, a, lda, P, b, mlo, mhi, first, kn, 4);
+            break;
+        case 3:
+            k256(c, ldc, a, lda, P, b, mlo, mhi, first, kn, 3);
+            break;
+        case 2:
+            k256(c, ldc, a, lda, P, b, mlo, mhi, first, kn, 2);
+            break;
+        case 1:
+            k256(c, ldc, a, lda, P, b, mlo, mhi, first, kn, 1);
+            break;
+        default:
+            break;
         }
     }
 }
@@ -233,20 +253,22 @@ AVX2 static void tile256(float *C, size_t ldc, const float *A, size_t lda, const
 /* ---- baseline: plain loops, product rounded before the sum ------------------ */
 
 static void tile_base(float *C, size_t ldc, const float *A, size_t lda, const attn_packed *pw,
-                      size_t nr, int j0, int j1, int k0, int k1)
-{
+                      size_t nr, int j0, int j1, int k0, int k1) {
     for (size_t r = 0; r < nr; r++)
         for (int j = j0; j < j1; j++) {
             int n0 = j * NP, nc = pw->N - n0 < NP ? pw->N - n0 : NP;
             float c[NP];
-            for (int i = 0; i < nc; i++) c[i] = k0 ? C[r * ldc + n0 + i] : pw->bias[n0 + i];
+            for (int i = 0; i < nc; i++)
+                c[i] = k0 ? C[r * ldc + n0 + i] : pw->bias[n0 + i];
             const float *P = pw->p + panel_at(pw->K, pw->panels, j, k0);
             for (int k = k0; k < k1; k++) {
                 float a = A[r * lda + k - k0];
                 /* compiled for the baseline ISA: no fma to contract into */
-                for (int i = 0; i < nc; i++) c[i] += a * P[(size_t)(k - k0) * NP + i];
+                for (int i = 0; i < nc; i++)
+                    c[i] += a * P[(size_t)(k - k0) * NP + i];
             }
-            for (int i = 0; i < nc; i++) C[r * ldc + n0 + i] = c[i];
+            for (int i = 0; i < nc; i++)
+                C[r * ldc + n0 + i] = c[i];
         }
 }
 
@@ -255,31 +277,27 @@ static void tile_base(float *C, size_t ldc, const float *A, size_t lda, const at
 static int g_cpu_level;
 static pthread_once_t g_cpu_once = PTHREAD_ONCE_INIT;
 
-static void detect_level(void)
-{
+static void detect_level(void) {
     attn_cpu c;
     attn_cpu_detect(&c);
     g_cpu_level = c.avx512f ? ATTN_ISA_AVX512 : c.avx2 && c.fma ? ATTN_ISA_AVX2 : ATTN_ISA_BASE;
 }
 
-int gemm_level(void)
-{
+int gemm_level(void) {
     pthread_once(&g_cpu_once, detect_level);
     return g_cpu_level;
 }
 
 static int g_level = -1; /* gemm_force_level(); -1: the CPU's */
 
-int gemm_force_level(int level)
-{
+int gemm_force_level(int level) {
     int was = g_level;
     g_level = level;
     return was;
 }
 
 void gemm_tile(float *C, size_t ldc, const float *A, size_t lda, const attn_packed *pw, size_t r0,
-               size_t r1, int j0, int j1)
-{
+               size_t r1, int j0, int j1) {
     int level = g_level >= 0 ? g_level : gemm_level();
     if (j1 > pw->panels) j1 = pw->panels;
     /* the inputs of one row block and K block, copied at a stride that is not

@@ -77,7 +77,7 @@ typedef struct {
     const float *W;        /* (N,K) the same weights unpacked (ATTN_PROJ_OPENBLAS) */
     const float *A;        /* (M,K) inputs at row stride lda */
     size_t lda;
-    float *C;              /* (M,N) outputs at row stride ldc */
+    float *C; /* (M,N) outputs at row stride ldc */
     size_t ldc;
     size_t M;
 } proj_part;

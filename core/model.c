@@ -12,8 +12,7 @@
 #include "sizes.h"
 
 /* Checks the decoder options of hp (rope, scale); hp's D is d. */
-static int check_rope(const attn_hparams *hp, int d, char *err, size_t errlen)
-{
+static int check_rope(const attn_hparams *hp, int d, char *err, size_t errlen) {
     const attn_rope *r = &hp->rope;
     if (!(hp->scale >= 0) || !isfinite(hp->scale)) {
         snprintf(err, errlen, "scale must be positive and finite (got %g)", hp->scale);
@@ -55,8 +54,7 @@ static int check_rope(const attn_hparams *hp, int d, char *err, size_t errlen)
 }
 
 /* Checks hp and fills the defaults of num_kv_heads, head_dim and scale. */
-static int check_hparams(attn_hparams *hp, char *err, size_t errlen)
-{
+static int check_hparams(attn_hparams *hp, char *err, size_t errlen) {
     int E = hp->embed_dim, H = hp->num_heads;
     if (E < 1 || H < 1) {
         snprintf(err, errlen, "embed_dim and num_heads must be positive (got %d and %d)", E, H);
@@ -81,8 +79,7 @@ static int check_hparams(attn_hparams *hp, char *err, size_t errlen)
     return 0;
 }
 
-int attn_model_init(attn_model *m, const attn_hparams *hp, char *err, size_t errlen)
-{
+int attn_model_init(attn_model *m, const attn_hparams *hp, char *err, size_t errlen) {
     memset(m, 0, sizeof *m);
     attn_hparams h = *hp;
     if (check_hparams(&h, err, errlen) < 0) return -1;
@@ -90,8 +87,14 @@ int attn_model_init(attn_model *m, const attn_hparams *hp, char *err, size_t err
     /* q_w, k_w, v_w, q_b, k_b, v_b, out_w, out_b: see attn.h */
     int bad = sz_mul((uint64_t)h.num_heads, (uint64_t)h.head_dim, INT32_MAX, &qd) < 0 ||
               sz_mul((uint64_t)h.num_kv_heads, (uint64_t)h.head_dim, INT32_MAX, &kvd) < 0;
-    uint64_t parts[][2] = {{qd, e}, {kvd, (uint64_t)h.kdim}, {kvd, (uint64_t)h.vdim}, {qd, 1},
-                           {kvd, 1}, {kvd, 1}, {e, qd}, {e, 1}};
+    uint64_t parts[][2] = {{qd, e},
+                           {kvd, (uint64_t)h.kdim},
+                           {kvd, (uint64_t)h.vdim},
+                           {qd, 1},
+                           {kvd, 1},
+                           {kvd, 1},
+                           {e, qd},
+                           {e, 1}};
     for (int i = 0; !bad && i < 8; i++)
         bad = sz_mul(parts[i][0], parts[i][1], SIZE_MAX / sizeof(float), &t) < 0 ||
               sz_add(n, t, SIZE_MAX / sizeof(float), &n) < 0;
@@ -115,25 +118,23 @@ int attn_model_init(attn_model *m, const attn_hparams *hp, char *err, size_t err
     return 0;
 }
 
-static void unpack(attn_model *m)
-{
+static void unpack(attn_model *m) {
     if (!m->packed) return;
-    for (int i = 0; i < 4; i++) attn_packed_free(&m->packed[i]);
+    for (int i = 0; i < 4; i++)
+        attn_packed_free(&m->packed[i]);
     free(m->packed);
     m->packed = NULL;
 }
 
-int attn_model_pack(attn_model *m, char *err, size_t errlen)
-{
+int attn_model_pack(attn_model *m, char *err, size_t errlen) {
     const attn_hparams *hp = &m->hp;
     int E = hp->embed_dim, HD = hp->num_heads * hp->head_dim, GD = hp->num_kv_heads * hp->head_dim;
     unpack(m);
     m->packed = calloc(4, sizeof *m->packed);
-    if (!m->packed ||
-        attn_packed_init(&m->packed[0], m->q_w, m->q_b, HD, E) < 0 ||      /* (H*D, E) */
-        attn_packed_init(&m->packed[1], m->k_w, m->k_b, GD, hp->kdim) < 0 || /* (G*D, Kd) */
-        attn_packed_init(&m->packed[2], m->v_w, m->v_b, GD, hp->vdim) < 0 || /* (G*D, Vd) */
-        attn_packed_init(&m->packed[3], m->out_w, m->out_b, E, HD) < 0) {  /* (E, H*D) */
+    if (!m->packed || attn_packed_init(&m->packed[0], m->q_w, m->q_b, HD, E) < 0 || /* (H*D, E) */
+        attn_packed_init(&m->packed[1], m->k_w, m->k_b, GD, hp->kdim) < 0 ||        /* (G*D, Kd) */
+        attn_packed_init(&m->packed[2], m->v_w, m->v_b, GD, hp->vdim) < 0 ||        /* (G*D, Vd) */
+        attn_packed_init(&m->packed[3], m->out_w, m->out_b, E, HD) < 0) {           /* (E, H*D) */
         unpack(m);
         snprintf(err, errlen, "out of memory packing the weights (about %zu bytes)",
                  m->n_floats * sizeof(float));
@@ -142,8 +143,7 @@ int attn_model_pack(attn_model *m, char *err, size_t errlen)
     return 0;
 }
 
-void attn_model_free(attn_model *m)
-{
+void attn_model_free(attn_model *m) {
     if (!m) return;
     unpack(m);
     free(m->mem);
@@ -151,8 +151,7 @@ void attn_model_free(attn_model *m)
 }
 
 int attn_check_batch(const attn_model *m, const attn_batch *b, size_t *T, size_t *U, char *err,
-                     size_t errlen)
-{
+                     size_t errlen) {
     const attn_hparams *hp = &m->hp;
     if (!m->mem) {
         snprintf(err, errlen, "model has no weights");
@@ -175,8 +174,9 @@ int attn_check_batch(const attn_model *m, const attn_batch *b, size_t *T, size_t
         return -1;
     }
     if (b->key && hp->rope.dim) {
-        snprintf(err, errlen, "rotary positions need self-attention (no key): a key row's "
-                              "position would be unknown");
+        snprintf(err, errlen,
+                 "rotary positions need self-attention (no key): a key row's "
+                 "position would be unknown");
         return -1;
     }
     size_t t = 0, u = 0;
@@ -206,7 +206,8 @@ int attn_check_batch(const attn_model *m, const attn_batch *b, size_t *T, size_t
             return -1;
         }
         if (s->weights != ATTN_WEIGHTS_NONE && !s->attn) {
-            snprintf(err, errlen, "sequence %d: attention weights asked for but no buffer given", i);
+            snprintf(err, errlen, "sequence %d: attention weights asked for but no buffer given",
+                     i);
             return -1;
         }
         t += (size_t)s->L;
@@ -217,15 +218,13 @@ int attn_check_batch(const attn_model *m, const attn_batch *b, size_t *T, size_t
     return 0;
 }
 
-int attn_check_packed(const attn_model *m, char *err, size_t errlen)
-{
+int attn_check_packed(const attn_model *m, char *err, size_t errlen) {
     if (m->packed) return 0;
     snprintf(err, errlen, "model weights are not packed: call attn_model_pack once filled");
     return -1;
 }
 
-int attn_is_mha(const attn_hparams *hp)
-{
+int attn_is_mha(const attn_hparams *hp) {
     return hp->num_kv_heads == hp->num_heads && hp->head_dim * hp->num_heads == hp->embed_dim &&
            hp->rope.dim == 0 && hp->scale == 1.0 / sqrt((double)hp->head_dim);
 }

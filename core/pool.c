@@ -26,24 +26,24 @@
 #include "internal.h"
 
 enum {
-    SPIN_NS = 30000,  /* longest spin before sleeping: covers the gaps inside a batch */
-    SPIN_CHECK = 64,  /* pause instructions between two looks at the clock */
+    SPIN_NS = 30000, /* longest spin before sleeping: covers the gaps inside a batch */
+    SPIN_CHECK = 64, /* pause instructions between two looks at the clock */
 };
 
 struct attn_pool {
-    int nthreads;          /* including the caller's thread */
-    pthread_t *threads;    /* (nthreads - 1) */
+    int nthreads;       /* including the caller's thread */
+    pthread_t *threads; /* (nthreads - 1) */
     pthread_mutex_t mu;
-    pthread_cond_t go;     /* a new loop (generation) or shutdown */
-    pthread_cond_t done;   /* the current loop's last task finished */
-    atomic_uint gen;       /* loop generation; bumped (release) once the loop is set */
+    pthread_cond_t go;          /* a new loop (generation) or shutdown */
+    pthread_cond_t done;        /* the current loop's last task finished */
+    atomic_uint gen;            /* loop generation; bumped (release) once the loop is set */
     atomic_uint_least64_t next; /* gen << 32 | next task index of the current loop */
     _Atomic(attn_task_fn) fn;   /* current loop, written before gen is bumped */
     _Atomic(void *) arg;
     atomic_int ntasks;
-    atomic_int finished;   /* tasks of the current loop done */
-    atomic_int stop;       /* shut down */
-    atomic_int resting;    /* 1: no loop is coming soon, helpers sleep instead of spinning */
+    atomic_int finished; /* tasks of the current loop done */
+    atomic_int stop;     /* shut down */
+    atomic_int resting;  /* 1: no loop is coming soon, helpers sleep instead of spinning */
 };
 
 typedef struct {
@@ -51,15 +51,13 @@ typedef struct {
     int tid;
 } pool_slot;
 
-static inline void cpu_relax(void)
-{
+static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
 #endif
 }
 
-static uint64_t now_ns(void)
-{
+static uint64_t now_ns(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
@@ -67,8 +65,7 @@ static uint64_t now_ns(void)
 
 /* Spins until done(p, x) holds, the pool rests (when `restless`), or SPIN_NS
  * pass; returns done's last answer. */
-static int spin_until(attn_pool *p, int (*done)(attn_pool *, unsigned), unsigned x, int restless)
-{
+static int spin_until(attn_pool *p, int (*done)(attn_pool *, unsigned), unsigned x, int restless) {
     uint64_t until = 0;
     for (;;) {
         for (int i = 0; i < SPIN_CHECK; i++) {
@@ -86,8 +83,7 @@ static int spin_until(attn_pool *p, int (*done)(attn_pool *, unsigned), unsigned
 
 /* Claims and runs tasks of loop `gen` until none is left; returns how many
  * this thread ran. */
-static int run_tasks(attn_pool *p, unsigned gen, int tid)
-{
+static int run_tasks(attn_pool *p, unsigned gen, int tid) {
     /* acquire: a helper still on an older loop that reads any of these from
      * a newer loop then reads the newer loop's claim word below, and stops */
     attn_task_fn fn = atomic_load_explicit(&p->fn, memory_order_acquire);
@@ -108,8 +104,7 @@ static int run_tasks(attn_pool *p, unsigned gen, int tid)
 }
 
 /* Counts n finished tasks; the last one wakes the caller. */
-static void finish(attn_pool *p, int n)
-{
+static void finish(attn_pool *p, int n) {
     if (n == 0) return;
     int total = atomic_load_explicit(&p->ntasks, memory_order_relaxed);
     if (atomic_fetch_add_explicit(&p->finished, n, memory_order_acq_rel) + n == total) {
@@ -119,22 +114,20 @@ static void finish(attn_pool *p, int n)
     }
 }
 
-static int new_loop(attn_pool *p, unsigned seen)
-{
+static int new_loop(attn_pool *p, unsigned seen) {
     return atomic_load_explicit(&p->gen, memory_order_acquire) != seen ||
            atomic_load_explicit(&p->stop, memory_order_relaxed);
 }
 
-static int loop_done(attn_pool *p, unsigned ntasks)
-{
+static int loop_done(attn_pool *p, unsigned ntasks) {
     return (unsigned)atomic_load_explicit(&p->finished, memory_order_acquire) == ntasks;
 }
 
 /* Waits until gen differs from seen or the pool stops; returns the new gen. */
-static unsigned wait_loop(attn_pool *p, unsigned seen)
-{
+static unsigned wait_loop(attn_pool *p, unsigned seen) {
     unsigned g = seen;
-    if (spin_until(p, new_loop, seen, 1)) return atomic_load_explicit(&p->gen, memory_order_acquire);
+    if (spin_until(p, new_loop, seen, 1))
+        return atomic_load_explicit(&p->gen, memory_order_acquire);
     pthread_mutex_lock(&p->mu);
     while (!atomic_load(&p->stop) && (g = atomic_load(&p->gen)) == seen)
         pthread_cond_wait(&p->go, &p->mu);
@@ -142,8 +135,7 @@ static unsigned wait_loop(attn_pool *p, unsigned seen)
     return g;
 }
 
-static void *helper_main(void *a)
-{
+static void *helper_main(void *a) {
     pool_slot *slot = a;
     attn_pool *p = slot->p;
     int tid = slot->tid;
@@ -157,8 +149,7 @@ static void *helper_main(void *a)
     return NULL;
 }
 
-attn_pool *attn_pool_new(int nthreads)
-{
+attn_pool *attn_pool_new(int nthreads) {
     if (nthreads < 1) nthreads = 1;
     attn_pool *p = calloc(1, sizeof *p);
     if (!p) return NULL;
@@ -195,14 +186,14 @@ fail:
     return NULL;
 }
 
-void attn_pool_free(attn_pool *p)
-{
+void attn_pool_free(attn_pool *p) {
     if (!p) return;
     pthread_mutex_lock(&p->mu);
     atomic_store(&p->stop, 1);
     pthread_cond_broadcast(&p->go);
     pthread_mutex_unlock(&p->mu);
-    for (int t = 1; t < p->nthreads; t++) pthread_join(p->threads[t - 1], NULL);
+    for (int t = 1; t < p->nthreads; t++)
+        pthread_join(p->threads[t - 1], NULL);
     free(p->threads);
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->go);
@@ -210,11 +201,11 @@ void attn_pool_free(attn_pool *p)
     free(p);
 }
 
-void attn_pool_run(attn_pool *p, int ntasks, attn_task_fn fn, void *arg)
-{
+void attn_pool_run(attn_pool *p, int ntasks, attn_task_fn fn, void *arg) {
     if (ntasks <= 0) return;
     if (p->nthreads == 1 || ntasks == 1) {
-        for (int i = 0; i < ntasks; i++) fn(arg, i, 0);
+        for (int i = 0; i < ntasks; i++)
+            fn(arg, i, 0);
         return;
     }
     atomic_store_explicit(&p->resting, 0, memory_order_relaxed);
@@ -234,11 +225,11 @@ void attn_pool_run(attn_pool *p, int ntasks, attn_task_fn fn, void *arg)
     finish(p, run_tasks(p, gen, 0));
     if (spin_until(p, loop_done, (unsigned)ntasks, 0)) return;
     pthread_mutex_lock(&p->mu);
-    while (atomic_load(&p->finished) < ntasks) pthread_cond_wait(&p->done, &p->mu);
+    while (atomic_load(&p->finished) < ntasks)
+        pthread_cond_wait(&p->done, &p->mu);
     pthread_mutex_unlock(&p->mu);
 }
 
-void attn_pool_rest(attn_pool *p)
-{
+void attn_pool_rest(attn_pool *p) {
     atomic_store_explicit(&p->resting, 1, memory_order_relaxed);
 }

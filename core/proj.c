@@ -14,16 +14,15 @@
 #include "internal.h"
 
 enum {
-    ROWS = 192,     /* rows per tile at most */
-    MIN_ROWS = 24,  /* rows per tile at least, when splitting for more tasks */
-    PANELS = 16,    /* output panels (16 columns each) per tile at most */
+    ROWS = 192,    /* rows per tile at most */
+    MIN_ROWS = 24, /* rows per tile at least, when splitting for more tasks */
+    PANELS = 16,   /* output panels (16 columns each) per tile at most */
     TASKS_PER_THREAD = 3,
 };
 
 static int g_proj = ATTN_PROJ_PACKED;
 
-int attn_set_projections(int mode)
-{
+int attn_set_projections(int mode) {
     int was = g_proj;
     g_proj = mode == ATTN_PROJ_OPENBLAS ? ATTN_PROJ_OPENBLAS : ATTN_PROJ_PACKED;
     return was;
@@ -32,19 +31,17 @@ int attn_set_projections(int mode)
 typedef struct {
     const proj_part *parts;
     int nparts;
-    int rows, panels;       /* tile shape */
+    int rows, panels;          /* tile shape */
     int first[PROJ_PARTS + 1]; /* first task of each part; first[nparts] = all tasks */
 } proj_job;
 
-static int tiles_of(const proj_part *p, int rows, int panels)
-{
+static int tiles_of(const proj_part *p, int rows, int panels) {
     int rb = (int)((p->M + (size_t)rows - 1) / (size_t)rows);
     int cb = (p->pw->panels + panels - 1) / panels;
     return rb * cb;
 }
 
-static int count_tasks(proj_job *j)
-{
+static int count_tasks(proj_job *j) {
     j->first[0] = 0;
     for (int i = 0; i < j->nparts; i++)
         j->first[i + 1] = j->first[i] + tiles_of(&j->parts[i], j->rows, j->panels);
@@ -53,8 +50,7 @@ static int count_tasks(proj_job *j)
 
 /* Tiles small enough that every thread gets a few, large enough to keep
  * the kernel's blocking (a multiple of its 12 rows). */
-static int plan_tiles(proj_job *j, int nthreads)
-{
+static int plan_tiles(proj_job *j, int nthreads) {
     j->rows = ROWS;
     j->panels = PANELS;
     int want = nthreads > 1 ? TASKS_PER_THREAD * nthreads : 1;
@@ -70,8 +66,7 @@ static int plan_tiles(proj_job *j, int nthreads)
 }
 
 /* Rows [r0,r1) x columns [c0,c1) of C = A W^T + bias, with OpenBLAS. */
-static void tile_openblas(const proj_part *p, size_t r0, size_t r1, int c0, int c1)
-{
+static void tile_openblas(const proj_part *p, size_t r0, size_t r1, int c0, int c1) {
     for (size_t r = r0; r < r1; r++)
         memcpy(p->C + r * p->ldc + c0, p->pw->bias + c0, sizeof(float) * (size_t)(c1 - c0));
     int K = p->pw->K;
@@ -81,12 +76,12 @@ static void tile_openblas(const proj_part *p, size_t r0, size_t r1, int c0, int 
                p->C + r0 * p->ldc + c0, (int)p->ldc);
 }
 
-static void proj_task(void *arg, int t, int tid)
-{
+static void proj_task(void *arg, int t, int tid) {
     (void)tid;
     const proj_job *j = arg;
     int i = 0;
-    while (t >= j->first[i + 1]) i++;
+    while (t >= j->first[i + 1])
+        i++;
     const proj_part *p = &j->parts[i];
     int local = t - j->first[i];
     int rb = (int)((p->M + (size_t)j->rows - 1) / (size_t)j->rows);
@@ -102,18 +97,17 @@ static void proj_task(void *arg, int t, int tid)
 }
 
 proj_part proj_part_of(const attn_model *m, int which, float *C, size_t ldc, const float *A,
-                       size_t lda, size_t M)
-{
+                       size_t lda, size_t M) {
     const float *W[4] = {m->q_w, m->k_w, m->v_w, m->out_w};
     return (proj_part){&m->packed[which], W[which], A, lda, C, ldc, M};
 }
 
-void proj_run(attn_pool *pool, int nthreads, const proj_part *parts, int nparts)
-{
+void proj_run(attn_pool *pool, int nthreads, const proj_part *parts, int nparts) {
     proj_job j = {.parts = parts, .nparts = nparts};
     int n = plan_tiles(&j, pool ? nthreads : 1);
     if (!pool) {
-        for (int t = 0; t < n; t++) proj_task(&j, t, 0);
+        for (int t = 0; t < n; t++)
+            proj_task(&j, t, 0);
         return;
     }
     attn_pool_run(pool, n, proj_task, &j);

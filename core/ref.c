@@ -16,9 +16,8 @@
 #include "internal.h"
 
 /* y (n, out) = x (n, in) @ w^T (in, out) + b (out) */
-static void linear_ref(float *y, const float *x, const float *w, const float *b, size_t n,
-                       int in, int out)
-{
+static void linear_ref(float *y, const float *x, const float *w, const float *b, size_t n, int in,
+                       int out) {
     for (size_t i = 0; i < n; i++)
         for (int o = 0; o < out; o++) {
             double acc = b[o];
@@ -30,8 +29,7 @@ static void linear_ref(float *y, const float *x, const float *w, const float *b,
 
 /* The rotation frequency of pair i of dim/2, with the scaling rule of r
  * (attn.h; Hugging Face's _compute_llama3_parameters for LLAMA3). */
-static double rope_freq_ref(const attn_rope *r, int i)
-{
+static double rope_freq_ref(const attn_rope *r, int i) {
     double f = pow(r->theta, -2.0 * i / r->dim);
     if (r->scaling == ATTN_ROPE_SCALE_LINEAR) return f / r->factor;
     if (r->scaling != ATTN_ROPE_SCALE_LLAMA3) return f;
@@ -47,9 +45,7 @@ static double rope_freq_ref(const attn_rope *r, int i)
 
 /* Rotates the first r->dim columns of each of the `heads` heads of x
  * (n, heads*D) in place, row i at position pos[i] (or i when pos is NULL). */
-static void rope_ref(float *x, size_t n, int heads, int D, const attn_rope *r,
-                     const int32_t *pos)
-{
+static void rope_ref(float *x, size_t n, int heads, int D, const attn_rope *r, const int32_t *pos) {
     int half = r->dim / 2;
     for (size_t i = 0; i < n; i++) {
         double p = pos ? (double)pos[i] : (double)i;
@@ -67,8 +63,7 @@ static void rope_ref(float *x, size_t n, int heads, int D, const attn_rope *r,
     }
 }
 
-static int hidden_ref(const attn_seq *s, int i, int j)
-{
+static int hidden_ref(const attn_seq *s, int i, int j) {
     if (s->causal && j > i) return 1;
     if (s->key_padding_mask && s->key_padding_mask[j]) return 1;
     if (s->attn_mask_bool && s->attn_mask_bool[(size_t)i * s->S + j]) return 1;
@@ -80,8 +75,7 @@ static int hidden_ref(const attn_seq *s, int i, int j)
 
 /* One sequence: q (L,H*D), k (S,G*D), v (S,G*D) projected; ctx (L,H*D) out. */
 static void attend_ref(float *ctx, const float *q, const float *k, const float *v,
-                       const attn_seq *s, const attn_hparams *hp, double *p)
-{
+                       const attn_seq *s, const attn_hparams *hp, double *p) {
     int H = hp->num_heads, G = hp->num_kv_heads, D = hp->head_dim, L = s->L, S = s->S;
     size_t qw = (size_t)H * D, kw = (size_t)G * D;
     if (s->weights == ATTN_WEIGHTS_MEAN) memset(s->attn, 0, sizeof(float) * (size_t)L * S);
@@ -106,10 +100,12 @@ static void attend_ref(float *ctx, const float *q, const float *k, const float *
                 p[j] = mx == -INFINITY ? 0.0 : exp(p[j] - mx);
                 sum += p[j];
             }
-            for (int j = 0; j < S; j++) p[j] = sum > 0 ? p[j] / sum : 0.0;
+            for (int j = 0; j < S; j++)
+                p[j] = sum > 0 ? p[j] / sum : 0.0;
             for (int d = 0; d < D; d++) {
                 double acc = 0;
-                for (int j = 0; j < S; j++) acc += p[j] * v[j * kw + (size_t)g * D + d];
+                for (int j = 0; j < S; j++)
+                    acc += p[j] * v[j * kw + (size_t)g * D + d];
                 ctx[i * qw + (size_t)h * D + d] = (float)acc;
             }
             for (int j = 0; j < S; j++) {
@@ -122,8 +118,7 @@ static void attend_ref(float *ctx, const float *q, const float *k, const float *
     }
 }
 
-int attn_forward_ref(const attn_model *m, attn_batch *b, char *err, size_t errlen)
-{
+int attn_forward_ref(const attn_model *m, attn_batch *b, char *err, size_t errlen) {
     size_t T, U;
     if (attn_check_batch(m, b, &T, &U, err, errlen) < 0) return -1;
     const attn_hparams *hp = &m->hp;

@@ -13,8 +13,7 @@
 /* *out = a * b. Returns 0, or -1 when the product passes limit or wraps
  * (*out is then limit + 1, saturated, so a caller that prints it shows
  * "more than the limit" rather than a wrapped number). */
-static inline int sz_mul(uint64_t a, uint64_t b, uint64_t limit, uint64_t *out)
-{
+static inline int sz_mul(uint64_t a, uint64_t b, uint64_t limit, uint64_t *out) {
     uint64_t r;
     if (__builtin_mul_overflow(a, b, &r) || r > limit) {
         *out = limit == UINT64_MAX ? UINT64_MAX : limit + 1;
@@ -25,8 +24,7 @@ static inline int sz_mul(uint64_t a, uint64_t b, uint64_t limit, uint64_t *out)
 }
 
 /* *out = a + b, with the same contract as sz_mul. */
-static inline int sz_add(uint64_t a, uint64_t b, uint64_t limit, uint64_t *out)
-{
+static inline int sz_add(uint64_t a, uint64_t b, uint64_t limit, uint64_t *out) {
     uint64_t r;
     if (__builtin_add_overflow(a, b, &r) || r > limit) {
         *out = limit == UINT64_MAX ? UINT64_MAX : limit + 1;
@@ -37,8 +35,7 @@ static inline int sz_add(uint64_t a, uint64_t b, uint64_t limit, uint64_t *out)
 }
 
 /* The product of n dims (each >= 0), checked against limit at every step. */
-static inline int sz_prod(const int64_t *dims, int n, uint64_t limit, uint64_t *out)
-{
+static inline int sz_prod(const int64_t *dims, int n, uint64_t limit, uint64_t *out) {
     uint64_t r = 1;
     for (int i = 0; i < n; i++) {
         if (dims[i] < 0 || sz_mul(r, (uint64_t)dims[i], limit, &r) < 0) {
