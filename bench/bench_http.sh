@@ -6,8 +6,9 @@
 #      as workers x blas_threads) also its 2 x 1 and 1 x 2 splits;
 #   2. a lone small request on a kept-alive connection: round trip, queue
 #      wait and compute time (usage);
-#   3. one large request (B=1, L=512, E=1024, H=16) in base64: round trip
-#      against the core's all-thread compute time (usage.compute_us);
+#   3. lone large requests (B=1, L=512, E=1024, H=16 in base64; L=4096 on
+#      the default model in base64 and in JSON): round trip against the
+#      core's all-thread compute time (usage.compute_us), medians of 9;
 #   4. the codec costs on their own (build/bench/bench_codec).
 # Numbers only; nothing is asserted. Run by `make bench-http`.
 # Env: ATTND_BIN (build/attnd), BENCH_SECONDS (10), PYTHON (python3),
@@ -75,6 +76,13 @@ big = array.array("f", (rnd.uniform(-1, 1) for _ in range(512 * 1024)))
 open(tmp + "/large.json", "w").write(json.dumps({
     "query": {"shape": [1, 512, 1024], "dtype": "float32",
               "b64": base64.b64encode(big.tobytes()).decode()},
+    "encoding": "base64"}))
+# long: (1, 4096, 512) on the default model, as JSON numbers and in base64
+lq = [round(rnd.uniform(-1, 1), 6) for _ in range(4096 * 512)]
+open(tmp + "/long.json", "w").write(json.dumps({"query": [lq[i:i + 512] for i in range(0, len(lq), 512)]}))
+open(tmp + "/long.base64", "w").write(json.dumps({
+    "query": {"shape": [4096, 512], "dtype": "float32",
+              "b64": base64.b64encode(array.array("f", lq).tobytes()).decode()},
     "encoding": "base64"}))
 # weights of a 1024-wide, 16-head layer as safetensors (torch's names)
 E = 1024
@@ -174,14 +182,17 @@ print("| median of %d, defaults %-23s | %13.2f | %8.0f | %10.3f | %20.1f |" % (l
 PYEOF2
 stop
 echo
-echo "| large request (1×512×1024, H=16, base64)   | round trip ms | compute ms (usage) | ratio |"
+echo "| lone large request, defaults              | round trip ms | compute ms (usage) | ratio |"
 echo "|--------------------------------------------|---------------|--------------------|-------|"
-for delay in default; do
-    start ATTND_CONFIG="$TMP/large_config.json" ATTND_MAX_BODY_BYTES=67108864
+# large_row LABEL BODY [VAR=value...]: ten requests on a kept-alive client
+large_row() {
+    label=$1 body=$2
+    shift 2
+    start "$@"
     # a keep-alive client, as a backend would hold one; the first answer warms up
-    "$PY" - "$PORT" "$TMP/large.json" "$delay" <<'PYEOF'
+    "$PY" - "$PORT" "$body" "$label" <<'PYEOF'
 import http.client, json, sys, time
-port, path, delay = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+port, path, label = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 body = open(path, "rb").read()
 conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
 runs = []
@@ -197,10 +208,13 @@ for i in range(10):
         runs.append((t / c, t * 1e3, c * 1e3))
 runs.sort()
 ratio, rt, cu = runs[len(runs) // 2]
-print("| median of %d, max_queue_delay_us %-7s | %13.1f | %18.1f | %5.2f |" % (len(runs), delay, rt, cu, ratio))
+print("| %-42s | %13.1f | %18.1f | %5.2f |" % (label, rt, cu, ratio))
 PYEOF
     stop
-done
+}
+large_row "1×512×1024, H=16, base64" "$TMP/large.json" ATTND_CONFIG="$TMP/large_config.json"
+large_row "1×4096×512, default model, base64" "$TMP/long.base64"
+large_row "1×4096×512, default model, json" "$TMP/long.json"
 
 echo
 if [ -x "${BENCH_CODEC:-build/bench/bench_codec}" ]; then
