@@ -1037,31 +1037,29 @@ def queue_depth(d):
 def test_full_queue_refused_before_the_body_is_read(fresh_daemons, tmp_path):
     """With the model's queue full, a request declaring a large body gets 429
     with Retry-After as soon as its header lines are in: its body is never
-    read nor decoded."""
+    read nor decoded. The queue is held full by a request that waits there
+    for company (batches of 2, a 10 s delay), not by compute, so no CPU is
+    fast enough to empty it before the test looks; SIGTERM then ends the
+    wait (a draining daemon waits for no company) and it is answered."""
     m = support.Model.random("slow", 512, 8, seed=31)
     m.save(tmp_path / "slow.safetensors")
     d = fresh_daemons({"models": [m.config()],
                        "server": {"max_body_bytes": 64 << 20, "request_timeout_ms": 300000},
-                       "limits": {"max_tokens_per_request": 16384},
-                       "workers": {"threads": 1},
-                       "batching": {"max_batch_requests": 1, "max_queue_requests": 1}})
-    L = 2048 if SAN else 6144
-    body = json.dumps({"query": support.b64_tensor(
-        np.random.default_rng(2).standard_normal((L, 512)).astype(np.float32))})
+                       "batching": {"max_batch_requests": 2, "max_queue_delay_us": 10000000,
+                                    "max_queue_requests": 1}})
+    body = json.dumps({"query": np.random.default_rng(2).standard_normal((4, 512)).tolist()})
     results = []
 
     def send():
         try:
-            results.append(requests.post(d.url + "/v1/attention", data=body, timeout=300,
+            results.append(requests.post(d.url + "/v1/attention", data=body, timeout=60,
                                          headers={"Content-Type": "application/json"}).status_code)
         except requests.RequestException as e:
             results.append(repr(e))
-    ts = [threading.Thread(target=send) for _ in range(3)]
-    for t in ts:
-        t.start()
-        time.sleep(0.3)
+    t = threading.Thread(target=send)
+    t.start()
     try:
-        assert support.wait_until(lambda: queue_depth(d) >= 1, 60), "the queue never filled"
+        assert support.wait_until(lambda: queue_depth(d) >= 1, 30), "the queue never filled"
         s = socket.create_connection(("127.0.0.1", d.port), timeout=30)
         s.sendall(b"POST /v1/models/slow/attention HTTP/1.1\r\nHost: t\r\n"
                   b"Content-Type: application/json\r\nContent-Length: 50000000\r\n\r\n")
@@ -1074,7 +1072,9 @@ def test_full_queue_refused_before_the_body_is_read(fresh_daemons, tmp_path):
         s.close()
         assert head.startswith(b"HTTP/1.1 429"), head[:300]
         assert re.search(rb"(?im)^retry-after:", head), head[:300]
+        assert queue_depth(d) == 1, "the waiting request left the queue before the refusal was checked"
     finally:
-        for t in ts:
-            t.join(600)
-    assert 200 in results, results
+        code = d.stop()
+        t.join(60)
+    assert results == [200], results
+    assert code == 0
