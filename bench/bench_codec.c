@@ -14,7 +14,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../server/codec.h"
+#include "../server/base64.h"
+#include "../server/buffer.h"
+#include "../server/clock.h"
+#include "../server/floattext.h"
 #include "../server/request.h"
 
 #define REPS 31

@@ -22,6 +22,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base64.h"
+#include "floattext.h"
+#include "utf8.h"
+
 /* ---- the sink: tensors written at once, or noted for later ---- */
 
 /* How a tensor goes out. */

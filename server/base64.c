@@ -1,10 +1,11 @@
 /* base64.c - standard base64 (RFC 4648 section 4) both ways, two
- * characters per table lookup (see codec.h); text wrapped in lines is read
+ * characters per table lookup (see base64.h); text wrapped in lines is read
  * too, slowly, and what is wrong with text that is not base64 is said in
  * words. Pure and thread-safe; the tables are built once. */
-#include "codec.h"
+#include "base64.h"
 
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 

@@ -1,9 +1,10 @@
 /* buffer.c - sbuf, the growable byte buffer every writer fills (see
- * codec.h). A failed allocation turns the buffer's later writes into no-ops
+ * buffer.h). A failed allocation turns the buffer's later writes into no-ops
  * and is reported once, by sb_take or the oom flag. */
-#include "codec.h"
+#include "buffer.h"
 
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

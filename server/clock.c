@@ -1,6 +1,6 @@
 /* clock.c - the monotonic clock the server times requests with (see
- * codec.h). */
-#include "codec.h"
+ * clock.h). */
+#include "clock.h"
 
 #include <time.h>
 

@@ -4,7 +4,8 @@
 #include <stdarg.h>
 #include <stdio.h>
 
-#include "codec.h"
+#include "buffer.h"
+#include "utf8.h"
 
 int attnd_err_status(attnd_err e) {
     switch (e) {

@@ -1,5 +1,5 @@
 /* floattext.c - float32 to decimal text and back, exactly and fast (see
- * codec.h). Printing gives the text "%.9g" gives; reading gives the float32
+ * floattext.h). Printing gives the text "%.9g" gives; reading gives the float32
  * nearest the decimal, as strtof does. Both compute in double with one
  * multiplication by a power of ten and know the size of their error; when
  * the result is too close to a rounding boundary for that error to be
@@ -11,7 +11,7 @@
  * ulps of error decides the float32 rounding (or the ninth decimal digit)
  * unless it lands within those few ulps of the boundary.
  */
-#include "codec.h"
+#include "floattext.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -15,7 +15,7 @@
 #include <sys/socket.h>
 #include <time.h>
 
-#include "codec.h"
+#include "clock.h"
 #include "log.h"
 
 /* How often deadlines are checked, ms: a connection lives at most this

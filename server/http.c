@@ -33,7 +33,8 @@
 #include <unistd.h>
 
 #include "../core/sizes.h"
-#include "codec.h"
+#include "buffer.h"
+#include "clock.h"
 #include "cpus.h"
 #include "errors.h"
 #include "guard.h"

@@ -32,7 +32,8 @@
 #include <sys/random.h>
 #include <sys/socket.h>
 
-#include "codec.h"
+#include "buffer.h"
+#include "clock.h"
 #include "errors.h"
 
 typedef struct MHD_Response *(*create_fn)(size_t, void *, enum MHD_ResponseMemoryMode);

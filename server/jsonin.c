@@ -8,7 +8,8 @@
 #include <string.h>
 #include <strings.h>
 
-#include "codec.h"
+#include "floattext.h"
+#include "utf8.h"
 
 struct jin {
     const char *start; /* first byte of the body */
@@ -165,29 +166,6 @@ static int hex4(const char *s, unsigned *v) {
     return 0;
 }
 
-static size_t put_utf8(char *o, unsigned cp) {
-    if (cp < 0x80) {
-        o[0] = (char)cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        o[0] = (char)(0xc0 | cp >> 6);
-        o[1] = (char)(0x80 | (cp & 0x3f));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        o[0] = (char)(0xe0 | cp >> 12);
-        o[1] = (char)(0x80 | ((cp >> 6) & 0x3f));
-        o[2] = (char)(0x80 | (cp & 0x3f));
-        return 3;
-    }
-    o[0] = (char)(0xf0 | cp >> 18);
-    o[1] = (char)(0x80 | ((cp >> 12) & 0x3f));
-    o[2] = (char)(0x80 | ((cp >> 6) & 0x3f));
-    o[3] = (char)(0x80 | (cp & 0x3f));
-    return 4;
-}
-
 /* Decodes the string at j->p into out (which has room for the raw length,
  * the decoded text is never longer). Returns decoded length or -1. */
 static long decode_string(jin *j, char *out, size_t cap, int *cut) {
@@ -265,7 +243,7 @@ static long decode_string(jin *j, char *out, size_t cap, int *cut) {
                     return fail(j, "unpaired surrogate in \\u escape");
                 }
                 if (cp == 0) return fail(j, "\\u0000 in string");
-                tn = put_utf8(tmp, cp);
+                tn = utf8_put(tmp, cp);
                 break;
             }
             default:

@@ -6,7 +6,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "codec.h"
+#include "buffer.h"
+#include "utf8.h"
 
 static struct {
     int json;

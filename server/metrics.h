@@ -8,7 +8,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-#include "codec.h"
+#include "buffer.h"
 #include "errors.h"
 #include "routes.h"
 

@@ -12,7 +12,7 @@
 
 #include "../config/config.h"
 #include "../core/attn.h"
-#include "codec.h"
+#include "buffer.h"
 #include "errors.h"
 
 /* What the parsers need to know about one served model. */

@@ -35,7 +35,8 @@
 #include <sys/socket.h>
 #include <time.h>
 
-#include "codec.h"
+#include "buffer.h"
+#include "clock.h"
 
 /* How often queued requests' sockets are checked for hang-ups. */
 #define HANGUP_POLL_US 20000

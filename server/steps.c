@@ -13,7 +13,9 @@
 #include <time.h>
 
 #include "answer.h"
-#include "codec.h"
+#include "buffer.h"
+#include "clock.h"
+#include "utf8.h"
 #include "sched.h"
 
 double attnd_step_now(void) {

@@ -15,7 +15,7 @@
 
 #include "../config/config.h"
 #include "../core/attn.h"
-#include "codec.h"
+#include "buffer.h"
 #include "errors.h"
 #include "request.h"
 #include "session.h"

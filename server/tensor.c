@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "../core/sizes.h"
-#include "codec.h"
+#include "base64.h"
 
 void tensor_free(tensor *t) {
     if (!t) return;

@@ -1,6 +1,6 @@
-/* utf8.c - UTF-8 checking and JSON string escaping (see codec.h): whatever
+/* utf8.c - UTF-8 checking and JSON string escaping (see utf8.h): whatever
  * bytes a client sent, what attnd writes back is valid JSON. */
-#include "codec.h"
+#include "utf8.h"
 
 #include <string.h>
 
@@ -25,6 +25,29 @@ size_t utf8_seq_len(const unsigned char *s, const unsigned char *end) {
     }
     if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
     return n;
+}
+
+size_t utf8_put(char *o, unsigned cp) {
+    if (cp < 0x80) {
+        o[0] = (char)cp;
+        return 1;
+    }
+    if (cp < 0x800) {
+        o[0] = (char)(0xc0 | cp >> 6);
+        o[1] = (char)(0x80 | (cp & 0x3f));
+        return 2;
+    }
+    if (cp < 0x10000) {
+        o[0] = (char)(0xe0 | cp >> 12);
+        o[1] = (char)(0x80 | ((cp >> 6) & 0x3f));
+        o[2] = (char)(0x80 | (cp & 0x3f));
+        return 3;
+    }
+    o[0] = (char)(0xf0 | cp >> 18);
+    o[1] = (char)(0x80 | ((cp >> 12) & 0x3f));
+    o[2] = (char)(0x80 | ((cp >> 6) & 0x3f));
+    o[3] = (char)(0x80 | (cp & 0x3f));
+    return 4;
 }
 
 void sb_json_str(sbuf *b, const char *s) {

@@ -8,7 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../server/codec.h"
+#include "../server/base64.h"
+#include "../server/buffer.h"
+#include "../server/floattext.h"
+#include "../server/utf8.h"
 
 /* The plain build runs every random and swept check in full; under
  * AddressSanitizer (make asan) a tenth of each, and the digit split's

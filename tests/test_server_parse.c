@@ -7,7 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../server/codec.h"
+#include "../server/buffer.h"
+#include "../server/base64.h"
 #include "../server/jsonin.h"
 #include "../server/request.h"
 #include "../server/tensor.h"

@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "../core/attn.h"
-#include "../server/codec.h"
+#include "../server/clock.h"
 #include "../server/request.h"
 #include "../server/sched.h"
 

@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../server/codec.h"
+#include "../../server/floattext.h"
 #include "../../server/jsonin.h"
 
 #define CHECK(cond)                                                                                \

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../server/codec.h"
+#include "../../server/buffer.h"
 #include "../../server/request.h"
 
 static const attnd_model_info FUZZ_MODELS[2] = {
