@@ -1,7 +1,7 @@
 /* bench_codec.c - what the server spends on text, without HTTP or compute,
  * on one thread. Two tables:
- *  1. numbers: million numbers per second parsed (parse_f32_row, strtof)
- *     and printed (sb_floats, snprintf "%.9g") on the comma-separated text
+ *  1. numbers: million numbers per second parsed (attnd_parse_f32_row, strtof)
+ *     and printed (attnd_sb_floats, snprintf "%.9g") on the comma-separated text
  *     of a 16×512 tensor, all in the same run, so the ratios hold whatever
  *     the machine's load;
  *  2. bodies: a request body read into a job and an answer written, in JSON
@@ -23,7 +23,7 @@
 #define REPS 31
 
 static double now_s(void) {
-    return (double)mono_us() / 1e6;
+    return (double)attnd_mono_us() / 1e6;
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -50,20 +50,20 @@ static volatile float sink_f;
 /* ---- numbers ---- */
 
 /* The server's own loops against the C library's, on the same text: a
- * row of n numbers "a,b,c" (as fmt_f32 writes them) read by parse_f32_row
- * and by strtof, and written by sb_floats and by snprintf("%.9g"). */
+ * row of n numbers "a,b,c" (as attnd_fmt_f32 writes them) read by attnd_parse_f32_row
+ * and by strtof, and written by attnd_sb_floats and by snprintf("%.9g"). */
 static void numbers(size_t n) {
     float *x = malloc(n * sizeof(float)), *y = malloc(n * sizeof(float));
     fill(x, n);
-    sbuf row;
-    sb_init(&row);
-    sb_floats(&row, x, n);
+    attnd_sbuf row;
+    attnd_sb_init(&row);
+    attnd_sb_floats(&row, x, n);
     char *out = malloc(n * (F32_TEXT_MAX + 1));
     double tp[REPS], ts[REPS], tf[REPS], tg[REPS];
     for (int r = 0; r < REPS; r++) {
         double t0 = now_s();
         size_t got = 0;
-        parse_f32_row(row.p, row.len, y, n, &got);
+        attnd_parse_f32_row(row.p, row.len, y, n, &got);
         double t1 = now_s();
         const char *p = row.p;
         for (size_t i = 0; i < n; i++) {
@@ -72,9 +72,9 @@ static void numbers(size_t n) {
             p = e + 1; /* the comma */
         }
         double t2 = now_s();
-        sbuf b;
-        sb_init(&b);
-        sb_floats(&b, x, n);
+        attnd_sbuf b;
+        attnd_sb_init(&b);
+        attnd_sb_floats(&b, x, n);
         double t3 = now_s();
         size_t k = 0;
         for (size_t i = 0; i < n; i++) {
@@ -87,7 +87,7 @@ static void numbers(size_t n) {
                     b.len, k);
             exit(1);
         }
-        sb_free(&b);
+        attnd_sb_free(&b);
         tp[r] = t1 - t0;
         ts[r] = t2 - t1;
         tf[r] = t3 - t2;
@@ -96,11 +96,11 @@ static void numbers(size_t n) {
     sink_f = y[n - 1];
     double mp = median(tp, REPS), ms = median(ts, REPS), mf = median(tf, REPS),
            mg = median(tg, REPS);
-    printf("| parse | parse_f32_row | %6.1f | strtof           | %6.1f | %5.1f× |\n", n / mp / 1e6,
+    printf("| parse | attnd_parse_f32_row | %6.1f | strtof           | %6.1f | %5.1f× |\n", n / mp / 1e6,
            n / ms / 1e6, ms / mp);
-    printf("| print | sb_floats     | %6.1f | snprintf(\"%%.9g\") | %6.1f | %5.1f× |\n", n / mf / 1e6,
+    printf("| print | attnd_sb_floats     | %6.1f | snprintf(\"%%.9g\") | %6.1f | %5.1f× |\n", n / mf / 1e6,
            n / mg / 1e6, mg / mf);
-    sb_free(&row);
+    attnd_sb_free(&row);
     free(x);
     free(y);
     free(out);
@@ -110,19 +110,19 @@ static void numbers(size_t n) {
 
 /* A native body with an L×E query, JSON or base64. Caller frees. */
 static char *make_body(const float *q, int L, int E, int b64, size_t *len) {
-    sbuf b;
-    sb_init(&b);
-    sb_puts(&b, "{\"model\":\"m\",\"query\":");
+    attnd_sbuf b;
+    attnd_sb_init(&b);
+    attnd_sb_puts(&b, "{\"model\":\"m\",\"query\":");
     if (b64) {
-        sb_printf(&b, "{\"shape\":[%d,%d],\"dtype\":\"float32\",\"b64\":\"", L, E);
-        sb_b64(&b, q, (size_t)L * E * sizeof(float));
-        sb_puts(&b, "\"}");
+        attnd_sb_printf(&b, "{\"shape\":[%d,%d],\"dtype\":\"float32\",\"b64\":\"", L, E);
+        attnd_sb_b64(&b, q, (size_t)L * E * sizeof(float));
+        attnd_sb_puts(&b, "\"}");
     } else {
         int shape[2] = {L, E};
-        sb_tensor_json(&b, q, 2, shape);
+        attnd_sb_tensor_json(&b, q, 2, shape);
     }
-    sb_puts(&b, "}");
-    return sb_take(&b, len);
+    attnd_sb_puts(&b, "}");
+    return attnd_sb_take(&b, len);
 }
 
 static void bodies(int L, int E) {
@@ -159,12 +159,12 @@ static void bodies(int L, int E) {
             attnd_usage u = {.batch_requests = 1};
             t0 = now_s();
             for (int r = 0; r < reps; r++) {
-                sbuf b;
-                sb_init(&b);
+                attnd_sbuf b;
+                attnd_sb_init(&b);
                 size_t jl;
                 attnd_write_answer(&b, &job, &m, out, &u, &jl);
                 olen = b.len;
-                sb_free(&b);
+                attnd_sb_free(&b);
             }
             tw[k] = (now_s() - t0) / reps;
             attnd_job_free(&job);

@@ -166,7 +166,7 @@ def phase(dso, sym):
     if f.endswith(PARSE) or re.match(r"(parse_|scan_|f32_at|decode_lines|jin_)", sym):
         return "parse"
     if f.endswith("floattext.c"):
-        return "write" if re.match(r"(fmt_|sb_floats|tensor_json|sb_tensor)", sym) else "parse"
+        return "write" if re.match(r"(attnd_fmt_|attnd_sb_floats|tensor_json|attnd_sb_tensor)", sym) else "parse"
     if f.endswith("request.c"):
         if re.match(r"(attnd_write_answer|write_|put_)", sym):
             return "write"

@@ -57,17 +57,17 @@ typedef struct {
 } plan;
 
 typedef struct {
-    sbuf *b;          /* the text, and the tensors too when p is NULL */
+    attnd_sbuf *b;          /* the text, and the tensors too when p is NULL */
     plan *p;          /* NULL: the plain writer */
     size_t *json_len; /* the plain writer's: set at the end of the JSON part */
 } sink;
 
 static void put_t(sink *s, tkind kind, const float *x, size_t n, int rank, const int *shape) {
     if (!s->p) {
-        if (kind == TK_NESTED) sb_tensor_json(s->b, x, rank, shape);
-        if (kind == TK_FLAT) sb_floats(s->b, x, n);
-        if (kind == TK_B64) sb_b64(s->b, x, n * sizeof(float));
-        if (kind == TK_RAW) sb_put(s->b, x, n * sizeof(float));
+        if (kind == TK_NESTED) attnd_sb_tensor_json(s->b, x, rank, shape);
+        if (kind == TK_FLAT) attnd_sb_floats(s->b, x, n);
+        if (kind == TK_B64) attnd_sb_b64(s->b, x, n * sizeof(float));
+        if (kind == TK_RAW) attnd_sb_put(s->b, x, n * sizeof(float));
         return;
     }
     tensor_note *t = &s->p->t[s->p->nt++];
@@ -87,11 +87,11 @@ static void end_json(sink *s) {
 
 /* ---- the layouts ---- */
 
-static void put_shape(sbuf *b, int rank, const int *shape) {
-    sb_putc(b, '[');
+static void put_shape(attnd_sbuf *b, int rank, const int *shape) {
+    attnd_sb_putc(b, '[');
     for (int i = 0; i < rank; i++)
-        sb_printf(b, "%s%d", i ? "," : "", shape[i]);
-    sb_putc(b, ']');
+        attnd_sb_printf(b, "%s%d", i ? "," : "", shape[i]);
+    attnd_sb_putc(b, ']');
 }
 
 /* A tensor in the native encoding the client chose. */
@@ -100,11 +100,11 @@ static void put_tensor(sink *s, const float *x, int rank, const int *shape, attn
     for (int i = 0; i < rank; i++)
         n *= (size_t)shape[i];
     if (enc == ENC_BASE64) {
-        sb_puts(s->b, "{\"shape\":");
+        attnd_sb_puts(s->b, "{\"shape\":");
         put_shape(s->b, rank, shape);
-        sb_puts(s->b, ",\"dtype\":\"float32\",\"b64\":\"");
+        attnd_sb_puts(s->b, ",\"dtype\":\"float32\",\"b64\":\"");
         put_t(s, TK_B64, x, n, 0, NULL);
-        sb_puts(s->b, "\"}");
+        attnd_sb_puts(s->b, "\"}");
     } else {
         put_t(s, TK_NESTED, x, n, rank, shape);
     }
@@ -138,26 +138,26 @@ static int attn_shape(const attnd_job *job, const attnd_model_info *m, int *shap
 
 /* A session step's fields, first in the answer (native) or in its
  * parameters (v2): the session's id and its cached tokens. */
-static void put_session(sbuf *b, const attnd_job *job, const attnd_usage *u) {
+static void put_session(attnd_sbuf *b, const attnd_job *job, const attnd_usage *u) {
     if (!u->session) return;
-    sb_puts(b, job->api == API_V2 ? "\"session_id\":" : "\"session\":");
-    sb_json_str(b, u->session);
-    sb_printf(b, ",\"cached_tokens\":%d,", u->cached_tokens);
+    attnd_sb_puts(b, job->api == API_V2 ? "\"session_id\":" : "\"session\":");
+    attnd_sb_json_str(b, u->session);
+    attnd_sb_printf(b, ",\"cached_tokens\":%d,", u->cached_tokens);
 }
 
 /* One v2 output: its JSON, and its bytes after the JSON when binary. */
 static void put_v2_output(sink *s, const char *name, const float *x, size_t n, int rank,
                           const int *shape, int binary, int first) {
-    sb_puts(s->b, first ? "{\"name\":\"" : ",{\"name\":\"");
-    sb_puts(s->b, name);
-    sb_puts(s->b, "\",\"datatype\":\"FP32\",\"shape\":");
+    attnd_sb_puts(s->b, first ? "{\"name\":\"" : ",{\"name\":\"");
+    attnd_sb_puts(s->b, name);
+    attnd_sb_puts(s->b, "\",\"datatype\":\"FP32\",\"shape\":");
     put_shape(s->b, rank, shape);
     if (binary) {
-        sb_printf(s->b, ",\"parameters\":{\"binary_data_size\":%zu}}", n * sizeof(float));
+        attnd_sb_printf(s->b, ",\"parameters\":{\"binary_data_size\":%zu}}", n * sizeof(float));
     } else {
-        sb_puts(s->b, ",\"data\":[");
+        attnd_sb_puts(s->b, ",\"data\":[");
         put_t(s, TK_FLAT, x, n, 0, NULL);
-        sb_puts(s->b, "]}");
+        attnd_sb_puts(s->b, "]}");
     }
 }
 
@@ -165,7 +165,7 @@ static void put_v2_output(sink *s, const char *name, const float *x, size_t n, i
  * binary ones follow the JSON (whose end the sink notes). */
 static void write_v2(sink *s, const attnd_job *job, const attnd_model_info *m, const float *out,
                      const attnd_usage *u) {
-    sbuf *b = s->b;
+    attnd_sbuf *b = s->b;
     int oshape[3], ashape[4];
     int orank = out_shape(job, m, oshape), arank = attn_shape(job, m, ashape);
     size_t nout = (size_t)job->B * job->L * m->hp.embed_dim;
@@ -175,48 +175,48 @@ static void write_v2(sink *s, const attnd_job *job, const attnd_model_info *m, c
     int want_out = !job->v2_outputs || (job->v2_outputs & 1);
     int want_attn = job->weights != ATTN_WEIGHTS_NONE && job->attn;
     int bin_out = want_out && (job->v2_binary & 1), bin_attn = want_attn && (job->v2_binary & 2);
-    sb_puts(b, "{\"model_name\":");
-    sb_json_str(b, m->name);
-    sb_puts(b, ",\"model_version\":\"1\"");
+    attnd_sb_puts(b, "{\"model_name\":");
+    attnd_sb_json_str(b, m->name);
+    attnd_sb_puts(b, ",\"model_version\":\"1\"");
     if (job->v2_id) {
-        sb_puts(b, ",\"id\":");
-        sb_json_str(b, job->v2_id);
+        attnd_sb_puts(b, ",\"id\":");
+        attnd_sb_json_str(b, job->v2_id);
     }
-    sb_puts(b, ",\"parameters\":{");
+    attnd_sb_puts(b, ",\"parameters\":{");
     put_session(b, job, u);
-    sb_printf(b, "\"batch\":%d,\"queue_us\":%llu,\"compute_us\":%llu},\"outputs\":[",
+    attnd_sb_printf(b, "\"batch\":%d,\"queue_us\":%llu,\"compute_us\":%llu},\"outputs\":[",
               u->batch_requests, (unsigned long long)u->queue_us,
               (unsigned long long)u->compute_us);
     if (want_out) put_v2_output(s, "output", out, nout, orank, oshape, bin_out, 1);
     if (want_attn)
         put_v2_output(s, "attention", job->attn, nattn, arank, ashape, bin_attn, !want_out);
     if (bin_out || bin_attn) { /* binary data extension: the JSON, then the bytes */
-        sb_puts(b, "]}");
+        attnd_sb_puts(b, "]}");
         end_json(s);
         if (bin_out) put_t(s, TK_RAW, out, nout, 0, NULL);
         if (bin_attn) put_t(s, TK_RAW, job->attn, nattn, 0, NULL);
     } else {
-        sb_puts(b, "]}\n");
+        attnd_sb_puts(b, "]}\n");
     }
 }
 
 /* The native answer, tensors in the encoding the client chose. */
 static void write_native(sink *s, const attnd_job *job, const attnd_model_info *m,
                          const float *out, const attnd_usage *u) {
-    sbuf *b = s->b;
+    attnd_sbuf *b = s->b;
     int oshape[3], ashape[4];
     int orank = out_shape(job, m, oshape), arank = attn_shape(job, m, ashape);
-    sb_putc(b, '{');
+    attnd_sb_putc(b, '{');
     put_session(b, job, u);
-    sb_puts(b, "\"model\":");
-    sb_json_str(b, m->name);
-    sb_puts(b, ",\"output\":");
+    attnd_sb_puts(b, "\"model\":");
+    attnd_sb_json_str(b, m->name);
+    attnd_sb_puts(b, ",\"output\":");
     put_tensor(s, out, orank, oshape, job->enc);
     if (job->weights != ATTN_WEIGHTS_NONE && job->attn) {
-        sb_puts(b, ",\"attention\":");
+        attnd_sb_puts(b, ",\"attention\":");
         put_tensor(s, job->attn, arank, ashape, job->enc);
     }
-    sb_printf(b,
+    attnd_sb_printf(b,
               ",\"usage\":{\"batch\":%d,\"sequences\":%d,\"query_tokens\":%lld,"
               "\"key_tokens\":%lld,\"queue_us\":%llu,\"compute_us\":%llu}}\n",
               u->batch_requests, job->B, (long long)job->B * job->L, (long long)job->B * job->S,
@@ -231,7 +231,7 @@ static void write_layout(sink *s, const attnd_job *job, const attnd_model_info *
         write_v2(s, job, m, out, u);
 }
 
-int attnd_write_answer(sbuf *b, const attnd_job *job, const attnd_model_info *m, const float *out,
+int attnd_write_answer(attnd_sbuf *b, const attnd_job *job, const attnd_model_info *m, const float *out,
                        const attnd_usage *u, size_t *json_len) {
     *json_len = 0;
     uint64_t nattn;
@@ -239,7 +239,7 @@ int attnd_write_answer(sbuf *b, const attnd_job *job, const attnd_model_info *m,
                            &nattn); /* admitted: within max_attention_floats */
     size_t floats = (size_t)job->B * job->L * m->hp.embed_dim + (job->attn ? nattn : 0);
     /* one allocation: at most 16 bytes a number as text, 6 as base64 */
-    sb_reserve(b, 256 + floats * (job->enc == ENC_BASE64 && job->api == API_NATIVE ? 6 : 17));
+    attnd_sb_reserve(b, 256 + floats * (job->enc == ENC_BASE64 && job->api == API_NATIVE ? 6 : 17));
     sink s = {b, NULL, json_len};
     write_layout(&s, job, m, out, u);
     return b->oom ? -1 : 0;
@@ -283,10 +283,10 @@ static char *print_nested(char *s, const tensor_note *t, size_t f0, size_t f1) {
             s = row_open(s, t, r);
         else
             *s++ = ',';
-        s += fmt_f32(s, t->x[f++]);
+        s += attnd_fmt_f32(s, t->x[f++]);
         for (; f < end; f++) {
             *s++ = ',';
-            s += fmt_f32(s, t->x[f]);
+            s += attnd_fmt_f32(s, t->x[f]);
         }
     }
     if (f1 == t->n) {
@@ -299,7 +299,7 @@ static char *print_nested(char *s, const tensor_note *t, size_t f0, size_t f1) {
 static char *print_flat(char *s, const tensor_note *t, size_t f0, size_t f1) {
     for (size_t f = f0; f < f1; f++) {
         if (f) *s++ = ',';
-        s += fmt_f32(s, t->x[f]);
+        s += attnd_fmt_f32(s, t->x[f]);
     }
     return s;
 }
@@ -318,7 +318,7 @@ typedef struct {
 /* What the writer keeps of one answer written in chunks. */
 typedef struct {
     int big;           /* 1: written in chunks; 0: whole, at plan */
-    sbuf text;         /* the layout's text, tensors left out */
+    attnd_sbuf text;         /* the layout's text, tensors left out */
     plan p;
     atomic_int failed; /* 1: out of memory somewhere; the answer's body is NULL */
     char *body;        /* after place */
@@ -350,13 +350,13 @@ static void run(attn_ctx *ctx, int ntasks, void (*fn)(void *, int, int), void *a
 /* Writes answer i whole with the plain writer and hands it back. */
 static void write_whole(writing *w, int i) {
     attnd_answer *a = &w->a[i];
-    sbuf b;
-    sb_init(&b);
+    attnd_sbuf b;
+    attnd_sb_init(&b);
     if (attnd_write_answer(&b, a->job, a->model, a->out, &a->usage, &a->json_len) < 0) {
-        sb_free(&b);
+        attnd_sb_free(&b);
         a->body = NULL;
     } else {
-        a->body = sb_take(&b, &a->body_len);
+        a->body = attnd_sb_take(&b, &a->body_len);
     }
     w->done(w->arg, i);
 }
@@ -372,7 +372,7 @@ static void plan_task(void *arg, int i, int thread) {
     writing *w = arg;
     attnd_answer *a = &w->a[i];
     answer_state *st = &w->st[i];
-    sb_init(&st->text);
+    attnd_sb_init(&st->text);
     st->p.json_before = -1;
     sink s = {&st->text, &st->p, NULL};
     write_layout(&s, a->job, a->model, a->out, &a->usage);
@@ -380,7 +380,7 @@ static void plan_task(void *arg, int i, int thread) {
     for (int k = 0; k < st->p.nt; k++)
         chunks += chunks_of(&st->p.t[k]);
     if (chunks <= 1 || st->text.oom) {
-        sb_free(&st->text);
+        attnd_sb_free(&st->text);
         write_whole(w, i);
         return;
     }
@@ -432,10 +432,10 @@ static void print_task(void *arg, int k, int thread) {
         return;
     }
     if (t->n == 0) { /* an empty tensor: its brackets, as the plain writer puts them */
-        sbuf b;
-        sb_init(&b);
-        if (t->kind == TK_NESTED) sb_tensor_json(&b, t->x, t->rank, t->shape);
-        c->text = sb_take(&b, &c->len);
+        attnd_sbuf b;
+        attnd_sb_init(&b);
+        if (t->kind == TK_NESTED) attnd_sb_tensor_json(&b, t->x, t->rank, t->shape);
+        c->text = attnd_sb_take(&b, &c->len);
     } else {
         /* per number: 15 bytes at most, a comma and the brackets between
          * rows; the printer may write F32_TEXT_MAX bytes at the last one */
@@ -495,7 +495,7 @@ static void copy_task(void *arg, int k, int thread) {
         char *dst = st->body + c->at;
         const float *x = t->x + c->f0;
         if (t->kind == TK_B64)
-            b64_encode(dst, x, (c->f1 - c->f0) * sizeof(float));
+            attnd_b64_encode(dst, x, (c->f1 - c->f0) * sizeof(float));
         else if (t->kind == TK_RAW)
             memcpy(dst, x, c->len);
         else
@@ -512,7 +512,7 @@ static void finish_task(void *arg, int j, int thread) {
     int i = w->big[j];
     answer_state *st = &w->st[i];
     attnd_answer *a = &w->a[i];
-    sb_free(&st->text);
+    attnd_sb_free(&st->text);
     if (atomic_load(&st->failed)) {
         free(st->body);
         a->body = NULL;

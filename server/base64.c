@@ -36,7 +36,7 @@ static void b64_tables(void) {
         }
 }
 
-size_t b64_encode(char *dst, const void *data, size_t n) {
+size_t attnd_b64_encode(char *dst, const void *data, size_t n) {
     const unsigned char *p = data;
     pthread_once(&b64_once, b64_tables);
     char *o = dst;
@@ -64,13 +64,13 @@ size_t b64_encode(char *dst, const void *data, size_t n) {
     return (size_t)(o - dst);
 }
 
-void sb_b64(sbuf *b, const void *data, size_t n) {
-    if (sb_reserve(b, (n + 2) / 3 * 4) < 0) return;
-    b->len += b64_encode(b->p + b->len, data, n);
+void attnd_sb_b64(attnd_sbuf *b, const void *data, size_t n) {
+    if (attnd_sb_reserve(b, (n + 2) / 3 * 4) < 0) return;
+    b->len += attnd_b64_encode(b->p + b->len, data, n);
     b->p[b->len] = '\0';
 }
 
-size_t b64_decoded_max(size_t n) {
+size_t attnd_b64_decoded_max(size_t n) {
     return n / 4 * 3 + 3;
 }
 
@@ -154,7 +154,7 @@ static int decode_lines(const char *s, size_t n, void *out, size_t cap, size_t *
     return 0;
 }
 
-int b64_decode(const char *s, size_t n, void *out, size_t cap, size_t *outlen, int breaks_ok) {
+int attnd_b64_decode(const char *s, size_t n, void *out, size_t cap, size_t *outlen, int breaks_ok) {
     pthread_once(&b64_once, b64_tables);
     if (decode_fast(s, n, out, cap, outlen) == 0) return 0;
     if (breaks_ok && (memchr(s, '\n', n) || memchr(s, '\r', n)))
@@ -162,7 +162,7 @@ int b64_decode(const char *s, size_t n, void *out, size_t cap, size_t *outlen, i
     return -1;
 }
 
-void b64_explain(const char *s, size_t n, int breaks_ok, char *buf, size_t cap) {
+void attnd_b64_explain(const char *s, size_t n, int breaks_ok, char *buf, size_t cap) {
     size_t chars = 0, pads = 0;
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];

@@ -11,21 +11,21 @@
 #include "buffer.h"
 
 /* Standard base64 with '=' padding. */
-void sb_b64(sbuf *b, const void *data, size_t n);
+void attnd_sb_b64(attnd_sbuf *b, const void *data, size_t n);
 /* The same into dst (room for (n + 2) / 3 * 4 bytes, no NUL); returns the
  * bytes written. Data cut at multiples of 3 bytes encodes to the pieces of
  * the whole's text. */
-size_t b64_encode(char *dst, const void *data, size_t n);
+size_t attnd_b64_encode(char *dst, const void *data, size_t n);
 /* Upper bound of the bytes n base64 characters decode to. */
-size_t b64_decoded_max(size_t n);
+size_t attnd_b64_decoded_max(size_t n);
 /* Decodes s[0..n) (standard alphabet, padding optional) into out (room
  * for cap bytes). With breaks_ok, line breaks (\n, \r\n) anywhere are
  * skipped: wrapped text, as MIME, base64.encodebytes and the base64 tool
  * write it. Returns 0 and sets *outlen, or -1 when s is not base64 or does
- * not fit (b64_explain says which). */
-int b64_decode(const char *s, size_t n, void *out, size_t cap, size_t *outlen, int breaks_ok);
+ * not fit (attnd_b64_explain says which). */
+int attnd_b64_decode(const char *s, size_t n, void *out, size_t cap, size_t *outlen, int breaks_ok);
 /* What is wrong with s[0..n) as base64, in words, with the position of the
  * first bad character ("character 12 is '-': this is URL-safe base64..."). */
-void b64_explain(const char *s, size_t n, int breaks_ok, char *buf, size_t cap);
+void attnd_b64_explain(const char *s, size_t n, int breaks_ok, char *buf, size_t cap);
 
 #endif

@@ -4,7 +4,7 @@
 
 #include <time.h>
 
-uint64_t mono_us(void) {
+uint64_t attnd_mono_us(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;

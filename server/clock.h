@@ -7,6 +7,6 @@
 #include <stdint.h>
 
 /* Microseconds of CLOCK_MONOTONIC. */
-uint64_t mono_us(void);
+uint64_t attnd_mono_us(void);
 
 #endif

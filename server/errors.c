@@ -75,10 +75,10 @@ int attnd_set_error(attnd_error *e, attnd_err code, const char *fmt, ...) {
 }
 
 char *attnd_error_body(const char *msg, size_t *len) {
-    sbuf b;
-    sb_init(&b);
-    sb_puts(&b, "{\"error\":");
-    sb_json_str(&b, msg);
-    sb_puts(&b, "}\n");
-    return sb_take(&b, len);
+    attnd_sbuf b;
+    attnd_sb_init(&b);
+    attnd_sb_puts(&b, "{\"error\":");
+    attnd_sb_json_str(&b, msg);
+    attnd_sb_puts(&b, "}\n");
+    return attnd_sb_take(&b, len);
 }

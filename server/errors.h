@@ -11,7 +11,7 @@ typedef enum {
     AERR_NONE = 0,
     AERR_BAD_REQUEST,  /* 400: bad JSON, bad tensor, wrong type; names field and index */
     AERR_UNAUTHORIZED, /* 401: missing or wrong API key (WWW-Authenticate: Bearer) */
-    AERR_NOT_FOUND,    /* 404: unknown model or route */
+    AERR_NOT_FOUND,    /* 404: unknown model or attnd_route */
     AERR_METHOD,       /* 405: wrong method on a known route (Allow) */
     AERR_TOO_LARGE,    /* 413: body, tokens or attention floats over a limit */
     AERR_QUEUE_FULL,   /* 429: the model's queue is full (Retry-After) */

@@ -63,7 +63,7 @@ static inline uint64_t digits_word(uint32_t n, char *first) {
     return w;
 }
 
-void fmt_digits9(char *d, uint32_t n) {
+void attnd_fmt_digits9(char *d, uint32_t n) {
     uint64_t w = digits_word(n, d);
     memcpy(d + 1, &w, 8);
 }
@@ -93,7 +93,7 @@ static inline int digits9(double x, uint32_t *n, int *exp10) {
 
 /* All stores below are whole words into dst's F32_TEXT_MAX bytes; the text
  * ends where the returned length says, the bytes past it are scratch. */
-size_t fmt_f32(char *dst, float v) {
+size_t attnd_fmt_f32(char *dst, float v) {
     char *s = dst;
     if (!isfinite(v)) {
         *s = '0';
@@ -147,41 +147,41 @@ size_t fmt_f32(char *dst, float v) {
     return (size_t)(s + nd - dst);
 }
 
-void sb_floats(sbuf *b, const float *x, size_t n) {
+void attnd_sb_floats(attnd_sbuf *b, const float *x, size_t n) {
     /* reserve in chunks so the inner loop writes straight into memory */
     size_t i = 0;
     while (i < n) {
         size_t chunk = n - i < 4096 ? n - i : 4096;
-        if (sb_reserve(b, chunk * (F32_TEXT_MAX + 1)) < 0) return;
+        if (attnd_sb_reserve(b, chunk * (F32_TEXT_MAX + 1)) < 0) return;
         char *s = b->p + b->len;
         for (size_t k = 0; k < chunk; k++, i++) {
             if (i) *s++ = ',';
-            s += fmt_f32(s, x[i]);
+            s += attnd_fmt_f32(s, x[i]);
         }
         b->len = (size_t)(s - b->p);
         b->p[b->len] = '\0';
     }
 }
 
-static void tensor_json(sbuf *b, const float *x, int rank, const int *shape) {
+static void tensor_json(attnd_sbuf *b, const float *x, int rank, const int *shape) {
     if (rank == 1) {
-        sb_putc(b, '[');
-        sb_floats(b, x, (size_t)shape[0]);
-        sb_putc(b, ']');
+        attnd_sb_putc(b, '[');
+        attnd_sb_floats(b, x, (size_t)shape[0]);
+        attnd_sb_putc(b, ']');
         return;
     }
     size_t inner = 1;
     for (int i = 1; i < rank; i++)
         inner *= (size_t)shape[i];
-    sb_putc(b, '[');
+    attnd_sb_putc(b, '[');
     for (int i = 0; i < shape[0]; i++) {
-        if (i) sb_putc(b, ',');
+        if (i) attnd_sb_putc(b, ',');
         tensor_json(b, x + (size_t)i * inner, rank - 1, shape + 1);
     }
-    sb_putc(b, ']');
+    attnd_sb_putc(b, ']');
 }
 
-void sb_tensor_json(sbuf *b, const float *x, int rank, const int *shape) {
+void attnd_sb_tensor_json(attnd_sbuf *b, const float *x, int rank, const int *shape) {
     tensor_json(b, x, rank, shape);
 }
 
@@ -325,7 +325,7 @@ static int strtox(const char *s, size_t n, double *dv, float *fv) {
     return 0;
 }
 
-size_t parse_number(const char *s, size_t n, double *v) {
+size_t attnd_parse_number(const char *s, size_t n, double *v) {
     decimal d;
     size_t len = scan_number(s, n, &d);
     if (!len) return 0;
@@ -388,7 +388,7 @@ static inline size_t f32_at(const char *s, size_t n, float *v) {
     return len;
 }
 
-size_t parse_f32(const char *s, size_t n, float *v) {
+size_t attnd_parse_f32(const char *s, size_t n, float *v) {
     return f32_at(s, n, v);
 }
 
@@ -398,7 +398,7 @@ static inline const char *skip_ws(const char *p, const char *end) {
     return p;
 }
 
-size_t parse_f32_row(const char *s, size_t n, float *out, size_t max, size_t *count) {
+size_t attnd_parse_f32_row(const char *s, size_t n, float *out, size_t max, size_t *count) {
     const char *p = s, *end = s + n, *done = s;
     size_t k = 0;
     while (k < max) {

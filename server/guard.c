@@ -28,7 +28,7 @@ struct guard_conn {
     guard_conn *prev, *next;
     int fd; /* the connection's socket; owned by the HTTP library */
     guard_phase phase;
-    uint64_t since_us;    /* mono_us() when the phase began */
+    uint64_t since_us;    /* attnd_mono_us() when the phase began */
     uint64_t deadline_us; /* 0 = none (GUARD_BUSY) */
     const char *cut;      /* why it was shut down, or NULL */
 };
@@ -50,7 +50,7 @@ struct attnd_guard {
 /* Mutex held. */
 static void set_phase(attnd_guard *g, guard_conn *c, guard_phase p) {
     c->phase = p;
-    c->since_us = mono_us();
+    c->since_us = attnd_mono_us();
     c->deadline_us = p == GUARD_HEADER ? c->since_us + g->header_us
                      : p == GUARD_BODY ? c->since_us + g->body_us
                                        : 0;
@@ -95,7 +95,7 @@ static void *guard_main(void *arg) {
     attnd_guard *g = arg;
     pthread_mutex_lock(&g->mu);
     while (!g->stop) {
-        uint64_t now = mono_us();
+        uint64_t now = attnd_mono_us();
         for (guard_conn *c = g->head; c; c = c->next)
             if (c->deadline_us && now >= c->deadline_us)
                 cut(g, c, c->phase == GUARD_HEADER ? "header_timeout" : "body_timeout");
@@ -129,7 +129,7 @@ attnd_guard *attnd_guard_new(int max_conns, int header_ms, int body_ms, char *er
     g->reserve = max_conns / 16 > 1 ? max_conns / 16 : 1;
     g->header_us = (uint64_t)header_ms * 1000u;
     g->body_us = (uint64_t)body_ms * 1000u;
-    g->reported_us = mono_us();
+    g->reported_us = attnd_mono_us();
     if (pthread_create(&g->thread, NULL, guard_main, g) != 0) {
         snprintf(err, errlen, "cannot start the connection guard thread");
         attnd_guard_free(g);

@@ -87,8 +87,8 @@ typedef struct {
     attnd_req r; /* first member: the scheduler's part */
     attnd_server *srv;
     struct MHD_Connection *conn;
-    route_match rm; /* route, captures, Allow */
-    route_id rid;   /* for metrics; R_UNKNOWN when no route */
+    attnd_route_match rm; /* route, captures, Allow */
+    attnd_route_id rid;   /* for metrics; R_UNKNOWN when no attnd_route */
     char method[12];
     char path[160];     /* for the access log, control characters replaced */
     char id[65];        /* X-Request-Id */
@@ -96,7 +96,7 @@ typedef struct {
     uint64_t t_recv_us; /* first handler call */
     int phase;          /* P_HEADERS, P_BODY, P_WAIT (suspended), P_SENT */
     attnd_error pre;    /* refusal decided before the body was read */
-    sbuf in;            /* the body */
+    attnd_sbuf in;            /* the body */
     long long in_held;  /* bytes of it counted in srv->buffered */
     int refuse_now;     /* 1: pre is answered before the body is read, then the
                            connection closes (413, 429 for the body budget) */
@@ -116,7 +116,7 @@ typedef struct {
 static void drop_body(hreq *h) {
     atomic_fetch_sub(&h->srv->buffered, h->in_held);
     h->in_held = 0;
-    sb_free(&h->in);
+    attnd_sb_free(&h->in);
 }
 
 /* Counts n more body bytes in the budget; 0 when they fit, -1 when not. */
@@ -199,7 +199,7 @@ static const char *cors_origin(const attnd_server *s, struct MHD_Connection *c) 
     return NULL;
 }
 
-static int is_compute(route_id id) {
+static int is_compute(attnd_route_id id) {
     return id == R_ATTENTION || id == R_MODEL_ATTENTION || id == R_V2_INFER ||
            id == R_V2_VINFER || id == R_SESSIONS || id == R_SESSION_STEP;
 }
@@ -223,7 +223,7 @@ static enum MHD_Result send_answer(hreq *h, int status, char *body, size_t len, 
         return MHD_NO;
     }
     char timing[160];
-    uint64_t now = mono_us();
+    uint64_t now = attnd_mono_us();
     const attnd_req *r = &h->r;
     double q_ms = 0, c_ms = 0;
     if (r->t_admit_us) q_ms = (double)((r->t_start_us ? r->t_start_us : now) - r->t_admit_us) / 1e3;
@@ -287,15 +287,15 @@ static enum MHD_Result send_err(hreq *h, attnd_err code, const char *fmt, const 
 static enum MHD_Result answer_metrics(hreq *h) {
     attnd_server *s = h->srv;
     int *depth = calloc((size_t)s->n_models, sizeof(int));
-    sbuf b;
-    sb_init(&b);
+    attnd_sbuf b;
+    attnd_sb_init(&b);
     if (depth) attnd_sched_depths(s->sched, depth);
-    metrics_write(&s->metrics, &b, s->names, depth ? depth : (int[1]){0}, depth ? s->n_models : 0);
+    attnd_metrics_write(&s->metrics, &b, s->names, depth ? depth : (int[1]){0}, depth ? s->n_models : 0);
     attnd_sched_metrics(s->sched, &b);
     attnd_steps_metrics(s->sessions, &b);
     free(depth);
     size_t len = 0;
-    char *body = sb_take(&b, &len);
+    char *body = attnd_sb_take(&b, &len);
     if (!body) return send_err(h, AERR_INTERNAL, "%s", "out of memory");
     return send_answer(h, 200, body, len, 1, "text/plain; version=0.0.4; charset=utf-8");
 }
@@ -454,7 +454,7 @@ static enum MHD_Result dispatch_compute(hreq *h) {
                             hl);
         rc = attnd_parse_v2(&s->env, path_model, body, h->in.len, (size_t)json_len, &h->r.job, &e);
         if (rc == 0 && (h->r.job.session_id || h->r.job.session_open)) {
-            sb_free(&h->in);
+            attnd_sb_free(&h->in);
             return v2_session(h);
         }
     } else {
@@ -537,7 +537,7 @@ static void budget_refusal(hreq *h, long long n) {
 static void examine(hreq *h, const char *url) {
     attnd_server *s = h->srv;
     struct MHD_Connection *c = h->conn;
-    route_find(h->method, url, s->cfg->n_cors_origins > 0, &h->rm);
+    attnd_route_find(h->method, url, s->cfg->n_cors_origins > 0, &h->rm);
     h->rid = h->rm.route ? h->rm.route->id : R_UNKNOWN;
     h->origin = cors_origin(s, c);
     if (h->rm.status == 404) {
@@ -590,9 +590,9 @@ static void examine(hreq *h, const char *url) {
             h->refuse_now = 1;
         } else if (n > 0 && is_compute(h->rid)) {
             /* a declaration reserves nothing: memory follows the bytes that arrive */
-            /* room for n bytes and the NUL: at most BODY_RESERVE_MAX (sbuf rounds to a
+            /* room for n bytes and the NUL: at most BODY_RESERVE_MAX (attnd_sbuf rounds to a
              * power of two, so n + 1 past it would double the reserve) */
-            sb_reserve(&h->in, (size_t)(n < BODY_RESERVE_MAX ? n : BODY_RESERVE_MAX - 1));
+            attnd_sb_reserve(&h->in, (size_t)(n < BODY_RESERVE_MAX ? n : BODY_RESERVE_MAX - 1));
         }
     }
 }
@@ -611,7 +611,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         h->r.sock = -1;
         h->srv = s;
         h->conn = conn;
-        h->t_recv_us = mono_us();
+        h->t_recv_us = attnd_mono_us();
         snprintf(h->method, sizeof(h->method), "%s", method);
         snprintf(h->path, sizeof(h->path), "%s", url);
         for (char *p = h->path; *p; p++)
@@ -653,7 +653,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                 drop_body(h);
             } else {
                 h->in_held += (long long)n;
-                sb_put(&h->in, upload_data, n);
+                attnd_sb_put(&h->in, upload_data, n);
                 if (h->in.oom) {
                     attnd_set_error(&h->pre, AERR_INTERNAL, "out of memory reading the body");
                     drop_body(h);
@@ -703,7 +703,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     if (!h) return;
     *con_cls = NULL;
     if (h->submitted) attnd_sched_cancel(s->sched, &h->r);
-    uint64_t now = mono_us();
+    uint64_t now = attnd_mono_us();
     int status = h->status;
     const char *end = end_word(h, toe);
     if (strcmp(end, "drain_deadline") == 0) {
@@ -714,14 +714,14 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                   h->id, h->method, h->path, s->cfg->drain_grace_s);
     } else if (status == 0 && strcmp(end, "client_gone") != 0) {
         status = 408; /* the guard closed it: too slow, or evicted (never sent) */
-        metrics_disconnect(&s->metrics);
+        attnd_metrics_disconnect(&s->metrics);
     } else if (status == 0 || h->r.gone) { /* the client left before the answer */
         status = 499;
-        metrics_disconnect(&s->metrics);
+        attnd_metrics_disconnect(&s->metrics);
     } else if (h->sent_err != AERR_NONE) {
-        metrics_reject(&s->metrics, h->sent_err);
+        attnd_metrics_reject(&s->metrics, h->sent_err);
     }
-    metrics_request(&s->metrics, h->rid, status, now - h->t_recv_us);
+    attnd_metrics_request(&s->metrics, h->rid, status, now - h->t_recv_us);
     attnd_access a = {h->method, h->path, status, h->sent_bytes,
                       (double)(now - h->t_recv_us) / 1e3, h->r.batch_requests, h->id, end};
     attnd_log_access(&a); /* nothing secret: no headers, no body */
@@ -976,14 +976,14 @@ attnd_server *attnd_server_new(const attnd_config *cfg, attnd_exit *why, char *e
         return NULL;
     }
     s->cfg = cfg;
-    metrics_init(&s->metrics);
+    attnd_metrics_init(&s->metrics);
     atomic_init(&s->state, S_STARTING);
     atomic_init(&s->active, 0);
     atomic_init(&s->past_deadline, 0);
     atomic_init(&s->cut, 0);
     atomic_init(&s->buffered, 0);
     uint64_t seed = 0;
-    if (getrandom(&seed, sizeof(seed), 0) != (ssize_t)sizeof(seed)) seed = mono_us();
+    if (getrandom(&seed, sizeof(seed), 0) != (ssize_t)sizeof(seed)) seed = attnd_mono_us();
     s->id_seed = seed;
     atomic_init(&s->id_next, 0);
     const char *key = cfg->api_key_env && cfg->api_key_env[0] ? getenv(cfg->api_key_env) : NULL;
@@ -1037,8 +1037,8 @@ int attnd_server_drain(attnd_server *s) {
         if (ls != MHD_INVALID_SOCKET) close(ls);
     }
     if (s->sched) attnd_sched_drain(s->sched);
-    uint64_t limit = mono_us() + (uint64_t)s->cfg->drain_grace_s * 1000000u;
-    while (mono_us() < limit && !idle(s))
+    uint64_t limit = attnd_mono_us() + (uint64_t)s->cfg->drain_grace_s * 1000000u;
+    while (attnd_mono_us() < limit && !idle(s))
         usleep(2000);
     if (!idle(s)) {
         /* what is answered from here on is cut: queued work gets 503 now,

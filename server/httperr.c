@@ -52,7 +52,7 @@ static _Thread_local const char *page_msg;
 static void resolve(void) {
     real_create = (create_fn)dlsym(RTLD_NEXT, "MHD_create_response_from_buffer");
     real_queue = (queue_fn)dlsym(RTLD_NEXT, "MHD_queue_response");
-    if (getrandom(&id_seed, sizeof(id_seed), 0) != (ssize_t)sizeof(id_seed)) id_seed = mono_us();
+    if (getrandom(&id_seed, sizeof(id_seed), 0) != (ssize_t)sizeof(id_seed)) id_seed = attnd_mono_us();
 }
 
 /* The sentence for one of libmicrohttpd's pages (0.9.75's texts). */
@@ -111,13 +111,13 @@ static void answer_directly(struct MHD_Connection *c, unsigned int status, const
                  "Server-Timing: queue;dur=0.000, compute;dur=0.000, total;dur=0.000\r\n\r\n",
                  status, reason && *reason ? reason : "Error", blen,
                  (unsigned long long)(id_seed ^ atomic_fetch_add(&id_next, 1)));
-    sbuf b;
-    sb_init(&b);
-    sb_put(&b, head, (size_t)hlen);
-    sb_put(&b, body, blen);
+    attnd_sbuf b;
+    attnd_sb_init(&b);
+    attnd_sb_put(&b, head, (size_t)hlen);
+    attnd_sb_put(&b, body, blen);
     free(body);
     if (!b.oom) (void)send(fd, b.p, b.len, MSG_NOSIGNAL | MSG_DONTWAIT);
-    sb_free(&b);
+    attnd_sb_free(&b);
     char sink[16384];
     for (int i = 0; i < 64 && recv(fd, sink, sizeof(sink), MSG_DONTWAIT) > 0; i++)
         ;

@@ -20,11 +20,11 @@ struct jin {
 };
 
 static int fail(jin *j, const char *what) {
-    snprintf(j->err, sizeof(j->err), "body is not valid JSON: %s at byte %zu", what, jin_offset(j));
+    snprintf(j->err, sizeof(j->err), "body is not valid JSON: %s at byte %zu", what, attnd_jin_offset(j));
     return -1;
 }
 
-jin *jin_new(const char *buf, size_t len) {
+jin *attnd_jin_new(const char *buf, size_t len) {
     jin *j = calloc(1, sizeof(*j));
     if (!j) return NULL;
     j->start = j->p = buf ? buf : "";
@@ -32,23 +32,23 @@ jin *jin_new(const char *buf, size_t len) {
     return j;
 }
 
-void jin_free(jin *j) {
+void attnd_jin_free(jin *j) {
     free(j);
 }
 
-const char *jin_error(const jin *j) {
+const char *attnd_jin_error(const jin *j) {
     return j->err;
 }
 
-size_t jin_offset(const jin *j) {
+size_t attnd_jin_offset(const jin *j) {
     return (size_t)(j->p - j->start);
 }
 
-const char *jin_body(const jin *j) {
+const char *attnd_jin_body(const jin *j) {
     return j->start;
 }
 
-int jin_peek(jin *j) {
+int attnd_jin_peek(jin *j) {
     while (j->p < j->end && (*j->p == ' ' || *j->p == '\n' || *j->p == '\r' || *j->p == '\t'))
         j->p++;
     return j->p < j->end ? (unsigned char)*j->p : -1;
@@ -66,8 +66,8 @@ static size_t nonfinite_len(const char *p, const char *end) {
     return 0;
 }
 
-jin_type jin_next_type(jin *j) {
-    int c = jin_peek(j);
+jin_type attnd_jin_next_type(jin *j) {
+    int c = attnd_jin_peek(j);
     switch (c) {
     case -1:
         return JT_END;
@@ -88,11 +88,11 @@ jin_type jin_next_type(jin *j) {
     }
 }
 
-const char *jin_kind(jin *j) {
+const char *attnd_jin_kind(jin *j) {
     static const char *const words[] = {"nothing",  "an object", "an array", "a string",
                                         "a number", "a boolean", "null",     "NaN",
                                         "an invalid token"};
-    return words[jin_next_type(j)];
+    return words[attnd_jin_next_type(j)];
 }
 
 /* Fails on a NaN or infinity token at the cursor, saying why. */
@@ -101,12 +101,12 @@ static int fail_nonfinite(jin *j) {
     snprintf(j->err, sizeof(j->err),
              "body is not valid JSON: %.*s at byte %zu: JSON has no NaN or Infinity, and attnd "
              "refuses non-finite numbers",
-             (int)n, j->p, jin_offset(j));
+             (int)n, j->p, attnd_jin_offset(j));
     return -1;
 }
 
-int jin_expect(jin *j, char c) {
-    if (jin_peek(j) != (unsigned char)c) {
+int attnd_jin_expect(jin *j, char c) {
+    if (attnd_jin_peek(j) != (unsigned char)c) {
         char what[32];
         snprintf(what, sizeof(what), "expected '%c'", c);
         return fail(j, what);
@@ -115,8 +115,8 @@ int jin_expect(jin *j, char c) {
     return 0;
 }
 
-int jin_open(jin *j, char open) {
-    if (jin_expect(j, open) < 0) return -1;
+int attnd_jin_open(jin *j, char open) {
+    if (attnd_jin_expect(j, open) < 0) return -1;
     if (j->depth >= JIN_MAX_DEPTH) {
         j->p--;
         char what[64];
@@ -124,7 +124,7 @@ int jin_open(jin *j, char open) {
         return fail(j, what);
     }
     j->depth++;
-    if (jin_peek(j) == (open == '[' ? ']' : '}')) {
+    if (attnd_jin_peek(j) == (open == '[' ? ']' : '}')) {
         j->p++;
         j->depth--;
         return 1;
@@ -132,8 +132,8 @@ int jin_open(jin *j, char open) {
     return 0;
 }
 
-int jin_next(jin *j, char close) {
-    int c = jin_peek(j);
+int attnd_jin_next(jin *j, char close) {
+    int c = attnd_jin_peek(j);
     if (c == ',') {
         j->p++;
         return 0;
@@ -169,7 +169,7 @@ static int hex4(const char *s, unsigned *v) {
 /* Decodes the string at j->p into out (which has room for the raw length,
  * the decoded text is never longer). Returns decoded length or -1. */
 static long decode_string(jin *j, char *out, size_t cap, int *cut) {
-    if (jin_expect(j, '"') < 0) return -1;
+    if (attnd_jin_expect(j, '"') < 0) return -1;
     size_t k = 0;
     for (;;) {
         /* fast path: a run of plain ASCII (base64 text is all of it) */
@@ -243,14 +243,14 @@ static long decode_string(jin *j, char *out, size_t cap, int *cut) {
                     return fail(j, "unpaired surrogate in \\u escape");
                 }
                 if (cp == 0) return fail(j, "\\u0000 in string");
-                tn = utf8_put(tmp, cp);
+                tn = attnd_utf8_put(tmp, cp);
                 break;
             }
             default:
                 return fail(j, "bad escape in string");
             }
         } else {
-            size_t n = utf8_seq_len((const unsigned char *)j->p, (const unsigned char *)j->end);
+            size_t n = attnd_utf8_seq_len((const unsigned char *)j->p, (const unsigned char *)j->end);
             if (!n) return fail(j, "invalid UTF-8 in string");
             memcpy(tmp, j->p, n);
             tn = n;
@@ -269,9 +269,9 @@ static long decode_string(jin *j, char *out, size_t cap, int *cut) {
     return (long)k;
 }
 
-int jin_string(jin *j, char **out, size_t *len) {
+int attnd_jin_string(jin *j, char **out, size_t *len) {
     *out = NULL;
-    if (jin_peek(j) != '"') return fail(j, "expected a string");
+    if (attnd_jin_peek(j) != '"') return fail(j, "expected a string");
     /* the raw length bounds the decoded one */
     const char *q = j->p + 1;
     while (q < j->end && *q != '"')
@@ -289,8 +289,8 @@ int jin_string(jin *j, char **out, size_t *len) {
     return 0;
 }
 
-int jin_string_span(jin *j, const char **s, size_t *n) {
-    if (jin_peek(j) != '"') return fail(j, "expected a string");
+int attnd_jin_string_span(jin *j, const char **s, size_t *n) {
+    if (attnd_jin_peek(j) != '"') return fail(j, "expected a string");
     const char *start = j->p + 1;
     const char *q = memchr(start, '"', (size_t)(j->end - start));
     if (!q) return fail(j, "unterminated string");
@@ -301,44 +301,44 @@ int jin_string_span(jin *j, const char **s, size_t *n) {
     return 0;
 }
 
-int jin_string_buf(jin *j, char *buf, size_t cap, int *cut) {
+int attnd_jin_string_buf(jin *j, char *buf, size_t cap, int *cut) {
     if (cut) *cut = 0;
     int dummy = 0;
     return decode_string(j, buf, cap, cut ? cut : &dummy) < 0 ? -1 : 0;
 }
 
 
-int jin_key(jin *j, char *buf, size_t cap, int *cut) {
-    if (jin_peek(j) != '"') return fail(j, "expected a key (a string)");
-    if (jin_string_buf(j, buf, cap, cut) < 0) return -1;
-    return jin_expect(j, ':');
+int attnd_jin_key(jin *j, char *buf, size_t cap, int *cut) {
+    if (attnd_jin_peek(j) != '"') return fail(j, "expected a key (a string)");
+    if (attnd_jin_string_buf(j, buf, cap, cut) < 0) return -1;
+    return attnd_jin_expect(j, ':');
 }
 
 static int number_start(jin *j) {
-    int c = jin_peek(j);
+    int c = attnd_jin_peek(j);
     if (c != '-' && (c < '0' || c > '9')) return fail(j, "expected a number");
     return 0;
 }
 
-int jin_number(jin *j, double *v) {
+int attnd_jin_number(jin *j, double *v) {
     if (number_start(j) < 0) return -1;
-    size_t n = parse_number(j->p, (size_t)(j->end - j->p), v);
+    size_t n = attnd_parse_number(j->p, (size_t)(j->end - j->p), v);
     if (!n) return nonfinite_len(j->p, j->end) ? fail_nonfinite(j) : fail(j, "bad number");
     j->p += n;
     return 0;
 }
 
-int jin_f32(jin *j, float *v) {
+int attnd_jin_f32(jin *j, float *v) {
     if (number_start(j) < 0) return -1;
-    size_t n = parse_f32(j->p, (size_t)(j->end - j->p), v);
+    size_t n = attnd_parse_f32(j->p, (size_t)(j->end - j->p), v);
     if (!n) return nonfinite_len(j->p, j->end) ? fail_nonfinite(j) : fail(j, "bad number");
     j->p += n;
     return 0;
 }
 
-size_t jin_f32_row(jin *j, float *out, size_t max) {
+size_t attnd_jin_f32_row(jin *j, float *out, size_t max) {
     size_t got = 0;
-    j->p += parse_f32_row(j->p, (size_t)(j->end - j->p), out, max, &got);
+    j->p += attnd_parse_f32_row(j->p, (size_t)(j->end - j->p), out, max, &got);
     return got;
 }
 
@@ -349,8 +349,8 @@ static int literal(jin *j, const char *w) {
     return 0;
 }
 
-int jin_bool(jin *j, int *v) {
-    int c = jin_peek(j);
+int attnd_jin_bool(jin *j, int *v) {
+    int c = attnd_jin_peek(j);
     if (c == 't' && literal(j, "true") == 0) {
         *v = 1;
         return 0;
@@ -362,32 +362,32 @@ int jin_bool(jin *j, int *v) {
     return fail(j, "expected true or false");
 }
 
-int jin_null(jin *j) {
-    if (jin_peek(j) == 'n' && literal(j, "null") == 0) return 0;
+int attnd_jin_null(jin *j) {
+    if (attnd_jin_peek(j) == 'n' && literal(j, "null") == 0) return 0;
     return fail(j, "expected null");
 }
 
-int jin_skip(jin *j) {
+int attnd_jin_skip(jin *j) {
     int b;
     double d;
-    switch (jin_next_type(j)) {
+    switch (attnd_jin_next_type(j)) {
     case JT_STRING:
         return decode_string(j, NULL, 0, NULL) < 0 ? -1 : 0;
     case JT_BOOL:
-        return jin_bool(j, &b);
+        return attnd_jin_bool(j, &b);
     case JT_NULL:
-        return jin_null(j);
+        return attnd_jin_null(j);
     case JT_NUMBER:
-        return jin_number(j, &d);
+        return attnd_jin_number(j, &d);
     case JT_ARRAY:
     case JT_OBJECT: {
         char open = (char)*j->p, close = open == '[' ? ']' : '}';
-        int r = jin_open(j, open);
+        int r = attnd_jin_open(j, open);
         while (r == 0) {
-            if (close == '}' && (decode_string(j, NULL, 0, NULL) < 0 || jin_expect(j, ':') < 0))
+            if (close == '}' && (decode_string(j, NULL, 0, NULL) < 0 || attnd_jin_expect(j, ':') < 0))
                 return -1;
-            if (jin_skip(j) < 0) return -1;
-            r = jin_next(j, close);
+            if (attnd_jin_skip(j) < 0) return -1;
+            r = attnd_jin_next(j, close);
         }
         return r < 0 ? -1 : 0;
     }
@@ -400,14 +400,14 @@ int jin_skip(jin *j) {
     }
 }
 
-int jin_end(jin *j) {
-    if (jin_peek(j) != -1) return fail(j, "trailing characters");
+int attnd_jin_end(jin *j) {
+    if (attnd_jin_peek(j) != -1) return fail(j, "trailing characters");
     return 0;
 }
 
 /* ---- paths ---- */
 
-void jpath_init(jpath *p, const char *root) {
+void attnd_jpath_init(jpath *p, const char *root) {
     p->n = 0;
     p->s[0] = '\0';
     int k = snprintf(p->s, sizeof(p->s), "%s", root);
@@ -422,22 +422,22 @@ static size_t jpath_add(jpath *p, const char *fmt, const char *key, long i) {
     return before;
 }
 
-size_t jpath_key(jpath *p, const char *key) {
+size_t attnd_jpath_key(jpath *p, const char *key) {
     return jpath_add(p, p->n ? ".%s" : "%s", key, 0);
 }
 
-size_t jpath_index(jpath *p, long i) {
+size_t attnd_jpath_index(jpath *p, long i) {
     return jpath_add(p, "[%ld]", NULL, i);
 }
 
-void jpath_cut(jpath *p, size_t n) {
+void attnd_jpath_cut(jpath *p, size_t n) {
     if (n < p->n) {
         p->n = n;
         p->s[n] = '\0';
     }
 }
 
-int jin_fail(jin *j, const jpath *path, attnd_error *e) {
+int attnd_jin_fail(jin *j, const jpath *path, attnd_error *e) {
     if (path && path->n) return attnd_set_error(e, AERR_BAD_REQUEST, "%s: %s", path->s, j->err);
     return attnd_set_error(e, AERR_BAD_REQUEST, "%s", j->err);
 }
@@ -505,7 +505,7 @@ static void expects(const jfield *f, char *buf, size_t cap) {
 
 /* The text of the number at the cursor, for messages (at most 24 bytes). */
 static void number_text(jin *j, char *buf, size_t cap) {
-    jin_peek(j);
+    attnd_jin_peek(j);
     const char *q = j->p;
     while (q < j->end && (size_t)(q - j->p) < cap - 1 && strchr("+-.eE0123456789", *q))
         q++;
@@ -517,16 +517,16 @@ static int read_whole(jin *j, int64_t min, int64_t max, int64_t *out, jpath *pat
                       attnd_error *e) {
     char text[32];
     double d;
-    if (jin_next_type(j) != JT_NUMBER) {
-        if (jin_next_type(j) == JT_NONFINITE) {
+    if (attnd_jin_next_type(j) != JT_NUMBER) {
+        if (attnd_jin_next_type(j) == JT_NONFINITE) {
             fail_nonfinite(j);
-            return jin_fail(j, path, e);
+            return attnd_jin_fail(j, path, e);
         }
         return attnd_set_error(e, AERR_BAD_REQUEST, "%s: expected a whole number, got %s",
-                               path->s, jin_kind(j));
+                               path->s, attnd_jin_kind(j));
     }
     number_text(j, text, sizeof(text));
-    if (jin_number(j, &d) < 0) return jin_fail(j, path, e);
+    if (attnd_jin_number(j, &d) < 0) return attnd_jin_fail(j, path, e);
     if (d != floor(d) || d < (double)min)
         return attnd_set_error(e, AERR_BAD_REQUEST,
                                "%s: expected a whole number of at least %lld, got %s", path->s,
@@ -540,8 +540,8 @@ static int read_whole(jin *j, int64_t min, int64_t max, int64_t *out, jpath *pat
 
 static int read_shape(jin *j, const jfield *f, jshape *s, jpath *path, attnd_error *e) {
     s->rank = 0;
-    int r = jin_open(j, '[');
-    if (r < 0) return jin_fail(j, path, e);
+    int r = attnd_jin_open(j, '[');
+    if (r < 0) return attnd_jin_fail(j, path, e);
     if (r == 1)
         return attnd_set_error(e, AERR_BAD_REQUEST, "%s: empty (a tensor has 1 or more dimensions)",
                                path->s);
@@ -549,32 +549,32 @@ static int read_shape(jin *j, const jfield *f, jshape *s, jpath *path, attnd_err
         if (s->rank == JSHAPE_MAX)
             return attnd_set_error(e, AERR_BAD_REQUEST, "%s: more than %d dimensions", path->s,
                                    JSHAPE_MAX);
-        size_t mark = jpath_index(path, s->rank);
+        size_t mark = attnd_jpath_index(path, s->rank);
         if (read_whole(j, 1, f->max, &s->dim[s->rank], path, e) < 0) return -1;
-        jpath_cut(path, mark);
+        attnd_jpath_cut(path, mark);
         s->rank++;
-        r = jin_next(j, ']');
-        if (r < 0) return jin_fail(j, path, e);
+        r = attnd_jin_next(j, ']');
+        if (r < 0) return attnd_jin_fail(j, path, e);
     }
     return 0;
 }
 
 static int read_list(jin *j, const jfield *f, void *dst, jpath *path, attnd_error *e) {
-    int r = jin_open(j, '[');
-    if (r < 0) return jin_fail(j, path, e);
+    int r = attnd_jin_open(j, '[');
+    if (r < 0) return attnd_jin_fail(j, path, e);
     for (int idx = 0; r == 0; idx++) {
-        size_t mark = jpath_index(path, idx);
+        size_t mark = attnd_jpath_index(path, idx);
         if (f->each(j, idx, dst, path, e) < 0) return -1;
-        jpath_cut(path, mark);
-        r = jin_next(j, ']');
-        if (r < 0) return jin_fail(j, path, e);
+        attnd_jpath_cut(path, mark);
+        r = attnd_jin_next(j, ']');
+        if (r < 0) return attnd_jin_fail(j, path, e);
     }
     return 0;
 }
 
 static int read_field(jin *j, const jfield *f, void *dst, jpath *path, attnd_error *e) {
     char *at = (char *)dst + f->offset;
-    jin_type type = jin_next_type(j);
+    jin_type type = attnd_jin_next_type(j);
     if (!(accepts(f) & 1u << type)) {
         char want[160];
         expects(f, want, sizeof(want));
@@ -584,12 +584,12 @@ static int read_field(jin *j, const jfield *f, void *dst, jpath *path, attnd_err
                                    "attnd refuses non-finite numbers",
                                    path->s, want);
         return attnd_set_error(e, AERR_BAD_REQUEST, "%s: expected %s, got %s", path->s, want,
-                               jin_kind(j));
+                               attnd_jin_kind(j));
     }
     int b, cut = 0;
     switch (f->type) {
     case JF_STRING:
-        if (jin_string_buf(j, at, f->size, &cut) < 0) return jin_fail(j, path, e);
+        if (attnd_jin_string_buf(j, at, f->size, &cut) < 0) return attnd_jin_fail(j, path, e);
         if (cut)
             return attnd_set_error(e, AERR_BAD_REQUEST, "%s: longer than %zu bytes", path->s,
                                    f->size - 1);
@@ -597,20 +597,20 @@ static int read_field(jin *j, const jfield *f, void *dst, jpath *path, attnd_err
     case JF_STRDUP:
         free(*(char **)at);
         *(char **)at = NULL;
-        return jin_string(j, (char **)at, NULL) < 0 ? jin_fail(j, path, e) : 0;
+        return attnd_jin_string(j, (char **)at, NULL) < 0 ? attnd_jin_fail(j, path, e) : 0;
     case JF_BOOL:
     case JF_BOOL_NULL:
         if (type == JT_NULL) {
-            if (jin_null(j) < 0) return jin_fail(j, path, e);
+            if (attnd_jin_null(j) < 0) return attnd_jin_fail(j, path, e);
             *(int *)at = -1;
             return 0;
         }
-        if (jin_bool(j, &b) < 0) return jin_fail(j, path, e);
+        if (attnd_jin_bool(j, &b) < 0) return attnd_jin_fail(j, path, e);
         *(int *)at = b;
         return 0;
     case JF_WORD: {
         char word[32];
-        if (jin_string_buf(j, word, sizeof(word), &cut) < 0) return jin_fail(j, path, e);
+        if (attnd_jin_string_buf(j, word, sizeof(word), &cut) < 0) return attnd_jin_fail(j, path, e);
         for (int i = 0; f->words[i] && !cut; i++)
             if (strcmp(word, f->words[i]) == 0) {
                 *(int *)at = i;
@@ -626,7 +626,7 @@ static int read_field(jin *j, const jfield *f, void *dst, jpath *path, attnd_err
     case JF_SHAPE:
         return read_shape(j, f, (jshape *)at, path, e);
     case JF_OBJECT:
-        return jin_object(j, f->table, dst, path, NULL, e);
+        return attnd_jin_object(j, f->table, dst, path, NULL, e);
     case JF_LIST:
         return read_list(j, f, dst, path, e);
     case JF_CUSTOM:
@@ -651,36 +651,36 @@ static int unknown_key(const jtable *t, jpath *path, attnd_error *e) {
     return attnd_set_error(e, AERR_BAD_REQUEST, "%s: unknown %s (%s)", path->s, t->what, names);
 }
 
-int jin_object(jin *j, const jtable *t, void *dst, jpath *path, unsigned *given, attnd_error *e) {
+int attnd_jin_object(jin *j, const jtable *t, void *dst, jpath *path, unsigned *given, attnd_error *e) {
     unsigned seen = 0;
-    if (jin_next_type(j) != JT_OBJECT)
+    if (attnd_jin_next_type(j) != JT_OBJECT)
         return attnd_set_error(e, AERR_BAD_REQUEST, "%s: expected an object, got %s",
-                               path->n ? path->s : "body", jin_kind(j));
-    int r = jin_open(j, '{');
-    if (r < 0) return jin_fail(j, path, e);
+                               path->n ? path->s : "body", attnd_jin_kind(j));
+    int r = attnd_jin_open(j, '{');
+    if (r < 0) return attnd_jin_fail(j, path, e);
     while (r == 0) {
         char key[64];
         int cut = 0;
-        if (jin_key(j, key, sizeof(key), &cut) < 0) return jin_fail(j, path, e);
+        if (attnd_jin_key(j, key, sizeof(key), &cut) < 0) return attnd_jin_fail(j, path, e);
         if (cut) memcpy(key + sizeof(key) - 4, "...", 4);
-        size_t mark = jpath_key(path, key);
+        size_t mark = attnd_jpath_key(path, key);
         int fi = cut ? -1 : find_field(t, key);
         if (fi < 0) {
             if (!t->skip_unknown) return unknown_key(t, path, e);
-            if (jin_skip(j) < 0) return jin_fail(j, path, e);
+            if (attnd_jin_skip(j) < 0) return attnd_jin_fail(j, path, e);
         } else {
             if (seen & 1u << fi)
                 return attnd_set_error(e, AERR_BAD_REQUEST, "%s: given twice", path->s);
             seen |= 1u << fi;
             if (read_field(j, &t->fields[fi], dst, path, e) < 0) return -1;
         }
-        jpath_cut(path, mark);
-        r = jin_next(j, '}');
-        if (r < 0) return jin_fail(j, path, e);
+        attnd_jpath_cut(path, mark);
+        r = attnd_jin_next(j, '}');
+        if (r < 0) return attnd_jin_fail(j, path, e);
     }
     for (int i = 0; i < t->n; i++)
         if (t->fields[i].required && !(seen & 1u << i)) {
-            jpath_key(path, t->fields[i].name);
+            attnd_jpath_key(path, t->fields[i].name);
             return attnd_set_error(e, AERR_BAD_REQUEST, "%s: required", path->s);
         }
     if (given) *given = seen;

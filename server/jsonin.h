@@ -3,17 +3,17 @@
  * table.
  *
  * The reader walks the body once, in place: strings are copied only when
- * asked, numbers go straight into float arrays (jin_f32_row), nothing is
+ * asked, numbers go straight into float arrays (attnd_jin_f32_row), nothing is
  * allocated per value. Strict RFC 8259: UTF-8, no comments, no trailing
  * commas, no NaN. Its cursor is private to jsonin.c; nesting depth is
- * counted in one place (jin_open, jin_next) and refused past
- * JIN_MAX_DEPTH. Every failure leaves one sentence (jin_error) with the
+ * counted in one place (attnd_jin_open, attnd_jin_next) and refused past
+ * JIN_MAX_DEPTH. Every failure leaves one sentence (attnd_jin_error) with the
  * byte offset.
  *
  * The field table: one jtable per kind of object (native request, v2
  * request, v2 input, tensor object, parameters, outputs) says each field's
  * name, JSON type, whether it is required, and where it lands in a
- * destination struct. jin_object walks an object against its table; it
+ * destination struct. attnd_jin_object walks an object against its table; it
  * alone refuses unknown keys (or skips them, where a table allows
  * extensions), keys given twice, wrong types and missing fields, and its
  * messages name the path ("inputs[2].shape[1]: ..."). Adding a field is
@@ -46,64 +46,64 @@ typedef enum {
 
 /* A reader over buf[0..len), which must outlive it. NULL when out of
  * memory. */
-jin *jin_new(const char *buf, size_t len);
-void jin_free(jin *j); /* NULL is fine */
+jin *attnd_jin_new(const char *buf, size_t len);
+void attnd_jin_free(jin *j); /* NULL is fine */
 /* The sentence of the last failure ("body is not valid JSON: ... at byte
  * N"), "" before any. */
-const char *jin_error(const jin *j);
+const char *attnd_jin_error(const jin *j);
 /* Byte offset of the next unread byte; the body the reader was made on. */
-size_t jin_offset(const jin *j);
-const char *jin_body(const jin *j);
+size_t attnd_jin_offset(const jin *j);
+const char *attnd_jin_body(const jin *j);
 
 /* Skips whitespace; returns the next byte, or -1 at the end. */
-int jin_peek(jin *j);
-jin_type jin_next_type(jin *j);
+int attnd_jin_peek(jin *j);
+jin_type attnd_jin_next_type(jin *j);
 /* The kind of the next value in words, for messages: "a string", "an
  * array", "a number", "an object", "a boolean", "null", "NaN", "nothing",
  * "an invalid token". */
-const char *jin_kind(jin *j);
+const char *attnd_jin_kind(jin *j);
 
 /* Enters the array or object whose open ('[' or '{') is next: 0 when an
  * element follows, 1 when it was empty (and is left again), -1 on error
  * (not that bracket, or nested deeper than JIN_MAX_DEPTH). */
-int jin_open(jin *j, char open);
+int attnd_jin_open(jin *j, char open);
 /* After an element: 0 after a comma (another element follows), 1 when
  * `close` ended the container (which is left), -1 on anything else. */
-int jin_next(jin *j, char close);
+int attnd_jin_next(jin *j, char close);
 /* An object's key and its ':' into buf (cap bytes with the NUL); a longer
  * key is cut to fit and *cut set. */
-int jin_key(jin *j, char *buf, size_t cap, int *cut);
+int attnd_jin_key(jin *j, char *buf, size_t cap, int *cut);
 /* Consumes c after whitespace, or fails. */
-int jin_expect(jin *j, char c);
+int attnd_jin_expect(jin *j, char c);
 
 /* A string, decoded (escapes, \u surrogates) and checked as UTF-8, into a
  * new NUL-terminated buffer the caller frees. Strings holding NUL (\u0000)
  * are refused. */
-int jin_string(jin *j, char **out, size_t *len);
+int attnd_jin_string(jin *j, char **out, size_t *len);
 /* A string without escapes, as a span of the body (not NUL-terminated, not
  * checked for UTF-8 or control characters: for base64 text, whose decoder
  * refuses anything else). Returns 0, 1 when the string holds escapes (the
- * reader has not moved: read it with jin_string), -1 on error. */
-int jin_string_span(jin *j, const char **s, size_t *n);
+ * reader has not moved: read it with attnd_jin_string), -1 on error. */
+int attnd_jin_string_span(jin *j, const char **s, size_t *n);
 /* A string into buf (cap bytes with the NUL); longer ones are cut to fit
  * and *cut is set. */
-int jin_string_buf(jin *j, char *buf, size_t cap, int *cut);
+int attnd_jin_string_buf(jin *j, char *buf, size_t cap, int *cut);
 /* A number, the double nearest it. */
-int jin_number(jin *j, double *v);
+int attnd_jin_number(jin *j, double *v);
 /* A number, the float32 nearest it (+-inf past its range). */
-int jin_f32(jin *j, float *v);
+int attnd_jin_f32(jin *j, float *v);
 /* A run of finite numbers "a, b, c" into out (at most max): the rows of a
  * tensor. Stops before the comma after the last one read, or before what
  * is not one; returns how many were read. */
-size_t jin_f32_row(jin *j, float *out, size_t max);
+size_t attnd_jin_f32_row(jin *j, float *out, size_t max);
 /* true/false; 0 or -1. */
-int jin_bool(jin *j, int *v);
+int attnd_jin_bool(jin *j, int *v);
 /* null */
-int jin_null(jin *j);
+int attnd_jin_null(jin *j);
 /* Skips any value. */
-int jin_skip(jin *j);
+int attnd_jin_skip(jin *j);
 /* Only whitespace is left. */
-int jin_end(jin *j);
+int attnd_jin_end(jin *j);
 
 /* ---- paths, for messages ---- */
 
@@ -113,12 +113,12 @@ typedef struct {
     size_t n;
 } jpath;
 
-void jpath_init(jpath *p, const char *root); /* "" for a body's top level */
+void attnd_jpath_init(jpath *p, const char *root); /* "" for a body's top level */
 /* Appends ".key" (or "key" at the top) or "[i]"; return the length before,
- * which jpath_cut restores. */
-size_t jpath_key(jpath *p, const char *key);
-size_t jpath_index(jpath *p, long i);
-void jpath_cut(jpath *p, size_t n);
+ * which attnd_jpath_cut restores. */
+size_t attnd_jpath_key(jpath *p, const char *key);
+size_t attnd_jpath_index(jpath *p, long i);
+void attnd_jpath_cut(jpath *p, size_t n);
 
 /* ---- field tables ---- */
 
@@ -179,9 +179,9 @@ struct jtable {
  * Sets *given (bit i: t->fields[i] was there) when given is not NULL.
  * Returns 0, or -1 with e set (400; 413 for a size past its max; what a
  * read function sets). */
-int jin_object(jin *j, const jtable *t, void *dst, jpath *path, unsigned *given, attnd_error *e);
+int attnd_jin_object(jin *j, const jtable *t, void *dst, jpath *path, unsigned *given, attnd_error *e);
 
-/* e = "<path>: <jin_error>" (400): a syntax error where path says. */
-int jin_fail(jin *j, const jpath *path, attnd_error *e);
+/* e = "<path>: <attnd_jin_error>" (400): a syntax error where path says. */
+int attnd_jin_fail(jin *j, const jpath *path, attnd_error *e);
 
 #endif

@@ -41,18 +41,18 @@ static void timestamp(char *buf) {
 
 /* The line's start: timestamp and level, as text or as the opening of a
  * JSON object (the caller adds its fields and closes it). */
-static void line_start(sbuf *b, attnd_log_level level) {
+static void line_start(attnd_sbuf *b, attnd_log_level level) {
     char ts[32];
     timestamp(ts);
     if (conf.json)
-        sb_printf(b, "{\"ts\":\"%s\",\"level\":\"%s\"", ts, LEVEL_NAMES[level]);
+        attnd_sb_printf(b, "{\"ts\":\"%s\",\"level\":\"%s\"", ts, LEVEL_NAMES[level]);
     else
-        sb_printf(b, "%s %s ", ts, LEVEL_NAMES[level]);
+        attnd_sb_printf(b, "%s %s ", ts, LEVEL_NAMES[level]);
 }
 
-static void line_end(sbuf *b, attnd_log_level level) {
-    if (conf.json) sb_putc(b, '}');
-    sb_putc(b, '\n');
+static void line_end(attnd_sbuf *b, attnd_log_level level) {
+    if (conf.json) attnd_sb_putc(b, '}');
+    attnd_sb_putc(b, '\n');
     if (b->oom) return;
     FILE *f = level == LOG_ERROR ? stderr : stdout;
     fwrite(b->p, 1, b->len, f);
@@ -66,38 +66,38 @@ void attnd_log(attnd_log_level level, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    sbuf b;
-    sb_init(&b);
+    attnd_sbuf b;
+    attnd_sb_init(&b);
     line_start(&b, level);
     if (conf.json) {
-        sb_puts(&b, ",\"msg\":");
-        sb_json_str(&b, msg);
+        attnd_sb_puts(&b, ",\"msg\":");
+        attnd_sb_json_str(&b, msg);
     } else {
-        sb_puts(&b, msg);
+        attnd_sb_puts(&b, msg);
     }
     line_end(&b, level);
-    sb_free(&b);
+    attnd_sb_free(&b);
 }
 
 void attnd_log_access(const attnd_access *a) {
     if (!conf.access || LOG_INFO < conf.min) return;
-    sbuf b;
-    sb_init(&b);
+    attnd_sbuf b;
+    attnd_sb_init(&b);
     line_start(&b, LOG_INFO);
     if (conf.json) {
-        sb_puts(&b, ",\"msg\":\"access\",\"method\":");
-        sb_json_str(&b, a->method);
-        sb_puts(&b, ",\"path\":");
-        sb_json_str(&b, a->path);
-        sb_printf(&b, ",\"status\":%d,\"bytes\":%zu,\"ms\":%.3f,\"batch\":%d,\"id\":", a->status,
+        attnd_sb_puts(&b, ",\"msg\":\"access\",\"method\":");
+        attnd_sb_json_str(&b, a->method);
+        attnd_sb_puts(&b, ",\"path\":");
+        attnd_sb_json_str(&b, a->path);
+        attnd_sb_printf(&b, ",\"status\":%d,\"bytes\":%zu,\"ms\":%.3f,\"batch\":%d,\"id\":", a->status,
                   a->bytes, a->ms, a->batch);
-        sb_json_str(&b, a->id);
-        sb_puts(&b, ",\"end\":");
-        sb_json_str(&b, a->end);
+        attnd_sb_json_str(&b, a->id);
+        attnd_sb_puts(&b, ",\"end\":");
+        attnd_sb_json_str(&b, a->end);
     } else {
-        sb_printf(&b, "method=%s path=%s status=%d bytes=%zu ms=%.3f batch=%d id=%s end=%s",
+        attnd_sb_printf(&b, "method=%s path=%s status=%d bytes=%zu ms=%.3f batch=%d id=%s end=%s",
                   a->method, a->path, a->status, a->bytes, a->ms, a->batch, a->id, a->end);
     }
     line_end(&b, LOG_INFO);
-    sb_free(&b);
+    attnd_sb_free(&b);
 }

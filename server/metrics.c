@@ -22,7 +22,7 @@ static void hist_init(attnd_hist *h, const char *name, const char *help, const d
     atomic_init(&h->sum, 0);
 }
 
-void metrics_init(attnd_metrics *m) {
+void attnd_metrics_init(attnd_metrics *m) {
     memset(m, 0, sizeof(*m));
     static const double secs[] = {0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
                                   0.1,    0.25,   0.5,   1,      2.5,   5,    10,   30};
@@ -49,7 +49,7 @@ static int status_index(int status) {
     return METRICS_STATUSES - 1;
 }
 
-void hist_observe(attnd_hist *h, uint64_t v) {
+void attnd_hist_observe(attnd_hist *h, uint64_t v) {
     int i = 0;
     while (i < h->nb && (double)v * h->scale > h->bounds[i])
         i++;
@@ -57,19 +57,19 @@ void hist_observe(attnd_hist *h, uint64_t v) {
     atomic_fetch_add_explicit(&h->sum, v, memory_order_relaxed);
 }
 
-void metrics_request(attnd_metrics *m, route_id route, int status, uint64_t total_us) {
+void attnd_metrics_request(attnd_metrics *m, attnd_route_id route, int status, uint64_t total_us) {
     if (route > R_COUNT) route = R_UNKNOWN;
     atomic_fetch_add_explicit(&m->requests[route][status_index(status)], 1, memory_order_relaxed);
-    hist_observe(&m->request_seconds, total_us);
+    attnd_hist_observe(&m->request_seconds, total_us);
 }
 
-void metrics_reject(attnd_metrics *m, attnd_err reason) {
+void attnd_metrics_reject(attnd_metrics *m, attnd_err reason) {
     if (reason >= AERR_COUNT) reason = AERR_INTERNAL;
     atomic_fetch_add_explicit(&m->rejected[reason], 1, memory_order_relaxed);
     if (reason == AERR_TIMEOUT) atomic_fetch_add_explicit(&m->timeouts, 1, memory_order_relaxed);
 }
 
-void metrics_disconnect(attnd_metrics *m) {
+void attnd_metrics_disconnect(attnd_metrics *m) {
     atomic_fetch_add_explicit(&m->rejected[AERR_COUNT], 1, memory_order_relaxed);
 }
 
@@ -77,23 +77,23 @@ static uint64_t ld(const atomic_uint_least64_t *a) {
     return atomic_load_explicit((atomic_uint_least64_t *)a, memory_order_relaxed);
 }
 
-static void hist_write(const attnd_hist *h, sbuf *b) {
-    sb_printf(b, "# HELP %s %s\n# TYPE %s histogram\n", h->name, h->help, h->name);
+static void hist_write(const attnd_hist *h, attnd_sbuf *b) {
+    attnd_sb_printf(b, "# HELP %s %s\n# TYPE %s histogram\n", h->name, h->help, h->name);
     uint64_t cum = 0;
     for (int i = 0; i < h->nb; i++) {
         cum += ld(&h->count[i]);
-        sb_printf(b, "%s_bucket{le=\"%g\"} %llu\n", h->name, h->bounds[i], (unsigned long long)cum);
+        attnd_sb_printf(b, "%s_bucket{le=\"%g\"} %llu\n", h->name, h->bounds[i], (unsigned long long)cum);
     }
     cum += ld(&h->count[h->nb]);
-    sb_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n", h->name, (unsigned long long)cum);
-    sb_printf(b, "%s_sum %.9g\n", h->name, (double)ld(&h->sum) * h->scale);
-    sb_printf(b, "%s_count %llu\n", h->name, (unsigned long long)cum);
+    attnd_sb_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n", h->name, (unsigned long long)cum);
+    attnd_sb_printf(b, "%s_sum %.9g\n", h->name, (double)ld(&h->sum) * h->scale);
+    attnd_sb_printf(b, "%s_count %llu\n", h->name, (unsigned long long)cum);
 }
 
 /* An info gauge (value 1): what runs, for dashboards and bug reports. */
-static void build_info_write(sbuf *b) {
+static void build_info_write(attnd_sbuf *b) {
     const attn_blas_info *blas = attn_blas_get_info();
-    sb_printf(b,
+    attnd_sb_printf(b,
               "# HELP attnd_build_info attnd's version, the OpenBLAS kernels in use and the CPU "
               "features they were chosen from.\n"
               "# TYPE attnd_build_info gauge\n"
@@ -101,10 +101,10 @@ static void build_info_write(sbuf *b) {
               ATTND_VERSION, blas ? blas->core : "none", blas ? blas->features : "");
 }
 
-void metrics_write(const attnd_metrics *m, sbuf *b, const char *const *model_names,
+void attnd_metrics_write(const attnd_metrics *m, attnd_sbuf *b, const char *const *model_names,
                    const int *depth, int n_models) {
     build_info_write(b);
-    sb_puts(b, "# HELP attnd_requests_total Answered requests by route and status.\n"
+    attnd_sb_puts(b, "# HELP attnd_requests_total Answered requests by route and status.\n"
                "# TYPE attnd_requests_total counter\n");
     for (int r = 0; r <= R_COUNT; r++)
         for (int s = 0; s < METRICS_STATUSES; s++) {
@@ -112,29 +112,29 @@ void metrics_write(const attnd_metrics *m, sbuf *b, const char *const *model_nam
             if (!v) continue;
             char st[8] = "other";
             if (s < METRICS_STATUSES - 1) snprintf(st, sizeof(st), "%d", STATUSES[s]);
-            sb_printf(b, "attnd_requests_total{route=\"%s\",status=\"%s\"} %llu\n",
-                      route_label((route_id)r), st, (unsigned long long)v);
+            attnd_sb_printf(b, "attnd_requests_total{route=\"%s\",status=\"%s\"} %llu\n",
+                      attnd_route_label((attnd_route_id)r), st, (unsigned long long)v);
         }
     hist_write(&m->request_seconds, b);
     hist_write(&m->queue_seconds, b);
     hist_write(&m->compute_seconds, b);
     hist_write(&m->batch_size, b);
     hist_write(&m->batch_tokens, b);
-    sb_puts(b, "# HELP attnd_queue_depth Requests waiting in a model's queue.\n"
+    attnd_sb_puts(b, "# HELP attnd_queue_depth Requests waiting in a model's queue.\n"
                "# TYPE attnd_queue_depth gauge\n");
     for (int i = 0; i < n_models; i++)
-        sb_printf(b, "attnd_queue_depth{model=\"%s\"} %d\n", model_names[i], depth[i]);
-    sb_printf(b,
+        attnd_sb_printf(b, "attnd_queue_depth{model=\"%s\"} %d\n", model_names[i], depth[i]);
+    attnd_sb_printf(b,
               "# HELP attnd_tokens_total Query plus key tokens computed.\n"
               "# TYPE attnd_tokens_total counter\nattnd_tokens_total %llu\n",
               (unsigned long long)ld(&m->tokens));
-    sb_puts(b, "# HELP attnd_rejected_total Requests refused or dropped, by reason.\n"
+    attnd_sb_puts(b, "# HELP attnd_rejected_total Requests refused or dropped, by reason.\n"
                "# TYPE attnd_rejected_total counter\n");
     for (int i = 1; i <= AERR_COUNT; i++)
-        sb_printf(b, "attnd_rejected_total{reason=\"%s\"} %llu\n",
+        attnd_sb_printf(b, "attnd_rejected_total{reason=\"%s\"} %llu\n",
                   i == AERR_COUNT ? "disconnected" : attnd_err_reason((attnd_err)i),
                   (unsigned long long)ld(&m->rejected[i]));
-    sb_printf(b,
+    attnd_sb_printf(b,
               "# HELP attnd_timeouts_total Requests answered 504.\n"
               "# TYPE attnd_timeouts_total counter\nattnd_timeouts_total %llu\n",
               (unsigned long long)ld(&m->timeouts));

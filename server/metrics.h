@@ -39,14 +39,14 @@ typedef struct {
     atomic_uint_least64_t timeouts;                 /* 504 answers */
 } attnd_metrics;
 
-void metrics_init(attnd_metrics *m);
-void metrics_request(attnd_metrics *m, route_id route, int status, uint64_t total_us);
-void hist_observe(attnd_hist *h, uint64_t v);
-void metrics_reject(attnd_metrics *m, attnd_err reason);
-void metrics_disconnect(attnd_metrics *m);
+void attnd_metrics_init(attnd_metrics *m);
+void attnd_metrics_request(attnd_metrics *m, attnd_route_id route, int status, uint64_t total_us);
+void attnd_hist_observe(attnd_hist *h, uint64_t v);
+void attnd_metrics_reject(attnd_metrics *m, attnd_err reason);
+void attnd_metrics_disconnect(attnd_metrics *m);
 
 /* Writes every metric; depth[i] is the queue depth of model_names[i]. */
-void metrics_write(const attnd_metrics *m, sbuf *b, const char *const *model_names,
+void attnd_metrics_write(const attnd_metrics *m, attnd_sbuf *b, const char *const *model_names,
                    const int *depth, int n_models);
 
 #endif

@@ -2,7 +2,7 @@
  * answers are answer.c's). See request.h. Each kind of object a
  * body holds is a field table below (NATIVE, V2, V2_INPUT, V2_OUTPUT and
  * their parameters; the tensor object is tensor.c's), walked by jsonin.c's
- * jin_object; what is checked across fields is checked here.
+ * attnd_jin_object; what is checked across fields is checked here.
  *
  * Choices where the contract is silent (docs/api.md repeats them):
  * - unknown fields of a native body are refused (a typo like "atention"
@@ -36,7 +36,7 @@ static const char *const TNAME[T_COUNT] = {"query", "key", "value", "key_padding
 
 /* What both parsers collect before the common checks. */
 typedef struct {
-    tensor t[T_COUNT];
+    attnd_tensor t[T_COUNT];
     int given[T_COUNT];
     const char *label[T_COUNT]; /* how messages name the tensor */
     char model[ATTND_NAME_MAX + 8];
@@ -48,7 +48,7 @@ typedef struct {
 
 static void collected_free(collected *c) {
     for (int i = 0; i < T_COUNT; i++)
-        tensor_free(&c->t[i]);
+        attnd_tensor_free(&c->t[i]);
 }
 
 long long attnd_job_tokens(const attnd_job *job) {
@@ -135,13 +135,13 @@ static int resolve_model(const attnd_parse_env *env, const char *path_model, con
                            loaded_names(env, names, sizeof(names)));
 }
 
-static float *take_f(tensor *t) {
+static float *take_f(attnd_tensor *t) {
     float *f = t->f;
     t->f = NULL;
     return f;
 }
 
-static uint8_t *take_u(tensor *t) {
+static uint8_t *take_u(attnd_tensor *t) {
     uint8_t *u = t->u;
     t->u = NULL;
     return u;
@@ -152,7 +152,7 @@ static uint8_t *take_u(tensor *t) {
  * Without them a sequence's rows are at 0..L-1, which must fit too. */
 static int check_positions(const collected *c, const attnd_model_info *m, int B, int L,
                            attnd_error *e) {
-    const tensor *p = &c->t[T_POS];
+    const attnd_tensor *p = &c->t[T_POS];
     const char *lb = c->label[T_POS];
     long long limit = m->max_positions ? m->max_positions : 1LL << 24;
     if (m->hp.rope.dim && c->given[T_KEY])
@@ -183,7 +183,7 @@ static int check_positions(const collected *c, const attnd_model_info *m, int B,
         float v = p->f[i];
         if (!(v >= 0) || v != floorf(v) || v >= (float)limit) {
             char at[128];
-            tensor_index_name(at, sizeof(at), lb, p->rank, p->shape, (size_t)i);
+            attnd_tensor_index_name(at, sizeof(at), lb, p->rank, p->shape, (size_t)i);
             return attnd_set_error(e, AERR_BAD_REQUEST,
                                    "%s: %g is not a whole number from 0 to %lld (%s)", at,
                                    (double)v, limit - 1,
@@ -194,7 +194,7 @@ static int check_positions(const collected *c, const attnd_model_info *m, int B,
 }
 
 /* The job's positions (B×L int32) from a checked L or B×L tensor. */
-static int32_t *positions_of(const tensor *p, int B, int L) {
+static int32_t *positions_of(const attnd_tensor *p, int B, int L) {
     int32_t *out = malloc(sizeof(int32_t) * (size_t)B * (size_t)L);
     if (!out) return NULL;
     for (size_t i = 0; i < (size_t)B * (size_t)L; i++)
@@ -210,8 +210,8 @@ static int build_job(const attnd_parse_env *env, const char *path_model, collect
     if (mi < 0) return -1;
     const attnd_model_info *m = &env->models[mi];
     const attn_hparams *hp = &m->hp;
-    tensor *q = &c->t[T_QUERY], *k = &c->t[T_KEY], *v = &c->t[T_VALUE];
-    tensor *kpm = &c->t[T_KPM], *am = &c->t[T_MASK];
+    attnd_tensor *q = &c->t[T_QUERY], *k = &c->t[T_KEY], *v = &c->t[T_VALUE];
+    attnd_tensor *kpm = &c->t[T_KPM], *am = &c->t[T_MASK];
     const char *const *lb = c->label;
 
     if (!c->given[T_QUERY]) return attnd_set_error(e, AERR_BAD_REQUEST, "query: required");
@@ -350,9 +350,9 @@ static const char *const ENC_WORDS[] = {"json", "base64", NULL};
 static int read_tensor(jin *j, const jfield *f, void *dst, jpath *path, attnd_error *e) {
     collected *c = dst;
     int role = f->arg;
-    tensor_kind kind = role == T_KPM ? TK_BOOL : role == T_MASK ? TK_ANY : TK_FLOAT;
+    attnd_tensor_kind kind = role == T_KPM ? TK_BOOL : role == T_MASK ? TK_ANY : TK_FLOAT;
     int max_rank = role == T_KPM || role == T_POS ? 2 : 3;
-    if (tensor_read(j, path->s, kind, max_rank, role == T_MASK, &c->t[role], e) < 0)
+    if (attnd_tensor_read(j, path->s, kind, max_rank, role == T_MASK, &c->t[role], e) < 0)
         return -1;
     c->given[role] = 1;
     return 0;
@@ -363,8 +363,8 @@ static int read_model(jin *j, const jfield *f, void *dst, jpath *path, attnd_err
     (void)f;
     collected *c = dst;
     int cut = 0;
-    if (jin_next_type(j) == JT_NULL) return jin_null(j) < 0 ? jin_fail(j, path, e) : 0;
-    if (jin_string_buf(j, c->model, sizeof(c->model), &cut) < 0) return jin_fail(j, path, e);
+    if (attnd_jin_next_type(j) == JT_NULL) return attnd_jin_null(j) < 0 ? attnd_jin_fail(j, path, e) : 0;
+    if (attnd_jin_string_buf(j, c->model, sizeof(c->model), &cut) < 0) return attnd_jin_fail(j, path, e);
     if (cut) return attnd_set_error(e, AERR_NOT_FOUND, "unknown model (a name longer than %zu bytes)",
                                     sizeof(c->model) - 1);
     c->have_model = 1;
@@ -425,12 +425,12 @@ static const char *looks_like(const char *body, size_t len) {
 /* A reader on a body that must be one JSON object, standing at it. NULL
  * with e set when the body is anything else. */
 static jin *body_reader(const char *body, size_t len, attnd_error *e) {
-    jin *j = jin_new(body, len);
+    jin *j = attnd_jin_new(body, len);
     if (!j) {
         attnd_set_error(e, AERR_INTERNAL, "out of memory");
         return NULL;
     }
-    jin_type type = jin_next_type(j);
+    jin_type type = attnd_jin_next_type(j);
     if (type == JT_OBJECT) return j;
     const char *like = looks_like(body, len);
     if (type == JT_END)
@@ -438,26 +438,26 @@ static jin *body_reader(const char *body, size_t len, attnd_error *e) {
     else if (like)
         attnd_set_error(e, AERR_BAD_REQUEST,
                         "body must be JSON (Content-Type: application/json), not %s", like);
-    else if (jin_skip(j) < 0)
-        jin_fail(j, NULL, e);
+    else if (attnd_jin_skip(j) < 0)
+        attnd_jin_fail(j, NULL, e);
     else
         attnd_set_error(e, AERR_BAD_REQUEST, "body must be a JSON object, not %s",
                         type == JT_ARRAY ? "an array" : "a single value");
-    jin_free(j);
+    attnd_jin_free(j);
     return NULL;
 }
 
 /* The whole body against table t into dst, and nothing after it. given, when
- * not NULL, gets the fields that were there (jin_object). */
+ * not NULL, gets the fields that were there (attnd_jin_object). */
 static int read_body(const char *body, size_t len, const jtable *t, void *dst, unsigned *given,
                      attnd_error *e) {
     jin *j = body_reader(body, len, e);
     if (!j) return -1;
     jpath path;
-    jpath_init(&path, "");
-    int rc = jin_object(j, t, dst, &path, given, e);
-    if (rc == 0 && jin_end(j) < 0) rc = jin_fail(j, NULL, e);
-    jin_free(j);
+    attnd_jpath_init(&path, "");
+    int rc = attnd_jin_object(j, t, dst, &path, given, e);
+    if (rc == 0 && attnd_jin_end(j) < 0) rc = attnd_jin_fail(j, NULL, e);
+    attnd_jin_free(j);
     return rc;
 }
 
@@ -516,7 +516,7 @@ typedef struct {
     char name[40];
     char datatype[16];
     jshape shape;
-    tensor data;
+    attnd_tensor data;
     int have_data;
     int64_t bin_size; /* parameters.binary_data_size, or -1: data in the JSON */
 } v2_input;
@@ -558,7 +558,7 @@ static int read_v2_data(jin *j, const jfield *f, void *dst, jpath *path, attnd_e
         snprintf(label, sizeof(label), "%.*s (%s).data", (int)(path->n - 5), path->s, in->name);
     else
         snprintf(label, sizeof(label), "%s", path->s);
-    if (tensor_read(j, label, TK_ANY, TENSOR_MAX_RANK, 0, &in->data, e) < 0) return -1;
+    if (attnd_tensor_read(j, label, TK_ANY, TENSOR_MAX_RANK, 0, &in->data, e) < 0) return -1;
     in->have_data = 1;
     return 0;
 }
@@ -642,7 +642,7 @@ static int take_binary(v2_input *in, int idx, uint64_t n, int is_bool, v2_bin *b
                                "inputs[%d] (%s): binary_data_size %lld, but %zu bytes of binary "
                                "data are left",
                                idx, in->name, (long long)in->bin_size, bin->left);
-    tensor *t = &in->data;
+    attnd_tensor *t = &in->data;
     memset(t, 0, sizeof(*t));
     void *buf = malloc(in->bin_size ? (size_t)in->bin_size : 1);
     if (!buf) return attnd_set_error(e, AERR_INTERNAL, "out of memory reading %s", in->name);
@@ -665,9 +665,9 @@ static int take_binary(v2_input *in, int idx, uint64_t n, int is_bool, v2_bin *b
         for (int d = 0; d < in->shape.rank; d++)
             shape[d] = (int)in->shape.dim[d];
         char at[128];
-        tensor_index_name(at, sizeof(at), in->name, in->shape.rank, shape, (size_t)k);
+        attnd_tensor_index_name(at, sizeof(at), in->name, in->shape.rank, shape, (size_t)k);
         float bad = t->f[k];
-        tensor_free(t);
+        attnd_tensor_free(t);
         return attnd_set_error(e, AERR_BAD_REQUEST, "%s: %s is not allowed", at,
                                isnan(bad) ? "NaN" : "infinity");
     }
@@ -717,7 +717,7 @@ static int file_v2_input(v2_input *in, int idx, collected *c, char labels[][48],
         return attnd_set_error(e, AERR_BAD_REQUEST,
                                "inputs[%d] (%s): shape needs %llu values, data has %zu", idx,
                                in->name, (unsigned long long)n, in->data.n);
-    tensor *t = &c->t[ti];
+    attnd_tensor *t = &c->t[ti];
     *t = in->data;
     memset(&in->data, 0, sizeof(in->data));
     t->rank = in->shape.rank;
@@ -732,10 +732,10 @@ static int file_v2_input(v2_input *in, int idx, collected *c, char labels[][48],
 static int read_v2_input(jin *j, int idx, void *dst, jpath *path, attnd_error *e) {
     v2_body *v = dst;
     v2_input *in = &v->in;
-    tensor_free(&in->data);
+    attnd_tensor_free(&in->data);
     memset(in, 0, sizeof(*in));
     in->bin_size = -1;
-    if (jin_object(j, &V2_INPUT, v, path, NULL, e) < 0) return -1;
+    if (attnd_jin_object(j, &V2_INPUT, v, path, NULL, e) < 0) return -1;
     if (in->have_data && in->bin_size >= 0)
         return attnd_set_error(e, AERR_BAD_REQUEST,
                                "%s: both data and parameters.binary_data_size", path->s);
@@ -745,7 +745,7 @@ static int read_v2_input(jin *j, int idx, void *dst, jpath *path, attnd_error *e
                                "binary data extension)",
                                path->s);
     if (file_v2_input(in, idx, &v->c, v->labels, &v->bin, e) < 0) return -1;
-    tensor_free(&in->data);
+    attnd_tensor_free(&in->data);
     return 0;
 }
 
@@ -755,7 +755,7 @@ static int read_v2_output(jin *j, int idx, void *dst, jpath *path, attnd_error *
     (void)idx;
     v2_body *v = dst;
     memset(&v->out, 0, sizeof(v->out));
-    if (jin_object(j, &V2_OUTPUT, v, path, NULL, e) < 0) return -1;
+    if (attnd_jin_object(j, &V2_OUTPUT, v, path, NULL, e) < 0) return -1;
     int bit = strcmp(v->out.name, "output") == 0 ? 1 : strcmp(v->out.name, "attention") == 0 ? 2 : 0;
     if (!bit)
         return attnd_set_error(e, AERR_BAD_REQUEST,
@@ -853,7 +853,7 @@ int attnd_parse_v2(const attnd_parse_env *env, const char *path_model, const cha
     }
     ret = 0;
 cleanup:
-    tensor_free(&v.in.data);
+    attnd_tensor_free(&v.in.data);
     free(v.id);
     collected_free(&v.c);
     return ret;

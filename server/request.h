@@ -121,7 +121,7 @@ typedef struct {
  * to the length of the JSON part when binary outputs follow it
  * (Inference-Header-Content-Length), else 0. Returns 0, or -1 when out of
  * memory. */
-int attnd_write_answer(sbuf *b, const attnd_job *job, const attnd_model_info *model,
+int attnd_write_answer(attnd_sbuf *b, const attnd_job *job, const attnd_model_info *model,
                        const float *out, const attnd_usage *u, size_t *json_len);
 
 #endif

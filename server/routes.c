@@ -6,7 +6,7 @@
 #include <strings.h>
 
 // clang-format off
-const route attnd_routes[R_COUNT] = {
+const attnd_route attnd_routes[R_COUNT] = {
     {R_ATTENTION,       "POST", "/v1/attention",                               0},
     {R_MODEL_ATTENTION, "POST", "/v1/models/{name}/attention",                 0},
     {R_V1_MODELS,       "GET",  "/v1/models",                                  0},
@@ -50,12 +50,12 @@ static const char *const LABELS[R_COUNT] = {
     "/v1/sessions/:id",
 };
 
-const char *route_label(route_id id) {
+const char *attnd_route_label(attnd_route_id id) {
     return id < R_COUNT ? LABELS[id] : "unknown";
 }
 
 /* Matches one pattern; fills the captures of m on success. */
-static int match(const char *pat, const char *path, route_match *m) {
+static int match(const char *pat, const char *path, attnd_route_match *m) {
     char name[ROUTE_CAPTURE_MAX] = "", version[ROUTE_CAPTURE_MAX] = "";
     const char *p = pat, *s = path;
     while (*p) {
@@ -82,9 +82,9 @@ static int match(const char *pat, const char *path, route_match *m) {
     return 1;
 }
 
-int route_find(const char *method, const char *path, int options, route_match *m) {
+int attnd_route_find(const char *method, const char *path, int options, attnd_route_match *m) {
     memset(m, 0, sizeof(*m));
-    const route *hit = NULL;
+    const attnd_route *hit = NULL;
     for (int i = 0; i < R_COUNT; i++)
         if (match(attnd_routes[i].pattern, path, m)) {
             hit = &attnd_routes[i];

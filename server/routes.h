@@ -27,33 +27,33 @@ typedef enum {
     R_SESSION,         /* DELETE /v1/sessions/{name} */
     R_COUNT,
     R_UNKNOWN = R_COUNT /* metrics label for paths no route matches */
-} route_id;
+} attnd_route_id;
 
 typedef struct {
-    route_id id;
+    attnd_route_id id;
     const char *method;  /* "GET" (HEAD too), "POST" or "DELETE" */
     const char *pattern; /* {name} and {version} match one non-empty segment */
     int open;            /* 1: answered without the API key */
-} route;
+} attnd_route;
 
-extern const route attnd_routes[R_COUNT];
+extern const attnd_route attnd_routes[R_COUNT];
 
 #define ROUTE_CAPTURE_MAX 128
 
 typedef struct {
-    const route *route;              /* the match, or NULL */
+    const attnd_route *route;              /* the match, or NULL */
     int status;                      /* 0 matched, 404 no such path, 405 wrong method */
     char allow[32];                  /* for 405 and OPTIONS: "GET, HEAD, OPTIONS" */
     char name[ROUTE_CAPTURE_MAX];    /* {name}, "" when none */
     char version[ROUTE_CAPTURE_MAX]; /* {version}, "" when none */
-} route_match;
+} attnd_route_match;
 
 /* Matches path (no query string) for method. With options set (CORS on),
  * OPTIONS matches every route and Allow lists it. Fills m; returns
  * m->status. */
-int route_find(const char *method, const char *path, int options, route_match *m);
+int attnd_route_find(const char *method, const char *path, int options, attnd_route_match *m);
 
 /* The label metrics use for a route id: its pattern, or "unknown". */
-const char *route_label(route_id id);
+const char *attnd_route_label(attnd_route_id id);
 
 #endif

@@ -361,15 +361,15 @@ oom:
 /* ---- step 3: compute ---- */
 
 static void compute(batch_run *br) {
-    br->t0 = mono_us();
+    br->t0 = attnd_mono_us();
     if (!br->fail && attn_forward(br->s->ctx, br->m, &br->b, br->err, sizeof(br->err)) < 0)
         br->fail = 1;
-    br->t1 = mono_us();
+    br->t1 = attnd_mono_us();
     if (br->fail) return;
     attnd_metrics *mt = br->s->o.metrics;
-    hist_observe(&mt->compute_seconds, br->t1 - br->t0);
-    hist_observe(&mt->batch_size, (uint64_t)br->n);
-    hist_observe(&mt->batch_tokens, (uint64_t)br->tokens);
+    attnd_hist_observe(&mt->compute_seconds, br->t1 - br->t0);
+    attnd_hist_observe(&mt->batch_size, (uint64_t)br->n);
+    attnd_hist_observe(&mt->batch_tokens, (uint64_t)br->tokens);
     atomic_fetch_add_explicit(&mt->tokens, (uint64_t)br->tokens, memory_order_relaxed);
 }
 
@@ -402,7 +402,7 @@ static int answered_early(batch_run *br, int i) {
     } else if (!result_finite(br, i)) {
         /* the input's magnitudes did it: a client error, not the server's */
         answer_error(s, r, AERR_BAD_REQUEST, ATTND_MSG_OVERFLOW);
-    } else if (mono_us() > r->deadline_us) {
+    } else if (attnd_mono_us() > r->deadline_us) {
         answer_timeout(s, r);
     } else {
         return 0;
@@ -419,7 +419,7 @@ static void check_task(void *arg, int i, int thread) {
     r->t_start_us = br->t0;
     r->t_end_us = br->t1;
     r->batch_requests = br->n;
-    hist_observe(&br->s->o.metrics->queue_seconds, br->t0 - r->t_admit_us);
+    attnd_hist_observe(&br->s->o.metrics->queue_seconds, br->t0 - r->t_admit_us);
     br->s->w.keep[i] = !answered_early(br, i);
 }
 
@@ -471,10 +471,10 @@ static void run_steps(attnd_sched *s, attnd_req **rs, int n) {
     uint64_t t0, t1;
     attnd_steps_run(s->ctx, &s->o.models[mi], &s->o.info[mi], rs, n, &t0, &t1);
     attnd_metrics *mt = s->o.metrics;
-    hist_observe(&mt->compute_seconds, t1 - t0);
-    hist_observe(&mt->batch_size, (uint64_t)n);
+    attnd_hist_observe(&mt->compute_seconds, t1 - t0);
+    attnd_hist_observe(&mt->batch_size, (uint64_t)n);
     for (int i = 0; i < n; i++) {
-        hist_observe(&mt->queue_seconds, t0 - rs[i]->t_admit_us);
+        attnd_hist_observe(&mt->queue_seconds, t0 - rs[i]->t_admit_us);
         atomic_fetch_add_explicit(&mt->tokens, (uint64_t)rs[i]->tokens, memory_order_relaxed);
         deliver(s, rs[i]);
     }
@@ -509,7 +509,7 @@ static void run_batch(attnd_sched *s, attnd_req **rs, int taken) {
 static int pick(attnd_sched *s, attnd_req **batch, int cap, attnd_req **expired, int *nexp,
                 uint64_t *wake) {
     const attnd_config *c = s->o.cfg;
-    uint64_t now = mono_us();
+    uint64_t now = attnd_mono_us();
     *wake = UINT64_MAX;
     for (int t = 0; t < s->o.n_models; t++) {
         int qi = (s->rr + t) % s->o.n_models;
@@ -695,7 +695,7 @@ static void *sweeper_main(void *arg) {
     if (sweep_bufs_init(&b) < 0) goto cleanup;
     pthread_mutex_lock(&s->mu);
     while (!s->sweep_stop) {
-        uint64_t now = mono_us(), wake = UINT64_MAX;
+        uint64_t now = attnd_mono_us(), wake = UINT64_MAX;
         size_t n = 0;
         grow_sweep_bufs(s, &b);
         collect_expired(s, &b, now, &n, &wake);
@@ -732,7 +732,7 @@ int attnd_sched_submit(attnd_sched *s, attnd_req *r, attnd_error *e) {
     }
     attnd_req_ref(r);
     r->state = RQ_QUEUED;
-    r->t_admit_us = mono_us();
+    r->t_admit_us = attnd_mono_us();
     r->deadline_us = r->t_admit_us + (uint64_t)c->request_timeout_ms * 1000u;
     int was_empty = q->count == 0;
     q_push(q, r);
@@ -795,11 +795,11 @@ void attnd_sched_depths(attnd_sched *s, int *depth) {
     pthread_mutex_unlock(&s->mu);
 }
 
-void attnd_sched_metrics(attnd_sched *s, sbuf *b) {
+void attnd_sched_metrics(attnd_sched *s, attnd_sbuf *b) {
     pthread_mutex_lock(&s->mu);
     int running = s->running;
     pthread_mutex_unlock(&s->mu);
-    sb_printf(b,
+    attnd_sb_printf(b,
               "# HELP attnd_compute_threads Threads of the one compute pool.\n"
               "# TYPE attnd_compute_threads gauge\nattnd_compute_threads %d\n"
               "# HELP attnd_requests_running Requests taken from the queues and not yet "

@@ -48,7 +48,7 @@ struct attnd_req {
     attnd_job job;        /* what to compute; owned */
     long long tokens;     /* B*(L+S), for the batch token limit */
     int sock;             /* client socket, polled for hang-ups while queued; -1 = don't */
-    uint64_t t_admit_us;  /* mono_us() at admission */
+    uint64_t t_admit_us;  /* attnd_mono_us() at admission */
     uint64_t deadline_us; /* t_admit_us + request_timeout_ms */
     /* the answer, written once by whoever finishes the request, before finish() */
     int status;    /* HTTP status of the answer */
@@ -99,7 +99,7 @@ void attnd_sched_depths(attnd_sched *s, int *depth);
 /* The scheduler's gauges for GET /metrics: attnd_compute_threads (the
  * pool's size) and attnd_requests_running (taken from the queues, not yet
  * answered). */
-void attnd_sched_metrics(attnd_sched *s, sbuf *b);
+void attnd_sched_metrics(attnd_sched *s, attnd_sbuf *b);
 /* Lets the workers empty the queues and joins every thread; requests still
  * queued then are answered 503. Later calls do nothing. NULL is fine. */
 void attnd_sched_stop(attnd_sched *s);

@@ -19,7 +19,7 @@
 #include "sched.h"
 
 double attnd_step_now(void) {
-    return (double)mono_us() / 1e6;
+    return (double)attnd_mono_us() / 1e6;
 }
 
 /* What a session step may carry: rows of one sequence, no key, no masks. */
@@ -163,14 +163,14 @@ int attnd_step_from_job(const attnd_step_env *se, attnd_job *job, attnd_step_req
 }
 
 char *attnd_step_open_answer(const char *id, const char *model, size_t *len) {
-    sbuf b;
-    sb_init(&b);
-    sb_puts(&b, "{\"session\":");
-    sb_json_str(&b, id);
-    sb_puts(&b, ",\"model\":");
-    sb_json_str(&b, model);
-    sb_puts(&b, ",\"cached_tokens\":0}\n");
-    return sb_take(&b, len);
+    attnd_sbuf b;
+    attnd_sb_init(&b);
+    attnd_sb_puts(&b, "{\"session\":");
+    attnd_sb_json_str(&b, id);
+    attnd_sb_puts(&b, ",\"model\":");
+    attnd_sb_json_str(&b, model);
+    attnd_sb_puts(&b, ",\"cached_tokens\":0}\n");
+    return attnd_sb_take(&b, len);
 }
 
 void attnd_step_release(attnd_step_req *sr, double now) {
@@ -297,9 +297,9 @@ void attnd_steps_run(attn_ctx *ctx, const attn_model *m, const attnd_model_info 
                      attnd_req **rs, int n, uint64_t *t0, uint64_t *t1) {
     steps_run b = {.rs = rs, .n = n, .E = m->hp.embed_dim, .H = m->hp.num_heads};
     steps_alloc(&b);
-    *t0 = mono_us();
+    *t0 = attnd_mono_us();
     if (!b.fail && attn_step_forward(ctx, m, b.st, n, b.err, sizeof b.err) < 0) b.fail = 1;
-    *t1 = mono_us();
+    *t1 = attnd_mono_us();
     steps_write(&b, ctx, info, *t0, *t1);
     steps_end(&b, *t0, *t1);
     free(b.outs);
@@ -309,10 +309,10 @@ void attnd_steps_run(attn_ctx *ctx, const attn_model *m, const attnd_model_info 
     free(b.who);
 }
 
-void attnd_steps_metrics(attnd_sessions *t, sbuf *b) {
+void attnd_steps_metrics(attnd_sessions *t, attnd_sbuf *b) {
     attnd_session_stats st;
     attnd_sessions_stats(t, &st);
-    sb_printf(b,
+    attnd_sb_printf(b,
               "# HELP attnd_sessions KV-cache sessions open.\n"
               "# TYPE attnd_sessions gauge\nattnd_sessions %d\n"
               "# HELP attnd_session_cached_tokens Tokens held by every session's cache.\n"

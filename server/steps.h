@@ -71,7 +71,7 @@ void attnd_step_release(attnd_step_req *sr, double now);
 
 /* The session gauges and counters for GET /metrics. It only reads: idle
  * sessions are ended by the table's reaper (session.h), not by a scrape. */
-void attnd_steps_metrics(attnd_sessions *t, sbuf *b);
+void attnd_steps_metrics(attnd_sessions *t, attnd_sbuf *b);
 
 /* Monotonic seconds, the session table's clock. */
 double attnd_step_now(void);

@@ -1,7 +1,7 @@
 /* tensor.c - nested-array and base64 tensors out of a request body. See
  * tensor.h. Nested arrays are read level by level, rows of numbers by the
- * reader's tight loop (jin_f32_row); a tensor object is one more field
- * table (TENSOR_OBJECT) walked by jin_object. */
+ * reader's tight loop (attnd_jin_f32_row); a tensor object is one more field
+ * table (TENSOR_OBJECT) walked by attnd_jin_object. */
 #include "tensor.h"
 
 #include <math.h>
@@ -12,14 +12,14 @@
 #include "../core/sizes.h"
 #include "base64.h"
 
-void tensor_free(tensor *t) {
+void attnd_tensor_free(attnd_tensor *t) {
     if (!t) return;
     free(t->f);
     free(t->u);
     memset(t, 0, sizeof(*t));
 }
 
-void tensor_index_name(char *buf, size_t cap, const char *field, int rank, const int *shape,
+void attnd_tensor_index_name(char *buf, size_t cap, const char *field, int rank, const int *shape,
                        size_t k) {
     size_t idx[TENSOR_MAX_RANK];
     for (int d = rank - 1; d >= 0; d--) {
@@ -35,7 +35,7 @@ void tensor_index_name(char *buf, size_t cap, const char *field, int rank, const
 typedef struct {
     jin *j;
     const char *field;
-    tensor_kind kind; /* TK_ANY turns into TK_FLOAT or TK_BOOL at the first leaf */
+    attnd_tensor_kind kind; /* TK_ANY turns into TK_FLOAT or TK_BOOL at the first leaf */
     int max_rank;
     int rank;                       /* 0 until the first leaf fixes it */
     int shape[TENSOR_MAX_RANK + 1]; /* 0 until the first array of that depth closes */
@@ -57,8 +57,8 @@ static const char *where(nested *c, int depth, char *buf, size_t cap) {
 static int jin_fail_at(nested *c, int depth) {
     char at[160];
     jpath p;
-    jpath_init(&p, where(c, depth, at, sizeof(at)));
-    return jin_fail(c->j, &p, c->e);
+    attnd_jpath_init(&p, where(c, depth, at, sizeof(at)));
+    return attnd_jin_fail(c->j, &p, c->e);
 }
 
 static int grow(nested *c) {
@@ -78,7 +78,7 @@ static int grow(nested *c) {
 
 static int leaf(nested *c, int depth) {
     char at[160];
-    jin_type type = jin_next_type(c->j);
+    jin_type type = attnd_jin_next_type(c->j);
     int is_num = type == JT_NUMBER, is_bool = type == JT_BOOL;
     if (type == JT_NONFINITE)
         return attnd_set_error(c->e, AERR_BAD_REQUEST,
@@ -89,7 +89,7 @@ static int leaf(nested *c, int depth) {
         if (!is_num && !is_bool)
             return attnd_set_error(c->e, AERR_BAD_REQUEST,
                                    "%s: expected booleans or numbers, got %s",
-                                   where(c, depth, at, sizeof(at)), jin_kind(c->j));
+                                   where(c, depth, at, sizeof(at)), attnd_jin_kind(c->j));
         c->kind = is_bool ? TK_BOOL : TK_FLOAT;
     }
     if (c->n == c->cap && grow(c) < 0)
@@ -98,16 +98,16 @@ static int leaf(nested *c, int depth) {
         int v;
         if (!is_bool)
             return attnd_set_error(c->e, AERR_BAD_REQUEST, "%s: not a boolean (got %s)",
-                                   where(c, depth, at, sizeof(at)), jin_kind(c->j));
-        if (jin_bool(c->j, &v) < 0) return jin_fail_at(c, depth);
+                                   where(c, depth, at, sizeof(at)), attnd_jin_kind(c->j));
+        if (attnd_jin_bool(c->j, &v) < 0) return jin_fail_at(c, depth);
         c->u[c->n++] = (uint8_t)v;
         return 0;
     }
     float f;
     if (!is_num)
         return attnd_set_error(c->e, AERR_BAD_REQUEST, "%s: not a number (got %s)",
-                               where(c, depth, at, sizeof(at)), jin_kind(c->j));
-    if (jin_f32(c->j, &f) < 0) return jin_fail_at(c, depth);
+                               where(c, depth, at, sizeof(at)), attnd_jin_kind(c->j));
+    if (attnd_jin_f32(c->j, &f) < 0) return jin_fail_at(c, depth);
     if (!isfinite(f))
         return attnd_set_error(c->e, AERR_BAD_REQUEST, "%s: number out of float32 range",
                                where(c, depth, at, sizeof(at)));
@@ -129,11 +129,11 @@ static int fast_row(nested *c, int depth, int *count) {
             max = (size_t)(c->shape[depth] - *count);
         if ((size_t)(TENSOR_MAX_DIM - *count) < max) /* past it, the general loop refuses */
             max = (size_t)(TENSOR_MAX_DIM - *count);
-        size_t got = jin_f32_row(j, c->f + c->n, max);
+        size_t got = attnd_jin_f32_row(j, c->f + c->n, max);
         c->n += got;
         *count += (int)got;
         if (!got) return 0;
-        int r = jin_next(j, ']');
+        int r = attnd_jin_next(j, ']');
         if (r < 0) return jin_fail_at(c, depth);
         if (r == 1) return 1;
         /* a full row (longer than the first), or no number next: the
@@ -148,7 +148,7 @@ static int level(nested *c, int depth) {
     if (depth >= c->max_rank)
         return attnd_set_error(c->e, AERR_BAD_REQUEST, "%s: more than %d dimensions", c->field,
                                c->max_rank);
-    int r = jin_open(c->j, '[');
+    int r = attnd_jin_open(c->j, '[');
     if (r < 0) return jin_fail_at(c, depth);
     if (r == 1)
         return attnd_set_error(c->e, AERR_BAD_REQUEST, "%s: empty",
@@ -164,7 +164,7 @@ static int level(nested *c, int depth) {
             return attnd_set_error(c->e, AERR_TOO_LARGE, "%s: more than %d elements",
                                    where(c, depth, at, sizeof(at)), TENSOR_MAX_DIM);
         c->idx[depth] = count;
-        jin_type type = jin_next_type(c->j);
+        jin_type type = attnd_jin_next_type(c->j);
         if (type == JT_ARRAY) {
             if (c->rank && depth + 1 >= c->rank)
                 return attnd_set_error(c->e, AERR_BAD_REQUEST, "%s: expected %s, got an array",
@@ -177,12 +177,12 @@ static int level(nested *c, int depth) {
                 return attnd_set_error(
                     c->e, AERR_BAD_REQUEST, "%s: expected an array of %d, got %s",
                     where(c, depth + 1, at, sizeof(at)),
-                    c->shape[depth + 1 < c->rank ? depth + 1 : 0], jin_kind(c->j));
+                    c->shape[depth + 1 < c->rank ? depth + 1 : 0], attnd_jin_kind(c->j));
             if (leaf(c, depth + 1) < 0) return -1;
         }
         count++;
         if (c->shape[depth] && count > c->shape[depth]) break;
-        r = jin_next(c->j, ']');
+        r = attnd_jin_next(c->j, ']');
         if (r < 0) return jin_fail_at(c, depth + 1);
         if (r == 1) break;
     }
@@ -205,7 +205,7 @@ closed:
     return 0;
 }
 
-static int read_nested(jin *j, const char *field, tensor_kind kind, int max_rank, tensor *t,
+static int read_nested(jin *j, const char *field, attnd_tensor_kind kind, int max_rank, attnd_tensor *t,
                        attnd_error *e) {
     nested c;
     memset(&c, 0, sizeof(c));
@@ -244,12 +244,12 @@ static const char *const DTYPES[] = {"float32", "bool", NULL};
 static int read_b64_text(jin *j, const jfield *f, void *dst, jpath *path, attnd_error *e) {
     (void)f;
     tensor_object *o = dst;
-    int rs = jin_string_span(j, &o->text, &o->len);
+    int rs = attnd_jin_string_span(j, &o->text, &o->len);
     if (rs == 1) { /* escapes: decode a copy */
-        rs = jin_string(j, &o->copy, &o->len);
+        rs = attnd_jin_string(j, &o->copy, &o->len);
         o->text = o->copy;
     }
-    return rs < 0 ? jin_fail(j, path, e) : 0;
+    return rs < 0 ? attnd_jin_fail(j, path, e) : 0;
 }
 
 static const jfield TENSOR_OBJECT_FIELDS[] = {
@@ -262,7 +262,7 @@ static const jfield TENSOR_OBJECT_FIELDS[] = {
 static const jtable TENSOR_OBJECT = {"key of a tensor object", TENSOR_OBJECT_FIELDS, 3, 0};
 
 /* Decodes the object's base64 into t, checking it against shape and dtype. */
-static int decode_object(const tensor_object *o, const char *field, int neg_inf_ok, tensor *t,
+static int decode_object(const tensor_object *o, const char *field, int neg_inf_ok, attnd_tensor *t,
                          attnd_error *e) {
     int is_bool = o->dtype == 1, rank = o->shape.rank;
     uint64_t n, need;
@@ -270,7 +270,7 @@ static int decode_object(const tensor_object *o, const char *field, int neg_inf_
         return attnd_set_error(e, AERR_TOO_LARGE, "%s.shape: too large: more than %llu elements",
                                field, (unsigned long long)TENSOR_MAX_ELEMS);
     sz_mul(n, is_bool ? 1 : sizeof(float), UINT64_MAX, &need); /* n <= 2^34: cannot wrap */
-    size_t cap = b64_decoded_max(o->len), got = 0;
+    size_t cap = attnd_b64_decoded_max(o->len), got = 0;
     if (need > cap)
         return attnd_set_error(e, AERR_BAD_REQUEST,
                                "%s.b64: %zu characters cannot hold the %llu bytes shape and dtype "
@@ -279,9 +279,9 @@ static int decode_object(const tensor_object *o, const char *field, int neg_inf_
     void *buf = malloc(cap ? cap : 1);
     if (!buf) return attnd_set_error(e, AERR_INTERNAL, "out of memory reading %s", field);
     /* line breaks come as \n escapes, so only a decoded copy can hold them */
-    if (b64_decode(o->text, o->len, buf, cap, &got, o->copy != NULL) < 0) {
+    if (attnd_b64_decode(o->text, o->len, buf, cap, &got, o->copy != NULL) < 0) {
         char why[200];
-        b64_explain(o->text, o->len, o->copy != NULL, why, sizeof(why));
+        attnd_b64_explain(o->text, o->len, o->copy != NULL, why, sizeof(why));
         free(buf);
         return attnd_set_error(e, AERR_BAD_REQUEST, "%s.b64: %s", field, why);
     }
@@ -308,22 +308,22 @@ static int decode_object(const tensor_object *o, const char *field, int neg_inf_
         float v = t->f[k];
         if (isfinite(v) || (neg_inf_ok && isinf(v) && v < 0)) continue;
         char at[160];
-        tensor_index_name(at, sizeof(at), field, rank, t->shape, k);
-        tensor_free(t);
+        attnd_tensor_index_name(at, sizeof(at), field, rank, t->shape, k);
+        attnd_tensor_free(t);
         return attnd_set_error(e, AERR_BAD_REQUEST, "%s: %s is not allowed", at,
                                isnan(v) ? "NaN" : "infinity");
     }
     return 0;
 }
 
-static int read_object(jin *j, const char *field, tensor_kind kind, int max_rank, int neg_inf_ok,
-                       tensor *t, attnd_error *e) {
+static int read_object(jin *j, const char *field, attnd_tensor_kind kind, int max_rank, int neg_inf_ok,
+                       attnd_tensor *t, attnd_error *e) {
     tensor_object o;
     memset(&o, 0, sizeof(o));
     jpath path;
-    jpath_init(&path, field);
+    attnd_jpath_init(&path, field);
     int ret = -1;
-    if (jin_object(j, &TENSOR_OBJECT, &o, &path, NULL, e) < 0) goto cleanup;
+    if (attnd_jin_object(j, &TENSOR_OBJECT, &o, &path, NULL, e) < 0) goto cleanup;
     if (kind == TK_FLOAT && o.dtype == 1) {
         attnd_set_error(e, AERR_BAD_REQUEST, "%s.dtype: must be \"float32\"", field);
         goto cleanup;
@@ -342,13 +342,13 @@ cleanup:
     return ret;
 }
 
-int tensor_read(jin *j, const char *field, tensor_kind kind, int max_rank, int neg_inf_ok,
-                tensor *t, attnd_error *e) {
+int attnd_tensor_read(jin *j, const char *field, attnd_tensor_kind kind, int max_rank, int neg_inf_ok,
+                attnd_tensor *t, attnd_error *e) {
     memset(t, 0, sizeof(*t));
-    jin_type type = jin_next_type(j);
+    jin_type type = attnd_jin_next_type(j);
     if (type == JT_ARRAY) return read_nested(j, field, kind, max_rank, t, e);
     if (type == JT_OBJECT) return read_object(j, field, kind, max_rank, neg_inf_ok, t, e);
     return attnd_set_error(e, AERR_BAD_REQUEST,
                            "%s: expected nested arrays or a tensor object, got %s", field,
-                           jin_kind(j));
+                           attnd_jin_kind(j));
 }

@@ -26,7 +26,7 @@ typedef enum {
     TK_FLOAT, /* numbers only */
     TK_BOOL,  /* booleans only (base64: dtype "bool", one byte each) */
     TK_ANY    /* booleans or numbers, all alike; the first element decides */
-} tensor_kind;
+} attnd_tensor_kind;
 
 typedef struct {
     int rank;                   /* 1..TENSOR_MAX_RANK */
@@ -35,18 +35,18 @@ typedef struct {
     int is_bool;                /* 1: u holds the elements; 0: f does */
     float *f;                   /* (n) float32, owned, or NULL */
     uint8_t *u;                 /* (n) 0 or 1, owned, or NULL */
-} tensor;
+} attnd_tensor;
 
 /* Reads the next value of j as the tensor `field`. Nested arrays may be at
  * most max_rank deep. neg_inf_ok lets base64 float32 data hold -inf.
  * Returns 0, or -1 with e set (400; 500 when out of memory); t holds nothing
  * to free after a failure. */
-int tensor_read(jin *j, const char *field, tensor_kind kind, int max_rank, int neg_inf_ok,
-                tensor *t, attnd_error *e);
-void tensor_free(tensor *t); /* NULL and zeroed tensors are fine */
+int attnd_tensor_read(jin *j, const char *field, attnd_tensor_kind kind, int max_rank, int neg_inf_ok,
+                attnd_tensor *t, attnd_error *e);
+void attnd_tensor_free(attnd_tensor *t); /* NULL and zeroed tensors are fine */
 
 /* "field[i][j]" for the flat index k of a tensor of this shape. */
-void tensor_index_name(char *buf, size_t cap, const char *field, int rank, const int *shape,
+void attnd_tensor_index_name(char *buf, size_t cap, const char *field, int rank, const int *shape,
                        size_t k);
 
 #endif

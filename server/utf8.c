@@ -4,7 +4,7 @@
 
 #include <string.h>
 
-size_t utf8_seq_len(const unsigned char *s, const unsigned char *end) {
+size_t attnd_utf8_seq_len(const unsigned char *s, const unsigned char *end) {
     unsigned c = s[0];
     size_t n;
     unsigned min;
@@ -27,7 +27,7 @@ size_t utf8_seq_len(const unsigned char *s, const unsigned char *end) {
     return n;
 }
 
-size_t utf8_put(char *o, unsigned cp) {
+size_t attnd_utf8_put(char *o, unsigned cp) {
     if (cp < 0x80) {
         o[0] = (char)cp;
         return 1;
@@ -50,37 +50,37 @@ size_t utf8_put(char *o, unsigned cp) {
     return 4;
 }
 
-void sb_json_str(sbuf *b, const char *s) {
+void attnd_sb_json_str(attnd_sbuf *b, const char *s) {
     static const char hex[] = "0123456789abcdef";
     const unsigned char *p = (const unsigned char *)s;
     const unsigned char *end = p + strlen(s);
-    sb_putc(b, '"');
+    attnd_sb_putc(b, '"');
     while (p < end) {
         unsigned char c = *p;
         if (c == '"' || c == '\\') {
-            sb_putc(b, '\\');
-            sb_putc(b, (char)c);
+            attnd_sb_putc(b, '\\');
+            attnd_sb_putc(b, (char)c);
             p++;
         } else if (c == '\n') {
-            sb_puts(b, "\\n");
+            attnd_sb_puts(b, "\\n");
             p++;
         } else if (c < 0x20 || c == 0x7f) {
             char e[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15]};
-            sb_put(b, e, 6);
+            attnd_sb_put(b, e, 6);
             p++;
         } else if (c < 0x80) {
-            sb_putc(b, (char)c);
+            attnd_sb_putc(b, (char)c);
             p++;
         } else {
-            size_t n = utf8_seq_len(p, end);
+            size_t n = attnd_utf8_seq_len(p, end);
             if (n) {
-                sb_put(b, p, n);
+                attnd_sb_put(b, p, n);
                 p += n;
             } else {
-                sb_puts(b, "\\ufffd");
+                attnd_sb_puts(b, "\\ufffd");
                 p++;
             }
         }
     }
-    sb_putc(b, '"');
+    attnd_sb_putc(b, '"');
 }

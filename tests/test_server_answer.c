@@ -135,11 +135,11 @@ typedef struct {
 } plain;
 
 static plain write_plain(const fixture *f) {
-    sbuf b;
-    sb_init(&b);
+    attnd_sbuf b;
+    attnd_sb_init(&b);
     plain p = {0};
     ck_assert_int_eq(attnd_write_answer(&b, &f->job, &f->model, f->out, &f->usage, &p.json_len), 0);
-    p.body = sb_take(&b, &p.len);
+    p.body = attnd_sb_take(&b, &p.len);
     ck_assert_ptr_nonnull(p.body);
     return p;
 }

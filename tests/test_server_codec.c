@@ -46,18 +46,18 @@ static uint32_t bits(float f) {
  * back as a double and as a float32). */
 static void check_one(float f) {
     char mine[F32_TEXT_MAX + 1], ref[64];
-    size_t n = fmt_f32(mine, f);
+    size_t n = attnd_fmt_f32(mine, f);
     ck_assert_uint_le(n, F32_TEXT_MAX);
     mine[n] = '\0';
     snprintf(ref, sizeof(ref), "%.9g", (double)f);
     ck_assert_msg(strcmp(mine, ref) == 0, "bits %08x: printed %s, %%.9g gives %s", bits(f), mine,
                   ref);
     double back = 0;
-    ck_assert_uint_eq(parse_number(mine, n, &back), n);
+    ck_assert_uint_eq(attnd_parse_number(mine, n, &back), n);
     ck_assert_msg(bits((float)back) == bits(f), "%s read back as %08x, was %08x", mine,
                   bits((float)back), bits(f));
     float backf = 0;
-    ck_assert_uint_eq(parse_f32(mine, n, &backf), n);
+    ck_assert_uint_eq(attnd_parse_f32(mine, n, &backf), n);
     ck_assert_msg(bits(backf) == bits(f), "%s read back as %08x, was %08x", mine, bits(backf),
                   bits(f));
 }
@@ -131,7 +131,7 @@ START_TEST(test_digits9_every_value) {
     memset(want, '0', sizeof(want));
     const uint32_t end = 1000000000u / SAN_DIV; /* every digit position turns over */
     for (uint32_t n = 0; n < end; n++) {
-        fmt_digits9(got, n);
+        attnd_fmt_digits9(got, n);
         if (memcmp(got, want, 9) != 0)
             ck_abort_msg("%u written as %.9s, not %.9s", n, got, want);
         for (int i = 8; i >= 0 && ++want[i] > '9'; i--)
@@ -142,21 +142,21 @@ END_TEST
 
 START_TEST(test_f32_nonfinite_written_as_zero) {
     char buf[F32_TEXT_MAX];
-    ck_assert_uint_eq(fmt_f32(buf, NAN), 1);
+    ck_assert_uint_eq(attnd_fmt_f32(buf, NAN), 1);
     ck_assert_int_eq(buf[0], '0');
-    ck_assert_uint_eq(fmt_f32(buf, -INFINITY), 1);
+    ck_assert_uint_eq(attnd_fmt_f32(buf, -INFINITY), 1);
     ck_assert_int_eq(buf[0], '0');
 }
 END_TEST
 
 START_TEST(test_sb_floats_and_tensor) {
-    sbuf b;
-    sb_init(&b);
+    attnd_sbuf b;
+    attnd_sb_init(&b);
     float x[6] = {1, 2.5f, -3, 0.125f, 1e-7f, 7};
     int shape[2] = {2, 3};
-    sb_tensor_json(&b, x, 2, shape);
+    attnd_sb_tensor_json(&b, x, 2, shape);
     ck_assert_str_eq(b.p, "[[1,2.5,-3],[0.125,1.00000001e-07,7]]");
-    sb_free(&b);
+    attnd_sb_free(&b);
 }
 END_TEST
 
@@ -178,7 +178,7 @@ START_TEST(test_parse_number_matches_strtod) {
                         "1e400"};
     for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
         double v = -99, ref = strtod(ok[i], NULL);
-        size_t n = parse_number(ok[i], strlen(ok[i]), &v);
+        size_t n = attnd_parse_number(ok[i], strlen(ok[i]), &v);
         ck_assert_msg(n == strlen(ok[i]), "%s: consumed %zu", ok[i], n);
         ck_assert_msg(v == ref || (isinf(v) && isinf(ref)), "%s: %.17g vs %.17g", ok[i], v, ref);
     }
@@ -194,17 +194,17 @@ START_TEST(test_parse_number_matches_strtod) {
             s[k++] = (char)('0' + rnd32() % 10);
         k += snprintf(s + k, sizeof(s) - (size_t)k, "e%d", e);
         double v, ref = strtod(s, NULL);
-        ck_assert_uint_eq(parse_number(s, (size_t)k, &v), (size_t)k);
+        ck_assert_uint_eq(attnd_parse_number(s, (size_t)k, &v), (size_t)k);
         ck_assert_msg(v == ref, "%s: %.17g vs %.17g", s, v, ref);
     }
 }
 END_TEST
 
-/* parse_f32 must give what strtof gives, bit for bit. */
+/* attnd_parse_f32 must give what strtof gives, bit for bit. */
 static void same_as_strtof(const char *s) {
     size_t len = strlen(s);
     float v = 12345, ref = strtof(s, NULL);
-    ck_assert_msg(parse_f32(s, len, &v) == len, "%s: not read whole", s);
+    ck_assert_msg(attnd_parse_f32(s, len, &v) == len, "%s: not read whole", s);
     ck_assert_msg(bits(v) == bits(ref), "%s read as %08x (%.9g), strtof gives %08x (%.9g)", s,
                   bits(v), (double)v, bits(ref), (double)ref);
 }
@@ -220,7 +220,7 @@ START_TEST(test_parse_f32_printed_floats) {
         same_as_strtof(s);
         if (i % 6 != 5) { /* 9 or more digits name the float itself */
             float v;
-            parse_f32(s, strlen(s), &v);
+            attnd_parse_f32(s, strlen(s), &v);
             ck_assert_msg(bits(v) == bits(f), "%s read as %08x, was %08x", s, bits(v), bits(f));
         }
     }
@@ -318,12 +318,12 @@ START_TEST(test_parse_number_refuses_bad_grammar) {
                          "1.e5", "1e", "1e+", "NaN", "Infinity", ""};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         double v;
-        size_t n = parse_number(bad[i], strlen(bad[i]), &v);
+        size_t n = attnd_parse_number(bad[i], strlen(bad[i]), &v);
         ck_assert_msg(n == 0, "'%s' was read (%zu bytes)", bad[i], n);
     }
     double v;
     /* a leading zero ends the number: the reader then sees "1" as trailing garbage */
-    ck_assert_uint_eq(parse_number("01", 2, &v), 1);
+    ck_assert_uint_eq(attnd_parse_number("01", 2, &v), 1);
 }
 END_TEST
 
@@ -331,22 +331,22 @@ START_TEST(test_b64_vectors) {
     const char *plain[] = {"", "f", "fo", "foo", "foob", "fooba", "foobar"};
     const char *enc[] = {"", "Zg==", "Zm8=", "Zm9v", "Zm9vYg==", "Zm9vYmE=", "Zm9vYmFy"};
     for (int i = 0; i < 7; i++) {
-        sbuf b;
-        sb_init(&b);
-        sb_b64(&b, plain[i], strlen(plain[i]));
-        sb_putc(&b, '\0');
+        attnd_sbuf b;
+        attnd_sb_init(&b);
+        attnd_sb_b64(&b, plain[i], strlen(plain[i]));
+        attnd_sb_putc(&b, '\0');
         ck_assert_str_eq(b.p, enc[i]);
-        sb_free(&b);
+        attnd_sb_free(&b);
         char out[16];
         size_t n = 99;
-        ck_assert_int_eq(b64_decode(enc[i], strlen(enc[i]), out, sizeof(out), &n, 0), 0);
+        ck_assert_int_eq(attnd_b64_decode(enc[i], strlen(enc[i]), out, sizeof(out), &n, 0), 0);
         ck_assert_uint_eq(n, strlen(plain[i]));
         ck_assert(memcmp(out, plain[i], n) == 0);
     }
     /* unpadded is accepted too */
     char out[16];
     size_t n = 0;
-    ck_assert_int_eq(b64_decode("Zm9vYg", 6, out, sizeof(out), &n, 0), 0);
+    ck_assert_int_eq(attnd_b64_decode("Zm9vYg", 6, out, sizeof(out), &n, 0), 0);
     ck_assert_uint_eq(n, 4);
 }
 END_TEST
@@ -356,12 +356,12 @@ START_TEST(test_b64_refuses_garbage) {
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         char out[16];
         size_t n;
-        ck_assert_msg(b64_decode(bad[i], strlen(bad[i]), out, sizeof(out), &n, 0) < 0,
+        ck_assert_msg(attnd_b64_decode(bad[i], strlen(bad[i]), out, sizeof(out), &n, 0) < 0,
                       "'%s' was decoded", bad[i]);
     }
     char small[2];
     size_t n;
-    ck_assert_int_lt(b64_decode("Zm9v", 4, small, sizeof(small), &n, 0), 0);
+    ck_assert_int_lt(attnd_b64_decode("Zm9v", 4, small, sizeof(small), &n, 0), 0);
 }
 END_TEST
 
@@ -370,39 +370,39 @@ START_TEST(test_b64_wrapped_lines) {
     unsigned char in[200], out[200];
     for (int i = 0; i < 200; i++)
         in[i] = (unsigned char)rnd32();
-    sbuf b, w;
-    sb_init(&b);
-    sb_init(&w);
-    sb_b64(&b, in, sizeof(in));
+    attnd_sbuf b, w;
+    attnd_sb_init(&b);
+    attnd_sb_init(&w);
+    attnd_sb_b64(&b, in, sizeof(in));
     for (int crlf = 0; crlf < 2; crlf++) {
         w.len = 0;
         for (size_t i = 0; i < b.len; i += 76) {
-            sb_put(&w, b.p + i, b.len - i < 76 ? b.len - i : 76);
-            sb_puts(&w, crlf ? "\r\n" : "\n");
+            attnd_sb_put(&w, b.p + i, b.len - i < 76 ? b.len - i : 76);
+            attnd_sb_puts(&w, crlf ? "\r\n" : "\n");
         }
         size_t n = 0;
-        ck_assert_int_lt(b64_decode(w.p, w.len, out, sizeof(out), &n, 0), 0);
-        ck_assert_int_eq(b64_decode(w.p, w.len, out, sizeof(out), &n, 1), 0);
+        ck_assert_int_lt(attnd_b64_decode(w.p, w.len, out, sizeof(out), &n, 0), 0);
+        ck_assert_int_eq(attnd_b64_decode(w.p, w.len, out, sizeof(out), &n, 1), 0);
         ck_assert_uint_eq(n, sizeof(in));
         ck_assert(memcmp(in, out, n) == 0);
     }
-    sb_free(&b);
-    sb_free(&w);
+    attnd_sb_free(&b);
+    attnd_sb_free(&w);
     /* unpadded and padded tails, broken anywhere */
     size_t n = 0;
-    ck_assert_int_eq(b64_decode("Zm9v\nYg", 7, out, sizeof(out), &n, 1), 0);
+    ck_assert_int_eq(attnd_b64_decode("Zm9v\nYg", 7, out, sizeof(out), &n, 1), 0);
     ck_assert_uint_eq(n, 4);
-    ck_assert_int_eq(b64_decode("Zm\r\n9vYg=\n=", 11, out, sizeof(out), &n, 1), 0);
+    ck_assert_int_eq(attnd_b64_decode("Zm\r\n9vYg=\n=", 11, out, sizeof(out), &n, 1), 0);
     ck_assert_uint_eq(n, 4);
-    ck_assert_int_lt(b64_decode("Zm9v\nY", 6, out, sizeof(out), &n, 1), 0);
-    ck_assert_int_lt(b64_decode("Zm=9\nvYg", 8, out, sizeof(out), &n, 1), 0);
+    ck_assert_int_lt(attnd_b64_decode("Zm9v\nY", 6, out, sizeof(out), &n, 1), 0);
+    ck_assert_int_lt(attnd_b64_decode("Zm=9\nvYg", 8, out, sizeof(out), &n, 1), 0);
 }
 END_TEST
 
-/* b64_explain(s) must hold every word. */
+/* attnd_b64_explain(s) must hold every word. */
 static void explained(const char *s, int breaks_ok, const char *w1, const char *w2) {
     char why[256];
-    b64_explain(s, strlen(s), breaks_ok, why, sizeof(why));
+    attnd_b64_explain(s, strlen(s), breaks_ok, why, sizeof(why));
     ck_assert_msg(strstr(why, w1), "'%s': '%s' lacks '%s'", s, why, w1);
     if (w2) ck_assert_msg(strstr(why, w2), "'%s': '%s' lacks '%s'", s, why, w2);
 }
@@ -425,30 +425,30 @@ START_TEST(test_b64_random_round_trip) {
         unsigned char in[300], out[300];
         for (int i = 0; i < len; i++)
             in[i] = (unsigned char)rnd32();
-        sbuf b;
-        sb_init(&b);
-        sb_b64(&b, in, (size_t)len);
+        attnd_sbuf b;
+        attnd_sb_init(&b);
+        attnd_sb_b64(&b, in, (size_t)len);
         ck_assert_uint_eq(b.len, (size_t)(len + 2) / 3 * 4);
         size_t n = 0;
-        ck_assert_int_eq(b64_decode(b.p ? b.p : "", b.len, out, sizeof(out), &n, 0), 0);
+        ck_assert_int_eq(attnd_b64_decode(b.p ? b.p : "", b.len, out, sizeof(out), &n, 0), 0);
         ck_assert_uint_eq(n, (size_t)len);
         ck_assert(memcmp(in, out, n) == 0);
-        sb_free(&b);
+        attnd_sb_free(&b);
     }
 }
 END_TEST
 
 START_TEST(test_json_str_escapes) {
-    sbuf b;
-    sb_init(&b);
-    sb_json_str(&b, "a\"b\\c\nd\x01");
+    attnd_sbuf b;
+    attnd_sb_init(&b);
+    attnd_sb_json_str(&b, "a\"b\\c\nd\x01");
     ck_assert_str_eq(b.p, "\"a\\\"b\\\\c\\nd\\u0001\"");
-    sb_free(&b);
+    attnd_sb_free(&b);
     /* not UTF-8 (a lone 0xff, a cut sequence, an overlong slash) -> U+FFFD; valid kept */
-    sb_init(&b);
-    sb_json_str(&b, "m\xff\xc3\xa9\xe2\x82\xc0\xaf");
+    attnd_sb_init(&b);
+    attnd_sb_json_str(&b, "m\xff\xc3\xa9\xe2\x82\xc0\xaf");
     ck_assert_str_eq(b.p, "\"m\\ufffd\xc3\xa9\\ufffd\\ufffd\\ufffd\\ufffd\"");
-    sb_free(&b);
+    attnd_sb_free(&b);
 }
 END_TEST
 

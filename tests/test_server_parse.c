@@ -15,19 +15,19 @@
 
 /* ---- tensors ---- */
 
-static int read_t(const char *json, tensor_kind kind, int max_rank, int neg_inf_ok, tensor *t,
+static int read_t(const char *json, attnd_tensor_kind kind, int max_rank, int neg_inf_ok, attnd_tensor *t,
                   attnd_error *e) {
-    jin *j = jin_new(json, strlen(json));
+    jin *j = attnd_jin_new(json, strlen(json));
     memset(e, 0, sizeof(*e));
-    int rc = tensor_read(j, "x", kind, max_rank, neg_inf_ok, t, e);
-    jin_free(j);
+    int rc = attnd_tensor_read(j, "x", kind, max_rank, neg_inf_ok, t, e);
+    attnd_jin_free(j);
     return rc;
 }
 
 /* The read must fail with 400 and a message holding every word. */
-static void refused(const char *json, tensor_kind kind, int neg_inf_ok, const char *w1,
+static void refused(const char *json, attnd_tensor_kind kind, int neg_inf_ok, const char *w1,
                     const char *w2) {
-    tensor t;
+    attnd_tensor t;
     attnd_error e;
     int rc = read_t(json, kind, 3, neg_inf_ok, &t, &e);
     ck_assert_msg(rc < 0, "%s was accepted", json);
@@ -39,7 +39,7 @@ static void refused(const char *json, tensor_kind kind, int neg_inf_ok, const ch
 }
 
 START_TEST(test_nested_2d_and_3d) {
-    tensor t;
+    attnd_tensor t;
     attnd_error e;
     ck_assert_int_eq(read_t("[[1, 2.5, -3], [4e1, 0, -0.125]]", TK_FLOAT, 3, 0, &t, &e), 0);
     ck_assert_int_eq(t.rank, 2);
@@ -49,14 +49,14 @@ START_TEST(test_nested_2d_and_3d) {
     float want[6] = {1, 2.5f, -3, 40, 0, -0.125f};
     for (int i = 0; i < 6; i++)
         ck_assert_float_eq(t.f[i], want[i]);
-    tensor_free(&t);
+    attnd_tensor_free(&t);
     ck_assert_int_eq(read_t(" [ [[1],[2]] , [[3],[4]] ] ", TK_FLOAT, 3, 0, &t, &e), 0);
     ck_assert_int_eq(t.rank, 3);
     ck_assert_int_eq(t.shape[0], 2);
     ck_assert_int_eq(t.shape[1], 2);
     ck_assert_int_eq(t.shape[2], 1);
     ck_assert_float_eq(t.f[3], 4);
-    tensor_free(&t);
+    attnd_tensor_free(&t);
 }
 END_TEST
 
@@ -84,41 +84,41 @@ START_TEST(test_nested_refusals_name_index) {
 END_TEST
 
 START_TEST(test_bools_and_any) {
-    tensor t;
+    attnd_tensor t;
     attnd_error e;
     ck_assert_int_eq(read_t("[[true,false],[false,true]]", TK_ANY, 3, 0, &t, &e), 0);
     ck_assert_int_eq(t.is_bool, 1);
     ck_assert_int_eq(t.u[0], 1);
     ck_assert_int_eq(t.u[1], 0);
     ck_assert_int_eq(t.u[3], 1);
-    tensor_free(&t);
+    attnd_tensor_free(&t);
     ck_assert_int_eq(read_t("[[0.5,-2]]", TK_ANY, 3, 0, &t, &e), 0);
     ck_assert_int_eq(t.is_bool, 0);
     ck_assert_float_eq(t.f[1], -2);
-    tensor_free(&t);
+    attnd_tensor_free(&t);
 }
 END_TEST
 
 /* {"shape": shape, "dtype": dtype, "b64": base64 of n floats} */
 static char *b64_obj(const char *shape, const char *dtype, const void *data, size_t bytes) {
-    sbuf b;
-    sb_init(&b);
-    sb_printf(&b, "{\"shape\": %s, \"dtype\": \"%s\", \"b64\": \"", shape, dtype);
-    sb_b64(&b, data, bytes);
-    sb_puts(&b, "\"}");
-    return sb_take(&b, NULL);
+    attnd_sbuf b;
+    attnd_sb_init(&b);
+    attnd_sb_printf(&b, "{\"shape\": %s, \"dtype\": \"%s\", \"b64\": \"", shape, dtype);
+    attnd_sb_b64(&b, data, bytes);
+    attnd_sb_puts(&b, "\"}");
+    return attnd_sb_take(&b, NULL);
 }
 
 START_TEST(test_base64_tensors) {
     float v[6] = {1, -2, 3.5f, 0, 1e-3f, 6};
     char *j = b64_obj("[2, 3]", "float32", v, sizeof(v));
-    tensor t;
+    attnd_tensor t;
     attnd_error e;
     ck_assert_int_eq(read_t(j, TK_FLOAT, 3, 0, &t, &e), 0);
     ck_assert_int_eq(t.rank, 2);
     ck_assert_int_eq(t.shape[1], 3);
     ck_assert(memcmp(t.f, v, sizeof(v)) == 0);
-    tensor_free(&t);
+    attnd_tensor_free(&t);
     free(j);
     /* the shape asks for more bytes than b64 holds */
     j = b64_obj("[3, 3]", "float32", v, sizeof(v));
@@ -134,7 +134,7 @@ START_TEST(test_base64_tensors) {
     refused(j, TK_FLOAT, 0, "x[1][1]", "infinity");
     ck_assert_int_eq(read_t(j, TK_ANY, 3, 1, &t, &e), 0);
     ck_assert(isinf(t.f[4]) && t.f[4] < 0);
-    tensor_free(&t);
+    attnd_tensor_free(&t);
     free(j);
     v[4] = INFINITY;
     j = b64_obj("[2, 3]", "float32", v, sizeof(v));
@@ -146,7 +146,7 @@ START_TEST(test_base64_tensors) {
     ck_assert_int_eq(read_t(j, TK_BOOL, 3, 0, &t, &e), 0);
     ck_assert_int_eq(t.is_bool, 1);
     ck_assert_int_eq(t.u[2], 1);
-    tensor_free(&t);
+    attnd_tensor_free(&t);
     refused(j, TK_FLOAT, 0, "x.dtype", NULL);
     free(j);
     refused("{\"shape\": [1], \"dtype\": \"float64\", \"b64\": \"AAAAAAAAAAA=\"}", TK_FLOAT, 0,
@@ -274,22 +274,22 @@ END_TEST
 
 START_TEST(test_native_limits_413) {
     /* 33 query tokens + 33 key tokens > 64 */
-    sbuf b;
-    sb_init(&b);
-    sb_puts(&b, "{\"model\":\"small\",\"query\":[");
+    attnd_sbuf b;
+    attnd_sb_init(&b);
+    attnd_sb_puts(&b, "{\"model\":\"small\",\"query\":[");
     for (int i = 0; i < 33; i++)
-        sb_puts(&b, i ? ",[1,2,3,4]" : "[1,2,3,4]");
-    sb_puts(&b, "]}");
+        attnd_sb_puts(&b, i ? ",[1,2,3,4]" : "[1,2,3,4]");
+    attnd_sb_puts(&b, "]}");
     native_refused(b.p, AERR_TOO_LARGE, "66", "64");
-    sb_free(&b);
+    attnd_sb_free(&b);
     /* 2 heads × 8 × 8 = 128 floats are over 100; their mean (64) is not */
     for (int heads = 1; heads >= 0; heads--) {
-        sb_init(&b);
-        sb_printf(&b, "{\"model\":\"small\",\"attention\":\"%s\",\"query\":[",
+        attnd_sb_init(&b);
+        attnd_sb_printf(&b, "{\"model\":\"small\",\"attention\":\"%s\",\"query\":[",
                   heads ? "heads" : "mean");
         for (int i = 0; i < 8; i++)
-            sb_puts(&b, i ? ",[1,2,3,4]" : "[1,2,3,4]");
-        sb_puts(&b, "]}");
+            attnd_sb_puts(&b, i ? ",[1,2,3,4]" : "[1,2,3,4]");
+        attnd_sb_puts(&b, "]}");
         if (heads) {
             native_refused(b.p, AERR_TOO_LARGE, "128", "100");
         } else {
@@ -298,7 +298,7 @@ START_TEST(test_native_limits_413) {
             ck_assert_int_eq(parse(b.p, 2, NULL, &job, &e), 0);
             attnd_job_free(&job);
         }
-        sb_free(&b);
+        attnd_sb_free(&b);
     }
 }
 END_TEST
@@ -425,14 +425,14 @@ START_TEST(test_v2_binary_extension) {
     float out[8] = {0.5f, 1, 2, 3, 4, 5, 6, 7};
     attnd_usage u = {.batch_requests = 1};
     size_t jl = 0;
-    sbuf b;
-    sb_init(&b);
+    attnd_sbuf b;
+    attnd_sb_init(&b);
     ck_assert_int_eq(attnd_write_answer(&b, &job, &MODELS[0], out, &u, &jl), 0);
     ck_assert_uint_eq(b.len, jl + sizeof(out));
     ck_assert(memcmp(b.p + jl, out, sizeof(out)) == 0);
     ck_assert_ptr_nonnull(strstr(b.p, "\"binary_data_size\":32"));
     ck_assert_ptr_null(strstr(b.p, "\"data\""));
-    sb_free(&b);
+    attnd_sb_free(&b);
     attnd_job_free(&job);
     /* refusals: short, left over, size mismatch, NaN by index */
     ck_assert_int_lt(parse_v2_bin(json, &bin, sizeof(bin) - 1, &job, &e), 0);
@@ -485,7 +485,7 @@ START_TEST(test_shape_products_overflow) {
         ck_assert_msg(strstr(e.msg, cases[i].w), "'%s' lacks '%s'", e.msg, cases[i].w);
     }
     /* a base64 tensor object whose shape wraps */
-    tensor t;
+    attnd_tensor t;
     attnd_error e;
     ck_assert_int_lt(read_t("{\"shape\":[268435456,134217728,512],\"b64\":\"\"}", TK_FLOAT, 3, 0,
                             &t, &e),
@@ -592,16 +592,16 @@ START_TEST(test_unknown_keys_by_table) {
     native_refused_at("{\"model\":\"small\",\"query\":[[1,2,3,4]],\"atention\":\"mean\"}",
                       "atention: unknown field (model, query,");
     /* nesting is counted in one place, skipped values included */
-    sbuf b;
-    sb_init(&b);
-    sb_puts(&b, "{\"inputs\":[" V2_QUERY "],\"deep\":");
+    attnd_sbuf b;
+    attnd_sb_init(&b);
+    attnd_sb_puts(&b, "{\"inputs\":[" V2_QUERY "],\"deep\":");
     for (int i = 0; i < 70; i++)
-        sb_putc(&b, '[');
+        attnd_sb_putc(&b, '[');
     for (int i = 0; i < 70; i++)
-        sb_putc(&b, ']');
-    sb_putc(&b, '}');
+        attnd_sb_putc(&b, ']');
+    attnd_sb_putc(&b, '}');
     v2_refused_at(b.p, AERR_BAD_REQUEST, "deep: body is not valid JSON: nested deeper than 64");
-    sb_free(&b);
+    attnd_sb_free(&b);
 }
 END_TEST
 
@@ -611,7 +611,7 @@ START_TEST(test_v2_outputs_listed_are_returned) {
     float out[4] = {1, 2, 3, 4}, attn[1] = {1};
     attnd_usage u = {.batch_requests = 1};
     size_t jl;
-    sbuf b;
+    attnd_sbuf b;
     /* only attention: computed (mean by default) and the only output written */
     ck_assert_int_eq(parse_v2("{\"inputs\":[" V2_QUERY "],\"outputs\":[{\"name\":\"attention\"}]}",
                               &job, &e),
@@ -620,11 +620,11 @@ START_TEST(test_v2_outputs_listed_are_returned) {
     ck_assert_int_eq(job.v2_outputs, 2);
     job.attn = malloc(sizeof(attn));
     memcpy(job.attn, attn, sizeof(attn));
-    sb_init(&b);
+    attnd_sb_init(&b);
     ck_assert_int_eq(attnd_write_answer(&b, &job, &MODELS[0], out, &u, &jl), 0);
     ck_assert_ptr_null(strstr(b.p, "\"name\":\"output\""));
     ck_assert_ptr_nonnull(strstr(b.p, "\"outputs\":[{\"name\":\"attention\""));
-    sb_free(&b);
+    attnd_sb_free(&b);
     attnd_job_free(&job);
     /* only output, though parameters ask for heads: attention is not computed */
     ck_assert_int_eq(parse_v2("{\"inputs\":[" V2_QUERY "],\"parameters\":{\"attention\":\"heads\"},"
@@ -767,25 +767,25 @@ END_TEST
 START_TEST(test_bad_literal_has_a_sentence) {
     static const char *const docs[] = {"tru`", "fals", "t", "nul", "truex"};
     for (size_t i = 0; i < sizeof(docs) / sizeof(docs[0]); i++) {
-        jin *j = jin_new(docs[i], strlen(docs[i]));
+        jin *j = attnd_jin_new(docs[i], strlen(docs[i]));
         int v = 7;
-        int rc = docs[i][0] == 'n' ? jin_null(j) : jin_bool(j, &v);
+        int rc = docs[i][0] == 'n' ? attnd_jin_null(j) : attnd_jin_bool(j, &v);
         if (strcmp(docs[i], "truex") == 0) { /* true, then what follows is not JSON */
             ck_assert_int_eq(rc, 0);
             ck_assert_int_eq(v, 1);
-            rc = jin_end(j);
+            rc = attnd_jin_end(j);
         }
         ck_assert_msg(rc < 0, "%s was read", docs[i]);
-        ck_assert_msg(strstr(jin_error(j), "body is not valid JSON") &&
-                          strstr(jin_error(j), "at byte"),
-                      "%s: '%s'", docs[i], jin_error(j));
-        jin_free(j);
+        ck_assert_msg(strstr(attnd_jin_error(j), "body is not valid JSON") &&
+                          strstr(attnd_jin_error(j), "at byte"),
+                      "%s: '%s'", docs[i], attnd_jin_error(j));
+        attnd_jin_free(j);
     }
     const char *doc = "{\"a\": [1, tru`, false]}"; /* the seed */
-    jin *j = jin_new(doc, strlen(doc));
-    ck_assert_int_lt(jin_skip(j), 0);
-    ck_assert_msg(strstr(jin_error(j), "expected true or false at byte 10"), "%s", jin_error(j));
-    jin_free(j);
+    jin *j = attnd_jin_new(doc, strlen(doc));
+    ck_assert_int_lt(attnd_jin_skip(j), 0);
+    ck_assert_msg(strstr(attnd_jin_error(j), "expected true or false at byte 10"), "%s", attnd_jin_error(j));
+    attnd_jin_free(j);
     /* in bodies: the field's path, then the sentence */
     native_refused_at("{\"model\":\"small\",\"query\":[[1,2,3,4]],\"causal\":tru`}",
                       "causal: body is not valid JSON: expected true or false at byte");
@@ -805,17 +805,17 @@ START_TEST(test_answers_written_back) {
     memcpy(job.attn, attn, sizeof(attn));
     attnd_usage u = {.batch_requests = 3, .queue_us = 10, .compute_us = 20};
     size_t jl = 99;
-    sbuf b;
-    sb_init(&b);
+    attnd_sbuf b;
+    attnd_sb_init(&b);
     ck_assert_int_eq(attnd_write_answer(&b, &job, &MODELS[0], out, &u, &jl), 0);
     ck_assert_str_eq(b.p, "{\"model\":\"small\",\"output\":[[0.5,-1,2,3],[4,5,6,0.100000001]],"
                           "\"attention\":[[0.25,0.75],[1,0]],\"usage\":{\"batch\":3,"
                           "\"sequences\":1,\"query_tokens\":2,\"key_tokens\":2,\"queue_us\":10,"
                           "\"compute_us\":20}}\n");
-    sb_free(&b);
+    attnd_sb_free(&b);
     /* base64 answers decode to the same floats */
     job.enc = ENC_BASE64;
-    sb_init(&b);
+    attnd_sb_init(&b);
     ck_assert_int_eq(attnd_write_answer(&b, &job, &MODELS[0], out, &u, &jl), 0);
     const char *p = strstr(b.p, "\"output\":{\"shape\":[2,4],\"dtype\":\"float32\",\"b64\":\"");
     ck_assert_ptr_nonnull(p);
@@ -823,10 +823,10 @@ START_TEST(test_answers_written_back) {
     const char *q = strchr(p, '"');
     float back[8];
     size_t n = 0;
-    ck_assert_int_eq(b64_decode(p, (size_t)(q - p), back, sizeof(back), &n, 0), 0);
+    ck_assert_int_eq(attnd_b64_decode(p, (size_t)(q - p), back, sizeof(back), &n, 0), 0);
     ck_assert_uint_eq(n, sizeof(out));
     ck_assert(memcmp(back, out, sizeof(out)) == 0);
-    sb_free(&b);
+    attnd_sb_free(&b);
     attnd_job_free(&job);
 }
 END_TEST

@@ -11,7 +11,7 @@
 
 START_TEST(test_every_route_matches_itself) {
     for (int i = 0; i < R_COUNT; i++) {
-        const route *r = &attnd_routes[i];
+        const attnd_route *r = &attnd_routes[i];
         ck_assert_int_eq(r->id, i);
         char path[256];
         const char *p = r->pattern;
@@ -26,14 +26,14 @@ START_TEST(test_every_route_matches_itself) {
             }
         }
         path[k] = '\0';
-        route_match m;
-        ck_assert_int_eq(route_find(r->method, path, 0, &m), 0);
+        attnd_route_match m;
+        ck_assert_int_eq(attnd_route_find(r->method, path, 0, &m), 0);
         ck_assert_ptr_eq(m.route, r);
         if (strstr(r->pattern, "{name}")) ck_assert_str_eq(m.name, "m1");
         if (strstr(r->pattern, "{version}")) ck_assert_str_eq(m.version, "1");
         /* the other method is 405 with Allow naming the right one */
         const char *other = strcmp(r->method, "GET") == 0 ? "POST" : "GET";
-        ck_assert_int_eq(route_find(other, path, 0, &m), 405);
+        ck_assert_int_eq(attnd_route_find(other, path, 0, &m), 405);
         ck_assert_ptr_nonnull(strstr(m.allow, r->method));
         ck_assert_ptr_null(strstr(m.allow, "OPTIONS"));
     }
@@ -52,24 +52,24 @@ START_TEST(test_unknown_paths_404) {
                            "",
                            "/v2/models/a/versions//infer"};
     for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++) {
-        route_match m;
-        ck_assert_msg(route_find("GET", paths[i], 0, &m) == 404, "%s matched", paths[i]);
-        ck_assert_msg(route_find("POST", paths[i], 0, &m) == 404, "%s matched", paths[i]);
+        attnd_route_match m;
+        ck_assert_msg(attnd_route_find("GET", paths[i], 0, &m) == 404, "%s matched", paths[i]);
+        ck_assert_msg(attnd_route_find("POST", paths[i], 0, &m) == 404, "%s matched", paths[i]);
         ck_assert_ptr_null(m.route);
     }
 }
 END_TEST
 
 START_TEST(test_head_and_options) {
-    route_match m;
-    ck_assert_int_eq(route_find("HEAD", "/health", 0, &m), 0);
-    ck_assert_int_eq(route_find("HEAD", "/v1/attention", 0, &m), 405);
-    ck_assert_int_eq(route_find("OPTIONS", "/v1/attention", 0, &m), 405);
-    ck_assert_int_eq(route_find("OPTIONS", "/v1/attention", 1, &m), 0);
+    attnd_route_match m;
+    ck_assert_int_eq(attnd_route_find("HEAD", "/health", 0, &m), 0);
+    ck_assert_int_eq(attnd_route_find("HEAD", "/v1/attention", 0, &m), 405);
+    ck_assert_int_eq(attnd_route_find("OPTIONS", "/v1/attention", 0, &m), 405);
+    ck_assert_int_eq(attnd_route_find("OPTIONS", "/v1/attention", 1, &m), 0);
     ck_assert_str_eq(m.allow, "POST, OPTIONS");
-    ck_assert_int_eq(route_find("DELETE", "/v1/models", 1, &m), 405);
+    ck_assert_int_eq(attnd_route_find("DELETE", "/v1/models", 1, &m), 405);
     ck_assert_str_eq(m.allow, "GET, HEAD, OPTIONS");
-    ck_assert_int_eq(route_find("GET", "/v2/models/enc.0-x_y/ready", 0, &m), 0);
+    ck_assert_int_eq(attnd_route_find("GET", "/v2/models/enc.0-x_y/ready", 0, &m), 0);
     ck_assert_int_eq(m.route->id, R_V2_MODEL_READY);
     ck_assert_str_eq(m.name, "enc.0-x_y");
 }
@@ -102,18 +102,18 @@ END_TEST
 
 START_TEST(test_metrics_text) {
     static attnd_metrics m;
-    metrics_init(&m);
-    metrics_request(&m, R_ATTENTION, 200, 1500);
-    metrics_request(&m, R_ATTENTION, 200, 2400000);
-    metrics_request(&m, R_V2_INFER, 429, 10);
-    metrics_reject(&m, AERR_QUEUE_FULL);
-    metrics_reject(&m, AERR_TIMEOUT);
-    hist_observe(&m.batch_size, 3);
-    sbuf b;
-    sb_init(&b);
+    attnd_metrics_init(&m);
+    attnd_metrics_request(&m, R_ATTENTION, 200, 1500);
+    attnd_metrics_request(&m, R_ATTENTION, 200, 2400000);
+    attnd_metrics_request(&m, R_V2_INFER, 429, 10);
+    attnd_metrics_reject(&m, AERR_QUEUE_FULL);
+    attnd_metrics_reject(&m, AERR_TIMEOUT);
+    attnd_hist_observe(&m.batch_size, 3);
+    attnd_sbuf b;
+    attnd_sb_init(&b);
     const char *names[1] = {"default"};
     int depth[1] = {7};
-    metrics_write(&m, &b, names, depth, 1);
+    attnd_metrics_write(&m, &b, names, depth, 1);
     const char *want[] = {
         "attnd_requests_total{route=\"/v1/attention\",status=\"200\"} 2\n",
         "attnd_requests_total{route=\"/v2/models/:name/infer\",status=\"429\"} 1\n",
@@ -132,7 +132,7 @@ START_TEST(test_metrics_text) {
     };
     for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
         ck_assert_msg(strstr(b.p, want[i]), "missing %s", want[i]);
-    sb_free(&b);
+    attnd_sb_free(&b);
 }
 END_TEST
 

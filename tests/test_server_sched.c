@@ -105,7 +105,7 @@ static void config(attnd_config *c, int batch_requests, int delay_us, int queue,
 }
 
 static attnd_sched *sched_of(const attnd_config *c, attnd_metrics *mt) {
-    metrics_init(mt);
+    attnd_metrics_init(mt);
     attnd_sched_opts o = {c, &model, &info, 1, mt, on_done, NULL};
     char err[256];
     attnd_sched *s = attnd_sched_new(&o, err, sizeof(err));
@@ -252,7 +252,7 @@ START_TEST(test_full_queue_429_and_deadline_504) {
     attnd_metrics mt;
     attnd_sched *s = sched_of(&c, &mt);
     treq *t[3];
-    uint64_t t0 = mono_us();
+    uint64_t t0 = attnd_mono_us();
     for (int i = 0; i < 3; i++) {
         t[i] = treq_new();
         t[i]->r.job.B = 1, t[i]->r.job.L = 2, t[i]->r.job.S = 2, t[i]->r.job.self = 1;
@@ -280,7 +280,7 @@ START_TEST(test_full_queue_429_and_deadline_504) {
         ck_assert_ptr_nonnull(strstr(t[i]->r.body, "\"error\""));
     }
     /* answered by the timer, not at shutdown (which is 10 s away) */
-    ck_assert_uint_lt(mono_us() - t0, 5000000);
+    ck_assert_uint_lt(attnd_mono_us() - t0, 5000000);
     ck_assert_uint_eq(atomic_load(&mt.batch_size.count[0]), 0);
     attnd_sched_free(s);
     for (int i = 0; i < 3; i++)

@@ -37,26 +37,26 @@ static void check_f32(const char *s, size_t n) {
     memcpy(buf, s, n);
     buf[n] = '\0';
     float v = 0, ref = strtof(buf, NULL);
-    CHECK(parse_f32(s, n, &v) == n);
+    CHECK(attnd_parse_f32(s, n, &v) == n);
     if (memcmp(&v, &ref, 4) != 0)
-        fprintf(stderr, "%s: parse_f32 %.9g, strtof %.9g\n", buf, (double)v, (double)ref);
+        fprintf(stderr, "%s: attnd_parse_f32 %.9g, strtof %.9g\n", buf, (double)v, (double)ref);
     CHECK(memcmp(&v, &ref, 4) == 0);
 }
 
 /* Reads one value with the pull reader into a Jansson tree (numbers as
  * reals). NULL on a syntax error. */
 static json_t *read_value(jin *j) {
-    int c = jin_peek(j);
+    int c = attnd_jin_peek(j);
     if (c == '{' || c == '[') {
         char close = c == '{' ? '}' : ']';
-        int r = jin_open(j, (char)c); /* the reader counts the depth */
+        int r = attnd_jin_open(j, (char)c); /* the reader counts the depth */
         if (r < 0) return NULL;
         json_t *v = c == '{' ? json_object() : json_array();
         if (r == 1) return v;
         for (;;) {
             char *key = NULL;
             size_t klen = 0;
-            if (close == '}' && (jin_string(j, &key, &klen) < 0 || jin_expect(j, ':') < 0)) {
+            if (close == '}' && (attnd_jin_string(j, &key, &klen) < 0 || attnd_jin_expect(j, ':') < 0)) {
                 free(key);
                 json_decref(v);
                 return NULL;
@@ -72,7 +72,7 @@ static json_t *read_value(jin *j) {
             else
                 json_array_append_new(v, e);
             free(key);
-            int r = jin_next(j, close);
+            int r = attnd_jin_next(j, close);
             if (r < 0) {
                 json_decref(v);
                 return NULL;
@@ -83,20 +83,20 @@ static json_t *read_value(jin *j) {
     if (c == '"') {
         char *s = NULL;
         size_t n = 0;
-        if (jin_string(j, &s, &n) < 0) return NULL;
+        if (attnd_jin_string(j, &s, &n) < 0) return NULL;
         json_t *v = json_stringn_nocheck(s, n);
         free(s);
         return v;
     }
     if (c == 't' || c == 'f') {
         int b;
-        return jin_bool(j, &b) < 0 ? NULL : json_boolean(b);
+        return attnd_jin_bool(j, &b) < 0 ? NULL : json_boolean(b);
     }
-    if (c == 'n') return jin_null(j) < 0 ? NULL : json_null();
+    if (c == 'n') return attnd_jin_null(j) < 0 ? NULL : json_null();
     double d;
-    size_t at = jin_offset(j);
-    if (jin_number(j, &d) < 0) return NULL;
-    check_f32(jin_body(j) + at, jin_offset(j) - at);
+    size_t at = attnd_jin_offset(j);
+    if (attnd_jin_number(j, &d) < 0) return NULL;
+    check_f32(attnd_jin_body(j) + at, attnd_jin_offset(j) - at);
     /* Jansson holds no infinity (it refuses such numbers as overflow) */
     return isinf(d) ? json_string(d > 0 ? "+inf" : "-inf") : json_real(d);
 }
@@ -171,11 +171,11 @@ static int read_without_skipped_nuls(const uint8_t *s, size_t n, const json_t *r
     }
     int ok = 0;
     if (cut) {
-        jin *j = jin_new(t, k);
+        jin *j = attnd_jin_new(t, k);
         json_t *mine = read_value(j);
-        ok = mine && jin_end(j) == 0 && same(ref, mine);
+        ok = mine && attnd_jin_end(j) == 0 && same(ref, mine);
         json_decref(mine);
-        jin_free(j);
+        attnd_jin_free(j);
     }
     free(t);
     return ok;
@@ -184,9 +184,9 @@ static int read_without_skipped_nuls(const uint8_t *s, size_t n, const json_t *r
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     json_error_t err;
     json_t *ref = json_loadb((const char *)data, size, JSON_DECODE_ANY, &err);
-    jin *j = jin_new((const char *)data, size);
+    jin *j = attnd_jin_new((const char *)data, size);
     json_t *mine = read_value(j);
-    if (mine && jin_end(j) < 0) {
+    if (mine && attnd_jin_end(j) < 0) {
         json_decref(mine);
         mine = NULL;
     }
@@ -199,7 +199,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     } else if (ref) {
         int deep = depth_of(data, size) > JIN_MAX_DEPTH;
         if (!deep && !read_without_skipped_nuls(data, size, ref))
-            fprintf(stderr, "attnd refuses what jansson reads: %s\n", jin_error(j));
+            fprintf(stderr, "attnd refuses what jansson reads: %s\n", attnd_jin_error(j));
         CHECK(deep || read_without_skipped_nuls(data, size, ref));
     } else if (mine) {
         if (json_error_code(&err) != json_error_numeric_overflow)
@@ -207,10 +207,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                     err.position);
         CHECK(json_error_code(&err) == json_error_numeric_overflow);
     } else {
-        CHECK(jin_error(j)[0] != '\0');
+        CHECK(attnd_jin_error(j)[0] != '\0');
     }
     json_decref(ref);
     json_decref(mine);
-    jin_free(j);
+    attnd_jin_free(j);
     return 0;
 }

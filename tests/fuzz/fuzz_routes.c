@@ -48,7 +48,7 @@ static const char *next_line(const char **p, const char *end, char *buf, size_t 
 }
 
 /* The pattern with its captures put back. */
-static void fill(const char *pat, const route_match *m, char *out, size_t cap) {
+static void fill(const char *pat, const attnd_route_match *m, char *out, size_t cap) {
     size_t n = 0;
     for (const char *p = pat; *p && n < cap - 1;) {
         const char *cap_s = NULL;
@@ -66,8 +66,8 @@ static void fill(const char *pat, const route_match *m, char *out, size_t cap) {
 
 static void check_route(const char *method, const char *path) {
     for (int options = 0; options < 2; options++) {
-        route_match m;
-        int st = route_find(method, path, options, &m);
+        attnd_route_match m;
+        int st = attnd_route_find(method, path, options, &m);
         CHECK(st == m.status && (st == 0 || st == 404 || st == 405));
         CHECK((st == 404) == (m.route == NULL));
         CHECK(memchr(m.name, 0, sizeof(m.name)) && memchr(m.version, 0, sizeof(m.version)));
@@ -142,8 +142,8 @@ enum { MAX_BODY = 1 << 20, BUDGET = 3 << 19 };
  * once. */
 static attnd_err expected(const attnd_server *s, const char *method, const char *path,
                           const fake_headers *f, long long buffered, int *now) {
-    route_match m;
-    int st = route_find(method, path, s->cfg->n_cors_origins > 0, &m);
+    attnd_route_match m;
+    int st = attnd_route_find(method, path, s->cfg->n_cors_origins > 0, &m);
     *now = 0;
     if (st == 404) return AERR_NOT_FOUND;
     if (st == 405) return AERR_METHOD;
@@ -197,7 +197,7 @@ static void check_examine(attnd_server *s, const char *method, const char *url,
                    strcmp(s->cfg->cors_origins[i], o) == 0;
     CHECK(allowed ? h->origin == o : h->origin == NULL);
     CHECK(atomic_load(&s->buffered) == buffered); /* examine holds no body bytes */
-    sb_free(&h->in);
+    attnd_sb_free(&h->in);
     free(h);
 }
 

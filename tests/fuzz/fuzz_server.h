@@ -84,8 +84,8 @@ static void fuzz_check_job(const attnd_job *job) {
     FUZZ_CHECK(out && (!floats || w.attn));
     attnd_usage u = {.batch_requests = 1, .queue_us = 2, .compute_us = 3};
     size_t json_len = 0;
-    sbuf b;
-    sb_init(&b);
+    attnd_sbuf b;
+    attnd_sb_init(&b);
     FUZZ_CHECK(attnd_write_answer(&b, &w, m, out, &u, &json_len) == 0);
     json_error_t err;
     json_t *doc = json_loadb(b.p, json_len ? json_len : b.len, 0, &err);
@@ -104,7 +104,7 @@ static void fuzz_check_job(const attnd_job *job) {
         FUZZ_CHECK(!(job->v2_outputs && !(job->v2_outputs & 2)) || floats == 0);
     }
     json_decref(doc);
-    sb_free(&b);
+    attnd_sb_free(&b);
     free(out);
     free(w.attn);
 }

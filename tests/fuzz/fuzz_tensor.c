@@ -10,13 +10,13 @@
 #include "../../server/tensor.h"
 #include "fuzz_server.h"
 
-static void one(const uint8_t *data, size_t size, tensor_kind kind, int max_rank, int neg_inf_ok) {
-    jin *j = jin_new((const char *)data, size);
-    tensor t;
+static void one(const uint8_t *data, size_t size, attnd_tensor_kind kind, int max_rank, int neg_inf_ok) {
+    jin *j = attnd_jin_new((const char *)data, size);
+    attnd_tensor t;
     attnd_error e;
     memset(&e, 0, sizeof(e));
-    int rc = tensor_read(j, "x", kind, max_rank, neg_inf_ok, &t, &e);
-    jin_free(j);
+    int rc = attnd_tensor_read(j, "x", kind, max_rank, neg_inf_ok, &t, &e);
+    attnd_jin_free(j);
     if (rc < 0) {
         FUZZ_CHECK(e.code == AERR_BAD_REQUEST || e.code == AERR_TOO_LARGE ||
                    e.code == AERR_INTERNAL);
@@ -42,7 +42,7 @@ static void one(const uint8_t *data, size_t size, tensor_kind kind, int max_rank
         for (size_t k = 0; k < n; k++)
             FUZZ_CHECK(isfinite(t.f[k]) || (neg_inf_ok && t.f[k] == -INFINITY));
     }
-    tensor_free(&t);
+    attnd_tensor_free(&t);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
