@@ -32,6 +32,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../config/splitmix.h"
 #include "../core/sizes.h"
 #include "buffer.h"
 #include "clock.h"
@@ -135,13 +136,6 @@ static void hreq_free(attnd_req *r) {
     free(h);
 }
 
-static uint64_t splitmix(uint64_t x) {
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
 static int hexval(char c) {
     if (c >= '0' && c <= '9') return c - '0';
     if (c >= 'a' && c <= 'f') return c - 'a' + 10;
@@ -202,12 +196,6 @@ static const char *cors_origin(const attnd_server *s, struct MHD_Connection *c) 
 static int is_compute(attnd_route_id id) {
     return id == R_ATTENTION || id == R_MODEL_ATTENTION || id == R_V2_INFER ||
            id == R_V2_VINFER || id == R_SESSIONS || id == R_SESSION_STEP;
-}
-
-/* The model's index, or -1 (request.c's lookup, its message unused). */
-static int find_model(const attnd_server *s, const char *name) {
-    attnd_error e;
-    return attnd_find_model(&s->env, name, &e);
 }
 
 /* ---- sending ---- */
@@ -502,8 +490,10 @@ static enum MHD_Result dispatch(hreq *h) {
 /* The model an attention request is for, when its header lines tell (the
  * path names it, or only one is served); -1 when only its body can. */
 static int target_model(const attnd_server *s, const hreq *h) {
-    if (h->rid == R_MODEL_ATTENTION || h->rid == R_V2_INFER || h->rid == R_V2_VINFER)
-        return find_model(s, h->rm.name);
+    if (h->rid == R_MODEL_ATTENTION || h->rid == R_V2_INFER || h->rid == R_V2_VINFER) {
+        attnd_error later; /* an unknown model is refused once the body is read */
+        return attnd_find_model(&s->env, h->rm.name, &later);
+    }
     return h->rid == R_ATTENTION && s->n_models == 1 ? 0 : -1;
 }
 
@@ -620,8 +610,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         if (rid && sane_id(rid)) {
             snprintf(h->id, sizeof(h->id), "%s", rid);
         } else {
-            uint64_t n = atomic_fetch_add(&s->id_next, 1);
-            snprintf(h->id, sizeof(h->id), "%016llx", (unsigned long long)splitmix(s->id_seed ^ n));
+            uint64_t n = s->id_seed ^ atomic_fetch_add(&s->id_next, 1);
+            snprintf(h->id, sizeof(h->id), "%016llx", (unsigned long long)attnd_splitmix64(&n));
         }
         *con_cls = h;
         atomic_fetch_add(&s->active, 1);

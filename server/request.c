@@ -82,12 +82,6 @@ void attnd_job_free(attnd_job *job) {
     memset(job, 0, sizeof(*job));
 }
 
-static int find_model(const attnd_parse_env *env, const char *name) {
-    for (int i = 0; i < env->n_models; i++)
-        if (strcmp(env->models[i].name, name) == 0) return i;
-    return -1;
-}
-
 /* "a, b, c": the loaded models' names, for messages (cut to fit). */
 static const char *loaded_names(const attnd_parse_env *env, char *buf, size_t cap) {
     size_t n = 0;
@@ -100,15 +94,12 @@ static const char *loaded_names(const attnd_parse_env *env, char *buf, size_t ca
     return buf;
 }
 
-static int unknown_model(const attnd_parse_env *env, const char *name, attnd_error *e) {
+int attnd_find_model(const attnd_parse_env *env, const char *name, attnd_error *e) {
+    for (int i = 0; i < env->n_models; i++)
+        if (strcmp(env->models[i].name, name) == 0) return i;
     char names[160];
     return attnd_set_error(e, AERR_NOT_FOUND, "unknown model '%.64s' (loaded: %s)", name,
                            loaded_names(env, names, sizeof(names)));
-}
-
-int attnd_find_model(const attnd_parse_env *env, const char *name, attnd_error *e) {
-    int m = find_model(env, name);
-    return m >= 0 ? m : unknown_model(env, name, e);
 }
 
 /* Picks the model from the path and the body. */
@@ -116,19 +107,15 @@ static int resolve_model(const attnd_parse_env *env, const char *path_model, con
                          attnd_error *e) {
     char names[160];
     if (path_model) {
-        int m = find_model(env, path_model);
-        if (m < 0) return unknown_model(env, path_model, e);
+        int m = attnd_find_model(env, path_model, e);
+        if (m < 0) return -1;
         if (c->have_model && strcmp(c->model, path_model) != 0)
             return attnd_set_error(e, AERR_BAD_REQUEST,
                                    "model: '%s' does not match '%s' in the path", c->model,
                                    path_model);
         return m;
     }
-    if (c->have_model) {
-        int m = find_model(env, c->model);
-        if (m < 0) return unknown_model(env, c->model, e);
-        return m;
-    }
+    if (c->have_model) return attnd_find_model(env, c->model, e);
     if (env->n_models == 1) return 0;
     return attnd_set_error(e, AERR_BAD_REQUEST,
                            "model: required when more than one model is loaded (loaded: %s)",

@@ -155,7 +155,8 @@ static void answer_timeout(attnd_sched *s, attnd_req *r) {
 
 /* ---- the batcher ---- */
 
-static int grow(float **p, size_t *cap, size_t n) {
+/* Room for n floats in the scratch array *p of *cap floats, doubling. */
+static int grow_floats(float **p, size_t *cap, size_t n) {
     if (n <= *cap) return 0;
     size_t c = *cap ? *cap : 4096;
     while (c < n)
@@ -268,12 +269,12 @@ static int reserve(scratch *w, const batch_run *br) {
         w->seqs = sq;
         w->seqcap = B;
     }
-    if (grow(&w->out, &w->outcap, br->T * (size_t)hp->embed_dim) < 0) return -1;
+    if (grow_floats(&w->out, &w->outcap, br->T * (size_t)hp->embed_dim) < 0) return -1;
     if (br->n == 1) return 0; /* the request's own buffers go in as they are */
-    if (grow(&w->q, &w->qcap, br->T * (size_t)hp->embed_dim) < 0) return -1;
+    if (grow_floats(&w->q, &w->qcap, br->T * (size_t)hp->embed_dim) < 0) return -1;
     if (br->all_self) return 0;
-    if (grow(&w->k, &w->kcap, br->U * (size_t)hp->kdim) < 0) return -1;
-    if (br->need_value && grow(&w->v, &w->vcap, br->U * (size_t)hp->vdim) < 0) return -1;
+    if (grow_floats(&w->k, &w->kcap, br->U * (size_t)hp->kdim) < 0) return -1;
+    if (br->need_value && grow_floats(&w->v, &w->vcap, br->U * (size_t)hp->vdim) < 0) return -1;
     return 0;
 }
 

@@ -168,8 +168,9 @@ static int retry_after(const attnd_sessions *st, double now) {
     return r < 1 ? 1 : r;
 }
 
-/* Makes room for need rows in s, doubling when the budget allows. */
-static attnd_session_status grow(attnd_sessions *st, attnd_session *s, int need, double now,
+/* Makes room for need rows in the cache of s, doubling when the budget
+ * allows. */
+static attnd_session_status grow_cache(attnd_sessions *st, attnd_session *s, int need, double now,
                                  int *retry) {
     if (need > s->max_len) return SESS_TOO_LONG;
     if (need <= s->cap) return SESS_OK;
@@ -271,8 +272,8 @@ attnd_session_status attnd_session_open(attnd_sessions *st, int model, size_t ro
         *retry_after_s = retry_after(st, now);
         r = SESS_FULL;
     }
-    if (r == SESS_OK) r = grow(st, s, tokens, now, retry_after_s);
-    if (r != SESS_OK) { /* grow changed nothing: s holds no rows */
+    if (r == SESS_OK) r = grow_cache(st, s, tokens, now, retry_after_s);
+    if (r != SESS_OK) { /* grow_cache changed nothing: s holds no rows */
         refused(st, r);
         pthread_mutex_unlock(&st->mu);
         session_free(s);
@@ -309,7 +310,7 @@ attnd_session_status attnd_session_begin(attnd_sessions *st, const char *id, int
     else if (tokens < 1 || tokens > INT32_MAX - s->len)
         r = SESS_TOO_LONG;
     else
-        r = grow(st, s, s->len + tokens, now, retry_after_s);
+        r = grow_cache(st, s, s->len + tokens, now, retry_after_s);
     if (r == SESS_OK)
         start_step(s, tokens, now, step);
     else

@@ -61,7 +61,8 @@ static int jin_fail_at(nested *c, int depth) {
     return attnd_jin_fail(c->j, &p, c->e);
 }
 
-static int grow(nested *c) {
+/* Doubles the room of the elements read so far (c->f or c->u). */
+static int grow_elements(nested *c) {
     size_t cap = c->cap ? c->cap * 2 : 1024;
     if (c->kind == TK_BOOL) {
         uint8_t *u = realloc(c->u, cap);
@@ -92,7 +93,7 @@ static int leaf(nested *c, int depth) {
                                    where(c, depth, at, sizeof(at)), attnd_jin_kind(c->j));
         c->kind = is_bool ? TK_BOOL : TK_FLOAT;
     }
-    if (c->n == c->cap && grow(c) < 0)
+    if (c->n == c->cap && grow_elements(c) < 0)
         return attnd_set_error(c->e, AERR_INTERNAL, "out of memory reading %s", c->field);
     if (c->kind == TK_BOOL) {
         int v;
@@ -122,7 +123,7 @@ static int leaf(nested *c, int depth) {
 static int fast_row(nested *c, int depth, int *count) {
     jin *j = c->j;
     for (;;) {
-        if (c->n == c->cap && grow(c) < 0)
+        if (c->n == c->cap && grow_elements(c) < 0)
             return attnd_set_error(c->e, AERR_INTERNAL, "out of memory reading %s", c->field);
         size_t max = c->cap - c->n;
         if (c->shape[depth] && (size_t)(c->shape[depth] - *count) < max)
