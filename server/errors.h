@@ -1,6 +1,10 @@
-/* errors.h - the one road for errors: every failure a request can meet is
- * one attnd_err, and attnd_err_status() is the only place that turns it into
- * an HTTP status. Bodies are always {"error": "<one sentence>"}.
+/* errors.h - the one road for answers: every answer a request gets, a
+ * success or a refusal, is of one attnd_kind, and errors.c alone turns a
+ * kind into its HTTP status, its metrics reason and the headers that go
+ * with it (Allow, WWW-Authenticate, Retry-After, a CORS preflight's).
+ * A refusal is an attnd_error (its kind and one sentence), filled by
+ * attnd_set_error and made into an answer by attnd_reply_error; its body is
+ * always {"error": "<one sentence>"}. Nothing here knows libmicrohttpd.
  */
 #ifndef ATTND_ERRORS_H
 #define ATTND_ERRORS_H
@@ -8,10 +12,15 @@
 #include <stddef.h>
 
 typedef enum {
-    AERR_NONE = 0,
+    /* success kinds */
+    AOK = 0,        /* 200: the answer */
+    AOK_CREATED,    /* 201: a native session open answered with its first step */
+    AOK_NO_CONTENT, /* 204: a session deleted (Allow) */
+    AOK_PREFLIGHT,  /* 204: a CORS preflight (Allow and the Access-Control-Allow-* headers) */
+    /* error kinds, in the order /metrics lists them */
     AERR_BAD_REQUEST,  /* 400: bad JSON, bad tensor, wrong type; names field and index */
     AERR_UNAUTHORIZED, /* 401: missing or wrong API key (WWW-Authenticate: Bearer) */
-    AERR_NOT_FOUND,    /* 404: unknown model or attnd_route */
+    AERR_NOT_FOUND,    /* 404: unknown model or route */
     AERR_METHOD,       /* 405: wrong method on a known route (Allow) */
     AERR_TOO_LARGE,    /* 413: body, tokens or attention floats over a limit */
     AERR_QUEUE_FULL,   /* 429: the model's queue is full (Retry-After) */
@@ -19,21 +28,62 @@ typedef enum {
     AERR_UNAVAILABLE,  /* 503: starting or draining (Retry-After) */
     AERR_TIMEOUT,      /* 504: not done within request_timeout_ms */
     AERR_CONFLICT,     /* 409: a session's previous step is still queued or computing, or its id is taken */
-    AERR_COUNT
-} attnd_err;
+    ATTND_KINDS
+} attnd_kind;
 
-/* An error on its way to the client: the kind and its sentence. */
+#define AERR_FIRST AERR_BAD_REQUEST /* kinds from here on are refusals */
+
+/* The headers an answer of some kind carries besides those every answer
+ * has (attnd_kind_headers). */
+enum {
+    ATTND_HDR_ALLOW = 1,        /* Allow: the route's methods */
+    ATTND_HDR_AUTHENTICATE = 2, /* WWW-Authenticate: Bearer */
+    ATTND_HDR_RETRY_AFTER = 4,  /* Retry-After: seconds */
+    ATTND_HDR_PREFLIGHT = 8     /* the CORS preflight's own headers, and none that
+                                   describe an answer (Cache-Control, Expose-Headers) */
+};
+
+/* A refusal on its way to the client: the kind and its sentence. */
 typedef struct {
-    attnd_err code;
+    attnd_kind code; /* AOK while nothing is refused */
     char msg[256];
 } attnd_error;
 
-int attnd_err_status(attnd_err e);
+/* An answer, success or refusal, as its holder keeps it until it is sent. */
+typedef struct {
+    attnd_kind kind;
+    char *body;      /* malloc'd and owned unless borrowed; NULL: none (out of memory) */
+    size_t len;      /* bytes of body */
+    size_t json_len; /* > 0: the body is JSON of this length, then binary tensors (v2) */
+    int borrowed;    /* 1: body outlives the answer (a start-up body); never freed here */
+} attnd_reply;
+
+int attnd_kind_status(attnd_kind k);
+/* 1 for a refusal (AERR_FIRST and on). */
+int attnd_kind_is_error(attnd_kind k);
 /* Short reason for metrics labels: "bad_request", "queue_full", ... */
-const char *attnd_err_reason(attnd_err e);
-/* Sets e and returns -1, so parsers can write `return set_error(...)`. */
-int attnd_set_error(attnd_error *e, attnd_err code, const char *fmt, ...)
+const char *attnd_kind_reason(attnd_kind k);
+/* The ATTND_HDR_* bits of k. */
+unsigned attnd_kind_headers(attnd_kind k);
+
+/* Fills e with its kind and a sentence; returns -1, so that parsers can
+ * write `return attnd_set_error(...)`. The one way to make a refusal. */
+int attnd_set_error(attnd_error *e, attnd_kind code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* The one way to answer a refusal: a's kind becomes e's and its body
+ * {"error": "..."} (NULL when out of memory). A body a held is freed. */
+void attnd_reply_error(attnd_reply *a, const attnd_error *e);
+/* A success of kind k with body (len bytes, json_len as in attnd_reply):
+ * a owns body from here on. A body a held is freed. */
+void attnd_reply_set(attnd_reply *a, attnd_kind k, char *body, size_t len, size_t json_len);
+/* The same with a body that a only borrows (it outlives the answer). */
+void attnd_reply_borrow(attnd_reply *a, attnd_kind k, const char *body, size_t len);
+/* Hands a's body to the caller (who frees it unless a->borrowed was set)
+ * and leaves a without one. */
+char *attnd_reply_take(attnd_reply *a);
+void attnd_reply_free(attnd_reply *a); /* zeroed replies are fine */
+
 /* {"error": "..."} in a new buffer the caller frees; NULL when out of memory. */
 char *attnd_error_body(const char *msg, size_t *len);
 

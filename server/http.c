@@ -1,9 +1,10 @@
 /* http.c - libmicrohttpd glue: one access handler walks every request
- * through route -> auth -> body -> parse -> queue, and one send function
- * writes every answer with its headers (X-Request-Id, Server-Timing, CORS,
- * Allow, WWW-Authenticate, Retry-After). Errors take one road: an
- * attnd_error, its status from attnd_err_status(), its body from
- * attnd_error_body().
+ * through route -> auth -> body -> handler, and one function, send_reply,
+ * sends every answer, the CORS preflight included: the request's reply
+ * (errors.h), the status and the headers its kind asks for (Allow,
+ * WWW-Authenticate, Retry-After), and those every answer carries
+ * (X-Request-Id, Server-Timing, CORS). A refusal is an attnd_error in the
+ * request, made into its reply by attnd_reply_error.
  *
  * A request that needs compute is parsed here, its connection suspended,
  * and it is handed to the scheduler; the worker that answers it resumes the
@@ -21,6 +22,7 @@
 #include <jansson.h>
 #include <microhttpd.h>
 #include <netdb.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -82,29 +84,34 @@ struct attnd_server {
 
 enum { P_HEADERS = 0, P_BODY, P_WAIT, P_SENT };
 
-/* One HTTP request. Lives from the first handler call to the completion
- * callback and, when queued, until the scheduler lets go (refcounted in r). */
-typedef struct {
-    attnd_req r; /* first member: the scheduler's part */
+/* One HTTP request: the scheduler's job (r) and what the HTTP side keeps
+ * for it. Lives from the first handler call to the completion callback
+ * and, when queued, until the scheduler lets go (refcounted in r). */
+typedef struct attnd_http_req {
+    attnd_req r; /* first member: the job, its times and its reply */
     attnd_server *srv;
     struct MHD_Connection *conn;
     attnd_route_match rm; /* route, captures, Allow */
-    attnd_route_id rid;   /* for metrics; R_UNKNOWN when no attnd_route */
+    attnd_route_id rid;   /* for metrics; R_UNKNOWN when no route */
     char method[12];
     char path[160];     /* for the access log, control characters replaced */
     char id[65];        /* X-Request-Id */
     const char *origin; /* allowed CORS origin to echo (MHD-owned header), or NULL */
     uint64_t t_recv_us; /* first handler call */
     int phase;          /* P_HEADERS, P_BODY, P_WAIT (suspended), P_SENT */
-    attnd_error pre;    /* refusal decided before the body was read */
-    attnd_sbuf in;            /* the body */
+    attnd_error err;    /* its refusal, decided before the body was read or by its
+                           handler; AOK while there is none */
+    attnd_sbuf in;      /* the body */
     long long in_held;  /* bytes of it counted in srv->buffered */
-    int refuse_now;     /* 1: pre is answered before the body is read, then the
+    int refuse_now;     /* 1: err is answered before the body is read, then the
                            connection closes (413, 429 for the body budget) */
     long long in_total; /* body bytes received, kept or not */
     int submitted;      /* 1: handed to the scheduler */
+    int sock;           /* client socket while queued (asked whether the client left), or -1 */
+    int gone;           /* 1: its client left while queued: close, do not answer */
+    const char *ctype;  /* Content-Type of a success that is not JSON (metrics), or NULL */
     int status;         /* status sent, 0 before */
-    attnd_err sent_err; /* error kind sent, AERR_NONE for 2xx */
+    attnd_kind sent;    /* kind of the answer sent */
     size_t sent_bytes;  /* body bytes of the answer */
     int late;           /* 1: its queued work was dropped at the drain deadline */
     guard_conn *gc;     /* its connection's record in the guard, or NULL */
@@ -131,7 +138,7 @@ static void hreq_free(attnd_req *r) {
     hreq *h = (hreq *)r;
     attnd_step_release(r->step, attnd_step_now()); /* a step that never computed */
     attnd_job_free(&r->job);
-    free(r->body);
+    attnd_reply_free(&r->reply);
     drop_body(h);
     free(h);
 }
@@ -198,201 +205,261 @@ static int is_compute(attnd_route_id id) {
            id == R_V2_VINFER || id == R_SESSIONS || id == R_SESSION_STEP;
 }
 
-/* ---- sending ---- */
+/* ---- sending: the one road every answer takes ---- */
 
-/* Every answer goes through here. body is freed by MHD when must_free. */
-static enum MHD_Result send_answer(hreq *h, int status, char *body, size_t len, int must_free,
-                                   const char *ctype) {
-    attnd_server *s = h->srv;
-    struct MHD_Response *resp = MHD_create_response_from_buffer(
-        len, body, must_free ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
-    if (!resp) {
-        if (must_free) free(body);
-        return MHD_NO;
-    }
-    char timing[160];
-    uint64_t now = attnd_mono_us();
+/* Server-Timing: the request's queue, compute and total milliseconds. */
+static void timing_text(const hreq *h, uint64_t now, char *buf, size_t cap) {
     const attnd_req *r = &h->r;
     double q_ms = 0, c_ms = 0;
     if (r->t_admit_us) q_ms = (double)((r->t_start_us ? r->t_start_us : now) - r->t_admit_us) / 1e3;
     if (r->t_start_us) c_ms = (double)(r->t_end_us - r->t_start_us) / 1e3;
-    snprintf(timing, sizeof(timing), "queue;dur=%.3f, compute;dur=%.3f, total;dur=%.3f", q_ms, c_ms,
+    snprintf(buf, cap, "queue;dur=%.3f, compute;dur=%.3f, total;dur=%.3f", q_ms, c_ms,
              (double)(now - h->t_recv_us) / 1e3);
-    if (ctype) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
-    MHD_add_response_header(resp, "X-Request-Id", h->id);
-    MHD_add_response_header(resp, "Server-Timing", timing);
-    MHD_add_response_header(resp, "Cache-Control", "no-store");
-    if (s->cfg->n_cors_origins > 0) MHD_add_response_header(resp, "Vary", "Origin");
-    if (status == 200 && r->json_len) {
-        char hl[32];
-        snprintf(hl, sizeof(hl), "%zu", r->json_len);
-        MHD_add_response_header(resp, "Inference-Header-Content-Length", hl);
-    }
-    if (h->origin) {
-        MHD_add_response_header(resp, "Access-Control-Allow-Origin", h->origin);
+}
+
+/* The body's type: none for an empty body (the v2 health answers, 204s),
+ * JSON for a refusal, binary after JSON for v2 binary outputs, else what
+ * the handler said (JSON unless it said otherwise). */
+static const char *content_type(const hreq *h) {
+    const attnd_reply *a = &h->r.reply;
+    if (!a->len) return NULL;
+    if (attnd_kind_is_error(a->kind)) return "application/json";
+    if (a->json_len) return "application/octet-stream";
+    return h->ctype ? h->ctype : "application/json";
+}
+
+/* The CORS headers for an allowed origin: a preflight's answer, or what
+ * the page may read of any other. */
+static void add_cors(struct MHD_Response *resp, const hreq *h, int preflight) {
+    MHD_add_response_header(resp, "Access-Control-Allow-Origin", h->origin);
+    if (!preflight) {
         MHD_add_response_header(resp, "Access-Control-Expose-Headers",
                                 "X-Request-Id, Server-Timing, Retry-After");
+        return;
     }
-    if (status == 405 || (status == 204 && h->rm.route))
-        MHD_add_response_header(resp, "Allow", h->rm.allow);
-    if (status == 401) MHD_add_response_header(resp, "WWW-Authenticate", "Bearer realm=\"attnd\"");
-    if (status == 429 || status == 503) {
-        char ra[16];
-        snprintf(ra, sizeof ra, "%d", status == 429 && h->retry_after > 0 ? h->retry_after : 1);
-        MHD_add_response_header(resp, "Retry-After", ra);
+    MHD_add_response_header(resp, "Access-Control-Allow-Methods", h->rm.allow);
+    MHD_add_response_header(resp, "Access-Control-Allow-Headers",
+                            "Authorization, Content-Type, X-Request-Id");
+    MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
+}
+
+/* The headers every answer carries, and those its kind asks for. */
+static void add_headers(struct MHD_Response *resp, const hreq *h, unsigned hd) {
+    attnd_server *s = h->srv;
+    const attnd_reply *a = &h->r.reply;
+    int preflight = (hd & ATTND_HDR_PREFLIGHT) != 0;
+    char timing[160], n[32];
+    const char *ctype = content_type(h);
+    if (ctype) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+    MHD_add_response_header(resp, "X-Request-Id", h->id);
+    if (preflight)
+        snprintf(timing, sizeof timing, "queue;dur=0, compute;dur=0, total;dur=0");
+    else
+        timing_text(h, attnd_mono_us(), timing, sizeof timing);
+    MHD_add_response_header(resp, "Server-Timing", timing);
+    if (!preflight) MHD_add_response_header(resp, "Cache-Control", "no-store");
+    if (s->cfg->n_cors_origins > 0) MHD_add_response_header(resp, "Vary", "Origin");
+    if (a->kind == AOK && a->json_len) {
+        snprintf(n, sizeof n, "%zu", a->json_len);
+        MHD_add_response_header(resp, "Inference-Header-Content-Length", n);
     }
-    if (atomic_load(&s->state) == S_DRAINING || h->refuse_now)
+    if (h->origin) add_cors(resp, h, preflight);
+    if (hd & ATTND_HDR_ALLOW) MHD_add_response_header(resp, "Allow", h->rm.allow);
+    if (hd & ATTND_HDR_AUTHENTICATE)
+        MHD_add_response_header(resp, "WWW-Authenticate", "Bearer realm=\"attnd\"");
+    if (hd & ATTND_HDR_RETRY_AFTER) {
+        snprintf(n, sizeof n, "%d", h->retry_after > 0 ? h->retry_after : 1);
+        MHD_add_response_header(resp, "Retry-After", n);
+    }
+    if (!preflight && (atomic_load(&s->state) == S_DRAINING || h->refuse_now))
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+}
+
+/* Every answer leaves here, the CORS preflight included: h->r.reply, with
+ * the status of its kind (errors.c) and the headers above. */
+static enum MHD_Result send_reply(hreq *h) {
+    attnd_reply *a = &h->r.reply;
+    unsigned hd = attnd_kind_headers(a->kind);
+    int status = attnd_kind_status(a->kind), borrowed = a->borrowed;
+    size_t len = a->len;
+    char *body = attnd_reply_take(a);
+    if (!body) return MHD_NO; /* out of memory writing it */
+    struct MHD_Response *resp = MHD_create_response_from_buffer(
+        len, body, borrowed ? MHD_RESPMEM_PERSISTENT : MHD_RESPMEM_MUST_FREE);
+    if (!resp) {
+        if (!borrowed) free(body);
+        return MHD_NO;
+    }
+    add_headers(resp, h, hd);
     enum MHD_Result ret = MHD_queue_response(h->conn, (unsigned)status, resp);
     MHD_destroy_response(resp);
     h->status = status;
+    h->sent = a->kind;
     h->sent_bytes = len;
     h->phase = P_SENT;
     return ret;
 }
 
-static enum MHD_Result send_json(hreq *h, int status, char *body, int must_free) {
-    return send_answer(h, status, body, strlen(body), must_free, "application/json");
+/* ---- the route handlers: each answers into h->r.reply (or queues the
+ * request) and returns 0, or returns -1 with h->err set ---- */
+
+/* A v2 route's {name} and {version}: the model's index, or -1 with the 404
+ * of an unknown model or version. */
+static int path_model(hreq *h) {
+    int mi = attnd_find_model(&h->srv->env, h->rm.name, &h->err);
+    if (mi < 0) return -1;
+    if (h->rm.version[0] && strcmp(h->rm.version, "1") != 0)
+        return attnd_set_error(&h->err, AERR_NOT_FOUND,
+                               "unknown model version '%s' (attnd serves version 1)",
+                               h->rm.version);
+    return mi;
 }
 
-static enum MHD_Result send_error(hreq *h, const attnd_error *e) {
-    size_t len = 0;
-    char *body = attnd_error_body(e->msg, &len);
-    if (!body) return MHD_NO;
-    h->sent_err = e->code;
-    return send_answer(h, attnd_err_status(e->code), body, len, 1, "application/json");
+/* 503 unless the server is ready: "draining", or "starting" where the
+ * route tells the two apart. */
+static int ready(hreq *h, int says_starting) {
+    int state = atomic_load(&h->srv->state);
+    if (state == S_READY) return 0;
+    return attnd_set_error(&h->err, AERR_UNAVAILABLE, "%s",
+                           state == S_STARTING && says_starting ? "starting" : "draining");
 }
 
-static enum MHD_Result send_err(hreq *h, attnd_err code, const char *fmt, const char *arg) {
-    attnd_error e;
-    e.code = code;
-    snprintf(e.msg, sizeof(e.msg), fmt, arg);
-    return send_error(h, &e);
+/* GET /health */
+static int attnd_handle_health(hreq *h) {
+    if (ready(h, 1) < 0) return -1;
+    static const char ok[] = "{\"status\":\"ok\"}\n";
+    attnd_reply_borrow(&h->r.reply, AOK, ok, sizeof ok - 1);
+    return 0;
 }
 
-/* ---- routes that answer at once ---- */
+/* GET /v2/health/live: the protocol's health answers are their status,
+ * with an empty body (docs/api.md, "Open Inference Protocol: MUST and
+ * SHOULD"). */
+static int attnd_handle_v2_live(hreq *h) {
+    attnd_reply_borrow(&h->r.reply, AOK, "", 0);
+    return 0;
+}
 
-static enum MHD_Result answer_metrics(hreq *h) {
+/* GET /v2/health/ready */
+static int attnd_handle_v2_ready(hreq *h) {
+    if (ready(h, 1) < 0) return -1;
+    attnd_reply_borrow(&h->r.reply, AOK, "", 0);
+    return 0;
+}
+
+/* GET /v1/models */
+static int attnd_handle_models(hreq *h) {
+    attnd_reply_borrow(&h->r.reply, AOK, h->srv->models_body, strlen(h->srv->models_body));
+    return 0;
+}
+
+/* GET /metrics */
+static int attnd_handle_metrics(hreq *h) {
     attnd_server *s = h->srv;
     int *depth = calloc((size_t)s->n_models, sizeof(int));
     attnd_sbuf b;
     attnd_sb_init(&b);
     if (depth) attnd_sched_depths(s->sched, depth);
-    attnd_metrics_write(&s->metrics, &b, s->names, depth ? depth : (int[1]){0}, depth ? s->n_models : 0);
+    attnd_metrics_write(&s->metrics, &b, s->names, depth ? depth : (int[1]){0},
+                        depth ? s->n_models : 0);
     attnd_sched_metrics(s->sched, &b);
     attnd_steps_metrics(s->sessions, &b);
     free(depth);
     size_t len = 0;
     char *body = attnd_sb_take(&b, &len);
-    if (!body) return send_err(h, AERR_INTERNAL, "%s", "out of memory");
-    return send_answer(h, 200, body, len, 1, "text/plain; version=0.0.4; charset=utf-8");
+    if (!body) return attnd_set_error(&h->err, AERR_INTERNAL, "out of memory");
+    attnd_reply_set(&h->r.reply, AOK, body, len, 0);
+    h->ctype = "text/plain; version=0.0.4; charset=utf-8";
+    return 0;
 }
 
-/* GET routes; compute routes go to dispatch_compute. */
-static enum MHD_Result dispatch_get(hreq *h) {
-    attnd_server *s = h->srv;
-    int state = atomic_load(&s->state);
-    int mi = -1;
-    if (h->rm.name[0]) {
-        attnd_error e;
-        mi = attnd_find_model(&s->env, h->rm.name, &e);
-        if (mi < 0) return send_error(h, &e);
-        if (h->rm.version[0] && strcmp(h->rm.version, "1") != 0)
-            return send_err(h, AERR_NOT_FOUND,
-                            "unknown model version '%s' (attnd serves version 1)", h->rm.version);
-    }
-    switch (h->rid) {
-    case R_HEALTH:
-        if (state != S_READY)
-            return send_err(h, AERR_UNAVAILABLE, "%s",
-                            state == S_DRAINING ? "draining" : "starting");
-        return send_json(h, 200, "{\"status\":\"ok\"}\n", 0);
-    /* the protocol's health answers: the status is the answer, the body
-     * empty (docs/api.md, "Open Inference Protocol: MUST and SHOULD") */
-    case R_V2_LIVE:
-        return send_answer(h, 200, "", 0, 0, NULL);
-    case R_V2_READY:
-        if (state != S_READY)
-            return send_err(h, AERR_UNAVAILABLE, "%s",
-                            state == S_DRAINING ? "draining" : "starting");
-        return send_answer(h, 200, "", 0, 0, NULL);
-    case R_V1_MODELS:
-        return send_json(h, 200, s->models_body, 0);
-    case R_METRICS:
-        return answer_metrics(h);
-    case R_OPENAPI:
-        return send_answer(h, 200, (char *)attnd_openapi_json, attnd_openapi_json_len, 0,
-                           "application/json");
-    case R_V2:
-        return send_json(h, 200, s->v2_body, 0);
-    case R_V2_MODEL:
-    case R_V2_VMODEL:
-        return send_json(h, 200, s->v2_model_body[mi], 0);
-    case R_V2_MODEL_READY:
-    case R_V2_VMODEL_READY:
-        if (state != S_READY) return send_err(h, AERR_UNAVAILABLE, "%s", "draining");
-        return send_answer(h, 200, "", 0, 0, NULL);
-    default:
-        break;
-    }
-    return send_err(h, AERR_INTERNAL, "%s", "no handler for this route");
+/* GET /openapi.json */
+static int attnd_handle_openapi(hreq *h) {
+    attnd_reply_borrow(&h->r.reply, AOK, attnd_openapi_json, attnd_openapi_json_len);
+    return 0;
 }
 
-/* Suspends the connection and queues the parsed job (tokens set). */
-static enum MHD_Result submit(hreq *h) {
-    attnd_error e = {AERR_NONE, ""};
+/* GET /v2 */
+static int attnd_handle_v2(hreq *h) {
+    attnd_reply_borrow(&h->r.reply, AOK, h->srv->v2_body, strlen(h->srv->v2_body));
+    return 0;
+}
+
+/* GET /v2/models/{name} and /v2/models/{name}/versions/{version} */
+static int attnd_handle_v2_model(hreq *h) {
+    int mi = path_model(h);
+    if (mi < 0) return -1;
+    const char *body = h->srv->v2_model_body[mi];
+    attnd_reply_borrow(&h->r.reply, AOK, body, strlen(body));
+    return 0;
+}
+
+/* GET /v2/models/{name}/ready and its versions/{version} form */
+static int attnd_handle_v2_model_ready(hreq *h) {
+    if (path_model(h) < 0 || ready(h, 0) < 0) return -1;
+    attnd_reply_borrow(&h->r.reply, AOK, "", 0);
+    return 0;
+}
+
+/* Suspends the connection and queues the parsed job (tokens set): the
+ * scheduler's reply, or its refusal, goes out when it resumes. */
+static int submit(hreq *h) {
+    attnd_error e = {AOK, ""};
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(h->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-    h->r.sock = ci ? ci->connect_fd : -1;
+    h->sock = ci ? ci->connect_fd : -1;
     /* suspend first: a fast worker may resume before we return */
     h->phase = P_WAIT;
     MHD_suspend_connection(h->conn);
     h->submitted = 1;
     if (attnd_sched_submit(h->srv->sched, &h->r, &e) < 0) {
         h->submitted = 0;
-        attnd_req_fail(&h->r, &e);
+        attnd_reply_error(&h->r.reply, &e);
         MHD_resume_connection(h->conn);
     }
-    return MHD_YES;
+    return 0;
 }
 
 /* DELETE /v1/sessions/{id} */
-static enum MHD_Result answer_delete(hreq *h) {
+static int attnd_handle_session_delete(hreq *h) {
     attnd_server *s = h->srv;
     if (attnd_session_delete(s->sessions, h->rm.name, attnd_step_now()) != SESS_OK)
-    {
-        attnd_error e;
-        attnd_set_error(&e, AERR_NOT_FOUND, "session '%.40s': %s", h->rm.name,
-                        attnd_session_status_text(SESS_NOT_FOUND));
-        return send_error(h, &e);
-    }
-    return send_answer(h, 204, "", 0, 0, NULL);
+        return attnd_set_error(&h->err, AERR_NOT_FOUND, ATTND_MSG_NO_SESSION, h->rm.name,
+                               attnd_session_status_text(SESS_NOT_FOUND));
+    attnd_reply_borrow(&h->r.reply, AOK_NO_CONTENT, "", 0);
+    return 0;
 }
 
 /* POST /v1/sessions and /v1/sessions/{id}/attention: the body becomes a
  * job and a begun step (steps.c), queued like any compute. */
-static enum MHD_Result dispatch_session(hreq *h) {
+static int session_route(hreq *h, const char *id, const char *want_id) {
     attnd_server *s = h->srv;
-    attnd_error e = {AERR_NONE, ""};
     char opened[ATTND_SESSION_ID_LEN + 1];
-    attnd_step_env se = {s->sessions, &s->env, s->cfg,
-                         h->rid == R_SESSION_STEP ? h->rm.name : NULL,
-                         h->rid == R_SESSIONS ? MHD_lookup_connection_value(
-                                                    h->conn, MHD_HEADER_KIND, "X-Session-Id")
-                                              : NULL,
-                         attnd_step_now()};
+    attnd_step_env se = {s->sessions, &s->env, s->cfg, id, want_id, attnd_step_now()};
     int rc = attnd_step_prepare(&se, h->in.p ? h->in.p : "", h->in.len, &h->r.job, &h->r.step,
-                                opened, &e, &h->retry_after);
+                                opened, &h->err, &h->retry_after);
     drop_body(h);
-    if (rc < 0) return send_error(h, &e);
+    if (rc < 0) return -1;
     if (!h->r.step) { /* opened with no prefix: nothing to compute */
         size_t len = 0;
         char *body = attnd_step_open_answer(opened, s->names[h->r.job.model], &len);
-        if (!body) return send_err(h, AERR_INTERNAL, "%s", "out of memory");
-        return send_answer(h, 201, body, len, 1, "application/json");
+        if (!body) return attnd_set_error(&h->err, AERR_INTERNAL, "out of memory");
+        attnd_reply_set(&h->r.reply, AOK_CREATED, body, len, 0);
+        return 0;
     }
     h->r.tokens = h->r.job.L; /* the batch limit counts new rows (docs/api.md) */
     return submit(h);
+}
+
+/* POST /v1/sessions: its id from X-Session-Id when given */
+static int attnd_handle_session_open(hreq *h) {
+    return session_route(
+        h, NULL, MHD_lookup_connection_value(h->conn, MHD_HEADER_KIND, "X-Session-Id"));
+}
+
+/* POST /v1/sessions/{id}/attention */
+static int attnd_handle_session_step(hreq *h) {
+    return session_route(h, h->rm.name, NULL);
 }
 
 /* A v2 infer whose parameters open a session (session_open) or step one
@@ -401,86 +468,108 @@ static enum MHD_Result dispatch_session(hreq *h) {
  * that a load balancer hashing on that header keeps the session's steps on
  * this replica (docs/deploy.md); a step's header is not read (its id is in
  * the parameters). */
-static enum MHD_Result v2_session(hreq *h) {
+static int v2_session(hreq *h) {
     attnd_server *s = h->srv;
-    attnd_error e = {AERR_NONE, ""};
     attnd_job *job = &h->r.job;
     if (job->session_id && job->session_open)
-        return send_err(h, AERR_BAD_REQUEST, "%s",
-                        "parameters: give session_id (a step) or session_open, not both");
+        return attnd_set_error(&h->err, AERR_BAD_REQUEST,
+                               "parameters: give session_id (a step) or session_open, not both");
     const char *want_id =
-        job->session_open
-            ? MHD_lookup_connection_value(h->conn, MHD_HEADER_KIND, "X-Session-Id")
-            : NULL;
+        job->session_open ? MHD_lookup_connection_value(h->conn, MHD_HEADER_KIND, "X-Session-Id")
+                          : NULL;
     attnd_step_env se = {s->sessions, &s->env, s->cfg, job->session_id, want_id,
                          attnd_step_now()};
-    if (attnd_step_from_job(&se, job, &h->r.step, &e, &h->retry_after) < 0)
-        return send_error(h, &e);
+    if (attnd_step_from_job(&se, job, &h->r.step, &h->err, &h->retry_after) < 0) return -1;
     h->r.tokens = job->L;
     return submit(h);
 }
 
-static enum MHD_Result dispatch_compute(hreq *h) {
+/* POST /v1/attention and /v1/models/{name}/attention */
+static int attnd_handle_attention(hreq *h) {
     attnd_server *s = h->srv;
-    attnd_error e = {AERR_NONE, ""};
-    if (h->rid == R_SESSIONS || h->rid == R_SESSION_STEP) return dispatch_session(h);
     const char *path_model = h->rm.name[0] ? h->rm.name : NULL;
-    if (h->rm.version[0] && strcmp(h->rm.version, "1") != 0)
-        return send_err(h, AERR_NOT_FOUND, "unknown model version '%s' (attnd serves version 1)",
-                        h->rm.version);
-    const char *body = h->in.p ? h->in.p : "";
-    int rc;
-    if (h->rid == R_V2_INFER || h->rid == R_V2_VINFER) {
-        /* the binary data extension: the JSON part's length */
-        const char *hl = MHD_lookup_connection_value(h->conn, MHD_HEADER_KIND,
-                                                     "Inference-Header-Content-Length");
-        uint64_t json_len = 0;
-        if (hl && (parse_size(hl, (uint64_t)h->in.len, &json_len) < 0 || json_len == 0))
-            return send_err(h, AERR_BAD_REQUEST,
-                            "Inference-Header-Content-Length: '%.40s' is not a size from 1 to the "
-                            "body's length",
-                            hl);
-        rc = attnd_parse_v2(&s->env, path_model, body, h->in.len, (size_t)json_len, &h->r.job, &e);
-        if (rc == 0 && (h->r.job.session_id || h->r.job.session_open)) {
-            attnd_sb_free(&h->in);
-            return v2_session(h);
-        }
-    } else {
-        rc = attnd_parse_native(&s->env, path_model, body, h->in.len, &h->r.job, &e);
-    }
+    int rc = attnd_parse_native(&s->env, path_model, h->in.p ? h->in.p : "", h->in.len,
+                                &h->r.job, &h->err);
     drop_body(h);
-    if (rc < 0) return send_error(h, &e);
+    if (rc < 0) return -1;
     h->r.tokens = attnd_job_tokens(&h->r.job);
     return submit(h);
 }
 
-/* The body is in (or there was none): answer or queue. */
-static enum MHD_Result dispatch(hreq *h) {
+/* POST /v2/models/{name}/infer and its versions/{version} form; the body
+ * may carry the binary data extension (Inference-Header-Content-Length:
+ * its JSON part's length). */
+static int attnd_handle_v2_infer(hreq *h) {
     attnd_server *s = h->srv;
-    if (h->pre.code != AERR_NONE) return send_error(h, &h->pre);
-    if (strcmp(h->method, "OPTIONS") == 0) {
-        struct MHD_Response *resp = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
-        if (!resp) return MHD_NO;
-        if (h->origin) {
-            MHD_add_response_header(resp, "Access-Control-Allow-Origin", h->origin);
-            MHD_add_response_header(resp, "Access-Control-Allow-Methods", h->rm.allow);
-            MHD_add_response_header(resp, "Access-Control-Allow-Headers",
-                                    "Authorization, Content-Type, X-Request-Id");
-            MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
-        }
-        if (s->cfg->n_cors_origins > 0) MHD_add_response_header(resp, "Vary", "Origin");
-        MHD_add_response_header(resp, "Allow", h->rm.allow);
-        MHD_add_response_header(resp, "X-Request-Id", h->id);
-        MHD_add_response_header(resp, "Server-Timing", "queue;dur=0, compute;dur=0, total;dur=0");
-        enum MHD_Result ret = MHD_queue_response(h->conn, 204, resp);
-        MHD_destroy_response(resp);
-        h->status = 204;
-        h->phase = P_SENT;
-        return ret;
+    if (h->rm.version[0] && strcmp(h->rm.version, "1") != 0)
+        return attnd_set_error(&h->err, AERR_NOT_FOUND,
+                               "unknown model version '%s' (attnd serves version 1)",
+                               h->rm.version);
+    const char *hl =
+        MHD_lookup_connection_value(h->conn, MHD_HEADER_KIND, "Inference-Header-Content-Length");
+    uint64_t json_len = 0;
+    if (hl && (parse_size(hl, (uint64_t)h->in.len, &json_len) < 0 || json_len == 0))
+        return attnd_set_error(&h->err, AERR_BAD_REQUEST,
+                               "Inference-Header-Content-Length: '%.40s' is not a size from 1 to "
+                               "the body's length",
+                               hl);
+    int rc = attnd_parse_v2(&s->env, h->rm.name, h->in.p ? h->in.p : "", h->in.len,
+                            (size_t)json_len, &h->r.job, &h->err);
+    drop_body(h);
+    if (rc < 0) return -1;
+    if (h->r.job.session_id || h->r.job.session_open) return v2_session(h);
+    h->r.tokens = attnd_job_tokens(&h->r.job);
+    return submit(h);
+}
+
+/* The handler of h's route. */
+static int handle(hreq *h) {
+    switch (h->rid) {
+    case R_ATTENTION:
+    case R_MODEL_ATTENTION: return attnd_handle_attention(h);
+    case R_V1_MODELS: return attnd_handle_models(h);
+    case R_HEALTH: return attnd_handle_health(h);
+    case R_METRICS: return attnd_handle_metrics(h);
+    case R_OPENAPI: return attnd_handle_openapi(h);
+    case R_V2: return attnd_handle_v2(h);
+    case R_V2_LIVE: return attnd_handle_v2_live(h);
+    case R_V2_READY: return attnd_handle_v2_ready(h);
+    case R_V2_MODEL:
+    case R_V2_VMODEL: return attnd_handle_v2_model(h);
+    case R_V2_MODEL_READY:
+    case R_V2_VMODEL_READY: return attnd_handle_v2_model_ready(h);
+    case R_V2_INFER:
+    case R_V2_VINFER: return attnd_handle_v2_infer(h);
+    case R_SESSIONS: return attnd_handle_session_open(h);
+    case R_SESSION_STEP: return attnd_handle_session_step(h);
+    case R_SESSION: return attnd_handle_session_delete(h);
+    default: break;
     }
-    if (is_compute(h->rid)) return dispatch_compute(h);
-    if (h->rid == R_SESSION) return answer_delete(h);
-    return dispatch_get(h);
+    return attnd_set_error(&h->err, AERR_INTERNAL, "no handler for this route");
+}
+
+/* OPTIONS on a route, with CORS on: the route's methods (Allow), and the
+ * preflight's headers when the origin is allowed. */
+static int preflight(hreq *h) {
+    attnd_reply_borrow(&h->r.reply, AOK_PREFLIGHT, "", 0);
+    return 0;
+}
+
+/* The body is in (or there was none), or a refusal goes out before it:
+ * answer, or queue. */
+static enum MHD_Result dispatch(hreq *h) {
+    int rc = -1;
+    if (h->err.code != AOK)
+        rc = -1;
+    else if (strcmp(h->method, "OPTIONS") == 0)
+        rc = preflight(h);
+    else
+        rc = handle(h);
+    if (rc < 0)
+        attnd_reply_error(&h->r.reply, &h->err);
+    else if (h->phase == P_WAIT)
+        return MHD_YES; /* queued: the scheduler's reply goes out on resume */
+    return send_reply(h);
 }
 
 /* What a body declared or sent at the start holds in memory at most before
@@ -511,14 +600,12 @@ static int queue_full(attnd_server *s, const hreq *h) {
     return full;
 }
 
-/* 429: the bodies held over every connection would pass
- * server.max_buffered_body_bytes (docs/config.md, "Memory"). */
-static void budget_refusal(hreq *h, long long n) {
-    attnd_set_error(&h->pre, AERR_QUEUE_FULL,
-                    "%lld more body bytes would pass the server's limit on request bodies held at "
-                    "once (server.max_buffered_body_bytes, %lld); retry later",
-                    n, h->srv->cfg->max_buffered_body_bytes);
-}
+/* The 429 of a body that would pass server.max_buffered_body_bytes (the
+ * bodies held over every connection; docs/config.md, "Memory"): its bytes,
+ * then the limit. */
+#define MSG_BUDGET                                                                                 \
+    "%lld more body bytes would pass the server's limit on request bodies held at once "          \
+    "(server.max_buffered_body_bytes, %lld); retry later"
 
 /* First call: route, method, key, draining, a full queue, declared body
  * size. 413 and 429 (queue full, body budget) go out at once, before the
@@ -531,27 +618,27 @@ static void examine(hreq *h, const char *url) {
     h->rid = h->rm.route ? h->rm.route->id : R_UNKNOWN;
     h->origin = cors_origin(s, c);
     if (h->rm.status == 404) {
-        attnd_set_error(&h->pre, AERR_NOT_FOUND, "no route %s %.100s", h->method, h->path);
+        attnd_set_error(&h->err, AERR_NOT_FOUND, "no route %s %.100s", h->method, h->path);
         return;
     }
     if (h->rm.status == 405) {
-        attnd_set_error(&h->pre, AERR_METHOD, "%s is not allowed on %.100s (allowed: %s)",
+        attnd_set_error(&h->err, AERR_METHOD, "%s is not allowed on %.100s (allowed: %s)",
                         h->method, h->path, h->rm.allow);
         return;
     }
     if (strcmp(h->method, "OPTIONS") == 0) return; /* preflights carry no credentials */
     if (s->api_key && !h->rm.route->open &&
         !key_ok(s, MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization"))) {
-        attnd_set_error(&h->pre, AERR_UNAUTHORIZED,
+        attnd_set_error(&h->err, AERR_UNAUTHORIZED,
                         "missing or wrong API key: send Authorization: Bearer <key>");
         return;
     }
     if (is_compute(h->rid) && atomic_load(&s->state) != S_READY) {
-        attnd_set_error(&h->pre, AERR_UNAVAILABLE, "the server is draining");
+        attnd_set_error(&h->err, AERR_UNAVAILABLE, "the server is draining");
         return;
     }
     if (queue_full(s, h)) {
-        attnd_set_error(&h->pre, AERR_QUEUE_FULL,
+        attnd_set_error(&h->err, AERR_QUEUE_FULL,
                         "the queue of model '%s' is full (%d requests); retry later",
                         s->names[target_model(s, h)], s->cfg->max_queue_requests);
         h->refuse_now = 1;
@@ -564,11 +651,11 @@ static void examine(hreq *h, const char *url) {
         uint64_t v;
         if (parse_size(cl, (uint64_t)s->cfg->max_body_bytes, &v) < 0) {
             if (strspn(cl, "0123456789") == strlen(cl) && cl[0])
-                attnd_set_error(&h->pre, AERR_TOO_LARGE,
+                attnd_set_error(&h->err, AERR_TOO_LARGE,
                                 "body of %.40s bytes, the limit is %lld", cl,
                                 s->cfg->max_body_bytes);
             else
-                attnd_set_error(&h->pre, AERR_BAD_REQUEST,
+                attnd_set_error(&h->err, AERR_BAD_REQUEST,
                                 "Content-Length: '%.40s' is not a decimal number of bytes", cl);
             h->refuse_now = 1;
             return;
@@ -576,7 +663,8 @@ static void examine(hreq *h, const char *url) {
         long long n = (long long)v; /* at most max_body_bytes (2^34) */
         long long room = s->cfg->max_buffered_body_bytes - atomic_load(&s->buffered);
         if (n > room && is_compute(h->rid)) {
-            budget_refusal(h, n);
+            attnd_set_error(&h->err, AERR_QUEUE_FULL, MSG_BUDGET, n,
+                            s->cfg->max_buffered_body_bytes);
             h->refuse_now = 1;
         } else if (n > 0 && is_compute(h->rid)) {
             /* a declaration reserves nothing: memory follows the bytes that arrive */
@@ -598,7 +686,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         if (!h) return MHD_NO;
         atomic_init(&h->r.refs, 1);
         h->r.free_fn = hreq_free;
-        h->r.sock = -1;
+        h->sock = -1;
         h->srv = s;
         h->conn = conn;
         h->t_recv_us = attnd_mono_us();
@@ -622,7 +710,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         /* 413 or 429 now, before the body is read */
         if (h->refuse_now) {
             attnd_guard_phase(s->guard, h->gc, GUARD_BUSY);
-            return send_error(h, &h->pre);
+            return dispatch(h);
         }
         attnd_guard_phase(s->guard, h->gc, GUARD_BODY);
         h->phase = P_BODY;
@@ -633,38 +721,34 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         *upload_size = 0;
         h->in_total += (long long)n;
         if (h->phase != P_BODY) return MHD_YES;
-        if (h->pre.code == AERR_NONE) {
+        if (h->err.code == AOK) {
             if ((long long)(h->in.len + n) > s->cfg->max_body_bytes) {
-                attnd_set_error(&h->pre, AERR_TOO_LARGE, "body over the limit of %lld bytes",
+                attnd_set_error(&h->err, AERR_TOO_LARGE, "body over the limit of %lld bytes",
                                 s->cfg->max_body_bytes);
                 drop_body(h);
             } else if (budget_take(s, (long long)n) < 0) {
-                budget_refusal(h, (long long)n);
+                attnd_set_error(&h->err, AERR_QUEUE_FULL, MSG_BUDGET, (long long)n,
+                                s->cfg->max_buffered_body_bytes);
                 drop_body(h);
             } else {
                 h->in_held += (long long)n;
                 attnd_sb_put(&h->in, upload_data, n);
                 if (h->in.oom) {
-                    attnd_set_error(&h->pre, AERR_INTERNAL, "out of memory reading the body");
+                    attnd_set_error(&h->err, AERR_INTERNAL, "out of memory reading the body");
                     drop_body(h);
                 }
             }
         }
         /* a refused body is read and dropped, but not without end */
-        if (h->pre.code != AERR_NONE && h->in_total > 2 * s->cfg->max_body_bytes + (1 << 20))
+        if (h->err.code != AOK && h->in_total > 2 * s->cfg->max_body_bytes + (1 << 20))
             return MHD_NO;
         return MHD_YES;
     }
     if (h->phase == P_WAIT) { /* resumed: the scheduler answered */
-        if (h->r.gone) return MHD_NO;
-        h->sent_err = h->r.err;
+        if (h->gone) return MHD_NO;
         /* queued work dropped at the drain deadline: a refusal, not its answer */
-        if (atomic_load(&s->past_deadline) && h->r.err == AERR_UNAVAILABLE) h->late = 1;
-        char *body = h->r.body;
-        h->r.body = NULL;
-        if (!body) return MHD_NO;
-        return send_answer(h, h->r.status, body, h->r.body_len, 1,
-                           h->r.json_len ? "application/octet-stream" : "application/json");
+        if (atomic_load(&s->past_deadline) && h->r.reply.kind == AERR_UNAVAILABLE) h->late = 1;
+        return send_reply(h);
     }
     if (h->phase == P_SENT) return MHD_YES;
     attnd_guard_phase(s->guard, h->gc, GUARD_BUSY); /* the whole request is in */
@@ -680,7 +764,7 @@ static const char *end_word(const hreq *h, enum MHD_RequestTerminationCode toe) 
     if (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK && h->status) return "ok";
     if (toe == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED) return "idle_timeout";
     if (toe == MHD_REQUEST_TERMINATED_CLIENT_ABORT || toe == MHD_REQUEST_TERMINATED_READ_ERROR ||
-        h->r.gone || !h->status)
+        h->gone || !h->status)
         return "client_gone";
     return "error";
 }
@@ -705,11 +789,11 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     } else if (status == 0 && strcmp(end, "client_gone") != 0) {
         status = 408; /* the guard closed it: too slow, or evicted (never sent) */
         attnd_metrics_disconnect(&s->metrics);
-    } else if (status == 0 || h->r.gone) { /* the client left before the answer */
+    } else if (status == 0 || h->gone) { /* the client left before the answer */
         status = 499;
         attnd_metrics_disconnect(&s->metrics);
-    } else if (h->sent_err != AERR_NONE) {
-        attnd_metrics_reject(&s->metrics, h->sent_err);
+    } else if (attnd_kind_is_error(h->sent)) {
+        attnd_metrics_reject(&s->metrics, h->sent);
     }
     attnd_metrics_request(&s->metrics, h->rid, status, now - h->t_recv_us);
     attnd_access a = {h->method, h->path, status, h->sent_bytes,
@@ -735,12 +819,41 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
     }
 }
 
-/* ---- finish callback from the scheduler (worker or sweeper thread) ---- */
+/* ---- the scheduler's callbacks (batcher and sweeper threads) ---- */
 
+/* A queued request's reply is ready, or its client left: the handler,
+ * called again, sends it or closes. */
 static void on_answer_ready(attnd_req *r, void *arg) {
     (void)arg;
     hreq *h = (hreq *)r;
     MHD_resume_connection(h->conn);
+}
+
+/* 1 when the peer of a polled socket has closed (or the socket failed). */
+static int hung_up(const struct pollfd *pf) {
+    if (pf->revents & (POLLHUP | POLLERR | POLLRDHUP)) return 1;
+    char c;
+    return (pf->revents & POLLIN) && recv(pf->fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+}
+
+/* The scheduler asks which of n queued or batched requests lost their
+ * client (attnd_sched_opts.departed). Their connections are suspended, so
+ * each socket is still open on our side; a peer that closed makes it
+ * readable at EOF. One poll over all of them; a request whose client left
+ * is marked gone and closed, not answered, when it resumes. */
+static void find_departed(attnd_req *const *rs, int n, char *left, void *arg) {
+    (void)arg;
+    struct pollfd few[64], *pf = n <= 64 ? few : malloc((size_t)n * sizeof *pf);
+    if (!pf) return; /* out of memory: asked again at the next sweep */
+    for (int i = 0; i < n; i++)
+        pf[i] = (struct pollfd){.fd = ((const hreq *)rs[i])->sock, .events = POLLIN | POLLRDHUP};
+    if (poll(pf, (nfds_t)n, 0) > 0)
+        for (int i = 0; i < n; i++)
+            if (pf[i].revents && hung_up(&pf[i])) {
+                ((hreq *)rs[i])->gone = 1;
+                left[i] = 1;
+            }
+    if (pf != few) free(pf);
 }
 
 /* Percent-decoding of the path (and query arguments), in place, except
@@ -991,7 +1104,8 @@ attnd_server *attnd_server_new(const attnd_config *cfg, attnd_exit *why, char *e
                                cfg->max_session_bytes_each, cfg->session_idle_s};
     s->sessions = attnd_sessions_new(&sl);
     if (!s->sessions || attnd_sessions_reaper_start(s->sessions, attnd_step_now) < 0) goto oom;
-    attnd_sched_opts o = {cfg, s->models, s->info, s->n_models, &s->metrics, on_answer_ready, s};
+    attnd_sched_opts o = {cfg,       s->models,       s->info, s->n_models, &s->metrics,
+                          on_answer_ready, s, find_departed, s};
     s->sched = attnd_sched_new(&o, err, errlen);
     if (!s->sched) goto fail;
     s->guard = attnd_guard_new(cfg->max_connections, cfg->header_timeout_ms, cfg->body_timeout_ms,

@@ -63,14 +63,14 @@ void attnd_metrics_request(attnd_metrics *m, attnd_route_id route, int status, u
     attnd_hist_observe(&m->request_seconds, total_us);
 }
 
-void attnd_metrics_reject(attnd_metrics *m, attnd_err reason) {
-    if (reason >= AERR_COUNT) reason = AERR_INTERNAL;
+void attnd_metrics_reject(attnd_metrics *m, attnd_kind reason) {
+    if (!attnd_kind_is_error(reason) || reason >= ATTND_KINDS) reason = AERR_INTERNAL;
     atomic_fetch_add_explicit(&m->rejected[reason], 1, memory_order_relaxed);
     if (reason == AERR_TIMEOUT) atomic_fetch_add_explicit(&m->timeouts, 1, memory_order_relaxed);
 }
 
 void attnd_metrics_disconnect(attnd_metrics *m) {
-    atomic_fetch_add_explicit(&m->rejected[AERR_COUNT], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&m->disconnected, 1, memory_order_relaxed);
 }
 
 static uint64_t ld(const atomic_uint_least64_t *a) {
@@ -130,10 +130,11 @@ void attnd_metrics_write(const attnd_metrics *m, attnd_sbuf *b, const char *cons
               (unsigned long long)ld(&m->tokens));
     attnd_sb_puts(b, "# HELP attnd_rejected_total Requests refused or dropped, by reason.\n"
                "# TYPE attnd_rejected_total counter\n");
-    for (int i = 1; i <= AERR_COUNT; i++)
+    for (int i = AERR_FIRST; i < ATTND_KINDS; i++)
         attnd_sb_printf(b, "attnd_rejected_total{reason=\"%s\"} %llu\n",
-                  i == AERR_COUNT ? "disconnected" : attnd_err_reason((attnd_err)i),
-                  (unsigned long long)ld(&m->rejected[i]));
+                        attnd_kind_reason((attnd_kind)i), (unsigned long long)ld(&m->rejected[i]));
+    attnd_sb_printf(b, "attnd_rejected_total{reason=\"disconnected\"} %llu\n",
+                    (unsigned long long)ld(&m->disconnected));
     attnd_sb_printf(b,
               "# HELP attnd_timeouts_total Requests answered 504.\n"
               "# TYPE attnd_timeouts_total counter\nattnd_timeouts_total %llu\n",

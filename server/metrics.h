@@ -35,14 +35,15 @@ typedef struct {
     attnd_hist batch_size;                          /* requests per batch */
     attnd_hist batch_tokens;                        /* query + key tokens per batch */
     atomic_uint_least64_t tokens;                   /* query + key tokens computed */
-    atomic_uint_least64_t rejected[AERR_COUNT + 1]; /* by reason; [AERR_COUNT] = disconnected */
-    atomic_uint_least64_t timeouts;                 /* 504 answers */
+    atomic_uint_least64_t rejected[ATTND_KINDS]; /* refusals by kind (AERR_FIRST and on) */
+    atomic_uint_least64_t disconnected;          /* clients that left before their answer */
+    atomic_uint_least64_t timeouts;              /* 504 answers */
 } attnd_metrics;
 
 void attnd_metrics_init(attnd_metrics *m);
 void attnd_metrics_request(attnd_metrics *m, attnd_route_id route, int status, uint64_t total_us);
 void attnd_hist_observe(attnd_hist *h, uint64_t v);
-void attnd_metrics_reject(attnd_metrics *m, attnd_err reason);
+void attnd_metrics_reject(attnd_metrics *m, attnd_kind reason);
 void attnd_metrics_disconnect(attnd_metrics *m);
 
 /* Writes every metric; depth[i] is the queue depth of model_names[i]. */

@@ -27,18 +27,16 @@
 #include "steps.h"
 
 #include <math.h>
-#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <time.h>
 
 #include "buffer.h"
 #include "clock.h"
 
-/* How often queued requests' sockets are checked for hang-ups. */
+/* How often the sweeper asks whether queued requests' clients left. */
 #define HANGUP_POLL_US 20000
 
 typedef struct {
@@ -58,6 +56,7 @@ typedef struct {
     attnd_req **batch;      /* (max_batch_requests) the batch being run */
     attnd_req **expired;    /* (max_batch_requests) met past their deadline */
     char *keep;             /* (max_batch_requests) 1: batch[i]'s answer is left to write */
+    char *left;             /* (max_batch_requests) 1: batch[i]'s client left */
     attnd_answer *answers;  /* (max_batch_requests) the answers being written */
     int *who;               /* (max_batch_requests) answers[a] is batch[who[a]]'s */
 } scratch;
@@ -91,13 +90,6 @@ void attnd_req_unref(attnd_req *r) {
     if (atomic_fetch_sub_explicit(&r->refs, 1, memory_order_acq_rel) == 1) r->free_fn(r);
 }
 
-void attnd_req_fail(attnd_req *r, const attnd_error *e) {
-    free(r->body);
-    r->err = e->code;
-    r->status = attnd_err_status(e->code);
-    r->body = attnd_error_body(e->msg, &r->body_len);
-}
-
 /* ---- queues (mutex held) ---- */
 
 static void q_push(squeue *q, attnd_req *r) {
@@ -128,8 +120,11 @@ static void q_remove(squeue *q, attnd_req *r) {
 
 /* ---- answering ---- */
 
-/* Hands r's answer to the HTTP side and drops the scheduler's reference. */
-static void deliver(attnd_sched *s, attnd_req *r) {
+/* Hands r to the HTTP side, refused with e when e is not NULL (else its
+ * reply is written, or its client left), and drops the scheduler's
+ * reference. */
+static void deliver(attnd_sched *s, attnd_req *r, const attnd_error *e) {
+    if (e) attnd_reply_error(&r->reply, e);
     pthread_mutex_lock(&s->mu);
     int cancelled = r->cancelled;
     r->state = RQ_DONE;
@@ -138,19 +133,18 @@ static void deliver(attnd_sched *s, attnd_req *r) {
     attnd_req_unref(r);
 }
 
-static void answer_error(attnd_sched *s, attnd_req *r, attnd_err code, const char *msg) {
+/* r's deadline passed before it was answered. */
+static void answer_timeout(attnd_sched *s, attnd_req *r) {
     attnd_error e;
-    e.code = code;
-    snprintf(e.msg, sizeof(e.msg), "%s", msg);
-    attnd_req_fail(r, &e);
-    deliver(s, r);
+    attnd_set_error(&e, AERR_TIMEOUT, "request not done within %d ms; its work was dropped",
+                    s->o.cfg->request_timeout_ms);
+    deliver(s, r, &e);
 }
 
-static void answer_timeout(attnd_sched *s, attnd_req *r) {
-    char msg[128];
-    snprintf(msg, sizeof(msg), "request not done within %d ms; its work was dropped",
-             s->o.cfg->request_timeout_ms);
-    answer_error(s, r, AERR_TIMEOUT, msg);
+/* Asks the HTTP side which of rs[0..n) lost their client (left[i] = 1). */
+static void find_departed(attnd_sched *s, attnd_req *const *rs, int n, char *left) {
+    memset(left, 0, (size_t)n);
+    if (s->o.departed && n > 0) s->o.departed(rs, n, left, s->o.departed_arg);
 }
 
 /* ---- the batcher ---- */
@@ -172,17 +166,6 @@ static int all_finite(const float *x, size_t n) {
     for (size_t i = 0; i < n; i++)
         if (!isfinite(x[i])) return 0;
     return 1;
-}
-
-/* 1 when the client of r has closed its connection (r is suspended, so its
- * socket is still open on our side). */
-static int hung_up(const attnd_req *r) {
-    if (r->sock < 0) return 0;
-    struct pollfd pf = {r->sock, POLLIN | POLLRDHUP, 0};
-    if (poll(&pf, 1, 0) <= 0) return 0;
-    if (pf.revents & (POLLHUP | POLLERR | POLLRDHUP)) return 1;
-    char c;
-    return (pf.revents & POLLIN) && recv(r->sock, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
 }
 
 /* A batch on its way through run_batch's steps. */
@@ -207,11 +190,11 @@ typedef struct {
 /* Clients that left since the sweeper last looked are dropped here; the
  * rest move to the front of rs. Returns how many remain. */
 static int drop_departed(attnd_sched *s, attnd_req **rs, int n) {
+    find_departed(s, rs, n, s->w.left);
     int kept = 0;
     for (int i = 0; i < n; i++) {
-        if (hung_up(rs[i])) {
-            rs[i]->gone = 1;
-            deliver(s, rs[i]);
+        if (s->w.left[i]) {
+            deliver(s, rs[i], NULL);
         } else {
             rs[kept++] = rs[i];
         }
@@ -396,13 +379,14 @@ static int result_finite(const batch_run *br, int i) {
 static int answered_early(batch_run *br, int i) {
     attnd_sched *s = br->s;
     attnd_req *r = br->rs[i];
+    attnd_error e;
     if (br->fail) {
-        char msg[240];
-        snprintf(msg, sizeof(msg), "compute failed: %.200s", br->err);
-        answer_error(s, r, AERR_INTERNAL, msg);
+        attnd_set_error(&e, AERR_INTERNAL, "compute failed: %.200s", br->err);
+        deliver(s, r, &e);
     } else if (!result_finite(br, i)) {
         /* the input's magnitudes did it: a client error, not the server's */
-        answer_error(s, r, AERR_BAD_REQUEST, ATTND_MSG_OVERFLOW);
+        attnd_set_error(&e, AERR_BAD_REQUEST, "%s", ATTND_MSG_OVERFLOW);
+        deliver(s, r, &e);
     } else if (attnd_mono_us() > r->deadline_us) {
         answer_timeout(s, r);
     } else {
@@ -431,21 +415,18 @@ static void answer_written(void *arg, int a) {
     attnd_req *r = br->rs[br->s->w.who[a]];
     attnd_job *j = &r->job;
     if (!an->body) {
-        answer_error(br->s, r, AERR_INTERNAL, "out of memory writing the answer");
+        attnd_error e;
+        attnd_set_error(&e, AERR_INTERNAL, "out of memory writing the answer");
+        deliver(br->s, r, &e);
         return;
     }
-    free(r->body);
-    r->body = an->body;
-    r->body_len = an->body_len;
-    r->json_len = an->json_len;
-    r->status = 200;
-    r->err = AERR_NONE;
+    attnd_reply_set(&r->reply, AOK, an->body, an->body_len, an->json_len);
     /* the inputs are no longer needed: free them now, not at completion */
     free(j->query);
     free(j->key);
     free(j->value);
     j->query = j->key = j->value = NULL;
-    deliver(br->s, r);
+    deliver(br->s, r, NULL);
 }
 
 /* Checks every request of the batch, then writes the answers left over the
@@ -477,7 +458,7 @@ static void run_steps(attnd_sched *s, attnd_req **rs, int n) {
     for (int i = 0; i < n; i++) {
         attnd_hist_observe(&mt->queue_seconds, t0 - rs[i]->t_admit_us);
         atomic_fetch_add_explicit(&mt->tokens, (uint64_t)rs[i]->tokens, memory_order_relaxed);
-        deliver(s, rs[i]);
+        deliver(s, rs[i], NULL);
     }
 }
 
@@ -589,29 +570,29 @@ static void *batcher_main(void *arg) {
 /* ---- the sweeper ---- */
 
 /* The sweeper's grow-only buffers: what one sweep takes out of the queues
- * and the sockets it polls. */
+ * and the requests it asks about. */
 typedef struct {
     size_t cap;           /* entries of each array */
     attnd_req **out;      /* (cap) taken out of the queues this sweep */
-    int *gone;            /* (cap) 1: out[i]'s client hung up; 0: its deadline passed */
-    struct pollfd *pf;    /* (cap) the queued requests' sockets */
-    attnd_req **polled;   /* (cap) the request of each pf */
+    int *gone;            /* (cap) 1: out[i]'s client left; 0: its deadline passed */
+    attnd_req **asked;    /* (cap) the queued requests asked about */
+    char *left;           /* (cap) 1: asked[i]'s client left */
 } sweep_bufs;
 
 static int sweep_bufs_init(sweep_bufs *b) {
     b->cap = 64;
     b->out = malloc(b->cap * sizeof(*b->out));
     b->gone = malloc(b->cap * sizeof(*b->gone));
-    b->pf = malloc(b->cap * sizeof(*b->pf));
-    b->polled = malloc(b->cap * sizeof(*b->polled));
-    return b->out && b->gone && b->pf && b->polled ? 0 : -1;
+    b->asked = malloc(b->cap * sizeof(*b->asked));
+    b->left = malloc(b->cap * sizeof(*b->left));
+    return b->out && b->gone && b->asked && b->left ? 0 : -1;
 }
 
 static void sweep_bufs_free(sweep_bufs *b) {
     free(b->out);
     free(b->gone);
-    free(b->pf);
-    free(b->polled);
+    free(b->asked);
+    free(b->left);
 }
 
 /* Room for every queued request (mutex held); on a failed allocation the
@@ -628,11 +609,11 @@ static void grow_sweep_bufs(attnd_sched *s, sweep_bufs *b) {
     if (o2) b->out = o2;
     int *g2 = realloc(b->gone, c * sizeof(*g2));
     if (g2) b->gone = g2;
-    struct pollfd *p2 = realloc(b->pf, c * sizeof(*p2));
-    if (p2) b->pf = p2;
-    attnd_req **l2 = realloc(b->polled, c * sizeof(*l2));
-    if (l2) b->polled = l2;
-    if (o2 && g2 && p2 && l2) b->cap = c;
+    attnd_req **a2 = realloc(b->asked, c * sizeof(*a2));
+    if (a2) b->asked = a2;
+    char *l2 = realloc(b->left, c * sizeof(*l2));
+    if (l2) b->left = l2;
+    if (o2 && g2 && a2 && l2) b->cap = c;
 }
 
 /* Takes the requests whose deadline passed out of the queues (mutex held),
@@ -652,35 +633,31 @@ static void collect_expired(attnd_sched *s, sweep_bufs *b, uint64_t now, size_t 
     }
 }
 
-/* Takes the requests whose client hung up out of the queues (mutex held),
- * into b->out from *n on: a peer that closed makes its socket readable at
- * EOF. Returns how many sockets were polled. */
+/* Takes the requests whose client left out of the queues (mutex held),
+ * into b->out from *n on. Returns how many requests were asked about. */
 static size_t collect_hangups(attnd_sched *s, sweep_bufs *b, size_t *n) {
-    size_t np = 0;
+    size_t na = 0;
+    if (!s->o.departed) return 0;
     for (int i = 0; i < s->o.n_models; i++)
-        for (attnd_req *r = s->q[i].head; r && np < b->cap; r = r->next) {
-            if (r->sock < 0) continue;
-            b->pf[np] = (struct pollfd){.fd = r->sock, .events = POLLIN | POLLRDHUP};
-            b->polled[np++] = r;
-        }
-    if (!np || poll(b->pf, np, 0) <= 0) return np;
-    for (size_t k = 0; k < np && *n < b->cap; k++) {
-        if (!b->pf[k].revents || !hung_up(b->polled[k])) continue;
-        attnd_req *r = b->polled[k];
+        for (attnd_req *r = s->q[i].head; r && na < b->cap; r = r->next)
+            b->asked[na++] = r;
+    find_departed(s, b->asked, (int)na, b->left);
+    for (size_t k = 0; k < na && *n < b->cap; k++) {
+        if (!b->left[k]) continue;
+        attnd_req *r = b->asked[k];
         q_remove(&s->q[r->job.model], r);
         b->out[*n] = r;
         b->gone[(*n)++] = 1;
     }
-    return np;
+    return na;
 }
 
 /* Answers what a sweep took (mutex not held): 504 past the deadline; a
- * client that hung up is dropped, not answered. */
+ * client that left is dropped, not answered. */
 static void answer_swept(attnd_sched *s, sweep_bufs *b, size_t n) {
     for (size_t k = 0; k < n; k++) {
         if (b->gone[k]) {
-            b->out[k]->gone = 1;
-            deliver(s, b->out[k]);
+            deliver(s, b->out[k], NULL);
         } else {
             answer_timeout(s, b->out[k]);
         }
@@ -689,7 +666,7 @@ static void answer_swept(attnd_sched *s, sweep_bufs *b, size_t n) {
 
 /* The sweeper: answers queued requests past their deadline and drops those
  * whose client left, then sleeps until the next deadline (or the next
- * hang-up poll while sockets are queued). */
+ * question about clients while requests are queued). */
 static void *sweeper_main(void *arg) {
     attnd_sched *s = arg;
     sweep_bufs b;
@@ -762,8 +739,10 @@ void attnd_sched_drain(attnd_sched *s) {
     pthread_mutex_unlock(&s->mu);
 }
 
-/* Answers every queued request 503 with msg. */
+/* Refuses every queued request (503) with msg. */
 static void answer_queued(attnd_sched *s, const char *msg) {
+    attnd_error e;
+    attnd_set_error(&e, AERR_UNAVAILABLE, "%s", msg);
     for (int i = 0; i < s->o.n_models; i++) {
         for (;;) {
             pthread_mutex_lock(&s->mu);
@@ -771,7 +750,7 @@ static void answer_queued(attnd_sched *s, const char *msg) {
             if (r) q_remove(&s->q[i], r);
             pthread_mutex_unlock(&s->mu);
             if (!r) break;
-            answer_error(s, r, AERR_UNAVAILABLE, msg);
+            deliver(s, r, &e);
         }
     }
 }
@@ -840,6 +819,7 @@ void attnd_sched_free(attnd_sched *s) {
     free(w->batch);
     free(w->expired);
     free(w->keep);
+    free(w->left);
     free(w->answers);
     free(w->who);
     free(s->q);
@@ -868,9 +848,11 @@ attnd_sched *attnd_sched_new(const attnd_sched_opts *o, char *err, size_t errlen
     s->w.batch = calloc((size_t)cap, sizeof(*s->w.batch));
     s->w.expired = calloc((size_t)cap, sizeof(*s->w.expired));
     s->w.keep = calloc((size_t)cap, sizeof(*s->w.keep));
+    s->w.left = calloc((size_t)cap, sizeof(*s->w.left));
     s->w.answers = calloc((size_t)cap, sizeof(*s->w.answers));
     s->w.who = calloc((size_t)cap, sizeof(*s->w.who));
-    if (!s->q || !s->w.batch || !s->w.expired || !s->w.keep || !s->w.answers || !s->w.who) {
+    if (!s->q || !s->w.batch || !s->w.expired || !s->w.keep || !s->w.left || !s->w.answers ||
+        !s->w.who) {
         snprintf(err, errlen, "out of memory starting the scheduler");
         goto fail;
     }

@@ -7,10 +7,13 @@
  * for company first, when that is set), packs the sequences without padding
  * into one attn_batch, computes it and writes the answers, each step spread
  * over the whole pool; requests that arrive meanwhile form the next batch.
- * Answers go to the HTTP side through the finish callback (which resumes
- * the suspended connection). A sweeper thread answers 504 to queued
- * requests whose deadline passed and drops queued requests whose client
- * hung up. No HTTP library in here: the HTTP side sees only attnd_req.
+ * A sweeper thread answers queued requests whose deadline passed and drops
+ * those whose client left.
+ *
+ * It knows no HTTP: a request comes in as a job (attnd_req), its answer goes
+ * out as a reply of some kind (errors.h) through the finish callback, and
+ * whether a client left is the caller's to say, through the departed
+ * callback. The HTTP side embeds attnd_req in its own per-request struct.
  */
 #ifndef ATTND_SCHED_H
 #define ATTND_SCHED_H
@@ -34,8 +37,10 @@ typedef enum {
 
 typedef struct attnd_req attnd_req;
 
-/* One request on its way through the scheduler. The HTTP side embeds it as
- * the first member of its own per-request struct. */
+/* One job on its way through the scheduler: what to compute, its place in
+ * a queue, its times, and its answer. The HTTP side embeds it as the first
+ * member of its own per-request struct (which holds the socket and the
+ * rest of the connection's state). */
 struct attnd_req {
     atomic_int refs;               /* one for the connection, one for the scheduler while queued or
                                       running; the last unref calls free_fn */
@@ -47,16 +52,10 @@ struct attnd_req {
     /* set before admission */
     attnd_job job;        /* what to compute; owned */
     long long tokens;     /* B*(L+S), for the batch token limit */
-    int sock;             /* client socket, polled for hang-ups while queued; -1 = don't */
     uint64_t t_admit_us;  /* attnd_mono_us() at admission */
     uint64_t deadline_us; /* t_admit_us + request_timeout_ms */
-    /* the answer, written once by whoever finishes the request, before finish() */
-    int status;    /* HTTP status of the answer */
-    attnd_err err; /* AERR_NONE for 200 */
-    char *body;    /* malloc'd answer body; the HTTP side takes it */
-    size_t body_len;
-    size_t json_len;               /* > 0: the body is JSON of this length, then binary tensors */
-    int gone;                      /* 1: the client hung up: close, do not answer */
+    /* written once by whoever finishes the request, before finish() */
+    attnd_reply reply;             /* the answer; no body when the client left */
     uint64_t t_start_us, t_end_us; /* compute of its batch; 0 when it never ran */
     int batch_requests;            /* requests in that batch */
     struct attnd_step_req *step;   /* a KV-cache session step (steps.h), owned; NULL otherwise */
@@ -73,8 +72,15 @@ typedef struct {
     const attnd_model_info *info; /* (n_models) names and hyper-parameters; borrowed */
     int n_models;
     attnd_metrics *metrics; /* borrowed */
-    attnd_finish_fn finish; /* the answer of r is ready; must not block */
+    attnd_finish_fn finish; /* r's reply is ready, or its client left; must not block */
     void *finish_arg;
+    /* Which of n requests lost their client: sets left[i] = 1 for each, and
+     * those are finished without a reply. Asked about queued requests by
+     * the sweeper every 20 ms (with the scheduler's mutex held) and
+     * about a batch's before it computes; must not block nor call the
+     * scheduler. NULL: clients never leave. */
+    void (*departed)(attnd_req *const *rs, int n, char *left, void *arg);
+    void *departed_arg;
 } attnd_sched_opts;
 
 typedef struct attnd_sched attnd_sched;
@@ -82,15 +88,16 @@ typedef struct attnd_sched attnd_sched;
 /* Starts the compute pool (attn_ctx_new(cfg->worker_threads), resolved
  * from the CPUs before: server/cpus.c), the batcher and the sweeper. */
 attnd_sched *attnd_sched_new(const attnd_sched_opts *o, char *err, size_t errlen);
-/* Queues r (its job, tokens and sock set). Takes a reference on success.
- * Returns 0, or -1 with e set (429 queue full, 503 stopping). */
+/* Queues r (its job and tokens set). Takes a reference on success.
+ * Returns 0, or -1 with e set (AERR_QUEUE_FULL, AERR_UNAVAILABLE when
+ * stopping). */
 int attnd_sched_submit(attnd_sched *s, attnd_req *r, attnd_error *e);
 /* The connection of r closed: drop its queued work. */
 void attnd_sched_cancel(attnd_sched *s, attnd_req *r);
 /* Draining: batches go out without waiting for company. */
 void attnd_sched_drain(attnd_sched *s);
-/* The drain deadline passed: every request still queued is answered 503
- * at once; running batches finish. */
+/* The drain deadline passed: every request still queued is refused
+ * (AERR_UNAVAILABLE) at once; running batches finish. */
 void attnd_sched_abort_queued(attnd_sched *s);
 /* Requests queued or running right now. */
 int attnd_sched_pending(attnd_sched *s);
@@ -101,12 +108,10 @@ void attnd_sched_depths(attnd_sched *s, int *depth);
  * answered). */
 void attnd_sched_metrics(attnd_sched *s, attnd_sbuf *b);
 /* Lets the workers empty the queues and joins every thread; requests still
- * queued then are answered 503. Later calls do nothing. NULL is fine. */
+ * queued then are refused (AERR_UNAVAILABLE). Later calls do nothing. NULL
+ * is fine. */
 void attnd_sched_stop(attnd_sched *s);
 /* Stops (when not yet stopped) and frees. NULL is fine. */
 void attnd_sched_free(attnd_sched *s);
-
-/* The answer body for an error (also used by the HTTP side). */
-void attnd_req_fail(attnd_req *r, const attnd_error *e);
 
 #endif

@@ -43,41 +43,37 @@ static int check_job(const attnd_job *job, const attnd_model_info *mi, attnd_err
     return 0;
 }
 
-static attnd_err status_err(attnd_session_status s) {
-    switch (s) {
-    case SESS_NOT_FOUND: return AERR_NOT_FOUND;
-    case SESS_BUSY:
-    case SESS_ID_TAKEN: return AERR_CONFLICT;
-    case SESS_BAD_ID: return AERR_BAD_REQUEST;
-    case SESS_FULL: return AERR_QUEUE_FULL;
-    case SESS_TOO_BIG:
-    case SESS_TOO_LONG: return AERR_TOO_LARGE;
-    default: return AERR_INTERNAL;
-    }
-}
+/* The kind of answer each refusal of the session table gets. */
+static const attnd_kind SESSION_KIND[] = {
+    [SESS_NOT_FOUND] = AERR_NOT_FOUND, [SESS_BUSY] = AERR_CONFLICT,
+    [SESS_FULL] = AERR_QUEUE_FULL,     [SESS_TOO_BIG] = AERR_TOO_LARGE,
+    [SESS_TOO_LONG] = AERR_TOO_LARGE,  [SESS_NOMEM] = AERR_INTERNAL,
+    [SESS_ID_TAKEN] = AERR_CONFLICT,   [SESS_BAD_ID] = AERR_BAD_REQUEST,
+};
 
-static int session_error(attnd_session_status s, const char *id, attnd_error *e) {
-    if (s == SESS_NOT_FOUND)
-        return attnd_set_error(e, AERR_NOT_FOUND, "session '%.40s': %s", id ? id : "",
-                               attnd_session_status_text(s));
-    return attnd_set_error(e, status_err(s), "%s", attnd_session_status_text(s));
-}
-
-/* Begins the open or the step of n rows of model mi. */
-static attnd_session_status begin(const attnd_step_env *se, int mi, int n, attnd_step_req *sr,
-                                  int *retry) {
+/* Begins the open or the step of n rows of model mi. Returns 0, or -1 with
+ * e saying why the session table refused (*retry set with a full one). */
+static int begin(const attnd_step_env *se, int mi, int n, attnd_step_req *sr, int *retry,
+                 attnd_error *e) {
     const attn_hparams *hp = &se->env->models[mi].hp;
     int G = hp->num_kv_heads ? hp->num_kv_heads : hp->num_heads;
     int D = hp->head_dim ? hp->head_dim : hp->embed_dim / hp->num_heads;
     int max_len = se->cfg->models[mi].max_positions ? se->cfg->models[mi].max_positions
                                                     : INT32_MAX / 2;
+    attnd_session_status s;
     if (se->id) {
         snprintf(sr->id, sizeof sr->id, "%s", se->id);
-        return attnd_session_begin(se->table, se->id, n, se->now, &sr->st, retry);
+        s = attnd_session_begin(se->table, se->id, n, se->now, &sr->st, retry);
+    } else {
+        sr->opened = 1;
+        s = attnd_session_open(se->table, mi, 2 * (size_t)G * D, n, max_len, se->now, se->want_id,
+                               sr->id, &sr->st, retry);
     }
-    sr->opened = 1;
-    return attnd_session_open(se->table, mi, 2 * (size_t)G * D, n, max_len, se->now, se->want_id,
-                              sr->id, &sr->st, retry);
+    if (s == SESS_OK) return 0;
+    if (s == SESS_NOT_FOUND)
+        return attnd_set_error(e, AERR_NOT_FOUND, ATTND_MSG_NO_SESSION, se->id ? se->id : "",
+                               attnd_session_status_text(s));
+    return attnd_set_error(e, SESSION_KIND[s], "%s", attnd_session_status_text(s));
 }
 
 int attnd_step_prepare(const attnd_step_env *se, const char *body, size_t len, attnd_job *job,
@@ -89,7 +85,9 @@ int attnd_step_prepare(const attnd_step_env *se, const char *body, size_t len, a
     attnd_sessions_expire(se->table, se->now);
     if (se->id) { /* a step: the session's model reads the body */
         int mi = attnd_session_model(se->table, se->id, se->now);
-        if (mi < 0) return session_error(SESS_NOT_FOUND, se->id, e);
+        if (mi < 0)
+            return attnd_set_error(e, AERR_NOT_FOUND, ATTND_MSG_NO_SESSION, se->id,
+                                   attnd_session_status_text(SESS_NOT_FOUND));
         if (attnd_parse_native(se->env, se->env->models[mi].name, body, len, job, e) < 0)
             return -1;
         return attnd_step_from_job(se, job, out, e, retry_after_s);
@@ -99,8 +97,7 @@ int attnd_step_prepare(const attnd_step_env *se, const char *body, size_t len, a
     if (prefix) return attnd_step_from_job(se, job, out, e, retry_after_s);
     /* an open with no prefix: nothing to compute */
     attnd_step_req sr = {.table = se->table};
-    attnd_session_status s = begin(se, job->model, 0, &sr, retry_after_s);
-    if (s != SESS_OK) return session_error(s, NULL, e);
+    if (begin(se, job->model, 0, &sr, retry_after_s, e) < 0) return -1;
     memcpy(opened_id, sr.id, sizeof sr.id);
     attnd_session_end(se->table, &sr.st, 1, se->now);
     return 0;
@@ -125,7 +122,9 @@ int attnd_step_from_job(const attnd_step_env *se, attnd_job *job, attnd_step_req
     sr->table = se->table;
     int mi = se->id ? attnd_session_model(se->table, se->id, se->now) : job->model;
     if (mi < 0 || check_job(job, &se->env->models[job->model], e) < 0) {
-        if (mi < 0) session_error(SESS_NOT_FOUND, se->id, e);
+        if (mi < 0)
+            attnd_set_error(e, AERR_NOT_FOUND, ATTND_MSG_NO_SESSION, se->id,
+                            attnd_session_status_text(SESS_NOT_FOUND));
         attnd_job_free(job);
         free(sr);
         return -1;
@@ -137,11 +136,10 @@ int attnd_step_from_job(const attnd_step_env *se, attnd_job *job, attnd_step_req
         free(sr);
         return -1;
     }
-    attnd_session_status s = begin(se, job->model, job->L, sr, retry_after_s);
-    if (s != SESS_OK) {
+    if (begin(se, job->model, job->L, sr, retry_after_s, e) < 0) {
         attnd_job_free(job);
         free(sr);
-        return session_error(s, se->id, e);
+        return -1;
     }
     job->S = sr->st.len + job->L;
     job->causal = 1;
@@ -237,12 +235,8 @@ static void step_written(void *arg, int a) {
     const attnd_answer *an = &b->answers[a];
     attnd_req *r = b->rs[b->who[a]];
     if (!an->body) return; /* out of memory: not ok, answered as a failure */
-    free(r->body);
-    r->body = an->body;
-    r->body_len = an->body_len;
-    r->json_len = an->json_len;
-    r->status = r->step->opened && r->job.api != API_V2 ? 201 : 200;
-    r->err = AERR_NONE;
+    attnd_reply_set(&r->reply, r->step->opened && r->job.api != API_V2 ? AOK_CREATED : AOK,
+                    an->body, an->body_len, an->json_len);
     b->ok[b->who[a]] = 1;
 }
 
@@ -284,7 +278,7 @@ static void steps_end(steps_run *b, uint64_t t0, uint64_t t1) {
             else
                 attnd_set_error(&e, AERR_INTERNAL, "compute failed: %.200s",
                                 b->err[0] ? b->err : "out of memory writing the answer");
-            attnd_req_fail(r, &e);
+            attnd_reply_error(&r->reply, &e);
         }
         r->t_start_us = t0;
         r->t_end_us = t1;

@@ -22,6 +22,10 @@
 
 typedef struct attnd_req attnd_req;
 
+/* The refusal of a session id the table does not hold: the id, then
+ * attnd_session_status_text(SESS_NOT_FOUND). */
+#define ATTND_MSG_NO_SESSION "session '%.40s': %s"
+
 /* A session step riding on a request (attnd_req.step). Owned by it. */
 typedef struct attnd_step_req {
     attnd_sessions *table;       /* borrowed */
@@ -60,8 +64,8 @@ int attnd_step_from_job(const attnd_step_env *se, attnd_job *job, attnd_step_req
 char *attnd_step_open_answer(const char *id, const char *model, size_t *len);
 
 /* Computes n requests that are steps of one model on the compute pool ctx
- * and writes each answer into its request (status, body; the session's id
- * and cached tokens in place, answer.c) over the same pool, or its error.
+ * and writes each answer into its request's reply (the session's id and
+ * cached tokens in place, answer.c) over the same pool, or its refusal.
  * Ends every step: kept when computed and written, dropped when not. */
 void attnd_steps_run(attn_ctx *ctx, const attn_model *m, const attnd_model_info *info,
                      attnd_req **rs, int n, uint64_t *t0, uint64_t *t1);

@@ -178,7 +178,7 @@ static int parse(const char *body, int n_models, const char *path_model, attnd_j
     return attnd_parse_native(&env, path_model, body, strlen(body), job, e);
 }
 
-static void native_refused(const char *body, attnd_err code, const char *w1, const char *w2) {
+static void native_refused(const char *body, attnd_kind code, const char *w1, const char *w2) {
     attnd_job job;
     attnd_error e;
     int rc = parse(body, 2, NULL, &job, &e);
@@ -455,7 +455,7 @@ END_TEST
 START_TEST(test_shape_products_overflow) {
     static const struct {
         const char *json;
-        attnd_err code;
+        attnd_kind code;
         const char *w;
     } cases[] = {
         {"{\"inputs\":[{\"name\":\"query\",\"shape\":[268435456,134217728,512],"
@@ -505,7 +505,7 @@ END_TEST
 
 /* The v2 body must be refused with 400 (or code) and a message that
  * starts with the path want. */
-static void v2_refused_at(const char *body, attnd_err code, const char *want) {
+static void v2_refused_at(const char *body, attnd_kind code, const char *want) {
     attnd_job job;
     attnd_error e;
     int rc = parse_v2(body, &job, &e);
@@ -724,7 +724,7 @@ START_TEST(test_session_open_bodies) {
     /* refusals: one road, the path first */
     static const struct {
         const char *body;
-        attnd_err code;
+        attnd_kind code;
         const char *starts;
     } bad[] = {
         {"", AERR_BAD_REQUEST, "model: required when more than one model is loaded"},

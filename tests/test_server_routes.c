@@ -85,9 +85,20 @@ START_TEST(test_open_routes) {
 END_TEST
 
 START_TEST(test_error_statuses_and_body) {
-    int want[AERR_COUNT] = {200, 400, 401, 404, 405, 413, 429, 500, 503, 504, 409};
-    for (int i = 0; i < AERR_COUNT; i++)
-        ck_assert_int_eq(attnd_err_status((attnd_err)i), want[i]);
+    int want[ATTND_KINDS] = {200, 201, 204, 204, 400, 401, 404, 405, 413, 429, 500, 503, 504, 409};
+    for (int i = 0; i < ATTND_KINDS; i++) {
+        ck_assert_int_eq(attnd_kind_status((attnd_kind)i), want[i]);
+        ck_assert_int_eq(attnd_kind_is_error((attnd_kind)i), want[i] >= 400);
+    }
+    /* the headers hang on the kind */
+    ck_assert_uint_eq(attnd_kind_headers(AERR_METHOD), ATTND_HDR_ALLOW);
+    ck_assert_uint_eq(attnd_kind_headers(AERR_UNAUTHORIZED), ATTND_HDR_AUTHENTICATE);
+    ck_assert_uint_eq(attnd_kind_headers(AERR_QUEUE_FULL), ATTND_HDR_RETRY_AFTER);
+    ck_assert_uint_eq(attnd_kind_headers(AERR_UNAVAILABLE), ATTND_HDR_RETRY_AFTER);
+    ck_assert_uint_eq(attnd_kind_headers(AOK_NO_CONTENT), ATTND_HDR_ALLOW);
+    ck_assert_uint_eq(attnd_kind_headers(AOK_PREFLIGHT), ATTND_HDR_ALLOW | ATTND_HDR_PREFLIGHT);
+    ck_assert_uint_eq(attnd_kind_headers(AOK), 0);
+    ck_assert_uint_eq(attnd_kind_headers(AERR_BAD_REQUEST), 0);
     size_t n = 0;
     char *b = attnd_error_body("query[2][5]: not a \"number\"", &n);
     ck_assert_str_eq(b, "{\"error\":\"query[2][5]: not a \\\"number\\\"\"}\n");
@@ -97,6 +108,15 @@ START_TEST(test_error_statuses_and_body) {
     ck_assert_int_eq(attnd_set_error(&e, AERR_TOO_LARGE, "%d > %d", 5, 4), -1);
     ck_assert_int_eq(e.code, AERR_TOO_LARGE);
     ck_assert_str_eq(e.msg, "5 > 4");
+    /* a refusal answered: its kind and its body, the old body freed */
+    attnd_reply a = {0};
+    attnd_reply_set(&a, AOK, strdup("{}"), 2, 0);
+    attnd_reply_error(&a, &e);
+    ck_assert_int_eq(a.kind, AERR_TOO_LARGE);
+    ck_assert_str_eq(a.body, "{\"error\":\"5 > 4\"}\n");
+    ck_assert_uint_eq(a.len, strlen(a.body));
+    attnd_reply_free(&a);
+    ck_assert_ptr_null(a.body);
 }
 END_TEST
 

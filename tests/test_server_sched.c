@@ -29,7 +29,7 @@ static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
 
 static void treq_free(attnd_req *r) {
     attnd_job_free(&r->job);
-    free(r->body);
+    attnd_reply_free(&r->reply);
     free(r);
 }
 
@@ -63,7 +63,6 @@ static treq *treq_new(void) {
     treq *t = calloc(1, sizeof(*t));
     atomic_init(&t->r.refs, 1);
     t->r.free_fn = treq_free;
-    t->r.sock = -1;
     return t;
 }
 
@@ -106,7 +105,7 @@ static void config(attnd_config *c, int batch_requests, int delay_us, int queue,
 
 static attnd_sched *sched_of(const attnd_config *c, attnd_metrics *mt) {
     attnd_metrics_init(mt);
-    attnd_sched_opts o = {c, &model, &info, 1, mt, on_done, NULL};
+    attnd_sched_opts o = {c, &model, &info, 1, mt, on_done, NULL, NULL, NULL};
     char err[256];
     attnd_sched *s = attnd_sched_new(&o, err, sizeof(err));
     ck_assert_msg(s != NULL, "%s", err);
@@ -117,9 +116,9 @@ static attnd_sched *sched_of(const attnd_config *c, attnd_metrics *mt) {
  * reference of this one request alone. */
 static void check_against_reference(treq *t, const float *q, const float *k, const float *v) {
     attnd_job *j = &t->r.job;
-    ck_assert_int_eq(t->r.status, 200);
+    ck_assert_int_eq(attnd_kind_status(t->r.reply.kind), 200);
     json_error_t je;
-    json_t *root = json_loads(t->r.body, 0, &je);
+    json_t *root = json_loads(t->r.reply.body, 0, &je);
     ck_assert_msg(root != NULL, "answer is not JSON: %s", je.text);
     int E = model.hp.embed_dim, H = model.hp.num_heads;
     size_t nout = (size_t)j->B * j->L * E;
@@ -258,14 +257,14 @@ START_TEST(test_full_queue_429_and_deadline_504) {
         t[i]->r.job.B = 1, t[i]->r.job.L = 2, t[i]->r.job.S = 2, t[i]->r.job.self = 1;
         t[i]->r.job.query = rnd_floats(16);
         t[i]->r.tokens = 4;
-        attnd_error e = {AERR_NONE, ""};
+        attnd_error e = {AOK, ""};
         int rc = attnd_sched_submit(s, &t[i]->r, &e);
         if (i < 2) {
             ck_assert_int_eq(rc, 0);
         } else {
             ck_assert_int_eq(rc, -1);
             ck_assert_int_eq(e.code, AERR_QUEUE_FULL);
-            ck_assert_int_eq(attnd_err_status(e.code), 429);
+            ck_assert_int_eq(attnd_kind_status(e.code), 429);
             ck_assert_ptr_nonnull(strstr(e.msg, "full"));
         }
     }
@@ -274,10 +273,10 @@ START_TEST(test_full_queue_429_and_deadline_504) {
     ck_assert_int_eq(depth, 2);
     for (int i = 0; i < 2; i++) {
         wait_done(t[i]);
-        ck_assert_int_eq(t[i]->r.status, 504);
-        ck_assert_int_eq(t[i]->r.err, AERR_TIMEOUT);
+        ck_assert_int_eq(attnd_kind_status(t[i]->r.reply.kind), 504);
+        ck_assert_int_eq(t[i]->r.reply.kind, AERR_TIMEOUT);
         ck_assert_uint_eq(t[i]->r.t_start_us, 0); /* never computed */
-        ck_assert_ptr_nonnull(strstr(t[i]->r.body, "\"error\""));
+        ck_assert_ptr_nonnull(strstr(t[i]->r.reply.body, "\"error\""));
     }
     /* answered by the timer, not at shutdown (which is 10 s away) */
     ck_assert_uint_lt(attnd_mono_us() - t0, 5000000);
@@ -359,7 +358,7 @@ START_TEST(test_lone_request_starts_at_once) {
     for (int i = 0; i < RUNS; i++) {
         treq *t = small_req(s, NULL);
         wait_done(t);
-        ck_assert_int_eq(t->r.status, 200);
+        ck_assert_int_eq(attnd_kind_status(t->r.reply.kind), 200);
         ck_assert_int_eq(t->r.batch_requests, 1);
         ck_assert_uint_ge(t->r.t_start_us, t->r.t_admit_us);
         within += t->r.t_start_us - t->r.t_admit_us <= 100;
@@ -407,7 +406,7 @@ START_TEST(test_requests_during_a_batch_form_the_next) {
     pthread_mutex_unlock(&mu);
     for (int i = 0; i < N; i++) {
         wait_done(t[i]);
-        ck_assert_int_eq(t[i]->r.status, 200);
+        ck_assert_int_eq(attnd_kind_status(t[i]->r.reply.kind), 200);
         ck_assert_int_eq(t[i]->r.batch_requests, N);
     }
     ck_assert_int_eq(g_hold->r.batch_requests, 1);

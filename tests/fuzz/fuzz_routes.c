@@ -140,14 +140,14 @@ enum { MAX_BODY = 1 << 20, BUDGET = 3 << 19 };
 
 /* What examine must decide: the refusal's kind and whether it goes out at
  * once. */
-static attnd_err expected(const attnd_server *s, const char *method, const char *path,
+static attnd_kind expected(const attnd_server *s, const char *method, const char *path,
                           const fake_headers *f, long long buffered, int *now) {
     attnd_route_match m;
     int st = attnd_route_find(method, path, s->cfg->n_cors_origins > 0, &m);
     *now = 0;
     if (st == 404) return AERR_NOT_FOUND;
     if (st == 405) return AERR_METHOD;
-    if (strcmp(method, "OPTIONS") == 0) return AERR_NONE;
+    if (strcmp(method, "OPTIONS") == 0) return AOK;
     int key = 1;
     if (s->api_key) {
         const char *a = f->authorization;
@@ -158,7 +158,7 @@ static attnd_err expected(const attnd_server *s, const char *method, const char 
     int compute = is_compute(m.route->id);
     if (compute && atomic_load(&s->state) != S_READY) return AERR_UNAVAILABLE;
     const char *cl = f->content_length;
-    if (!cl) return AERR_NONE;
+    if (!cl) return AOK;
     *now = 1;
     if (!cl[0] || strspn(cl, "0123456789") != strlen(cl)) return AERR_BAD_REQUEST;
     errno = 0;
@@ -166,7 +166,7 @@ static attnd_err expected(const attnd_server *s, const char *method, const char 
     if (errno == ERANGE || n > (unsigned long long)MAX_BODY) return AERR_TOO_LARGE;
     if (compute && (long long)n > BUDGET - buffered) return AERR_QUEUE_FULL;
     *now = 0;
-    return AERR_NONE;
+    return AOK;
 }
 
 static void check_examine(attnd_server *s, const char *method, const char *url,
@@ -180,14 +180,14 @@ static void check_examine(attnd_server *s, const char *method, const char *url,
     atomic_store(&s->buffered, buffered);
     examine(h, path);
     int now;
-    attnd_err want = expected(s, method, path, f, buffered, &now);
-    if (h->pre.code != want)
-        fprintf(stderr, "%s %s: examine said %d (%s), expected %d\n", method, path, h->pre.code,
-                h->pre.msg, want);
-    CHECK(h->pre.code == want);
+    attnd_kind want = expected(s, method, path, f, buffered, &now);
+    if (h->err.code != want)
+        fprintf(stderr, "%s %s: examine said %d (%s), expected %d\n", method, path, h->err.code,
+                h->err.msg, want);
+    CHECK(h->err.code == want);
     CHECK(h->refuse_now == now);
-    CHECK((h->pre.code == AERR_NONE) == (h->pre.msg[0] == '\0'));
-    CHECK(memchr(h->pre.msg, '\0', sizeof(h->pre.msg)) != NULL);
+    CHECK((h->err.code == AOK) == (h->err.msg[0] == '\0'));
+    CHECK(memchr(h->err.msg, '\0', sizeof(h->err.msg)) != NULL);
     CHECK(h->in.cap <= BODY_RESERVE_MAX);
     /* the origin echoed: only one configured (or any, with "*") */
     const char *o = f->origin;

@@ -34,7 +34,7 @@ static const attnd_parse_env FUZZ_ENV = {FUZZ_MODELS, 2, 4096, 1 << 16};
 
 /* A refusal: a known kind and a non-empty sentence. */
 static void fuzz_check_refusal(const attnd_error *e, const attnd_job *job) {
-    FUZZ_CHECK(e->code > AERR_NONE && e->code < AERR_COUNT);
+    FUZZ_CHECK(attnd_kind_is_error(e->code) && e->code < ATTND_KINDS);
     FUZZ_CHECK(e->msg[0] != '\0');
     FUZZ_CHECK(memchr(e->msg, '\0', sizeof(e->msg)) != NULL);
     FUZZ_CHECK(job->query == NULL && job->key == NULL && job->kpm == NULL);
