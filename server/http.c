@@ -200,9 +200,9 @@ static const char *cors_origin(const attnd_server *s, struct MHD_Connection *c) 
     return NULL;
 }
 
-static int is_compute(attnd_route_id id) {
-    return id == R_ATTENTION || id == R_MODEL_ATTENTION || id == R_V2_INFER ||
-           id == R_V2_VINFER || id == R_SESSIONS || id == R_SESSION_STEP;
+/* 1 when h's route has flag (routes.c); none for a path no route matches. */
+static int route_has(const hreq *h, unsigned flag) {
+    return h->rm.route && (h->rm.route->flags & flag);
 }
 
 /* ---- sending: the one road every answer takes ---- */
@@ -325,7 +325,7 @@ static int ready(hreq *h, int says_starting) {
 }
 
 /* GET /health */
-static int attnd_handle_health(hreq *h) {
+int attnd_handle_health(hreq *h) {
     if (ready(h, 1) < 0) return -1;
     static const char ok[] = "{\"status\":\"ok\"}\n";
     attnd_reply_borrow(&h->r.reply, AOK, ok, sizeof ok - 1);
@@ -335,26 +335,26 @@ static int attnd_handle_health(hreq *h) {
 /* GET /v2/health/live: the protocol's health answers are their status,
  * with an empty body (docs/api.md, "Open Inference Protocol: MUST and
  * SHOULD"). */
-static int attnd_handle_v2_live(hreq *h) {
+int attnd_handle_v2_live(hreq *h) {
     attnd_reply_borrow(&h->r.reply, AOK, "", 0);
     return 0;
 }
 
 /* GET /v2/health/ready */
-static int attnd_handle_v2_ready(hreq *h) {
+int attnd_handle_v2_ready(hreq *h) {
     if (ready(h, 1) < 0) return -1;
     attnd_reply_borrow(&h->r.reply, AOK, "", 0);
     return 0;
 }
 
 /* GET /v1/models */
-static int attnd_handle_models(hreq *h) {
+int attnd_handle_models(hreq *h) {
     attnd_reply_borrow(&h->r.reply, AOK, h->srv->models_body, strlen(h->srv->models_body));
     return 0;
 }
 
 /* GET /metrics */
-static int attnd_handle_metrics(hreq *h) {
+int attnd_handle_metrics(hreq *h) {
     attnd_server *s = h->srv;
     int *depth = calloc((size_t)s->n_models, sizeof(int));
     attnd_sbuf b;
@@ -374,19 +374,19 @@ static int attnd_handle_metrics(hreq *h) {
 }
 
 /* GET /openapi.json */
-static int attnd_handle_openapi(hreq *h) {
+int attnd_handle_openapi(hreq *h) {
     attnd_reply_borrow(&h->r.reply, AOK, attnd_openapi_json, attnd_openapi_json_len);
     return 0;
 }
 
 /* GET /v2 */
-static int attnd_handle_v2(hreq *h) {
+int attnd_handle_v2(hreq *h) {
     attnd_reply_borrow(&h->r.reply, AOK, h->srv->v2_body, strlen(h->srv->v2_body));
     return 0;
 }
 
 /* GET /v2/models/{name} and /v2/models/{name}/versions/{version} */
-static int attnd_handle_v2_model(hreq *h) {
+int attnd_handle_v2_model(hreq *h) {
     int mi = path_model(h);
     if (mi < 0) return -1;
     const char *body = h->srv->v2_model_body[mi];
@@ -395,7 +395,7 @@ static int attnd_handle_v2_model(hreq *h) {
 }
 
 /* GET /v2/models/{name}/ready and its versions/{version} form */
-static int attnd_handle_v2_model_ready(hreq *h) {
+int attnd_handle_v2_model_ready(hreq *h) {
     if (path_model(h) < 0 || ready(h, 0) < 0) return -1;
     attnd_reply_borrow(&h->r.reply, AOK, "", 0);
     return 0;
@@ -421,7 +421,7 @@ static int submit(hreq *h) {
 }
 
 /* DELETE /v1/sessions/{id} */
-static int attnd_handle_session_delete(hreq *h) {
+int attnd_handle_session_delete(hreq *h) {
     attnd_server *s = h->srv;
     if (attnd_session_delete(s->sessions, h->rm.name, attnd_step_now()) != SESS_OK)
         return attnd_set_error(&h->err, AERR_NOT_FOUND, ATTND_MSG_NO_SESSION, h->rm.name,
@@ -452,13 +452,13 @@ static int session_route(hreq *h, const char *id, const char *want_id) {
 }
 
 /* POST /v1/sessions: its id from X-Session-Id when given */
-static int attnd_handle_session_open(hreq *h) {
+int attnd_handle_session_open(hreq *h) {
     return session_route(
         h, NULL, MHD_lookup_connection_value(h->conn, MHD_HEADER_KIND, "X-Session-Id"));
 }
 
 /* POST /v1/sessions/{id}/attention */
-static int attnd_handle_session_step(hreq *h) {
+int attnd_handle_session_step(hreq *h) {
     return session_route(h, h->rm.name, NULL);
 }
 
@@ -485,7 +485,7 @@ static int v2_session(hreq *h) {
 }
 
 /* POST /v1/attention and /v1/models/{name}/attention */
-static int attnd_handle_attention(hreq *h) {
+int attnd_handle_attention(hreq *h) {
     attnd_server *s = h->srv;
     const char *path_model = h->rm.name[0] ? h->rm.name : NULL;
     int rc = attnd_parse_native(&s->env, path_model, h->in.p ? h->in.p : "", h->in.len,
@@ -499,7 +499,7 @@ static int attnd_handle_attention(hreq *h) {
 /* POST /v2/models/{name}/infer and its versions/{version} form; the body
  * may carry the binary data extension (Inference-Header-Content-Length:
  * its JSON part's length). */
-static int attnd_handle_v2_infer(hreq *h) {
+int attnd_handle_v2_infer(hreq *h) {
     attnd_server *s = h->srv;
     if (h->rm.version[0] && strcmp(h->rm.version, "1") != 0)
         return attnd_set_error(&h->err, AERR_NOT_FOUND,
@@ -522,32 +522,6 @@ static int attnd_handle_v2_infer(hreq *h) {
     return submit(h);
 }
 
-/* The handler of h's route. */
-static int handle(hreq *h) {
-    switch (h->rid) {
-    case R_ATTENTION:
-    case R_MODEL_ATTENTION: return attnd_handle_attention(h);
-    case R_V1_MODELS: return attnd_handle_models(h);
-    case R_HEALTH: return attnd_handle_health(h);
-    case R_METRICS: return attnd_handle_metrics(h);
-    case R_OPENAPI: return attnd_handle_openapi(h);
-    case R_V2: return attnd_handle_v2(h);
-    case R_V2_LIVE: return attnd_handle_v2_live(h);
-    case R_V2_READY: return attnd_handle_v2_ready(h);
-    case R_V2_MODEL:
-    case R_V2_VMODEL: return attnd_handle_v2_model(h);
-    case R_V2_MODEL_READY:
-    case R_V2_VMODEL_READY: return attnd_handle_v2_model_ready(h);
-    case R_V2_INFER:
-    case R_V2_VINFER: return attnd_handle_v2_infer(h);
-    case R_SESSIONS: return attnd_handle_session_open(h);
-    case R_SESSION_STEP: return attnd_handle_session_step(h);
-    case R_SESSION: return attnd_handle_session_delete(h);
-    default: break;
-    }
-    return attnd_set_error(&h->err, AERR_INTERNAL, "no handler for this route");
-}
-
 /* OPTIONS on a route, with CORS on: the route's methods (Allow), and the
  * preflight's headers when the origin is allowed. */
 static int preflight(hreq *h) {
@@ -560,11 +534,11 @@ static int preflight(hreq *h) {
 static enum MHD_Result dispatch(hreq *h) {
     int rc = -1;
     if (h->err.code != AOK)
-        rc = -1;
+        rc = -1; /* refused before its handler */
     else if (strcmp(h->method, "OPTIONS") == 0)
         rc = preflight(h);
     else
-        rc = handle(h);
+        rc = h->rm.route->handle(h);
     if (rc < 0)
         attnd_reply_error(&h->r.reply, &h->err);
     else if (h->phase == P_WAIT)
@@ -579,11 +553,10 @@ static enum MHD_Result dispatch(hreq *h) {
 /* The model an attention request is for, when its header lines tell (the
  * path names it, or only one is served); -1 when only its body can. */
 static int target_model(const attnd_server *s, const hreq *h) {
-    if (h->rid == R_MODEL_ATTENTION || h->rid == R_V2_INFER || h->rid == R_V2_VINFER) {
-        attnd_error later; /* an unknown model is refused once the body is read */
-        return attnd_find_model(&s->env, h->rm.name, &later);
-    }
-    return h->rid == R_ATTENTION && s->n_models == 1 ? 0 : -1;
+    if (!route_has(h, ROUTE_QUEUE_FIRST)) return -1;
+    if (!h->rm.name[0]) return s->n_models == 1 ? 0 : -1;
+    attnd_error later; /* an unknown model is refused once the body is read */
+    return attnd_find_model(&s->env, h->rm.name, &later);
 }
 
 /* 1 when the request's model is known and its queue is full now: the 429 it
@@ -627,13 +600,13 @@ static void examine(hreq *h, const char *url) {
         return;
     }
     if (strcmp(h->method, "OPTIONS") == 0) return; /* preflights carry no credentials */
-    if (s->api_key && !h->rm.route->open &&
+    if (s->api_key && !route_has(h, ROUTE_OPEN) &&
         !key_ok(s, MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization"))) {
         attnd_set_error(&h->err, AERR_UNAUTHORIZED,
                         "missing or wrong API key: send Authorization: Bearer <key>");
         return;
     }
-    if (is_compute(h->rid) && atomic_load(&s->state) != S_READY) {
+    if (route_has(h, ROUTE_COMPUTE) && atomic_load(&s->state) != S_READY) {
         attnd_set_error(&h->err, AERR_UNAVAILABLE, "the server is draining");
         return;
     }
@@ -662,11 +635,11 @@ static void examine(hreq *h, const char *url) {
         }
         long long n = (long long)v; /* at most max_body_bytes (2^34) */
         long long room = s->cfg->max_buffered_body_bytes - atomic_load(&s->buffered);
-        if (n > room && is_compute(h->rid)) {
+        if (n > room && route_has(h, ROUTE_COMPUTE)) {
             attnd_set_error(&h->err, AERR_QUEUE_FULL, MSG_BUDGET, n,
                             s->cfg->max_buffered_body_bytes);
             h->refuse_now = 1;
-        } else if (n > 0 && is_compute(h->rid)) {
+        } else if (n > 0 && route_has(h, ROUTE_COMPUTE)) {
             /* a declaration reserves nothing: memory follows the bytes that arrive */
             /* room for n bytes and the NUL: at most BODY_RESERVE_MAX (attnd_sbuf rounds to a
              * power of two, so n + 1 past it would double the reserve) */

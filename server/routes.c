@@ -5,53 +5,35 @@
 #include <string.h>
 #include <strings.h>
 
+/* compute whose model the header lines tell */
+#define MODEL_COMPUTE (ROUTE_COMPUTE | ROUTE_QUEUE_FIRST)
+
 // clang-format off
 const attnd_route attnd_routes[R_COUNT] = {
-    {R_ATTENTION,       "POST", "/v1/attention",                               0},
-    {R_MODEL_ATTENTION, "POST", "/v1/models/{name}/attention",                 0},
-    {R_V1_MODELS,       "GET",  "/v1/models",                                  0},
-    {R_HEALTH,          "GET",  "/health",                                     1},
-    {R_METRICS,         "GET",  "/metrics",                                    1},
-    {R_OPENAPI,         "GET",  "/openapi.json",                               0},
-    {R_V2,              "GET",  "/v2",                                         0},
-    {R_V2_LIVE,         "GET",  "/v2/health/live",                             1},
-    {R_V2_READY,        "GET",  "/v2/health/ready",                            1},
-    {R_V2_MODEL,        "GET",  "/v2/models/{name}",                           0},
-    {R_V2_MODEL_READY,  "GET",  "/v2/models/{name}/ready",                     0},
-    {R_V2_INFER,        "POST", "/v2/models/{name}/infer",                     0},
-    {R_V2_VMODEL,       "GET",  "/v2/models/{name}/versions/{version}",        0},
-    {R_V2_VMODEL_READY, "GET",  "/v2/models/{name}/versions/{version}/ready",  0},
-    {R_V2_VINFER,       "POST", "/v2/models/{name}/versions/{version}/infer",  0},
-    {R_SESSIONS,        "POST", "/v1/sessions",                                0},
-    {R_SESSION_STEP,    "POST", "/v1/sessions/{name}/attention",               0},
-    {R_SESSION,       "DELETE", "/v1/sessions/{name}",                         0},
+/*   id                  method    pattern                                      handler                      label                                       flags */
+    {R_ATTENTION,       "POST",   "/v1/attention",                              attnd_handle_attention,      "/v1/attention",                            MODEL_COMPUTE},
+    {R_MODEL_ATTENTION, "POST",   "/v1/models/{name}/attention",                attnd_handle_attention,      "/v1/models/:name/attention",               MODEL_COMPUTE},
+    {R_V1_MODELS,       "GET",    "/v1/models",                                 attnd_handle_models,         "/v1/models",                               0},
+    {R_HEALTH,          "GET",    "/health",                                    attnd_handle_health,         "/health",                                  ROUTE_OPEN},
+    {R_METRICS,         "GET",    "/metrics",                                   attnd_handle_metrics,        "/metrics",                                 ROUTE_OPEN},
+    {R_OPENAPI,         "GET",    "/openapi.json",                              attnd_handle_openapi,        "/openapi.json",                            0},
+    {R_V2,              "GET",    "/v2",                                        attnd_handle_v2,             "/v2",                                      0},
+    {R_V2_LIVE,         "GET",    "/v2/health/live",                            attnd_handle_v2_live,        "/v2/health/live",                          ROUTE_OPEN},
+    {R_V2_READY,        "GET",    "/v2/health/ready",                           attnd_handle_v2_ready,       "/v2/health/ready",                         ROUTE_OPEN},
+    {R_V2_MODEL,        "GET",    "/v2/models/{name}",                          attnd_handle_v2_model,       "/v2/models/:name",                         0},
+    {R_V2_MODEL_READY,  "GET",    "/v2/models/{name}/ready",                    attnd_handle_v2_model_ready, "/v2/models/:name/ready",                   0},
+    {R_V2_INFER,        "POST",   "/v2/models/{name}/infer",                    attnd_handle_v2_infer,       "/v2/models/:name/infer",                   MODEL_COMPUTE},
+    {R_V2_VMODEL,       "GET",    "/v2/models/{name}/versions/{version}",       attnd_handle_v2_model,       "/v2/models/:name/versions/:version",       0},
+    {R_V2_VMODEL_READY, "GET",    "/v2/models/{name}/versions/{version}/ready", attnd_handle_v2_model_ready, "/v2/models/:name/versions/:version/ready", 0},
+    {R_V2_VINFER,       "POST",   "/v2/models/{name}/versions/{version}/infer", attnd_handle_v2_infer,       "/v2/models/:name/versions/:version/infer", MODEL_COMPUTE},
+    {R_SESSIONS,        "POST",   "/v1/sessions",                               attnd_handle_session_open,   "/v1/sessions",                             ROUTE_COMPUTE},
+    {R_SESSION_STEP,    "POST",   "/v1/sessions/{name}/attention",              attnd_handle_session_step,   "/v1/sessions/:id/attention",               ROUTE_COMPUTE},
+    {R_SESSION,         "DELETE", "/v1/sessions/{name}",                        attnd_handle_session_delete, "/v1/sessions/:id",                         0},
 };
 // clang-format on
 
-/* Patterns with {x} written :x, which every Prometheus parser takes. */
-static const char *const LABELS[R_COUNT] = {
-    "/v1/attention",
-    "/v1/models/:name/attention",
-    "/v1/models",
-    "/health",
-    "/metrics",
-    "/openapi.json",
-    "/v2",
-    "/v2/health/live",
-    "/v2/health/ready",
-    "/v2/models/:name",
-    "/v2/models/:name/ready",
-    "/v2/models/:name/infer",
-    "/v2/models/:name/versions/:version",
-    "/v2/models/:name/versions/:version/ready",
-    "/v2/models/:name/versions/:version/infer",
-    "/v1/sessions",
-    "/v1/sessions/:id/attention",
-    "/v1/sessions/:id",
-};
-
 const char *attnd_route_label(attnd_route_id id) {
-    return id < R_COUNT ? LABELS[id] : "unknown";
+    return id < R_COUNT ? attnd_routes[id].label : "unknown";
 }
 
 /* Matches one pattern; fills the captures of m on success. */

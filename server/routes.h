@@ -1,5 +1,7 @@
-/* routes.h - the route table: every path attnd answers, one line each, and
- * the matcher that turns (method, path) into a route, a 404 or a 405.
+/* routes.h - the route table: every path attnd answers, one line each
+ * (method, pattern, handler, metrics label, flags), and the matcher that
+ * turns (method, path) into a route, a 404 or a 405. The handlers are
+ * http.c's; this file knows no HTTP library.
  */
 #ifndef ATTND_ROUTES_H
 #define ATTND_ROUTES_H
@@ -29,11 +31,29 @@ typedef enum {
     R_UNKNOWN = R_COUNT /* metrics label for paths no route matches */
 } attnd_route_id;
 
+/* What the HTTP side does with a route besides calling its handler. */
+enum {
+    ROUTE_OPEN = 1,       /* answered without the API key */
+    ROUTE_COMPUTE = 2,    /* its body becomes a job: refused while draining, counted against
+                             the body budget as it arrives */
+    ROUTE_QUEUE_FIRST = 4 /* its model ({name}, or the only one) is known before the body:
+                             a full queue refuses it before the body is read */
+};
+
+/* http.c's request, which every handler answers. */
+typedef struct attnd_http_req attnd_http_req;
+/* Answers the request into its reply, or queues it; returns 0, or -1 with
+ * the request's error set (http.c sends either). */
+typedef int (*attnd_route_fn)(attnd_http_req *h);
+
 typedef struct {
     attnd_route_id id;
-    const char *method;  /* "GET" (HEAD too), "POST" or "DELETE" */
-    const char *pattern; /* {name} and {version} match one non-empty segment */
-    int open;            /* 1: answered without the API key */
+    const char *method;    /* "GET" (HEAD too), "POST" or "DELETE" */
+    const char *pattern;   /* {name} and {version} match one non-empty segment */
+    attnd_route_fn handle; /* http.c */
+    const char *label;     /* for metrics: the pattern with {x} written :x, which every
+                              Prometheus parser takes */
+    unsigned flags;        /* ROUTE_* */
 } attnd_route;
 
 extern const attnd_route attnd_routes[R_COUNT];
@@ -53,7 +73,23 @@ typedef struct {
  * m->status. */
 int attnd_route_find(const char *method, const char *path, int options, attnd_route_match *m);
 
-/* The label metrics use for a route id: its pattern, or "unknown". */
+/* The label metrics use for a route id: its row's, or "unknown". */
 const char *attnd_route_label(attnd_route_id id);
+
+/* The handlers of the table, one per route or pair of routes (http.c). */
+int attnd_handle_attention(attnd_http_req *h);      /* native compute */
+int attnd_handle_models(attnd_http_req *h);
+int attnd_handle_health(attnd_http_req *h);
+int attnd_handle_metrics(attnd_http_req *h);
+int attnd_handle_openapi(attnd_http_req *h);
+int attnd_handle_v2(attnd_http_req *h);             /* server metadata */
+int attnd_handle_v2_live(attnd_http_req *h);
+int attnd_handle_v2_ready(attnd_http_req *h);
+int attnd_handle_v2_model(attnd_http_req *h);       /* model metadata */
+int attnd_handle_v2_model_ready(attnd_http_req *h);
+int attnd_handle_v2_infer(attnd_http_req *h);       /* v2 compute, sessions included */
+int attnd_handle_session_open(attnd_http_req *h);
+int attnd_handle_session_step(attnd_http_req *h);
+int attnd_handle_session_delete(attnd_http_req *h);
 
 #endif

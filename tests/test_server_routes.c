@@ -78,9 +78,49 @@ END_TEST
 START_TEST(test_open_routes) {
     for (int i = 0; i < R_COUNT; i++) {
         int open = i == R_HEALTH || i == R_METRICS || i == R_V2_LIVE || i == R_V2_READY;
-        ck_assert_msg(attnd_routes[i].open == open, "%s open=%d", attnd_routes[i].pattern,
-                      attnd_routes[i].open);
+        int is_open = (attnd_routes[i].flags & ROUTE_OPEN) != 0;
+        ck_assert_msg(is_open == open, "%s open=%d", attnd_routes[i].pattern, is_open);
     }
+}
+END_TEST
+
+/* Every row has its handler, its label is its pattern as Prometheus takes
+ * it ({x} written :x; a session's {name} is its id), the POST routes are
+ * the ones that compute, and those whose model the path tells (or the only
+ * one) check its queue first. */
+START_TEST(test_rows) {
+    for (int i = 0; i < R_COUNT; i++) {
+        const attnd_route *r = &attnd_routes[i];
+        ck_assert_ptr_nonnull(r->handle);
+        char want[256];
+        size_t k = 0;
+        int session = strncmp(r->pattern, "/v1/sessions/", 13) == 0;
+        for (const char *p = r->pattern; *p;) {
+            if (*p == '{') {
+                const char *end = strchr(p, '}');
+                const char *word = session ? "id" : p + 1;
+                size_t n = session ? 2 : (size_t)(end - p - 1);
+                want[k++] = ':';
+                memcpy(want + k, word, n);
+                k += n;
+                p = end + 1;
+            } else {
+                want[k++] = *p++;
+            }
+        }
+        want[k] = '\0';
+        ck_assert_str_eq(r->label, want);
+        ck_assert_str_eq(attnd_route_label((attnd_route_id)i), want);
+        int post = strcmp(r->method, "POST") == 0;
+        ck_assert_int_eq((r->flags & ROUTE_COMPUTE) != 0, post);
+        int first = i == R_ATTENTION || i == R_MODEL_ATTENTION || i == R_V2_INFER ||
+                    i == R_V2_VINFER;
+        ck_assert_int_eq((r->flags & ROUTE_QUEUE_FIRST) != 0, first);
+    }
+    ck_assert_str_eq(attnd_route_label(R_UNKNOWN), "unknown");
+    /* one handler serves a route and its versions/{version} twin */
+    ck_assert_ptr_eq(attnd_routes[R_V2_INFER].handle, attnd_routes[R_V2_VINFER].handle);
+    ck_assert_ptr_eq(attnd_routes[R_ATTENTION].handle, attnd_routes[R_MODEL_ATTENTION].handle);
 }
 END_TEST
 
@@ -163,6 +203,7 @@ int main(void) {
     tcase_add_test(tc, test_unknown_paths_404);
     tcase_add_test(tc, test_head_and_options);
     tcase_add_test(tc, test_open_routes);
+    tcase_add_test(tc, test_rows);
     tcase_add_test(tc, test_error_statuses_and_body);
     tcase_add_test(tc, test_metrics_text);
     suite_add_tcase(s, tc);

@@ -154,8 +154,10 @@ static attnd_kind expected(const attnd_server *s, const char *method, const char
         key = a && strncasecmp(a, "Bearer ", 7) == 0 &&
               strcmp(a + 7 + strspn(a + 7, " "), s->api_key) == 0;
     }
-    if (!m.route->open && !key) return AERR_UNAUTHORIZED;
-    int compute = is_compute(m.route->id);
+    int open = strcmp(path, "/health") == 0 || strcmp(path, "/metrics") == 0 ||
+               strncmp(path, "/v2/health/", 11) == 0;
+    if (!open && !key) return AERR_UNAUTHORIZED;
+    int compute = strcmp(m.route->method, "POST") == 0; /* every POST route computes */
     if (compute && atomic_load(&s->state) != S_READY) return AERR_UNAVAILABLE;
     const char *cl = f->content_length;
     if (!cl) return AOK;
