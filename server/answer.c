@@ -169,9 +169,7 @@ static void write_v2(sink *s, const attnd_job *job, const attnd_model_info *m, c
     int oshape[3], ashape[4];
     int orank = out_shape(job, m, oshape), arank = attn_shape(job, m, ashape);
     size_t nout = (size_t)job->B * job->L * m->hp.embed_dim;
-    uint64_t nattn;
-    attnd_attention_floats(job->B, job->L, job->S, job->weights, m->hp.num_heads, UINT64_MAX,
-                           &nattn); /* admitted: within max_attention_floats */
+    uint64_t nattn = attnd_job_attention_floats(job, m->hp.num_heads); /* admitted: it fits */
     int want_out = !job->v2_outputs || (job->v2_outputs & 1);
     int want_attn = job->weights != ATTN_WEIGHTS_NONE && job->attn;
     int bin_out = want_out && (job->v2_binary & 1), bin_attn = want_attn && (job->v2_binary & 2);
@@ -234,9 +232,7 @@ static void write_layout(sink *s, const attnd_job *job, const attnd_model_info *
 int attnd_write_answer(attnd_sbuf *b, const attnd_job *job, const attnd_model_info *m, const float *out,
                        const attnd_usage *u, size_t *json_len) {
     *json_len = 0;
-    uint64_t nattn;
-    attnd_attention_floats(job->B, job->L, job->S, job->weights, m->hp.num_heads, UINT64_MAX,
-                           &nattn); /* admitted: within max_attention_floats */
+    uint64_t nattn = attnd_job_attention_floats(job, m->hp.num_heads); /* admitted: it fits */
     size_t floats = (size_t)job->B * job->L * m->hp.embed_dim + (job->attn ? nattn : 0);
     /* one allocation: at most 16 bytes a number as text, 6 as base64 */
     attnd_sb_reserve(b, 256 + floats * (job->enc == ENC_BASE64 && job->api == API_NATIVE ? 6 : 17));

@@ -55,16 +55,31 @@ long long attnd_job_tokens(const attnd_job *job) {
     return (long long)job->B * ((long long)job->L + job->S);
 }
 
-int attnd_attention_floats(int B, int L, int S, attn_weights_mode mode, int H, uint64_t limit,
-                           uint64_t *n) {
+uint64_t attnd_attention_floats(int B, int L, int S, attn_weights_mode mode, int H) {
     uint64_t r;
-    if (sz_mul((uint64_t)B, (uint64_t)L, limit, &r) < 0 || sz_mul(r, (uint64_t)S, limit, &r) < 0 ||
-        sz_mul(r, mode == ATTN_WEIGHTS_HEADS ? (uint64_t)H : 1, limit, &r) < 0) {
-        *n = r;
-        return -1;
-    }
-    *n = mode == ATTN_WEIGHTS_NONE ? 0 : r;
-    return 0;
+    if (sz_mul((uint64_t)B, (uint64_t)L, UINT64_MAX, &r) < 0 ||
+        sz_mul(r, (uint64_t)S, UINT64_MAX, &r) < 0 ||
+        sz_mul(r, mode == ATTN_WEIGHTS_HEADS ? (uint64_t)H : 1, UINT64_MAX, &r) < 0)
+        return UINT64_MAX;
+    return mode == ATTN_WEIGHTS_NONE ? 0 : r;
+}
+
+uint64_t attnd_job_attention_floats(const attnd_job *job, int H) {
+    return attnd_attention_floats(job->B, job->L, job->S, job->weights, H);
+}
+
+int attnd_attention_limit(const attnd_parse_env *env, const attnd_job *job, int session,
+                          attnd_error *e) {
+    uint64_t n = attnd_job_attention_floats(job, env->models[job->model].hp.num_heads);
+    long long max = env->max_attention_floats;
+    if (n <= (uint64_t)max) return 0;
+    if (session)
+        return attnd_set_error(e, AERR_TOO_LARGE,
+                               "attention: %d rows over %d cached tokens ask for more than %lld "
+                               "floats (limits.max_attention_floats); ask for \"none\" or \"mean\"",
+                               job->L, job->S, max);
+    return attnd_set_error(e, AERR_TOO_LARGE, "attention matrix of %s%llu floats, the limit is %lld",
+                           n == UINT64_MAX ? "more than " : "", (unsigned long long)n, max);
 }
 
 void attnd_job_free(attnd_job *job) {
@@ -189,140 +204,165 @@ static int32_t *positions_of(const attnd_tensor *p, int B, int L) {
     return out;
 }
 
-/* The checks both APIs share: shapes against the model, masks against the
- * lengths, then the limits. Moves the tensors into job. */
-static int build_job(const attnd_parse_env *env, const char *path_model, collected *c,
-                     attnd_job *job, attnd_error *e) {
-    int mi = resolve_model(env, path_model, c, e);
-    if (mi < 0) return -1;
-    const attnd_model_info *m = &env->models[mi];
-    const attn_hparams *hp = &m->hp;
-    attnd_tensor *q = &c->t[T_QUERY], *k = &c->t[T_KEY], *v = &c->t[T_VALUE];
-    attnd_tensor *kpm = &c->t[T_KPM], *am = &c->t[T_MASK];
-    const char *const *lb = c->label;
+/* ---- build_job's steps: each checks one part of what the body holds
+ * against the model, in the order the refusals are given, and notes what
+ * it learnt in job (its dimensions before its buffers) ---- */
 
+/* The query: L×E or B×L×E rows of embed_dim numbers. Sets B, L, rank3. */
+static int check_query(const collected *c, const attnd_model_info *m, attnd_job *job,
+                       attnd_error *e) {
+    const attnd_tensor *q = &c->t[T_QUERY];
+    const char *lb = c->label[T_QUERY];
     if (!c->given[T_QUERY]) return attnd_set_error(e, AERR_BAD_REQUEST, "query: required");
     if (q->rank != 2 && q->rank != 3)
         return attnd_set_error(e, AERR_BAD_REQUEST, "%s: expected L×E or B×L×E, got %d dimension%s",
-                               lb[T_QUERY], q->rank, q->rank == 1 ? "" : "s");
-    int r3 = q->rank == 3;
-    int B = r3 ? q->shape[0] : 1, L = q->shape[q->rank - 2];
-    if (q->shape[q->rank - 1] != hp->embed_dim)
+                               lb, q->rank, q->rank == 1 ? "" : "s");
+    job->rank3 = q->rank == 3;
+    job->B = job->rank3 ? q->shape[0] : 1;
+    job->L = q->shape[q->rank - 2];
+    if (q->shape[q->rank - 1] != m->hp.embed_dim)
         return attnd_set_error(e, AERR_BAD_REQUEST,
-                               "%s: rows have %d numbers, model '%s' has embed_dim %d", lb[T_QUERY],
-                               q->shape[q->rank - 1], m->name, hp->embed_dim);
-    int S = L;
+                               "%s: rows have %d numbers, model '%s' has embed_dim %d", lb,
+                               q->shape[q->rank - 1], m->name, m->hp.embed_dim);
+    return 0;
+}
+
+/* One role, key or value, when given: the query's rank and batch, `rows`
+ * rows when rows > 0 (a value has the key's), each of `width` numbers (the
+ * model's `dim`). */
+static int check_role(const collected *c, int role, const attnd_job *job, int rows, int width,
+                      const char *dim, const attnd_model_info *m, attnd_error *e) {
+    const attnd_tensor *t = &c->t[role];
+    int qrank = c->t[T_QUERY].rank;
+    const char *lb = c->label[role];
+    if (t->rank != qrank)
+        return attnd_set_error(e, AERR_BAD_REQUEST, "%s: has %d dimensions where query has %d",
+                               lb, t->rank, qrank);
+    if (job->rank3 && t->shape[0] != job->B)
+        return attnd_set_error(e, AERR_BAD_REQUEST, "%s: batch of %d where query has %d", lb,
+                               t->shape[0], job->B);
+    if (rows > 0 && t->shape[t->rank - 2] != rows)
+        return attnd_set_error(e, AERR_BAD_REQUEST, "%s: %d rows where key has %d", lb,
+                               t->shape[t->rank - 2], rows);
+    if (t->shape[t->rank - 1] != width)
+        return attnd_set_error(e, AERR_BAD_REQUEST, "%s: rows have %d numbers, model '%s' has %s %d",
+                               lb, t->shape[t->rank - 1], m->name, dim, width);
+    return 0;
+}
+
+/* key and value against the model: self-attention without a key (the
+ * model's widths must allow it), value = key without a value. Sets S and
+ * self. */
+static int check_key_value(const collected *c, const attnd_model_info *m, attnd_job *job,
+                           attnd_error *e) {
+    const attn_hparams *hp = &m->hp;
+    job->self = !c->given[T_KEY];
+    job->S = job->L;
     if (c->given[T_VALUE] && !c->given[T_KEY])
         return attnd_set_error(e, AERR_BAD_REQUEST, "value: given without key");
     if (c->given[T_KEY]) {
-        if (k->rank != q->rank)
-            return attnd_set_error(e, AERR_BAD_REQUEST, "%s: has %d dimensions where query has %d",
-                                   lb[T_KEY], k->rank, q->rank);
-        if (r3 && k->shape[0] != B)
-            return attnd_set_error(e, AERR_BAD_REQUEST, "%s: batch of %d where query has %d",
-                                   lb[T_KEY], k->shape[0], B);
-        if (k->shape[k->rank - 1] != hp->kdim)
-            return attnd_set_error(e, AERR_BAD_REQUEST,
-                                   "%s: rows have %d numbers, model '%s' has kdim %d", lb[T_KEY],
-                                   k->shape[k->rank - 1], m->name, hp->kdim);
-        S = k->shape[k->rank - 2];
+        if (check_role(c, T_KEY, job, 0, hp->kdim, "kdim", m, e) < 0) return -1;
+        job->S = c->t[T_KEY].shape[c->t[T_KEY].rank - 2];
     } else if (hp->kdim != hp->embed_dim || hp->vdim != hp->embed_dim) {
         return attnd_set_error(
             e, AERR_BAD_REQUEST,
             "key: required, model '%s' has kdim %d and vdim %d, not embed_dim %d", m->name,
             hp->kdim, hp->vdim, hp->embed_dim);
     }
-    if (c->given[T_VALUE]) {
-        if (v->rank != q->rank)
-            return attnd_set_error(e, AERR_BAD_REQUEST, "%s: has %d dimensions where query has %d",
-                                   lb[T_VALUE], v->rank, q->rank);
-        if (r3 && v->shape[0] != B)
-            return attnd_set_error(e, AERR_BAD_REQUEST, "%s: batch of %d where query has %d",
-                                   lb[T_VALUE], v->shape[0], B);
-        if (v->shape[v->rank - 2] != S)
-            return attnd_set_error(e, AERR_BAD_REQUEST, "%s: %d rows where key has %d", lb[T_VALUE],
-                                   v->shape[v->rank - 2], S);
-        if (v->shape[v->rank - 1] != hp->vdim)
-            return attnd_set_error(e, AERR_BAD_REQUEST,
-                                   "%s: rows have %d numbers, model '%s' has vdim %d", lb[T_VALUE],
-                                   v->shape[v->rank - 1], m->name, hp->vdim);
-    } else if (c->given[T_KEY] && hp->vdim != hp->kdim) {
+    if (c->given[T_VALUE]) return check_role(c, T_VALUE, job, job->S, hp->vdim, "vdim", m, e);
+    if (c->given[T_KEY] && hp->vdim != hp->kdim)
         return attnd_set_error(e, AERR_BAD_REQUEST,
                                "value: required, model '%s' has vdim %d, not kdim %d", m->name,
                                hp->vdim, hp->kdim);
-    }
+    return 0;
+}
+
+/* key_padding_mask, positions and attn_mask against B, L and S. Sets
+ * mask_per_seq. */
+static int check_masks(const collected *c, const attnd_model_info *m, attnd_job *job,
+                       attnd_error *e) {
+    const attnd_tensor *kpm = &c->t[T_KPM], *am = &c->t[T_MASK];
+    int B = job->B, L = job->L, S = job->S;
     if (c->given[T_KPM]) {
         if (!kpm->is_bool)
             return attnd_set_error(e, AERR_BAD_REQUEST, "%s: expected booleans (true = hidden)",
-                                   lb[T_KPM]);
+                                   c->label[T_KPM]);
         int ok = (kpm->rank == 1 && kpm->shape[0] == S) ||
                  (kpm->rank == 2 && kpm->shape[0] == B && kpm->shape[1] == S);
         if (!ok)
             return attnd_set_error(e, AERR_BAD_REQUEST,
-                                   "%s: expected %d booleans (S) or %d×%d (B×S)", lb[T_KPM], S, B,
-                                   S);
+                                   "%s: expected %d booleans (S) or %d×%d (B×S)", c->label[T_KPM],
+                                   S, B, S);
     }
-    int mask_per_seq = 0;
     if (check_positions(c, m, B, L, e) < 0) return -1;
     if (c->given[T_MASK]) {
         int ok2 = am->rank == 2 && am->shape[0] == L && am->shape[1] == S;
         int ok3 = am->rank == 3 && am->shape[0] == B && am->shape[1] == L && am->shape[2] == S;
         if (!ok2 && !ok3)
             return attnd_set_error(e, AERR_BAD_REQUEST, "%s: expected %d×%d (L×S) or %d×%d×%d",
-                                   lb[T_MASK], L, S, B, L, S);
-        mask_per_seq = ok3;
+                                   c->label[T_MASK], L, S, B, L, S);
+        job->mask_per_seq = ok3;
     }
+    return 0;
+}
+
+/* The request's tokens and attention matrices against the limits (413). */
+static int check_limits(const attnd_parse_env *env, const attnd_job *job, attnd_error *e) {
     /* B, L, S < 2^31: B·(L+S) < 2^63 cannot wrap, but goes through the one helper */
-    uint64_t tokens, floats;
-    sz_add((uint64_t)L, (uint64_t)S, UINT64_MAX, &tokens);
-    sz_mul((uint64_t)B, tokens, UINT64_MAX, &tokens);
+    uint64_t tokens;
+    sz_add((uint64_t)job->L, (uint64_t)job->S, UINT64_MAX, &tokens);
+    sz_mul((uint64_t)job->B, tokens, UINT64_MAX, &tokens);
     if (tokens > (uint64_t)env->max_tokens_per_request)
         return attnd_set_error(e, AERR_TOO_LARGE,
                                "request has %llu query and key tokens, the limit is %d",
                                (unsigned long long)tokens, env->max_tokens_per_request);
-    int wrapped = attnd_attention_floats(B, L, S, c->weights, hp->num_heads, UINT64_MAX, &floats);
-    if (wrapped < 0 || floats > (uint64_t)env->max_attention_floats)
-        return attnd_set_error(e, AERR_TOO_LARGE,
-                               "attention matrix of %s%llu floats, the limit is %lld",
-                               wrapped < 0 ? "more than " : "", (unsigned long long)floats,
-                               env->max_attention_floats);
+    return attnd_attention_limit(env, job, 0, e);
+}
 
+/* The checked tensors, moved from c into job; a key_padding_mask of S
+ * given for a batch is copied for every sequence. On failure (out of
+ * memory) job is freed. */
+static int move_tensors(collected *c, attnd_job *job, attnd_error *e) {
+    attnd_tensor *kpm = &c->t[T_KPM], *am = &c->t[T_MASK];
+    job->query = take_f(&c->t[T_QUERY]);
+    if (c->given[T_KEY]) job->key = take_f(&c->t[T_KEY]);
+    if (c->given[T_VALUE]) job->value = take_f(&c->t[T_VALUE]);
+    if (c->given[T_KPM] && kpm->rank == 1 && job->B > 1) { /* one mask for every sequence */
+        job->kpm = malloc((size_t)job->B * (size_t)job->S);
+        if (!job->kpm) goto oom;
+        for (int b = 0; b < job->B; b++)
+            memcpy(job->kpm + (size_t)b * job->S, kpm->u, (size_t)job->S);
+    } else if (c->given[T_KPM]) {
+        job->kpm = take_u(kpm);
+    }
+    if (c->given[T_MASK] && am->is_bool) job->mask_bool = take_u(am);
+    if (c->given[T_MASK] && !am->is_bool) job->mask_add = take_f(am);
+    if (c->given[T_POS] && !(job->positions = positions_of(&c->t[T_POS], job->B, job->L)))
+        goto oom;
+    return 0;
+oom:
+    attnd_job_free(job);
+    return attnd_set_error(e, AERR_INTERNAL, "out of memory");
+}
+
+/* The checks both APIs share, in named steps: the model, the query, key and
+ * value, the masks, the limits; then the tensors move into job. job holds
+ * nothing to free after a failure. */
+static int build_job(const attnd_parse_env *env, const char *path_model, collected *c,
+                     attnd_job *job, attnd_error *e) {
     memset(job, 0, sizeof(*job));
+    int mi = resolve_model(env, path_model, c, e);
+    if (mi < 0) return -1;
+    const attnd_model_info *m = &env->models[mi];
     job->model = mi;
-    job->B = B;
-    job->L = L;
-    job->S = S;
-    job->rank3 = r3;
-    job->self = !c->given[T_KEY];
-    job->causal = c->causal < 0 ? hp->causal : c->causal;
+    job->causal = c->causal < 0 ? m->hp.causal : c->causal;
     job->weights = c->weights;
     job->enc = c->enc;
-    job->mask_per_seq = mask_per_seq;
-    job->query = take_f(q);
-    if (c->given[T_KEY]) job->key = take_f(k);
-    if (c->given[T_VALUE]) job->value = take_f(v);
-    if (c->given[T_KPM]) {
-        if (kpm->rank == 1 && B > 1) { /* one mask for every sequence */
-            job->kpm = malloc((size_t)B * (size_t)S);
-            if (!job->kpm) {
-                attnd_job_free(job);
-                return attnd_set_error(e, AERR_INTERNAL, "out of memory");
-            }
-            for (int b = 0; b < B; b++)
-                memcpy(job->kpm + (size_t)b * S, kpm->u, (size_t)S);
-        } else {
-            job->kpm = take_u(kpm);
-        }
-    }
-    if (c->given[T_MASK]) {
-        if (am->is_bool)
-            job->mask_bool = take_u(am);
-        else
-            job->mask_add = take_f(am);
-    }
-    if (c->given[T_POS] && !(job->positions = positions_of(&c->t[T_POS], B, L))) {
-        attnd_job_free(job);
-        return attnd_set_error(e, AERR_INTERNAL, "out of memory");
+    if (check_query(c, m, job, e) < 0 || check_key_value(c, m, job, e) < 0 ||
+        check_masks(c, m, job, e) < 0 || check_limits(env, job, e) < 0 ||
+        move_tensors(c, job, e) < 0) {
+        memset(job, 0, sizeof(*job));
+        return -1;
     }
     return 0;
 }
@@ -605,15 +645,11 @@ static float *ints_as_floats(void *raw, uint64_t n, int is_i64) {
     return f;
 }
 
-/* Checks one input against its declared shape and datatype and files it
- * under its role. */
-/* The bytes of a binary input, checked like JSON data (finite floats). */
-static int take_binary(v2_input *in, int idx, uint64_t n, int is_bool, v2_bin *bin,
+/* The bytes of a binary input (need of them, for n elements), checked
+ * like JSON data: floats finite, booleans 0 or 1. */
+static int take_binary(v2_input *in, int idx, uint64_t n, uint64_t need, int is_bool, v2_bin *bin,
                        attnd_error *e) {
     int is_i32 = strcmp(in->datatype, "INT32") == 0, is_i64 = strcmp(in->datatype, "INT64") == 0;
-    size_t esz = is_bool ? 1 : is_i64 ? 8 : 4;
-    uint64_t need;
-    sz_mul(n, esz, UINT64_MAX, &need); /* n <= TENSOR_MAX_ELEMS: cannot wrap */
     if (!is_bool && !is_i32 && !is_i64 && strcmp(in->datatype, "FP32") != 0)
         return attnd_set_error(e, AERR_BAD_REQUEST,
                                "inputs[%d] (%s): binary data must be FP32 or BOOL (positions: "
@@ -638,6 +674,9 @@ static int take_binary(v2_input *in, int idx, uint64_t n, int is_bool, v2_bin *b
     bin->left -= (size_t)in->bin_size;
     t->n = (size_t)n;
     t->is_bool = is_bool;
+    t->rank = in->shape.rank;
+    for (int d = 0; d < in->shape.rank; d++)
+        t->shape[d] = (int)in->shape.dim[d];
     if (is_bool) {
         t->u = buf;
         for (uint64_t k = 0; k < n; k++)
@@ -646,23 +685,12 @@ static int take_binary(v2_input *in, int idx, uint64_t n, int is_bool, v2_bin *b
     }
     t->f = is_i32 || is_i64 ? ints_as_floats(buf, n, is_i64) : buf;
     if (!t->f) return attnd_set_error(e, AERR_INTERNAL, "out of memory reading %s", in->name);
-    for (uint64_t k = 0; k < n; k++) {
-        if (isfinite(t->f[k])) continue;
-        int shape[TENSOR_MAX_RANK];
-        for (int d = 0; d < in->shape.rank; d++)
-            shape[d] = (int)in->shape.dim[d];
-        char at[128];
-        attnd_tensor_index_name(at, sizeof(at), in->name, in->shape.rank, shape, (size_t)k);
-        float bad = t->f[k];
-        attnd_tensor_free(t);
-        return attnd_set_error(e, AERR_BAD_REQUEST, "%s: %s is not allowed", at,
-                               isnan(bad) ? "NaN" : "infinity");
-    }
-    return 0;
+    return attnd_tensor_check_finite(t, in->name, 0, e);
 }
 
-static int file_v2_input(v2_input *in, int idx, collected *c, char labels[][48], v2_bin *bin,
-                         attnd_error *e) {
+/* The role an input's name gives it (T_*), or -1 with e set: an unknown
+ * name, or a role given twice. */
+static int role_of(const v2_input *in, int idx, const collected *c, attnd_error *e) {
     int ti = -1;
     for (int i = 0; i < T_COUNT; i++)
         if (strcmp(in->name, TNAME[i]) == 0) ti = i;
@@ -674,32 +702,44 @@ static int file_v2_input(v2_input *in, int idx, collected *c, char labels[][48],
     if (c->given[ti])
         return attnd_set_error(e, AERR_BAD_REQUEST, "inputs[%d]: input '%s' given twice", idx,
                                in->name);
-    int is_float = strcmp(in->datatype, "FP32") == 0 || strcmp(in->datatype, "FP64") == 0 ||
-                   strcmp(in->datatype, "FP16") == 0 ||
-                   (ti == T_POS &&
-                    (strcmp(in->datatype, "INT32") == 0 || strcmp(in->datatype, "INT64") == 0));
-    int is_bool = strcmp(in->datatype, "BOOL") == 0;
+    return ti;
+}
+
+/* The input's datatype against its role and its JSON data: *is_bool set. */
+static int check_datatype(const v2_input *in, int idx, int ti, int *is_bool, attnd_error *e) {
+    const char *dt = in->datatype;
+    int is_float = strcmp(dt, "FP32") == 0 || strcmp(dt, "FP64") == 0 ||
+                   strcmp(dt, "FP16") == 0 ||
+                   (ti == T_POS && (strcmp(dt, "INT32") == 0 || strcmp(dt, "INT64") == 0));
+    *is_bool = strcmp(dt, "BOOL") == 0;
     int want_float = ti <= T_VALUE, want_bool = ti == T_KPM;
-    if ((!is_float && !is_bool) || (want_float && !is_float) || (want_bool && !is_bool))
+    if ((!is_float && !*is_bool) || (want_float && !is_float) || (want_bool && !*is_bool))
         return attnd_set_error(e, AERR_BAD_REQUEST,
-                               "inputs[%d].datatype: '%s' cannot carry %s (%s)", idx, in->datatype,
-                               in->name,
+                               "inputs[%d].datatype: '%s' cannot carry %s (%s)", idx, dt, in->name,
                                want_float  ? "FP32"
                                : want_bool ? "BOOL"
                                            : "BOOL or FP32");
-    if (in->have_data && in->data.is_bool != is_bool)
+    if (in->have_data && in->data.is_bool != *is_bool)
         return attnd_set_error(e, AERR_BAD_REQUEST, "inputs[%d] (%s).data: expected %s for %s", idx,
-                               in->name, is_bool ? "booleans" : "numbers", in->datatype);
+                               in->name, *is_bool ? "booleans" : "numbers", dt);
+    return 0;
+}
+
+/* Checks one input against its declared shape and datatype and files it
+ * under its role, labelled "inputs[i] (role)" in later messages. */
+static int file_v2_input(v2_input *in, int idx, collected *c, char labels[][48], v2_bin *bin,
+                         attnd_error *e) {
+    int is_bool, ti = role_of(in, idx, c, e);
+    if (ti < 0 || check_datatype(in, idx, ti, &is_bool, e) < 0) return -1;
     if (in->shape.rank < 1 || in->shape.rank > 3)
         return attnd_set_error(e, AERR_BAD_REQUEST,
                                "inputs[%d] (%s).shape: takes 1 to 3 dimensions, got %d", idx,
                                in->name, in->shape.rank);
-    uint64_t n;
-    if (sz_prod(in->shape.dim, in->shape.rank, TENSOR_MAX_ELEMS, &n) < 0)
-        return attnd_set_error(e, AERR_TOO_LARGE,
-                               "inputs[%d] (%s).shape: too large: more than %llu elements", idx,
-                               in->name, (unsigned long long)TENSOR_MAX_ELEMS);
-    if (in->bin_size >= 0 && take_binary(in, idx, n, is_bool, bin, e) < 0) return -1;
+    snprintf(labels[ti], 48, "inputs[%d] (%s)", idx, TNAME[ti]);
+    size_t esz = is_bool ? 1 : strcmp(in->datatype, "INT64") == 0 ? 8 : 4; /* binary data */
+    uint64_t n, bytes;
+    if (attnd_tensor_size(&in->shape, esz, labels[ti], &n, &bytes, e) < 0) return -1;
+    if (in->bin_size >= 0 && take_binary(in, idx, n, bytes, is_bool, bin, e) < 0) return -1;
     if (n != in->data.n)
         return attnd_set_error(e, AERR_BAD_REQUEST,
                                "inputs[%d] (%s): shape needs %llu values, data has %zu", idx,
@@ -711,7 +751,6 @@ static int file_v2_input(v2_input *in, int idx, collected *c, char labels[][48],
     for (int d = 0; d < in->shape.rank; d++)
         t->shape[d] = (int)in->shape.dim[d];
     c->given[ti] = 1;
-    snprintf(labels[ti], 48, "inputs[%d] (%s)", idx, TNAME[ti]);
     c->label[ti] = labels[ti];
     return 0;
 }

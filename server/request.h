@@ -68,11 +68,18 @@ typedef struct {
 long long attnd_job_tokens(const attnd_job *job);
 
 /* Floats of the attention matrices B sequences of L×S ask for: B·L·S, times
- * H for ATTN_WEIGHTS_HEADS, 0 for none. Checked: returns -1 when the count
- * passes limit (the one formula the parser's limit and the batcher's
- * buffers share). */
-int attnd_attention_floats(int B, int L, int S, attn_weights_mode mode, int H, uint64_t limit,
-                           uint64_t *n);
+ * H for ATTN_WEIGHTS_HEADS, 0 for none; UINT64_MAX when that passes 64 bits
+ * (only a request not yet admitted can). The one formula the parser's
+ * limit, the batcher's buffers and the answer writers share. */
+uint64_t attnd_attention_floats(int B, int L, int S, attn_weights_mode mode, int H);
+/* The same for job (its B, L, S and weights) and a model of H heads. */
+uint64_t attnd_job_attention_floats(const attnd_job *job, int H);
+/* The one check of limits.max_attention_floats: 0 when job's attention
+ * matrices (its model, B, L, S and weights set) fit, else -1 with e set
+ * (413). A session step's sentence names the rows and the cached tokens
+ * (session = 1). */
+int attnd_attention_limit(const attnd_parse_env *env, const attnd_job *job, int session,
+                          attnd_error *e);
 
 /* Reads a native body. path_model is the {name} of
  * /v1/models/{name}/attention or NULL. Returns 0, or -1 with e set

@@ -25,6 +25,7 @@
 #include "sched.h"
 #include "answer.h"
 #include "steps.h"
+#include "tensor.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -162,12 +163,6 @@ static int grow_floats(float **p, size_t *cap, size_t n) {
     return 0;
 }
 
-static int all_finite(const float *x, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        if (!isfinite(x[i])) return 0;
-    return 1;
-}
-
 /* A batch on its way through run_batch's steps. */
 typedef struct {
     attnd_sched *s;
@@ -232,8 +227,7 @@ static int alloc_attention(batch_run *br) {
     for (int i = 0; i < br->n; i++) {
         attnd_job *j = &br->rs[i]->job;
         if (j->weights == ATTN_WEIGHTS_NONE) continue;
-        uint64_t na; /* admitted, so it fits */
-        attnd_attention_floats(j->B, j->L, j->S, j->weights, br->m->hp.num_heads, UINT64_MAX, &na);
+        uint64_t na = attnd_job_attention_floats(j, br->m->hp.num_heads); /* admitted: it fits */
         free(j->attn);
         j->attn = malloc(na * sizeof(float));
         if (!j->attn) return -1;
@@ -285,8 +279,7 @@ static void describe_sequences(batch_run *br, attn_seq *seqs) {
     for (int i = 0; i < br->n; i++) {
         attnd_job *j = &br->rs[i]->job;
         size_t ls = (size_t)j->L * j->S;
-        uint64_t per_attn;
-        attnd_attention_floats(1, j->L, j->S, j->weights, H, UINT64_MAX, &per_attn);
+        uint64_t per_attn = attnd_attention_floats(1, j->L, j->S, j->weights, H);
         for (int bb = 0; bb < j->B; bb++, si++) {
             attn_seq *q = &seqs[si];
             memset(q, 0, sizeof(*q));
@@ -368,10 +361,9 @@ static const float *output_of(const batch_run *br, int i) {
 static int result_finite(const batch_run *br, int i) {
     const attnd_job *j = &br->rs[i]->job;
     size_t nout = (size_t)j->B * j->L * br->m->hp.embed_dim;
-    uint64_t na = 0;
-    if (j->attn)
-        attnd_attention_floats(j->B, j->L, j->S, j->weights, br->m->hp.num_heads, UINT64_MAX, &na);
-    return all_finite(output_of(br, i), nout) && (!j->attn || all_finite(j->attn, na));
+    uint64_t na = j->attn ? attnd_job_attention_floats(j, br->m->hp.num_heads) : 0;
+    return attnd_first_nonfinite(output_of(br, i), nout, 0) == nout &&
+           attnd_first_nonfinite(j->attn, na, 0) == na;
 }
 
 /* Answers request i at once when it gets no output: the compute failed,

@@ -17,6 +17,7 @@
 #include "clock.h"
 #include "utf8.h"
 #include "sched.h"
+#include "tensor.h"
 
 double attnd_step_now(void) {
     return (double)attnd_mono_us() / 1e6;
@@ -143,15 +144,7 @@ int attnd_step_from_job(const attnd_step_env *se, attnd_job *job, attnd_step_req
     }
     job->S = sr->st.len + job->L;
     job->causal = 1;
-    uint64_t floats;
-    int wrapped = attnd_attention_floats(1, job->L, job->S, job->weights,
-                                         se->env->models[job->model].hp.num_heads, UINT64_MAX,
-                                         &floats);
-    if (wrapped < 0 || floats > (uint64_t)se->env->max_attention_floats) {
-        attnd_set_error(e, AERR_TOO_LARGE,
-                        "attention: %d rows over %d cached tokens ask for more than %lld floats "
-                        "(limits.max_attention_floats); ask for \"none\" or \"mean\"",
-                        job->L, job->S, se->env->max_attention_floats);
+    if (attnd_attention_limit(se->env, job, 1, e) < 0) {
         attnd_step_release(sr, se->now);
         attnd_job_free(job);
         return -1;
@@ -193,18 +186,6 @@ typedef struct {
     char err[256];
 } steps_run;
 
-static int all_finite(const float *x, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        if (!isfinite(x[i])) return 0;
-    return 1;
-}
-
-static uint64_t attention_floats(const steps_run *b, const attnd_job *j) {
-    uint64_t na = 0;
-    attnd_attention_floats(1, j->L, j->S, j->weights, b->H, UINT64_MAX, &na); /* admitted */
-    return na;
-}
-
 /* The batch's arrays, each step's output and attention buffers, and the
  * core's view of each step; on failure b->fail. */
 static void steps_alloc(steps_run *b) {
@@ -218,7 +199,7 @@ static void steps_alloc(steps_run *b) {
     for (int i = 0; i < n && !b->fail; i++) {
         attnd_job *j = &b->rs[i]->job;
         attnd_session_step *ss = &b->rs[i]->step->st;
-        uint64_t na = attention_floats(b, j);
+        uint64_t na = attnd_job_attention_floats(j, b->H);
         b->outs[i] = malloc(sizeof(float) * (size_t)j->L * b->E);
         free(j->attn);
         j->attn = na ? malloc(sizeof(float) * na) : NULL;
@@ -248,8 +229,10 @@ static void steps_write(steps_run *b, attn_ctx *ctx, const attnd_model_info *inf
     for (int i = 0; i < b->n && !b->fail; i++) {
         attnd_req *r = b->rs[i];
         attnd_job *j = &r->job;
-        if (!all_finite(b->outs[i], (size_t)j->L * b->E) ||
-            (j->attn && !all_finite(j->attn, attention_floats(b, j)))) {
+        size_t nout = (size_t)j->L * b->E;
+        size_t nattn = j->attn ? attnd_job_attention_floats(j, b->H) : 0;
+        if (attnd_first_nonfinite(b->outs[i], nout, 0) != nout ||
+            attnd_first_nonfinite(j->attn, nattn, 0) != nattn) {
             b->ok[i] = -1; /* the rows' magnitudes: the client's error */
             continue;
         }

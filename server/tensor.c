@@ -31,6 +31,32 @@ void attnd_tensor_index_name(char *buf, size_t cap, const char *field, int rank,
         n += snprintf(buf + n, cap - (size_t)n, "[%zu]", idx[d]);
 }
 
+int attnd_tensor_size(const jshape *shape, size_t esz, const char *field, uint64_t *n,
+                      uint64_t *bytes, attnd_error *e) {
+    if (sz_prod(shape->dim, shape->rank, TENSOR_MAX_ELEMS, n) < 0)
+        return attnd_set_error(e, AERR_TOO_LARGE, "%s.shape: too large: more than %llu elements",
+                               field, (unsigned long long)TENSOR_MAX_ELEMS);
+    sz_mul(*n, esz, UINT64_MAX, bytes); /* n <= 2^34, esz <= 8: cannot wrap */
+    return 0;
+}
+
+size_t attnd_first_nonfinite(const float *x, size_t n, int neg_inf_ok) {
+    for (size_t k = 0; k < n; k++)
+        if (!isfinite(x[k]) && !(neg_inf_ok && isinf(x[k]) && x[k] < 0)) return k;
+    return n;
+}
+
+int attnd_tensor_check_finite(attnd_tensor *t, const char *field, int neg_inf_ok, attnd_error *e) {
+    size_t k = attnd_first_nonfinite(t->f, t->n, neg_inf_ok);
+    if (k == t->n) return 0;
+    char at[160];
+    attnd_tensor_index_name(at, sizeof(at), field, t->rank, t->shape, k);
+    float bad = t->f[k];
+    attnd_tensor_free(t);
+    return attnd_set_error(e, AERR_BAD_REQUEST, "%s: %s is not allowed", at,
+                           isnan(bad) ? "NaN" : "infinity");
+}
+
 /* State of one nested-array read. */
 typedef struct {
     jin *j;
@@ -267,10 +293,8 @@ static int decode_object(const tensor_object *o, const char *field, int neg_inf_
                          attnd_error *e) {
     int is_bool = o->dtype == 1, rank = o->shape.rank;
     uint64_t n, need;
-    if (sz_prod(o->shape.dim, rank, TENSOR_MAX_ELEMS, &n) < 0)
-        return attnd_set_error(e, AERR_TOO_LARGE, "%s.shape: too large: more than %llu elements",
-                               field, (unsigned long long)TENSOR_MAX_ELEMS);
-    sz_mul(n, is_bool ? 1 : sizeof(float), UINT64_MAX, &need); /* n <= 2^34: cannot wrap */
+    if (attnd_tensor_size(&o->shape, is_bool ? 1 : sizeof(float), field, &n, &need, e) < 0)
+        return -1;
     size_t cap = attnd_b64_decoded_max(o->len), got = 0;
     if (need > cap)
         return attnd_set_error(e, AERR_BAD_REQUEST,
@@ -305,16 +329,7 @@ static int decode_object(const tensor_object *o, const char *field, int neg_inf_
         return 0;
     }
     t->f = buf;
-    for (size_t k = 0; k < t->n; k++) {
-        float v = t->f[k];
-        if (isfinite(v) || (neg_inf_ok && isinf(v) && v < 0)) continue;
-        char at[160];
-        attnd_tensor_index_name(at, sizeof(at), field, rank, t->shape, k);
-        attnd_tensor_free(t);
-        return attnd_set_error(e, AERR_BAD_REQUEST, "%s: %s is not allowed", at,
-                               isnan(v) ? "NaN" : "infinity");
-    }
-    return 0;
+    return attnd_tensor_check_finite(t, field, neg_inf_ok, e);
 }
 
 static int read_object(jin *j, const char *field, attnd_tensor_kind kind, int max_rank, int neg_inf_ok,

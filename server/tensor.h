@@ -45,6 +45,22 @@ int attnd_tensor_read(jin *j, const char *field, attnd_tensor_kind kind, int max
                 attnd_tensor *t, attnd_error *e);
 void attnd_tensor_free(attnd_tensor *t); /* NULL and zeroed tensors are fine */
 
+/* The elements of shape (each dimension at most TENSOR_MAX_DIM, as the
+ * body's reader allows) and the bytes they take at esz bytes each. Returns
+ * 0, or -1 with the 413 "<field>.shape: too large" past TENSOR_MAX_ELEMS
+ * elements. */
+int attnd_tensor_size(const jshape *shape, size_t esz, const char *field, uint64_t *n,
+                      uint64_t *bytes, attnd_error *e);
+
+/* The index of the first of x[0..n) that is NaN or infinite (-inf passes
+ * with neg_inf_ok), n when every one is finite. */
+size_t attnd_first_nonfinite(const float *x, size_t n, int neg_inf_ok);
+
+/* Refuses a float tensor (rank and shape set) holding NaN or an infinity
+ * (-inf passes with neg_inf_ok): 0, or -1 with the 400 naming the first
+ * ("query[1][3]: NaN is not allowed") and t freed. */
+int attnd_tensor_check_finite(attnd_tensor *t, const char *field, int neg_inf_ok, attnd_error *e);
+
 /* "field[i][j]" for the flat index k of a tensor of this shape. */
 void attnd_tensor_index_name(char *buf, size_t cap, const char *field, int rank, const int *shape,
                        size_t k);
