@@ -580,6 +580,36 @@ static int queue_full(attnd_server *s, const hreq *h) {
     "%lld more body bytes would pass the server's limit on request bodies held at once "          \
     "(server.max_buffered_body_bytes, %lld); retry later"
 
+/* The declared body size: 413 past max_body_bytes and 429 past the body
+ * budget go out at once; a size that fits reserves a little room. */
+static void examine_length(hreq *h, const char *cl) {
+    attnd_server *s = h->srv;
+    /* libmicrohttpd refuses what is not a number of bytes; past max_body_bytes the
+     * exact number does not matter, only that it is too many */
+    uint64_t v;
+    if (parse_size(cl, (uint64_t)s->cfg->max_body_bytes, &v) < 0) {
+        if (strspn(cl, "0123456789") == strlen(cl) && cl[0])
+            attnd_set_error(&h->err, AERR_TOO_LARGE, "body of %.40s bytes, the limit is %lld", cl,
+                            s->cfg->max_body_bytes);
+        else
+            attnd_set_error(&h->err, AERR_BAD_REQUEST,
+                            "Content-Length: '%.40s' is not a decimal number of bytes", cl);
+        h->refuse_now = 1;
+        return;
+    }
+    long long n = (long long)v; /* at most max_body_bytes (2^34) */
+    long long room = s->cfg->max_buffered_body_bytes - atomic_load(&s->buffered);
+    if (n > room && route_has(h, ROUTE_COMPUTE)) {
+        attnd_set_error(&h->err, AERR_QUEUE_FULL, MSG_BUDGET, n, s->cfg->max_buffered_body_bytes);
+        h->refuse_now = 1;
+    } else if (n > 0 && route_has(h, ROUTE_COMPUTE)) {
+        /* a declaration reserves nothing: memory follows the bytes that arrive */
+        /* room for n bytes and the NUL: at most BODY_RESERVE_MAX (attnd_sbuf rounds to a
+         * power of two, so n + 1 past it would double the reserve) */
+        attnd_sb_reserve(&h->in, (size_t)(n < BODY_RESERVE_MAX ? n : BODY_RESERVE_MAX - 1));
+    }
+}
+
 /* First call: route, method, key, draining, a full queue, declared body
  * size. 413 and 429 (queue full, body budget) go out at once, before the
  * body is read, and close the connection; other refusals wait for the body
@@ -618,36 +648,72 @@ static void examine(hreq *h, const char *url) {
         return;
     }
     const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
-    if (cl) {
-        /* libmicrohttpd refuses what is not a number of bytes; past max_body_bytes the
-         * exact number does not matter, only that it is too many */
-        uint64_t v;
-        if (parse_size(cl, (uint64_t)s->cfg->max_body_bytes, &v) < 0) {
-            if (strspn(cl, "0123456789") == strlen(cl) && cl[0])
-                attnd_set_error(&h->err, AERR_TOO_LARGE,
-                                "body of %.40s bytes, the limit is %lld", cl,
-                                s->cfg->max_body_bytes);
-            else
-                attnd_set_error(&h->err, AERR_BAD_REQUEST,
-                                "Content-Length: '%.40s' is not a decimal number of bytes", cl);
-            h->refuse_now = 1;
-            return;
-        }
-        long long n = (long long)v; /* at most max_body_bytes (2^34) */
-        long long room = s->cfg->max_buffered_body_bytes - atomic_load(&s->buffered);
-        if (n > room && route_has(h, ROUTE_COMPUTE)) {
-            attnd_set_error(&h->err, AERR_QUEUE_FULL, MSG_BUDGET, n,
-                            s->cfg->max_buffered_body_bytes);
-            h->refuse_now = 1;
-        } else if (n > 0 && route_has(h, ROUTE_COMPUTE)) {
-            /* a declaration reserves nothing: memory follows the bytes that arrive */
-            /* room for n bytes and the NUL: at most BODY_RESERVE_MAX (attnd_sbuf rounds to a
-             * power of two, so n + 1 past it would double the reserve) */
-            attnd_sb_reserve(&h->in, (size_t)(n < BODY_RESERVE_MAX ? n : BODY_RESERVE_MAX - 1));
-        }
-    }
+    if (cl) examine_length(h, cl);
 }
 
+/* A request whose header lines are in: its record, with the path it logs
+ * and its X-Request-Id (the client's when sane, else made). NULL when out
+ * of memory. */
+static hreq *hreq_new(attnd_server *s, struct MHD_Connection *conn, const char *url,
+                      const char *method) {
+    hreq *h = calloc(1, sizeof(*h));
+    if (!h) return NULL;
+    atomic_init(&h->r.refs, 1);
+    h->r.free_fn = hreq_free;
+    h->sock = -1;
+    h->srv = s;
+    h->conn = conn;
+    h->t_recv_us = attnd_mono_us();
+    snprintf(h->method, sizeof(h->method), "%s", method);
+    snprintf(h->path, sizeof(h->path), "%s", url);
+    for (char *p = h->path; *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == ' ' || *p == 0x7f) *p = '?';
+    const char *rid = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-Request-Id");
+    if (rid && sane_id(rid)) {
+        snprintf(h->id, sizeof(h->id), "%s", rid);
+    } else {
+        uint64_t n = s->id_seed ^ atomic_fetch_add(&s->id_next, 1);
+        snprintf(h->id, sizeof(h->id), "%016llx", (unsigned long long)attnd_splitmix64(&n));
+    }
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    h->gc = ci ? ci->socket_context : NULL;
+    return h;
+}
+
+/* n more bytes of the body: kept while the request is not refused and
+ * they fit max_body_bytes and the body budget; read and dropped after a
+ * refusal, but not without end. */
+static enum MHD_Result take_body(hreq *h, const char *data, size_t n) {
+    attnd_server *s = h->srv;
+    h->in_total += (long long)n;
+    if (h->phase != P_BODY) return MHD_YES;
+    if (h->err.code == AOK) {
+        if ((long long)(h->in.len + n) > s->cfg->max_body_bytes) {
+            attnd_set_error(&h->err, AERR_TOO_LARGE, "body over the limit of %lld bytes",
+                            s->cfg->max_body_bytes);
+            drop_body(h);
+        } else if (budget_take(s, (long long)n) < 0) {
+            attnd_set_error(&h->err, AERR_QUEUE_FULL, MSG_BUDGET, (long long)n,
+                            s->cfg->max_buffered_body_bytes);
+            drop_body(h);
+        } else {
+            h->in_held += (long long)n;
+            attnd_sb_put(&h->in, data, n);
+            if (h->in.oom) {
+                attnd_set_error(&h->err, AERR_INTERNAL, "out of memory reading the body");
+                drop_body(h);
+            }
+        }
+    }
+    if (h->err.code != AOK && h->in_total > 2 * s->cfg->max_body_bytes + (1 << 20))
+        return MHD_NO;
+    return MHD_YES;
+}
+
+/* libmicrohttpd's access handler, called for each request: first with its
+ * header lines, then with each piece of its body, then once the body is
+ * in, and again when the scheduler resumes a queued request. */
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version, const char *upload_data,
                                   size_t *upload_size, void **con_cls) {
@@ -655,33 +721,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     attnd_server *s = cls;
     hreq *h = *con_cls;
     if (!h) {
-        h = calloc(1, sizeof(*h));
-        if (!h) return MHD_NO;
-        atomic_init(&h->r.refs, 1);
-        h->r.free_fn = hreq_free;
-        h->sock = -1;
-        h->srv = s;
-        h->conn = conn;
-        h->t_recv_us = attnd_mono_us();
-        snprintf(h->method, sizeof(h->method), "%s", method);
-        snprintf(h->path, sizeof(h->path), "%s", url);
-        for (char *p = h->path; *p; p++)
-            if ((unsigned char)*p < 0x20 || *p == ' ' || *p == 0x7f) *p = '?';
-        const char *rid = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-Request-Id");
-        if (rid && sane_id(rid)) {
-            snprintf(h->id, sizeof(h->id), "%s", rid);
-        } else {
-            uint64_t n = s->id_seed ^ atomic_fetch_add(&s->id_next, 1);
-            snprintf(h->id, sizeof(h->id), "%016llx", (unsigned long long)attnd_splitmix64(&n));
-        }
+        if (!(h = hreq_new(s, conn, url, method))) return MHD_NO;
         *con_cls = h;
         atomic_fetch_add(&s->active, 1);
-        const union MHD_ConnectionInfo *ci =
-            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
-        h->gc = ci ? ci->socket_context : NULL;
         examine(h, url);
-        /* 413 or 429 now, before the body is read */
-        if (h->refuse_now) {
+        if (h->refuse_now) { /* 413 or 429 now, before the body is read */
             attnd_guard_phase(s->guard, h->gc, GUARD_BUSY);
             return dispatch(h);
         }
@@ -692,30 +736,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (*upload_size) {
         size_t n = *upload_size;
         *upload_size = 0;
-        h->in_total += (long long)n;
-        if (h->phase != P_BODY) return MHD_YES;
-        if (h->err.code == AOK) {
-            if ((long long)(h->in.len + n) > s->cfg->max_body_bytes) {
-                attnd_set_error(&h->err, AERR_TOO_LARGE, "body over the limit of %lld bytes",
-                                s->cfg->max_body_bytes);
-                drop_body(h);
-            } else if (budget_take(s, (long long)n) < 0) {
-                attnd_set_error(&h->err, AERR_QUEUE_FULL, MSG_BUDGET, (long long)n,
-                                s->cfg->max_buffered_body_bytes);
-                drop_body(h);
-            } else {
-                h->in_held += (long long)n;
-                attnd_sb_put(&h->in, upload_data, n);
-                if (h->in.oom) {
-                    attnd_set_error(&h->err, AERR_INTERNAL, "out of memory reading the body");
-                    drop_body(h);
-                }
-            }
-        }
-        /* a refused body is read and dropped, but not without end */
-        if (h->err.code != AOK && h->in_total > 2 * s->cfg->max_body_bytes + (1 << 20))
-            return MHD_NO;
-        return MHD_YES;
+        return take_body(h, upload_data, n);
     }
     if (h->phase == P_WAIT) { /* resumed: the scheduler answered */
         if (h->gone) return MHD_NO;
@@ -911,22 +932,26 @@ static json_t *v2_model_json(const char *name, const attn_hparams *hp, int from_
                      v2_tensor("attention", "FP32", 4, 0));
 }
 
-static int build_bodies(attnd_server *s) {
+/* One model of GET /v1/models: its hyper-parameters as loaded. */
+static json_t *model_json(const attnd_server *s, int i) {
+    const attnd_model_config *mc = &s->cfg->models[i];
+    const attn_hparams *hp = &s->info[i].hp; /* filled in by attn_model_init */
+    json_t *m = json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:b, s:b, s:s}", "name",
+                          s->names[i], "embed_dim", hp->embed_dim, "num_heads", hp->num_heads,
+                          "num_kv_heads", hp->num_kv_heads, "head_dim", hp->head_dim, "kdim",
+                          hp->kdim, "vdim", hp->vdim, "scale", hp->scale, "bias", hp->bias,
+                          "causal", hp->causal, "weights", mc->weights ? "safetensors" : "embedded");
+    if (hp->rope.dim) json_object_set_new(m, "rope", rope_json(&hp->rope));
+    if (mc->max_positions) json_object_set_new(m, "max_positions", json_integer(mc->max_positions));
+    return m;
+}
+
+/* GET /v1/models: the models, the limits, batching, and what computes. */
+static json_t *models_json(const attnd_server *s) {
     const attnd_config *c = s->cfg;
     json_t *models = json_array();
-    for (int i = 0; i < s->n_models; i++) {
-        const attn_hparams *hp = &s->info[i].hp; /* filled in by attn_model_init */
-        json_t *m = json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:b, s:b, s:s}", "name",
-                              s->names[i], "embed_dim", hp->embed_dim, "num_heads", hp->num_heads,
-                              "num_kv_heads", hp->num_kv_heads, "head_dim", hp->head_dim, "kdim",
-                              hp->kdim, "vdim", hp->vdim, "scale", hp->scale, "bias", hp->bias,
-                              "causal", hp->causal, "weights",
-                              c->models[i].weights ? "safetensors" : "embedded");
-        if (hp->rope.dim) json_object_set_new(m, "rope", rope_json(&hp->rope));
-        if (c->models[i].max_positions)
-            json_object_set_new(m, "max_positions", json_integer(c->models[i].max_positions));
-        json_array_append_new(models, m);
-    }
+    for (int i = 0; i < s->n_models; i++)
+        json_array_append_new(models, model_json(s, i));
     const attn_blas_info *blas = attn_blas_get_info();
     attnd_cpus cpus;
     attnd_cpus_count(&cpus);
@@ -947,7 +972,13 @@ static int build_bodies(attnd_server *s) {
     json_object_set_new(lim, "max_session_bytes", json_integer(c->max_session_bytes));
     json_object_set_new(lim, "max_session_bytes_each", json_integer(c->max_session_bytes_each));
     json_object_set_new(lim, "session_idle_s", json_integer(c->session_idle_s));
-    s->models_body = dump(root);
+    return root;
+}
+
+/* The bodies of the routes that only describe the server, written once. */
+static int build_bodies(attnd_server *s) {
+    const attn_blas_info *blas = attn_blas_get_info();
+    s->models_body = dump(models_json(s));
     s->v2_body = dump(json_pack("{s:s, s:s, s:[s], s:s, s:s}", "name", "attnd", "version",
                                 ATTND_VERSION, "extensions", "binary_tensor_data", "blas_core",
                                 blas ? blas->core : "none", "cpu_features",
@@ -955,8 +986,8 @@ static int build_bodies(attnd_server *s) {
     s->v2_model_body = calloc((size_t)s->n_models, sizeof(char *));
     if (!s->models_body || !s->v2_body || !s->v2_model_body) return -1;
     for (int i = 0; i < s->n_models; i++)
-        if (!(s->v2_model_body[i] =
-                  dump(v2_model_json(s->names[i], &s->info[i].hp, c->models[i].weights != NULL))))
+        if (!(s->v2_model_body[i] = dump(v2_model_json(s->names[i], &s->info[i].hp,
+                                                       s->cfg->models[i].weights != NULL))))
             return -1;
     return 0;
 }

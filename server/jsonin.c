@@ -166,11 +166,76 @@ static int hex4(const char *s, unsigned *v) {
     return 0;
 }
 
+/* Where decode_string writes: out, cap bytes with the NUL, or nowhere
+ * (out NULL: the string is only checked and skipped). */
+typedef struct {
+    char *out;
+    size_t cap, k; /* room, bytes written */
+    int *cut;      /* set when something did not fit; may be NULL */
+} strout;
+
+/* Appends n bytes of plain ASCII, as many as fit. */
+static void put_run(strout *o, const char *s, size_t n) {
+    if (!o->out || !n) return;
+    if (o->k + n < o->cap) {
+        memcpy(o->out + o->k, s, n);
+        o->k += n;
+        return;
+    }
+    size_t fit = o->cap > o->k + 1 ? o->cap - o->k - 1 : 0;
+    memcpy(o->out + o->k, s, fit);
+    o->k += fit;
+    if (o->cut) *o->cut = 1;
+}
+
+/* Appends one character's n bytes, whole or not at all. */
+static void put_char(strout *o, const char *s, size_t n) {
+    if (!o->out) return;
+    if (o->k + n < o->cap) {
+        memcpy(o->out + o->k, s, n);
+        o->k += n;
+    } else if (o->cut) {
+        *o->cut = 1;
+    }
+}
+
+/* The code point of a \u escape at j->p (past the "\u"), a surrogate pair
+ * joined, into tmp as UTF-8; returns its bytes or -1. */
+static long read_u_escape(jin *j, char *tmp) {
+    unsigned cp, lo;
+    if (j->end - j->p < 4 || hex4(j->p, &cp) < 0) return fail(j, "bad \\u escape");
+    j->p += 4;
+    if (cp >= 0xd800 && cp <= 0xdbff) {
+        if (j->end - j->p < 6 || j->p[0] != '\\' || j->p[1] != 'u' || hex4(j->p + 2, &lo) < 0 ||
+            lo < 0xdc00 || lo > 0xdfff)
+            return fail(j, "unpaired surrogate in \\u escape");
+        j->p += 6;
+        cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
+    } else if (cp >= 0xdc00 && cp <= 0xdfff) {
+        return fail(j, "unpaired surrogate in \\u escape");
+    }
+    if (cp == 0) return fail(j, "\\u0000 in string");
+    return (long)attnd_utf8_put(tmp, cp);
+}
+
+/* The escape at j->p (its backslash) into tmp; returns its bytes or -1. */
+static long read_escape(jin *j, char *tmp) {
+    static const char from[] = "\"\\/bfnrt", to[] = "\"\\/\b\f\n\r\t";
+    if (j->end - j->p < 2) return fail(j, "unterminated string");
+    char e = j->p[1];
+    j->p += 2;
+    if (e == 'u') return read_u_escape(j, tmp);
+    const char *at = e ? strchr(from, e) : NULL;
+    if (!at) return fail(j, "bad escape in string");
+    tmp[0] = to[at - from];
+    return 1;
+}
+
 /* Decodes the string at j->p into out (which has room for the raw length,
  * the decoded text is never longer). Returns decoded length or -1. */
 static long decode_string(jin *j, char *out, size_t cap, int *cut) {
+    strout o = {out, cap, 0, cut};
     if (attnd_jin_expect(j, '"') < 0) return -1;
-    size_t k = 0;
     for (;;) {
         /* fast path: a run of plain ASCII (base64 text is all of it) */
         const char *run = j->p;
@@ -179,94 +244,30 @@ static long decode_string(jin *j, char *out, size_t cap, int *cut) {
             if (a < 0x20 || a >= 0x80 || a == '"' || a == '\\') break;
             j->p++;
         }
-        if (j->p > run && out) {
-            size_t rn = (size_t)(j->p - run);
-            if (k + rn < cap) {
-                memcpy(out + k, run, rn);
-                k += rn;
-            } else {
-                size_t fit = cap > k + 1 ? cap - k - 1 : 0;
-                memcpy(out + k, run, fit);
-                k += fit;
-                if (cut) *cut = 1;
-            }
-        }
+        put_run(&o, run, (size_t)(j->p - run));
         if (j->p >= j->end) return fail(j, "unterminated string");
         unsigned char c = (unsigned char)*j->p;
-        char tmp[4];
-        size_t tn = 0;
         if (c == '"') {
             j->p++;
             break;
         }
         if (c < 0x20) return fail(j, "control character in string");
+        char tmp[4];
+        long tn;
         if (c == '\\') {
-            if (j->end - j->p < 2) return fail(j, "unterminated string");
-            char e = j->p[1];
-            j->p += 2;
-            switch (e) {
-            case '"':
-                tmp[tn++] = '"';
-                break;
-            case '\\':
-                tmp[tn++] = '\\';
-                break;
-            case '/':
-                tmp[tn++] = '/';
-                break;
-            case 'b':
-                tmp[tn++] = '\b';
-                break;
-            case 'f':
-                tmp[tn++] = '\f';
-                break;
-            case 'n':
-                tmp[tn++] = '\n';
-                break;
-            case 'r':
-                tmp[tn++] = '\r';
-                break;
-            case 't':
-                tmp[tn++] = '\t';
-                break;
-            case 'u': {
-                unsigned cp, lo;
-                if (j->end - j->p < 4 || hex4(j->p, &cp) < 0) return fail(j, "bad \\u escape");
-                j->p += 4;
-                if (cp >= 0xd800 && cp <= 0xdbff) {
-                    if (j->end - j->p < 6 || j->p[0] != '\\' || j->p[1] != 'u' ||
-                        hex4(j->p + 2, &lo) < 0 || lo < 0xdc00 || lo > 0xdfff)
-                        return fail(j, "unpaired surrogate in \\u escape");
-                    j->p += 6;
-                    cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
-                } else if (cp >= 0xdc00 && cp <= 0xdfff) {
-                    return fail(j, "unpaired surrogate in \\u escape");
-                }
-                if (cp == 0) return fail(j, "\\u0000 in string");
-                tn = attnd_utf8_put(tmp, cp);
-                break;
-            }
-            default:
-                return fail(j, "bad escape in string");
-            }
-        } else {
-            size_t n = attnd_utf8_seq_len((const unsigned char *)j->p, (const unsigned char *)j->end);
-            if (!n) return fail(j, "invalid UTF-8 in string");
-            memcpy(tmp, j->p, n);
-            tn = n;
-            j->p += n;
+            tn = read_escape(j, tmp);
+        } else { /* one UTF-8 sequence */
+            tn = (long)attnd_utf8_seq_len((const unsigned char *)j->p,
+                                          (const unsigned char *)j->end);
+            if (!tn) return fail(j, "invalid UTF-8 in string");
+            memcpy(tmp, j->p, (size_t)tn);
+            j->p += tn;
         }
-        if (out) {
-            if (k + tn < cap) {
-                memcpy(out + k, tmp, tn);
-                k += tn;
-            } else if (cut) {
-                *cut = 1;
-            }
-        }
+        if (tn < 0) return -1;
+        put_char(&o, tmp, (size_t)tn);
     }
-    if (out) out[k] = '\0';
-    return (long)k;
+    if (out) out[o.k] = '\0';
+    return (long)o.k;
 }
 
 int attnd_jin_string(jin *j, char **out, size_t *len) {
@@ -572,55 +573,75 @@ static int read_list(jin *j, const jfield *f, void *dst, jpath *path, attnd_erro
     return 0;
 }
 
+/* The refusal of a value whose JSON type f does not take. */
+static int wrong_type(jin *j, const jfield *f, jin_type type, jpath *path, attnd_error *e) {
+    char want[160];
+    expects(f, want, sizeof(want));
+    if (type == JT_NONFINITE)
+        return attnd_set_error(e, AERR_BAD_REQUEST,
+                               "%s: expected %s, got NaN: JSON has no NaN or Infinity, and "
+                               "attnd refuses non-finite numbers",
+                               path->s, want);
+    return attnd_set_error(e, AERR_BAD_REQUEST, "%s: expected %s, got %s", path->s, want,
+                           attnd_jin_kind(j));
+}
+
+/* JF_STRING: into char[f->size] at `at`; a longer one is refused. */
+static int read_string_field(jin *j, const jfield *f, char *at, jpath *path, attnd_error *e) {
+    int cut = 0;
+    if (attnd_jin_string_buf(j, at, f->size, &cut) < 0) return attnd_jin_fail(j, path, e);
+    if (cut)
+        return attnd_set_error(e, AERR_BAD_REQUEST, "%s: longer than %zu bytes", path->s,
+                               f->size - 1);
+    return 0;
+}
+
+/* JF_BOOL, JF_BOOL_NULL: 1, 0, or -1 for null, into the int at `at`. */
+static int read_bool_field(jin *j, jin_type type, int *at, jpath *path, attnd_error *e) {
+    int b;
+    if (type == JT_NULL) {
+        if (attnd_jin_null(j) < 0) return attnd_jin_fail(j, path, e);
+        *at = -1;
+        return 0;
+    }
+    if (attnd_jin_bool(j, &b) < 0) return attnd_jin_fail(j, path, e);
+    *at = b;
+    return 0;
+}
+
+/* JF_WORD: the index of one of f->words into the int at `at`. */
+static int read_word(jin *j, const jfield *f, int *at, jpath *path, attnd_error *e) {
+    char word[32];
+    int cut = 0;
+    if (attnd_jin_string_buf(j, word, sizeof(word), &cut) < 0) return attnd_jin_fail(j, path, e);
+    for (int i = 0; f->words[i] && !cut; i++)
+        if (strcmp(word, f->words[i]) == 0) {
+            *at = i;
+            return 0;
+        }
+    char want[160];
+    expects(f, want, sizeof(want));
+    return attnd_set_error(e, AERR_BAD_REQUEST, "%s: expected %s, got \"%s%s\"", path->s, want,
+                           word, cut ? "..." : "");
+}
+
+/* One field's value, of a type f takes, into dst. */
 static int read_field(jin *j, const jfield *f, void *dst, jpath *path, attnd_error *e) {
     char *at = (char *)dst + f->offset;
     jin_type type = attnd_jin_next_type(j);
-    if (!(accepts(f) & 1u << type)) {
-        char want[160];
-        expects(f, want, sizeof(want));
-        if (type == JT_NONFINITE)
-            return attnd_set_error(e, AERR_BAD_REQUEST,
-                                   "%s: expected %s, got NaN: JSON has no NaN or Infinity, and "
-                                   "attnd refuses non-finite numbers",
-                                   path->s, want);
-        return attnd_set_error(e, AERR_BAD_REQUEST, "%s: expected %s, got %s", path->s, want,
-                               attnd_jin_kind(j));
-    }
-    int b, cut = 0;
+    if (!(accepts(f) & 1u << type)) return wrong_type(j, f, type, path, e);
     switch (f->type) {
     case JF_STRING:
-        if (attnd_jin_string_buf(j, at, f->size, &cut) < 0) return attnd_jin_fail(j, path, e);
-        if (cut)
-            return attnd_set_error(e, AERR_BAD_REQUEST, "%s: longer than %zu bytes", path->s,
-                                   f->size - 1);
-        return 0;
+        return read_string_field(j, f, at, path, e);
     case JF_STRDUP:
         free(*(char **)at);
         *(char **)at = NULL;
         return attnd_jin_string(j, (char **)at, NULL) < 0 ? attnd_jin_fail(j, path, e) : 0;
     case JF_BOOL:
     case JF_BOOL_NULL:
-        if (type == JT_NULL) {
-            if (attnd_jin_null(j) < 0) return attnd_jin_fail(j, path, e);
-            *(int *)at = -1;
-            return 0;
-        }
-        if (attnd_jin_bool(j, &b) < 0) return attnd_jin_fail(j, path, e);
-        *(int *)at = b;
-        return 0;
-    case JF_WORD: {
-        char word[32];
-        if (attnd_jin_string_buf(j, word, sizeof(word), &cut) < 0) return attnd_jin_fail(j, path, e);
-        for (int i = 0; f->words[i] && !cut; i++)
-            if (strcmp(word, f->words[i]) == 0) {
-                *(int *)at = i;
-                return 0;
-            }
-        char want[160];
-        expects(f, want, sizeof(want));
-        return attnd_set_error(e, AERR_BAD_REQUEST, "%s: expected %s, got \"%s%s\"", path->s,
-                               want, word, cut ? "..." : "");
-    }
+        return read_bool_field(j, type, (int *)at, path, e);
+    case JF_WORD:
+        return read_word(j, f, (int *)at, path, e);
     case JF_SIZE:
         return read_whole(j, 0, f->max, (int64_t *)at, path, e);
     case JF_SHAPE:

@@ -46,81 +46,73 @@ static int wait_for_stop(const sigset_t *set) {
     }
 }
 
-int main(int argc, char **argv) {
-    setvbuf(stdout, NULL, _IOLBF, 0);
-    attnd_config cfg;
-    memset(&cfg, 0, sizeof(cfg));
+/* The flags, the ATTND_* variables and the config file into cfg, the log
+ * set up from the first line (the flag's or variable's format, a refused
+ * config included; the config file's once it is read). Returns -1 when the
+ * daemon is to run, else the exit code (--help and --version print and
+ * give ATTND_EXIT_OK). */
+static int configure(int argc, char **argv, attnd_config *cfg) {
     char err[1024] = "";
     int want = ATTND_WANT_RUN;
-    /* the flag's or variable's log format from the first line, a refused
-     * config included; the config file's once it is read */
     const char *log_format, *log_level;
     attnd_config_log_early(argc, argv, &log_format, &log_level);
     attnd_log_setup(strcmp(log_format, "json") == 0, attnd_log_level_parse(log_level), 1);
-    int rc = attnd_config_from_args(&cfg, argc, argv, &want, err, sizeof(err));
+    int rc = attnd_config_from_args(cfg, argc, argv, &want, err, sizeof(err));
     if (rc < 0) {
         attnd_log(LOG_ERROR, "attnd: %s", err);
         return rc == -2 ? ATTND_EXIT_WEIGHTS : ATTND_EXIT_CONFIG;
     }
     if (want == ATTND_WANT_HELP) attnd_config_usage(stdout, argv[0]);
     if (want == ATTND_WANT_VERSION) printf("attnd %s\n", ATTND_VERSION);
-    if (want != ATTND_WANT_RUN) {
-        attnd_config_free(&cfg);
-        return ATTND_EXIT_OK;
-    }
-    attnd_log_setup(strcmp(cfg.log_format, "json") == 0, attnd_log_level_parse(cfg.log_level),
-                    cfg.access_log);
-    /* OpenBLAS's kernels are chosen from the CPU's features before it loads,
-     * and before any thread starts (it sets environment variables) */
-    if (attn_blas_init(err, sizeof(err)) < 0) {
-        attnd_log(LOG_ERROR, "attnd: %s", err);
-        attnd_config_free(&cfg);
-        return ATTND_EXIT_INTERNAL;
-    }
+    if (want != ATTND_WANT_RUN) return ATTND_EXIT_OK;
+    attnd_log_setup(strcmp(cfg->log_format, "json") == 0, attnd_log_level_parse(cfg->log_level),
+                    cfg->access_log);
+    return -1;
+}
+
+/* One compute pool and the HTTP threads, by default from the CPUs the
+ * process may use (affinity mask, cgroup quota), and the start-up line
+ * that says what runs: the version, the OpenBLAS kernels, CPUs and
+ * threads, and where the models come from. */
+static void size_threads(attnd_config *cfg) {
     const attn_blas_info *blas = attn_blas_get_info();
-
-    sigset_t set;
-    stop_signals(&set);
-    pthread_sigmask(SIG_BLOCK, &set, NULL);
-    signal(SIGPIPE, SIG_IGN);
-
-    /* one compute pool and the HTTP threads, by default from the CPUs the
-     * process may use (affinity mask, cgroup quota) */
     attnd_cpus cpus;
     attnd_cpus_count(&cpus);
     char note[320];
-    attnd_threads_resolve(&cfg, &cpus, note, sizeof(note));
+    attnd_threads_resolve(cfg, &cpus, note, sizeof(note));
     attnd_log(LOG_INFO,
               "attnd %s starting: blas core %s (%s), cpu features %s; %d cpu%s (affinity %d, "
               "cgroup quota %d), %d compute thread%s, %d http thread%s",
               ATTND_VERSION, blas->core,
               blas->by_user ? "from OPENBLAS_CORETYPE" : "chosen from the cpu features",
               blas->features, cpus.n, cpus.n == 1 ? "" : "s", cpus.affinity, cpus.quota,
-              cfg.worker_threads, cfg.worker_threads == 1 ? "" : "s", cfg.http_threads,
-              cfg.http_threads == 1 ? "" : "s");
+              cfg->worker_threads, cfg->worker_threads == 1 ? "" : "s", cfg->http_threads,
+              cfg->http_threads == 1 ? "" : "s");
     if (blas->warning) attnd_log(LOG_WARN, "%s", blas->warning);
     if (note[0]) attnd_log(LOG_WARN, "%s", note);
-    if (cfg.config_path)
-        attnd_log(LOG_INFO, "config %s", cfg.config_path);
+    if (cfg->config_path)
+        attnd_log(LOG_INFO, "config %s", cfg->config_path);
     else
         attnd_log(LOG_INFO, "no config file: serving the embedded default model");
+}
+
+/* Serves until a stop signal, then drains: the exit code. */
+static int serve(attnd_config *cfg, const sigset_t *set) {
+    char err[1024] = "";
     attnd_exit why = ATTND_EXIT_OK;
-    attnd_server *srv = attnd_server_new(&cfg, &why, err, sizeof(err));
+    attnd_server *srv = attnd_server_new(cfg, &why, err, sizeof(err));
     if (!srv) {
         attnd_log(LOG_ERROR, "attnd: %s", err);
-        attnd_config_free(&cfg);
         return why;
     }
-    const char *host = cfg.host;
+    const char *host = cfg->host;
     int v6 = strchr(host, ':') != NULL;
     attnd_log(LOG_INFO, "listening on %s%s%s:%d", v6 ? "[" : "", host, v6 ? "]" : "",
               attnd_server_port(srv));
-
-    int sig = wait_for_stop(&set);
+    int sig = wait_for_stop(set);
     attnd_log(LOG_INFO, "SIG%s: draining", sigabbrev_np(sig));
     int cut = attnd_server_drain(srv);
     attnd_server_free(srv);
-    attnd_config_free(&cfg);
     if (cut) {
         attnd_log(LOG_WARN, "stopped: %d request%s cut short at the drain deadline", cut,
                   cut == 1 ? "" : "s");
@@ -128,4 +120,29 @@ int main(int argc, char **argv) {
     }
     attnd_log(LOG_INFO, "stopped");
     return ATTND_EXIT_OK;
+}
+
+int main(int argc, char **argv) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    attnd_config cfg;
+    memset(&cfg, 0, sizeof(cfg));
+    char err[1024] = "";
+    int rc = configure(argc, argv, &cfg);
+    if (rc >= 0) goto done;
+    /* OpenBLAS's kernels are chosen from the CPU's features before it loads,
+     * and before any thread starts (it sets environment variables) */
+    if (attn_blas_init(err, sizeof(err)) < 0) {
+        attnd_log(LOG_ERROR, "attnd: %s", err);
+        rc = ATTND_EXIT_INTERNAL;
+        goto done;
+    }
+    sigset_t set;
+    stop_signals(&set);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    size_threads(&cfg);
+    rc = serve(&cfg, &set);
+done:
+    attnd_config_free(&cfg);
+    return rc;
 }

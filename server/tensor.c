@@ -169,6 +169,27 @@ static int fast_row(nested *c, int depth, int *count) {
     }
 }
 
+/* An array at depth closed after count elements: the first of its depth
+ * sets the length, the others must have it (else "ragged"). */
+static int closed_with(nested *c, int depth, int count) {
+    if (!c->shape[depth]) {
+        c->shape[depth] = count;
+        return 0;
+    }
+    if (c->shape[depth] == count) return 0;
+    char at[160], first[160];
+    int n = snprintf(first, sizeof(first), "%s", c->field);
+    for (int d = 0; d < depth && n >= 0 && (size_t)n < sizeof(first); d++)
+        n += snprintf(first + n, sizeof(first) - (size_t)n, "[0]");
+    where(c, depth, at, sizeof(at));
+    if (count > c->shape[depth])
+        return attnd_set_error(c->e, AERR_BAD_REQUEST,
+                               "%s: ragged: more than %d elements where %s has %d", at,
+                               c->shape[depth], first, c->shape[depth]);
+    return attnd_set_error(c->e, AERR_BAD_REQUEST, "%s: ragged: %d elements where %s has %d", at,
+                           count, first, c->shape[depth]);
+}
+
 /* Reads one array at depth (its '[' is next). */
 static int level(nested *c, int depth) {
     char at[160];
@@ -214,22 +235,7 @@ static int level(nested *c, int depth) {
         if (r == 1) break;
     }
 closed:
-    if (!c->shape[depth]) {
-        c->shape[depth] = count;
-    } else if (c->shape[depth] != count) {
-        char first[160];
-        int n = snprintf(first, sizeof(first), "%s", c->field);
-        for (int d = 0; d < depth && n >= 0 && (size_t)n < sizeof(first); d++)
-            n += snprintf(first + n, sizeof(first) - (size_t)n, "[0]");
-        where(c, depth, at, sizeof(at));
-        if (count > c->shape[depth])
-            return attnd_set_error(c->e, AERR_BAD_REQUEST,
-                                   "%s: ragged: more than %d elements where %s has %d", at,
-                                   c->shape[depth], first, c->shape[depth]);
-        return attnd_set_error(c->e, AERR_BAD_REQUEST, "%s: ragged: %d elements where %s has %d",
-                               at, count, first, c->shape[depth]);
-    }
-    return 0;
+    return closed_with(c, depth, count);
 }
 
 static int read_nested(jin *j, const char *field, attnd_tensor_kind kind, int max_rank, attnd_tensor *t,
