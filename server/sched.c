@@ -13,8 +13,13 @@
  *
  * Locking: one mutex guards every queue and every attnd_req's scheduling
  * fields. The batcher and the sweeper take requests out under it and
- * answer them outside it. finish() (MHD_resume_connection) is never called
- * with the mutex held.
+ * answer them outside it. finish() is never called with the mutex held;
+ * departed() is asked with it held by the sweeper, without it by the
+ * batcher.
+ *
+ * No HTTP in here: a request is a job, an answer a reply of some kind
+ * (errors.h), whose status is the HTTP side's to derive; whether a client
+ * left is the HTTP side's to say (attnd_sched_opts.departed).
  *
  * Mixed batches: a batch may hold self-attention and cross-attention
  * requests of the same model. When every request is self-attention the
@@ -27,7 +32,6 @@
 #include "steps.h"
 #include "tensor.h"
 
-#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -644,7 +648,7 @@ static size_t collect_hangups(attnd_sched *s, sweep_bufs *b, size_t *n) {
     return na;
 }
 
-/* Answers what a sweep took (mutex not held): 504 past the deadline; a
+/* Answers what a sweep took (mutex not held): a timeout past the deadline; a
  * client that left is dropped, not answered. */
 static void answer_swept(attnd_sched *s, sweep_bufs *b, size_t n) {
     for (size_t k = 0; k < n; k++) {
@@ -731,7 +735,7 @@ void attnd_sched_drain(attnd_sched *s) {
     pthread_mutex_unlock(&s->mu);
 }
 
-/* Refuses every queued request (503) with msg. */
+/* Refuses every queued request (AERR_UNAVAILABLE) with msg. */
 static void answer_queued(attnd_sched *s, const char *msg) {
     attnd_error e;
     attnd_set_error(&e, AERR_UNAVAILABLE, "%s", msg);

@@ -5,7 +5,6 @@
  */
 #include "steps.h"
 
-#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -247,7 +246,8 @@ static void steps_write(steps_run *b, attn_ctx *ctx, const attnd_model_info *inf
 
 /* Ends every step (kept when answered, dropped when not; an open that was
  * not answered takes its session with it) and answers the others with an
- * error: 400 for a result that is not finite, 500 for the rest. */
+ * error: a bad request for a result that is not finite, internal for the
+ * rest. */
 static void steps_end(steps_run *b, uint64_t t0, uint64_t t1) {
     double now = attnd_step_now();
     for (int i = 0; i < b->n; i++) {
