@@ -57,7 +57,7 @@ typedef struct {
 } plan;
 
 typedef struct {
-    attnd_sbuf *b;          /* the text, and the tensors too when p is NULL */
+    attnd_sbuf *b;    /* the text, and the tensors too when p is NULL */
     plan *p;          /* NULL: the plain writer */
     size_t *json_len; /* the plain writer's: set at the end of the JSON part */
 } sink;
@@ -183,8 +183,8 @@ static void write_v2(sink *s, const attnd_job *job, const attnd_model_info *m, c
     attnd_sb_puts(b, ",\"parameters\":{");
     put_session(b, job, u);
     attnd_sb_printf(b, "\"batch\":%d,\"queue_us\":%llu,\"compute_us\":%llu},\"outputs\":[",
-              u->batch_requests, (unsigned long long)u->queue_us,
-              (unsigned long long)u->compute_us);
+                    u->batch_requests, (unsigned long long)u->queue_us,
+                    (unsigned long long)u->compute_us);
     if (want_out) put_v2_output(s, "output", out, nout, orank, oshape, bin_out, 1);
     if (want_attn)
         put_v2_output(s, "attention", job->attn, nattn, arank, ashape, bin_attn, !want_out);
@@ -199,8 +199,8 @@ static void write_v2(sink *s, const attnd_job *job, const attnd_model_info *m, c
 }
 
 /* The native answer, tensors in the encoding the client chose. */
-static void write_native(sink *s, const attnd_job *job, const attnd_model_info *m,
-                         const float *out, const attnd_usage *u) {
+static void write_native(sink *s, const attnd_job *job, const attnd_model_info *m, const float *out,
+                         const attnd_usage *u) {
     attnd_sbuf *b = s->b;
     int oshape[3], ashape[4];
     int orank = out_shape(job, m, oshape), arank = attn_shape(job, m, ashape);
@@ -215,22 +215,23 @@ static void write_native(sink *s, const attnd_job *job, const attnd_model_info *
         put_tensor(s, job->attn, arank, ashape, job->enc);
     }
     attnd_sb_printf(b,
-              ",\"usage\":{\"batch\":%d,\"sequences\":%d,\"query_tokens\":%lld,"
-              "\"key_tokens\":%lld,\"queue_us\":%llu,\"compute_us\":%llu}}\n",
-              u->batch_requests, job->B, (long long)job->B * job->L, (long long)job->B * job->S,
-              (unsigned long long)u->queue_us, (unsigned long long)u->compute_us);
+                    ",\"usage\":{\"batch\":%d,\"sequences\":%d,\"query_tokens\":%lld,"
+                    "\"key_tokens\":%lld,\"queue_us\":%llu,\"compute_us\":%llu}}\n",
+                    u->batch_requests, job->B, (long long)job->B * job->L,
+                    (long long)job->B * job->S, (unsigned long long)u->queue_us,
+                    (unsigned long long)u->compute_us);
 }
 
-static void write_layout(sink *s, const attnd_job *job, const attnd_model_info *m,
-                         const float *out, const attnd_usage *u) {
+static void write_layout(sink *s, const attnd_job *job, const attnd_model_info *m, const float *out,
+                         const attnd_usage *u) {
     if (job->api == API_NATIVE)
         write_native(s, job, m, out, u);
     else
         write_v2(s, job, m, out, u);
 }
 
-int attnd_write_answer(attnd_sbuf *b, const attnd_job *job, const attnd_model_info *m, const float *out,
-                       const attnd_usage *u, size_t *json_len) {
+int attnd_write_answer(attnd_sbuf *b, const attnd_job *job, const attnd_model_info *m,
+                       const float *out, const attnd_usage *u, size_t *json_len) {
     *json_len = 0;
     uint64_t nattn = attnd_job_attention_floats(job, m->hp.num_heads); /* admitted: it fits */
     size_t floats = (size_t)job->B * job->L * m->hp.embed_dim + (job->attn ? nattn : 0);
@@ -313,8 +314,8 @@ typedef struct {
 
 /* What the writer keeps of one answer written in chunks. */
 typedef struct {
-    int big;           /* 1: written in chunks; 0: whole, at plan */
-    attnd_sbuf text;         /* the layout's text, tensors left out */
+    int big;         /* 1: written in chunks; 0: whole, at plan */
+    attnd_sbuf text; /* the layout's text, tensors left out */
     plan p;
     atomic_int failed; /* 1: out of memory somewhere; the answer's body is NULL */
     char *body;        /* after place */
@@ -325,9 +326,9 @@ typedef struct {
     attnd_answer *a;
     answer_state *st; /* (n) */
     int n;
-    chunk *c;         /* (nc) every chunk of every big answer */
+    chunk *c; /* (nc) every chunk of every big answer */
     int nc;
-    int *big;         /* (nbig) indices of the big answers */
+    int *big; /* (nbig) indices of the big answers */
     int nbig;
     void (*done)(void *arg, int i);
     void *arg;

@@ -27,12 +27,12 @@ enum {
 /* One answer to write. */
 typedef struct {
     /* in: borrowed until done() is called for this answer */
-    const attnd_job *job;          /* shapes, encoding, api, job->attn */
+    const attnd_job *job; /* shapes, encoding, api, job->attn */
     const attnd_model_info *model;
-    const float *out;              /* (B*L, E) */
+    const float *out; /* (B*L, E) */
     attnd_usage usage;
     /* out: set before done() */
-    char *body;      /* malloc'd, NUL after body_len, the caller's; NULL when out of memory */
+    char *body; /* malloc'd, NUL after body_len, the caller's; NULL when out of memory */
     size_t body_len;
     size_t json_len; /* as attnd_write_answer's *json_len */
 } attnd_answer;

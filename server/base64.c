@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <string.h>
 
-
 static const char B64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
 /* Tables built once: ENC2[v] is the two characters of the 12-bit value v;
@@ -154,7 +153,8 @@ static int decode_lines(const char *s, size_t n, void *out, size_t cap, size_t *
     return 0;
 }
 
-int attnd_b64_decode(const char *s, size_t n, void *out, size_t cap, size_t *outlen, int breaks_ok) {
+int attnd_b64_decode(const char *s, size_t n, void *out, size_t cap, size_t *outlen,
+                     int breaks_ok) {
     pthread_once(&b64_once, b64_tables);
     if (decode_fast(s, n, out, cap, outlen) == 0) return 0;
     if (breaks_ok && (memchr(s, '\n', n) || memchr(s, '\r', n)))
@@ -185,12 +185,14 @@ void attnd_b64_explain(const char *s, size_t n, int breaks_ok, char *buf, size_t
                      "standard base64 ('+' and '/', as Python's base64.b64encode writes)",
                      i, c);
         else if (c == ' ' || c == '\t')
-            snprintf(buf, cap, "character %zu is a %s: base64 text may be wrapped in lines, but "
-                               "holds no spaces",
+            snprintf(buf, cap,
+                     "character %zu is a %s: base64 text may be wrapped in lines, but "
+                     "holds no spaces",
                      i, c == ' ' ? "space" : "tab");
         else if (c == '\n' || c == '\r')
-            snprintf(buf, cap, "character %zu is a raw line break, which a JSON string cannot "
-                               "hold (write it as \\n)",
+            snprintf(buf, cap,
+                     "character %zu is a raw line break, which a JSON string cannot "
+                     "hold (write it as \\n)",
                      i);
         else if (c < 0x20 || c >= 0x7f)
             snprintf(buf, cap, "character %zu is the byte 0x%02x, not base64", i, c);
@@ -199,8 +201,8 @@ void attnd_b64_explain(const char *s, size_t n, int breaks_ok, char *buf, size_t
         return;
     }
     if (chars % 4 == 1)
-        snprintf(buf, cap,
-                 "%zu base64 characters: no base64 text has 4k+1 of them (cut short?)", chars);
+        snprintf(buf, cap, "%zu base64 characters: no base64 text has 4k+1 of them (cut short?)",
+                 chars);
     else if (pads && (chars % 4 == 0 || pads > 4 - chars % 4))
         snprintf(buf, cap, "%zu '=' after %zu characters: wrong padding", pads, chars);
     else

@@ -16,7 +16,7 @@ typedef struct {
 } attnd_sbuf;
 
 void attnd_sb_init(attnd_sbuf *b);
-void attnd_sb_free(attnd_sbuf *b);                 /* frees p; the buffer is reusable after attnd_sb_init */
+void attnd_sb_free(attnd_sbuf *b); /* frees p; the buffer is reusable after attnd_sb_init */
 int attnd_sb_reserve(attnd_sbuf *b, size_t extra); /* room for extra more bytes; 0 or -1 */
 void attnd_sb_put(attnd_sbuf *b, const void *s, size_t n);
 void attnd_sb_puts(attnd_sbuf *b, const char *s);

@@ -43,7 +43,8 @@ static long long parse_count(const char *s, const char **end) {
 }
 
 int attnd_cgroup_v2_cpus(const char *cpu_max) {
-    while (*cpu_max == ' ') cpu_max++;
+    while (*cpu_max == ' ')
+        cpu_max++;
     const char *rest;
     if (strncmp(cpu_max, "max", 3) == 0) return 0;
     long long quota = parse_count(cpu_max, &rest);
@@ -90,7 +91,8 @@ static int walk_up(const char *mount, const char *cgpath, int v2) {
     int best = 0;
     for (;;) {
         size_t n = strlen(rel);
-        while (n > 0 && rel[n - 1] == '/') rel[--n] = '\0';
+        while (n > 0 && rel[n - 1] == '/')
+            rel[--n] = '\0';
         snprintf(dir, sizeof dir, "%s%s", mount, rel);
         best = tighter(best, dir_limit(dir, v2));
         char *slash = strrchr(rel, '/');
@@ -104,7 +106,8 @@ static int walk_up(const char *mount, const char *cgpath, int v2) {
 static int lists_cpu(const char *list, size_t len) {
     for (size_t i = 0; i < len;) {
         size_t j = i;
-        while (j < len && list[j] != ',') j++;
+        while (j < len && list[j] != ',')
+            j++;
         if (j - i == 3 && strncmp(list + i, "cpu", 3) == 0) return 1;
         i = j + 1;
     }

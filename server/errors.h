@@ -27,7 +27,8 @@ typedef enum {
     AERR_INTERNAL,     /* 500: anything else; the daemon keeps serving */
     AERR_UNAVAILABLE,  /* 503: starting or draining (Retry-After) */
     AERR_TIMEOUT,      /* 504: not done within request_timeout_ms */
-    AERR_CONFLICT,     /* 409: a session's previous step is still queued or computing, or its id is taken */
+    AERR_CONFLICT,     /* 409: a session's previous step is still queued or computing, or its id is
+                          taken */
     ATTND_KINDS
 } attnd_kind;
 

@@ -26,15 +26,17 @@ static const double P10[129] = {
     1e-51, 1e-50, 1e-49, 1e-48, 1e-47, 1e-46, 1e-45, 1e-44, 1e-43, 1e-42, 1e-41, 1e-40, 1e-39,
     1e-38, 1e-37, 1e-36, 1e-35, 1e-34, 1e-33, 1e-32, 1e-31, 1e-30, 1e-29, 1e-28, 1e-27, 1e-26,
     1e-25, 1e-24, 1e-23, 1e-22, 1e-21, 1e-20, 1e-19, 1e-18, 1e-17, 1e-16, 1e-15, 1e-14, 1e-13,
-    1e-12, 1e-11, 1e-10, 1e-9, 1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1e0, 1e1, 1e2, 1e3,
-    1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20,
-    1e21, 1e22, 1e23, 1e24, 1e25, 1e26, 1e27, 1e28, 1e29, 1e30, 1e31, 1e32, 1e33, 1e34, 1e35, 1e36,
-    1e37, 1e38, 1e39, 1e40, 1e41, 1e42, 1e43, 1e44, 1e45, 1e46, 1e47, 1e48, 1e49, 1e50, 1e51, 1e52,
-    1e53, 1e54, 1e55, 1e56, 1e57, 1e58, 1e59, 1e60, 1e61, 1e62, 1e63, 1e64};
+    1e-12, 1e-11, 1e-10, 1e-9,  1e-8,  1e-7,  1e-6,  1e-5,  1e-4,  1e-3,  1e-2,  1e-1,  1e0,
+    1e1,   1e2,   1e3,   1e4,   1e5,   1e6,   1e7,   1e8,   1e9,   1e10,  1e11,  1e12,  1e13,
+    1e14,  1e15,  1e16,  1e17,  1e18,  1e19,  1e20,  1e21,  1e22,  1e23,  1e24,  1e25,  1e26,
+    1e27,  1e28,  1e29,  1e30,  1e31,  1e32,  1e33,  1e34,  1e35,  1e36,  1e37,  1e38,  1e39,
+    1e40,  1e41,  1e42,  1e43,  1e44,  1e45,  1e46,  1e47,  1e48,  1e49,  1e50,  1e51,  1e52,
+    1e53,  1e54,  1e55,  1e56,  1e57,  1e58,  1e59,  1e60,  1e61,  1e62,  1e63,  1e64};
 
-static const char DIGITS2[201] = "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
-                                 "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
-                                 "8081828384858687888990919293949596979899";
+static const char DIGITS2[201] =
+    "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+    "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+    "8081828384858687888990919293949596979899";
 
 static inline uint64_t dbits(double d) {
     uint64_t u;
@@ -74,9 +76,9 @@ void attnd_fmt_digits9(char *d, uint32_t n) {
  * 2^-22 here) to tell which way the ninth digit rounds. */
 static inline int digits9(double x, uint32_t *n, int *exp10) {
     int e2 = (int)((dbits(x) >> 52) & 0x7ff) - 1023; /* x in [2^e2, 2^(e2+1)) */
-    int e10 = (e2 * 1233) >> 12;                     /* floor(e2·log10 2): 10^e10 <= x or one less */
-    if (x >= P10[e10 + 1 + P10_OFF]) e10++;          /* now 10^e10 <= x < 10^(e10+1) */
-    double r = x * P10[8 - e10 + P10_OFF];           /* in [1e8, 1e9), give or take 2^-22 */
+    int e10 = (e2 * 1233) >> 12;            /* floor(e2·log10 2): 10^e10 <= x or one less */
+    if (x >= P10[e10 + 1 + P10_OFF]) e10++; /* now 10^e10 <= x < 10^(e10+1) */
+    double r = x * P10[8 - e10 + P10_OFF];  /* in [1e8, 1e9), give or take 2^-22 */
     uint32_t fl = (uint32_t)r;
     double frac = r - (double)fl;
     if (frac > 0.5 - 1e-6 && frac < 0.5 + 1e-6) return -1;
@@ -209,9 +211,9 @@ static inline int eight_digits(const char *p, uint64_t *v) {
         ((x + 0x0606060606060606ull) & 0xf0f0f0f0f0f0f0f0ull) != 0x3030303030303030ull)
         return 0;
     x -= 0x3030303030303030ull;
-    x = (x * 10 + (x >> 8)) & 0x00ff00ff00ff00ffull;       /* pairs */
-    x = (x * 100 + (x >> 16)) & 0x0000ffff0000ffffull;     /* fours */
-    *v = (x * 10000 + (x >> 32)) & 0xffffffffull;          /* eight */
+    x = (x * 10 + (x >> 8)) & 0x00ff00ff00ff00ffull;   /* pairs */
+    x = (x * 100 + (x >> 16)) & 0x0000ffff0000ffffull; /* fours */
+    *v = (x * 10000 + (x >> 32)) & 0xffffffffull;      /* eight */
     return 1;
 }
 
@@ -334,7 +336,8 @@ size_t attnd_parse_number(const char *s, size_t n, double *v) {
         r = 0;
     } else if (!d.inexact && d.m <= (1ull << 53) && d.exp10 >= -22 && d.exp10 <= 22) {
         /* both operands exact, one rounding: the nearest double */
-        r = d.exp10 >= 0 ? (double)d.m * P10[d.exp10 + P10_OFF] : (double)d.m / P10[-d.exp10 + P10_OFF];
+        r = d.exp10 >= 0 ? (double)d.m * P10[d.exp10 + P10_OFF]
+                         : (double)d.m / P10[-d.exp10 + P10_OFF];
     } else {
         return strtox(s, len, v, NULL) < 0 ? 0 : len;
     }
@@ -349,8 +352,8 @@ size_t attnd_parse_number(const char *s, size_t n, double *v) {
 static inline int near_f32_boundary(double x) {
     uint64_t u = dbits(x);
     int e2 = (int)((u >> 52) & 0x7ff) - 1023;
-    if (e2 < -150) return 1;                  /* at or below half the least subnormal */
-    int drop = e2 >= -126 ? 29 : -97 - e2;    /* double bits below the float32's last one */
+    if (e2 < -150) return 1;               /* at or below half the least subnormal */
+    int drop = e2 >= -126 ? 29 : -97 - e2; /* double bits below the float32's last one */
     uint64_t sig = (u & ((1ull << 52) - 1)) | (1ull << 52);
     uint64_t rem = sig & ((1ull << drop) - 1); /* drop <= 53 */
     uint64_t half = 1ull << (drop - 1);

@@ -63,14 +63,14 @@ struct attnd_server {
     attnd_parse_env env;
     attnd_sched *sched;
     attnd_sessions *sessions; /* KV-cache sessions (session.c), owned */
-    attnd_guard *guard; /* connection slots and read deadlines */
+    attnd_guard *guard;       /* connection slots and read deadlines */
     attnd_metrics metrics;
     struct MHD_Daemon *mhd;
     int port;
     char *api_key; /* NULL = no key needed; owned copy of the env value */
     size_t api_key_len;
-    atomic_int state;   /* S_STARTING, S_READY, S_DRAINING */
-    atomic_long active; /* requests between their first byte and completion */
+    atomic_int state;         /* S_STARTING, S_READY, S_DRAINING */
+    atomic_long active;       /* requests between their first byte and completion */
     atomic_int past_deadline; /* 1: the drain deadline passed; answers now are cut */
     atomic_int cut;           /* requests cut short at the drain deadline */
     atomic_llong buffered;    /* request body bytes held now, over every connection */
@@ -453,8 +453,8 @@ static int session_route(hreq *h, const char *id, const char *want_id) {
 
 /* POST /v1/sessions: its id from X-Session-Id when given */
 int attnd_handle_session_open(hreq *h) {
-    return session_route(
-        h, NULL, MHD_lookup_connection_value(h->conn, MHD_HEADER_KIND, "X-Session-Id"));
+    return session_route(h, NULL,
+                         MHD_lookup_connection_value(h->conn, MHD_HEADER_KIND, "X-Session-Id"));
 }
 
 /* POST /v1/sessions/{id}/attention */
@@ -477,8 +477,7 @@ static int v2_session(hreq *h) {
     const char *want_id =
         job->session_open ? MHD_lookup_connection_value(h->conn, MHD_HEADER_KIND, "X-Session-Id")
                           : NULL;
-    attnd_step_env se = {s->sessions, &s->env, s->cfg, job->session_id, want_id,
-                         attnd_step_now()};
+    attnd_step_env se = {s->sessions, &s->env, s->cfg, job->session_id, want_id, attnd_step_now()};
     if (attnd_step_from_job(&se, job, &h->r.step, &h->err, &h->retry_after) < 0) return -1;
     h->r.tokens = job->L;
     return submit(h);
@@ -488,8 +487,8 @@ static int v2_session(hreq *h) {
 int attnd_handle_attention(hreq *h) {
     attnd_server *s = h->srv;
     const char *path_model = h->rm.name[0] ? h->rm.name : NULL;
-    int rc = attnd_parse_native(&s->env, path_model, h->in.p ? h->in.p : "", h->in.len,
-                                &h->r.job, &h->err);
+    int rc = attnd_parse_native(&s->env, path_model, h->in.p ? h->in.p : "", h->in.len, &h->r.job,
+                                &h->err);
     drop_body(h);
     if (rc < 0) return -1;
     h->r.tokens = attnd_job_tokens(&h->r.job);
@@ -577,7 +576,7 @@ static int queue_full(attnd_server *s, const hreq *h) {
  * bodies held over every connection; docs/config.md, "Memory"): its bytes,
  * then the limit. */
 #define MSG_BUDGET                                                                                 \
-    "%lld more body bytes would pass the server's limit on request bodies held at once "          \
+    "%lld more body bytes would pass the server's limit on request bodies held at once "           \
     "(server.max_buffered_body_bytes, %lld); retry later"
 
 /* The declared body size: 413 past max_body_bytes and 429 past the body
@@ -706,8 +705,7 @@ static enum MHD_Result take_body(hreq *h, const char *data, size_t n) {
             }
         }
     }
-    if (h->err.code != AOK && h->in_total > 2 * s->cfg->max_body_bytes + (1 << 20))
-        return MHD_NO;
+    if (h->err.code != AOK && h->in_total > 2 * s->cfg->max_body_bytes + (1 << 20)) return MHD_NO;
     return MHD_YES;
 }
 
@@ -790,8 +788,9 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         attnd_metrics_reject(&s->metrics, h->sent);
     }
     attnd_metrics_request(&s->metrics, h->rid, status, now - h->t_recv_us);
-    attnd_access a = {h->method, h->path, status, h->sent_bytes,
-                      (double)(now - h->t_recv_us) / 1e3, h->r.batch_requests, h->id, end};
+    attnd_access a = {
+        h->method,           h->path, status, h->sent_bytes, (double)(now - h->t_recv_us) / 1e3,
+        h->r.batch_requests, h->id,   end};
     attnd_log_access(&a); /* nothing secret: no headers, no body */
     /* a kept-alive connection now waits for its next request's header lines */
     attnd_guard_phase(s->guard, h->gc, GUARD_HEADER);
@@ -891,15 +890,15 @@ static json_t *rope_json(const attn_rope *r) {
     json_t *j = json_pack("{s:f, s:i, s:s}", "theta", r->theta, "dim", r->dim, "style",
                           r->style == ATTN_ROPE_INTERLEAVED ? "interleaved" : "half");
     if (r->scaling == ATTN_ROPE_SCALE_LINEAR)
-        json_object_set_new(j, "scaling", json_pack("{s:s, s:f}", "type", "linear", "factor",
-                                                    r->factor));
+        json_object_set_new(j, "scaling",
+                            json_pack("{s:s, s:f}", "type", "linear", "factor", r->factor));
     if (r->scaling == ATTN_ROPE_SCALE_LLAMA3)
-        json_object_set_new(
-            j, "scaling",
-            json_pack("{s:s, s:f, s:f, s:f, s:i}", "type", "llama3", "factor", r->factor,
-                      "low_freq_factor", r->low_freq_factor, "high_freq_factor",
-                      r->high_freq_factor, "original_max_position_embeddings",
-                      r->original_max_position));
+        json_object_set_new(j, "scaling",
+                            json_pack("{s:s, s:f, s:f, s:f, s:i}", "type", "llama3", "factor",
+                                      r->factor, "low_freq_factor", r->low_freq_factor,
+                                      "high_freq_factor", r->high_freq_factor,
+                                      "original_max_position_embeddings",
+                                      r->original_max_position));
     return j;
 }
 
@@ -928,7 +927,8 @@ static json_t *v2_model_json(const char *name, const attn_hparams *hp, int from_
     json_array_append_new(in, v2_tensor("attn_mask", "BOOL", 3, 0));
     if (hp->rope.dim) json_array_append_new(in, v2_tensor("positions", "INT64", 2, 0));
     return json_pack("{s:s, s:[s], s:s, s:o, s:[o, o]}", "name", name, "versions", "1", "platform",
-                     from_file ? "attnd_safetensors" : "attnd_embedded", "inputs", in, "outputs", v2_tensor("output", "FP32", 3, hp->embed_dim),
+                     from_file ? "attnd_safetensors" : "attnd_embedded", "inputs", in, "outputs",
+                     v2_tensor("output", "FP32", 3, hp->embed_dim),
                      v2_tensor("attention", "FP32", 4, 0));
 }
 
@@ -936,11 +936,11 @@ static json_t *v2_model_json(const char *name, const attn_hparams *hp, int from_
 static json_t *model_json(const attnd_server *s, int i) {
     const attnd_model_config *mc = &s->cfg->models[i];
     const attn_hparams *hp = &s->info[i].hp; /* filled in by attn_model_init */
-    json_t *m = json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:b, s:b, s:s}", "name",
-                          s->names[i], "embed_dim", hp->embed_dim, "num_heads", hp->num_heads,
-                          "num_kv_heads", hp->num_kv_heads, "head_dim", hp->head_dim, "kdim",
-                          hp->kdim, "vdim", hp->vdim, "scale", hp->scale, "bias", hp->bias,
-                          "causal", hp->causal, "weights", mc->weights ? "safetensors" : "embedded");
+    json_t *m = json_pack(
+        "{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:b, s:b, s:s}", "name", s->names[i], "embed_dim",
+        hp->embed_dim, "num_heads", hp->num_heads, "num_kv_heads", hp->num_kv_heads, "head_dim",
+        hp->head_dim, "kdim", hp->kdim, "vdim", hp->vdim, "scale", hp->scale, "bias", hp->bias,
+        "causal", hp->causal, "weights", mc->weights ? "safetensors" : "embedded");
     if (hp->rope.dim) json_object_set_new(m, "rope", rope_json(&hp->rope));
     if (mc->max_positions) json_object_set_new(m, "max_positions", json_integer(mc->max_positions));
     return m;
@@ -956,7 +956,8 @@ static json_t *models_json(const attnd_server *s) {
     attnd_cpus cpus;
     attnd_cpus_count(&cpus);
     json_t *root = json_pack(
-        "{s:o, s:{s:I, s:I, s:I, s:i}, s:{s:i, s:i, s:i, s:i}, s:{s:i}, s:{s:i, s:i, s:i, s:s, s:b, "
+        "{s:o, s:{s:I, s:I, s:I, s:i}, s:{s:i, s:i, s:i, s:i}, s:{s:i}, s:{s:i, s:i, s:i, s:s, "
+        "s:b, "
         "s:s}}",
         "models", models, "limits", "max_body_bytes", (json_int_t)c->max_body_bytes,
         "max_tokens_per_request", (json_int_t)c->max_tokens_per_request, "max_attention_floats",
@@ -965,8 +966,8 @@ static json_t *models_json(const attnd_server *s) {
         c->max_batch_requests, "max_queue_delay_us", c->max_queue_delay_us, "max_queue_requests",
         c->max_queue_requests, "workers", "threads", c->worker_threads, "compute", "threads",
         c->worker_threads, "cpus", cpus.n, "http_threads", c->http_threads, "blas_core",
-        blas ? blas->core : "none", "blas_core_from_env",
-        blas && blas->by_user, "cpu_features", blas ? blas->features : "");
+        blas ? blas->core : "none", "blas_core_from_env", blas && blas->by_user, "cpu_features",
+        blas ? blas->features : "");
     json_t *lim = json_object_get(root, "limits");
     json_object_set_new(lim, "max_sessions", json_integer(c->max_sessions));
     json_object_set_new(lim, "max_session_bytes", json_integer(c->max_session_bytes));
@@ -979,15 +980,15 @@ static json_t *models_json(const attnd_server *s) {
 static int build_bodies(attnd_server *s) {
     const attn_blas_info *blas = attn_blas_get_info();
     s->models_body = dump(models_json(s));
-    s->v2_body = dump(json_pack("{s:s, s:s, s:[s], s:s, s:s}", "name", "attnd", "version",
-                                ATTND_VERSION, "extensions", "binary_tensor_data", "blas_core",
-                                blas ? blas->core : "none", "cpu_features",
-                                blas ? blas->features : ""));
+    s->v2_body =
+        dump(json_pack("{s:s, s:s, s:[s], s:s, s:s}", "name", "attnd", "version", ATTND_VERSION,
+                       "extensions", "binary_tensor_data", "blas_core", blas ? blas->core : "none",
+                       "cpu_features", blas ? blas->features : ""));
     s->v2_model_body = calloc((size_t)s->n_models, sizeof(char *));
     if (!s->models_body || !s->v2_body || !s->v2_model_body) return -1;
     for (int i = 0; i < s->n_models; i++)
-        if (!(s->v2_model_body[i] = dump(v2_model_json(s->names[i], &s->info[i].hp,
-                                                       s->cfg->models[i].weights != NULL))))
+        if (!(s->v2_model_body[i] = dump(
+                  v2_model_json(s->names[i], &s->info[i].hp, s->cfg->models[i].weights != NULL))))
             return -1;
     return 0;
 }
@@ -1010,11 +1011,12 @@ static int load_models(attnd_server *s, char *err, size_t errlen) {
         s->info[i].hp = s->models[i].hp;
         s->info[i].max_positions = mc->max_positions;
         const attn_hparams *hp = &s->models[i].hp;
-        attnd_log(LOG_INFO,
-                  "model %s: embed_dim=%d num_heads=%d kdim=%d vdim=%d bias=%s causal=%s weights=%s",
-                  mc->name, hp->embed_dim, hp->num_heads, hp->kdim, hp->vdim,
-               hp->bias ? "true" : "false", hp->causal ? "true" : "false",
-               mc->weights ? mc->weights : "embedded default (fixed seed)");
+        attnd_log(
+            LOG_INFO,
+            "model %s: embed_dim=%d num_heads=%d kdim=%d vdim=%d bias=%s causal=%s weights=%s",
+            mc->name, hp->embed_dim, hp->num_heads, hp->kdim, hp->vdim, hp->bias ? "true" : "false",
+            hp->causal ? "true" : "false",
+            mc->weights ? mc->weights : "embedded default (fixed seed)");
     }
     s->env.models = s->info;
     s->env.n_models = s->n_models;
@@ -1057,12 +1059,11 @@ static int start_mhd(attnd_server *s, char *err, size_t errlen) {
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
     s->mhd = MHD_start_daemon(
         flags, (uint16_t)c->port, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log,
-        NULL, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-        MHD_OPTION_THREAD_POOL_SIZE, (unsigned)c->http_threads, MHD_OPTION_CONNECTION_LIMIT,
-        (unsigned)c->max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
-        (unsigned)c->connection_timeout_s, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-        MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
-        MHD_OPTION_UNESCAPE_CALLBACK, unescape, NULL, MHD_OPTION_END);
+        NULL, MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_THREAD_POOL_SIZE,
+        (unsigned)c->http_threads, MHD_OPTION_CONNECTION_LIMIT, (unsigned)c->max_connections,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)c->connection_timeout_s,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_NOTIFY_CONNECTION, on_connection,
+        s, MHD_OPTION_UNESCAPE_CALLBACK, unescape, NULL, MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!s->mhd) {
         snprintf(err, errlen, "cannot listen on %s:%d (address in use, or not allowed)", c->host,
@@ -1074,8 +1075,7 @@ static int start_mhd(attnd_server *s, char *err, size_t errlen) {
     return 0;
 }
 
-attnd_server *attnd_server_new(const attnd_config *cfg, attnd_exit *why, char *err,
-                               size_t errlen) {
+attnd_server *attnd_server_new(const attnd_config *cfg, attnd_exit *why, char *err, size_t errlen) {
     *why = ATTND_EXIT_INTERNAL;
     attnd_server *s = calloc(1, sizeof(*s));
     if (!s) {
@@ -1108,8 +1108,8 @@ attnd_server *attnd_server_new(const attnd_config *cfg, attnd_exit *why, char *e
                                cfg->max_session_bytes_each, cfg->session_idle_s};
     s->sessions = attnd_sessions_new(&sl);
     if (!s->sessions || attnd_sessions_reaper_start(s->sessions, attnd_step_now) < 0) goto oom;
-    attnd_sched_opts o = {cfg,       s->models,       s->info, s->n_models, &s->metrics,
-                          on_answer_ready, s, find_departed, s};
+    attnd_sched_opts o = {cfg, s->models,     s->info, s->n_models, &s->metrics, on_answer_ready,
+                          s,   find_departed, s};
     s->sched = attnd_sched_new(&o, err, errlen);
     if (!s->sched) goto fail;
     s->guard = attnd_guard_new(cfg->max_connections, cfg->header_timeout_ms, cfg->body_timeout_ms,
@@ -1154,8 +1154,8 @@ int attnd_server_drain(attnd_server *s) {
          * connection still sending (each logged by on_completed) */
         atomic_store(&s->past_deadline, 1);
         attnd_log(LOG_WARN, "drain deadline of %d s passed with %ld request%s unfinished",
-               s->cfg->drain_grace_s, atomic_load(&s->active),
-               atomic_load(&s->active) == 1 ? "" : "s");
+                  s->cfg->drain_grace_s, atomic_load(&s->active),
+                  atomic_load(&s->active) == 1 ? "" : "s");
         if (s->sched) attnd_sched_abort_queued(s->sched);
     }
     /* suspended connections must all be resumed before MHD stops */

@@ -27,8 +27,7 @@ typedef struct attnd_server attnd_server;
 /* Loads every model of cfg (cfg must outlive the server), starts workers
  * and the HTTP daemon. Logs the models. Returns NULL with err set and *why
  * saying which kind of failure it was. */
-attnd_server *attnd_server_new(const attnd_config *cfg, attnd_exit *why, char *err,
-                               size_t errlen);
+attnd_server *attnd_server_new(const attnd_config *cfg, attnd_exit *why, char *err, size_t errlen);
 
 /* The port it listens on (the chosen one when cfg->port is 0). */
 int attnd_server_port(const attnd_server *s);

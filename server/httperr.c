@@ -52,7 +52,8 @@ static _Thread_local const char *page_msg;
 static void resolve(void) {
     real_create = (create_fn)dlsym(RTLD_NEXT, "MHD_create_response_from_buffer");
     real_queue = (queue_fn)dlsym(RTLD_NEXT, "MHD_queue_response");
-    if (getrandom(&id_seed, sizeof(id_seed), 0) != (ssize_t)sizeof(id_seed)) id_seed = attnd_mono_us();
+    if (getrandom(&id_seed, sizeof(id_seed), 0) != (ssize_t)sizeof(id_seed))
+        id_seed = attnd_mono_us();
 }
 
 /* The sentence for one of libmicrohttpd's pages (0.9.75's texts). */

@@ -20,7 +20,8 @@ struct jin {
 };
 
 static int fail(jin *j, const char *what) {
-    snprintf(j->err, sizeof(j->err), "body is not valid JSON: %s at byte %zu", what, attnd_jin_offset(j));
+    snprintf(j->err, sizeof(j->err), "body is not valid JSON: %s at byte %zu", what,
+             attnd_jin_offset(j));
     return -1;
 }
 
@@ -89,9 +90,9 @@ jin_type attnd_jin_next_type(jin *j) {
 }
 
 const char *attnd_jin_kind(jin *j) {
-    static const char *const words[] = {"nothing",  "an object", "an array", "a string",
-                                        "a number", "a boolean", "null",     "NaN",
-                                        "an invalid token"};
+    static const char *const words[] = {"nothing",  "an object", "an array",
+                                        "a string", "a number",  "a boolean",
+                                        "null",     "NaN",       "an invalid token"};
     return words[attnd_jin_next_type(j)];
 }
 
@@ -308,7 +309,6 @@ int attnd_jin_string_buf(jin *j, char *buf, size_t cap, int *cut) {
     return decode_string(j, buf, cap, cut ? cut : &dummy) < 0 ? -1 : 0;
 }
 
-
 int attnd_jin_key(jin *j, char *buf, size_t cap, int *cut) {
     if (attnd_jin_peek(j) != '"') return fail(j, "expected a key (a string)");
     if (attnd_jin_string_buf(j, buf, cap, cut) < 0) return -1;
@@ -385,7 +385,8 @@ int attnd_jin_skip(jin *j) {
         char open = (char)*j->p, close = open == '[' ? ']' : '}';
         int r = attnd_jin_open(j, open);
         while (r == 0) {
-            if (close == '}' && (decode_string(j, NULL, 0, NULL) < 0 || attnd_jin_expect(j, ':') < 0))
+            if (close == '}' &&
+                (decode_string(j, NULL, 0, NULL) < 0 || attnd_jin_expect(j, ':') < 0))
                 return -1;
             if (attnd_jin_skip(j) < 0) return -1;
             r = attnd_jin_next(j, close);
@@ -514,8 +515,7 @@ static void number_text(jin *j, char *buf, size_t cap) {
 }
 
 /* A whole number from min to max at the cursor (the path names it). */
-static int read_whole(jin *j, int64_t min, int64_t max, int64_t *out, jpath *path,
-                      attnd_error *e) {
+static int read_whole(jin *j, int64_t min, int64_t max, int64_t *out, jpath *path, attnd_error *e) {
     char text[32];
     double d;
     if (attnd_jin_next_type(j) != JT_NUMBER) {
@@ -523,8 +523,8 @@ static int read_whole(jin *j, int64_t min, int64_t max, int64_t *out, jpath *pat
             fail_nonfinite(j);
             return attnd_jin_fail(j, path, e);
         }
-        return attnd_set_error(e, AERR_BAD_REQUEST, "%s: expected a whole number, got %s",
-                               path->s, attnd_jin_kind(j));
+        return attnd_set_error(e, AERR_BAD_REQUEST, "%s: expected a whole number, got %s", path->s,
+                               attnd_jin_kind(j));
     }
     number_text(j, text, sizeof(text));
     if (attnd_jin_number(j, &d) < 0) return attnd_jin_fail(j, path, e);
@@ -672,7 +672,8 @@ static int unknown_key(const jtable *t, jpath *path, attnd_error *e) {
     return attnd_set_error(e, AERR_BAD_REQUEST, "%s: unknown %s (%s)", path->s, t->what, names);
 }
 
-int attnd_jin_object(jin *j, const jtable *t, void *dst, jpath *path, unsigned *given, attnd_error *e) {
+int attnd_jin_object(jin *j, const jtable *t, void *dst, jpath *path, unsigned *given,
+                     attnd_error *e) {
     unsigned seen = 0;
     if (attnd_jin_next_type(j) != JT_OBJECT)
         return attnd_set_error(e, AERR_BAD_REQUEST, "%s: expected an object, got %s",

@@ -123,24 +123,24 @@ void attnd_jpath_cut(jpath *p, size_t n);
 /* ---- field tables ---- */
 
 typedef enum {
-    JF_STRING,   /* a string into char[size] at offset; a longer one is refused */
-    JF_STRDUP,   /* a string into a new char * at offset (the destination owns it) */
-    JF_BOOL,     /* true/false into int at offset: 1 or 0 */
-    JF_BOOL_NULL,/* true/false/null into int at offset: 1, 0, or -1 for null */
-    JF_WORD,     /* one of words into int at offset: its index */
-    JF_SIZE,     /* a whole number 0..max into int64_t at offset */
-    JF_SHAPE,    /* 1..JSHAPE_MAX whole numbers, each 1..max, into jshape */
-    JF_OBJECT,   /* an object, walked against table into the same destination */
-    JF_LIST,     /* an array; each(...) reads every element, path "name[i]" */
-    JF_CUSTOM    /* read(...) reads the value; accepts says which JSON types */
+    JF_STRING,    /* a string into char[size] at offset; a longer one is refused */
+    JF_STRDUP,    /* a string into a new char * at offset (the destination owns it) */
+    JF_BOOL,      /* true/false into int at offset: 1 or 0 */
+    JF_BOOL_NULL, /* true/false/null into int at offset: 1, 0, or -1 for null */
+    JF_WORD,      /* one of words into int at offset: its index */
+    JF_SIZE,      /* a whole number 0..max into int64_t at offset */
+    JF_SHAPE,     /* 1..JSHAPE_MAX whole numbers, each 1..max, into jshape */
+    JF_OBJECT,    /* an object, walked against table into the same destination */
+    JF_LIST,      /* an array; each(...) reads every element, path "name[i]" */
+    JF_CUSTOM     /* read(...) reads the value; accepts says which JSON types */
 } jf_type;
 
 #define JSHAPE_MAX 4 /* the most dimensions any tensor takes (TENSOR_MAX_RANK) */
 
 /* A shape as the body gave it. */
 typedef struct {
-    int rank;                    /* 1..JSHAPE_MAX */
-    int64_t dim[JSHAPE_MAX];     /* each 1..max */
+    int rank;                /* 1..JSHAPE_MAX */
+    int64_t dim[JSHAPE_MAX]; /* each 1..max */
 } jshape;
 
 typedef struct jfield jfield;
@@ -154,23 +154,23 @@ struct jfield {
     const char *name;
     jf_type type;
     int required;
-    size_t offset;              /* where it lands in the destination struct */
-    size_t size;                /* JF_STRING: the buffer's bytes */
-    const char *const *words;   /* JF_WORD: the words, NULL-terminated */
-    int64_t max;                /* JF_SIZE, JF_SHAPE: the largest value; past it, 413 */
-    const jtable *table;        /* JF_OBJECT */
-    jf_each_fn each;            /* JF_LIST */
-    jf_read_fn read;            /* JF_CUSTOM */
-    unsigned accepts;           /* JF_CUSTOM: bits 1 << jin_type it takes */
-    const char *expects;        /* JF_CUSTOM: those types in words, for messages */
-    int arg;                    /* free for read (a tensor's role) */
+    size_t offset;            /* where it lands in the destination struct */
+    size_t size;              /* JF_STRING: the buffer's bytes */
+    const char *const *words; /* JF_WORD: the words, NULL-terminated */
+    int64_t max;              /* JF_SIZE, JF_SHAPE: the largest value; past it, 413 */
+    const jtable *table;      /* JF_OBJECT */
+    jf_each_fn each;          /* JF_LIST */
+    jf_read_fn read;          /* JF_CUSTOM */
+    unsigned accepts;         /* JF_CUSTOM: bits 1 << jin_type it takes */
+    const char *expects;      /* JF_CUSTOM: those types in words, for messages */
+    int arg;                  /* free for read (a tensor's role) */
 };
 
 struct jtable {
     const char *what;     /* what a key is called in messages: "field", "key" */
     const jfield *fields; /* at most 32 */
     int n;
-    int skip_unknown;     /* 1: unknown keys are skipped (extensions); 0: refused */
+    int skip_unknown; /* 1: unknown keys are skipped (extensions); 0: refused */
 };
 
 /* Walks the object next in j against t, into dst. Refuses, naming the
@@ -179,7 +179,8 @@ struct jtable {
  * Sets *given (bit i: t->fields[i] was there) when given is not NULL.
  * Returns 0, or -1 with e set (400; 413 for a size past its max; what a
  * read function sets). */
-int attnd_jin_object(jin *j, const jtable *t, void *dst, jpath *path, unsigned *given, attnd_error *e);
+int attnd_jin_object(jin *j, const jtable *t, void *dst, jpath *path, unsigned *given,
+                     attnd_error *e);
 
 /* e = "<path>: <attnd_jin_error>" (400): a syntax error where path says. */
 int attnd_jin_fail(jin *j, const jpath *path, attnd_error *e);

@@ -89,14 +89,15 @@ void attnd_log_access(const attnd_access *a) {
         attnd_sb_json_str(&b, a->method);
         attnd_sb_puts(&b, ",\"path\":");
         attnd_sb_json_str(&b, a->path);
-        attnd_sb_printf(&b, ",\"status\":%d,\"bytes\":%zu,\"ms\":%.3f,\"batch\":%d,\"id\":", a->status,
-                  a->bytes, a->ms, a->batch);
+        attnd_sb_printf(&b,
+                        ",\"status\":%d,\"bytes\":%zu,\"ms\":%.3f,\"batch\":%d,\"id\":", a->status,
+                        a->bytes, a->ms, a->batch);
         attnd_sb_json_str(&b, a->id);
         attnd_sb_puts(&b, ",\"end\":");
         attnd_sb_json_str(&b, a->end);
     } else {
         attnd_sb_printf(&b, "method=%s path=%s status=%d bytes=%zu ms=%.3f batch=%d id=%s end=%s",
-                  a->method, a->path, a->status, a->bytes, a->ms, a->batch, a->id, a->end);
+                        a->method, a->path, a->status, a->bytes, a->ms, a->batch, a->id, a->end);
     }
     line_end(&b, LOG_INFO);
     attnd_sb_free(&b);

@@ -41,7 +41,8 @@ static int wait_for_stop(const sigset_t *set) {
         int sig = 0;
         if (sigwait(set, &sig) != 0) continue;
         if (sig == SIGTERM || sig == SIGINT || sig == SIGQUIT) return sig;
-        attnd_log(LOG_WARN, "SIG%s: ignored (attnd does not reload in place; restart it to apply a change)",
+        attnd_log(LOG_WARN,
+                  "SIG%s: ignored (attnd does not reload in place; restart it to apply a change)",
                   sigabbrev_np(sig));
     }
 }

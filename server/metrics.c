@@ -7,8 +7,8 @@
 #include "../core/attn.h"
 #include "http.h" /* ATTND_VERSION */
 
-static const int STATUSES[METRICS_STATUSES - 1] = {200, 204, 400, 401, 404, 405, 413,
-                                                   429, 499, 500, 503, 504, 411, 201, 409};
+static const int STATUSES[METRICS_STATUSES - 1] = {200, 204, 400, 401, 404, 405, 413, 429,
+                                                   499, 500, 503, 504, 411, 201, 409};
 
 static void hist_init(attnd_hist *h, const char *name, const char *help, const double *bounds,
                       int nb, double scale) {
@@ -25,7 +25,7 @@ static void hist_init(attnd_hist *h, const char *name, const char *help, const d
 void attnd_metrics_init(attnd_metrics *m) {
     memset(m, 0, sizeof(*m));
     static const double secs[] = {0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
-                                  0.1,    0.25,   0.5,   1,      2.5,   5,    10,   30};
+                                  0.1,    0.25,   0.5,   1,      2.5,   5,    10,    30};
     static const double sizes[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
     static const double toks[] = {16, 64, 256, 1024, 4096, 16384, 65536, 262144};
 #define NB(a) (int)(sizeof(a) / sizeof((a)[0]))
@@ -36,8 +36,8 @@ void attnd_metrics_init(attnd_metrics *m) {
               "Time a request waited between admission and compute.", secs, NB(secs), 1e-6);
     hist_init(&m->compute_seconds, "attnd_compute_seconds", "Time of one batch's forward.", secs,
               NB(secs), 1e-6);
-    hist_init(&m->batch_size, "attnd_batch_size", "Requests per computed batch.", sizes,
-              NB(sizes), 1);
+    hist_init(&m->batch_size, "attnd_batch_size", "Requests per computed batch.", sizes, NB(sizes),
+              1);
     hist_init(&m->batch_tokens, "attnd_batch_tokens", "Query plus key tokens per computed batch.",
               toks, NB(toks), 1);
 #undef NB
@@ -82,7 +82,8 @@ static void hist_write(const attnd_hist *h, attnd_sbuf *b) {
     uint64_t cum = 0;
     for (int i = 0; i < h->nb; i++) {
         cum += ld(&h->count[i]);
-        attnd_sb_printf(b, "%s_bucket{le=\"%g\"} %llu\n", h->name, h->bounds[i], (unsigned long long)cum);
+        attnd_sb_printf(b, "%s_bucket{le=\"%g\"} %llu\n", h->name, h->bounds[i],
+                        (unsigned long long)cum);
     }
     cum += ld(&h->count[h->nb]);
     attnd_sb_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n", h->name, (unsigned long long)cum);
@@ -93,19 +94,20 @@ static void hist_write(const attnd_hist *h, attnd_sbuf *b) {
 /* An info gauge (value 1): what runs, for dashboards and bug reports. */
 static void build_info_write(attnd_sbuf *b) {
     const attn_blas_info *blas = attn_blas_get_info();
-    attnd_sb_printf(b,
-              "# HELP attnd_build_info attnd's version, the OpenBLAS kernels in use and the CPU "
-              "features they were chosen from.\n"
-              "# TYPE attnd_build_info gauge\n"
-              "attnd_build_info{version=\"%s\",blas_core=\"%s\",cpu_features=\"%s\"} 1\n",
-              ATTND_VERSION, blas ? blas->core : "none", blas ? blas->features : "");
+    attnd_sb_printf(
+        b,
+        "# HELP attnd_build_info attnd's version, the OpenBLAS kernels in use and the CPU "
+        "features they were chosen from.\n"
+        "# TYPE attnd_build_info gauge\n"
+        "attnd_build_info{version=\"%s\",blas_core=\"%s\",cpu_features=\"%s\"} 1\n",
+        ATTND_VERSION, blas ? blas->core : "none", blas ? blas->features : "");
 }
 
 void attnd_metrics_write(const attnd_metrics *m, attnd_sbuf *b, const char *const *model_names,
-                   const int *depth, int n_models) {
+                         const int *depth, int n_models) {
     build_info_write(b);
     attnd_sb_puts(b, "# HELP attnd_requests_total Answered requests by route and status.\n"
-               "# TYPE attnd_requests_total counter\n");
+                     "# TYPE attnd_requests_total counter\n");
     for (int r = 0; r <= R_COUNT; r++)
         for (int s = 0; s < METRICS_STATUSES; s++) {
             uint64_t v = ld(&m->requests[r][s]);
@@ -113,7 +115,7 @@ void attnd_metrics_write(const attnd_metrics *m, attnd_sbuf *b, const char *cons
             char st[8] = "other";
             if (s < METRICS_STATUSES - 1) snprintf(st, sizeof(st), "%d", STATUSES[s]);
             attnd_sb_printf(b, "attnd_requests_total{route=\"%s\",status=\"%s\"} %llu\n",
-                      attnd_route_label((attnd_route_id)r), st, (unsigned long long)v);
+                            attnd_route_label((attnd_route_id)r), st, (unsigned long long)v);
         }
     hist_write(&m->request_seconds, b);
     hist_write(&m->queue_seconds, b);
@@ -121,22 +123,22 @@ void attnd_metrics_write(const attnd_metrics *m, attnd_sbuf *b, const char *cons
     hist_write(&m->batch_size, b);
     hist_write(&m->batch_tokens, b);
     attnd_sb_puts(b, "# HELP attnd_queue_depth Requests waiting in a model's queue.\n"
-               "# TYPE attnd_queue_depth gauge\n");
+                     "# TYPE attnd_queue_depth gauge\n");
     for (int i = 0; i < n_models; i++)
         attnd_sb_printf(b, "attnd_queue_depth{model=\"%s\"} %d\n", model_names[i], depth[i]);
     attnd_sb_printf(b,
-              "# HELP attnd_tokens_total Query plus key tokens computed.\n"
-              "# TYPE attnd_tokens_total counter\nattnd_tokens_total %llu\n",
-              (unsigned long long)ld(&m->tokens));
+                    "# HELP attnd_tokens_total Query plus key tokens computed.\n"
+                    "# TYPE attnd_tokens_total counter\nattnd_tokens_total %llu\n",
+                    (unsigned long long)ld(&m->tokens));
     attnd_sb_puts(b, "# HELP attnd_rejected_total Requests refused or dropped, by reason.\n"
-               "# TYPE attnd_rejected_total counter\n");
+                     "# TYPE attnd_rejected_total counter\n");
     for (int i = AERR_FIRST; i < ATTND_KINDS; i++)
         attnd_sb_printf(b, "attnd_rejected_total{reason=\"%s\"} %llu\n",
                         attnd_kind_reason((attnd_kind)i), (unsigned long long)ld(&m->rejected[i]));
     attnd_sb_printf(b, "attnd_rejected_total{reason=\"disconnected\"} %llu\n",
                     (unsigned long long)ld(&m->disconnected));
     attnd_sb_printf(b,
-              "# HELP attnd_timeouts_total Requests answered 504.\n"
-              "# TYPE attnd_timeouts_total counter\nattnd_timeouts_total %llu\n",
-              (unsigned long long)ld(&m->timeouts));
+                    "# HELP attnd_timeouts_total Requests answered 504.\n"
+                    "# TYPE attnd_timeouts_total counter\nattnd_timeouts_total %llu\n",
+                    (unsigned long long)ld(&m->timeouts));
 }

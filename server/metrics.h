@@ -29,12 +29,12 @@ typedef struct {
 
 typedef struct {
     atomic_uint_least64_t requests[R_COUNT + 1][METRICS_STATUSES]; /* route × status */
-    attnd_hist request_seconds;                     /* first byte of the request to the answer */
-    attnd_hist queue_seconds;                       /* admission to compute start */
-    attnd_hist compute_seconds;                     /* attn_forward of a batch */
-    attnd_hist batch_size;                          /* requests per batch */
-    attnd_hist batch_tokens;                        /* query + key tokens per batch */
-    atomic_uint_least64_t tokens;                   /* query + key tokens computed */
+    attnd_hist request_seconds;                  /* first byte of the request to the answer */
+    attnd_hist queue_seconds;                    /* admission to compute start */
+    attnd_hist compute_seconds;                  /* attn_forward of a batch */
+    attnd_hist batch_size;                       /* requests per batch */
+    attnd_hist batch_tokens;                     /* query + key tokens per batch */
+    atomic_uint_least64_t tokens;                /* query + key tokens computed */
     atomic_uint_least64_t rejected[ATTND_KINDS]; /* refusals by kind (AERR_FIRST and on) */
     atomic_uint_least64_t disconnected;          /* clients that left before their answer */
     atomic_uint_least64_t timeouts;              /* 504 answers */
@@ -48,6 +48,6 @@ void attnd_metrics_disconnect(attnd_metrics *m);
 
 /* Writes every metric; depth[i] is the queue depth of model_names[i]. */
 void attnd_metrics_write(const attnd_metrics *m, attnd_sbuf *b, const char *const *model_names,
-                   const int *depth, int n_models);
+                         const int *depth, int n_models);
 
 #endif

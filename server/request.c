@@ -31,7 +31,7 @@
 
 /* The tensors a body may carry, by role. */
 enum { T_QUERY, T_KEY, T_VALUE, T_KPM, T_MASK, T_POS, T_COUNT };
-static const char *const TNAME[T_COUNT] = {"query", "key", "value", "key_padding_mask",
+static const char *const TNAME[T_COUNT] = {"query",     "key",      "value", "key_padding_mask",
                                            "attn_mask", "positions"};
 
 /* What both parsers collect before the common checks. */
@@ -78,7 +78,8 @@ int attnd_attention_limit(const attnd_parse_env *env, const attnd_job *job, int 
                                "attention: %d rows over %d cached tokens ask for more than %lld "
                                "floats (limits.max_attention_floats); ask for \"none\" or \"mean\"",
                                job->L, job->S, max);
-    return attnd_set_error(e, AERR_TOO_LARGE, "attention matrix of %s%llu floats, the limit is %lld",
+    return attnd_set_error(e, AERR_TOO_LARGE,
+                           "attention matrix of %s%llu floats, the limit is %lld",
                            n == UINT64_MAX ? "more than " : "", (unsigned long long)n, max);
 }
 
@@ -172,8 +173,8 @@ static int check_positions(const collected *c, const attnd_model_info *m, int B,
     }
     if (!m->hp.rope.dim)
         return attnd_set_error(e, AERR_BAD_REQUEST,
-                               "%s: model '%s' has no rotary positions (no rope in its config)",
-                               lb, m->name);
+                               "%s: model '%s' has no rotary positions (no rope in its config)", lb,
+                               m->name);
     if (p->is_bool || !((p->rank == 1 && p->shape[0] == L) ||
                         (p->rank == 2 && p->shape[0] == B && p->shape[1] == L)))
         return attnd_set_error(e, AERR_BAD_REQUEST,
@@ -186,10 +187,9 @@ static int check_positions(const collected *c, const attnd_model_info *m, int B,
         if (!(v >= 0) || v != floorf(v) || v >= (float)limit) {
             char at[128];
             attnd_tensor_index_name(at, sizeof(at), lb, p->rank, p->shape, (size_t)i);
-            return attnd_set_error(e, AERR_BAD_REQUEST,
-                                   "%s: %g is not a whole number from 0 to %lld (%s)", at,
-                                   (double)v, limit - 1,
-                                   m->max_positions ? "the model's max_positions" : "2^24");
+            return attnd_set_error(
+                e, AERR_BAD_REQUEST, "%s: %g is not a whole number from 0 to %lld (%s)", at,
+                (double)v, limit - 1, m->max_positions ? "the model's max_positions" : "2^24");
         }
     }
     return 0;
@@ -236,8 +236,8 @@ static int check_role(const collected *c, int role, const attnd_job *job, int ro
     int qrank = c->t[T_QUERY].rank;
     const char *lb = c->label[role];
     if (t->rank != qrank)
-        return attnd_set_error(e, AERR_BAD_REQUEST, "%s: has %d dimensions where query has %d",
-                               lb, t->rank, qrank);
+        return attnd_set_error(e, AERR_BAD_REQUEST, "%s: has %d dimensions where query has %d", lb,
+                               t->rank, qrank);
     if (job->rank3 && t->shape[0] != job->B)
         return attnd_set_error(e, AERR_BAD_REQUEST, "%s: batch of %d where query has %d", lb,
                                t->shape[0], job->B);
@@ -245,8 +245,9 @@ static int check_role(const collected *c, int role, const attnd_job *job, int ro
         return attnd_set_error(e, AERR_BAD_REQUEST, "%s: %d rows where key has %d", lb,
                                t->shape[t->rank - 2], rows);
     if (t->shape[t->rank - 1] != width)
-        return attnd_set_error(e, AERR_BAD_REQUEST, "%s: rows have %d numbers, model '%s' has %s %d",
-                               lb, t->shape[t->rank - 1], m->name, dim, width);
+        return attnd_set_error(e, AERR_BAD_REQUEST,
+                               "%s: rows have %d numbers, model '%s' has %s %d", lb,
+                               t->shape[t->rank - 1], m->name, dim, width);
     return 0;
 }
 
@@ -337,8 +338,7 @@ static int move_tensors(collected *c, attnd_job *job, attnd_error *e) {
     }
     if (c->given[T_MASK] && am->is_bool) job->mask_bool = take_u(am);
     if (c->given[T_MASK] && !am->is_bool) job->mask_add = take_f(am);
-    if (c->given[T_POS] && !(job->positions = positions_of(&c->t[T_POS], job->B, job->L)))
-        goto oom;
+    if (c->given[T_POS] && !(job->positions = positions_of(&c->t[T_POS], job->B, job->L))) goto oom;
     return 0;
 oom:
     attnd_job_free(job);
@@ -390,10 +390,13 @@ static int read_model(jin *j, const jfield *f, void *dst, jpath *path, attnd_err
     (void)f;
     collected *c = dst;
     int cut = 0;
-    if (attnd_jin_next_type(j) == JT_NULL) return attnd_jin_null(j) < 0 ? attnd_jin_fail(j, path, e) : 0;
-    if (attnd_jin_string_buf(j, c->model, sizeof(c->model), &cut) < 0) return attnd_jin_fail(j, path, e);
-    if (cut) return attnd_set_error(e, AERR_NOT_FOUND, "unknown model (a name longer than %zu bytes)",
-                                    sizeof(c->model) - 1);
+    if (attnd_jin_next_type(j) == JT_NULL)
+        return attnd_jin_null(j) < 0 ? attnd_jin_fail(j, path, e) : 0;
+    if (attnd_jin_string_buf(j, c->model, sizeof(c->model), &cut) < 0)
+        return attnd_jin_fail(j, path, e);
+    if (cut)
+        return attnd_set_error(e, AERR_NOT_FOUND, "unknown model (a name longer than %zu bytes)",
+                               sizeof(c->model) - 1);
     c->have_model = 1;
     return 0;
 }
@@ -443,8 +446,7 @@ static const char *looks_like(const char *body, size_t len) {
                        body[k] == '+' || (body[k] >= '0' && body[k] <= '9') ||
                        (body[k] >= 'a' && body[k] <= 'z') || (body[k] >= 'A' && body[k] <= 'Z')))
         k++;
-    if (k > 0 && k < len && body[k] == '=' && !(body[0] >= '0' && body[0] <= '9') &&
-        body[0] != '-')
+    if (k > 0 && k < len && body[k] == '=' && !(body[0] >= '0' && body[0] <= '9') && body[0] != '-')
         return "an HTML form (name=value&...)";
     return NULL;
 }
@@ -564,16 +566,16 @@ typedef struct {
 /* What a v2 body is read into. */
 typedef struct {
     collected c;
-    char *id;                  /* owned */
-    int bin_all;               /* parameters.binary_data_output */
-    int out_bits;              /* outputs listed: 1 output, 2 attention */
-    int bin_bits;              /* of those, binary: 1 output, 2 attention */
+    char *id;     /* owned */
+    int bin_all;  /* parameters.binary_data_output */
+    int out_bits; /* outputs listed: 1 output, 2 attention */
+    int bin_bits; /* of those, binary: 1 output, 2 attention */
     v2_bin bin;
     char labels[T_COUNT][48];
-    v2_input in;               /* the input being read; its data owned */
-    v2_output out;             /* the output being read */
-    char session_id[40];       /* parameters.session_id: a step of that session, or "" */
-    int session_open;          /* parameters.session_open: open a session with the query */
+    v2_input in;         /* the input being read; its data owned */
+    v2_output out;       /* the output being read */
+    char session_id[40]; /* parameters.session_id: a step of that session, or "" */
+    int session_open;    /* parameters.session_open: open a session with the query */
 } v2_body;
 
 /* "data": nested arrays or flat, named with the input's name when known. */
@@ -708,8 +710,7 @@ static int role_of(const v2_input *in, int idx, const collected *c, attnd_error 
 /* The input's datatype against its role and its JSON data: *is_bool set. */
 static int check_datatype(const v2_input *in, int idx, int ti, int *is_bool, attnd_error *e) {
     const char *dt = in->datatype;
-    int is_float = strcmp(dt, "FP32") == 0 || strcmp(dt, "FP64") == 0 ||
-                   strcmp(dt, "FP16") == 0 ||
+    int is_float = strcmp(dt, "FP32") == 0 || strcmp(dt, "FP64") == 0 || strcmp(dt, "FP16") == 0 ||
                    (ti == T_POS && (strcmp(dt, "INT32") == 0 || strcmp(dt, "INT64") == 0));
     *is_bool = strcmp(dt, "BOOL") == 0;
     int want_float = ti <= T_VALUE, want_bool = ti == T_KPM;
@@ -763,8 +764,8 @@ static int read_v2_input(jin *j, int idx, void *dst, jpath *path, attnd_error *e
     in->bin_size = -1;
     if (attnd_jin_object(j, &V2_INPUT, v, path, NULL, e) < 0) return -1;
     if (in->have_data && in->bin_size >= 0)
-        return attnd_set_error(e, AERR_BAD_REQUEST,
-                               "%s: both data and parameters.binary_data_size", path->s);
+        return attnd_set_error(e, AERR_BAD_REQUEST, "%s: both data and parameters.binary_data_size",
+                               path->s);
     if (!in->have_data && in->bin_size < 0)
         return attnd_set_error(e, AERR_BAD_REQUEST,
                                "%s.data: required (or parameters.binary_data_size with the "
@@ -782,7 +783,9 @@ static int read_v2_output(jin *j, int idx, void *dst, jpath *path, attnd_error *
     v2_body *v = dst;
     memset(&v->out, 0, sizeof(v->out));
     if (attnd_jin_object(j, &V2_OUTPUT, v, path, NULL, e) < 0) return -1;
-    int bit = strcmp(v->out.name, "output") == 0 ? 1 : strcmp(v->out.name, "attention") == 0 ? 2 : 0;
+    int bit = strcmp(v->out.name, "output") == 0      ? 1
+              : strcmp(v->out.name, "attention") == 0 ? 2
+                                                      : 0;
     if (!bit)
         return attnd_set_error(e, AERR_BAD_REQUEST,
                                "%s.name: unknown output '%s' (the model gives output, attention)",

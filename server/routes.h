@@ -61,7 +61,7 @@ extern const attnd_route attnd_routes[R_COUNT];
 #define ROUTE_CAPTURE_MAX 128
 
 typedef struct {
-    const attnd_route *route;              /* the match, or NULL */
+    const attnd_route *route;        /* the match, or NULL */
     int status;                      /* 0 matched, 404 no such path, 405 wrong method */
     char allow[32];                  /* for 405 and OPTIONS: "GET, HEAD, OPTIONS" */
     char name[ROUTE_CAPTURE_MAX];    /* {name}, "" when none */
@@ -77,17 +77,17 @@ int attnd_route_find(const char *method, const char *path, int options, attnd_ro
 const char *attnd_route_label(attnd_route_id id);
 
 /* The handlers of the table, one per route or pair of routes (http.c). */
-int attnd_handle_attention(attnd_http_req *h);      /* native compute */
+int attnd_handle_attention(attnd_http_req *h); /* native compute */
 int attnd_handle_models(attnd_http_req *h);
 int attnd_handle_health(attnd_http_req *h);
 int attnd_handle_metrics(attnd_http_req *h);
 int attnd_handle_openapi(attnd_http_req *h);
-int attnd_handle_v2(attnd_http_req *h);             /* server metadata */
+int attnd_handle_v2(attnd_http_req *h); /* server metadata */
 int attnd_handle_v2_live(attnd_http_req *h);
 int attnd_handle_v2_ready(attnd_http_req *h);
-int attnd_handle_v2_model(attnd_http_req *h);       /* model metadata */
+int attnd_handle_v2_model(attnd_http_req *h); /* model metadata */
 int attnd_handle_v2_model_ready(attnd_http_req *h);
-int attnd_handle_v2_infer(attnd_http_req *h);       /* v2 compute, sessions included */
+int attnd_handle_v2_infer(attnd_http_req *h); /* v2 compute, sessions included */
 int attnd_handle_session_open(attnd_http_req *h);
 int attnd_handle_session_step(attnd_http_req *h);
 int attnd_handle_session_delete(attnd_http_req *h);

@@ -54,16 +54,16 @@ typedef struct {
 typedef struct {
     float *q, *k, *v, *out; /* packed query (T,E), key (U,Kd), value (U,Vd), output (T,E) */
     size_t qcap, kcap, vcap, outcap; /* floats */
-    attn_seq *seqs;         /* (B) */
+    attn_seq *seqs;                  /* (B) */
     size_t seqcap;
-    size_t *off;            /* (3n) per request: first query, key and output float */
-    size_t offcap;          /* requests */
-    attnd_req **batch;      /* (max_batch_requests) the batch being run */
-    attnd_req **expired;    /* (max_batch_requests) met past their deadline */
-    char *keep;             /* (max_batch_requests) 1: batch[i]'s answer is left to write */
-    char *left;             /* (max_batch_requests) 1: batch[i]'s client left */
-    attnd_answer *answers;  /* (max_batch_requests) the answers being written */
-    int *who;               /* (max_batch_requests) answers[a] is batch[who[a]]'s */
+    size_t *off;           /* (3n) per request: first query, key and output float */
+    size_t offcap;         /* requests */
+    attnd_req **batch;     /* (max_batch_requests) the batch being run */
+    attnd_req **expired;   /* (max_batch_requests) met past their deadline */
+    char *keep;            /* (max_batch_requests) 1: batch[i]'s answer is left to write */
+    char *left;            /* (max_batch_requests) 1: batch[i]'s client left */
+    attnd_answer *answers; /* (max_batch_requests) the answers being written */
+    int *who;              /* (max_batch_requests) answers[a] is batch[who[a]]'s */
 } scratch;
 
 struct attnd_sched {
@@ -170,18 +170,18 @@ static int grow_floats(float **p, size_t *cap, size_t n) {
 /* A batch on its way through run_batch's steps. */
 typedef struct {
     attnd_sched *s;
-    attnd_req **rs;      /* (n) the requests still wanted */
+    attnd_req **rs; /* (n) the requests still wanted */
     int n;
     const attn_model *m;
     const attnd_model_info *info;
     attn_batch b;
-    size_t T, U;         /* query and key tokens */
-    int all_self;        /* 1: key == NULL for the core */
-    int need_value;      /* 1: a packed value separate from the key */
-    long long tokens;    /* query + key tokens, for the metrics */
-    int fail;            /* 1: no answer but err */
+    size_t T, U;      /* query and key tokens */
+    int all_self;     /* 1: key == NULL for the core */
+    int need_value;   /* 1: a packed value separate from the key */
+    long long tokens; /* query + key tokens, for the metrics */
+    int fail;         /* 1: no answer but err */
     char err[256];
-    uint64_t t0, t1;     /* compute */
+    uint64_t t0, t1; /* compute */
 } batch_run;
 
 /* ---- step 1: drop the departed ---- */
@@ -243,7 +243,8 @@ static int alloc_attention(batch_run *br) {
 static int reserve(scratch *w, const batch_run *br) {
     const attn_hparams *hp = &br->m->hp;
     size_t B = 0;
-    for (int i = 0; i < br->n; i++) B += (size_t)br->rs[i]->job.B;
+    for (int i = 0; i < br->n; i++)
+        B += (size_t)br->rs[i]->job.B;
     if (B > w->seqcap) {
         attn_seq *sq = realloc(w->seqs, B * sizeof(attn_seq));
         if (!sq) return -1;
@@ -435,10 +436,12 @@ static void answer(batch_run *br) {
         if (!w->keep[i]) continue;
         attnd_req *r = br->rs[i];
         w->who[na] = i;
-        w->answers[na++] = (attnd_answer){
-            .job = &r->job, .model = br->info, .out = output_of(br, i),
-            .usage = {.batch_requests = br->n, .queue_us = br->t0 - r->t_admit_us,
-                      .compute_us = br->t1 - br->t0}};
+        w->answers[na++] = (attnd_answer){.job = &r->job,
+                                          .model = br->info,
+                                          .out = output_of(br, i),
+                                          .usage = {.batch_requests = br->n,
+                                                    .queue_us = br->t0 - r->t_admit_us,
+                                                    .compute_us = br->t1 - br->t0}};
     }
     attnd_write_answers(br->s->ctx, w->answers, na, answer_written, br);
 }
@@ -568,11 +571,11 @@ static void *batcher_main(void *arg) {
 /* The sweeper's grow-only buffers: what one sweep takes out of the queues
  * and the requests it asks about. */
 typedef struct {
-    size_t cap;           /* entries of each array */
-    attnd_req **out;      /* (cap) taken out of the queues this sweep */
-    int *gone;            /* (cap) 1: out[i]'s client left; 0: its deadline passed */
-    attnd_req **asked;    /* (cap) the queued requests asked about */
-    char *left;           /* (cap) 1: asked[i]'s client left */
+    size_t cap;        /* entries of each array */
+    attnd_req **out;   /* (cap) taken out of the queues this sweep */
+    int *gone;         /* (cap) 1: out[i]'s client left; 0: its deadline passed */
+    attnd_req **asked; /* (cap) the queued requests asked about */
+    char *left;        /* (cap) 1: asked[i]'s client left */
 } sweep_bufs;
 
 static int sweep_bufs_init(sweep_bufs *b) {
@@ -776,12 +779,12 @@ void attnd_sched_metrics(attnd_sched *s, attnd_sbuf *b) {
     int running = s->running;
     pthread_mutex_unlock(&s->mu);
     attnd_sb_printf(b,
-              "# HELP attnd_compute_threads Threads of the one compute pool.\n"
-              "# TYPE attnd_compute_threads gauge\nattnd_compute_threads %d\n"
-              "# HELP attnd_requests_running Requests taken from the queues and not yet "
-              "answered.\n"
-              "# TYPE attnd_requests_running gauge\nattnd_requests_running %d\n",
-              attn_ctx_threads(s->ctx), running);
+                    "# HELP attnd_compute_threads Threads of the one compute pool.\n"
+                    "# TYPE attnd_compute_threads gauge\nattnd_compute_threads %d\n"
+                    "# HELP attnd_requests_running Requests taken from the queues and not yet "
+                    "answered.\n"
+                    "# TYPE attnd_requests_running gauge\nattnd_requests_running %d\n",
+                    attn_ctx_threads(s->ctx), running);
 }
 
 void attnd_sched_stop(attnd_sched *s) {
@@ -854,8 +857,7 @@ attnd_sched *attnd_sched_new(const attnd_sched_opts *o, char *err, size_t errlen
     }
     s->ctx = attn_ctx_new(o->cfg->worker_threads);
     if (!s->ctx) {
-        snprintf(err, errlen, "cannot create a compute pool of %d threads",
-                 o->cfg->worker_threads);
+        snprintf(err, errlen, "cannot create a compute pool of %d threads", o->cfg->worker_threads);
         goto fail;
     }
     if (pthread_create(&s->batcher, NULL, batcher_main, s) != 0) {

@@ -21,16 +21,16 @@
 
 struct attnd_session {
     char id[ATTND_SESSION_ID_LEN + 1];
-    int model;            /* the caller's model index */
-    size_t row_floats;    /* floats per cached token */
-    int max_len;          /* tokens it may ever hold */
-    float *kv;            /* (cap, row_floats), owned */
-    int len;              /* cached tokens */
-    int cap;              /* rows allocated */
-    double last_used;     /* monotonic seconds of the last open, step end or begin */
-    int busy;             /* 1 from a step's begin to its end: queued or computing */
-    int deleted;          /* 1: out of the table, freed when its step ends */
-    attnd_session *next;  /* bucket chain */
+    int model;           /* the caller's model index */
+    size_t row_floats;   /* floats per cached token */
+    int max_len;         /* tokens it may ever hold */
+    float *kv;           /* (cap, row_floats), owned */
+    int len;             /* cached tokens */
+    int cap;             /* rows allocated */
+    double last_used;    /* monotonic seconds of the last open, step end or begin */
+    int busy;            /* 1 from a step's begin to its end: queued or computing */
+    int deleted;         /* 1: out of the table, freed when its step ends */
+    attnd_session *next; /* bucket chain */
 };
 
 struct attnd_sessions {
@@ -45,10 +45,10 @@ struct attnd_sessions {
     attnd_session_stats totals;
     /* the reaper (attnd_sessions_reaper_start): sweeps once a second */
     pthread_t reaper;
-    int reaper_on;              /* 1: started, to be joined by attnd_sessions_free */
-    int reaper_stop;            /* 1: the reaper exits; under mu */
-    pthread_cond_t reaper_cv;   /* on CLOCK_MONOTONIC; signalled to stop it */
-    double (*clock)(void);      /* the reaper's now, monotonic seconds */
+    int reaper_on;            /* 1: started, to be joined by attnd_sessions_free */
+    int reaper_stop;          /* 1: the reaper exits; under mu */
+    pthread_cond_t reaper_cv; /* on CLOCK_MONOTONIC; signalled to stop it */
+    double (*clock)(void);    /* the reaper's now, monotonic seconds */
 };
 
 static size_t session_bytes(const attnd_session *s) {
@@ -171,13 +171,13 @@ static int retry_after(const attnd_sessions *st, double now) {
 /* Makes room for need rows in the cache of s, doubling when the budget
  * allows. */
 static attnd_session_status grow_cache(attnd_sessions *st, attnd_session *s, int need, double now,
-                                 int *retry) {
+                                       int *retry) {
     if (need > s->max_len) return SESS_TOO_LONG;
     if (need <= s->cap) return SESS_OK;
     uint64_t row = (uint64_t)s->row_floats * sizeof(float), max_rows, want, bytes;
-    uint64_t each = (uint64_t)(st->lim.max_bytes_per_session < st->lim.max_bytes
-                                   ? st->lim.max_bytes_per_session
-                                   : st->lim.max_bytes);
+    uint64_t each =
+        (uint64_t)(st->lim.max_bytes_per_session < st->lim.max_bytes ? st->lim.max_bytes_per_session
+                                                                     : st->lim.max_bytes);
     max_rows = row ? each / row : 0;
     if ((uint64_t)need > max_rows) return SESS_TOO_BIG;
     want = 2 * (uint64_t)s->cap > max_rows ? max_rows : 2 * (uint64_t)s->cap;
@@ -207,8 +207,12 @@ static attnd_session_status grow_cache(attnd_sessions *st, attnd_session *s, int
 static void start_step(attnd_session *s, int add, double now, attnd_session_step *step) {
     s->busy = 1;
     s->last_used = now;
-    *step = (attnd_session_step){.s = s, .model = s->model, .kv = s->kv,
-                                 .row_floats = s->row_floats, .len = s->len, .add = add};
+    *step = (attnd_session_step){.s = s,
+                                 .model = s->model,
+                                 .kv = s->kv,
+                                 .row_floats = s->row_floats,
+                                 .len = s->len,
+                                 .add = add};
 }
 
 static attnd_session_status refused(attnd_sessions *st, attnd_session_status r) {
@@ -236,16 +240,16 @@ static int new_id(char id[ATTND_SESSION_ID_LEN + 1]) {
 int attnd_session_id_ok(const char *id) {
     size_t n = 0;
     for (; id[n]; n++)
-        if (n >= ATTND_SESSION_ID_LEN || !((id[n] >= '0' && id[n] <= '9') ||
-                                           (id[n] >= 'a' && id[n] <= 'f')))
+        if (n >= ATTND_SESSION_ID_LEN ||
+            !((id[n] >= '0' && id[n] <= '9') || (id[n] >= 'a' && id[n] <= 'f')))
             return 0;
     return n == ATTND_SESSION_ID_LEN;
 }
 
 attnd_session_status attnd_session_open(attnd_sessions *st, int model, size_t row_floats,
                                         int tokens, int max_len, double now, const char *want_id,
-                                        char id[ATTND_SESSION_ID_LEN + 1],
-                                        attnd_session_step *step, int *retry_after_s) {
+                                        char id[ATTND_SESSION_ID_LEN + 1], attnd_session_step *step,
+                                        int *retry_after_s) {
     if (want_id && !attnd_session_id_ok(want_id)) return SESS_BAD_ID;
     attnd_session *s = calloc(1, sizeof *s);
     if (s && want_id) memcpy(s->id, want_id, ATTND_SESSION_ID_LEN + 1);
@@ -291,9 +295,8 @@ attnd_session_status attnd_session_open(attnd_sessions *st, int model, size_t ro
     return SESS_OK;
 }
 
-attnd_session_status attnd_session_begin(attnd_sessions *st, const char *id, int tokens,
-                                         double now, attnd_session_step *step,
-                                         int *retry_after_s) {
+attnd_session_status attnd_session_begin(attnd_sessions *st, const char *id, int tokens, double now,
+                                         attnd_session_step *step, int *retry_after_s) {
     pthread_mutex_lock(&st->mu);
     attnd_session_status r = SESS_OK;
     attnd_session *s = find(st, id);
@@ -416,18 +419,25 @@ void attnd_sessions_stats(attnd_sessions *st, attnd_session_stats *out) {
 
 const char *attnd_session_status_text(attnd_session_status s) {
     switch (s) {
-    case SESS_OK: return "ok";
+    case SESS_OK:
+        return "ok";
     case SESS_NOT_FOUND:
         return "no such session on this server: it was deleted, timed out, or is held by "
                "another replica or a restarted one; open a new session with the whole prefix";
     case SESS_BUSY:
         return "the session's previous step is still queued or computing; send the next step "
                "after its answer";
-    case SESS_FULL: return "the session memory budget or session count is used up; retry later";
-    case SESS_TOO_BIG: return "the step would take the session past max_session_bytes_each";
-    case SESS_TOO_LONG: return "the step would take the session past the model's max_positions";
-    case SESS_ID_TAKEN: return "a session with this id is open already";
-    case SESS_BAD_ID: return "X-Session-Id: a session id is 32 lowercase hex characters";
-    default: return "out of memory for the session cache";
+    case SESS_FULL:
+        return "the session memory budget or session count is used up; retry later";
+    case SESS_TOO_BIG:
+        return "the step would take the session past max_session_bytes_each";
+    case SESS_TOO_LONG:
+        return "the step would take the session past the model's max_positions";
+    case SESS_ID_TAKEN:
+        return "a session with this id is open already";
+    case SESS_BAD_ID:
+        return "X-Session-Id: a session id is 32 lowercase hex characters";
+    default:
+        return "out of memory for the session cache";
     }
 }

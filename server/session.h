@@ -22,19 +22,19 @@
 #define ATTND_SESSION_ID_LEN 32 /* hex characters of an id */
 
 typedef struct {
-    int max_sessions;                 /* open at once, >= 1 */
-    long long max_bytes;              /* all caches together, bytes */
-    long long max_bytes_per_session;  /* one cache, bytes */
-    int idle_s;                       /* a session unused this long ends, seconds */
+    int max_sessions;                /* open at once, >= 1 */
+    long long max_bytes;             /* all caches together, bytes */
+    long long max_bytes_per_session; /* one cache, bytes */
+    int idle_s;                      /* a session unused this long ends, seconds */
 } attnd_session_limits;
 
 typedef struct {
-    int sessions;                   /* open now */
-    long long tokens;               /* cached tokens, all sessions */
-    long long bytes;                /* bytes the caches hold (their capacity) */
-    unsigned long long opened;      /* sessions opened, total */
-    unsigned long long deleted;     /* closed by their client, total */
-    unsigned long long expired;     /* ended by the idle timeout (evictions), total */
+    int sessions;                       /* open now */
+    long long tokens;                   /* cached tokens, all sessions */
+    long long bytes;                    /* bytes the caches hold (their capacity) */
+    unsigned long long opened;          /* sessions opened, total */
+    unsigned long long deleted;         /* closed by their client, total */
+    unsigned long long expired;         /* ended by the idle timeout (evictions), total */
     unsigned long long refused_full;    /* opens and steps refused: budget or count full */
     unsigned long long refused_too_big; /* steps refused: past one session's limits */
 } attnd_session_stats;
@@ -86,8 +86,8 @@ int attnd_sessions_reaper_start(attnd_sessions *st, double (*clock)(void));
  * is monotonic seconds. On SESS_FULL, *retry_after_s is when to retry. */
 attnd_session_status attnd_session_open(attnd_sessions *st, int model, size_t row_floats,
                                         int tokens, int max_len, double now, const char *want_id,
-                                        char id[ATTND_SESSION_ID_LEN + 1],
-                                        attnd_session_step *step, int *retry_after_s);
+                                        char id[ATTND_SESSION_ID_LEN + 1], attnd_session_step *step,
+                                        int *retry_after_s);
 /* want_id, when not NULL, is the id to use: 32 lowercase hex characters
  * (a load balancer's, docs/deploy.md); SESS_ID_TAKEN when a session has it,
  * SESS_BAD_ID when it is not such an id. */
@@ -96,9 +96,8 @@ int attnd_session_id_ok(const char *id);
 /* Begins a step of session id that appends `tokens` (>= 1) rows. The
  * session is busy (its step queued or computing) until attnd_session_end.
  * A session idle past idle_s is ended here and reported SESS_NOT_FOUND. */
-attnd_session_status attnd_session_begin(attnd_sessions *st, const char *id, int tokens,
-                                         double now, attnd_session_step *step,
-                                         int *retry_after_s);
+attnd_session_status attnd_session_begin(attnd_sessions *st, const char *id, int tokens, double now,
+                                         attnd_session_step *step, int *retry_after_s);
 
 /* Ends a step: commit 1 keeps its rows (len += add), 0 drops them (a step
  * that failed or was cancelled). Frees the session when it was deleted

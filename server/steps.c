@@ -14,9 +14,9 @@
 #include "answer.h"
 #include "buffer.h"
 #include "clock.h"
-#include "utf8.h"
 #include "sched.h"
 #include "tensor.h"
+#include "utf8.h"
 
 double attnd_step_now(void) {
     return (double)attnd_mono_us() / 1e6;
@@ -24,11 +24,11 @@ double attnd_step_now(void) {
 
 /* What a session step may carry: rows of one sequence, no key, no masks. */
 static int check_job(const attnd_job *job, const attnd_model_info *mi, attnd_error *e) {
-    const char *extra = !job->self                           ? "key"
-                        : job->kpm                           ? "key_padding_mask"
-                        : job->mask_bool || job->mask_add    ? "attn_mask"
-                        : job->positions                     ? "positions"
-                                                             : NULL;
+    const char *extra = !job->self                        ? "key"
+                        : job->kpm                        ? "key_padding_mask"
+                        : job->mask_bool || job->mask_add ? "attn_mask"
+                        : job->positions                  ? "positions"
+                                                          : NULL;
     if (extra)
         return attnd_set_error(e, AERR_BAD_REQUEST,
                                "%s: a session step takes query rows only: no key, value, "
@@ -58,8 +58,8 @@ static int begin(const attnd_step_env *se, int mi, int n, attnd_step_req *sr, in
     const attn_hparams *hp = &se->env->models[mi].hp;
     int G = hp->num_kv_heads ? hp->num_kv_heads : hp->num_heads;
     int D = hp->head_dim ? hp->head_dim : hp->embed_dim / hp->num_heads;
-    int max_len = se->cfg->models[mi].max_positions ? se->cfg->models[mi].max_positions
-                                                    : INT32_MAX / 2;
+    int max_len =
+        se->cfg->models[mi].max_positions ? se->cfg->models[mi].max_positions : INT32_MAX / 2;
     attnd_session_status s;
     if (se->id) {
         snprintf(sr->id, sizeof sr->id, "%s", se->id);
@@ -88,8 +88,7 @@ int attnd_step_prepare(const attnd_step_env *se, const char *body, size_t len, a
         if (mi < 0)
             return attnd_set_error(e, AERR_NOT_FOUND, ATTND_MSG_NO_SESSION, se->id,
                                    attnd_session_status_text(SESS_NOT_FOUND));
-        if (attnd_parse_native(se->env, se->env->models[mi].name, body, len, job, e) < 0)
-            return -1;
+        if (attnd_parse_native(se->env, se->env->models[mi].name, body, len, job, e) < 0) return -1;
         return attnd_step_from_job(se, job, out, e, retry_after_s);
     }
     int prefix = attnd_parse_session_open(se->env, body, len, job, e);
@@ -203,8 +202,13 @@ static void steps_alloc(steps_run *b) {
         free(j->attn);
         j->attn = na ? malloc(sizeof(float) * na) : NULL;
         b->fail = !b->outs[i] || (na && !j->attn);
-        b->st[i] = (attn_step){.n = j->L, .len = ss->len, .kv = ss->kv, .query = j->query,
-                               .out = b->outs[i], .weights = j->weights, .attn = j->attn};
+        b->st[i] = (attn_step){.n = j->L,
+                               .len = ss->len,
+                               .kv = ss->kv,
+                               .query = j->query,
+                               .out = b->outs[i],
+                               .weights = j->weights,
+                               .attn = j->attn};
     }
     if (b->fail) snprintf(b->err, sizeof b->err, "out of memory for a batch of steps");
 }
@@ -236,10 +240,14 @@ static void steps_write(steps_run *b, attn_ctx *ctx, const attnd_model_info *inf
             continue;
         }
         b->who[na] = i;
-        b->answers[na++] = (attnd_answer){
-            .job = j, .model = info, .out = b->outs[i],
-            .usage = {.batch_requests = b->n, .queue_us = t0 - r->t_admit_us,
-                      .compute_us = t1 - t0, .session = r->step->id, .cached_tokens = j->S}};
+        b->answers[na++] = (attnd_answer){.job = j,
+                                          .model = info,
+                                          .out = b->outs[i],
+                                          .usage = {.batch_requests = b->n,
+                                                    .queue_us = t0 - r->t_admit_us,
+                                                    .compute_us = t1 - t0,
+                                                    .session = r->step->id,
+                                                    .cached_tokens = j->S}};
     }
     attnd_write_answers(ctx, b->answers, na, step_written, b);
 }
@@ -289,24 +297,25 @@ void attnd_steps_run(attn_ctx *ctx, const attn_model *m, const attnd_model_info 
 void attnd_steps_metrics(attnd_sessions *t, attnd_sbuf *b) {
     attnd_session_stats st;
     attnd_sessions_stats(t, &st);
-    attnd_sb_printf(b,
-              "# HELP attnd_sessions KV-cache sessions open.\n"
-              "# TYPE attnd_sessions gauge\nattnd_sessions %d\n"
-              "# HELP attnd_session_cached_tokens Tokens held by every session's cache.\n"
-              "# TYPE attnd_session_cached_tokens gauge\nattnd_session_cached_tokens %lld\n"
-              "# HELP attnd_session_bytes Bytes the session caches hold.\n"
-              "# TYPE attnd_session_bytes gauge\nattnd_session_bytes %lld\n"
-              "# HELP attnd_sessions_opened_total Sessions opened.\n"
-              "# TYPE attnd_sessions_opened_total counter\nattnd_sessions_opened_total %llu\n"
-              "# HELP attnd_sessions_deleted_total Sessions closed by their client.\n"
-              "# TYPE attnd_sessions_deleted_total counter\nattnd_sessions_deleted_total %llu\n"
-              "# HELP attnd_session_evictions_total Sessions ended by attnd: the idle timeout.\n"
-              "# TYPE attnd_session_evictions_total counter\n"
-              "attnd_session_evictions_total{reason=\"idle\"} %llu\n"
-              "# HELP attnd_session_refused_total Opens and steps refused, by reason.\n"
-              "# TYPE attnd_session_refused_total counter\n"
-              "attnd_session_refused_total{reason=\"full\"} %llu\n"
-              "attnd_session_refused_total{reason=\"too_large\"} %llu\n",
-              st.sessions, st.tokens, st.bytes, st.opened, st.deleted, st.expired,
-              st.refused_full, st.refused_too_big);
+    attnd_sb_printf(
+        b,
+        "# HELP attnd_sessions KV-cache sessions open.\n"
+        "# TYPE attnd_sessions gauge\nattnd_sessions %d\n"
+        "# HELP attnd_session_cached_tokens Tokens held by every session's cache.\n"
+        "# TYPE attnd_session_cached_tokens gauge\nattnd_session_cached_tokens %lld\n"
+        "# HELP attnd_session_bytes Bytes the session caches hold.\n"
+        "# TYPE attnd_session_bytes gauge\nattnd_session_bytes %lld\n"
+        "# HELP attnd_sessions_opened_total Sessions opened.\n"
+        "# TYPE attnd_sessions_opened_total counter\nattnd_sessions_opened_total %llu\n"
+        "# HELP attnd_sessions_deleted_total Sessions closed by their client.\n"
+        "# TYPE attnd_sessions_deleted_total counter\nattnd_sessions_deleted_total %llu\n"
+        "# HELP attnd_session_evictions_total Sessions ended by attnd: the idle timeout.\n"
+        "# TYPE attnd_session_evictions_total counter\n"
+        "attnd_session_evictions_total{reason=\"idle\"} %llu\n"
+        "# HELP attnd_session_refused_total Opens and steps refused, by reason.\n"
+        "# TYPE attnd_session_refused_total counter\n"
+        "attnd_session_refused_total{reason=\"full\"} %llu\n"
+        "attnd_session_refused_total{reason=\"too_large\"} %llu\n",
+        st.sessions, st.tokens, st.bytes, st.opened, st.deleted, st.expired, st.refused_full,
+        st.refused_too_big);
 }

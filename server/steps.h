@@ -28,20 +28,20 @@ typedef struct attnd_req attnd_req;
 
 /* A session step riding on a request (attnd_req.step). Owned by it. */
 typedef struct attnd_step_req {
-    attnd_sessions *table;       /* borrowed */
-    attnd_session_step st;       /* begun; st.s == NULL once ended */
+    attnd_sessions *table; /* borrowed */
+    attnd_session_step st; /* begun; st.s == NULL once ended */
     char id[ATTND_SESSION_ID_LEN + 1];
-    int opened;                  /* 1: the request opened the session (201) */
+    int opened; /* 1: the request opened the session (201) */
 } attnd_step_req;
 
 /* What a session request needs besides its body. */
 typedef struct {
     attnd_sessions *table;
     const attnd_parse_env *env;
-    const attnd_config *cfg;   /* models[i].max_positions */
-    const char *id;            /* the session of a step, NULL to open one */
-    const char *want_id;       /* an open's proposed id (X-Session-Id), or NULL */
-    double now;                /* monotonic seconds */
+    const attnd_config *cfg; /* models[i].max_positions */
+    const char *id;          /* the session of a step, NULL to open one */
+    const char *want_id;     /* an open's proposed id (X-Session-Id), or NULL */
+    double now;              /* monotonic seconds */
 } attnd_step_env;
 
 /* Reads the body of POST /v1/sessions (query optional: the prefix) or POST

@@ -20,7 +20,7 @@ void attnd_tensor_free(attnd_tensor *t) {
 }
 
 void attnd_tensor_index_name(char *buf, size_t cap, const char *field, int rank, const int *shape,
-                       size_t k) {
+                             size_t k) {
     size_t idx[TENSOR_MAX_RANK];
     for (int d = rank - 1; d >= 0; d--) {
         idx[d] = k % (size_t)shape[d];
@@ -238,8 +238,8 @@ closed:
     return closed_with(c, depth, count);
 }
 
-static int read_nested(jin *j, const char *field, attnd_tensor_kind kind, int max_rank, attnd_tensor *t,
-                       attnd_error *e) {
+static int read_nested(jin *j, const char *field, attnd_tensor_kind kind, int max_rank,
+                       attnd_tensor *t, attnd_error *e) {
     nested c;
     memset(&c, 0, sizeof(c));
     c.j = j;
@@ -266,10 +266,10 @@ fail:
 
 typedef struct {
     jshape shape;
-    int dtype;         /* index into DTYPES */
-    const char *text;  /* the base64 text: a span of the body, or copy */
+    int dtype;        /* index into DTYPES */
+    const char *text; /* the base64 text: a span of the body, or copy */
     size_t len;
-    char *copy;        /* the decoded string, when it held escapes; owned */
+    char *copy; /* the decoded string, when it held escapes; owned */
 } tensor_object;
 
 static const char *const DTYPES[] = {"float32", "bool", NULL};
@@ -286,11 +286,18 @@ static int read_b64_text(jin *j, const jfield *f, void *dst, jpath *path, attnd_
 }
 
 static const jfield TENSOR_OBJECT_FIELDS[] = {
-    {.name = "shape", .type = JF_SHAPE, .required = 1, .offset = offsetof(tensor_object, shape),
+    {.name = "shape",
+     .type = JF_SHAPE,
+     .required = 1,
+     .offset = offsetof(tensor_object, shape),
      .max = TENSOR_MAX_DIM},
     {.name = "dtype", .type = JF_WORD, .offset = offsetof(tensor_object, dtype), .words = DTYPES},
-    {.name = "b64", .type = JF_CUSTOM, .required = 1, .read = read_b64_text,
-     .accepts = 1u << JT_STRING, .expects = "a base64 string"},
+    {.name = "b64",
+     .type = JF_CUSTOM,
+     .required = 1,
+     .read = read_b64_text,
+     .accepts = 1u << JT_STRING,
+     .expects = "a base64 string"},
 };
 static const jtable TENSOR_OBJECT = {"key of a tensor object", TENSOR_OBJECT_FIELDS, 3, 0};
 
@@ -338,8 +345,8 @@ static int decode_object(const tensor_object *o, const char *field, int neg_inf_
     return attnd_tensor_check_finite(t, field, neg_inf_ok, e);
 }
 
-static int read_object(jin *j, const char *field, attnd_tensor_kind kind, int max_rank, int neg_inf_ok,
-                       attnd_tensor *t, attnd_error *e) {
+static int read_object(jin *j, const char *field, attnd_tensor_kind kind, int max_rank,
+                       int neg_inf_ok, attnd_tensor *t, attnd_error *e) {
     tensor_object o;
     memset(&o, 0, sizeof(o));
     jpath path;
@@ -364,8 +371,8 @@ cleanup:
     return ret;
 }
 
-int attnd_tensor_read(jin *j, const char *field, attnd_tensor_kind kind, int max_rank, int neg_inf_ok,
-                attnd_tensor *t, attnd_error *e) {
+int attnd_tensor_read(jin *j, const char *field, attnd_tensor_kind kind, int max_rank,
+                      int neg_inf_ok, attnd_tensor *t, attnd_error *e) {
     memset(t, 0, sizeof(*t));
     jin_type type = attnd_jin_next_type(j);
     if (type == JT_ARRAY) return read_nested(j, field, kind, max_rank, t, e);

@@ -41,8 +41,8 @@ typedef struct {
  * most max_rank deep. neg_inf_ok lets base64 float32 data hold -inf.
  * Returns 0, or -1 with e set (400; 500 when out of memory); t holds nothing
  * to free after a failure. */
-int attnd_tensor_read(jin *j, const char *field, attnd_tensor_kind kind, int max_rank, int neg_inf_ok,
-                attnd_tensor *t, attnd_error *e);
+int attnd_tensor_read(jin *j, const char *field, attnd_tensor_kind kind, int max_rank,
+                      int neg_inf_ok, attnd_tensor *t, attnd_error *e);
 void attnd_tensor_free(attnd_tensor *t); /* NULL and zeroed tensors are fine */
 
 /* The elements of shape (each dimension at most TENSOR_MAX_DIM, as the
@@ -63,6 +63,6 @@ int attnd_tensor_check_finite(attnd_tensor *t, const char *field, int neg_inf_ok
 
 /* "field[i][j]" for the flat index k of a tensor of this shape. */
 void attnd_tensor_index_name(char *buf, size_t cap, const char *field, int rank, const int *shape,
-                       size_t k);
+                             size_t k);
 
 #endif
