@@ -2,8 +2,9 @@
  * kinds packed into one batch answer what each answers alone (naive
  * reference), a full queue refuses with 429, a request still queued at its
  * deadline is answered 504 without compute, a lone request on idle compute
- * is taken at once, and requests that arrive while a batch computes form
- * the next batch together. */
+ * is taken at once, requests that arrive while a batch computes form the
+ * next batch together, and a request whose client left (the departed
+ * callback, the HTTP side's answer) is dropped without compute. */
 #include <check.h>
 #include <jansson.h>
 #include <math.h>
@@ -21,7 +22,8 @@
 /* A request as the HTTP side would hold it, plus a "done" flag. */
 typedef struct {
     attnd_req r;
-    int done; /* guarded by mu */
+    int done;  /* guarded by mu */
+    int leave; /* 1: the departed callback says its client left; set before submit */
 } treq;
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -331,6 +333,51 @@ static treq *small_req(attnd_sched *s, treq **slot) {
     return t;
 }
 
+/* The scheduler's question to the HTTP side, answered from the requests'
+ * leave flags. */
+static void departed(attnd_req *const *rs, int n, char *left, void *arg) {
+    (void)arg;
+    for (int i = 0; i < n; i++)
+        left[i] = (char)((const treq *)rs[i])->leave;
+}
+
+/* A request whose client left (the departed callback says so) is finished
+ * with no reply and never computed; the next one is answered as usual. */
+START_TEST(test_departed_client_dropped_without_compute) {
+    setup_model();
+    attnd_config c;
+    config(&c, 64, 0, 16, 60000);
+    attnd_metrics mt;
+    attnd_metrics_init(&mt);
+    attnd_sched_opts o = {&c, &model, &info, 1, &mt, on_done, NULL, departed, NULL};
+    char err[256];
+    attnd_sched *s = attnd_sched_new(&o, err, sizeof(err));
+    ck_assert_msg(s != NULL, "%s", err);
+    treq *t[2];
+    for (int i = 0; i < 2; i++) {
+        t[i] = treq_new();
+        t[i]->r.job.B = 1, t[i]->r.job.L = 2, t[i]->r.job.S = 2, t[i]->r.job.self = 1;
+        t[i]->r.job.query = rnd_floats(16);
+        t[i]->r.tokens = 4;
+        t[i]->leave = i == 0;
+        attnd_error e;
+        ck_assert_int_eq(attnd_sched_submit(s, &t[i]->r, &e), 0);
+        wait_done(t[i]);
+    }
+    ck_assert_ptr_null(t[0]->r.reply.body);
+    ck_assert_uint_eq(t[0]->r.t_start_us, 0);
+    ck_assert_int_eq(attnd_kind_status(t[1]->r.reply.kind), 200);
+    ck_assert_ptr_nonnull(t[1]->r.reply.body);
+    ck_assert_uint_ne(t[1]->r.t_start_us, 0);
+    ck_assert_uint_eq(atomic_load(&mt.tokens), 4); /* the second request's alone */
+    attnd_sched_free(s);
+    for (int i = 0; i < 2; i++)
+        attnd_req_unref(&t[i]->r);
+    attn_model_free(&model);
+    attnd_config_free(&c);
+}
+END_TEST
+
 /* The default max_queue_delay_us. */
 static int default_delay(void) {
     attnd_config d;
@@ -431,6 +478,7 @@ int main(void) {
     tcase_add_test(tc, test_mixed_batch_matches_reference);
     tcase_add_test(tc, test_full_queue_429_and_deadline_504);
     tcase_add_test(tc, test_cancel_drops_queued_work);
+    tcase_add_test(tc, test_departed_client_dropped_without_compute);
     tcase_add_test(tc, test_lone_request_starts_at_once);
     tcase_add_test(tc, test_requests_during_a_batch_form_the_next);
     suite_add_tcase(s, tc);
