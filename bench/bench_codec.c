@@ -83,8 +83,8 @@ static void numbers(size_t n) {
         }
         double t4 = now_s();
         if (got != n || b.len + 1 != k) {
-            fprintf(stderr, "numbers: %zu of %zu read, %zu and %zu bytes written\n", got, n,
-                    b.len, k);
+            fprintf(stderr, "numbers: %zu of %zu read, %zu and %zu bytes written\n", got, n, b.len,
+                    k);
             exit(1);
         }
         attnd_sb_free(&b);
@@ -96,10 +96,10 @@ static void numbers(size_t n) {
     sink_f = y[n - 1];
     double mp = median(tp, REPS), ms = median(ts, REPS), mf = median(tf, REPS),
            mg = median(tg, REPS);
-    printf("| parse | attnd_parse_f32_row | %6.1f | strtof           | %6.1f | %5.1f× |\n", n / mp / 1e6,
-           n / ms / 1e6, ms / mp);
-    printf("| print | attnd_sb_floats     | %6.1f | snprintf(\"%%.9g\") | %6.1f | %5.1f× |\n", n / mf / 1e6,
-           n / mg / 1e6, mg / mf);
+    printf("| parse | attnd_parse_f32_row | %6.1f | strtof           | %6.1f | %5.1f× |\n",
+           n / mp / 1e6, n / ms / 1e6, ms / mp);
+    printf("| print | attnd_sb_floats     | %6.1f | snprintf(\"%%.9g\") | %6.1f | %5.1f× |\n",
+           n / mf / 1e6, n / mg / 1e6, mg / mf);
     attnd_sb_free(&row);
     free(x);
     free(y);

@@ -202,15 +202,18 @@ typedef float v8 __attribute__((vector_size(32)));
 
 /* 12 independent accumulators, enough to cover FMA latency; returns a sum
  * so the loop is not removed. FLOPs: 2 * 12 * lanes per iteration. */
-#define PEAK_KERNEL(name, type, attr)                                                             \
-    attr static float name(long iters) {                                                        \
-        type a[12], x = (type){} + 0.999999f, y = (type){} + 1e-7f;                              \
-        for (int i = 0; i < 12; i++) a[i] = (type){} + (float)i;                                 \
-        for (long k = 0; k < iters; k++)                                                         \
-            for (int i = 0; i < 12; i++) a[i] = a[i] * x + y;                                    \
-        type s = (type){};                                                                       \
-        for (int i = 0; i < 12; i++) s += a[i];                                                  \
-        return s[0];                                                                             \
+#define PEAK_KERNEL(name, type, attr)                                                              \
+    attr static float name(long iters) {                                                           \
+        type a[12], x = (type){} + 0.999999f, y = (type){} + 1e-7f;                                \
+        for (int i = 0; i < 12; i++)                                                               \
+            a[i] = (type){} + (float)i;                                                            \
+        for (long k = 0; k < iters; k++)                                                           \
+            for (int i = 0; i < 12; i++)                                                           \
+                a[i] = a[i] * x + y;                                                               \
+        type s = (type){};                                                                         \
+        for (int i = 0; i < 12; i++)                                                               \
+            s += a[i];                                                                             \
+        return s[0];                                                                               \
     }
 PEAK_KERNEL(peak512, v16, __attribute__((target("avx512f,fma"))))
 PEAK_KERNEL(peak256, v8, __attribute__((target("avx2,fma"))))
@@ -345,23 +348,24 @@ static void print_table(const int *threads, int nt, const double *gemm, double b
 }
 
 static void usage(void) {
-    fprintf(stderr, "usage: bench_core [--threads 1,2,N] [--seconds S] [--fused on|off|both] "
-                    "[--no-memory]\n"
-                    "  --threads   thread counts to compare, comma separated (default 1, 2, all CPUs)\n"
-                    "  --seconds   time budget per table cell (default 1.5)\n"
-                    "  --fused     the fused attention kernel: on (default, where the CPU has\n"
-                    "              it), off (OpenBLAS tiles), or both (one table each)\n"
-                    "  --owner     who owns the threads: core (default: the core's own threads,\n"
-                    "              OpenBLAS at one), blas (one core thread, OpenBLAS at n),\n"
-                    "              or both (one table each)\n"
-                    "  --proj      projections: packed (default: the core's kernel on weights\n"
-                    "              packed at load), openblas (OpenBLAS sgemm), or both\n"
-                    "  --clock     wall (default) or cpu: the process's CPU time, for one\n"
-                    "              thread on a machine shared with other work\n"
-                    "  --print threads|blas-core  print the default thread counts or the\n"
-                    "              OpenBLAS kernels the core loads, and exit\n"
-                    "  --json FILE append one JSON line per cell (bench/compare.py reads them)\n"
-                    "  --no-memory skip the peak-memory measurement\n");
+    fprintf(stderr,
+            "usage: bench_core [--threads 1,2,N] [--seconds S] [--fused on|off|both] "
+            "[--no-memory]\n"
+            "  --threads   thread counts to compare, comma separated (default 1, 2, all CPUs)\n"
+            "  --seconds   time budget per table cell (default 1.5)\n"
+            "  --fused     the fused attention kernel: on (default, where the CPU has\n"
+            "              it), off (OpenBLAS tiles), or both (one table each)\n"
+            "  --owner     who owns the threads: core (default: the core's own threads,\n"
+            "              OpenBLAS at one), blas (one core thread, OpenBLAS at n),\n"
+            "              or both (one table each)\n"
+            "  --proj      projections: packed (default: the core's kernel on weights\n"
+            "              packed at load), openblas (OpenBLAS sgemm), or both\n"
+            "  --clock     wall (default) or cpu: the process's CPU time, for one\n"
+            "              thread on a machine shared with other work\n"
+            "  --print threads|blas-core  print the default thread counts or the\n"
+            "              OpenBLAS kernels the core loads, and exit\n"
+            "  --json FILE append one JSON line per cell (bench/compare.py reads them)\n"
+            "  --no-memory skip the peak-memory measurement\n");
 }
 
 int main(int argc, char **argv) {
@@ -370,8 +374,8 @@ int main(int argc, char **argv) {
     attnd_cpus cpus; /* the daemon's count: affinity mask and cgroup quota */
     attnd_cpus_count(&cpus);
     if (cpus.n > 2 && cpus.n < 1024) threads[nt++] = cpus.n; /* 1, 2 and every CPU */
-    int fused[2] = {1, 0}, nf = 1; /* settings of attn_set_fused to run */
-    int owners[2] = {0, 1}, no = 1; /* settings of g_blas_owns to run */
+    int fused[2] = {1, 0}, nf = 1;                           /* settings of attn_set_fused to run */
+    int owners[2] = {0, 1}, no = 1;                          /* settings of g_blas_owns to run */
     int projs[2] = {ATTN_PROJ_PACKED, ATTN_PROJ_OPENBLAS}, np = 1; /* attn_set_projections */
     double budget = 1.5;
     for (int i = 1; i < argc; i++) {
@@ -457,7 +461,8 @@ int main(int argc, char **argv) {
     }
 
     if (print_what && strcmp(print_what, "threads") == 0) {
-        for (int t = 0; t < nt; t++) printf("%s%d", t ? "," : "", threads[t]);
+        for (int t = 0; t < nt; t++)
+            printf("%s%d", t ? "," : "", threads[t]);
         printf("\n");
         return 0;
     }

@@ -43,8 +43,8 @@
 #include <time.h>
 
 enum { E = 1024, H = 8, G = 2, D = 128, MAXS = 64, MIN_LEN = 128, MAX_LEN = 8192 };
-#define NLEN 7           /* 128 .. 8192, doubling */
-#define LINEAR_TOL 0.10  /* largest relative residual of a linear cost */
+#define NLEN 7          /* 128 .. 8192, doubling */
+#define LINEAR_TOL 0.10 /* largest relative residual of a linear cost */
 
 static double now_s(void) {
     struct timespec ts;
@@ -112,13 +112,17 @@ static void run_whole(void *arg) {
 /* Median seconds of one single-token step of each of n sessions whose
  * caches hold len tokens (random rows: the time does not depend on the
  * values). Session i's cache is kv + i * per, per = (maxlen + 1) rows. */
-static double time_steps(attn_ctx *ctx, const attn_model *m, int n, int len, int maxlen,
-                         float *kv, float *q, float *out, double seconds) {
+static double time_steps(attn_ctx *ctx, const attn_model *m, int n, int len, int maxlen, float *kv,
+                         float *q, float *out, double seconds) {
     size_t row = 2 * (size_t)G * D, per = (size_t)(maxlen + 1) * row;
     attn_step st[MAXS];
     for (int i = 0; i < n; i++)
-        st[i] = (attn_step){.n = 1, .len = len, .kv = kv + i * per, .query = q + (size_t)i * E,
-                            .out = out + (size_t)i * E, .weights = ATTN_WEIGHTS_NONE};
+        st[i] = (attn_step){.n = 1,
+                            .len = len,
+                            .kv = kv + i * per,
+                            .query = q + (size_t)i * E,
+                            .out = out + (size_t)i * E,
+                            .weights = ATTN_WEIGHTS_NONE};
     step_job j = {ctx, m, st, n};
     return median(run_steps, &j, seconds);
 }
@@ -168,8 +172,8 @@ static void print_fit(int sessions, const int *lens, const double *t, int n) {
     fit_line(lens, t, n, &a, &b, &worst, &at);
     printf("fit, %d session%s: step ms = %.4f + %.5f x L/1000 (L = %d..%d); largest relative "
            "residual %.1f%% at L = %d\n",
-           sessions, sessions == 1 ? "" : "s", a * 1e3, b * 1e6, lens[0], lens[n - 1],
-           worst * 100, at);
+           sessions, sessions == 1 ? "" : "s", a * 1e3, b * 1e6, lens[0], lens[n - 1], worst * 100,
+           at);
     if (b > 0 && worst <= LINEAR_TOL)
         printf("verdict, %d session%s: linear: every step time is within %.0f%% of the line\n",
                sessions, sessions == 1 ? "" : "s", LINEAR_TOL * 100);
@@ -183,8 +187,8 @@ static int arg_int(const char *s, int lo, int hi, const char *name) {
     char *end;
     long v = strtol(s, &end, 10);
     if (*s == '\0' || *end != '\0' || v < lo || v > hi) {
-        fprintf(stderr, "bench_decode: %s: '%s' is not a whole number from %d to %d\n", name, s,
-                lo, hi);
+        fprintf(stderr, "bench_decode: %s: '%s' is not a whole number from %d to %d\n", name, s, lo,
+                hi);
         exit(2);
     }
     return (int)v;
@@ -221,21 +225,29 @@ int main(int argc, char **argv) {
     }
     char err[256];
     attn_model m;
-    attn_hparams hp = {.embed_dim = E, .num_heads = H, .kdim = E, .vdim = E, .bias = 0,
-                       .causal = 1, .num_kv_heads = G, .head_dim = D,
+    attn_hparams hp = {.embed_dim = E,
+                       .num_heads = H,
+                       .kdim = E,
+                       .vdim = E,
+                       .bias = 0,
+                       .causal = 1,
+                       .num_kv_heads = G,
+                       .head_dim = D,
                        .rope = {.dim = D, .theta = 500000, .style = ATTN_ROPE_HALF}};
     if (attn_model_init(&m, &hp, err, sizeof err) < 0 || attn_blas_init(err, sizeof err) < 0) {
         fprintf(stderr, "bench_decode: %s\n", err);
         return 1;
     }
-    for (size_t i = 0; i < m.n_floats; i++) m.mem[i] = frand() * 0.06f;
+    for (size_t i = 0; i < m.n_floats; i++)
+        m.mem[i] = frand() * 0.06f;
     if (attn_model_pack(&m, err, sizeof err) < 0) {
         fprintf(stderr, "bench_decode: %s\n", err);
         return 1;
     }
     attn_ctx *ctx = attn_ctx_new(threads);
     int lens[NLEN], nlen = 0;
-    for (int len = MIN_LEN; len <= maxlen; len *= 2) lens[nlen++] = len;
+    for (int len = MIN_LEN; len <= maxlen; len *= 2)
+        lens[nlen++] = len;
     size_t row = 2 * (size_t)G * D, rows = (size_t)maxlen + 1; /* a cache, or a prefix */
     float *kv = malloc(sizeof(float) * MAXS * rows * row);
     float *q = malloc(sizeof(float) * MAXS * E), *out = malloc(sizeof(float) * rows * E);
@@ -244,9 +256,12 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_decode: out of memory (or no threads)\n");
         return 1;
     }
-    for (size_t i = 0; i < MAXS * rows * row; i++) kv[i] = frand();
-    for (size_t i = 0; i < MAXS * (size_t)E; i++) q[i] = frand();
-    for (size_t i = 0; i < rows * E; i++) x[i] = frand();
+    for (size_t i = 0; i < MAXS * rows * row; i++)
+        kv[i] = frand();
+    for (size_t i = 0; i < MAXS * (size_t)E; i++)
+        q[i] = frand();
+    for (size_t i = 0; i < rows * E; i++)
+        x[i] = frand();
 
     printf("decode, E=%d H=%d G=%d D=%d, rope; blas %s; %d thread%s (%s); medians of %g s "
            "a cell\n",

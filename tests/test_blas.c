@@ -32,8 +32,16 @@ static void remember_env(void) {
 }
 
 static attn_cpu avx512_cpu(int bf16) {
-    attn_cpu c = {.avx512f = 1, .avx512cd = 1, .avx512bw = 1, .avx512dq = 1, .avx512vl = 1,
-                  .avx512bf16 = bf16, .avx2 = 1, .fma = 1, .avx = 1, .sse4_2 = 1};
+    attn_cpu c = {.avx512f = 1,
+                  .avx512cd = 1,
+                  .avx512bw = 1,
+                  .avx512dq = 1,
+                  .avx512vl = 1,
+                  .avx512bf16 = bf16,
+                  .avx2 = 1,
+                  .fma = 1,
+                  .avx = 1,
+                  .sse4_2 = 1};
     return c;
 }
 
@@ -119,8 +127,8 @@ START_TEST(test_this_machine) {
                   feats);
     if (cpu.avx512f && cpu.avx512cd && cpu.avx512bw && cpu.avx512dq && cpu.avx512vl)
         ck_assert_msg(got == ATTN_ISA_AVX512, "AVX-512 CPU computes with %s", info->core);
-    if (cpu.avx2 && cpu.fma) ck_assert_msg(got >= ATTN_ISA_AVX2, "AVX2 CPU computes with %s",
-                                           info->core);
+    if (cpu.avx2 && cpu.fma)
+        ck_assert_msg(got >= ATTN_ISA_AVX2, "AVX2 CPU computes with %s", info->core);
     if (info->chosen) /* the rule's choice is what OpenBLAS loaded */
         ck_assert_str_eq(info->core, info->chosen);
     ck_assert_msg(info->warning == NULL, "unexpected warning: %s", info->warning);

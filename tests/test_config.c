@@ -555,7 +555,7 @@ END_TEST
 
 /* A llama-layout model with the given extra keys (JSON text after a comma). */
 #define LLAMA(extra)                                                                               \
-    "{\"models\":[{\"name\":\"d\",\"embed_dim\":64,\"num_heads\":8,\"layout\":\"llama\","        \
+    "{\"models\":[{\"name\":\"d\",\"embed_dim\":64,\"num_heads\":8,\"layout\":\"llama\","          \
     "\"weights\":\"w.safetensors\"" extra "}]}"
 
 static attnd_model_config load_one(const char *text, attnd_config *c) {
@@ -569,12 +569,12 @@ static attnd_model_config load_one(const char *text, attnd_config *c) {
 
 START_TEST(decoder_keys_land) {
     attnd_config c;
-    attnd_model_config m = load_one(
-        LLAMA(",\"num_kv_heads\":2,\"head_dim\":16,\"scale\":0.125,\"max_positions\":4096,"
-              "\"rope\":{\"theta\":500000,\"dim\":12,\"style\":\"interleaved\","
-              "\"scaling\":{\"rope_type\":\"llama3\",\"factor\":8,\"low_freq_factor\":1,"
-              "\"high_freq_factor\":4,\"original_max_position_embeddings\":8192}}"),
-        &c);
+    attnd_model_config m =
+        load_one(LLAMA(",\"num_kv_heads\":2,\"head_dim\":16,\"scale\":0.125,\"max_positions\":4096,"
+                       "\"rope\":{\"theta\":500000,\"dim\":12,\"style\":\"interleaved\","
+                       "\"scaling\":{\"rope_type\":\"llama3\",\"factor\":8,\"low_freq_factor\":1,"
+                       "\"high_freq_factor\":4,\"original_max_position_embeddings\":8192}}"),
+                 &c);
     ck_assert_int_eq(m.hp.num_kv_heads, 2);
     ck_assert_int_eq(m.hp.head_dim, 16);
     ck_assert(m.hp.scale == 0.125);

@@ -543,8 +543,11 @@ START_TEST(test_golden_file) {
 
     printf("golden %s, projection kernel %s: %d sequences ok; against torch, largest relative "
            "error %.3g, largest element difference %.3g\n",
-           path, level < 0 ? "of this CPU" : level == ATTN_ISA_AVX2 ? "AVX2" : "baseline", g.n,
-           g_max_rel, g_max_abs);
+           path,
+           level < 0                ? "of this CPU"
+           : level == ATTN_ISA_AVX2 ? "AVX2"
+                                    : "baseline",
+           g.n, g_max_rel, g_max_abs);
     gemm_force_level(-1);
     free(idx);
     for (int c = 0; c < 3; c++)
@@ -691,8 +694,8 @@ static void rand_masks(tseq *s) {
 static tseq *make_case(int i, attn_model *m) {
     const rcase *c = &g_cases[i];
     g_rng = 0x5eed0000ULL + (uint64_t)i;
-    attn_hparams hp = {.embed_dim = c->E, .num_heads = c->H, .kdim = c->Kd, .vdim = c->Vd,
-                       .bias = c->bias};
+    attn_hparams hp = {
+        .embed_dim = c->E, .num_heads = c->H, .kdim = c->Kd, .vdim = c->Vd, .bias = c->bias};
     rand_model(m, &hp);
     tseq *seqs = xcalloc(c->B, sizeof(tseq));
     for (int b = 0; b < c->B; b++) {

@@ -126,13 +126,21 @@ START_TEST(test_hparams_refused) {
         {{BASE, .rope = {.dim = 4, .theta = 10000, .style = 7}}, "style"},
         {{BASE, .rope = {.dim = 4, .theta = 1e4, .scaling = 9}}, "scaling"},
         {{BASE, .rope = {.dim = 4, .theta = 1e4, .scaling = ATTN_ROPE_SCALE_LINEAR}}, "factor"},
-        {{BASE,
-          .rope = {.dim = 4, .theta = 1e4, .scaling = ATTN_ROPE_SCALE_LLAMA3, .factor = 8,
-                   .low_freq_factor = 4, .high_freq_factor = 1, .original_max_position = 64}},
+        {{BASE, .rope = {.dim = 4,
+                         .theta = 1e4,
+                         .scaling = ATTN_ROPE_SCALE_LLAMA3,
+                         .factor = 8,
+                         .low_freq_factor = 4,
+                         .high_freq_factor = 1,
+                         .original_max_position = 64}},
          "low_freq_factor < high_freq_factor"},
-        {{BASE,
-          .rope = {.dim = 4, .theta = 1e4, .scaling = ATTN_ROPE_SCALE_LLAMA3, .factor = 8,
-                   .low_freq_factor = 1, .high_freq_factor = 4, .original_max_position = 0}},
+        {{BASE, .rope = {.dim = 4,
+                         .theta = 1e4,
+                         .scaling = ATTN_ROPE_SCALE_LLAMA3,
+                         .factor = 8,
+                         .low_freq_factor = 1,
+                         .high_freq_factor = 4,
+                         .original_max_position = 0}},
          "original_max_position"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -152,8 +160,13 @@ START_TEST(test_hparams_filled) {
     char err[256] = "";
     attn_model m;
     /* Qwen-like: H*D (8*6 = 48) differs from E (20); G = 2 */
-    attn_hparams hp = {.embed_dim = 20, .num_heads = 8, .kdim = 20, .vdim = 20, .bias = 1,
-                       .num_kv_heads = 2, .head_dim = 6};
+    attn_hparams hp = {.embed_dim = 20,
+                       .num_heads = 8,
+                       .kdim = 20,
+                       .vdim = 20,
+                       .bias = 1,
+                       .num_kv_heads = 2,
+                       .head_dim = 6};
     ck_assert_msg(attn_model_init(&m, &hp, err, sizeof err) == 0, "%s", err);
     ck_assert_int_eq(m.hp.num_kv_heads, 2);
     ck_assert_int_eq(m.hp.head_dim, 6);
@@ -206,8 +219,13 @@ END_TEST
 /* G < H equals H heads whose key/value heads are copied over each group. */
 START_TEST(test_gqa_is_repeated_heads) {
     const int E = 24, H = 6, G = 2, D = 5, L = 9, R = H / G;
-    attn_hparams hp = {.embed_dim = E, .num_heads = H, .kdim = E, .vdim = E, .bias = 1,
-                       .num_kv_heads = G, .head_dim = D};
+    attn_hparams hp = {.embed_dim = E,
+                       .num_heads = H,
+                       .kdim = E,
+                       .vdim = E,
+                       .bias = 1,
+                       .num_kv_heads = G,
+                       .head_dim = D};
     attn_hparams hf = hp;
     hf.num_kv_heads = H;
     attn_model g, f;
@@ -242,7 +260,11 @@ END_TEST
 START_TEST(test_rope_at_zero_is_identity) {
     const int E = 32, L = 7;
     for (int style = 0; style < 2; style++) {
-        attn_hparams hp = {.embed_dim = E, .num_heads = 4, .kdim = E, .vdim = E, .bias = 1,
+        attn_hparams hp = {.embed_dim = E,
+                           .num_heads = 4,
+                           .kdim = E,
+                           .vdim = E,
+                           .bias = 1,
                            .num_kv_heads = 2,
                            .rope = {.dim = 6, .theta = 10000, .style = style}};
         attn_hparams plain = hp;
@@ -277,13 +299,23 @@ START_TEST(test_rope_shift_invariant) {
         {.dim = 12, .theta = 10000, .style = ATTN_ROPE_HALF},
         {.dim = 8, .theta = 500000, .style = ATTN_ROPE_INTERLEAVED},
         {.dim = 12, .theta = 10000, .scaling = ATTN_ROPE_SCALE_LINEAR, .factor = 4},
-        {.dim = 12, .theta = 500000, .style = ATTN_ROPE_INTERLEAVED,
-         .scaling = ATTN_ROPE_SCALE_LLAMA3, .factor = 8, .low_freq_factor = 1,
-         .high_freq_factor = 4, .original_max_position = 64},
+        {.dim = 12,
+         .theta = 500000,
+         .style = ATTN_ROPE_INTERLEAVED,
+         .scaling = ATTN_ROPE_SCALE_LLAMA3,
+         .factor = 8,
+         .low_freq_factor = 1,
+         .high_freq_factor = 4,
+         .original_max_position = 64},
     };
     for (size_t c = 0; c < sizeof ropes / sizeof ropes[0]; c++) {
-        attn_hparams hp = {.embed_dim = E, .num_heads = 4, .kdim = E, .vdim = E, .bias = 1,
-                           .num_kv_heads = 1, .rope = ropes[c]};
+        attn_hparams hp = {.embed_dim = E,
+                           .num_heads = 4,
+                           .kdim = E,
+                           .vdim = E,
+                           .bias = 1,
+                           .num_kv_heads = 1,
+                           .rope = ropes[c]};
         attn_model m;
         g_rng = 31 + c;
         rand_model(&m, &hp);
@@ -306,8 +338,8 @@ END_TEST
 /* scale s is the default scale with Wq and bq multiplied by s * sqrt(D). */
 START_TEST(test_scale_is_query_scaling) {
     const int E = 16, H = 2, L = 6;
-    attn_hparams hs = {.embed_dim = E, .num_heads = H, .kdim = E, .vdim = E, .bias = 1,
-                       .scale = 0.05};
+    attn_hparams hs = {
+        .embed_dim = E, .num_heads = H, .kdim = E, .vdim = E, .bias = 1, .scale = 0.05};
     attn_hparams hd = hs;
     hd.scale = 0;
     attn_model s, d;
@@ -339,14 +371,22 @@ START_TEST(test_decoder_vs_ref) {
         int E, H, G, D, Kd, Vd, cross, value, rope;
     } rcase;
     const rcase cases[] = {
-        {24, 6, 2, 5, 10, 14, 1, 1, 0}, {24, 6, 3, 4, 10, 10, 1, 0, 0},
-        {32, 4, 1, 16, 32, 32, 0, 0, 1}, {40, 8, 4, 6, 40, 40, 0, 0, 1},
+        {24, 6, 2, 5, 10, 14, 1, 1, 0},
+        {24, 6, 3, 4, 10, 10, 1, 0, 0},
+        {32, 4, 1, 16, 32, 32, 0, 0, 1},
+        {40, 8, 4, 6, 40, 40, 0, 0, 1},
     };
     char err[256];
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         const rcase *k = &cases[c];
-        attn_hparams hp = {.embed_dim = k->E, .num_heads = k->H, .kdim = k->Kd, .vdim = k->Vd,
-                           .bias = 1, .num_kv_heads = k->G, .head_dim = k->D, .scale = 0.3};
+        attn_hparams hp = {.embed_dim = k->E,
+                           .num_heads = k->H,
+                           .kdim = k->Kd,
+                           .vdim = k->Vd,
+                           .bias = 1,
+                           .num_kv_heads = k->G,
+                           .head_dim = k->D,
+                           .scale = 0.3};
         if (k->rope) hp.rope = (attn_rope){.dim = k->D - 2, .theta = 1000, .style = c % 2};
         attn_model m;
         g_rng = 100 + c;
@@ -366,17 +406,19 @@ START_TEST(test_decoder_vs_ref) {
         float *o1 = xcalloc(T * k->E, sizeof(float)), *o2 = xcalloc(T * k->E, sizeof(float));
         for (int i = 0; i < B; i++) {
             attn_seq *s = &seqs[i];
-            *s = (attn_seq){.L = L[i], .S = S[i], .causal = i % 2,
-                            .weights = (attn_weights_mode)(i % 3)};
+            *s = (attn_seq){
+                .L = L[i], .S = S[i], .causal = i % 2, .weights = (attn_weights_mode)(i % 3)};
             uint8_t *kpm = xcalloc(S[i], 1), *mb = xcalloc((size_t)L[i] * S[i], 1);
             float *ma = rand_floats((size_t)L[i] * S[i], 1);
             int32_t *pos = xcalloc(L[i], sizeof(int32_t));
-            for (int j = 0; j < S[i]; j++) kpm[j] = j % 4 == 3;
+            for (int j = 0; j < S[i]; j++)
+                kpm[j] = j % 4 == 3;
             for (int j = 0; j < L[i] * S[i]; j++) {
                 mb[j] = j % 5 == 2;
                 if (j % 7 == 3) ma[j] = -INFINITY;
             }
-            for (int j = 0; j < L[i]; j++) pos[j] = 40 + 3 * j;
+            for (int j = 0; j < L[i]; j++)
+                pos[j] = 40 + 3 * j;
             owned[i][0] = kpm;
             owned[i][1] = mb;
             owned[i][2] = ma;
@@ -385,14 +427,18 @@ START_TEST(test_decoder_vs_ref) {
             if (i == 2) s->attn_mask_bool = mb;
             if (i == 3 || i == 2) s->attn_mask_add = ma;
             if (k->rope && i != 0) s->positions = pos;
-            na[i] = s->weights == ATTN_WEIGHTS_HEADS ? (size_t)k->H * L[i] * S[i]
-                                                      : (size_t)L[i] * S[i];
+            na[i] =
+                s->weights == ATTN_WEIGHTS_HEADS ? (size_t)k->H * L[i] * S[i] : (size_t)L[i] * S[i];
             s->attn = s->weights ? xcalloc(na[i], sizeof(float)) : NULL;
             ref[i] = *s;
             ref[i].attn = s->weights ? xcalloc(na[i], sizeof(float)) : NULL;
         }
-        attn_batch b = {.B = B, .seqs = seqs, .query = q, .key = k->cross ? key : NULL,
-                        .value = k->cross && k->value ? val : NULL, .out = o1};
+        attn_batch b = {.B = B,
+                        .seqs = seqs,
+                        .query = q,
+                        .key = k->cross ? key : NULL,
+                        .value = k->cross && k->value ? val : NULL,
+                        .out = o1};
         ck_assert_msg(attn_forward_decoder(NULL, &m, &b, err, sizeof err) == 0, "case %zu: %s", c,
                       err);
         b.seqs = ref;
@@ -414,7 +460,8 @@ START_TEST(test_decoder_vs_ref) {
                 e = rel_err(seqs[i].attn, ref[i].attn, na[i]);
                 ck_assert_msg(e <= REL_TOL, "case %zu seq %d: attention %g", c, i, e);
             }
-            for (int o = 0; o < 4; o++) free(owned[i][o]);
+            for (int o = 0; o < 4; o++)
+                free(owned[i][o]);
             free(seqs[i].attn);
             free(ref[i].attn);
         }
@@ -433,8 +480,13 @@ END_TEST
 /* A decoder model with grouped heads, a head_dim of its own and rotary
  * positions, widths that are not multiples of the kernel's 16 columns. */
 static void invariance_model(attn_model *m) {
-    attn_hparams hp = {.embed_dim = 40, .num_heads = 6, .kdim = 40, .vdim = 40, .bias = 1,
-                       .num_kv_heads = 2, .head_dim = 10,
+    attn_hparams hp = {.embed_dim = 40,
+                       .num_heads = 6,
+                       .kdim = 40,
+                       .vdim = 40,
+                       .bias = 1,
+                       .num_kv_heads = 2,
+                       .head_dim = 10,
                        .rope = {.dim = 8, .theta = 10000, .style = ATTN_ROPE_HALF}};
     g_rng = 77;
     rand_model(m, &hp);
@@ -463,8 +515,8 @@ START_TEST(test_decoder_batch_invariant) {
     attn_batch b = {.B = B, .seqs = seqs, .query = q, .out = all};
     ck_assert_msg(attn_forward_decoder(ctx, &m, &b, err, sizeof err) == 0, "%s", err);
     for (int i = 0, t = 0; i < B; t += L[i], i++) {
-        attn_batch a = {.B = 1, .seqs = &seqs[i], .query = q + (size_t)t * E,
-                        .out = one + (size_t)t * E};
+        attn_batch a = {
+            .B = 1, .seqs = &seqs[i], .query = q + (size_t)t * E, .out = one + (size_t)t * E};
         ck_assert_msg(attn_forward_decoder(NULL, &m, &a, err, sizeof err) == 0, "%s", err);
     }
     for (size_t i = 0; i < T * E; i++)
@@ -498,7 +550,10 @@ START_TEST(test_steps_bitwise) {
     attn_ctx *ctx = attn_ctx_new(2);
     ck_assert(ctx != NULL);
     for (int k = 0, len = 0; len < L; len += split[k], k++) {
-        attn_step st = {.n = split[k], .len = len, .kv = kv, .query = q + (size_t)len * E,
+        attn_step st = {.n = split[k],
+                        .len = len,
+                        .kv = kv,
+                        .query = q + (size_t)len * E,
                         .out = stepped + (size_t)len * E};
         ck_assert_msg(attn_step_forward(ctx, &m, &st, 1, err, sizeof err) == 0, "%s", err);
     }
@@ -630,14 +685,16 @@ static void gseq_load(gseq *g, json_t *js, const attn_model *m) {
     float *kpm = floats_of(json_object_get(js, "key_padding_mask"), &n);
     if (kpm) {
         g->kpm = xcalloc(n, 1);
-        for (size_t i = 0; i < n; i++) g->kpm[i] = kpm[i] != 0;
+        for (size_t i = 0; i < n; i++)
+            g->kpm[i] = kpm[i] != 0;
         g->s.key_padding_mask = g->kpm;
     }
     free(kpm);
     float *am = floats_of(json_object_get(js, "attn_mask"), &n);
     if (am) {
         g->mask = xcalloc(n, 1);
-        for (size_t i = 0; i < n; i++) g->mask[i] = am[i] != 0;
+        for (size_t i = 0; i < n; i++)
+            g->mask[i] = am[i] != 0;
         g->s.attn_mask_bool = g->mask;
     }
     free(am);
@@ -794,8 +851,11 @@ START_TEST(test_steps_replay) {
         for (int k = 0; k < 2; k++) {
             if (len[k] >= L) continue;
             int n = split[k][at[k]];
-            st[ns] = (attn_step){.n = n, .len = len[k], .kv = kv[k],
-                                 .query = g.query + (size_t)len[k] * E, .out = out[k],
+            st[ns] = (attn_step){.n = n,
+                                 .len = len[k],
+                                 .kv = kv[k],
+                                 .query = g.query + (size_t)len[k] * E,
+                                 .out = out[k],
                                  .weights = k == 0 ? ATTN_WEIGHTS_HEADS : ATTN_WEIGHTS_MEAN,
                                  .attn = attn[k]};
             who[ns++] = k;
@@ -856,24 +916,33 @@ END_TEST
  * rotation at large positions nor the cache's addressing drifts. */
 START_TEST(test_long_cache_replay) {
     enum { L = 1000, E = 64, H = 8, G = 2, D = 8, SHORT = 24, PREFIX = 37 };
-    attn_hparams hp = {.embed_dim = E, .num_heads = H, .kdim = E, .vdim = E, .bias = 1,
+    attn_hparams hp = {.embed_dim = E,
+                       .num_heads = H,
+                       .kdim = E,
+                       .vdim = E,
+                       .bias = 1,
                        .num_kv_heads = G,
-                       .rope = {.dim = D, .theta = 500000, .style = ATTN_ROPE_HALF,
-                                .scaling = ATTN_ROPE_SCALE_LLAMA3, .factor = 8,
-                                .low_freq_factor = 1, .high_freq_factor = 4,
+                       .rope = {.dim = D,
+                                .theta = 500000,
+                                .style = ATTN_ROPE_HALF,
+                                .scaling = ATTN_ROPE_SCALE_LLAMA3,
+                                .factor = 8,
+                                .low_freq_factor = 1,
+                                .high_freq_factor = 4,
                                 .original_max_position = 128}};
     attn_model m;
     g_rng = 1000;
     rand_model(&m, &hp);
     const int row = 2 * G * D;
     float *x = rand_floats((size_t)L * E, 1);
-    float *want = xcalloc((size_t)L * E, sizeof(float)), *want_attn = xcalloc((size_t)L * L, sizeof(float));
+    float *want = xcalloc((size_t)L * E, sizeof(float)),
+          *want_attn = xcalloc((size_t)L * L, sizeof(float));
     char err[256];
-    attn_seq whole = {.L = L, .S = L, .causal = 1, .weights = ATTN_WEIGHTS_MEAN,
-                      .attn = want_attn};
+    attn_seq whole = {.L = L, .S = L, .causal = 1, .weights = ATTN_WEIGHTS_MEAN, .attn = want_attn};
     attn_batch b = {.B = 1, .seqs = &whole, .query = x, .out = want};
     ck_assert_msg(attn_forward_ref(&m, &b, err, sizeof err) == 0, "%s", err);
-    float *kv = xcalloc((size_t)L * row, sizeof(float)), *kv2 = xcalloc((size_t)SHORT * row, sizeof(float));
+    float *kv = xcalloc((size_t)L * row, sizeof(float)),
+          *kv2 = xcalloc((size_t)SHORT * row, sizeof(float));
     /* a step's rows: at most PREFIX (the first), 8 after it */
     float *out = xcalloc((size_t)PREFIX * E, sizeof(float));
     float *attn = xcalloc((size_t)PREFIX * L, sizeof(float));
@@ -887,10 +956,20 @@ START_TEST(test_long_cache_replay) {
         int n = len == 0 ? PREFIX : sizes[k++ % 10];
         if (n > L - len) n = L - len;
         attn_step st[2] = {
-            {.n = n, .len = len, .kv = kv, .query = x + (size_t)len * E, .out = out,
-             .weights = ATTN_WEIGHTS_MEAN, .attn = attn},
-            {.n = 1, .len = len2, .kv = kv2, .query = x + (size_t)len2 * E, .out = out2,
-             .weights = ATTN_WEIGHTS_MEAN, .attn = attn2},
+            {.n = n,
+             .len = len,
+             .kv = kv,
+             .query = x + (size_t)len * E,
+             .out = out,
+             .weights = ATTN_WEIGHTS_MEAN,
+             .attn = attn},
+            {.n = 1,
+             .len = len2,
+             .kv = kv2,
+             .query = x + (size_t)len2 * E,
+             .out = out2,
+             .weights = ATTN_WEIGHTS_MEAN,
+             .attn = attn2},
         };
         int ns = len2 < SHORT ? 2 : 1;
         ck_assert_msg(attn_step_forward(ctx, &m, st, ns, err, sizeof err) == 0, "%s", err);
@@ -910,7 +989,8 @@ START_TEST(test_long_cache_replay) {
         len += n;
     }
     printf("long cache: %d tokens in %d steps equal the whole causal sequence; largest "
-           "relative error %.3g\n", L, k + 1, worst);
+           "relative error %.3g\n",
+           L, k + 1, worst);
     attn_ctx_free(ctx);
     free(x);
     free(want);

@@ -32,7 +32,8 @@ static float frand(void) { /* uniform in [-1, 1) */
 static float *rand_floats(size_t n) {
     float *p = malloc((n ? n : 1) * sizeof(float));
     ck_assert_ptr_nonnull(p);
-    for (size_t i = 0; i < n; i++) p[i] = frand();
+    for (size_t i = 0; i < n; i++)
+        p[i] = frand();
     return p;
 }
 
@@ -123,8 +124,7 @@ START_TEST(test_tiles_change_nothing) {
                               r1 - r0, j0, j0 + panels[b]);
             }
             ck_assert_msg(memcmp(whole, cut, n * sizeof(float)) == 0,
-                          "tiles of %d rows x %d panels differ from one call", rows[a],
-                          panels[b]);
+                          "tiles of %d rows x %d panels differ from one call", rows[a], panels[b]);
         }
     free(whole);
     free(cut);
@@ -152,7 +152,8 @@ static void make_model(int E, int H) {
     attn_hparams hp = {.embed_dim = E, .num_heads = H, .kdim = E, .vdim = E, .bias = 1};
     char err[256];
     ck_assert_int_eq(attn_model_init(&g_model, &hp, err, sizeof(err)), 0);
-    for (size_t i = 0; i < g_model.n_floats; i++) g_model.mem[i] = frand() / sqrtf((float)E);
+    for (size_t i = 0; i < g_model.n_floats; i++)
+        g_model.mem[i] = frand() / sqrtf((float)E);
     ck_assert_msg(attn_model_pack(&g_model, err, sizeof(err)) == 0, "%s", err);
 }
 
@@ -179,17 +180,19 @@ static iresult run(const iseq *seqs, int n, int watch, int threads, int cross,
                    attn_weights_mode weights) {
     int E = g_model.hp.embed_dim, H = g_model.hp.num_heads;
     size_t T = 0, off = 0;
-    for (int i = 0; i < n; i++) T += (size_t)seqs[i].L;
+    for (int i = 0; i < n; i++)
+        T += (size_t)seqs[i].L;
     float *q = malloc(T * E * sizeof(float)), *out = malloc(T * E * sizeof(float));
     attn_seq *ss = calloc((size_t)n, sizeof(attn_seq));
     iresult res = {0};
     const iseq *w = &seqs[watch];
-    if (weights != ATTN_WEIGHTS_NONE)
-        res.attn = malloc((size_t)H * w->L * w->L * sizeof(float));
+    if (weights != ATTN_WEIGHTS_NONE) res.attn = malloc((size_t)H * w->L * w->L * sizeof(float));
     size_t wat = 0;
     for (int i = 0; i < n; i++) {
         memcpy(q + off * E, seqs[i].query, (size_t)seqs[i].L * E * sizeof(float));
-        ss[i] = (attn_seq){.L = seqs[i].L, .S = seqs[i].L, .causal = seqs[i].causal,
+        ss[i] = (attn_seq){.L = seqs[i].L,
+                           .S = seqs[i].L,
+                           .causal = seqs[i].causal,
                            .key_padding_mask = seqs[i].kpm};
         if (i == watch) {
             wat = off;
@@ -235,7 +238,8 @@ START_TEST(test_batch_invariance) {
     const int lens[] = {37, 1, 130, 12, 301, 64, 5};
     enum { NS = sizeof lens / sizeof lens[0] };
     iseq seqs[NS];
-    for (int i = 0; i < NS; i++) iseq_new(&seqs[i], lens[i], E, i % 2);
+    for (int i = 0; i < NS; i++)
+        iseq_new(&seqs[i], lens[i], E, i % 2);
     attn_weights_mode modes[] = {ATTN_WEIGHTS_NONE, ATTN_WEIGHTS_HEADS, ATTN_WEIGHTS_MEAN};
     for (int w = 0; w < 2; w++) { /* watch seqs[0] (L 37), then seqs[2] (L 130, masked) */
         int x = w ? 2 : 0, L = seqs[x].L;
@@ -249,7 +253,8 @@ START_TEST(test_batch_invariance) {
                 same(&alone, &r, L, E, Hw, what);
                 iresult_free(&r);
                 r = run(seqs, NS, x, threads, 0, modes[m]); /* between others */
-                snprintf(what, sizeof what, "in a batch of %d, %d threads, mode %d", NS, threads, m);
+                snprintf(what, sizeof what, "in a batch of %d, %d threads, mode %d", NS, threads,
+                         m);
                 same(&alone, &r, L, E, Hw, what);
                 iresult_free(&r);
                 r = run(seqs + x, NS - x, 0, threads, 0, modes[m]); /* first of a batch */
@@ -265,7 +270,8 @@ START_TEST(test_batch_invariance) {
             iresult_free(&alone);
         }
     }
-    for (int i = 0; i < NS; i++) iseq_free(&seqs[i]);
+    for (int i = 0; i < NS; i++)
+        iseq_free(&seqs[i]);
     attn_model_free(&g_model);
 }
 END_TEST

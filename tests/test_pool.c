@@ -27,15 +27,14 @@ enum { GENERATIONS = 3000 };
 typedef struct {
     int ntasks;
     int nthreads;
-    atomic_int *runs; /* (ntasks) times task i ran */
-    int *thread;      /* (ntasks) plain: 1 + the thread that ran it */
+    atomic_int *runs;      /* (ntasks) times task i ran */
+    int *thread;           /* (ntasks) plain: 1 + the thread that ran it */
     atomic_int bad_thread; /* tasks that saw a thread index out of range */
-    int which;        /* 0 or 1: the function this loop must run with */
+    int which;             /* 0 or 1: the function this loop must run with */
     atomic_int wrong_fn;   /* tasks run by the other function */
 } loop_rec;
 
-static void record(loop_rec *l, int task, int thread, int which)
-{
+static void record(loop_rec *l, int task, int thread, int which) {
     if (task < 0 || task >= l->ntasks) {
         atomic_fetch_add(&l->bad_thread, 1000); /* a task index out of range */
         return;
@@ -46,26 +45,22 @@ static void record(loop_rec *l, int task, int thread, int which)
     l->thread[task] = thread + 1;
 }
 
-static void task_a(void *arg, int task, int thread)
-{
+static void task_a(void *arg, int task, int thread) {
     record(arg, task, thread, 0);
 }
 
-static void task_b(void *arg, int task, int thread)
-{
+static void task_b(void *arg, int task, int thread) {
     record(arg, task, thread, 1);
 }
 
 /* The task counts a run cycles through for n threads: none, one, fewer,
  * as many and more than the threads, and many. */
-static int tasks_for(int gen, int n)
-{
+static int tasks_for(int gen, int n) {
     int counts[] = {0, 1, n > 1 ? n - 1 : 1, n, n + 1, 2 * n + 1, 4 * n + 3, 64, 257};
     return counts[gen % (int)(sizeof counts / sizeof counts[0])];
 }
 
-static void check_loop(const loop_rec *l, int gen)
-{
+static void check_loop(const loop_rec *l, int gen) {
     REQUIRE(atomic_load(&l->bad_thread) == 0, "generation %d: a thread or task index out of range",
             gen);
     REQUIRE(atomic_load(&l->wrong_fn) == 0,
@@ -80,8 +75,7 @@ static void check_loop(const loop_rec *l, int gen)
     }
 }
 
-START_TEST(test_every_task_once)
-{
+START_TEST(test_every_task_once) {
     int nthreads = _i; /* 1 .. 4 */
     attn_ctx *ctx = attn_ctx_new(nthreads);
     ck_assert_ptr_nonnull(ctx);
@@ -101,7 +95,7 @@ START_TEST(test_every_task_once)
         check_loop(l, g); /* done when the call returns */
         total += l->ntasks;
     }
-    attn_ctx_free(ctx); /* joins the helpers: nothing may run after this */
+    attn_ctx_free(ctx);                     /* joins the helpers: nothing may run after this */
     for (int g = 0; g < GENERATIONS; g++) { /* no late or repeated run of an older loop */
         check_loop(&loops[g], g);
         free(loops[g].runs);
@@ -118,8 +112,7 @@ typedef struct {
     int failures;
 } side;
 
-static void *side_main(void *arg)
-{
+static void *side_main(void *arg) {
     side *s = arg;
     for (int g = 0; g < GENERATIONS / 3; g++) {
         int n = tasks_for(g, attn_ctx_threads(s->ctx));
@@ -136,8 +129,7 @@ static void *side_main(void *arg)
     return NULL;
 }
 
-START_TEST(test_two_contexts_apart)
-{
+START_TEST(test_two_contexts_apart) {
     side a = {attn_ctx_new(2), 0}, b = {attn_ctx_new(3), 0};
     ck_assert(a.ctx && b.ctx);
     pthread_t t;
@@ -151,8 +143,7 @@ START_TEST(test_two_contexts_apart)
 }
 END_TEST
 
-int main(void)
-{
+int main(void) {
     Suite *s = suite_create("pool");
     TCase *tc = tcase_create("pool");
     tcase_set_timeout(tc, 300);

@@ -33,34 +33,34 @@ static const acase CASES[] = {
     {"native, 2 rows", API_NATIVE, ENC_JSON, 1, 2, 2, 8, 2, 0, ATTN_WEIGHTS_NONE, 0, 0, NULL},
     {"native, exactly one chunk", API_NATIVE, ENC_JSON, 1, TXT / 32, TXT / 32, 32, 4, 0,
      ATTN_WEIGHTS_NONE, 0, 0, NULL},
-    {"native, one row past a chunk", API_NATIVE, ENC_JSON, 1, TXT / 32 + 1, TXT / 32 + 1, 32, 4,
-     0, ATTN_WEIGHTS_NONE, 0, 0, NULL},
-    {"native, chunks cut rows", API_NATIVE, ENC_JSON, 1, 683, 683, 24, 3, 0, ATTN_WEIGHTS_NONE,
-     0, 0, NULL},
+    {"native, one row past a chunk", API_NATIVE, ENC_JSON, 1, TXT / 32 + 1, TXT / 32 + 1, 32, 4, 0,
+     ATTN_WEIGHTS_NONE, 0, 0, NULL},
+    {"native, chunks cut rows", API_NATIVE, ENC_JSON, 1, 683, 683, 24, 3, 0, ATTN_WEIGHTS_NONE, 0,
+     0, NULL},
     {"native, rows longer than a chunk", API_NATIVE, ENC_JSON, 1, 3, 3, 20000, 4, 0,
      ATTN_WEIGHTS_NONE, 0, 0, NULL},
-    {"native batch, heads", API_NATIVE, ENC_JSON, 3, 229, 229, 24, 3, 1, ATTN_WEIGHTS_HEADS, 0,
-     0, NULL},
+    {"native batch, heads", API_NATIVE, ENC_JSON, 3, 229, 229, 24, 3, 1, ATTN_WEIGHTS_HEADS, 0, 0,
+     NULL},
     {"native, mean over 1-key rows", API_NATIVE, ENC_JSON, 1, 2 * TXT + 1, 1, 8, 2, 0,
      ATTN_WEIGHTS_MEAN, 0, 0, NULL},
     {"native base64, one past a chunk", API_NATIVE, ENC_BASE64, 1, 2049, 30, 24, 3, 0,
      ATTN_WEIGHTS_MEAN, 0, 0, NULL},
     {"native base64 batch, heads", API_NATIVE, ENC_BASE64, 2, 300, 300, 40, 5, 1,
      ATTN_WEIGHTS_HEADS, 0, 0, NULL},
-    {"native base64, exactly one chunk", API_NATIVE, ENC_BASE64, 1, ANSWER_B64_CHUNK / 24, 5, 24,
-     3, 0, ATTN_WEIGHTS_NONE, 0, 0, NULL},
+    {"native base64, exactly one chunk", API_NATIVE, ENC_BASE64, 1, ANSWER_B64_CHUNK / 24, 5, 24, 3,
+     0, ATTN_WEIGHTS_NONE, 0, 0, NULL},
     {"v2 JSON, heads", API_V2, ENC_JSON, 2, 400, 50, 24, 3, 0, ATTN_WEIGHTS_HEADS, 0, 0, NULL},
-    {"v2 JSON, output only listed", API_V2, ENC_JSON, 1, 700, 700, 24, 3, 0, ATTN_WEIGHTS_MEAN,
-     0, 1, NULL},
-    {"v2 binary output, JSON attention", API_V2, ENC_JSON, 2, 5462, 8, 24, 3, 0,
-     ATTN_WEIGHTS_MEAN, 1, 0, NULL},
+    {"v2 JSON, output only listed", API_V2, ENC_JSON, 1, 700, 700, 24, 3, 0, ATTN_WEIGHTS_MEAN, 0,
+     1, NULL},
+    {"v2 binary output, JSON attention", API_V2, ENC_JSON, 2, 5462, 8, 24, 3, 0, ATTN_WEIGHTS_MEAN,
+     1, 0, NULL},
     {"v2 binary both", API_V2, ENC_JSON, 1, 3000, 200, 40, 4, 0, ATTN_WEIGHTS_HEADS, 3, 0, NULL},
     {"v2 binary attention only listed", API_V2, ENC_JSON, 1, 1000, 400, 16, 2, 0,
      ATTN_WEIGHTS_HEADS, 2, 2, NULL},
-    {"session step, native", API_NATIVE, ENC_JSON, 1, 900, 1200, 24, 3, 0, ATTN_WEIGHTS_MEAN, 0,
-     0, "s-\"1\""},
-    {"session step, native base64", API_NATIVE, ENC_BASE64, 1, 1, 5, 24, 3, 0, ATTN_WEIGHTS_NONE,
-     0, 0, "abc"},
+    {"session step, native", API_NATIVE, ENC_JSON, 1, 900, 1200, 24, 3, 0, ATTN_WEIGHTS_MEAN, 0, 0,
+     "s-\"1\""},
+    {"session step, native base64", API_NATIVE, ENC_BASE64, 1, 1, 5, 24, 3, 0, ATTN_WEIGHTS_NONE, 0,
+     0, "abc"},
     {"session step, v2 binary", API_V2, ENC_JSON, 1, 12000, 12000, 24, 3, 0, ATTN_WEIGHTS_NONE, 1,
      0, "abc"},
 };
@@ -73,11 +73,16 @@ static float rnd(void) {
     g_rng ^= g_rng << 17;
     uint32_t u = (uint32_t)(g_rng >> 32);
     switch (u % 8) { /* long and short texts, signs, exact and tiny values */
-    case 0: return 0.0f;
-    case 1: return -1.0f;
-    case 2: return (float)(u % 1000);
-    case 3: return ((float)u / 4294967296.0f - 0.5f) * 1e-30f;
-    default: return ((float)u / 4294967296.0f - 0.5f) * 7.0f;
+    case 0:
+        return 0.0f;
+    case 1:
+        return -1.0f;
+    case 2:
+        return (float)(u % 1000);
+    case 3:
+        return ((float)u / 4294967296.0f - 0.5f) * 1e-30f;
+    default:
+        return ((float)u / 4294967296.0f - 0.5f) * 7.0f;
     }
 }
 
@@ -118,8 +123,11 @@ static void fixture_init(fixture *f, const acase *c) {
         for (size_t i = 0; i < na; i++)
             j->attn[i] = rnd();
     }
-    f->usage = (attnd_usage){.batch_requests = 3, .queue_us = 17, .compute_us = 12345,
-                             .session = c->session, .cached_tokens = c->S};
+    f->usage = (attnd_usage){.batch_requests = 3,
+                             .queue_us = 17,
+                             .compute_us = 12345,
+                             .session = c->session,
+                             .cached_tokens = c->S};
 }
 
 static void fixture_free(fixture *f) {
@@ -161,14 +169,14 @@ static void check_batch(attn_ctx *ctx, const int *idx, int n, const char *how) {
     ck_assert(f && a && t.calls);
     for (int k = 0; k < n; k++) {
         fixture_init(&f[k], &CASES[idx[k]]);
-        a[k] = (attnd_answer){.job = &f[k].job, .model = &f[k].model, .out = f[k].out,
-                              .usage = f[k].usage};
+        a[k] = (attnd_answer){
+            .job = &f[k].job, .model = &f[k].model, .out = f[k].out, .usage = f[k].usage};
     }
     attnd_write_answers(ctx, a, n, on_done, &t);
     for (int k = 0; k < n; k++) {
         const acase *c = &CASES[idx[k]];
-        ck_assert_msg(atomic_load(&t.calls[k]) == 1, "%s (%s): done called %d times", c->what,
-                      how, atomic_load(&t.calls[k]));
+        ck_assert_msg(atomic_load(&t.calls[k]) == 1, "%s (%s): done called %d times", c->what, how,
+                      atomic_load(&t.calls[k]));
         ck_assert_msg(a[k].body != NULL, "%s (%s): no body", c->what, how);
         plain p = write_plain(&f[k]);
         size_t at = 0;

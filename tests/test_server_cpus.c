@@ -54,11 +54,11 @@ static const struct {
     {"v2_parent_limit", 3}, /* the pod's 2.5 CPUs, the container itself unlimited */
     {"v2_namespace", 4},    /* "0::/": the container's own cgroup at the mount's root */
     {"v2_no_limit", 0},
-    {"v1_docker", 2},       /* /docker/<id> is not under the mount: its root is the container's */
+    {"v1_docker", 2}, /* /docker/<id> is not under the mount: its root is the container's */
     {"v1_no_limit", 0},
-    {"v1_nested", 2},       /* /a allows 2, /a/b 6: the tighter wins */
-    {"hybrid", 3},          /* v1 cpu controller with a quota, v2 without */
-    {"does_not_exist", 0},  /* nothing readable limits nothing */
+    {"v1_nested", 2},      /* /a allows 2, /a/b 6: the tighter wins */
+    {"hybrid", 3},         /* v1 cpu controller with a quota, v2 without */
+    {"does_not_exist", 0}, /* nothing readable limits nothing */
 };
 
 START_TEST(test_cgroup_fixture) {
@@ -83,7 +83,8 @@ START_TEST(test_affinity_one_cpu) {
         CPU_ZERO(&one);
         sched_getaffinity(0, sizeof one, &one);
         int first = 0;
-        while (first < CPU_SETSIZE && !CPU_ISSET(first, &one)) first++;
+        while (first < CPU_SETSIZE && !CPU_ISSET(first, &one))
+            first++;
         CPU_ZERO(&one);
         CPU_SET(first, &one);
         if (sched_setaffinity(0, sizeof one, &one) != 0) _exit(3);

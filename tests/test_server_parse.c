@@ -7,16 +7,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../server/buffer.h"
 #include "../server/base64.h"
+#include "../server/buffer.h"
 #include "../server/jsonin.h"
 #include "../server/request.h"
 #include "../server/tensor.h"
 
 /* ---- tensors ---- */
 
-static int read_t(const char *json, attnd_tensor_kind kind, int max_rank, int neg_inf_ok, attnd_tensor *t,
-                  attnd_error *e) {
+static int read_t(const char *json, attnd_tensor_kind kind, int max_rank, int neg_inf_ok,
+                  attnd_tensor *t, attnd_error *e) {
     jin *j = attnd_jin_new(json, strlen(json));
     memset(e, 0, sizeof(*e));
     int rc = attnd_tensor_read(j, "x", kind, max_rank, neg_inf_ok, t, e);
@@ -286,7 +286,7 @@ START_TEST(test_native_limits_413) {
     for (int heads = 1; heads >= 0; heads--) {
         attnd_sb_init(&b);
         attnd_sb_printf(&b, "{\"model\":\"small\",\"attention\":\"%s\",\"query\":[",
-                  heads ? "heads" : "mean");
+                        heads ? "heads" : "mean");
         for (int i = 0; i < 8; i++)
             attnd_sb_puts(&b, i ? ",[1,2,3,4]" : "[1,2,3,4]");
         attnd_sb_puts(&b, "]}");
@@ -487,9 +487,8 @@ START_TEST(test_shape_products_overflow) {
     /* a base64 tensor object whose shape wraps */
     attnd_tensor t;
     attnd_error e;
-    ck_assert_int_lt(read_t("{\"shape\":[268435456,134217728,512],\"b64\":\"\"}", TK_FLOAT, 3, 0,
-                            &t, &e),
-                     0);
+    ck_assert_int_lt(
+        read_t("{\"shape\":[268435456,134217728,512],\"b64\":\"\"}", TK_FLOAT, 3, 0, &t, &e), 0);
     ck_assert_int_eq(e.code, AERR_TOO_LARGE);
     ck_assert_msg(strstr(e.msg, "x.shape: too large"), "%s", e.msg);
     ck_assert_int_lt(read_t("{\"shape\":[2,3000000000],\"b64\":\"\"}", TK_FLOAT, 3, 0, &t, &e), 0);
@@ -526,11 +525,13 @@ static void native_refused_at(const char *body, const char *want) {
 }
 
 START_TEST(test_duplicate_keys_refused_everywhere) {
-    native_refused_at("{\"model\":\"small\",\"query\":[[1,2,3,4]],\"causal\":true,\"causal\":false}",
-                      "causal: given twice");
-    native_refused_at("{\"model\":\"small\",\"query\":{\"shape\":[1,4],\"b64\":\"AAAAAAAAAAAAAAAAAAAAAA==\","
-                      "\"shape\":[2,2]}}",
-                      "query.shape: given twice");
+    native_refused_at(
+        "{\"model\":\"small\",\"query\":[[1,2,3,4]],\"causal\":true,\"causal\":false}",
+        "causal: given twice");
+    native_refused_at(
+        "{\"model\":\"small\",\"query\":{\"shape\":[1,4],\"b64\":\"AAAAAAAAAAAAAAAAAAAAAA==\","
+        "\"shape\":[2,2]}}",
+        "query.shape: given twice");
     v2_refused_at("{\"inputs\":[" V2_QUERY "],\"parameters\":{\"causal\":true,\"causal\":false}}",
                   AERR_BAD_REQUEST, "parameters.causal: given twice");
     v2_refused_at("{\"id\":\"a\",\"id\":\"b\",\"inputs\":[" V2_QUERY "]}", AERR_BAD_REQUEST,
@@ -613,9 +614,9 @@ START_TEST(test_v2_outputs_listed_are_returned) {
     size_t jl;
     attnd_sbuf b;
     /* only attention: computed (mean by default) and the only output written */
-    ck_assert_int_eq(parse_v2("{\"inputs\":[" V2_QUERY "],\"outputs\":[{\"name\":\"attention\"}]}",
-                              &job, &e),
-                     0);
+    ck_assert_int_eq(
+        parse_v2("{\"inputs\":[" V2_QUERY "],\"outputs\":[{\"name\":\"attention\"}]}", &job, &e),
+        0);
     ck_assert_int_eq(job.weights, ATTN_WEIGHTS_MEAN);
     ck_assert_int_eq(job.v2_outputs, 2);
     job.attn = malloc(sizeof(attn));
@@ -634,9 +635,9 @@ START_TEST(test_v2_outputs_listed_are_returned) {
     ck_assert_int_eq(job.weights, ATTN_WEIGHTS_NONE);
     attnd_job_free(&job);
     /* no outputs listed: all the model gives */
-    ck_assert_int_eq(parse_v2("{\"inputs\":[" V2_QUERY "],\"parameters\":{\"attention\":\"heads\"}}",
-                              &job, &e),
-                     0);
+    ck_assert_int_eq(
+        parse_v2("{\"inputs\":[" V2_QUERY "],\"parameters\":{\"attention\":\"heads\"}}", &job, &e),
+        0);
     ck_assert_int_eq(job.weights, ATTN_WEIGHTS_HEADS);
     ck_assert_int_eq(job.v2_outputs, 0);
     attnd_job_free(&job);
@@ -671,10 +672,10 @@ START_TEST(test_errors_say_what_to_fix) {
     native_refused("{\"model\":\"small\",\"causal\":nan,\"query\":[[1,2,3,4]]}", AERR_BAD_REQUEST,
                    "causal", "JSON has no NaN");
     /* forms are not JSON */
-    native_refused("--xyz\r\nContent-Disposition: form-data; name=\"query\"\r\n\r\n[[1]]\r\n--xyz--",
-                   AERR_BAD_REQUEST, "body must be JSON", "multipart");
-    native_refused("model=small&query=1,2,3,4", AERR_BAD_REQUEST, "body must be JSON",
-                   "HTML form");
+    native_refused(
+        "--xyz\r\nContent-Disposition: form-data; name=\"query\"\r\n\r\n[[1]]\r\n--xyz--",
+        AERR_BAD_REQUEST, "body must be JSON", "multipart");
+    native_refused("model=small&query=1,2,3,4", AERR_BAD_REQUEST, "body must be JSON", "HTML form");
     /* base64: the first bad character, URL-safe said so; wrapped is read */
     native_refused("{\"model\":\"small\",\"query\":{\"shape\":[1,4],\"b64\":"
                    "\"AACAPwAAAEAAAEBAAACAQA-_\"}}",
@@ -731,8 +732,8 @@ START_TEST(test_session_open_bodies) {
         {"{}", AERR_BAD_REQUEST, "model: required"},
         {"{\"model\": 7}", AERR_BAD_REQUEST, "model: expected a model name, got a number"},
         {"{\"model\": \"small\", \"model\": \"small\"}", AERR_BAD_REQUEST, "model: given twice"},
-        {"{\"model\": \"small\", \"query\": [[1,2,3,4]], \"query\": [[1,2,3,4]]}",
-         AERR_BAD_REQUEST, "query: given twice"},
+        {"{\"model\": \"small\", \"query\": [[1,2,3,4]], \"query\": [[1,2,3,4]]}", AERR_BAD_REQUEST,
+         "query: given twice"},
         {"{\"model\": \"small\", \"attention\": \"mean\"}", AERR_BAD_REQUEST,
          "attention: a session opened without a prefix takes only \"model\""},
         {"{\"model\": \"small\", \"key\": [[1,2,3,4]]}", AERR_BAD_REQUEST,
@@ -784,7 +785,8 @@ START_TEST(test_bad_literal_has_a_sentence) {
     const char *doc = "{\"a\": [1, tru`, false]}"; /* the seed */
     jin *j = attnd_jin_new(doc, strlen(doc));
     ck_assert_int_lt(attnd_jin_skip(j), 0);
-    ck_assert_msg(strstr(attnd_jin_error(j), "expected true or false at byte 10"), "%s", attnd_jin_error(j));
+    ck_assert_msg(strstr(attnd_jin_error(j), "expected true or false at byte 10"), "%s",
+                  attnd_jin_error(j));
     attnd_jin_free(j);
     /* in bodies: the field's path, then the sentence */
     native_refused_at("{\"model\":\"small\",\"query\":[[1,2,3,4]],\"causal\":tru`}",

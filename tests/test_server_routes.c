@@ -113,8 +113,8 @@ START_TEST(test_rows) {
         ck_assert_str_eq(attnd_route_label((attnd_route_id)i), want);
         int post = strcmp(r->method, "POST") == 0;
         ck_assert_int_eq((r->flags & ROUTE_COMPUTE) != 0, post);
-        int first = i == R_ATTENTION || i == R_MODEL_ATTENTION || i == R_V2_INFER ||
-                    i == R_V2_VINFER;
+        int first =
+            i == R_ATTENTION || i == R_MODEL_ATTENTION || i == R_V2_INFER || i == R_V2_VINFER;
         ck_assert_int_eq((r->flags & ROUTE_QUEUE_FIRST) != 0, first);
     }
     ck_assert_str_eq(attnd_route_label(R_UNKNOWN), "unknown");

@@ -106,8 +106,7 @@ START_TEST(test_failed_open_leaves_nothing) {
     attnd_session_step p;
     int retry = 0;
     for (int i = 0; i < 3; i++) { /* one slot: each must give it back */
-        ck_assert_int_eq(attnd_session_open(st, 0, ROW, 5, 1000, i, NULL, a, &p, &retry),
-                         SESS_OK);
+        ck_assert_int_eq(attnd_session_open(st, 0, ROW, 5, 1000, i, NULL, a, &p, &retry), SESS_OK);
         ck_assert_int_eq(p.opening, 1);
         fill(&p);
         attnd_session_end(st, &p, 0, i);

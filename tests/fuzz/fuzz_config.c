@@ -26,8 +26,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             const attn_hparams *hp = &m->hp; /* H divides E unless head_dim is given */
             if ((!hp->head_dim && hp->embed_dim % hp->num_heads) ||
                 (hp->num_kv_heads && hp->num_heads % hp->num_kv_heads) || hp->kdim < 1 ||
-                hp->vdim < 1 ||
-                !m->weights || !m->prefix || !m->layout || !m->name[0])
+                hp->vdim < 1 || !m->weights || !m->prefix || !m->layout || !m->name[0])
                 abort();
             for (int j = 0; j < i; j++)
                 if (!strcmp(c.models[j].name, m->name)) abort();

@@ -56,7 +56,8 @@ static json_t *read_value(jin *j) {
         for (;;) {
             char *key = NULL;
             size_t klen = 0;
-            if (close == '}' && (attnd_jin_string(j, &key, &klen) < 0 || attnd_jin_expect(j, ':') < 0)) {
+            if (close == '}' &&
+                (attnd_jin_string(j, &key, &klen) < 0 || attnd_jin_expect(j, ':') < 0)) {
                 free(key);
                 json_decref(v);
                 return NULL;
@@ -138,8 +139,10 @@ static int depth_of(const uint8_t *s, size_t n) {
     int d = 0, max = 0, in_str = 0;
     for (size_t i = 0; i < n; i++) {
         if (in_str) {
-            if (s[i] == '\\') i++;
-            else if (s[i] == '"') in_str = 0;
+            if (s[i] == '\\')
+                i++;
+            else if (s[i] == '"')
+                in_str = 0;
         } else if (s[i] == '"') {
             in_str = 1;
         } else if (s[i] == '[' || s[i] == '{') {
@@ -159,8 +162,10 @@ static int read_without_skipped_nuls(const uint8_t *s, size_t n, const json_t *r
     int in_str = 0, cut = 0;
     for (size_t i = 0; i < n; i++) {
         if (in_str) {
-            if (s[i] == '\\' && i + 1 < n) t[k++] = (char)s[i++];
-            else if (s[i] == '"') in_str = 0;
+            if (s[i] == '\\' && i + 1 < n)
+                t[k++] = (char)s[i++];
+            else if (s[i] == '"')
+                in_str = 0;
         } else if (s[i] == '"') {
             in_str = 1;
         } else if (s[i] == 0 && k && strchr("0123456789eluE", t[k - 1])) {
@@ -203,8 +208,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         CHECK(deep || read_without_skipped_nuls(data, size, ref));
     } else if (mine) {
         if (json_error_code(&err) != json_error_numeric_overflow)
-            fprintf(stderr, "attnd reads what jansson refuses: %s at %d\n", err.text,
-                    err.position);
+            fprintf(stderr, "attnd reads what jansson refuses: %s at %d\n", err.text, err.position);
         CHECK(json_error_code(&err) == json_error_numeric_overflow);
     } else {
         CHECK(attnd_jin_error(j)[0] != '\0');

@@ -52,8 +52,10 @@ static void fill(const char *pat, const attnd_route_match *m, char *out, size_t 
     size_t n = 0;
     for (const char *p = pat; *p && n < cap - 1;) {
         const char *cap_s = NULL;
-        if (strncmp(p, "{name}", 6) == 0) cap_s = m->name, p += 6;
-        else if (strncmp(p, "{version}", 9) == 0) cap_s = m->version, p += 9;
+        if (strncmp(p, "{name}", 6) == 0)
+            cap_s = m->name, p += 6;
+        else if (strncmp(p, "{version}", 9) == 0)
+            cap_s = m->version, p += 9;
         if (cap_s) {
             for (; *cap_s && n < cap - 1; cap_s++)
                 out[n++] = *cap_s;
@@ -141,7 +143,7 @@ enum { MAX_BODY = 1 << 20, BUDGET = 3 << 19 };
 /* What examine must decide: the refusal's kind and whether it goes out at
  * once. */
 static attnd_kind expected(const attnd_server *s, const char *method, const char *path,
-                          const fake_headers *f, long long buffered, int *now) {
+                           const fake_headers *f, long long buffered, int *now) {
     attnd_route_match m;
     int st = attnd_route_find(method, path, s->cfg->n_cors_origins > 0, &m);
     *now = 0;
@@ -171,8 +173,8 @@ static attnd_kind expected(const attnd_server *s, const char *method, const char
     return AOK;
 }
 
-static void check_examine(attnd_server *s, const char *method, const char *url,
-                          const char *path, const fake_headers *f, long long buffered) {
+static void check_examine(attnd_server *s, const char *method, const char *url, const char *path,
+                          const fake_headers *f, long long buffered) {
     hreq *h = calloc(1, sizeof(*h));
     CHECK(h != NULL);
     h->srv = s;
@@ -195,8 +197,8 @@ static void check_examine(attnd_server *s, const char *method, const char *url,
     const char *o = f->origin;
     int allowed = 0;
     for (int i = 0; o && i < s->cfg->n_cors_origins; i++)
-        allowed |= strcmp(s->cfg->cors_origins[i], "*") == 0 ||
-                   strcmp(s->cfg->cors_origins[i], o) == 0;
+        allowed |=
+            strcmp(s->cfg->cors_origins[i], "*") == 0 || strcmp(s->cfg->cors_origins[i], o) == 0;
     CHECK(allowed ? h->origin == o : h->origin == NULL);
     CHECK(atomic_load(&s->buffered) == buffered); /* examine holds no body bytes */
     attnd_sb_free(&h->in);

@@ -59,8 +59,7 @@ static void fuzz_check_job(const attnd_job *job) {
     FUZZ_CHECK(job->model >= 0 && job->model < 2);
     FUZZ_CHECK(job->B >= 1 && job->L >= 1 && job->S >= 1);
     FUZZ_CHECK(attnd_job_tokens(job) <= FUZZ_ENV.max_tokens_per_request);
-    uint64_t floats =
-        attnd_attention_floats(job->B, job->L, job->S, job->weights, m->hp.num_heads);
+    uint64_t floats = attnd_attention_floats(job->B, job->L, job->S, job->weights, m->hp.num_heads);
     FUZZ_CHECK(floats <= (uint64_t)FUZZ_ENV.max_attention_floats);
     FUZZ_CHECK(job->query != NULL);
     FUZZ_CHECK(job->self ? job->key == NULL && job->value == NULL : job->key != NULL);

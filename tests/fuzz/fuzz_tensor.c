@@ -10,7 +10,8 @@
 #include "../../server/tensor.h"
 #include "fuzz_server.h"
 
-static void one(const uint8_t *data, size_t size, attnd_tensor_kind kind, int max_rank, int neg_inf_ok) {
+static void one(const uint8_t *data, size_t size, attnd_tensor_kind kind, int max_rank,
+                int neg_inf_ok) {
     jin *j = attnd_jin_new((const char *)data, size);
     attnd_tensor t;
     attnd_error e;
