@@ -132,7 +132,8 @@ static void bodies(int L, int E) {
     fill(q, n);
     for (size_t i = 0; i < n; i++)
         out[i] = q[i] * 0.37f;
-    attnd_model_info m = {"m", {.embed_dim = E, .num_heads = 8, .kdim = E, .vdim = E, .bias = 1}};
+    attnd_model_info m = {.name = "m",
+                          .hp = {.embed_dim = E, .num_heads = 8, .kdim = E, .vdim = E, .bias = 1}};
     attnd_parse_env env = {&m, 1, 1 << 24, 1LL << 40};
     int reps = n > 100000 ? 3 : 40;
     for (int enc = 0; enc < 2; enc++) {
