@@ -1,5 +1,5 @@
-"""What an operator sees of the daemon (issue: treat operators the way their
-other daemons do): every log line timestamped and levelled, in text or JSON
+"""What an operator sees of the daemon, treated the way operators'
+other daemons treat them: every log line timestamped and levelled, in text or JSON
 lines, the access log switchable, and every signal a container runtime or
 systemd sends with its documented outcome (docs/config.md, "Signals and exit
 codes")."""
