@@ -12,6 +12,7 @@
  */
 #include "../core/attn.h"
 
+#include "check_run.h"
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -171,9 +172,5 @@ static Suite *blas_suite(void) {
 
 int main(void) {
     remember_env();
-    SRunner *sr = srunner_create(blas_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return check_run(blas_suite());
 }

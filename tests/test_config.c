@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "../config/config.h"
+#include "check_run.h"
 
 static char g_dir[256];     /* a fresh folder per test */
 static char g_weights[512]; /* g_dir/sub/w.safetensors, an empty file */
@@ -785,9 +786,5 @@ static Suite *suite(void) {
 }
 
 int main(void) {
-    SRunner *r = srunner_create(suite());
-    srunner_run_all(r, CK_NORMAL);
-    int failed = srunner_ntests_failed(r);
-    srunner_free(r);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(suite());
 }

@@ -20,6 +20,7 @@
 #include "../core/attn.h"
 #include "../core/internal.h" /* gemm_force_level: every projection kernel */
 
+#include "check_run.h"
 #include <check.h>
 #include <dirent.h>
 #include <jansson.h>
@@ -942,9 +943,5 @@ static Suite *core_suite(void) {
 
 int main(void) {
     scan_golden();
-    SRunner *sr = srunner_create(core_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return check_run(core_suite());
 }

@@ -20,6 +20,7 @@
 #include "../config/config.h"
 #include "../core/attn.h"
 
+#include "check_run.h"
 #include <check.h>
 #include <dirent.h>
 #include <jansson.h>
@@ -1116,9 +1117,5 @@ static Suite *decoder_suite(void) {
 
 int main(void) {
     find_golden();
-    SRunner *sr = srunner_create(decoder_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(decoder_suite());
 }

@@ -15,6 +15,7 @@
 #include "../core/attn.h"
 #include "../core/internal.h"
 
+#include "check_run.h"
 #include <check.h>
 #include <math.h>
 #include <stdint.h>
@@ -290,9 +291,5 @@ static Suite *invariance_suite(void) {
 }
 
 int main(void) {
-    SRunner *sr = srunner_create(invariance_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return check_run(invariance_suite());
 }

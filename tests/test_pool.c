@@ -15,6 +15,7 @@
 #include <stdlib.h>
 
 #include "../core/attn.h"
+#include "check_run.h"
 
 #define REQUIRE(cond, ...)                                                                         \
     do {                                                                                           \
@@ -150,9 +151,5 @@ int main(void) {
     tcase_add_loop_test(tc, test_every_task_once, 1, 5);
     tcase_add_test(tc, test_two_contexts_apart);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return check_run(s);
 }

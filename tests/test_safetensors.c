@@ -27,6 +27,7 @@
 #include "../config/default_model.h"
 #include "../config/safetensors.h"
 #include "../core/attn.h"
+#include "check_run.h"
 
 static const char *weights_dir(void) {
     const char *d = getenv("ATTND_WEIGHTS_DIR");
@@ -679,9 +680,5 @@ static Suite *suite(void) {
 }
 
 int main(void) {
-    SRunner *r = srunner_create(suite());
-    srunner_run_all(r, CK_NORMAL);
-    int failed = srunner_ntests_failed(r);
-    srunner_free(r);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(suite());
 }

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "../server/answer.h"
+#include "check_run.h"
 
 /* One answer to write: what the request asked and the model's widths. */
 typedef struct {
@@ -257,9 +258,5 @@ int main(void) {
     tcase_add_test(tc, test_all_at_once_same_bytes);
     tcase_add_test(tc, test_session_fields_in_place);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return check_run(s);
 }

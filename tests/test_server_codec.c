@@ -12,6 +12,7 @@
 #include "../server/buffer.h"
 #include "../server/floattext.h"
 #include "../server/utf8.h"
+#include "check_run.h"
 
 /* The plain build runs every random and swept check in full; under
  * AddressSanitizer (make asan) a tenth of each, and the digit split's
@@ -506,9 +507,5 @@ int main(void) {
     tcase_add_test(tc, test_b64_explained);
     tcase_add_test(tc, test_json_str_escapes);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return check_run(s);
 }

@@ -13,6 +13,7 @@
  */
 #include "../server/cpus.h"
 
+#include "check_run.h"
 #include <check.h>
 #include <sched.h>
 #include <stdio.h>
@@ -154,9 +155,5 @@ static Suite *cpus_suite(void) {
 }
 
 int main(void) {
-    SRunner *sr = srunner_create(cpus_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return check_run(cpus_suite());
 }

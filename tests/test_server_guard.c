@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "../server/guard.h"
+#include "check_run.h"
 
 /* 1 when the server side of the pair was shut down: the client end reads
  * EOF within ms milliseconds. */
@@ -106,9 +107,5 @@ int main(void) {
     tcase_add_test(tc, test_body_deadline_and_busy);
     tcase_add_test(tc, test_eviction_takes_the_longest_waiting);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return check_run(s);
 }

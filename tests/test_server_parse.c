@@ -12,6 +12,7 @@
 #include "../server/jsonin.h"
 #include "../server/request.h"
 #include "../server/tensor.h"
+#include "check_run.h"
 
 /* ---- tensors ---- */
 
@@ -860,9 +861,5 @@ int main(void) {
     tcase_add_test(tr, test_session_open_bodies);
     tcase_add_test(tr, test_bad_literal_has_a_sentence);
     suite_add_tcase(s, tr);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return check_run(s);
 }

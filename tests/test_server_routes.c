@@ -8,6 +8,7 @@
 #include "../server/errors.h"
 #include "../server/metrics.h"
 #include "../server/routes.h"
+#include "check_run.h"
 
 START_TEST(test_every_route_matches_itself) {
     for (int i = 0; i < R_COUNT; i++) {
@@ -207,9 +208,5 @@ int main(void) {
     tcase_add_test(tc, test_error_statuses_and_body);
     tcase_add_test(tc, test_metrics_text);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return check_run(s);
 }

@@ -18,6 +18,7 @@
 #include "../server/clock.h"
 #include "../server/request.h"
 #include "../server/sched.h"
+#include "check_run.h"
 
 /* A request as the HTTP side would hold it, plus a "done" flag. */
 typedef struct {
@@ -482,9 +483,5 @@ int main(void) {
     tcase_add_test(tc, test_lone_request_starts_at_once);
     tcase_add_test(tc, test_requests_during_a_batch_form_the_next);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return check_run(s);
 }

@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "../server/session.h"
+#include "check_run.h"
 
 enum { ROW = 4 }; /* floats per token in these tests: 16 bytes */
 
@@ -442,9 +443,5 @@ static Suite *session_suite(void) {
 }
 
 int main(void) {
-    SRunner *sr = srunner_create(session_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return check_run(session_suite());
 }
