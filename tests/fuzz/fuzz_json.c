@@ -22,13 +22,7 @@
 #include "../../server/floattext.h"
 #include "../../server/jsonin.h"
 
-#define CHECK(cond)                                                                                \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "check failed: %s (%s:%d)\n", #cond, __FILE__, __LINE__);              \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
+#include "fuzz_check.h"
 
 /* The float32 reader on the same number text gives what strtof gives. */
 static void check_f32(const char *s, size_t n) {
@@ -37,10 +31,10 @@ static void check_f32(const char *s, size_t n) {
     memcpy(buf, s, n);
     buf[n] = '\0';
     float v = 0, ref = strtof(buf, NULL);
-    CHECK(attnd_parse_f32(s, n, &v) == n);
+    FUZZ_CHECK(attnd_parse_f32(s, n, &v) == n);
     if (memcmp(&v, &ref, 4) != 0)
         fprintf(stderr, "%s: attnd_parse_f32 %.9g, strtof %.9g\n", buf, (double)v, (double)ref);
-    CHECK(memcmp(&v, &ref, 4) == 0);
+    FUZZ_CHECK(memcmp(&v, &ref, 4) == 0);
 }
 
 /* Reads one value with the pull reader into a Jansson tree (numbers as
@@ -205,13 +199,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         int deep = depth_of(data, size) > JIN_MAX_DEPTH;
         if (!deep && !read_without_skipped_nuls(data, size, ref))
             fprintf(stderr, "attnd refuses what jansson reads: %s\n", attnd_jin_error(j));
-        CHECK(deep || read_without_skipped_nuls(data, size, ref));
+        FUZZ_CHECK(deep || read_without_skipped_nuls(data, size, ref));
     } else if (mine) {
         if (json_error_code(&err) != json_error_numeric_overflow)
             fprintf(stderr, "attnd reads what jansson refuses: %s at %d\n", err.text, err.position);
-        CHECK(json_error_code(&err) == json_error_numeric_overflow);
+        FUZZ_CHECK(json_error_code(&err) == json_error_numeric_overflow);
     } else {
-        CHECK(attnd_jin_error(j)[0] != '\0');
+        FUZZ_CHECK(attnd_jin_error(j)[0] != '\0');
     }
     json_decref(ref);
     json_decref(mine);

@@ -25,13 +25,7 @@
 
 #include <errno.h>
 
-#define CHECK(cond)                                                                                \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "check failed: %s (%s:%d)\n", #cond, __FILE__, __LINE__);              \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
+#include "fuzz_check.h"
 
 /* The next line of the input as a NUL-terminated string (NUL bytes in it
  * cut it short, as they would a C header value), or NULL past the end. */
@@ -70,19 +64,19 @@ static void check_route(const char *method, const char *path) {
     for (int options = 0; options < 2; options++) {
         attnd_route_match m;
         int st = attnd_route_find(method, path, options, &m);
-        CHECK(st == m.status && (st == 0 || st == 404 || st == 405));
-        CHECK((st == 404) == (m.route == NULL));
-        CHECK(memchr(m.name, 0, sizeof(m.name)) && memchr(m.version, 0, sizeof(m.version)));
+        FUZZ_CHECK(st == m.status && (st == 0 || st == 404 || st == 405));
+        FUZZ_CHECK((st == 404) == (m.route == NULL));
+        FUZZ_CHECK(memchr(m.name, 0, sizeof(m.name)) && memchr(m.version, 0, sizeof(m.version)));
         if (!m.route) continue;
         char back[512];
         fill(m.route->pattern, &m, back, sizeof(back));
-        CHECK(strcmp(back, path) == 0);
-        CHECK(!strchr(m.name, '/') && !strchr(m.version, '/'));
-        CHECK(strstr(m.route->pattern, "{name}") ? m.name[0] != '\0' : m.name[0] == '\0');
+        FUZZ_CHECK(strcmp(back, path) == 0);
+        FUZZ_CHECK(!strchr(m.name, '/') && !strchr(m.version, '/'));
+        FUZZ_CHECK(strstr(m.route->pattern, "{name}") ? m.name[0] != '\0' : m.name[0] == '\0');
         int same = strcmp(method, m.route->method) == 0 ||
                    (strcmp(method, "HEAD") == 0 && strcmp(m.route->method, "GET") == 0) ||
                    (options && strcmp(method, "OPTIONS") == 0);
-        CHECK((st == 0) == same);
+        FUZZ_CHECK((st == 0) == same);
     }
 }
 
@@ -95,8 +89,8 @@ static void check_size(const char *s) {
         errno = 0;
         unsigned long long ref = digits ? strtoull(s, NULL, 10) : 0;
         int fits = digits && errno != ERANGE && ref <= limits[i];
-        CHECK((rc == 0) == fits);
-        CHECK(rc == 0 ? v == ref : v == 12345);
+        FUZZ_CHECK((rc == 0) == fits);
+        FUZZ_CHECK(rc == 0 ? v == ref : v == 12345);
     }
 }
 
@@ -104,7 +98,7 @@ static void check_id(const char *s) {
     size_t n = strlen(s);
     int want = n >= 1 && n <= 64 &&
                strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.:") == n;
-    CHECK(sane_id(s) == want);
+    FUZZ_CHECK(sane_id(s) == want);
 }
 
 static void check_key(const char *hdr) {
@@ -117,7 +111,7 @@ static void check_key(const char *hdr) {
         const char *t = hdr + 7 + strspn(hdr + 7, " ");
         want = strcmp(t, "k3y") == 0;
     }
-    CHECK(key_ok(&s, hdr) == want);
+    FUZZ_CHECK(key_ok(&s, hdr) == want);
 }
 
 /* ---- examine, without a connection ---- */
@@ -176,7 +170,7 @@ static attnd_kind expected(const attnd_server *s, const char *method, const char
 static void check_examine(attnd_server *s, const char *method, const char *url, const char *path,
                           const fake_headers *f, long long buffered) {
     hreq *h = calloc(1, sizeof(*h));
-    CHECK(h != NULL);
+    FUZZ_CHECK(h != NULL);
     h->srv = s;
     h->conn = (struct MHD_Connection *)f;
     snprintf(h->method, sizeof(h->method), "%s", method);
@@ -188,19 +182,19 @@ static void check_examine(attnd_server *s, const char *method, const char *url, 
     if (h->err.code != want)
         fprintf(stderr, "%s %s: examine said %d (%s), expected %d\n", method, path, h->err.code,
                 h->err.msg, want);
-    CHECK(h->err.code == want);
-    CHECK(h->refuse_now == now);
-    CHECK((h->err.code == AOK) == (h->err.msg[0] == '\0'));
-    CHECK(memchr(h->err.msg, '\0', sizeof(h->err.msg)) != NULL);
-    CHECK(h->in.cap <= BODY_RESERVE_MAX);
+    FUZZ_CHECK(h->err.code == want);
+    FUZZ_CHECK(h->refuse_now == now);
+    FUZZ_CHECK((h->err.code == AOK) == (h->err.msg[0] == '\0'));
+    FUZZ_CHECK(memchr(h->err.msg, '\0', sizeof(h->err.msg)) != NULL);
+    FUZZ_CHECK(h->in.cap <= BODY_RESERVE_MAX);
     /* the origin echoed: only one configured (or any, with "*") */
     const char *o = f->origin;
     int allowed = 0;
     for (int i = 0; o && i < s->cfg->n_cors_origins; i++)
         allowed |=
             strcmp(s->cfg->cors_origins[i], "*") == 0 || strcmp(s->cfg->cors_origins[i], o) == 0;
-    CHECK(allowed ? h->origin == o : h->origin == NULL);
-    CHECK(atomic_load(&s->buffered) == buffered); /* examine holds no body bytes */
+    FUZZ_CHECK(allowed ? h->origin == o : h->origin == NULL);
+    FUZZ_CHECK(atomic_load(&s->buffered) == buffered); /* examine holds no body bytes */
     attnd_sb_free(&h->in);
     free(h);
 }
@@ -237,7 +231,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (have_url) {
         memcpy(path, url, sizeof(url));
         size_t n = unescape(NULL, NULL, path);
-        CHECK(n == strlen(path) && n <= strlen(url));
+        FUZZ_CHECK(n == strlen(path) && n <= strlen(url));
         char *q = strchr(path, '?'); /* libmicrohttpd takes the query off first */
         if (q) *q = '\0';
         check_route(method, path);

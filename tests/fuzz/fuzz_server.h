@@ -24,13 +24,7 @@ static const attnd_model_info FUZZ_MODELS[2] = {
 
 static const attnd_parse_env FUZZ_ENV = {FUZZ_MODELS, 2, 4096, 1 << 16};
 
-#define FUZZ_CHECK(cond)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "check failed: %s (%s:%d)\n", #cond, __FILE__, __LINE__);              \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
+#include "fuzz_check.h"
 
 /* A refusal: a known kind and a non-empty sentence. */
 static void fuzz_check_refusal(const attnd_error *e, const attnd_job *job) {
