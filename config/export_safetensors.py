@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """export_safetensors.py - writes one attention layer of a torch model to a
 .safetensors file that attnd serves, and prints the config entry for it.
-Needs only torch; the file is written by hand (8-byte little-endian header
-length, JSON header padded with spaces, raw little-endian data).
+Needs only torch and safetensors_header.py beside it (the file layout, in
+the standard library alone).
 
     python3 config/export_safetensors.py SOURCE OUT.safetensors [options]
 
@@ -32,10 +32,11 @@ From Python:
 import argparse
 import json
 import os
-import struct
 import sys
 
 import torch
+
+from safetensors_header import safetensors_header  # beside this file
 
 DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
 
@@ -60,21 +61,12 @@ def tensor_bytes(t, dtype):
 
 def write_safetensors(path, tensors, dtype="F32", metadata=None):
     """tensors: {name: tensor}. Writes them all in dtype to path."""
-    header, blobs, off = {}, [], 0
-    header["__metadata__"] = dict(metadata or {"format": "pt"})
-    for name, t in tensors.items():
-        data = tensor_bytes(t, dtype)
-        header[name] = {"dtype": dtype, "shape": list(t.shape),
-                        "data_offsets": [off, off + len(data)]}
-        blobs.append(data)
-        off += len(data)
-    h = json.dumps(header, separators=(",", ":")).encode()
-    h += b" " * (-len(h) % 8)
+    blobs = [(name, tensor_bytes(t, dtype), list(t.shape)) for name, t in tensors.items()]
+    entries = [(name, dtype, shape, len(data)) for name, data, shape in blobs]
     with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)))
-        f.write(h)
-        for b in blobs:
-            f.write(b)
+        f.write(safetensors_header(entries, metadata or {"format": "pt"}))
+        for _, data, _ in blobs:
+            f.write(data)
 
 
 def guess_layout(names):

@@ -39,11 +39,13 @@ is out_proj.bias (zeros when bias is false). Every other value is finite.
 import json
 import math
 import os
-import struct
 import sys
 
 import numpy as np
 import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "config"))
+from safetensors_header import safetensors_bytes  # noqa: E402
 
 OUT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "golden")
 
@@ -102,18 +104,11 @@ def dumps(obj):
     return "".join(parts)
 
 
-def safetensors_bytes(tensors):
+def f32_safetensors(tensors):
     """tensors: list of (name, float32 numpy array). Returns the file bytes."""
-    header, blobs, off = {}, [], 0
-    for name, arr in tensors:
-        data = np.ascontiguousarray(arr, dtype="<f4").tobytes()
-        header[name] = {"dtype": "F32", "shape": list(arr.shape),
-                        "data_offsets": [off, off + len(data)]}
-        blobs.append(data)
-        off += len(data)
-    h = json.dumps(header, separators=(",", ":")).encode()
-    h += b" " * ((8 - len(h) % 8) % 8)
-    return struct.pack("<Q", len(h)) + h + b"".join(blobs)
+    return safetensors_bytes([(name, "F32", arr.shape,
+                               np.ascontiguousarray(arr, dtype="<f4").tobytes())
+                              for name, arr in tensors])
 
 
 # ---------------------------------------------------------------- the models
@@ -360,7 +355,7 @@ def build(model):
            "bias": bias,
            "weights": {n: tolist(a.reshape(-1)) for n, a in sd.items()},
            "sequences": seqs}
-    return dumps(obj).encode(), safetensors_bytes(list(sd.items()))
+    return dumps(obj).encode(), f32_safetensors(list(sd.items()))
 
 
 def main():

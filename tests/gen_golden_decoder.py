@@ -47,7 +47,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gen_golden import OUT_DIR, dumps, randn, safetensors_bytes, tolist  # noqa: E402
+from gen_golden import OUT_DIR, dumps, randn, f32_safetensors, tolist  # noqa: E402
 
 DEC_DIR = os.path.join(OUT_DIR, "decoder")
 
@@ -347,7 +347,7 @@ def build(m):
            "weights": {n: tolist(a.reshape(-1)) for n, a in sd.items()},
            "sequences": seqs}
     tensors = [(PREFIX + n, a) for n, a in sd.items()]
-    return dumps(obj).encode(), safetensors_bytes(tensors)
+    return dumps(obj).encode(), f32_safetensors(tensors)
 
 
 def main():

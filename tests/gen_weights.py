@@ -28,11 +28,13 @@ initialisation), some of its weights, a query and torch's output.
 import json
 import math
 import os
-import struct
 import sys
 
 import numpy as np
 import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "config"))
+from safetensors_header import safetensors_bytes  # noqa: E402
 
 OUT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "weights")
 torch.set_default_dtype(torch.float64)
@@ -65,18 +67,8 @@ def stored(t, dtype):
 
 def safetensors_file(items, metadata=None):
     """items: list of (name, tensor, dtype). Returns the file's bytes."""
-    header, blobs, off = {}, [], 0
-    if metadata is not None:
-        header["__metadata__"] = metadata
-    for name, t, dtype in items:
-        data = tensor_bytes(t, dtype)
-        header[name] = {"dtype": dtype, "shape": list(t.shape),
-                        "data_offsets": [off, off + len(data)]}
-        blobs.append(data)
-        off += len(data)
-    h = json.dumps(header, separators=(",", ":")).encode()
-    h += b" " * (-len(h) % 8)
-    return struct.pack("<Q", len(h)) + h + b"".join(blobs)
+    return safetensors_bytes([(name, dtype, t.shape, tensor_bytes(t, dtype))
+                              for name, t, dtype in items], metadata)
 
 
 def round_module(module, dtype):

@@ -13,11 +13,15 @@ import signal
 import socket
 import struct
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import requests
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "config"))
+from safetensors_header import safetensors_bytes  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(os.environ.get("ATTND_BIN", str(REPO / "build" / "attnd")))
@@ -285,7 +289,7 @@ def tolist32(a):
 
 def write_safetensors(path, tensors, dtype="F32"):
     """tensors: dict name -> numpy array, written as F32 (or F16/BF16)."""
-    header, blobs, off = {}, [], 0
+    files = []
     for name, arr in tensors.items():
         arr = np.asarray(arr, dtype=np.float32)
         if dtype == "F32":
@@ -297,13 +301,8 @@ def write_safetensors(path, tensors, dtype="F32"):
             data = (u >> 16).astype("<u2").tobytes()  # exact for bf16-representable values
         else:
             raise ValueError(dtype)
-        header[name] = {"dtype": dtype, "shape": list(arr.shape),
-                        "data_offsets": [off, off + len(data)]}
-        blobs.append(data)
-        off += len(data)
-    h = json.dumps(header, separators=(",", ":")).encode()
-    h += b" " * ((8 - len(h) % 8) % 8)
-    Path(path).write_bytes(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+        files.append((name, dtype, arr.shape, data))
+    Path(path).write_bytes(safetensors_bytes(files))
 
 
 def read_safetensors(path):

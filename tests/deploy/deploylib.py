@@ -9,7 +9,6 @@ import json
 import math
 import os
 import socket
-import struct
 import subprocess
 import sys
 import time
@@ -17,6 +16,9 @@ import urllib.error
 import urllib.request
 
 import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "config"))
+from safetensors_header import safetensors_bytes  # noqa: E402
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
@@ -126,19 +128,9 @@ def stop(p, sig_timeout=40):
 
 def write_safetensors(path, tensors):
     """Writes {name: float32 ndarray} as a .safetensors file."""
-    header, blobs, off = {}, [], 0
-    for name, a in tensors.items():
-        b = np.ascontiguousarray(a, dtype="<f4").tobytes()
-        header[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [off, off + len(b)]}
-        blobs.append(b)
-        off += len(b)
-    h = json.dumps(header).encode()
-    h += b" " * (-len(h) % 8)
     with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)))
-        f.write(h)
-        for b in blobs:
-            f.write(b)
+        f.write(safetensors_bytes([(name, "F32", a.shape, np.ascontiguousarray(a, dtype="<f4")
+                                    .tobytes()) for name, a in tensors.items()]))
 
 
 def write_model(folder, weights_name, embed_dim, num_heads, seed):
