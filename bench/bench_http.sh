@@ -61,9 +61,11 @@ stop() {
 }
 
 # The bodies and the large model's weights, from a fixed seed.
-"$PY" - "$TMP" <<'EOF'
-import array, base64, json, random, struct, sys
+"$PY" - "$TMP" "$HERE/../config" <<'EOF'
+import array, base64, json, random, sys
 tmp = sys.argv[1]
+sys.path.insert(0, sys.argv[2])
+from safetensors_header import safetensors_bytes
 rnd = random.Random(1234)
 q = [[round(rnd.uniform(-1, 1), 6) for _ in range(512)] for _ in range(16)]
 open(tmp + "/small.json", "w").write(json.dumps({"query": q}))
@@ -92,34 +94,11 @@ parts = [("in_proj_weight", [3 * E, E], tensor(3 * E * E, (6 / (4 * E)) ** 0.5))
          ("in_proj_bias", [3 * E], bytes(4 * 3 * E)),
          ("out_proj.weight", [E, E], tensor(E * E, 1 / E ** 0.5)),
          ("out_proj.bias", [E], bytes(4 * E))]
-header, off = {}, 0
-for name, shape, data in parts:
-    header[name] = {"dtype": "F32", "shape": shape, "data_offsets": [off, off + len(data)]}
-    off += len(data)
-h = json.dumps(header).encode()
-h += b" " * (-len(h) % 8)
 with open(tmp + "/large.safetensors", "wb") as f:
-    f.write(struct.pack("<Q", len(h)) + h)
-    for _, _, data in parts:
-        f.write(data)
+    f.write(safetensors_bytes([(name, "F32", shape, data) for name, shape, data in parts]))
 json.dump({"models": [{"name": "large", "embed_dim": E, "num_heads": 16,
                        "weights": tmp + "/large.safetensors"}]},
           open(tmp + "/large_config.json", "w"))
-EOF
-
-cat >"$TMP/post.lua" <<'EOF'
-local f = assert(io.open(os.getenv("BODY"), "rb"))
-wrk.method = "POST"
-wrk.body = f:read("*a")
-f:close()
-wrk.headers["Content-Type"] = "application/json"
-function done(summary, latency, requests)
-    local e = summary.errors
-    io.write(string.format("RESULT %.1f %.3f %.3f %d %d\n",
-        summary.requests / (summary.duration / 1e6),
-        latency:percentile(50) / 1000, latency:percentile(99) / 1000,
-        e.status + e.connect + e.read + e.write + e.timeout, summary.requests))
-end
 EOF
 
 echo "attnd HTTP benchmark: $(nproc) cores, $BIN, wrk 64 connections for ${DUR}s per row"
@@ -132,10 +111,10 @@ small_row() {
     shift 2
     start "$@"
     # warm-up, then the measured run
-    BODY="$TMP/small.$enc" wrk -t2 -c64 -d2s --timeout 10s -s "$TMP/post.lua" \
+    BODY="$TMP/small.$enc" wrk -t2 -c64 -d2s --timeout 10s -s "$HERE/wrk_post.lua" \
         "http://127.0.0.1:$PORT/v1/attention" >/dev/null
     b0=$(curl -s "http://127.0.0.1:$PORT/metrics" | awk '/^attnd_batch_size_(sum|count) /{printf "%s ", $2}')
-    out=$(BODY="$TMP/small.$enc" wrk -t2 -c64 -d"${DUR}s" --timeout 10s -s "$TMP/post.lua" \
+    out=$(BODY="$TMP/small.$enc" wrk -t2 -c64 -d"${DUR}s" --timeout 10s -s "$HERE/wrk_post.lua" \
         "http://127.0.0.1:$PORT/v1/attention" | grep '^RESULT')
     b1=$(curl -s "http://127.0.0.1:$PORT/metrics" | awk '/^attnd_batch_size_(sum|count) /{printf "%s ", $2}')
     stop

@@ -84,31 +84,17 @@ q = [[round(rnd.uniform(-1, 1), 6) for _ in range(512)] for _ in range(16)]
 open(sys.argv[1] + "/small.json", "w").write(json.dumps({"query": q}))
 EOF
 
-cat >"$TMP/post.lua" <<'EOF'
-local f = assert(io.open(os.getenv("BODY"), "rb"))
-wrk.method = "POST"
-wrk.body = f:read("*a")
-f:close()
-wrk.headers["Content-Type"] = "application/json"
-function done(summary, latency, requests)
-    local e = summary.errors
-    io.write(string.format("RESULT %.1f %.3f %.3f %d %d\n",
-        summary.requests / (summary.duration / 1e6),
-        latency:percentile(50) / 1000, latency:percentile(99) / 1000,
-        e.status + e.connect + e.read + e.write + e.timeout, summary.requests))
-end
-EOF
 
 # run LABEL: warm-up, then the measured run; one table row
 run() {
-    BODY="$TMP/small.json" wrk -t2 -c64 -d2s --timeout 10s -s "$TMP/post.lua" \
+    BODY="$TMP/small.json" wrk -t2 -c64 -d2s --timeout 10s -s "$HERE/wrk_post.lua" \
         "http://127.0.0.1:$PORT/v1/attention" >/dev/null
     if [ "${PROFILE:-0}" = 1 ] && command -v perf >/dev/null 2>&1; then
         perf record -e cpu-clock -F 999 -p "$PID" -o "$TMP/perf.data" -- sleep "$DUR" \
             >/dev/null 2>&1 &
         PERF=$!
     fi
-    out=$(BODY="$TMP/small.json" wrk -t2 -c64 -d"${DUR}s" --timeout 10s -s "$TMP/post.lua" \
+    out=$(BODY="$TMP/small.json" wrk -t2 -c64 -d"${DUR}s" --timeout 10s -s "$HERE/wrk_post.lua" \
         "http://127.0.0.1:$PORT/v1/attention" | grep '^RESULT')
     if [ -n "${PERF:-}" ]; then wait "$PERF" || true; PERF=""; fi
     echo "$out" | awk -v l="$1" '{
