@@ -84,7 +84,6 @@ q = [[round(rnd.uniform(-1, 1), 6) for _ in range(512)] for _ in range(16)]
 open(sys.argv[1] + "/small.json", "w").write(json.dumps({"query": q}))
 EOF
 
-
 # run LABEL: warm-up, then the measured run; one table row
 run() {
     BODY="$TMP/small.json" wrk -t2 -c64 -d2s --timeout 10s -s "$HERE/wrk_post.lua" \

@@ -289,7 +289,7 @@ def tolist32(a):
 
 def write_safetensors(path, tensors, dtype="F32"):
     """tensors: dict name -> numpy array, written as F32 (or F16/BF16)."""
-    files = []
+    entries = []
     for name, arr in tensors.items():
         arr = np.asarray(arr, dtype=np.float32)
         if dtype == "F32":
@@ -301,8 +301,8 @@ def write_safetensors(path, tensors, dtype="F32"):
             data = (u >> 16).astype("<u2").tobytes()  # exact for bf16-representable values
         else:
             raise ValueError(dtype)
-        files.append((name, dtype, arr.shape, data))
-    Path(path).write_bytes(safetensors_bytes(files))
+        entries.append((name, dtype, arr.shape, data))
+    Path(path).write_bytes(safetensors_bytes(entries))
 
 
 def read_safetensors(path):

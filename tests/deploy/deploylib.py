@@ -128,9 +128,10 @@ def stop(p, sig_timeout=40):
 
 def write_safetensors(path, tensors):
     """Writes {name: float32 ndarray} as a .safetensors file."""
+    entries = [(name, "F32", a.shape, np.ascontiguousarray(a, dtype="<f4").tobytes())
+               for name, a in tensors.items()]
     with open(path, "wb") as f:
-        f.write(safetensors_bytes([(name, "F32", a.shape, np.ascontiguousarray(a, dtype="<f4")
-                                    .tobytes()) for name, a in tensors.items()]))
+        f.write(safetensors_bytes(entries))
 
 
 def write_model(folder, weights_name, embed_dim, num_heads, seed):
