@@ -16,6 +16,7 @@
 
 #include "../../server/buffer.h"
 #include "../../server/request.h"
+#include "fuzz_check.h"
 
 static const attnd_model_info FUZZ_MODELS[2] = {
     {"small", {4, 2, 4, 4, 1, 0}},
@@ -23,8 +24,6 @@ static const attnd_model_info FUZZ_MODELS[2] = {
 };
 
 static const attnd_parse_env FUZZ_ENV = {FUZZ_MODELS, 2, 4096, 1 << 16};
-
-#include "fuzz_check.h"
 
 /* A refusal: a known kind and a non-empty sentence. */
 static void fuzz_check_refusal(const attnd_error *e, const attnd_job *job) {
