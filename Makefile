@@ -41,7 +41,7 @@ LIBS       := $(BUILD)/libattnd_server.a $(BUILD)/libattnd_config.a $(BUILD)/lib
 TESTS      := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 BENCHES    := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
-.PHONY: all deps deps-bench test test-unit test-blackbox test-abuse soak asan tsan run bench bench-http bench-decode clean fuzz fuzz-smoke fuzz-long venv
+.PHONY: all deps deps-run deps-bench test test-unit test-blackbox test-abuse soak asan tsan run bench bench-http bench-decode clean fuzz fuzz-smoke fuzz-long venv
 .PHONY: docker-test scaleout-test golden-decoder-check format format-check
 
 all: $(BUILD)/attnd $(LIBS)
@@ -72,9 +72,12 @@ $(BUILD)/bench/%: bench/%.c $(LIBS)
 	$(CC) $(CFLAGS) $(PKG_CFLAGS) -o $@ $< $(LIBS) $(LDLIBS)
 
 # Installs the Debian packages the build and tests need when root; otherwise
-# prints the one apt-get line to run.
+# prints the one apt-get line to run. deps-run: what building and running
+# the daemon need, nothing of the test bench (make run).
 deps:
-	@sh tests/deps.sh
+	@sh tests/deps.sh test
+deps-run:
+	@sh tests/deps.sh build
 
 # A venv for the black-box suites' PyPI tools, pinned in tests/requirements.txt.
 $(VENV)/.stamp: tests/requirements.txt
@@ -179,7 +182,7 @@ fuzz-long: $(FUZZERS)
 	    || { tail -60 build-fuzz/$$n.long.log; exit 1; }; \
 	  grep -E '^stat::number_of_executed_units' build-fuzz/$$n.long.log; done
 
-run: deps
+run: deps-run
 	$(MAKE) all
 	$(BUILD)/attnd --port 8080
 
@@ -197,7 +200,7 @@ $(BENCH_VENV)/.stamp: bench/requirements-ort.txt
 # Debian's torch (the numerics reference, and a speed baseline) and perf
 # (bench_json.sh's profile) are needed by the benches alone.
 deps-bench:
-	@sh tests/deps.sh python3-torch linux-perf
+	@sh tests/deps.sh test python3-torch linux-perf
 
 bench: deps-bench
 	$(MAKE) all $(BENCHES) $(BENCH_VENV)/.stamp
@@ -224,7 +227,7 @@ $(GOLDEN_VENV)/.stamp: tests/requirements-golden.txt
 	$(GOLDEN_VENV)/bin/pip install -q -r tests/requirements-golden.txt
 	touch $@
 golden-decoder-check:
-	@sh tests/deps.sh python3-torch
+	@sh tests/deps.sh test python3-torch
 	$(MAKE) $(GOLDEN_VENV)/.stamp
 	$(GOLDEN_VENV)/bin/python tests/gen_golden_decoder.py --check --require-transformers
 

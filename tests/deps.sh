@@ -1,9 +1,19 @@
 #!/bin/sh
-# Installs the Debian packages attnd's build and tests need, when they are
-# missing: as root with apt-get, otherwise by printing the one line to run.
-# Arguments name more packages (make bench adds python3-torch and linux-perf).
-PKGS="$* build-essential pkg-config libmicrohttpd-dev libjansson-dev libopenblas-dev check \
-python3 python3-venv python3-pip curl clang libclang-rt-14-dev clang-format nginx wrk prometheus nodejs"
+# Installs the Debian packages a make target needs, when they are missing:
+# as root with apt-get, otherwise by printing the one line to run.
+#   tests/deps.sh build [PKG...]   what building and running the daemon need
+#   tests/deps.sh test [PKG...]    that, and what the test suites use
+# More arguments name more packages (make bench adds python3-torch and
+# linux-perf). make run asks for `build` alone, so a new user's first
+# command installs no test bench (nginx, prometheus, wrk, clang).
+BUILD_PKGS="build-essential pkg-config libmicrohttpd-dev libjansson-dev libopenblas-dev"
+TEST_PKGS="check python3 python3-venv python3-pip curl clang libclang-rt-14-dev clang-format \
+nginx wrk prometheus nodejs"
+case "$1" in
+build) shift; PKGS="$BUILD_PKGS $*" ;;
+test) shift; PKGS="$BUILD_PKGS $TEST_PKGS $*" ;;
+*) PKGS="$BUILD_PKGS $TEST_PKGS $*" ;;
+esac
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
