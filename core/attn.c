@@ -517,8 +517,68 @@ static size_t make_tasks(attn_task *tasks, const attn_batch *b, int H, int D) {
     return n;
 }
 
+/* ---- cache steps in a batch ---------------------------------------------- */
+
+/* A batch that holds cache steps: the steps through attn_step_forward, the
+ * whole sequences (their rows copied out of the packed batch and their
+ * outputs back) through the forward of their kind. */
+static int forward_with_steps(attn_ctx *ctx, const attn_model *m, attn_batch *b, int nsteps,
+                              char *err, size_t errlen) {
+    int E = m->hp.embed_dim, nwhole = b->B - nsteps, rc = -1;
+    size_t tw = 0;
+    for (int i = 0; i < b->B; i++)
+        if (!b->seqs[i].kv) tw += (size_t)b->seqs[i].L;
+    attn_step *steps = calloc(nsteps > 0 ? (size_t)nsteps : 1, sizeof *steps);
+    attn_seq *whole = calloc(nwhole > 0 ? (size_t)nwhole : 1, sizeof *whole);
+    float *wq = malloc(sizeof(float) * (tw ? tw : 1) * (size_t)E * 2); /* (tw,E) in, then out */
+    if (!steps || !whole || !wq) {
+        snprintf(err, errlen, "out of memory for a batch of %d cache steps", nsteps);
+        goto cleanup;
+    }
+    float *wo = wq + tw * (size_t)E;
+    size_t t = 0, w = 0;
+    for (int i = 0, ns = 0, nw = 0; i < b->B; t += (size_t)b->seqs[i].L, i++) {
+        const attn_seq *s = &b->seqs[i];
+        if (s->kv) {
+            steps[ns++] = (attn_step){.n = s->L,
+                                      .len = s->cached,
+                                      .kv = s->kv,
+                                      .query = b->query + t * E,
+                                      .out = b->out + t * E,
+                                      .weights = s->weights,
+                                      .attn = s->attn};
+            continue;
+        }
+        whole[nw++] = *s;
+        memcpy(wq + w * E, b->query + t * E, sizeof(float) * (size_t)s->L * E);
+        w += (size_t)s->L;
+    }
+    if (attn_step_forward(ctx, m, steps, nsteps, err, errlen) < 0) goto cleanup;
+    attn_batch sub = {.B = nwhole, .seqs = whole, .query = wq, .out = wo};
+    if (nwhole && attn_forward(ctx, m, &sub, err, errlen) < 0) goto cleanup;
+    t = w = 0;
+    for (int i = 0; nwhole && i < b->B; t += (size_t)b->seqs[i].L, i++) {
+        if (b->seqs[i].kv) continue;
+        memcpy(b->out + t * E, wo + w * E, sizeof(float) * (size_t)b->seqs[i].L * E);
+        w += (size_t)b->seqs[i].L;
+    }
+    rc = 0;
+cleanup:
+    free(wq);
+    free(whole);
+    free(steps);
+    return rc;
+}
+
 int attn_forward(attn_ctx *ctx, const attn_model *m, attn_batch *b, char *err, size_t errlen) {
     size_t T, U;
+    int nsteps = 0;
+    for (int i = 0; b->seqs && i < b->B; i++)
+        nsteps += b->seqs[i].kv != NULL;
+    if (nsteps) {
+        if (attn_check_batch(m, b, &T, &U, err, errlen) < 0) return -1;
+        return forward_with_steps(ctx, m, b, nsteps, err, errlen);
+    }
     if (m->mem && !attn_is_mha(&m->hp)) return attn_forward_decoder(ctx, m, b, err, errlen);
     if (attn_check_batch(m, b, &T, &U, err, errlen) < 0) return -1;
     if (attn_check_packed(m, err, errlen) < 0) return -1;

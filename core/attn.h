@@ -117,6 +117,16 @@ typedef struct {
                                    query and key row alike), >= 0, or NULL: 0..L-1 */
     attn_weights_mode weights;  /* which attention matrix to return */
     float *attn; /* out: (H,L,S) for HEADS, (L,S) for MEAN, else unused; caller-owned */
+    /* A KV-cache session step (self-attention batches only): the sequence's
+     * L rows are the tokens at positions cached .. cached+L-1 of a session
+     * whose earlier tokens' rotated keys and values are in kv. They attend
+     * causally over those and themselves (S == cached + L; `causal`,
+     * `positions` and the masks must be 0/NULL), and the forward writes
+     * their own key and value rows into kv[cached, cached+L). kv holds one
+     * row per token: its rotated key (G,D), then its value (G,D), so
+     * 2*G*D floats a row. NULL: a whole sequence, not a step. */
+    float *kv;  /* (cached+L, 2*G*D), caller-owned */
+    int cached; /* tokens already in kv, >= 0 */
 } attn_seq;
 
 /* A batch: packed tensors plus per-sequence lengths and options.

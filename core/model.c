@@ -194,7 +194,15 @@ int attn_check_batch(const attn_model *m, const attn_batch *b, size_t *T, size_t
                      s->S);
             return -1;
         }
-        if (!b->key && s->S != s->L) {
+        if (s->kv && (b->key || s->cached < 0 || s->S - s->L != s->cached || s->positions ||
+                      s->key_padding_mask || s->attn_mask_bool || s->attn_mask_add)) {
+            snprintf(err, errlen,
+                     "sequence %d: a cache step is self-attention with S == cached + L "
+                     "(S=%d, L=%d, cached=%d) and no positions or masks",
+                     i, s->S, s->L, s->cached);
+            return -1;
+        }
+        if (!b->key && !s->kv && s->S != s->L) {
             snprintf(err, errlen, "sequence %d: self-attention needs S == L (S=%d, L=%d)", i, s->S,
                      s->L);
             return -1;

@@ -571,6 +571,89 @@ START_TEST(test_steps_bitwise) {
 }
 END_TEST
 
+/* Cache steps ride in an ordinary batch (attn_seq.kv): a batch through
+ * attn_forward that mixes two sessions' steps with whole sequences gives
+ * each the very bits it gets alone (the steps through attn_step_forward,
+ * the sequences through attn_forward_decoder), mean weights included, and
+ * writes each step's key and value rows into its own cache. */
+START_TEST(test_steps_in_a_batch) {
+    attn_model m;
+    invariance_model(&m);
+    const int E = m.hp.embed_dim, row = 2 * m.hp.num_kv_heads * m.hp.head_dim;
+    enum { B = 4, CACHED = 9 };
+    const int L[B] = {3, 11, 1, 5}; /* step, whole, step, whole */
+    float *q = rand_floats(20 * (size_t)E, 1), *prefix = rand_floats(2 * CACHED * (size_t)E, 1);
+    float *out = xcalloc(20 * (size_t)E, sizeof(float)), *alone = xcalloc(20 * (size_t)E, 4);
+    float *kv[2], *kv_alone[2], attn[B][20 * 20], attn_alone[20 * 20];
+    char err[256];
+    attn_ctx *ctx = attn_ctx_new(2);
+    ck_assert(ctx != NULL);
+    for (int k = 0; k < 2; k++) { /* two sessions of CACHED tokens each, twice */
+        kv[k] = xcalloc((CACHED + 3) * (size_t)row, sizeof(float));
+        kv_alone[k] = xcalloc((CACHED + 3) * (size_t)row, sizeof(float));
+        attn_step st = {.n = CACHED,
+                        .len = 0,
+                        .kv = kv[k],
+                        .query = prefix + (size_t)k * CACHED * E,
+                        .out = out};
+        ck_assert_msg(attn_step_forward(ctx, &m, &st, 1, err, sizeof err) == 0, "%s", err);
+        st.kv = kv_alone[k];
+        ck_assert_msg(attn_step_forward(ctx, &m, &st, 1, err, sizeof err) == 0, "%s", err);
+    }
+    attn_seq seqs[B];
+    for (int i = 0; i < B; i++) {
+        int step = i % 2 == 0;
+        seqs[i] = (attn_seq){.L = L[i],
+                             .S = L[i] + (step ? CACHED : 0),
+                             .causal = !step,
+                             .weights = ATTN_WEIGHTS_MEAN,
+                             .attn = attn[i],
+                             .kv = step ? kv[i / 2] : NULL,
+                             .cached = step ? CACHED : 0};
+    }
+    attn_batch b = {.B = B, .seqs = seqs, .query = q, .out = out};
+    ck_assert_msg(attn_forward(ctx, &m, &b, err, sizeof err) == 0, "%s", err);
+    for (int i = 0, t = 0; i < B; t += L[i], i++) {
+        attn_seq one = seqs[i];
+        one.attn = attn_alone;
+        if (one.kv) {
+            attn_step st = {.n = L[i],
+                            .len = CACHED,
+                            .kv = kv_alone[i / 2],
+                            .query = q + (size_t)t * E,
+                            .out = alone + (size_t)t * E,
+                            .weights = ATTN_WEIGHTS_MEAN,
+                            .attn = attn_alone};
+            ck_assert_msg(attn_step_forward(NULL, &m, &st, 1, err, sizeof err) == 0, "%s", err);
+            REQUIRE(memcmp(kv[i / 2], kv_alone[i / 2], sizeof(float) * (CACHED + L[i]) * row) == 0,
+                    "sequence %d: the cache rows differ", i);
+        } else {
+            attn_batch a = {
+                .B = 1, .seqs = &one, .query = q + (size_t)t * E, .out = alone + (size_t)t * E};
+            ck_assert_msg(attn_forward_decoder(NULL, &m, &a, err, sizeof err) == 0, "%s", err);
+        }
+        REQUIRE(memcmp(out + (size_t)t * E, alone + (size_t)t * E, sizeof(float) * L[i] * E) == 0,
+                "sequence %d: outputs in the mixed batch differ from alone", i);
+        REQUIRE(memcmp(attn[i], attn_alone, sizeof(float) * (size_t)L[i] * seqs[i].S) == 0,
+                "sequence %d: mean weights in the mixed batch differ from alone", i);
+    }
+    seqs[1].kv = kv[0]; /* a step must not declare S other than cached + L */
+    seqs[1].cached = 2;
+    ck_assert(attn_forward(ctx, &m, &b, err, sizeof err) == -1);
+    ck_assert_msg(strstr(err, "cached") != NULL, "%s", err);
+    attn_ctx_free(ctx);
+    for (int k = 0; k < 2; k++) {
+        free(kv[k]);
+        free(kv_alone[k]);
+    }
+    free(q);
+    free(prefix);
+    free(out);
+    free(alone);
+    attn_model_free(&m);
+}
+END_TEST
+
 /* The decoder forwards read the packed weights, which attn_model_pack
  * makes: an unpacked model is refused with a sentence saying so. */
 START_TEST(test_unpacked_refused) {
@@ -1102,6 +1185,7 @@ static Suite *decoder_suite(void) {
     TCase *ti = tcase_create("invariance");
     tcase_add_test(ti, test_decoder_batch_invariant);
     tcase_add_test(ti, test_steps_bitwise);
+    tcase_add_test(ti, test_steps_in_a_batch);
     tcase_add_test(ti, test_unpacked_refused);
     suite_add_tcase(s, ti);
     TCase *tg = tcase_create("golden");
