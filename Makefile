@@ -186,9 +186,10 @@ run: deps-run
 	$(MAKE) all
 	$(BUILD)/attnd --port 8080
 
-# attnd's core, onnxruntime's CPU attention and torch's on the same six shapes
-# at 1 thread, 2 threads and every CPU, then one comparison table
-# (bench/RESULTS.md). onnxruntime comes from PyPI, pinned in
+# attnd's core, onnxruntime's CPU attention, OpenVINO's (f32 and bf16) and
+# torch's on the same six shapes at 1 thread, 2 threads and every CPU, then
+# one comparison table (bench/RESULTS.md). onnxruntime and OpenVINO come
+# from PyPI, pinned in
 # bench/requirements-ort.txt, in $(BENCH_VENV); torch is Debian's python3-torch,
 # run on the OpenBLAS kernels the core chose.
 BENCH_VENV ?= .venv-bench
@@ -207,6 +208,8 @@ bench: deps-bench
 	rm -f $(BUILD)/bench/cells.json
 	env -u OPENBLAS_CORETYPE $(BUILD)/bench/bench_core --json $(BUILD)/bench/cells.json
 	$(BENCH_VENV)/bin/python bench/bench_ort.py --json $(BUILD)/bench/cells.json \
+	  --threads $$(env -u OPENBLAS_CORETYPE $(BUILD)/bench/bench_core --print threads)
+	$(BENCH_VENV)/bin/python bench/bench_openvino.py --json $(BUILD)/bench/cells.json \
 	  --threads $$(env -u OPENBLAS_CORETYPE $(BUILD)/bench/bench_core --print threads)
 	@if /usr/bin/python3 -c 'import torch' 2>/dev/null; then \
 	  OPENBLAS_CORETYPE=$$(env -u OPENBLAS_CORETYPE $(BUILD)/bench/bench_core --print blas-core) \

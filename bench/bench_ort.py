@@ -28,14 +28,21 @@ def flops(B, L, E, H):
     return 8.0 * B * L * E * E + 4.0 * B * L * L * E
 
 
-def model(E, H):
-    """Attention (weights (E,3E), bias (3E)) then out projection, as ORT's
-    transformer optimizer leaves a BERT layer's attention."""
+def weights(E):
+    """QKV weights (E,3E) and bias (3E), out projection (E,E) and bias (E),
+    drawn from a fixed seed (bench_openvino.py uses the same)."""
     rng = np.random.default_rng(0)
     w = (rng.standard_normal((E, 3 * E)) / np.sqrt(E)).astype(np.float32)
     b = (rng.standard_normal(3 * E) * 0.1).astype(np.float32)
     wo = (rng.standard_normal((E, E)) / np.sqrt(E)).astype(np.float32)
     bo = (rng.standard_normal(E) * 0.1).astype(np.float32)
+    return w, b, wo, bo
+
+
+def model(E, H):
+    """Attention (weights (E,3E), bias (3E)) then out projection, as ORT's
+    transformer optimizer leaves a BERT layer's attention."""
+    w, b, wo, bo = weights(E)
     nodes = [
         helper.make_node("Attention", ["x", "w", "b"], ["ctx"], domain="com.microsoft",
                          num_heads=H),

@@ -1,5 +1,5 @@
-"""compare.py - one table from the JSON lines bench_core, bench_ort.py and
-bench_torch.py wrote (make bench): per shape and thread count, each
+"""compare.py - one table from the JSON lines bench_core, bench_ort.py,
+bench_openvino.py and bench_torch.py wrote (make bench): per shape and thread count, each
 implementation's median ms and attnd's speed-up over the others (their ms
 over attnd's: above 1 means attnd is faster). Numbers only.
 
@@ -16,10 +16,16 @@ def main(path):
         cells[(r["impl"], tuple(r["shape"]), r["threads"])] = r["ms"]
     shapes = sorted({k[1] for k in cells}, key=lambda s: [tuple(x[1]) for x in cells].index(s))
     threads = sorted({k[2] for k in cells})
-    impls = [i for i in ("attnd", "onnxruntime", "torch") if any(k[0] == i for k in cells)]
-    print("median ms; x = the other's ms over attnd's (above 1: attnd faster)")
-    head = "%-18s %3s" % ("B, L, E, H", "t") + "".join(" %12s" % i for i in impls)
-    head += "".join(" %10s" % ("x " + i[:8]) for i in impls[1:])
+    impls = [i for i in ("attnd", "attnd-bf16", "onnxruntime", "openvino-f32", "openvino-bf16", "torch")
+             if any(k[0] == i for k in cells)]
+    # bf16 against bf16: OpenVINO's bf16 and attnd's fp32 over attnd's bf16
+    bf16 = "attnd-bf16" in impls
+    extra = [("openvino-bf16", "x ov-bf16/bf16"), ("attnd", "x fp32/bf16")] if bf16 else []
+    print("median ms; x = the other's ms over attnd's (above 1: attnd faster)" +
+          ("; the last columns over attnd-bf16's" if bf16 else ""))
+    head = "%-18s %3s" % ("B, L, E, H", "t") + "".join(" %13s" % i for i in impls)
+    head += "".join(" %15s" % ("x " + i) for i in impls[1:] if i != "attnd-bf16")
+    head += "".join(" %15s" % h for _, h in extra)
     print(head)
     for s in shapes:
         for t in threads:
@@ -27,8 +33,13 @@ def main(path):
             if ms[0] is None:
                 continue
             line = "%-18s %3d" % (", ".join(map(str, s)), t)
-            line += "".join(" %12s" % ("%.2f" % m if m else "-") for m in ms)
-            line += "".join(" %10s" % ("%.2f" % (m / ms[0]) if m else "-") for m in ms[1:])
+            line += "".join(" %13s" % ("%.2f" % m if m else "-") for m in ms)
+            line += "".join(" %15s" % ("%.2f" % (m / ms[0]) if m else "-")
+                            for i, m in zip(impls[1:], ms[1:]) if i != "attnd-bf16")
+            b = cells.get(("attnd-bf16", s, t))
+            for impl, _ in extra:
+                m = cells.get((impl, s, t))
+                line += " %15s" % ("%.2f" % (m / b) if m and b else "-")
             print(line)
 
 
