@@ -50,8 +50,10 @@ $(BUILD)/%.o: %.c $(wildcard */*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(PKG_CFLAGS) -c $< -o $@
 
-# server/openapi.c embeds server/openapi.json (.incbin)
+# server/openapi.c embeds server/openapi.json (.incbin), server/ui.c the
+# viewer's files in server/ui/
 $(BUILD)/server/openapi.o: server/openapi.json
+$(BUILD)/server/ui.o: $(wildcard server/ui/*)
 
 $(BUILD)/libattncore.a: $(CORE_OBJ)
 	rm -f $@; ar rcs $@ $^
@@ -157,6 +159,7 @@ build-fuzz/obj/%.o: %.c $(wildcard */*.h)
 	@mkdir -p $(dir $@)
 	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link $(PKG_CFLAGS) -c $< -o $@
 build-fuzz/obj/server/openapi.o: server/openapi.json
+build-fuzz/obj/server/ui.o: $(wildcard server/ui/*)
 build-fuzz/libattnd_fuzz.a: $(FUZZ_OBJ)
 	rm -f $@; ar rcs $@ $^
 build-fuzz/%: tests/fuzz/%.c build-fuzz/libattnd_fuzz.a $(wildcard tests/fuzz/*.h)

@@ -201,6 +201,8 @@ static const cfg_key config_keys[] = {
             "ATTND_LOG_LEVEL", "least level logged: debug | info | warn | error"),
     CFG_BOOL("server", "access_log", 1, access_log, NULL, "ATTND_ACCESS_LOG",
              "one line per request (true | false)"),
+    CFG_BOOL("server", "ui", 1, ui, NULL, "ATTND_UI",
+             "the attention viewer page at GET /ui (true | false)"),
     CFG_INT("batching", "max_batch_tokens", 1, 1 << 24, 16384, max_batch_tokens,
             "--max-batch-tokens", "ATTND_MAX_BATCH_TOKENS", "query + key tokens per batch"),
     CFG_INT("batching", "max_batch_requests", 1, 4096, 64, max_batch_requests,

@@ -32,6 +32,7 @@ typedef struct {
     char *log_format; /* "text" | "json" */
     char *log_level;  /* "debug" | "info" | "warn" | "error": the least level logged */
     int access_log;   /* 1: one line per request */
+    int ui;           /* 1: GET /ui serves the attention viewer (docs/ui.md); 0: 404 */
     /* batching */
     int max_batch_tokens;   /* query + key tokens per batch */
     int max_batch_requests; /* 1 = batching off */

@@ -21,6 +21,7 @@ static const struct {
     [AOK_CREATED]       = {201, "none",         0},
     [AOK_NO_CONTENT]    = {204, "none",         ATTND_HDR_ALLOW},
     [AOK_PREFLIGHT]     = {204, "none",         ATTND_HDR_ALLOW | ATTND_HDR_PREFLIGHT},
+    [AOK_UNCHANGED]     = {304, "none",         0},
     [AERR_BAD_REQUEST]  = {400, "bad_request",  0},
     [AERR_UNAUTHORIZED] = {401, "unauthorized", ATTND_HDR_AUTHENTICATE},
     [AERR_NOT_FOUND]    = {404, "not_found",    0},

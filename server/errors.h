@@ -17,6 +17,7 @@ typedef enum {
     AOK_CREATED,    /* 201: a native session open answered with its first step */
     AOK_NO_CONTENT, /* 204: a session deleted (Allow) */
     AOK_PREFLIGHT,  /* 204: a CORS preflight (Allow and the Access-Control-Allow-* headers) */
+    AOK_UNCHANGED,  /* 304: the client's copy of a viewer file is current (If-None-Match) */
     /* error kinds, in the order /metrics lists them */
     AERR_BAD_REQUEST,  /* 400: bad JSON, bad tensor, wrong type; names field and index */
     AERR_UNAUTHORIZED, /* 401: missing or wrong API key (WWW-Authenticate: Bearer) */

@@ -48,6 +48,7 @@
 #include "sched.h"
 #include "session.h"
 #include "steps.h"
+#include "ui.h"
 
 extern const char attnd_openapi_json[];
 extern const size_t attnd_openapi_json_len;
@@ -116,6 +117,8 @@ typedef struct attnd_http_req {
     int late;           /* 1: its queued work was dropped at the drain deadline */
     guard_conn *gc;     /* its connection's record in the guard, or NULL */
     int retry_after;    /* Retry-After seconds of a 429, 0 = the default 1 */
+    /* the viewer's file it answers (ui.c: its own headers), or NULL */
+    const attnd_ui_file *ui;
 } hreq;
 
 /* ---- small helpers ---- */
@@ -257,7 +260,10 @@ static void add_headers(struct MHD_Response *resp, const hreq *h, unsigned hd) {
     else
         timing_text(h, attnd_mono_us(), timing, sizeof timing);
     MHD_add_response_header(resp, "Server-Timing", timing);
-    if (!preflight) MHD_add_response_header(resp, "Cache-Control", "no-store");
+    const char *hn, *hv;
+    for (int i = 0; h->ui && attnd_ui_header(h->ui, i, &hn, &hv); i++)
+        MHD_add_response_header(resp, hn, hv); /* its caching and its page's policy */
+    if (!preflight && !h->ui) MHD_add_response_header(resp, "Cache-Control", "no-store");
     if (s->cfg->n_cors_origins > 0) MHD_add_response_header(resp, "Vary", "Origin");
     if (a->kind == AOK && a->json_len) {
         snprintf(n, sizeof n, "%zu", a->json_len);
@@ -398,6 +404,23 @@ int attnd_handle_v2_model(hreq *h) {
 int attnd_handle_v2_model_ready(hreq *h) {
     if (path_model(h) < 0 || ready(h, 0) < 0) return -1;
     attnd_reply_borrow(&h->r.reply, AOK, "", 0);
+    return 0;
+}
+
+/* GET /ui and /ui/{name}: the viewer's page and files (ui.c), without
+ * the key like /health (they hold no data); 404 with server.ui off. The
+ * page starts with "<!doctype html>", never "<html>" (httperr.c). */
+int attnd_handle_ui(hreq *h) {
+    const attnd_ui_file *f = h->srv->cfg->ui ? attnd_ui_find(h->rm.name) : NULL;
+    if (!f)
+        return attnd_set_error(&h->err, AERR_NOT_FOUND, "no route %s %.100s", h->method, h->path);
+    const char *inm = MHD_lookup_connection_value(h->conn, MHD_HEADER_KIND, "If-None-Match");
+    h->ui = f;
+    h->ctype = f->type;
+    if (attnd_ui_fresh(f, inm))
+        attnd_reply_borrow(&h->r.reply, AOK_UNCHANGED, "", 0);
+    else
+        attnd_reply_borrow(&h->r.reply, AOK, f->data, f->len);
     return 0;
 }
 

@@ -12,7 +12,7 @@
 #include "errors.h"
 #include "routes.h"
 
-#define METRICS_STATUSES 16 /* the status codes counted one by one, plus "other" */
+#define METRICS_STATUSES 17 /* the status codes counted one by one, plus "other" */
 #define HIST_MAX_BUCKETS 16
 
 /* A histogram with fixed upper bounds; values in the unit of its bounds

@@ -78,7 +78,8 @@ END_TEST
 
 START_TEST(test_open_routes) {
     for (int i = 0; i < R_COUNT; i++) {
-        int open = i == R_HEALTH || i == R_METRICS || i == R_V2_LIVE || i == R_V2_READY;
+        int open = i == R_HEALTH || i == R_METRICS || i == R_V2_LIVE || i == R_V2_READY ||
+                   i == R_UI || i == R_UI_FILE;
         int is_open = (attnd_routes[i].flags & ROUTE_OPEN) != 0;
         ck_assert_msg(is_open == open, "%s open=%d", attnd_routes[i].pattern, is_open);
     }
@@ -126,7 +127,8 @@ START_TEST(test_rows) {
 END_TEST
 
 START_TEST(test_error_statuses_and_body) {
-    int want[ATTND_KINDS] = {200, 201, 204, 204, 400, 401, 404, 405, 413, 429, 500, 503, 504, 409};
+    int want[ATTND_KINDS] = {200, 201, 204, 204, 304, 400, 401, 404,
+                             405, 413, 429, 500, 503, 504, 409};
     for (int i = 0; i < ATTND_KINDS; i++) {
         ck_assert_int_eq(attnd_kind_status((attnd_kind)i), want[i]);
         ck_assert_int_eq(attnd_kind_is_error((attnd_kind)i), want[i] >= 400);
@@ -139,6 +141,7 @@ START_TEST(test_error_statuses_and_body) {
     ck_assert_uint_eq(attnd_kind_headers(AOK_NO_CONTENT), ATTND_HDR_ALLOW);
     ck_assert_uint_eq(attnd_kind_headers(AOK_PREFLIGHT), ATTND_HDR_ALLOW | ATTND_HDR_PREFLIGHT);
     ck_assert_uint_eq(attnd_kind_headers(AOK), 0);
+    ck_assert_uint_eq(attnd_kind_headers(AOK_UNCHANGED), 0);
     ck_assert_uint_eq(attnd_kind_headers(AERR_BAD_REQUEST), 0);
     size_t n = 0;
     char *b = attnd_error_body("query[2][5]: not a \"number\"", &n);
