@@ -549,8 +549,9 @@
     ctx.putImageData(img, 0, 0);
   }
 
+  /* A weight as the page prints it: 6 significant digits, no trailing zeros. */
   function fmt(v) {
-    return v === v ? v.toPrecision(6) : "–";
+    return v === v ? String(Number(v.toPrecision(6))) : "–";
   }
 
   function draw() {
