@@ -8,7 +8,7 @@
 # command installs no test bench (nginx, prometheus, wrk, clang).
 BUILD_PKGS="build-essential pkg-config libmicrohttpd-dev libjansson-dev libopenblas-dev"
 TEST_PKGS="check python3 python3-venv python3-pip curl clang libclang-rt-14-dev clang-format \
-nginx wrk prometheus nodejs"
+nginx wrk prometheus nodejs chromium chromium-driver"
 case "$1" in
 build) shift; PKGS="$BUILD_PKGS $*" ;;
 test) shift; PKGS="$BUILD_PKGS $TEST_PKGS $*" ;;
