@@ -28,6 +28,8 @@ ROUTES = [
     ("get", "/health"),
     ("get", "/metrics"),
     ("get", "/openapi.json"),
+    ("get", "/ui"),
+    ("get", "/ui/{}"),
     ("post", "/v1/sessions"),
     ("post", "/v1/sessions/{}/attention"),
     ("delete", "/v1/sessions/{}"),
