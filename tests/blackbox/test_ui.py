@@ -268,6 +268,11 @@ def test_run_draws_every_head_and_the_mean(browser, d):
     assert tensor(res["attention"]).shape == (8, L, L)
     assert not browser.find_element("id", "note").is_displayed()
     assert js(browser, "return document.getElementById('legend-max').textContent") != "–"
+    # the address (and the page's link) hold the view drawn
+    link = browser.find_element("id", "permalink").get_attribute("href")
+    for part in ("model=default", "len=%d" % L, "seed=%d" % seed, "causal=1", "attention=heads",
+                 "run=1"):
+        assert part in link and part in js(browser, "return location.search"), (part, link)
 
 
 def test_value_under_the_cursor_is_the_api_s(browser, d):
