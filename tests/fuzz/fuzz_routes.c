@@ -151,7 +151,8 @@ static attnd_kind expected(const attnd_server *s, const char *method, const char
               strcmp(a + 7 + strspn(a + 7, " "), s->api_key) == 0;
     }
     int open = strcmp(path, "/health") == 0 || strcmp(path, "/metrics") == 0 ||
-               strncmp(path, "/v2/health/", 11) == 0;
+               strncmp(path, "/v2/health/", 11) == 0 || strcmp(path, "/ui") == 0 ||
+               strncmp(path, "/ui/", 4) == 0; /* the viewer's page and files */
     if (!open && !key) return AERR_UNAUTHORIZED;
     int compute = strcmp(m.route->method, "POST") == 0; /* every POST route computes */
     if (compute && atomic_load(&s->state) != S_READY) return AERR_UNAVAILABLE;
