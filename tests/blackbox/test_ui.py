@@ -129,6 +129,9 @@ def point_at(drv, i, j):
     ActionChains(drv).move_to_element_with_offset(
         c, int(round(at["x"] - rect[0] / 2)), int(round(at["y"] - rect[1] / 2))).perform()
     out = drv.find_element("id", "readout")
+    # the pointer's event may be handled just after the move returns
+    wait_for(drv, lambda _: (out.get_attribute("data-row"), out.get_attribute("data-col"))
+             == (str(i), str(j)), "read cell (%d, %d) under the pointer" % (i, j))
     return (out.get_attribute("data-head"), int(out.get_attribute("data-row")),
             int(out.get_attribute("data-col")), out.get_attribute("data-value"))
 
@@ -273,6 +276,26 @@ def test_run_draws_every_head_and_the_mean(browser, d):
     for part in ("model=default", "len=%d" % L, "seed=%d" % seed, "causal=1", "attention=heads",
                  "run=1"):
         assert part in link and part in js(browser, "return location.search"), (part, link)
+
+
+def test_accessible_basics(browser, d):
+    """Every control has a label, the heatmaps are buttons a keyboard
+    reaches, the large view takes focus, the legend gives both ends."""
+    load(browser, d, "?len=5&seed=2&run=1")
+    wait_drawn(browser)
+    unlabelled = js(browser, """
+        return Array.from(document.querySelectorAll('input, select, textarea'))
+          .filter(e => !e.labels || e.labels.length === 0).map(e => e.id || e.name);""")
+    assert not unlabelled, unlabelled
+    thumbs = browser.find_elements("css selector", "button.thumb")
+    assert len(thumbs) == 9 and all(t.get_attribute("aria-label") for t in thumbs)
+    thumbs[4].send_keys("\n")  # Enter on the focused heatmap shows it large
+    assert browser.find_element("id", "large").get_attribute("data-large-head") == "4"
+    assert browser.find_element("id", "large").get_attribute("tabindex") == "0"
+    # one scale for all: from the smallest weight of any head to the largest
+    w = tensor(last_response(browser)["attention"])
+    assert same_printed(browser.find_element("id", "legend-min").text, w.min())
+    assert same_printed(browser.find_element("id", "legend-max").text, w.max())
 
 
 def test_value_under_the_cursor_is_the_api_s(browser, d):
