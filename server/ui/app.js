@@ -802,6 +802,7 @@
       await fn();
       st.view = sessionView();
       draw();
+      status($("sess-info").textContent);
       setState("done", "");
     } catch (err) {
       fail(err);
