@@ -1,0 +1,473 @@
+/* bf16_attn.c - the online-softmax attention block with bf16 operands
+ * (bf16.h: attn_bf16_block), on AMX tiles or AVX512-BF16, and its plain
+ * reference. It computes what attn_fused_block (fused.c) computes, with
+ * q (scaled) and P rounded to bf16 and K and V read in bf16 from their pages.
+ *
+ * A call takes up to 512 rows (positions x grouped query heads), rounds
+ * their scaled queries to bf16 once (qb), and walks the keys in blocks of
+ * NK; for each block, the rows in groups of 32 (two AMX tile rows):
+ *   scores  sc (32, NK) = qb (32, D) @ K^T (D, NK)        fp32 sums
+ *   softmax masks, running integer maximum c and sum l,
+ *           pb (32, NK) = bf16(2^(sc log2(e) - c))        fp32, then rounded
+ *   values  acc (32, D) += pb (32, NK) @ V (NK, D)        fp32 sums
+ * and at the end out = acc / l. Scores are kept row by row (keys in the
+ * lanes), so the rounded probabilities are already the rows an AMX A tile
+ * or a 32-bit broadcast reads. The key block stays in L1 across the groups
+ * of a call; each group's rows of acc stay in L1 across its key block.
+ * When c grows, acc and l are scaled by 2^(c_old - c_new), exactly; so P is
+ * the same whatever the block sizes (bf16.h).
+ *
+ * AMX: scores in four C tiles (32 rows x 32 keys), A tiles from qb (16 rows
+ * x 32 widths), B tiles from the key pages (32 widths x 16 keys, 1 KiB
+ * contiguous); values in four C tiles loaded from acc (32 rows x 32 widths),
+ * A tiles from pb (16 rows x 32 keys), B tiles from the value pages (16
+ * token pairs x 16 widths at a stride of 4D bytes).
+ * AVX512-BF16: 4 rows x 64 keys (scores) or x 64 widths (values) in 16
+ * registers, one VDPBF16PS per pair of widths (or keys) and 16 lanes.
+ * The softmax is AVX-512 for both; its 2^t is a degree-5 polynomial and a
+ * VSCALEFPS (relative error below 2e-7).
+ * Legend: see attn.h.
+ */
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#include "bf16.h"
+#include "internal.h"
+
+#ifndef ATTN_BF16_NK /* -DATTN_BF16_NK=... for tuning builds: 64 or 128 */
+#define ATTN_BF16_NK 128
+#endif
+enum {
+    NK = ATTN_BF16_NK, /* keys per block, a multiple of 64 */
+    RG = 32,           /* rows per group */
+    ROWS = ATTN_BF16_ROWS,
+    LOW = -200, /* 2^t is 0 in fp32 below this; clamping keeps -inf out of the polynomial */
+};
+
+#define INLINE static inline __attribute__((always_inline))
+#define BF16K __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
+#define AMX                                                                                        \
+    __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
+
+static const float LOG2E = 1.44269504088896341f;
+
+int attn_bf16_supported(int D) {
+    return attn_bf16_path() != ATTN_BF16_NONE && D % 32 == 0 && D > 0 && D <= 256;
+}
+
+/* One call's scratch, carved out of the caller's buffer. */
+typedef struct {
+    attn_bf16 *qb; /* (ROWS, D) bf16(q * scale), zeros past the rows */
+    float *acc;    /* (ROWS, D) unnormalised outputs */
+    float *sc;     /* (RG, NK) scores of one group */
+    attn_bf16 *pb; /* (RG, NK) their rounded probabilities */
+    float *c;      /* (ROWS) running maximum: an integer, -inf before any visible key */
+    float *l;      /* (ROWS) running sum */
+} bf16_scratch;
+
+static size_t up64(size_t bytes) {
+    return (bytes + 63) / 64 * 64;
+}
+
+size_t attn_bf16_scratch_bytes(int D) {
+    return up64((size_t)ROWS * D * sizeof(attn_bf16)) + up64((size_t)ROWS * D * sizeof(float)) +
+           up64((size_t)RG * NK * sizeof(float)) + up64((size_t)RG * NK * sizeof(attn_bf16)) +
+           2 * up64((size_t)ROWS * sizeof(float));
+}
+
+static bf16_scratch carve(void *scratch, int D) {
+    char *p = scratch;
+    bf16_scratch w;
+    w.qb = (attn_bf16 *)p;
+    p += up64((size_t)ROWS * D * sizeof(attn_bf16));
+    w.acc = (float *)p;
+    p += up64((size_t)ROWS * D * sizeof(float));
+    w.sc = (float *)p;
+    p += up64((size_t)RG * NK * sizeof(float));
+    w.pb = (attn_bf16 *)p;
+    p += up64((size_t)RG * NK * sizeof(attn_bf16));
+    w.c = (float *)p;
+    w.l = w.c + up64((size_t)ROWS * sizeof(float)) / sizeof(float);
+    return w;
+}
+
+/* The page of key `j` (a multiple of 16) and its 16-key block's keys. */
+static inline const attn_bf16 *keys_at(const attn_kv_bf16 *kv, int D, int j) {
+    return kv->head + (size_t)(j / ATTN_KV_PAGE) * kv->page + (size_t)(j / 16 % 2) * 16 * D;
+}
+/* Values of the token pair at key `j` (even), widths from d0. */
+static inline const attn_bf16 *values_at(const attn_kv_bf16 *kv, int D, int j, int d0) {
+    return kv->head + (size_t)(j / ATTN_KV_PAGE) * kv->page + 32 * (size_t)D +
+           (size_t)(j % ATTN_KV_PAGE / 2) * 2 * D + 2 * (size_t)d0;
+}
+
+/* ---- AMX ------------------------------------------------------------------------- */
+
+/* sc (16 or 32 rows, nkp) = qg (rows, D) @ K^T for keys [j0, j0 + nkp). Tiles
+ * 0-3 scores (rows 0-15 | 16-31) x (keys 0-15 | 16-31), 4-5 queries, 6-7 keys. */
+AMX static void amx_scores(float *sc, const attn_bf16 *qg, int D, const attn_kv_bf16 *kv, int j0,
+                           int nkp, int two) {
+    size_t lq = (size_t)D * sizeof(attn_bf16), ls = NK * sizeof(float);
+    for (int kc = 0; kc < nkp; kc += 32) {
+        const attn_bf16 *k0 = keys_at(kv, D, j0 + kc), *k1 = keys_at(kv, D, j0 + kc + 16);
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+        for (int dc = 0; dc < D / 32; dc++) {
+            _tile_loadd(4, qg + dc * 32, lq);
+            _tile_loadd(6, k0 + dc * 512, 64);
+            _tile_loadd(7, k1 + dc * 512, 64);
+            _tile_dpbf16ps(0, 4, 6);
+            _tile_dpbf16ps(1, 4, 7);
+            if (two) {
+                _tile_loadd(5, qg + 16 * D + dc * 32, lq);
+                _tile_dpbf16ps(2, 5, 6);
+                _tile_dpbf16ps(3, 5, 7);
+            }
+        }
+        _tile_stored(0, sc + kc, ls);
+        _tile_stored(1, sc + kc + 16, ls);
+        if (two) {
+            _tile_stored(2, sc + 16 * NK + kc, ls);
+            _tile_stored(3, sc + 16 * NK + kc + 16, ls);
+        }
+    }
+}
+
+/* acc (16 or 32 rows, D) += pb (rows, nkp) @ V for keys [j0, j0 + nkp).
+ * Tiles 0-3 acc (rows 0-15 | 16-31) x (widths 0-15 | 16-31 of a chunk of
+ * 32), 4-5 probabilities, 6-7 values. */
+AMX static void amx_values(float *acc, const attn_bf16 *pb, int D, const attn_kv_bf16 *kv, int j0,
+                           int nkp, int two) {
+    size_t la = (size_t)D * sizeof(float), lp = NK * sizeof(attn_bf16), lv = 4 * (size_t)D;
+    for (int dc = 0; dc < D; dc += 32) {
+        float *a0 = acc + dc, *a1 = acc + 16 * (size_t)D + dc;
+        _tile_loadd(0, a0, la);
+        _tile_loadd(1, a0 + 16, la);
+        if (two) {
+            _tile_loadd(2, a1, la);
+            _tile_loadd(3, a1 + 16, la);
+        }
+        for (int kc = 0; kc < nkp; kc += 32) {
+            const attn_bf16 *v = values_at(kv, D, j0 + kc, dc);
+            _tile_loadd(4, pb + kc, lp);
+            _tile_loadd(6, v, lv);
+            _tile_loadd(7, v + 32, lv);
+            _tile_dpbf16ps(0, 4, 6);
+            _tile_dpbf16ps(1, 4, 7);
+            if (two) {
+                _tile_loadd(5, pb + 16 * NK + kc, lp);
+                _tile_dpbf16ps(2, 5, 6);
+                _tile_dpbf16ps(3, 5, 7);
+            }
+        }
+        _tile_stored(0, a0, la);
+        _tile_stored(1, a0 + 16, la);
+        if (two) {
+            _tile_stored(2, a1, la);
+            _tile_stored(3, a1 + 16, la);
+        }
+    }
+}
+
+/* ---- AVX512-BF16 ------------------------------------------------------------------- */
+
+BF16K INLINE __m512bh pair_of(const attn_bf16 *p) {
+    int32_t x;
+    memcpy(&x, p, sizeof x);
+    return (__m512bh)_mm512_set1_epi32(x);
+}
+
+/* sc rows [0, rows) x keys [kc, kc + 16 NV) of keys j0.. = qg @ K^T, 4 rows at
+ * a time (rows a multiple of 4). */
+BF16K INLINE void dot_scores(float *sc, const attn_bf16 *qg, int D, const attn_kv_bf16 *kv, int j0,
+                             int kc, int rows, const int NV) {
+    const attn_bf16 *kb[4];
+    _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) kb[v] = keys_at(kv, D, j0 + kc + 16 * v);
+    for (int r = 0; r < rows; r += 4) {
+        __m512 a[4][4];
+        _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++)
+            _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) a[i][v] = _mm512_setzero_ps();
+        for (int dp = 0; dp < D / 2; dp++) {
+            __m512bh k[4];
+            _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) k[v] =
+                (__m512bh)_mm512_load_si512(kb[v] + dp * 32);
+            _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) {
+                __m512bh x = pair_of(qg + (size_t)(r + i) * D + 2 * dp);
+                _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) a[i][v] =
+                    _mm512_dpbf16_ps(a[i][v], x, k[v]);
+            }
+        }
+        _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++)
+            _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++)
+                _mm512_storeu_ps(sc + (size_t)(r + i) * NK + kc + 16 * v, a[i][v]);
+    }
+}
+
+/* acc rows [0, rows) x widths [d0, d0 + 16 NV) += pb @ V over keys j0.. +nkp. */
+BF16K INLINE void dot_values(float *acc, const attn_bf16 *pb, int D, const attn_kv_bf16 *kv,
+                             int j0, int nkp, int rows, int d0, const int NV) {
+    for (int r = 0; r < rows; r += 4) {
+        __m512 a[4][4];
+        _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++)
+            _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) a[i][v] =
+                _mm512_loadu_ps(acc + (size_t)(r + i) * D + d0 + 16 * v);
+        for (int kk = 0; kk < nkp; kk += 2) {
+            const attn_bf16 *vr = values_at(kv, D, j0 + kk, d0);
+            __m512bh w[4];
+            _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) w[v] =
+                (__m512bh)_mm512_loadu_si512(vr + 32 * v);
+            _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) {
+                __m512bh x = pair_of(pb + (size_t)(r + i) * NK + kk);
+                _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) a[i][v] =
+                    _mm512_dpbf16_ps(a[i][v], x, w[v]);
+            }
+        }
+        _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++)
+            _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++)
+                _mm512_storeu_ps(acc + (size_t)(r + i) * D + d0 + 16 * v, a[i][v]);
+    }
+}
+
+BF16K static void avx_scores(float *sc, const attn_bf16 *qg, int D, const attn_kv_bf16 *kv, int j0,
+                             int nkp, int rows) {
+    int kc = 0;
+    for (; kc + 64 <= nkp; kc += 64)
+        dot_scores(sc, qg, D, kv, j0, kc, rows, 4);
+    if (kc < nkp) dot_scores(sc, qg, D, kv, j0, kc, rows, 2); /* nkp is a multiple of 32 */
+}
+
+BF16K static void avx_values(float *acc, const attn_bf16 *pb, int D, const attn_kv_bf16 *kv,
+                             int j0, int nkp, int rows) {
+    int d0 = 0;
+    for (; d0 + 64 <= D; d0 += 64)
+        dot_values(acc, pb, D, kv, j0, nkp, rows, d0, 4);
+    if (d0 < D) dot_values(acc, pb, D, kv, j0, nkp, rows, d0, 2); /* D is a multiple of 32 */
+}
+
+/* ---- softmax ---------------------------------------------------------------------- */
+
+/* The additive mask in log2 units. Values below -1e30 count as -1e30 (still
+ * a weight of 0 beside any ordinary score, and uniform weights when every
+ * key of a row has it, as in torch), so that torch's finfo.min scaled by
+ * log2(e) stays finite; -inf stays -inf: the key is hidden. */
+static inline float mask_log2(float a) {
+    return a == -INFINITY ? -INFINITY : (a < -1e30f ? -1e30f : a) * LOG2E;
+}
+
+/* Hides what the row at position pos may not see among the keys [j0, j0+nkp)
+ * of its scores x, of which the first nk are keys of the sequence. */
+static void mask_row(float *x, const attn_seq *s, int pos, int j0, int nk, int nkp) {
+    size_t m = (size_t)pos * s->S + (size_t)j0;
+    if (s->attn_mask_add)
+        for (int c = 0; c < nk; c++)
+            x[c] += mask_log2(s->attn_mask_add[m + c]);
+    if (s->key_padding_mask)
+        for (int c = 0; c < nk; c++)
+            if (s->key_padding_mask[j0 + c]) x[c] = -INFINITY;
+    if (s->attn_mask_bool)
+        for (int c = 0; c < nk; c++)
+            if (s->attn_mask_bool[m + c]) x[c] = -INFINITY;
+    if (s->causal)
+        for (int c = pos + 1 - j0 > 0 ? pos + 1 - j0 : 0; c < nk; c++)
+            x[c] = -INFINITY;
+    for (int c = nk; c < nkp; c++)
+        x[c] = -INFINITY;
+}
+
+/* 2^t for t in [LOW, 0]: t = n + f, |f| <= 1/2, 2^f = 1 + f P(f) with P a
+ * least-squares fit of (2^f - 1) / f on Chebyshev nodes (relative error
+ * 1.1e-7; 1.8e-7 evaluated in fp32), times 2^n by VSCALEFPS. */
+BF16K INLINE __m512 exp2_neg(__m512 t) {
+    __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 f = _mm512_sub_ps(t, n);
+    __m512 p = _mm512_set1_ps(1.321867225e-3f);
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.671698324e-3f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.550893024e-2f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.402223796e-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931468844e-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(p, n);
+}
+
+/* One row of a group: its scores x (nkp, log2 units, masked) become p
+ * (bf16), and its maximum c, sum l and outputs acc (D) are brought up to
+ * date. */
+BF16K static void softmax_row(const float *x, attn_bf16 *p, float *acc, float *c, float *l, int D,
+                              int nkp) {
+    __m512 mx = _mm512_set1_ps(-INFINITY);
+    for (int v = 0; v < nkp; v += 16)
+        mx = _mm512_max_ps(mx, _mm512_loadu_ps(x + v));
+    float m = _mm512_reduce_max_ps(mx);
+    if (m == -INFINITY) { /* nothing visible in this block */
+        memset(p, 0, sizeof(attn_bf16) * (size_t)nkp);
+        return;
+    }
+    float cn = ceilf(m); /* the block's own maximum */
+    if (cn > *c) {
+        if (*c != -INFINITY) { /* else acc and l are still 0 */
+            float f = exp2f(*c - cn);
+            __m512 vf = _mm512_set1_ps(f);
+            for (int d = 0; d < D; d += 16)
+                _mm512_storeu_ps(acc + d, _mm512_mul_ps(vf, _mm512_loadu_ps(acc + d)));
+            *l *= f;
+        }
+        *c = cn;
+    }
+    __m512 neg = _mm512_set1_ps(-*c), low = _mm512_set1_ps(LOW), sum = _mm512_setzero_ps();
+    for (int v = 0; v < nkp; v += 32) {
+        __m512 p0 = exp2_neg(_mm512_max_ps(_mm512_add_ps(_mm512_loadu_ps(x + v), neg), low));
+        __m512 p1 = exp2_neg(_mm512_max_ps(_mm512_add_ps(_mm512_loadu_ps(x + v + 16), neg), low));
+        sum = _mm512_add_ps(sum, _mm512_add_ps(p0, p1));
+        _mm512_storeu_si512(p + v, (__m512i)_mm512_cvtne2ps_pbh(p1, p0));
+    }
+    *l += _mm512_reduce_add_ps(sum);
+}
+
+/* ---- the block ------------------------------------------------------------------- */
+
+/* One call: the sequence, its rows and the key block being worked on. */
+typedef struct {
+    const attn_seq *s;
+    const attn_kv_bf16 *kv;
+    int i0, R, D, n; /* first position, heads per position, width, rows */
+    int masked;      /* any mask but causal */
+    int path;
+    int j0, nk, nkp; /* key block: first key, keys of the sequence in it, keys computed */
+} bf16_call;
+
+/* Group [g0, g0+gn) against the current key block. */
+static void group_block(const bf16_call *k, bf16_scratch *w, int g0, int gn) {
+    int D = k->D, two = gn > 16, rows = gn > 16 ? 32 : 16;
+    const attn_bf16 *qg = w->qb + (size_t)g0 * D;
+    float *acc = w->acc + (size_t)g0 * D;
+    if (k->path == ATTN_BF16_AMX)
+        amx_scores(w->sc, qg, D, k->kv, k->j0, k->nkp, two);
+    else
+        avx_scores(w->sc, qg, D, k->kv, k->j0, k->nkp, (gn + 3) / 4 * 4);
+    int pos_lo = k->i0 + g0 / k->R; /* the group's first position */
+    int causal = k->s->causal && k->j0 + k->nk - 1 > pos_lo;
+    for (int r = 0; r < gn; r++) {
+        float *x = w->sc + (size_t)r * NK;
+        if (k->masked || causal || k->nk < k->nkp)
+            mask_row(x, k->s, k->i0 + (g0 + r) / k->R, k->j0, k->nk, k->nkp);
+        softmax_row(x, w->pb + (size_t)r * NK, acc + (size_t)r * D, w->c + g0 + r, w->l + g0 + r,
+                    D, k->nkp);
+    }
+    for (int r = gn; r < rows; r++) /* rows past the group: no weight */
+        memset(w->pb + (size_t)r * NK, 0, sizeof(attn_bf16) * (size_t)k->nkp);
+    if (k->path == ATTN_BF16_AMX)
+        amx_values(acc, w->pb, D, k->kv, k->j0, k->nkp, two);
+    else
+        avx_values(acc, w->pb, D, k->kv, k->j0, k->nkp, (gn + 3) / 4 * 4);
+}
+
+/* qb (rows rounded up to 32, D) = bf16(q * scale * log2(e)); acc, c, l start. */
+static void rows_begin(bf16_scratch *w, const float *q, size_t ldq, int n, int R, int D,
+                       float scale) {
+    float qs = scale * LOG2E, row[256];
+    int n32 = (n + RG - 1) / RG * RG;
+    for (int r = 0; r < n; r++) {
+        const float *src = q + (size_t)(r / R) * ldq + (size_t)(r % R) * D;
+        for (int d = 0; d < D; d++)
+            row[d] = src[d] * qs;
+        attn_bf16_round(w->qb + (size_t)r * D, row, (size_t)D);
+    }
+    memset(w->qb + (size_t)n * D, 0, sizeof(attn_bf16) * (size_t)(n32 - n) * D);
+    memset(w->acc, 0, sizeof(float) * (size_t)n32 * D);
+    for (int r = 0; r < n; r++) {
+        w->c[r] = -INFINITY;
+        w->l[r] = 0.0f;
+    }
+}
+
+static void rows_end(float *out, size_t ldo, const bf16_scratch *w, int n, int R, int D) {
+    for (int r = 0; r < n; r++) {
+        float inv = w->l[r] > 0 ? 1.0f / w->l[r] : 0.0f; /* every key hidden: zeros */
+        float *dst = out + (size_t)(r / R) * ldo + (size_t)(r % R) * D;
+        for (int d = 0; d < D; d++)
+            dst[d] = w->acc[(size_t)r * D + d] * inv;
+    }
+}
+
+void attn_bf16_block(float *out, size_t ldo, const float *q, size_t ldq, const attn_kv_bf16 *kv,
+                     const attn_seq *s, int i0, int Lb, int R, int D, float scale, void *scratch) {
+    if (!attn_bf16_supported(D)) {
+        attn_bf16_block_ref(out, ldo, q, ldq, kv, s, i0, Lb, R, D, scale);
+        return;
+    }
+    bf16_call k = {.s = s, .kv = kv, .i0 = i0, .R = R, .D = D, .n = Lb * R};
+    k.masked = s->key_padding_mask || s->attn_mask_bool || s->attn_mask_add;
+    k.path = attn_bf16_path();
+    bf16_scratch w = carve(scratch, D);
+    rows_begin(&w, q, ldq, k.n, R, D, scale);
+    int jend = s->S;
+    if (s->causal && jend > i0 + Lb) jend = i0 + Lb; /* later keys are hidden from every row */
+    if (k.path == ATTN_BF16_AMX) attn_amx_begin();
+    for (k.j0 = 0; k.j0 < jend; k.j0 += NK) {
+        k.nk = jend - k.j0 < NK ? jend - k.j0 : NK;
+        k.nkp = (k.nk + 31) / 32 * 32;
+        for (int g0 = 0; g0 < k.n; g0 += RG) {
+            int gn = k.n - g0 < RG ? k.n - g0 : RG;
+            if (s->causal && k.j0 > i0 + (g0 + gn - 1) / R) continue; /* all in the future */
+            group_block(&k, &w, g0, gn);
+        }
+    }
+    if (k.path == ATTN_BF16_AMX) attn_amx_end();
+    rows_end(out, ldo, &w, k.n, R, D);
+}
+
+/* ---- the reference ---------------------------------------------------------------- */
+
+static float key_of(const attn_kv_bf16 *kv, int D, int j, int d) {
+    const attn_bf16 *h = kv->head + (size_t)(j / ATTN_KV_PAGE) * kv->page;
+    int t = j % ATTN_KV_PAGE;
+    return attn_bf16_to_f32(h[((size_t)((t / 16) * (D / 2) + d / 2) * 16 + t % 16) * 2 + d % 2]);
+}
+
+static float value_of(const attn_kv_bf16 *kv, int D, int j, int d) {
+    const attn_bf16 *h = kv->head + (size_t)(j / ATTN_KV_PAGE) * kv->page;
+    int t = j % ATTN_KV_PAGE;
+    return attn_bf16_to_f32(h[32 * (size_t)D + ((size_t)(t / 2) * D + d) * 2 + t % 2]);
+}
+
+/* Score of key j for the row at pos with rounded query qh (D), log2 units;
+ * -inf when hidden. */
+static float ref_score(const float *qh, const attn_kv_bf16 *kv, const attn_seq *s, int pos, int j,
+                       int D) {
+    size_t m = (size_t)pos * s->S + (size_t)j;
+    if ((s->causal && j > pos) || (s->key_padding_mask && s->key_padding_mask[j]) ||
+        (s->attn_mask_bool && s->attn_mask_bool[m]))
+        return -INFINITY;
+    float x = 0.0f;
+    for (int d = 0; d < D; d++) /* the product is exact: one rounding per step */
+        x += qh[d] * key_of(kv, D, j, d);
+    return s->attn_mask_add ? x + mask_log2(s->attn_mask_add[m]) : x;
+}
+
+void attn_bf16_block_ref(float *out, size_t ldo, const float *q, size_t ldq,
+                         const attn_kv_bf16 *kv, const attn_seq *s, int i0, int Lb, int R, int D,
+                         float scale) {
+    for (int r = 0; r < Lb * R; r++) {
+        int pos = i0 + r / R;
+        const float *src = q + (size_t)(r / R) * ldq + (size_t)(r % R) * D;
+        float *dst = out + (size_t)(r / R) * ldo + (size_t)(r % R) * D;
+        float qh[256], acc[256] = {0}, m = -INFINITY, l = 0.0f;
+        for (int d = 0; d < D; d++)
+            qh[d] = attn_bf16_to_f32(attn_bf16_of(src[d] * (scale * LOG2E)));
+        for (int j = 0; j < s->S; j++)
+            m = fmaxf(m, ref_score(qh, kv, s, pos, j, D));
+        float c = ceilf(m);
+        for (int j = 0; m != -INFINITY && j < s->S; j++) {
+            float p = exp2f(ref_score(qh, kv, s, pos, j, D) - c);
+            float pb = attn_bf16_to_f32(attn_bf16_of(p));
+            l += p;
+            for (int d = 0; d < D; d++)
+                acc[d] += pb * value_of(kv, D, j, d);
+        }
+        for (int d = 0; d < D; d++) /* every key hidden: zeros */
+            dst[d] = l > 0 ? acc[d] / l : 0.0f;
+    }
+}
