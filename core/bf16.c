@@ -75,9 +75,7 @@ int attn_bf16_path(void) {
 }
 
 const char *attn_bf16_name(int level) {
-    return level == ATTN_BF16_AMX      ? "amx-bf16"
-           : level == ATTN_BF16_AVX512 ? "avx512-bf16"
-                                       : "none";
+    return level == ATTN_BF16_AMX ? "amx-bf16" : level == ATTN_BF16_AVX512 ? "avx512-bf16" : "none";
 }
 
 /* ---- conversions -------------------------------------------------------------- */
@@ -85,8 +83,8 @@ const char *attn_bf16_name(int level) {
 /* fp32 bits -> bf16 bits, branch-free so that loops of it vectorise. */
 static inline attn_bf16 round_bits(uint32_t u) {
     uint32_t r = (u + 0x7fffu + (u >> 16 & 1u)) >> 16; /* to nearest, ties to even */
-    uint32_t nan = u >> 16 | 0x40u;                     /* quiet, sign and payload top kept */
-    uint32_t zero = u >> 16 & 0x8000u;                  /* zero or subnormal: signed zero */
+    uint32_t nan = u >> 16 | 0x40u;                    /* quiet, sign and payload top kept */
+    uint32_t zero = u >> 16 & 0x8000u;                 /* zero or subnormal: signed zero */
     r = (u & 0x7fffffffu) > 0x7f800000u ? nan : r;
     r = (u & 0x7f800000u) == 0 ? zero : r;
     return (attn_bf16)r;

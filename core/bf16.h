@@ -168,9 +168,8 @@ size_t attn_bf16_scratch_bytes(int D); /* one thread's scratch for one block */
 void attn_bf16_block(float *out, size_t ldo, const float *q, size_t ldq, const attn_kv_bf16 *kv,
                      const attn_seq *s, int i0, int Lb, int R, int D, float scale, void *scratch);
 /* The same, plainly: one row at a time, libm's exp2, no scratch. */
-void attn_bf16_block_ref(float *out, size_t ldo, const float *q, size_t ldq,
-                         const attn_kv_bf16 *kv, const attn_seq *s, int i0, int Lb, int R, int D,
-                         float scale);
+void attn_bf16_block_ref(float *out, size_t ldo, const float *q, size_t ldq, const attn_kv_bf16 *kv,
+                         const attn_seq *s, int i0, int Lb, int R, int D, float scale);
 
 /* ---- inside the kernels' files only ------------------------------------------ */
 

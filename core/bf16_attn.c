@@ -207,8 +207,8 @@ BF16K INLINE void dot_scores(float *sc, const attn_bf16 *qg, int D, const attn_k
 }
 
 /* acc rows [0, rows) x widths [d0, d0 + 16 NV) += pb @ V over keys j0.. +nkp. */
-BF16K INLINE void dot_values(float *acc, const attn_bf16 *pb, int D, const attn_kv_bf16 *kv,
-                             int j0, int nkp, int rows, int d0, const int NV) {
+BF16K INLINE void dot_values(float *acc, const attn_bf16 *pb, int D, const attn_kv_bf16 *kv, int j0,
+                             int nkp, int rows, int d0, const int NV) {
     for (int r = 0; r < rows; r += 4) {
         __m512 a[4][4];
         _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++)
@@ -239,8 +239,8 @@ BF16K static void avx_scores(float *sc, const attn_bf16 *qg, int D, const attn_k
     if (kc < nkp) dot_scores(sc, qg, D, kv, j0, kc, rows, 2); /* nkp is a multiple of 32 */
 }
 
-BF16K static void avx_values(float *acc, const attn_bf16 *pb, int D, const attn_kv_bf16 *kv,
-                             int j0, int nkp, int rows) {
+BF16K static void avx_values(float *acc, const attn_bf16 *pb, int D, const attn_kv_bf16 *kv, int j0,
+                             int nkp, int rows) {
     int d0 = 0;
     for (; d0 + 64 <= D; d0 += 64)
         dot_values(acc, pb, D, kv, j0, nkp, rows, d0, 4);
@@ -353,8 +353,8 @@ static void group_block(const bf16_call *k, bf16_scratch *w, int g0, int gn) {
         float *x = w->sc + (size_t)r * NK;
         if (k->masked || causal || k->nk < k->nkp)
             mask_row(x, k->s, k->i0 + (g0 + r) / k->R, k->j0, k->nk, k->nkp);
-        softmax_row(x, w->pb + (size_t)r * NK, acc + (size_t)r * D, w->c + g0 + r, w->l + g0 + r,
-                    D, k->nkp);
+        softmax_row(x, w->pb + (size_t)r * NK, acc + (size_t)r * D, w->c + g0 + r, w->l + g0 + r, D,
+                    k->nkp);
     }
     for (int r = gn; r < rows; r++) /* rows past the group: no weight */
         memset(w->pb + (size_t)r * NK, 0, sizeof(attn_bf16) * (size_t)k->nkp);
@@ -447,9 +447,8 @@ static float ref_score(const float *qh, const attn_kv_bf16 *kv, const attn_seq *
     return s->attn_mask_add ? x + mask_log2(s->attn_mask_add[m]) : x;
 }
 
-void attn_bf16_block_ref(float *out, size_t ldo, const float *q, size_t ldq,
-                         const attn_kv_bf16 *kv, const attn_seq *s, int i0, int Lb, int R, int D,
-                         float scale) {
+void attn_bf16_block_ref(float *out, size_t ldo, const float *q, size_t ldq, const attn_kv_bf16 *kv,
+                         const attn_seq *s, int i0, int Lb, int R, int D, float scale) {
     for (int r = 0; r < Lb * R; r++) {
         int pos = i0 + r / R;
         const float *src = q + (size_t)(r / R) * ldq + (size_t)(r % R) * D;

@@ -68,7 +68,8 @@ static void load_rows(attn_bf16 *abuf, size_t ldb, const float *A, size_t lda, s
     for (size_t r = 0; r < nr_pad; r++) {
         attn_bf16 *dst = abuf + r * ldb;
         if (r < nr) attn_bf16_round(dst, A + r * lda + k0, kn);
-        memset(dst + (r < nr ? kn : 0), 0, sizeof(attn_bf16) * ((size_t)kn_pad - (r < nr ? kn : 0)));
+        memset(dst + (r < nr ? kn : 0), 0,
+               sizeof(attn_bf16) * ((size_t)kn_pad - (r < nr ? kn : 0)));
     }
 }
 
@@ -125,9 +126,9 @@ K512_ROWS(9)
 K512_ROWS(10)
 K512_ROWS(11)
 K512_ROWS(12)
-static void (*const k512_rows[13])(const k512_args *) = {
-    NULL, k512_1, k512_2, k512_3, k512_4, k512_5, k512_6, k512_7, k512_8, k512_9, k512_10, k512_11,
-    k512_12};
+static void (*const k512_rows[13])(const k512_args *) = {NULL,    k512_1,  k512_2, k512_3, k512_4,
+                                                         k512_5,  k512_6,  k512_7, k512_8, k512_9,
+                                                         k512_10, k512_11, k512_12};
 
 static __mmask16 cols_mask(int left) {
     return left >= NP ? 0xFFFF : left <= 0 ? 0 : (__mmask16)((1u << left) - 1);
