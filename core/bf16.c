@@ -218,14 +218,61 @@ void attn_kv_bf16_get(const attn_bf16 *kv, int G, int D, size_t t, float *k, flo
     }
 }
 
+/* 16 widths of a row, from d: bf16 in the low halves of 16 32-bit lanes
+ * (zeros for a row past the sequence: NULL). */
+BF16VEC static inline __m512i widths16(const float *row, int d) {
+    if (!row) return _mm512_setzero_si512();
+    return _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(row + d)));
+}
+
+/* One head's keys in one page: per block of 16 tokens and 32 widths, each
+ * token's 16 pairs of widths scattered to the 16 rows of 64 bytes. */
+BF16VEC static void pack_keys(attn_bf16 *h, int D, const float *const *rows) {
+    const __m512i rows16 =
+        _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                           _mm512_set1_epi32(16));
+    for (int t = 0; t < ATTN_KV_PAGE; t++)
+        for (int d = 0; d < D; d += 32) {
+            __m512bh b = rows[t] ? _mm512_cvtne2ps_pbh(_mm512_loadu_ps(rows[t] + d + 16),
+                                                       _mm512_loadu_ps(rows[t] + d))
+                                 : (__m512bh)_mm512_setzero_si512();
+            attn_bf16 *at = h + key_at(D, t, d);
+            _mm512_i32scatter_epi32(at, rows16, (__m512i)b, 4);
+        }
+}
+
+/* One head's values in one page: token pairs, the two tokens' widths
+ * interleaved. */
+BF16VEC static void pack_values(attn_bf16 *h, int D, const float *const *rows) {
+    for (int u = 0; u < ATTN_KV_PAGE / 2; u++)
+        for (int d = 0; d < D; d += 16) {
+            __m512i lo = widths16(rows[2 * u], d), hi = widths16(rows[2 * u + 1], d);
+            _mm512_storeu_si512(h + value_at(D, 2 * u, d),
+                                _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+        }
+}
+
 void attn_kv_bf16_pack(attn_bf16 *kv, int G, int D, size_t S, const float *k, size_t ldk,
                        const float *v, size_t ldv) {
-    size_t full = S / ATTN_KV_PAGE * ATTN_KV_PAGE;
-    if (full < S) /* the last page: zeros in the slots past S */
-        memset(kv + attn_kv_bf16_elems(full, G, D), 0,
-               sizeof(attn_bf16) * attn_kv_bf16_elems(ATTN_KV_PAGE, G, D));
-    for (size_t t = 0; t < S; t++)
-        attn_kv_bf16_put(kv, G, D, t, k + t * ldk, v + t * ldv);
+    size_t full = S / ATTN_KV_PAGE * ATTN_KV_PAGE, page = attn_kv_bf16_elems(ATTN_KV_PAGE, G, D);
+    if (attn_bf16_path() == ATTN_BF16_NONE || D % 32) {
+        if (full < S) /* the last page: zeros in the slots past S */
+            memset(kv + full / ATTN_KV_PAGE * page, 0, sizeof(attn_bf16) * page);
+        for (size_t t = 0; t < S; t++)
+            attn_kv_bf16_put(kv, G, D, t, k + t * ldk, v + t * ldv);
+        return;
+    }
+    for (size_t p = 0; p * ATTN_KV_PAGE < S; p++)
+        for (int g = 0; g < G; g++) {
+            const float *kr[ATTN_KV_PAGE], *vr[ATTN_KV_PAGE];
+            for (size_t t = 0, at = p * ATTN_KV_PAGE; t < ATTN_KV_PAGE; t++, at++) {
+                kr[t] = at < S ? k + at * ldk + (size_t)g * D : NULL;
+                vr[t] = at < S ? v + at * ldv + (size_t)g * D : NULL;
+            }
+            attn_bf16 *h = kv + p * page + (size_t)g * 64 * D;
+            pack_keys(h, D, kr);
+            pack_values(h, D, vr);
+        }
 }
 
 /* ---- AMX tile configuration ------------------------------------------------------------ */

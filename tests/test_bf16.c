@@ -819,14 +819,12 @@ END_TEST
 /* ------------------------------------------------------------ layout */
 
 /* The page layout as bf16.h writes it, index by index; get returns what put
- * wrote; pack equals put token by token, with zeros past the last token. */
-START_TEST(test_kv_layout) {
-    enum { GL = 3, D = 64, S = 70 };
+ * wrote; pack (on path p: the vector code, or the portable loop for NONE
+ * and for widths that are not a multiple of 32) equals put token by token,
+ * with zeros past the last token. */
+static void kv_layout(int D, int p) {
+    enum { GL = 3, S = 70 };
     size_t n = attn_kv_bf16_elems(S, GL, D), page = (size_t)GL * 64 * D;
-    ck_assert_uint_eq(n, 3 * page);
-    ck_assert_uint_eq(attn_kv_bf16_elems(0, GL, D), 0);
-    ck_assert_uint_eq(attn_kv_bf16_elems(32, GL, D), page);
-    ck_assert_uint_eq(attn_kv_bf16_elems(33, GL, D), 2 * page);
     float *k = xcalloc(S * GL * D, sizeof(float)), *v = xcalloc(S * GL * D, sizeof(float));
     float *kb = xcalloc(GL * D, sizeof(float)), *vb = xcalloc(GL * D, sizeof(float));
     for (size_t i = 0; i < (size_t)S * GL * D; i++) {
@@ -839,7 +837,8 @@ START_TEST(test_kv_layout) {
     attn_kv_bf16_pack(packed, GL, D, S, k, GL * D, v, GL * D);
     for (size_t t = 0; t < S; t++)
         attn_kv_bf16_put(put, GL, D, t, k + t * GL * D, v + t * GL * D);
-    ck_assert_msg(memcmp(packed, put, n * 2) == 0, "pack differs from put token by token");
+    ck_assert_msg(memcmp(packed, put, n * 2) == 0, "%s, D=%d: pack differs from put", PATH_CPU[p],
+                  D);
     for (size_t t = 0; t < 3 * ATTN_KV_PAGE; t++)
         for (int g = 0; g < GL; g++)
             for (int d = 0; d < D; d++) {
@@ -847,13 +846,14 @@ START_TEST(test_kv_layout) {
                 size_t s = t % 32, kat = ((s / 16 * (D / 2) + d / 2) * 16 + s % 16) * 2 + d % 2;
                 size_t vat = 32 * D + ((s / 2) * D + d) * 2 + s % 2, x = (t * GL + g) * D + d;
                 attn_bf16 wk = t < S ? attn_bf16_of(k[x]) : 0, wv = t < S ? attn_bf16_of(v[x]) : 0;
-                REQUIRE(h[kat] == wk && h[vat] == wv, "token %zu head %d width %d", t, g, d);
+                REQUIRE(h[kat] == wk && h[vat] == wv, "D=%d token %zu head %d width %d", D, t, g,
+                        d);
             }
     for (size_t t = 0; t < S; t++) {
         attn_kv_bf16_get(packed, GL, D, t, kb, vb);
         for (int i = 0; i < GL * D; i++)
             REQUIRE(kb[i] == (float)rb(k[t * GL * D + i]) && vb[i] == (float)rb(v[t * GL * D + i]),
-                    "get: token %zu value %d", t, i);
+                    "get: D=%d token %zu value %d", D, t, i);
     }
     free(k);
     free(v);
@@ -861,6 +861,21 @@ START_TEST(test_kv_layout) {
     free(vb);
     free(packed);
     free(put);
+}
+
+START_TEST(test_kv_layout) {
+    size_t page = (size_t)3 * 64 * 64;
+    ck_assert_uint_eq(attn_kv_bf16_elems(70, 3, 64), 3 * page);
+    ck_assert_uint_eq(attn_kv_bf16_elems(0, 3, 64), 0);
+    ck_assert_uint_eq(attn_kv_bf16_elems(32, 3, 64), page);
+    ck_assert_uint_eq(attn_kv_bf16_elems(33, 3, 64), 2 * page);
+    for (int p = 0; p < NPATHS; p++) {
+        if (!use_path(PATHS[p], "layout")) continue;
+        kv_layout(64, p);
+        kv_layout(96, p);
+        kv_layout(48, p);
+    }
+    attn_bf16_force(-1);
 }
 END_TEST
 
