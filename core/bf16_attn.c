@@ -4,16 +4,21 @@
  * q (scaled) and P rounded to bf16 and K and V read in bf16 from their pages.
  *
  * A call takes up to 512 rows (positions x grouped query heads), rounds
- * their scaled queries to bf16 once (qb), and walks the keys in blocks of
- * NK; for each block, the rows in groups of 32 (two AMX tile rows):
- *   scores  sc (32, NK) = qb (32, D) @ K^T (D, NK)        fp32 sums
+ * their scaled queries to bf16 once (qb), and takes the rows in groups of
+ * 32 (two AMX tile rows); each group walks the keys in blocks of NK:
+ *   scores  sc (32, NK) = qb (32, D) @ K^T (D, NK)          fp32 sums
  *   softmax masks, running integer maximum c and sum l,
- *           pb (32, NK) = bf16(2^(sc log2(e) - c))        fp32, then rounded
- *   values  acc (32, D) += pb (32, NK) @ V (NK, D)        fp32 sums
- * and at the end out = acc / l. Scores are kept row by row (keys in the
- * lanes), so the rounded probabilities are already the rows an AMX A tile
- * or a 32-bit broadcast reads. The key block stays in L1 across the groups
- * of a call; each group's rows of acc stay in L1 across its key block.
+ *           pb (32, NK) = bf16(2^(sc - c))                  fp32, then rounded
+ *   values  acc (32, D) += pb (32, NK) @ V (NK, D)          fp32 sums
+ * and at the end out = acc / l. Scores are in log2 units (q is scaled by
+ * scale * log2(e)) and kept row by row (keys in the lanes), so the rounded
+ * probabilities are already the rows an AMX A tile or a 32-bit broadcast
+ * reads. A group's rows of qb and acc stay in L1 while it walks the keys,
+ * which come from L2 (measured faster here than keeping a key block in L1
+ * across the groups). The next block's scores are computed before this
+ * block's softmax (two score buffers), so that tile work is in flight while
+ * the vector unit runs the softmax. The softmax makes one pass with the
+ * row's c so far, and a second only when a score of the block passes it.
  * When c grows, acc and l are scaled by 2^(c_old - c_new), exactly; so P is
  * the same whatever the block sizes (bf16.h).
  *
@@ -28,6 +33,7 @@
  * VSCALEFPS (relative error below 2e-7).
  * Legend: see attn.h.
  */
+#include <float.h>
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
@@ -35,15 +41,18 @@
 #include "bf16.h"
 #include "internal.h"
 
-#ifndef ATTN_BF16_NK /* -DATTN_BF16_NK=... for tuning builds: 64 or 128 */
-#define ATTN_BF16_NK 128
+#ifndef ATTN_BF16_NK     /* -DATTN_BF16_NK=... for tuning builds */
+#define ATTN_BF16_NK 128 /* a multiple of 64 */
 #endif
 enum {
     NK = ATTN_BF16_NK, /* keys per block, a multiple of 64 */
     RG = 32,           /* rows per group */
     ROWS = ATTN_BF16_ROWS,
-    LOW = -200, /* 2^t is 0 in fp32 below this; clamping keeps -inf out of the polynomial */
 };
+/* A hidden key's score: below any visible one (scores and additive masks in
+ * log2 units are above -2e30), and finite. */
+#define HIDDEN (-FLT_MAX)
+#define SEEN (-1e37f) /* a block whose largest score is below this shows nothing */
 
 #define INLINE static inline __attribute__((always_inline))
 #define BF16K __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
@@ -60,10 +69,10 @@ int attn_bf16_supported(int D) {
 typedef struct {
     attn_bf16 *qb; /* (ROWS, D) bf16(q * scale), zeros past the rows */
     float *acc;    /* (ROWS, D) unnormalised outputs */
-    float *sc;     /* (RG, NK) scores of one group */
+    float *sc[2];  /* (RG, NK) scores of a group, two: the next step's are made early */
     attn_bf16 *pb; /* (RG, NK) their rounded probabilities */
     float *c;      /* (ROWS) running maximum: an integer, -inf before any visible key */
-    float *l;      /* (ROWS) running sum */
+    float *l;      /* (ROWS, 16) running sum, in 16 parts (summed at the end) */
 } bf16_scratch;
 
 static size_t up64(size_t bytes) {
@@ -72,8 +81,8 @@ static size_t up64(size_t bytes) {
 
 size_t attn_bf16_scratch_bytes(int D) {
     return up64((size_t)ROWS * D * sizeof(attn_bf16)) + up64((size_t)ROWS * D * sizeof(float)) +
-           up64((size_t)RG * NK * sizeof(float)) + up64((size_t)RG * NK * sizeof(attn_bf16)) +
-           2 * up64((size_t)ROWS * sizeof(float));
+           2 * up64((size_t)RG * NK * sizeof(float)) + up64((size_t)RG * NK * sizeof(attn_bf16)) +
+           up64((size_t)ROWS * sizeof(float)) + up64((size_t)ROWS * 16 * sizeof(float));
 }
 
 static bf16_scratch carve(void *scratch, int D) {
@@ -83,8 +92,10 @@ static bf16_scratch carve(void *scratch, int D) {
     p += up64((size_t)ROWS * D * sizeof(attn_bf16));
     w.acc = (float *)p;
     p += up64((size_t)ROWS * D * sizeof(float));
-    w.sc = (float *)p;
-    p += up64((size_t)RG * NK * sizeof(float));
+    for (int b = 0; b < 2; b++) {
+        w.sc[b] = (float *)p;
+        p += up64((size_t)RG * NK * sizeof(float));
+    }
     w.pb = (attn_bf16 *)p;
     p += up64((size_t)RG * NK * sizeof(attn_bf16));
     w.c = (float *)p;
@@ -258,30 +269,34 @@ static inline float mask_log2(float a) {
 }
 
 /* Hides what the row at position pos may not see among the keys [j0, j0+nkp)
- * of its scores x, of which the first nk are keys of the sequence. */
+ * of its scores x, of which the first nk are keys of the sequence: HIDDEN,
+ * finite, so that 2^(HIDDEN - c) is 0 without a NaN on the way. */
 static void mask_row(float *x, const attn_seq *s, int pos, int j0, int nk, int nkp) {
     size_t m = (size_t)pos * s->S + (size_t)j0;
     if (s->attn_mask_add)
-        for (int c = 0; c < nk; c++)
-            x[c] += mask_log2(s->attn_mask_add[m + c]);
+        for (int c = 0; c < nk; c++) {
+            float a = mask_log2(s->attn_mask_add[m + c]);
+            x[c] = a == -INFINITY ? HIDDEN : x[c] + a;
+        }
     if (s->key_padding_mask)
         for (int c = 0; c < nk; c++)
-            if (s->key_padding_mask[j0 + c]) x[c] = -INFINITY;
+            if (s->key_padding_mask[j0 + c]) x[c] = HIDDEN;
     if (s->attn_mask_bool)
         for (int c = 0; c < nk; c++)
-            if (s->attn_mask_bool[m + c]) x[c] = -INFINITY;
+            if (s->attn_mask_bool[m + c]) x[c] = HIDDEN;
     if (s->causal)
         for (int c = pos + 1 - j0 > 0 ? pos + 1 - j0 : 0; c < nk; c++)
-            x[c] = -INFINITY;
+            x[c] = HIDDEN;
     for (int c = nk; c < nkp; c++)
-        x[c] = -INFINITY;
+        x[c] = HIDDEN;
 }
 
-/* 2^t for t in [LOW, 0]: t = n + f, |f| <= 1/2, 2^f = 1 + f P(f) with P a
+/* 2^t for t <= 0 (-FLT_MAX included: 0): t = n + f, |f| <= 1/2, 2^f = 1 + f P(f) with P a
  * least-squares fit of (2^f - 1) / f on Chebyshev nodes (relative error
  * 1.1e-7; 1.8e-7 evaluated in fp32), times 2^n by VSCALEFPS. */
 BF16K INLINE __m512 exp2_neg(__m512 t) {
-    __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m512 magic = _mm512_set1_ps(12582912.0f); /* 1.5 * 2^23: adding rounds to an integer */
+    __m512 n = _mm512_sub_ps(_mm512_add_ps(t, magic), magic);
     __m512 f = _mm512_sub_ps(t, n);
     __m512 p = _mm512_set1_ps(1.321867225e-3f);
     p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.671698324e-3f));
@@ -292,76 +307,132 @@ BF16K INLINE __m512 exp2_neg(__m512 t) {
     return _mm512_scalef_ps(p, n);
 }
 
-/* One row of a group: its scores x (nkp, log2 units, masked) become p
- * (bf16), and its maximum c, sum l and outputs acc (D) are brought up to
- * date. */
-BF16K static void softmax_row(const float *x, attn_bf16 *p, float *acc, float *c, float *l, int D,
-                              int nkp) {
-    __m512 mx = _mm512_set1_ps(-INFINITY);
-    for (int v = 0; v < nkp; v += 16)
-        mx = _mm512_max_ps(mx, _mm512_loadu_ps(x + v));
-    float m = _mm512_reduce_max_ps(mx);
-    if (m == -INFINITY) { /* nothing visible in this block */
-        memset(p, 0, sizeof(attn_bf16) * (size_t)nkp);
-        return;
-    }
-    float cn = ceilf(m); /* the block's own maximum */
-    if (cn > *c) {
-        if (*c != -INFINITY) { /* else acc and l are still 0 */
-            float f = exp2f(*c - cn);
-            __m512 vf = _mm512_set1_ps(f);
-            for (int d = 0; d < D; d += 16)
-                _mm512_storeu_ps(acc + d, _mm512_mul_ps(vf, _mm512_loadu_ps(acc + d)));
-            *l *= f;
-        }
-        *c = cn;
-    }
-    __m512 neg = _mm512_set1_ps(-*c), low = _mm512_set1_ps(LOW), sum = _mm512_setzero_ps();
+/* p (nkp) = bf16(2^(x - c)) for the scores x of one row; returns the sum of
+ * the unrounded values added to sum, and the largest score in *mx. */
+BF16K INLINE __m512 exp_pass(const float *x, attn_bf16 *p, int nkp, float c, __m512 sum,
+                             __m512 *mx) {
+    __m512 neg = _mm512_set1_ps(-c), top = _mm512_set1_ps(HIDDEN);
     for (int v = 0; v < nkp; v += 32) {
-        __m512 p0 = exp2_neg(_mm512_max_ps(_mm512_add_ps(_mm512_loadu_ps(x + v), neg), low));
-        __m512 p1 = exp2_neg(_mm512_max_ps(_mm512_add_ps(_mm512_loadu_ps(x + v + 16), neg), low));
+        __m512 x0 = _mm512_loadu_ps(x + v), x1 = _mm512_loadu_ps(x + v + 16);
+        top = _mm512_max_ps(top, _mm512_max_ps(x0, x1));
+        __m512 p0 = exp2_neg(_mm512_add_ps(x0, neg)), p1 = exp2_neg(_mm512_add_ps(x1, neg));
         sum = _mm512_add_ps(sum, _mm512_add_ps(p0, p1));
         _mm512_storeu_si512(p + v, (__m512i)_mm512_cvtne2ps_pbh(p1, p0));
     }
-    *l += _mm512_reduce_add_ps(sum);
+    *mx = top;
+    return sum;
+}
+
+/* One row of a group: its scores x (nkp, log2 units, masked) become p
+ * (bf16), and its maximum c, sum l (16 parts) and outputs acc (D) are
+ * brought up to date. One pass with the row's c so far, which holds unless
+ * a score of the block passes it (then again, with the block's c). */
+BF16K static void softmax_row(const float *x, attn_bf16 *p, float *acc, float *c, float *l, int D,
+                              int nkp) {
+    __m512 l0 = _mm512_loadu_ps(l), mx = _mm512_set1_ps(HIDDEN), sum;
+    if (*c != -INFINITY) {
+        sum = exp_pass(x, p, nkp, *c, l0, &mx);
+        if (!_mm512_cmp_ps_mask(mx, _mm512_set1_ps(*c), _CMP_GT_OQ)) {
+            _mm512_storeu_ps(l, sum);
+            return;
+        }
+    } else {
+        for (int v = 0; v < nkp; v += 16)
+            mx = _mm512_max_ps(mx, _mm512_loadu_ps(x + v));
+    }
+    float m = _mm512_reduce_max_ps(mx);
+    if (m < SEEN) { /* nothing visible so far */
+        memset(p, 0, sizeof(attn_bf16) * (size_t)nkp);
+        return;
+    }
+    float cn = ceilf(m); /* > c: 2^(c - cn) is exact, and 0 when c was -inf (acc, l are 0) */
+    __m512 f = _mm512_scalef_ps(_mm512_set1_ps(1.0f), _mm512_set1_ps(*c - cn));
+    for (int d = 0; d < D; d += 16)
+        _mm512_storeu_ps(acc + d, _mm512_mul_ps(f, _mm512_loadu_ps(acc + d)));
+    *c = cn;
+    _mm512_storeu_ps(l, exp_pass(x, p, nkp, cn, _mm512_mul_ps(f, l0), &mx));
 }
 
 /* ---- the block ------------------------------------------------------------------- */
 
-/* One call: the sequence, its rows and the key block being worked on. */
+/* One call: the sequence and its rows. */
 typedef struct {
     const attn_seq *s;
     const attn_kv_bf16 *kv;
     int i0, R, D, n; /* first position, heads per position, width, rows */
+    int jend;        /* keys [jend, S) are hidden from every row (causal) */
     int masked;      /* any mask but causal */
     int path;
-    int j0, nk, nkp; /* key block: first key, keys of the sequence in it, keys computed */
 } bf16_call;
 
-/* Group [g0, g0+gn) against the current key block. */
-static void group_block(const bf16_call *k, bf16_scratch *w, int g0, int gn) {
-    int D = k->D, two = gn > 16, rows = gn > 16 ? 32 : 16;
-    const attn_bf16 *qg = w->qb + (size_t)g0 * D;
-    float *acc = w->acc + (size_t)g0 * D;
+/* One step of a call: a key block against a group of rows. */
+typedef struct {
+    int j0, nk, nkp; /* first key, keys of the sequence in the block, keys computed (32s) */
+    int g0, gn;      /* first row, rows (gn = 0: before the first step) */
+} bf16_step;
+
+/* The step after *st: the group's next key block, or the next group from
+ * key 0 (each group of rows walks every key while its rows of qb and acc
+ * stay in L1; keys and values come from L2); key blocks a causal group may
+ * not see are skipped. Returns 0 when there is none. */
+static int next_step(const bf16_call *k, bf16_step *st) {
+    int j0 = st->gn ? st->j0 + NK : 0, g0 = st->gn ? st->g0 : 0;
+    int gn = k->n - g0 < RG ? k->n - g0 : RG;
+    if (j0 >= k->jend || (k->s->causal && j0 > k->i0 + (g0 + gn - 1) / k->R)) {
+        j0 = 0; /* the group is done: later blocks are all in its future */
+        g0 += RG;
+        gn = k->n - g0 < RG ? k->n - g0 : RG;
+    }
+    if (g0 >= k->n) return 0;
+    int nk = k->jend - j0 < NK ? k->jend - j0 : NK;
+    *st = (bf16_step){j0, nk, (nk + 31) / 32 * 32, g0, gn};
+    return 1;
+}
+
+static void step_scores(const bf16_call *k, const bf16_scratch *w, const bf16_step *st, float *sc) {
+    const attn_bf16 *qg = w->qb + (size_t)st->g0 * k->D;
     if (k->path == ATTN_BF16_AMX)
-        amx_scores(w->sc, qg, D, k->kv, k->j0, k->nkp, two);
+        amx_scores(sc, qg, k->D, k->kv, st->j0, st->nkp, st->gn > 16);
     else
-        avx_scores(w->sc, qg, D, k->kv, k->j0, k->nkp, (gn + 3) / 4 * 4);
+        avx_scores(sc, qg, k->D, k->kv, st->j0, st->nkp, (st->gn + 3) / 4 * 4);
+}
+
+/* The step's softmax and values, from its scores sc. */
+static void step_rest(const bf16_call *k, bf16_scratch *w, const bf16_step *st, float *sc) {
+    int D = k->D, g0 = st->g0, gn = st->gn, rows = gn > 16 ? 32 : 16;
+    float *acc = w->acc + (size_t)g0 * D;
     int pos_lo = k->i0 + g0 / k->R; /* the group's first position */
-    int causal = k->s->causal && k->j0 + k->nk - 1 > pos_lo;
+    int causal = k->s->causal && st->j0 + st->nk - 1 > pos_lo;
     for (int r = 0; r < gn; r++) {
-        float *x = w->sc + (size_t)r * NK;
-        if (k->masked || causal || k->nk < k->nkp)
-            mask_row(x, k->s, k->i0 + (g0 + r) / k->R, k->j0, k->nk, k->nkp);
-        softmax_row(x, w->pb + (size_t)r * NK, acc + (size_t)r * D, w->c + g0 + r, w->l + g0 + r, D,
-                    k->nkp);
+        float *x = sc + (size_t)r * NK;
+        if (k->masked || causal || st->nk < st->nkp)
+            mask_row(x, k->s, k->i0 + (g0 + r) / k->R, st->j0, st->nk, st->nkp);
+        softmax_row(x, w->pb + (size_t)r * NK, acc + (size_t)r * D, w->c + g0 + r,
+                    w->l + (size_t)(g0 + r) * 16, D, st->nkp);
     }
     for (int r = gn; r < rows; r++) /* rows past the group: no weight */
-        memset(w->pb + (size_t)r * NK, 0, sizeof(attn_bf16) * (size_t)k->nkp);
+        memset(w->pb + (size_t)r * NK, 0, sizeof(attn_bf16) * (size_t)st->nkp);
     if (k->path == ATTN_BF16_AMX)
-        amx_values(acc, w->pb, D, k->kv, k->j0, k->nkp, two);
+        amx_values(acc, w->pb, D, k->kv, st->j0, st->nkp, gn > 16);
     else
-        avx_values(acc, w->pb, D, k->kv, k->j0, k->nkp, (gn + 3) / 4 * 4);
+        avx_values(acc, w->pb, D, k->kv, st->j0, st->nkp, (gn + 3) / 4 * 4);
+}
+
+/* Every step; the scores of the next step are computed before the softmax
+ * of this one, into the other score buffer, so that the tile unit has work
+ * while the vector unit runs the softmax. */
+static void run_steps(const bf16_call *k, bf16_scratch *w) {
+    bf16_step cur = {0}, nxt;
+    int have = next_step(k, &cur);
+    if (have) step_scores(k, w, &cur, w->sc[0]);
+    for (int b = 0; have; b ^= 1) {
+        nxt = cur;
+        int more = next_step(k, &nxt);
+        if (more) step_scores(k, w, &nxt, w->sc[b ^ 1]);
+        step_rest(k, w, &cur, w->sc[b]);
+        cur = nxt;
+        have = more;
+    }
 }
 
 /* qb (rows rounded up to 32, D) = bf16(q * scale * log2(e)); acc, c, l start. */
@@ -377,15 +448,17 @@ static void rows_begin(bf16_scratch *w, const float *q, size_t ldq, int n, int R
     }
     memset(w->qb + (size_t)n * D, 0, sizeof(attn_bf16) * (size_t)(n32 - n) * D);
     memset(w->acc, 0, sizeof(float) * (size_t)n32 * D);
-    for (int r = 0; r < n; r++) {
+    for (int r = 0; r < n; r++)
         w->c[r] = -INFINITY;
-        w->l[r] = 0.0f;
-    }
+    memset(w->l, 0, sizeof(float) * 16 * (size_t)n);
 }
 
 static void rows_end(float *out, size_t ldo, const bf16_scratch *w, int n, int R, int D) {
     for (int r = 0; r < n; r++) {
-        float inv = w->l[r] > 0 ? 1.0f / w->l[r] : 0.0f; /* every key hidden: zeros */
+        float l = 0;
+        for (int i = 0; i < 16; i++)
+            l += w->l[(size_t)r * 16 + i];
+        float inv = l > 0 ? 1.0f / l : 0.0f; /* every key hidden: zeros */
         float *dst = out + (size_t)(r / R) * ldo + (size_t)(r % R) * D;
         for (int d = 0; d < D; d++)
             dst[d] = w->acc[(size_t)r * D + d] * inv;
@@ -398,23 +471,14 @@ void attn_bf16_block(float *out, size_t ldo, const float *q, size_t ldq, const a
         attn_bf16_block_ref(out, ldo, q, ldq, kv, s, i0, Lb, R, D, scale);
         return;
     }
-    bf16_call k = {.s = s, .kv = kv, .i0 = i0, .R = R, .D = D, .n = Lb * R};
+    bf16_call k = {.s = s, .kv = kv, .i0 = i0, .R = R, .D = D, .n = Lb * R, .jend = s->S};
+    if (s->causal && k.jend > i0 + Lb) k.jend = i0 + Lb; /* later keys are hidden from all */
     k.masked = s->key_padding_mask || s->attn_mask_bool || s->attn_mask_add;
     k.path = attn_bf16_path();
     bf16_scratch w = carve(scratch, D);
     rows_begin(&w, q, ldq, k.n, R, D, scale);
-    int jend = s->S;
-    if (s->causal && jend > i0 + Lb) jend = i0 + Lb; /* later keys are hidden from every row */
     if (k.path == ATTN_BF16_AMX) attn_amx_begin();
-    for (k.j0 = 0; k.j0 < jend; k.j0 += NK) {
-        k.nk = jend - k.j0 < NK ? jend - k.j0 : NK;
-        k.nkp = (k.nk + 31) / 32 * 32;
-        for (int g0 = 0; g0 < k.n; g0 += RG) {
-            int gn = k.n - g0 < RG ? k.n - g0 : RG;
-            if (s->causal && k.j0 > i0 + (g0 + gn - 1) / R) continue; /* all in the future */
-            group_block(&k, &w, g0, gn);
-        }
-    }
+    run_steps(&k, &w);
     if (k.path == ATTN_BF16_AMX) attn_amx_end();
     rows_end(out, ldo, &w, k.n, R, D);
 }
