@@ -140,7 +140,8 @@ static inline attn_kv_bf16 attn_kv_bf16_head(const attn_bf16 *kv, int G, int D, 
 
 /* ---- the attention block ------------------------------------------------------- */
 
-enum { ATTN_BF16_ROWS = 512 }; /* rows one block call may take (positions x heads) */
+enum { ATTN_BF16_ROWS = 512 }; /* rows (positions x heads) a block takes in one pass */
+enum { ATTN_BF16_DMAX = 256 }; /* the widest head the block and its reference take */
 
 /* 1 when the bf16 block runs D on the current path: D a multiple of 32 up to
  * 256, and AMX or AVX512-BF16 present. Other widths, and CPUs without either,
@@ -149,22 +150,27 @@ int attn_bf16_supported(int D);
 size_t attn_bf16_scratch_bytes(int D); /* one thread's scratch for one block */
 
 /* The online-softmax attention of Lb positions [i0, i0+Lb) of sequence s,
- * for the R query heads that share one key/value head (R >= 1, Lb * R <=
- * ATTN_BF16_ROWS): the block's rows are (position, head) pairs, row r at
- * position i0 + r / R, its query at q + (r / R) * ldq + (r % R) * D and its
- * output at out + (r / R) * ldo + (r % R) * D (so out (Lb, R*D) at stride
- * ldo; out may be q). kv holds the head's s->S keys and values; masks are
- * s's (attn_fused_block's: causal, key padding, boolean, additive; a row
- * with every key hidden gets zeros), read at the row's position.
- *   x_j = bf16(q * scale) . k_j + mask_j        (fp32 sums of exact products)
- *   p_j = 2^(x_j log2(e) - c)                   (fp32; c an integer >= max x log2(e))
- *   out = sum_j bf16(p_j) v_j / sum_j p_j       (fp32 sums)
- * The running maximum is kept as the integer c, so rescaling by 2^(c - c')
- * is exact and bf16(p_j) does not depend on where the key tiles fall: the
- * result is that of c = ceil(max_j x_j log2(e)) over all keys at once, up
- * to fp32 rounding. scratch: attn_bf16_scratch_bytes(D), 64-byte aligned.
- * On the NONE path (or a width attn_bf16_supported refuses) it runs
- * attn_bf16_block_ref. */
+ * for the R query heads that share one key/value head (1 <= R <=
+ * ATTN_BF16_ROWS; a call of more than ATTN_BF16_ROWS rows runs as several):
+ * the block's rows are (position, head) pairs, row r at position i0 + r / R,
+ * its query at q + (r / R) * ldq + (r % R) * D, its output at
+ * out + (r / R) * ldo + (r % R) * D (out (Lb, R*D) at stride ldo; out may
+ * be q). kv holds the head's s->S keys and values. Masks are s's, read at
+ * the row's position: attn_fused_block's (causal, key padding, boolean,
+ * additive); a row with every key hidden gets zeros. With k_j, v_j the bf16
+ * keys and values, in log2 units:
+ *   q~  = bf16(q * (scale * log2(e)))         (the product in fp32)
+ *   x_j = q~ . k_j + m_j * log2(e)            (fp32 sums of exact products; m_j the
+ *                                              additive mask, below -1e30 counted as -1e30)
+ *   p_j = 2^(x_j - c), c an integer >= max_j x_j, 0 for a hidden key   (fp32)
+ *   out = sum_j bf16(p_j) v_j / sum_j p_j     (fp32 sums)
+ * c is the running maximum (the ceiling of the largest score so far), so
+ * rescaling by 2^(c_old - c_new) is exact and bf16(p_j) does not depend on
+ * where the key blocks fall: the result is that of one c for all keys, up
+ * to fp32 rounding. scratch: attn_bf16_scratch_bytes(D), 64-byte aligned,
+ * the calling thread's. On the NONE path (or a width attn_bf16_supported
+ * refuses) it runs attn_bf16_block_ref, which takes any even D up to
+ * ATTN_BF16_DMAX. */
 void attn_bf16_block(float *out, size_t ldo, const float *q, size_t ldq, const attn_kv_bf16 *kv,
                      const attn_seq *s, int i0, int Lb, int R, int D, float scale, void *scratch);
 /* The same, plainly: one row at a time, libm's exp2, no scratch. */

@@ -465,12 +465,10 @@ static void rows_end(float *out, size_t ldo, const bf16_scratch *w, int n, int R
     }
 }
 
-void attn_bf16_block(float *out, size_t ldo, const float *q, size_t ldq, const attn_kv_bf16 *kv,
-                     const attn_seq *s, int i0, int Lb, int R, int D, float scale, void *scratch) {
-    if (!attn_bf16_supported(D)) {
-        attn_bf16_block_ref(out, ldo, q, ldq, kv, s, i0, Lb, R, D, scale);
-        return;
-    }
+/* Positions [i0, i0+Lb) with Lb * R <= ROWS. */
+static void block_rows(float *out, size_t ldo, const float *q, size_t ldq, const attn_kv_bf16 *kv,
+                       const attn_seq *s, int i0, int Lb, int R, int D, float scale,
+                       void *scratch) {
     bf16_call k = {.s = s, .kv = kv, .i0 = i0, .R = R, .D = D, .n = Lb * R, .jend = s->S};
     if (s->causal && k.jend > i0 + Lb) k.jend = i0 + Lb; /* later keys are hidden from all */
     k.masked = s->key_padding_mask || s->attn_mask_bool || s->attn_mask_add;
@@ -481,6 +479,18 @@ void attn_bf16_block(float *out, size_t ldo, const float *q, size_t ldq, const a
     run_steps(&k, &w);
     if (k.path == ATTN_BF16_AMX) attn_amx_end();
     rows_end(out, ldo, &w, k.n, R, D);
+}
+
+void attn_bf16_block(float *out, size_t ldo, const float *q, size_t ldq, const attn_kv_bf16 *kv,
+                     const attn_seq *s, int i0, int Lb, int R, int D, float scale, void *scratch) {
+    if (!attn_bf16_supported(D) || R > ROWS) {
+        attn_bf16_block_ref(out, ldo, q, ldq, kv, s, i0, Lb, R, D, scale);
+        return;
+    }
+    int per = ROWS / R; /* positions a pass over the keys takes */
+    for (int p0 = 0; p0 < Lb; p0 += per)
+        block_rows(out + (size_t)p0 * ldo, ldo, q + (size_t)p0 * ldq, ldq, kv, s, i0 + p0,
+                   Lb - p0 < per ? Lb - p0 : per, R, D, scale, scratch);
 }
 
 /* ---- the reference ---------------------------------------------------------------- */

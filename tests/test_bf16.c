@@ -518,9 +518,9 @@ static void attn_run(const acase *a, int ref, int block, int alias, const char *
 /* The reference once, and every path in calls of every size. */
 static void attn_all_paths(const acase *a) {
     char what[200];
-    int most = ATTN_BF16_ROWS / a->R, blocks[] = {most, 7, 1};
+    int blocks[] = {a->L, 7, 1}; /* all at once: in passes of ATTN_BF16_ROWS rows when more */
     snprintf(what, sizeof what, "%s reference", a->name);
-    attn_run(a, 1, most, 0, what);
+    attn_run(a, 1, a->L, 0, what);
     for (int p = 0; p < NPATHS; p++) {
         if (!use_path(PATHS[p], a->name)) continue;
         for (int b = 0; b < 3; b++) {
@@ -530,7 +530,7 @@ static void attn_all_paths(const acase *a) {
             attn_run(a, 0, blocks[b], 0, what);
         }
         snprintf(what, sizeof what, "%s, %s, out = q", a->name, PATH_CPU[p]);
-        attn_run(a, 0, most, 1, what);
+        attn_run(a, 0, a->L, 1, what);
     }
     attn_bf16_force(-1);
 }
