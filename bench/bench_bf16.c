@@ -115,6 +115,8 @@ static int path_ran(int i) {
 typedef struct {
     int M, N, K;
     float *A, *W, *bias, *C; /* (M,K), (N,K), (N), (M,N) */
+    attn_bf16 *Ab;           /* (M, K rounded up to 32): A rounded once */
+    size_t ldb;
     attn_packed pf;
     attn_packed_bf16 pb;
 } proj_bench;
@@ -130,13 +132,26 @@ static void proj_fp32(void *arg) {
         }
 }
 
-static void proj_bf16(void *arg) {
+/* Each tile rounds its rows (gemm_bf16_tile). */
+static void proj_bf16_tiles(void *arg) {
     proj_bench *b = arg;
     for (int j0 = 0; j0 < b->pb.panels; j0 += TILE_PANELS)
         for (int r0 = 0; r0 < b->M; r0 += TILE_ROWS) {
             int r1 = b->M - r0 < TILE_ROWS ? b->M : r0 + TILE_ROWS;
             gemm_bf16_tile(b->C + (size_t)r0 * b->N, b->N, b->A + (size_t)r0 * b->K, b->K, &b->pb,
                            0, r1 - r0, j0, j0 + TILE_PANELS);
+        }
+}
+
+/* The rows rounded once, then the tiles (gemm_bf16_tile_rounded). */
+static void proj_bf16(void *arg) {
+    proj_bench *b = arg;
+    for (int r = 0; r < b->M; r++)
+        attn_bf16_round(b->Ab + (size_t)r * b->ldb, b->A + (size_t)r * b->K, b->K);
+    for (int j0 = 0; j0 < b->pb.panels; j0 += TILE_PANELS)
+        for (int r0 = 0; r0 < b->M; r0 += TILE_ROWS) {
+            int r1 = b->M - r0 < TILE_ROWS ? b->M : r0 + TILE_ROWS;
+            gemm_bf16_tile_rounded(b->C, b->N, b->Ab, b->ldb, &b->pb, r0, r1, j0, j0 + TILE_PANELS);
         }
 }
 
@@ -153,6 +168,8 @@ static void proj_setup(proj_bench *b, int M, int N, int K) {
     b->W = alloc_filled((size_t)N * K, 1.0f / sqrtf((float)K));
     b->bias = alloc_filled((size_t)N, 1.0f);
     b->C = alloc_filled((size_t)M * N, 1.0f);
+    b->ldb = (size_t)(K + 31) / 32 * 32;
+    b->Ab = alloc_filled((size_t)M * b->ldb / 2, 0.0f); /* zeros: the tails stay zero */
     if (attn_packed_init(&b->pf, b->W, b->bias, N, K) < 0 ||
         attn_packed_bf16_init(&b->pb, b->W, b->bias, N, K) < 0) {
         fprintf(stderr, "bench_bf16: out of memory\n");
@@ -167,11 +184,13 @@ static void proj_free(proj_bench *b) {
     free(b->W);
     free(b->bias);
     free(b->C);
+    free(b->Ab);
 }
 
-/* Median seconds of each column: fp32, OpenBLAS, then the bf16 paths (0
- * where the CPU lacks one). */
-static void proj_times(int M, int N, int K, double t[4]) {
+/* Median seconds of each column: fp32, OpenBLAS, the bf16 paths (0 where
+ * the CPU lacks one), and AMX with each tile rounding its rows (0 without
+ * AMX). */
+static void proj_times(int M, int N, int K, double t[5]) {
     proj_bench b;
     proj_setup(&b, M, N, K);
     t[0] = time_call(proj_fp32, &b);
@@ -181,6 +200,11 @@ static void proj_times(int M, int N, int K, double t[4]) {
         if (!path_ran(i)) continue;
         attn_bf16_force(BF16_PATHS[i]);
         t[2 + i] = time_call(proj_bf16, &b);
+    }
+    t[4] = 0;
+    if (path_ran(1)) {
+        attn_bf16_force(ATTN_BF16_AMX);
+        t[4] = time_call(proj_bf16_tiles, &b);
     }
     attn_bf16_force(-1);
     proj_free(&b);
@@ -200,19 +224,21 @@ static void print_cell(double sec, double flops, double base) {
 
 static void proj_table(int quick) {
     static const int Ms[] = {128, 512, 2048, 4096}, Es[] = {512, 768, 1024};
-    printf("\n## Projections: C (M,N) = A (M,K) @ W^T + bias, K = E, 1 thread\n\n");
-    printf("| M | N | K | fp32 ms | GF/s | x fp32 | OpenBLAS ms | GF/s | x fp32 | AVX512-BF16 ms "
-           "| GF/s | x fp32 | AMX-BF16 ms | GF/s | x fp32 |\n");
-    printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    printf("\n## Projections: C (M,N) = A (M,K) @ W^T + bias, K = E, 1 thread\n\n"
+           "bf16: A rounded once, then the tiles; the last column rounds A in every tile.\n\n");
+    printf(
+        "| M | N | K | fp32 ms | GF/s | x fp32 | OpenBLAS ms | GF/s | x fp32 | AVX512-BF16 ms "
+        "| GF/s | x fp32 | AMX-BF16 ms | GF/s | x fp32 | AMX, A per tile ms | GF/s | x fp32 |\n");
+    printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (int e = 0; e < 3; e++)
         for (int n = 1; n <= 3; n += 2)
             for (int m = 0; m < 4; m++) {
                 if (quick && (m == 3 || e == 1)) continue;
                 int M = Ms[m], N = n * Es[e], K = Es[e];
-                double t[4], fl = 2.0 * M * N * K;
+                double t[5], fl = 2.0 * M * N * K;
                 proj_times(M, N, K, t);
                 printf("| %d | %d | %d", M, N, K);
-                for (int i = 0; i < 4; i++)
+                for (int i = 0; i < 5; i++)
                     print_cell(t[i], fl, t[0]);
                 printf(" |\n");
                 fflush(stdout);
@@ -343,7 +369,7 @@ static void forward_table(int quick) {
     for (int s = 0; s < 6; s++) {
         if (quick && (s == 4 || s == 5)) continue;
         int B = shapes[s][0], L = shapes[s][1], E = shapes[s][2], H = shapes[s][3], T = B * L;
-        double qkv[4], out[4], att[5], heads = (double)B * H;
+        double qkv[5], out[5], att[5], heads = (double)B * H;
         proj_times(T, 3 * E, E, qkv);
         proj_times(T, E, E, out);
         attn_times(L, E / H, att);

@@ -91,6 +91,13 @@ void attn_packed_bf16_free(attn_packed_bf16 *pw); /* zeroed or NULL: no-op */
  * sums a row alone and in one order), so projections stay batch-invariant. */
 void gemm_bf16_tile(float *C, size_t ldc, const float *A, size_t lda, const attn_packed_bf16 *pw,
                     size_t r0, size_t r1, int j0, int j1);
+/* The same on rows rounded already: A (M, K rounded up to ATTN_BF16_KSTEP) in
+ * bf16 at row stride lda (elements), zeros past K (attn_bf16_round a row,
+ * then zero its tail). A caller that projects the same rows on many column
+ * tiles rounds them once this way instead of once per tile; the outputs are
+ * those of gemm_bf16_tile on the fp32 rows, bit for bit. */
+void gemm_bf16_tile_rounded(float *C, size_t ldc, const attn_bf16 *A, size_t lda,
+                            const attn_packed_bf16 *pw, size_t r0, size_t r1, int j0, int j1);
 /* The formula, plainly: rows [r0,r1) x columns [c0,c1); c = bias, then
  * c += bf16(a_k) * w_k for k = 0..K-1 in fp32. */
 void gemm_bf16_ref(float *C, size_t ldc, const float *A, size_t lda, const attn_packed_bf16 *pw,

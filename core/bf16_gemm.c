@@ -26,17 +26,20 @@
 #include "bf16.h"
 #include "internal.h"
 
+#ifndef ATTN_GEMM_KBAMX /* -DATTN_GEMM_KBAMX=... for tuning builds */
+#define ATTN_GEMM_KBAMX 1024
+#endif
 enum {
     NP = ATTN_PANEL, /* columns per panel */
     KS = ATTN_BF16_KSTEP,
-    PAD = 32,      /* abuf rows are this many bf16 longer than their inputs */
-    MB512 = 96,    /* rows per block, AVX512-BF16 */
-    KB512 = 256,   /* inputs per block, AVX512-BF16: 96 x 288 bf16 = 54 KiB */
-    MBAMX = 32,    /* rows per block, AMX: two tile rows */
-    KBAMX = 1024,  /* inputs per block, AMX: 32 x 1056 bf16 = 66 KiB */
-    JBAMX = 16,    /* panels staged at once, AMX: 16 x 32 x 16 fp32 = 32 KiB */
-    TILE_F = 256,  /* floats in a C tile */
-    PANEL_K = 512, /* bf16 in a panel's chunk of 32 inputs (a B tile) */
+    PAD = 32,                /* abuf rows are this many bf16 longer than their inputs */
+    MB512 = 96,              /* rows per block, AVX512-BF16 */
+    KB512 = 256,             /* inputs per block, AVX512-BF16: 96 x 288 bf16 = 54 KiB */
+    MBAMX = 32,              /* rows per block, AMX: two tile rows */
+    KBAMX = ATTN_GEMM_KBAMX, /* inputs per block, AMX */
+    JBAMX = 16,              /* panels staged at once, AMX: 16 x 32 x 16 fp32 = 32 KiB */
+    TILE_F = 256,            /* floats in a C tile */
+    PANEL_K = 512,           /* bf16 in a panel's chunk of 32 inputs (a B tile) */
 };
 
 #define INLINE static inline __attribute__((always_inline))
@@ -60,17 +63,35 @@ void gemm_bf16_ref(float *C, size_t ldc, const float *A, size_t lda, const attn_
         }
 }
 
-/* abuf (nr_pad, kn_pad) at stride ldb = bf16 of rows [0,nr) of A, inputs
- * [k0,k1); zeros past k1 and in rows [nr, nr_pad). */
-static void load_rows(attn_bf16 *abuf, size_t ldb, const float *A, size_t lda, size_t nr,
-                      size_t nr_pad, int k0, int k1, int kn_pad) {
-    size_t kn = (size_t)(k1 - k0);
+/* Where a call's rows come from: fp32, rounded on the way in, or bf16
+ * already (gemm_bf16_tile_rounded). */
+typedef struct {
+    const float *f;     /* (M,K) at stride ld, or NULL */
+    const attn_bf16 *b; /* (M, K rounded up to 32) at stride ld, zeros past K, or NULL */
+    size_t ld;
+} gemm_rows;
+
+/* The bf16 rows [rb, rb+nr) x inputs [k0, k1) of a block, with zeros past
+ * k1 up to kn_pad and rows up to nr_pad: straight from bf16 rows when they
+ * hold all of it, else in abuf (stride ldb). Returns the rows; *ld their
+ * stride. */
+static const attn_bf16 *block_rows(const gemm_rows *src, size_t rb, size_t nr, size_t nr_pad,
+                                   int k0, int k1, int kn_pad, attn_bf16 *abuf, size_t ldb,
+                                   size_t *ld) {
+    size_t kn = src->f ? (size_t)(k1 - k0) : (size_t)kn_pad; /* bf16 rows hold their zeros */
+    if (src->b && nr == nr_pad) {
+        *ld = src->ld;
+        return src->b + rb * src->ld + k0;
+    }
     for (size_t r = 0; r < nr_pad; r++) {
         attn_bf16 *dst = abuf + r * ldb;
-        if (r < nr) attn_bf16_round(dst, A + r * lda + k0, kn);
-        memset(dst + (r < nr ? kn : 0), 0,
-               sizeof(attn_bf16) * ((size_t)kn_pad - (r < nr ? kn : 0)));
+        size_t have = r < nr ? kn : 0;
+        if (r < nr && src->f) attn_bf16_round(dst, src->f + (rb + r) * src->ld + k0, kn);
+        if (r < nr && src->b) memcpy(dst, src->b + (rb + r) * src->ld + k0, kn * sizeof *dst);
+        memset(dst + have, 0, sizeof(attn_bf16) * ((size_t)kn_pad - have));
     }
+    *ld = ldb;
+    return abuf;
 }
 
 /* ---- AVX512-BF16: MR rows x 2 panels -------------------------------------------------- */
@@ -155,17 +176,17 @@ static void block512(float *C, size_t ldc, const attn_bf16 *abuf, size_t ldb,
     }
 }
 
-static void tile512(float *C, size_t ldc, const float *A, size_t lda, const attn_packed_bf16 *pw,
+static void tile512(float *C, size_t ldc, const gemm_rows *src, const attn_packed_bf16 *pw,
                     size_t r0, size_t r1, int j0, int j1) {
     attn_bf16 abuf[MB512 * (KB512 + PAD)] __attribute__((aligned(64)));
-    const size_t ldb = KB512 + PAD;
     for (size_t rb = r0; rb < r1; rb += MB512) {
-        size_t nr = r1 - rb < MB512 ? r1 - rb : MB512;
+        size_t nr = r1 - rb < MB512 ? r1 - rb : MB512, ld;
         for (int k0 = 0; k0 < pw->K; k0 += KB512) {
             int k1 = pw->K - k0 < KB512 ? pw->K : k0 + KB512;
             int kn_pad = (k1 - k0 + KS - 1) / KS * KS;
-            load_rows(abuf, ldb, A + rb * lda, lda, nr, nr, k0, k1, kn_pad);
-            block512(C + rb * ldc, ldc, abuf, ldb, pw, nr, j0, j1, k0, kn_pad / 2);
+            const attn_bf16 *a =
+                block_rows(src, rb, nr, nr, k0, k1, kn_pad, abuf, KB512 + PAD, &ld);
+            block512(C + rb * ldc, ldc, a, ld, pw, nr, j0, j1, k0, kn_pad / 2);
         }
     }
 }
@@ -276,11 +297,10 @@ static void amx_panels(const amx_block *b, const attn_bf16 *abuf, size_t ldb, in
     }
 }
 
-static void tile_amx(float *C, size_t ldc, const float *A, size_t lda, const attn_packed_bf16 *pw,
+static void tile_amx(float *C, size_t ldc, const gemm_rows *src, const attn_packed_bf16 *pw,
                      size_t r0, size_t r1, int j0, int j1) {
     attn_bf16 abuf[MBAMX * (KBAMX + PAD)] __attribute__((aligned(64)));
     float stage[JBAMX * 32 * NP] __attribute__((aligned(64)));
-    const size_t ldb = KBAMX + PAD;
     attn_amx_begin();
     for (int jb0 = j0; jb0 < j1; jb0 += JBAMX)
         for (size_t rb = r0; rb < r1; rb += MBAMX) {
@@ -290,11 +310,12 @@ static void tile_amx(float *C, size_t ldc, const float *A, size_t lda, const att
             for (int k0 = 0; k0 < pw->K; k0 += KBAMX) {
                 int k1 = pw->K - k0 < KBAMX ? pw->K : k0 + KBAMX;
                 int kn_pad = (k1 - k0 + KS - 1) / KS * KS;
+                size_t ld;
                 b.first = k0 == 0;
                 b.last = k1 == pw->K;
-                load_rows(abuf, ldb, A + rb * lda, lda, (size_t)b.nr, b.nr > 16 ? 32 : 16, k0, k1,
-                          kn_pad);
-                amx_panels(&b, abuf, ldb, k0, kn_pad / 2);
+                const attn_bf16 *a = block_rows(src, rb, (size_t)b.nr, b.nr > 16 ? 32 : 16, k0, k1,
+                                                kn_pad, abuf, KBAMX + PAD, &ld);
+                amx_panels(&b, a, ld, k0, kn_pad / 2);
             }
         }
     attn_amx_end();
@@ -302,19 +323,53 @@ static void tile_amx(float *C, size_t ldc, const float *A, size_t lda, const att
 
 /* ---- dispatch ---------------------------------------------------------------------- */
 
-void gemm_bf16_tile(float *C, size_t ldc, const float *A, size_t lda, const attn_packed_bf16 *pw,
-                    size_t r0, size_t r1, int j0, int j1) {
+/* The reference on rows that are bf16 already: widened, they are their own
+ * rounding. */
+static void ref_rounded(float *C, size_t ldc, const attn_bf16 *A, size_t lda,
+                        const attn_packed_bf16 *pw, size_t r0, size_t r1, int c0, int c1) {
+    float row[1024];
+    for (size_t r = r0; r < r1; r++)
+        for (int k0 = 0; k0 < pw->K; k0 += 1024) { /* K blocks: C carries the sums */
+            int kn = pw->K - k0 < 1024 ? pw->K - k0 : 1024;
+            attn_bf16_widen(row, A + r * lda + k0, (size_t)kn);
+            for (int n = c0; n < c1; n++) {
+                float c = k0 ? C[r * ldc + n] : pw->bias[n];
+                for (int k = 0; k < kn; k++)
+                    c += row[k] * attn_bf16_to_f32(packed_w(pw, n, k0 + k));
+                C[r * ldc + n] = c;
+            }
+        }
+}
+
+static void tile_on_path(float *C, size_t ldc, const gemm_rows *src, const attn_packed_bf16 *pw,
+                         size_t r0, size_t r1, int j0, int j1) {
     if (j1 > pw->panels) j1 = pw->panels;
     if (j0 >= j1 || r0 >= r1) return;
+    int c1 = j1 * NP < pw->N ? j1 * NP : pw->N;
     switch (attn_bf16_path()) {
     case ATTN_BF16_AMX:
-        tile_amx(C, ldc, A, lda, pw, r0, r1, j0, j1);
+        tile_amx(C, ldc, src, pw, r0, r1, j0, j1);
         break;
     case ATTN_BF16_AVX512:
-        tile512(C, ldc, A, lda, pw, r0, r1, j0, j1);
+        tile512(C, ldc, src, pw, r0, r1, j0, j1);
         break;
     default:
-        gemm_bf16_ref(C, ldc, A, lda, pw, r0, r1, j0 * NP, j1 * NP < pw->N ? j1 * NP : pw->N);
+        if (src->f)
+            gemm_bf16_ref(C, ldc, src->f, src->ld, pw, r0, r1, j0 * NP, c1);
+        else
+            ref_rounded(C, ldc, src->b, src->ld, pw, r0, r1, j0 * NP, c1);
         break;
     }
+}
+
+void gemm_bf16_tile(float *C, size_t ldc, const float *A, size_t lda, const attn_packed_bf16 *pw,
+                    size_t r0, size_t r1, int j0, int j1) {
+    gemm_rows src = {.f = A, .ld = lda};
+    tile_on_path(C, ldc, &src, pw, r0, r1, j0, j1);
+}
+
+void gemm_bf16_tile_rounded(float *C, size_t ldc, const attn_bf16 *A, size_t lda,
+                            const attn_packed_bf16 *pw, size_t r0, size_t r1, int j0, int j1) {
+    gemm_rows src = {.b = A, .ld = lda};
+    tile_on_path(C, ldc, &src, pw, r0, r1, j0, j1);
 }

@@ -290,6 +290,24 @@ static void gemm_expect(gcase *g) {
         }
 }
 
+/* gemm_bf16_tile_rounded on A rounded once (rows of K rounded up to 32,
+ * zeros past K, at a stride past that) gives C (ldc) bit for bit. */
+static void gemm_check_rounded(const gcase *g, const attn_packed_bf16 *pw, const float *C,
+                               size_t ldc, const char *what) {
+    size_t M = (size_t)g->M, N = (size_t)g->N, K = (size_t)g->K;
+    size_t ld = (K + 31) / 32 * 32 + 8;
+    attn_bf16 *A = xcalloc(M * ld, sizeof(attn_bf16));
+    float *C2 = xcalloc(M * ldc, sizeof(float));
+    for (size_t r = 0; r < M; r++)
+        attn_bf16_round(A + r * ld, g->A + r * K, K);
+    gemm_bf16_tile_rounded(C2, ldc, A, ld, pw, 0, M, 0, pw->panels);
+    for (size_t r = 0; r < M; r++)
+        REQUIRE(memcmp(C2 + r * ldc, C + r * ldc, N * sizeof(float)) == 0,
+                "%s: row %zu from rows rounded once differs", what, r);
+    free(A);
+    free(C2);
+}
+
 /* Runs gemm_bf16_tile (ref = 0) or gemm_bf16_ref on every row and column,
  * with A and C at strides wider than K and N, and checks the outputs and
  * that nothing past N was written. */
@@ -313,6 +331,7 @@ static void gemm_check(const gcase *g, int ref, const char *what) {
             REQUIRE(f32_bits(C[r * ldc + n]) == 0x7FC01234u, "%s: row %zu col %zu written", what, r,
                     n);
     }
+    if (!ref) gemm_check_rounded(g, &pw, C, ldc, what);
     attn_packed_bf16_free(&pw);
     free(A);
     free(C);
