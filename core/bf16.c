@@ -150,7 +150,8 @@ int attn_packed_bf16_init(attn_packed_bf16 *pw, const float *W, const float *bia
     int panels = (N + ATTN_PANEL - 1) / ATTN_PANEL;
     int kp = (K + ATTN_BF16_KSTEP - 1) / ATTN_BF16_KSTEP * ATTN_BF16_KSTEP / 2;
     size_t n = (size_t)panels * kp * 2 * ATTN_PANEL; /* bf16 elements, a multiple of 32 */
-    char *mem = alloc_aligned(n * sizeof(attn_bf16) + (size_t)panels * ATTN_PANEL * sizeof(float));
+    char *mem = alloc_aligned(n * sizeof(attn_bf16) + (size_t)panels * ATTN_PANEL * sizeof(float) +
+                              64); /* never 0 bytes, whatever N and K */
     if (!mem) return -1;
     attn_bf16 *p = (attn_bf16 *)mem;
     for (int j = 0; j < panels; j++)

@@ -125,7 +125,9 @@ enum { ATTN_KV_PAGE = 32 };
 /* bf16 elements of a cache of `tokens` tokens (whole pages). */
 size_t attn_kv_bf16_elems(size_t tokens, int G, int D);
 /* Token t's keys k (G*D) and values v (G*D), rounded to bf16, into kv (which
- * has room for token t's page). Writes nothing else. */
+ * has room for token t's page). Writes nothing else: a cache zeroes a page
+ * before its first token (realloc does not), so that the slots past the
+ * last token hold zeros, which the block reads (with weight 0). */
 void attn_kv_bf16_put(attn_bf16 *kv, int G, int D, size_t t, const float *k, const float *v);
 /* Token t's keys and values back, widened to fp32 (exact). */
 void attn_kv_bf16_get(const attn_bf16 *kv, int G, int D, size_t t, float *k, float *v);
@@ -180,7 +182,8 @@ size_t attn_bf16_scratch_bytes(int D); /* one thread's scratch for one block */
  * ATTN_BF16_DMAX. */
 void attn_bf16_block(float *out, size_t ldo, const float *q, size_t ldq, const attn_kv_bf16 *kv,
                      const attn_seq *s, int i0, int Lb, int R, int D, float scale, void *scratch);
-/* The same, plainly: one row at a time, libm's exp2, no scratch. */
+/* The same, plainly: one row at a time, libm's exp2, no scratch. Both
+ * take an even D up to ATTN_BF16_DMAX; kv may be at any alignment. */
 void attn_bf16_block_ref(float *out, size_t ldo, const float *q, size_t ldq, const attn_kv_bf16 *kv,
                          const attn_seq *s, int i0, int Lb, int R, int D, float scale);
 

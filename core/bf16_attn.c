@@ -204,7 +204,7 @@ BF16K INLINE void dot_scores(float *sc, const attn_bf16 *qg, int D, const attn_k
         for (int dp = 0; dp < D / 2; dp++) {
             __m512bh k[4];
             _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) k[v] =
-                (__m512bh)_mm512_load_si512(kb[v] + dp * 32);
+                (__m512bh)_mm512_loadu_si512(kb[v] + dp * 32);
             _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) {
                 __m512bh x = pair_of(qg + (size_t)(r + i) * D + 2 * dp);
                 _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) a[i][v] =
