@@ -469,7 +469,8 @@ typedef struct {
     float *madd;    /* (i0+L, S) by position, or NULL */
     double *want;   /* (L, R*D) */
     double *tol;    /* (L, R*D) */
-    attn_bf16 *kv;  /* the pages of k and v */
+    attn_bf16 *kv;  /* the pages of k and v: one element into kv_mem, so not 64-byte aligned */
+    attn_bf16 *kv_mem;
     const char *name;
 } acase;
 
@@ -482,12 +483,13 @@ static void acase_free(acase *a) {
     free(a->madd);
     free(a->want);
     free(a->tol);
-    free(a->kv);
+    free(a->kv_mem);
 }
 
 static void acase_pages(acase *a) {
     size_t n = attn_kv_bf16_elems((size_t)a->S, G, a->D);
-    a->kv = xaligned(n * sizeof(attn_bf16));
+    a->kv_mem = xaligned((n + 1) * sizeof(attn_bf16));
+    a->kv = a->kv_mem + 1;
     memset(a->kv, 0xFF, n * sizeof(attn_bf16)); /* pack must zero the last page's tail */
     attn_kv_bf16_pack(a->kv, G, a->D, (size_t)a->S, a->k, (size_t)G * a->D, a->v, (size_t)G * a->D);
 }
