@@ -20,6 +20,7 @@
  * left out with a line that says so.
  *
  *   build/bench/bench_bf16 [--clock cpu|wall] [--seconds S] [--quick]
+ *                          [--only projections|attention|forwards]
  *
  * --clock cpu (default) times the thread's CPU time, which other work on a
  * shared machine does not inflate; wall for the wall clock. Each cell is the
@@ -390,6 +391,7 @@ static void forward_table(int quick) {
 
 int main(int argc, char **argv) {
     int quick = 0;
+    const char *only = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--clock") == 0 && i + 1 < argc) {
             g_clock = strcmp(argv[++i], "wall") == 0 ? CLOCK_MONOTONIC : CLOCK_THREAD_CPUTIME_ID;
@@ -397,8 +399,11 @@ int main(int argc, char **argv) {
             g_seconds = atof(argv[++i]);
         } else if (strcmp(argv[i], "--quick") == 0) {
             quick = 1;
+        } else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
+            only = argv[++i];
         } else {
-            fprintf(stderr, "usage: bench_bf16 [--clock cpu|wall] [--seconds S] [--quick]\n");
+            fprintf(stderr, "usage: bench_bf16 [--clock cpu|wall] [--seconds S] [--quick] "
+                            "[--only projections|attention|forwards]\n");
             return 2;
         }
     }
@@ -415,8 +420,8 @@ int main(int argc, char **argv) {
     for (int i = 0; i < 2; i++)
         printf("%s: %s\n", BF16_NAME[i],
                path_ran(i) ? "ran" : "not on this CPU: its kernels were not run");
-    proj_table(quick);
-    attn_table(quick);
-    forward_table(quick);
+    if (!only || strcmp(only, "projections") == 0) proj_table(quick);
+    if (!only || strcmp(only, "attention") == 0) attn_table(quick);
+    if (!only || strcmp(only, "forwards") == 0) forward_table(quick);
     return 0;
 }
