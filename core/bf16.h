@@ -21,9 +21,12 @@
  *   AVX512    AVX512-BF16 (VDPBF16PS) on AVX-512F/BW/VL.
  *   NONE      neither: the kernels below still compute, with plain loops
  *             (slow; tests use them), and a forward should use fp32 instead.
- * Thread-safety: every function may run on many threads at once. The AMX
- * tile configuration is per thread: each AMX kernel loads it when it starts
- * and releases the tiles when it returns, so nothing is kept between calls.
+ * Thread-safety: every function may run on many threads at once, each with
+ * its own outputs and scratch (attn_bf16_force aside: tests and benches set
+ * it before work starts). The AMX tile configuration is per thread: each
+ * AMX kernel loads it when it starts and releases the tiles when it
+ * returns, so nothing is kept between calls. Callers own every buffer they
+ * pass (weights packed here are the packed struct's).
  * Legend: see attn.h.
  */
 #ifndef ATTN_BF16_H
@@ -107,16 +110,14 @@ void gemm_bf16_ref(float *C, size_t ldc, const float *A, size_t lda, const attn_
 
 /* The one layout of bf16 keys and values, for a forward and a KV cache
  * alike. A sequence's keys and values are pages of ATTN_KV_PAGE tokens; page
- * p holds tokens [32p, 32p+32) of each of the G key/value heads (width D, a
- * multiple of 32) in turn, head g at p * page + g * 64D (page = G * 64D
- * bf16, 128 G D bytes), as:
- *   keys   (2, D/2, 16, 2)  key d of token 32p + 16b + t at ((b*D/2 + d/2)*16 + t)*2 + d%2
- *   values (16, D, 2)       value d of token 32p + 2u + e at 32D + (u*D + d)*2 + e
- * so that 16 keys x 2 widths and 2 tokens x 16 values are each 64 contiguous
- * bytes (an AMX tile row, a 512-bit register). Token slots past the last
- * token hold zeros. Pages follow each other with no gap: a cache grows by
- * appending pages (realloc keeps every offset), a token at a time with
- * attn_kv_bf16_put; a forward packs projected keys and values at once with
+ * p holds tokens [32p, 32p+32) of each of the G key/value heads (width D,
+ * even; a multiple of 32 for attn_bf16_block's fast paths) in turn, head g at p * page + g * 64D
+ * (page = G * 64D bf16, 128 G D bytes), as: keys   (2, D/2, 16, 2)  key d of token 32p + 16b + t at
+ * ((b*D/2 + d/2)*16 + t)*2 + d%2 values (16, D, 2)       value d of token 32p + 2u + e at 32D +
+ * (u*D + d)*2 + e so that 16 keys x 2 widths and 2 tokens x 16 values are each 64 contiguous bytes
+ * (an AMX tile row, a 512-bit register). Token slots past the last token hold zeros. Pages follow
+ * each other with no gap: a cache grows by appending pages (realloc keeps every offset), a token at
+ * a time with attn_kv_bf16_put; a forward packs projected keys and values at once with
  * attn_kv_bf16_pack. Memory: 4 G D bytes a token (half of fp32), counted
  * in whole pages. Grouped-query heads share a head's pages (attn_bf16_block
  * takes the R query heads of a group together). */
