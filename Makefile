@@ -17,7 +17,7 @@ OPT     ?= -O3
 SAN     ?=
 BUILD   ?= build
 CFLAGS  += $(OPT) -g -std=c11 -ffp-contract=fast -D_GNU_SOURCE -Wall -Wextra -fPIC $(SAN)
-PKGS     = libmicrohttpd jansson
+PKGS     = libmicrohttpd jansson libcurl
 # OpenBLAS: its header only. core/blas.c loads the library at run time, after
 # choosing its kernels (docs/performance.md), so nothing links it.
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) openblas 2>/dev/null)
@@ -30,7 +30,8 @@ VENV    ?= .venv
 
 CORE_SRC   := $(wildcard core/*.c)
 CONFIG_SRC := $(wildcard config/*.c)
-SERVER_SRC := $(filter-out server/main.c,$(wildcard server/*.c))
+SERVER_SRC := $(filter-out server/main.c,$(wildcard server/*.c server/*/*.c))
+HEADERS    := $(wildcard */*.h */*/*.h)
 TEST_SRC   := $(wildcard tests/test_*.c)
 BENCH_SRC  := $(wildcard bench/*.c)
 
@@ -46,7 +47,7 @@ BENCHES    := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
 all: $(BUILD)/attnd $(LIBS)
 
-$(BUILD)/%.o: %.c $(wildcard */*.h)
+$(BUILD)/%.o: %.c $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(PKG_CFLAGS) -c $< -o $@
 
@@ -155,7 +156,7 @@ FUZZ_SAN   := -fsanitize=address,undefined -fno-sanitize-recover=all
 FUZZ_CFLAGS := -g -O1 -std=c11 -D_GNU_SOURCE -fno-omit-frame-pointer $(FUZZ_SAN)
 FUZZ_OBJ   := $(CORE_SRC:%.c=build-fuzz/obj/%.o) $(CONFIG_SRC:%.c=build-fuzz/obj/%.o) \
               $(SERVER_SRC:%.c=build-fuzz/obj/%.o)
-build-fuzz/obj/%.o: %.c $(wildcard */*.h)
+build-fuzz/obj/%.o: %.c $(HEADERS)
 	@mkdir -p $(dir $@)
 	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link $(PKG_CFLAGS) -c $< -o $@
 build-fuzz/obj/server/openapi.o: server/openapi.json
