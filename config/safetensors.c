@@ -85,6 +85,11 @@ void st_header_free(st_header *h) {
     for (int i = 0; i < h->n; i++)
         free(h->tensors[i].name);
     free(h->tensors);
+    for (int i = 0; i < h->n_meta; i++) {
+        free(h->meta[i].key);
+        free(h->meta[i].value);
+    }
+    free(h->meta);
     memset(h, 0, sizeof *h);
 }
 
@@ -92,6 +97,36 @@ const st_tensor *st_find(const st_header *h, const char *name) {
     for (int i = 0; i < h->n; i++)
         if (strcmp(h->tensors[i].name, name) == 0) return &h->tensors[i];
     return NULL;
+}
+
+const st_meta *st_meta_find(const st_header *h, const char *key) {
+    for (int i = 0; i < h->n_meta; i++)
+        if (strcmp(h->meta[i].key, key) == 0) return &h->meta[i];
+    return NULL;
+}
+
+/* Keeps "__metadata__" (v): its string values as they are, others as NULL. */
+static int parse_meta(st_header *h, json_t *v, const char *file, char *err, size_t errlen) {
+    if (!json_is_object(v)) {
+        h->n_meta = -1;
+        return 0;
+    }
+    h->meta = calloc(json_object_size(v) + 1, sizeof *h->meta);
+    if (!h->meta) return cfg_fail(err, errlen, "%s: out of memory.", file);
+    const char *key;
+    json_t *val;
+    json_object_foreach(v, key, val) {
+        st_meta *m = &h->meta[h->n_meta];
+        m->key = strdup(key);
+        m->value = json_is_string(val) ? strdup(json_string_value(val)) : NULL;
+        if (!m->key || (json_is_string(val) && !m->value)) {
+            free(m->key);
+            free(m->value);
+            return cfg_fail(err, errlen, "%s: out of memory.", file);
+        }
+        h->n_meta++;
+    }
+    return 0;
 }
 
 /* Reads the header length from the first 8 bytes and checks it against the
@@ -256,7 +291,10 @@ int st_header_parse(st_header *h, const unsigned char *buf, size_t len, uint64_t
     const char *name;
     json_t *v;
     json_object_foreach(root, name, v) {
-        if (strcmp(name, "__metadata__") == 0) continue; /* free-form; ignored */
+        if (strcmp(name, "__metadata__") == 0) {
+            if (parse_meta(h, v, file, err, errlen) != 0) goto cleanup;
+            continue;
+        }
         st_tensor *t = &h->tensors[h->n];
         if (parse_entry(t, name, v, file_size - h->data_start, file, err, errlen) != 0)
             goto cleanup;

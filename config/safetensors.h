@@ -1,7 +1,7 @@
 /* safetensors.h - the safetensors reader: a file's header parsed and
  * checked (every dtype, shape and offset against the file's real size, no
- * two tensors overlapping), tensors found by name, and F32, F16 and BF16
- * data converted to float. It knows nothing of models or roles
+ * two tensors overlapping), tensors found by name, its "__metadata__" kept,
+ * and F32, F16 and BF16 data converted to float. It knows nothing of models or roles
  * (weights.c decides which tensors a model needs).
  */
 #ifndef ATTND_CONFIG_SAFETENSORS_H
@@ -44,9 +44,18 @@ typedef struct {
     uint64_t begin, end; /* data_offsets, bytes from the start of the data */
 } st_tensor;
 
+/* One entry of the header's "__metadata__" object. */
+typedef struct {
+    char *key;   /* owned */
+    char *value; /* owned; NULL when the JSON value is not a string (the format wants strings) */
+} st_meta;
+
 typedef struct {
     st_tensor *tensors; /* (n), owned, in header order */
     int n;
+    st_meta *meta;       /* (n_meta), owned, in header order: "__metadata__", which readers of
+                            weights ignore and readers of session state files check */
+    int n_meta;          /* entries; -1 when "__metadata__" is there but not an object */
     uint64_t data_start; /* 8 + header length: file offset of the data */
     uint64_t file_size;  /* bytes */
 } st_header;
@@ -60,8 +69,9 @@ int st_header_parse(st_header *h, const unsigned char *buf, size_t len, uint64_t
                     const char *file, char *err, size_t errlen);
 /* Reads and parses the header of an open file. */
 int st_header_read(st_header *h, int fd, const char *file, char *err, size_t errlen);
-void st_header_free(st_header *h);                              /* safe on a zeroed header */
-const st_tensor *st_find(const st_header *h, const char *name); /* NULL when absent */
+void st_header_free(st_header *h);                                /* safe on a zeroed header */
+const st_tensor *st_find(const st_header *h, const char *name);   /* NULL when absent */
+const st_meta *st_meta_find(const st_header *h, const char *key); /* NULL when absent */
 const char *st_dtype_name(st_dtype d);
 size_t st_dtype_size(st_dtype d);
 float st_f16_to_f32(uint16_t h);

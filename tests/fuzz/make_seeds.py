@@ -14,7 +14,11 @@ fuzz_safetensors have only those, and real files).
 import base64
 import json
 import struct
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "config"))
+from safetensors_header import safetensors_bytes  # noqa: E402
 
 SEEDS = Path(__file__).resolve().parent / "seeds"
 
@@ -206,6 +210,44 @@ def session():
     put(t, "trailing.json", '{"model": "small"} {}')
 
 
+def state_file(length, G=2, D=3, precision="fp32", meta=None, positions=None, vals=None):
+    """A session state file (server/batch/state.h) of `length` tokens."""
+    dt, fmt = ("BF16", "<%dH") if precision == "bf16" else ("F32", "<%df")
+    n = length * G * D
+    if vals is None:
+        vals = [((i % 7) - 3) * 0.25 for i in range(2 * n)]
+    if precision == "bf16":
+        vals = [struct.unpack("<I", struct.pack("<f", v))[0] >> 16 for v in vals]
+    m = {"format": "attnd-session-state", "format_version": "1", "model": "small",
+         "fingerprint": "fnv1a64:0123456789abcdef", "length": str(length),
+         "precision": precision}
+    m.update(meta or {})
+    pos = list(range(length)) if positions is None else positions
+    return safetensors_bytes([
+        ("keys", dt, [length, G, D], struct.pack(fmt % n, *vals[:n])),
+        ("values", dt, [length, G, D], struct.pack(fmt % n, *vals[n:])),
+        ("positions", "I32", [length], struct.pack("<%di" % length, *pos))], m)
+
+
+def state():
+    """Session state files (fuzz_state.c): valid ones and one of each refusal."""
+    t = "fuzz_state"
+    put(t, "fp32", state_file(3))
+    put(t, "bf16", state_file(2, 1, 4, "bf16"))
+    put(t, "empty_session", state_file(0))
+    put(t, "one_token", state_file(1, 1, 1))
+    put(t, "positions_shifted", state_file(2, positions=[1, 2]))
+    put(t, "nan", state_file(1, 1, 1, vals=[float("nan"), 0.0]))
+    put(t, "inf_bf16", state_file(1, 1, 1, "bf16", vals=[0.0, float("-inf")]))
+    put(t, "length_lies", state_file(2, meta={"length": "3"}))
+    put(t, "length_zero_lead", state_file(2, meta={"length": "02"}))
+    put(t, "precision_lies", state_file(2, meta={"precision": "bf16"}))
+    put(t, "other_version", state_file(1, meta={"format_version": "2"}))
+    put(t, "meta_number", state_file(1, meta={"length": 1}))
+    put(t, "truncated", state_file(3)[:-5])
+    put(t, "header_lies", struct.pack("<Q", 1 << 40) + state_file(1)[8:])
+
+
 if __name__ == "__main__":
     native()
     v2()
@@ -214,3 +256,4 @@ if __name__ == "__main__":
     json_docs()
     routes()
     session()
+    state()
