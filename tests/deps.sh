@@ -6,7 +6,7 @@
 # More arguments name more packages (make bench adds python3-torch and
 # linux-perf). make run asks for `build` alone, so a new user's first
 # command installs no test bench (nginx, prometheus, wrk, clang).
-BUILD_PKGS="build-essential pkg-config libmicrohttpd-dev libjansson-dev libopenblas-dev"
+BUILD_PKGS="build-essential pkg-config libmicrohttpd-dev libjansson-dev libopenblas-dev libcurl4-openssl-dev"
 TEST_PKGS="check python3 python3-venv python3-pip curl clang libclang-rt-14-dev clang-format \
 nginx wrk prometheus nodejs chromium chromium-driver"
 case "$1" in
