@@ -43,7 +43,7 @@ TESTS      := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 BENCHES    := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
 .PHONY: all deps deps-run deps-bench test test-unit test-blackbox test-abuse soak asan tsan run bench bench-http bench-decode clean fuzz fuzz-smoke fuzz-long venv
-.PHONY: docker-test scaleout-test golden-decoder-check format format-check
+.PHONY: docker-test scaleout-test golden-decoder-check format format-check otelcol
 
 all: $(BUILD)/attnd $(LIBS)
 
@@ -74,6 +74,17 @@ $(BUILD)/bench/%: bench/%.c $(LIBS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(PKG_CFLAGS) -o $@ $< $(LIBS) $(LDLIBS)
 
+# The OpenTelemetry Collector the tracing tests export to: tests/otel/ holds
+# its main.go (the collector's command with the OTLP receiver and contrib's
+# file exporter) and go.mod/go.sum pinning every module; Go fetches them
+# from the module proxy. Test infrastructure, built once into build/otelcol/
+# (Go's build cache makes a rebuild quick; make, an unchanged one instant).
+OTELCOL := build/otelcol/otelcol
+$(OTELCOL): tests/otel/main.go tests/otel/go.mod tests/otel/go.sum
+	@command -v go >/dev/null || { echo "go is missing: the tracing tests build an OpenTelemetry Collector with it (README: Tests)"; exit 1; }
+	cd tests/otel && go build -buildvcs=false -trimpath -o $(abspath $@) .
+otelcol: $(OTELCOL)
+
 # Installs the Debian packages the build and tests need when root; otherwise
 # prints the one apt-get line to run. deps-run: what building and running
 # the daemon need, nothing of the test bench (make run).
@@ -95,9 +106,10 @@ test: deps
 	$(MAKE) fuzz-smoke
 	$(MAKE) test-blackbox
 
-# Check suites; CK_FORK=yes isolates a crashing test.
-test-unit: $(TESTS)
-	@set -e; for t in $(TESTS); do echo "== $$t"; CK_FORK=yes $$t; done
+# Check suites; CK_FORK=yes isolates a crashing test. The OTLP collector
+# suite runs the collector built above (ATTND_OTELCOL).
+test-unit: $(TESTS) $(OTELCOL)
+	@set -e; for t in $(TESTS); do echo "== $$t"; ATTND_OTELCOL=$(abspath $(OTELCOL)) CK_FORK=yes $$t; done
 
 test-blackbox: $(BUILD)/attnd $(VENV)/.stamp
 	ATTND_BIN=$(abspath $(BUILD)/attnd) $(VENV)/bin/python -m pytest -q tests/blackbox $(PYTEST_ARGS)
