@@ -139,11 +139,12 @@ asan: deps
 # The pool suite checks the core's own thread pool alone (1 to 4 threads),
 # the core suite uses it (2 and 3 threads), the answer suite writes answers
 # on it; the daemon's concurrency suite exercises the queue, batcher and
-# workers.
+# workers; the OTLP suites submit from several threads while the exporter's
+# thread sends, to a peer and to the real collector.
 tsan: deps
 	$(MAKE) BUILD=build-tsan OPT=-O1 SAN="-fsanitize=thread" all build-tsan/tests/test_pool build-tsan/tests/test_core build-tsan/tests/test_server_session build-tsan/tests/test_decoder \
 	  build-tsan/tests/test_server_guard build-tsan/tests/test_invariance build-tsan/tests/test_server_sched \
-	  build-tsan/tests/test_server_answer
+	  build-tsan/tests/test_server_answer build-tsan/tests/test_server_otlp build-tsan/tests/test_server_otlp_collector $(OTELCOL)
 	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no build-tsan/tests/test_pool
 	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no build-tsan/tests/test_core
 	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no build-tsan/tests/test_invariance
@@ -152,6 +153,8 @@ tsan: deps
 	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no build-tsan/tests/test_server_session
 	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no build-tsan/tests/test_decoder
 	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no build-tsan/tests/test_server_guard
+	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no build-tsan/tests/test_server_otlp
+	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no ATTND_OTELCOL=$(abspath $(OTELCOL)) build-tsan/tests/test_server_otlp_collector
 	TSAN_OPTIONS="halt_on_error=1" $(MAKE) BUILD=build-tsan OPT=-O1 SAN="-fsanitize=thread" test-blackbox PYTEST_ARGS="-k 'concurrency or perf or slowloris or flood or drain_deadline or isolation'"
 
 # libFuzzer targets (clang): tests/fuzz/fuzz_*.c, each linked with one archive
