@@ -259,8 +259,33 @@ START_TEST(test_export_answered) {
     ck_assert_int_eq(attnd_otlp_submit(x, s, 1), 1);
     peer_wait(&p, 2);
     attnd_otlp_free(x); /* sends nothing more: the ring is empty */
-    peer_stop(&p);
+    pthread_mutex_lock(&p.mu);
     ck_assert_int_eq(p.requests, 2);
+    pthread_mutex_unlock(&p.mu);
+    peer_stop(&p);
+}
+END_TEST
+
+START_TEST(test_free_flushes) {
+    otlp_peer p;
+    peer_start(&p, 200, "{}");
+    /* A minute's interval and room for 64: nothing would be sent before free. */
+    attnd_otlp *x = exporter(p.port, 64, 64, 60000, 5000);
+    attnd_span s[5];
+    for (int i = 0; i < 5; i++)
+        s[i] = one_span(i);
+    ck_assert_int_eq(attnd_otlp_submit(x, s, 5), 5);
+    ck_assert_int_eq(stats(x).queued, 5);
+    attnd_otlp_free(x); /* sends them, within shutdown_ms; the peer has answered */
+    pthread_mutex_lock(&p.mu);
+    ck_assert_int_eq(p.requests, 1);
+    json_t *root = json_loads(p.last_body, 0, NULL);
+    pthread_mutex_unlock(&p.mu);
+    peer_stop(&p);
+    json_t *rs = json_array_get(json_object_get(root, "resourceSpans"), 0);
+    json_t *spans = json_object_get(json_array_get(json_object_get(rs, "scopeSpans"), 0), "spans");
+    ck_assert_int_eq((int)json_array_size(spans), 5);
+    json_decref(root);
 }
 END_TEST
 
@@ -404,6 +429,7 @@ static Suite *suite(void) {
     TCase *ex = tcase_create("exporter");
     tcase_set_timeout(ex, 60);
     tcase_add_test(ex, test_export_answered);
+    tcase_add_test(ex, test_free_flushes);
     tcase_add_test(ex, test_export_partial_and_refused);
     tcase_add_test(ex, test_ring_overflow_while_collector_hangs);
     tcase_add_test(ex, test_collector_down_logged_once);
