@@ -9,6 +9,7 @@
 #define ATTND_TESTS_OTLP_PEER_H
 
 #include <arpa/inet.h>
+#include <jansson.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -62,6 +63,23 @@ static inline int count_lines(const char *path, const char *needle) {
         n += strstr(line, needle) != NULL;
     if (f) fclose(f);
     return n;
+}
+
+/* The value of attribute `key` in an OTLP JSON object's "attributes", or NULL. */
+static inline json_t *json_attr(json_t *obj, const char *key) {
+    json_t *a;
+    size_t i;
+    json_array_foreach(json_object_get(obj, "attributes"), i, a) {
+        if (strcmp(json_string_value(json_object_get(a, "key")), key) == 0)
+            return json_object_get(a, "value");
+    }
+    return NULL;
+}
+
+/* The spans of an ExportTraceServiceRequest's first resource and scope. */
+static inline json_t *json_spans(json_t *request) {
+    json_t *rs = json_array_get(json_object_get(request, "resourceSpans"), 0);
+    return json_object_get(json_array_get(json_object_get(rs, "scopeSpans"), 0), "spans");
 }
 
 typedef struct {

@@ -38,22 +38,12 @@ static attnd_request_times times(const attnd_trace *t, int status) {
                                  .compute_end_ns = T0 + 851000};
 }
 
-static json_t *attr(json_t *span, const char *key) {
-    json_t *a;
-    size_t i;
-    json_array_foreach(json_object_get(span, "attributes"), i, a) {
-        if (strcmp(json_string_value(json_object_get(a, "key")), key) == 0)
-            return json_object_get(a, "value");
-    }
-    return NULL;
-}
-
 static const char *str_attr(json_t *span, const char *key) {
-    return json_string_value(json_object_get(attr(span, key), "stringValue"));
+    return json_string_value(json_object_get(json_attr(span, key), "stringValue"));
 }
 
 static const char *int_attr(json_t *span, const char *key) {
-    return json_string_value(json_object_get(attr(span, key), "intValue"));
+    return json_string_value(json_object_get(json_attr(span, key), "intValue"));
 }
 
 static const char *field(json_t *o, const char *key) {
@@ -70,9 +60,7 @@ static json_t *encode(const attnd_span *spans, int n, json_t **out_spans) {
     json_t *root = json_loadb(sb.p, sb.len, JSON_REJECT_DUPLICATES, &e);
     ck_assert_msg(root != NULL, "not JSON: %s: %.*s", e.text, (int)sb.len, sb.p);
     attnd_sb_free(&sb);
-    json_t *rs = json_array_get(json_object_get(root, "resourceSpans"), 0);
-    json_t *ss = json_array_get(json_object_get(rs, "scopeSpans"), 0);
-    *out_spans = json_object_get(ss, "spans");
+    *out_spans = json_spans(root);
     ck_assert_int_eq((int)json_array_size(*out_spans), n);
     return root;
 }
@@ -114,7 +102,7 @@ START_TEST(test_request_spans_encoded) {
     ck_assert_str_eq(int_attr(req, "attnd.queue_us"), "250");
     ck_assert_str_eq(int_attr(req, "attnd.compute_us"), "600");
     ck_assert_str_eq(str_attr(req, "attnd.request_id"), "req-1");
-    ck_assert_ptr_null(attr(req, "error.type"));
+    ck_assert_ptr_null(json_attr(req, "error.type"));
     ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(req, "status"), "code")),
                      0);
     /* its children: same trace, the request span as parent, their own ids */
@@ -160,7 +148,7 @@ START_TEST(test_request_spans_cases) {
     json_t *st = json_object_get(req, "status");
     ck_assert_int_eq(json_integer_value(json_object_get(st, "code")), 2);
     ck_assert_str_eq(field(st, "message"), "HTTP 503");
-    ck_assert_ptr_null(attr(req, "attnd.compute_us"));
+    ck_assert_ptr_null(json_attr(req, "attnd.compute_us"));
     ck_assert_str_eq(field(json_array_get(spans, 1), "name"), "queue");
     json_decref(root);
     /* Refused before the queue: the request span alone. */
@@ -236,22 +224,35 @@ static attnd_otlp_stats stats(attnd_otlp *x) {
     return s;
 }
 
+/* n spans named "span 0".. */
+static void make_spans(attnd_span *s, int n) {
+    for (int i = 0; i < n; i++)
+        s[i] = one_span(i);
+}
+
+/* The peer's requests so far, and the spans of the latest (caller decrefs
+ * *root). */
+static int peer_spans(otlp_peer *p, json_t **root, json_t **spans) {
+    pthread_mutex_lock(&p->mu);
+    int n = p->requests;
+    *root = json_loads(p->last_body, 0, NULL);
+    pthread_mutex_unlock(&p->mu);
+    ck_assert(*root != NULL);
+    *spans = json_spans(*root);
+    return n;
+}
+
 START_TEST(test_export_answered) {
     otlp_peer p;
     peer_start(&p, 200, "{}");
     attnd_otlp *x = exporter(p.port, 64, 4, 20, 5000);
     attnd_span s[4];
-    for (int i = 0; i < 4; i++)
-        s[i] = one_span(i);
+    make_spans(s, 4);
     ck_assert_int_eq(attnd_otlp_submit(x, s, 4), 4);
     peer_wait(&p, 1);
     /* The body on the wire is the encoder's. */
-    pthread_mutex_lock(&p.mu);
-    json_t *root = json_loads(p.last_body, 0, NULL);
-    pthread_mutex_unlock(&p.mu);
-    ck_assert(root != NULL);
-    json_t *rs = json_array_get(json_object_get(root, "resourceSpans"), 0);
-    json_t *spans = json_object_get(json_array_get(json_object_get(rs, "scopeSpans"), 0), "spans");
+    json_t *root, *spans;
+    ck_assert_int_eq(peer_spans(&p, &root, &spans), 1);
     ck_assert_int_eq((int)json_array_size(spans), 4);
     ck_assert_str_eq(field(json_array_get(spans, 3), "name"), "span 3");
     json_decref(root);
@@ -259,9 +260,9 @@ START_TEST(test_export_answered) {
     ck_assert_int_eq(attnd_otlp_submit(x, s, 1), 1);
     peer_wait(&p, 2);
     attnd_otlp_free(x); /* sends nothing more: the ring is empty */
-    pthread_mutex_lock(&p.mu);
-    ck_assert_int_eq(p.requests, 2);
-    pthread_mutex_unlock(&p.mu);
+    ck_assert_int_eq(peer_spans(&p, &root, &spans), 2);
+    ck_assert_int_eq((int)json_array_size(spans), 1);
+    json_decref(root);
     peer_stop(&p);
 }
 END_TEST
@@ -272,18 +273,13 @@ START_TEST(test_free_flushes) {
     /* A minute's interval and room for 64: nothing would be sent before free. */
     attnd_otlp *x = exporter(p.port, 64, 64, 60000, 5000);
     attnd_span s[5];
-    for (int i = 0; i < 5; i++)
-        s[i] = one_span(i);
+    make_spans(s, 5);
     ck_assert_int_eq(attnd_otlp_submit(x, s, 5), 5);
     ck_assert_int_eq(stats(x).queued, 5);
     attnd_otlp_free(x); /* sends them, within shutdown_ms; the peer has answered */
-    pthread_mutex_lock(&p.mu);
-    ck_assert_int_eq(p.requests, 1);
-    json_t *root = json_loads(p.last_body, 0, NULL);
-    pthread_mutex_unlock(&p.mu);
+    json_t *root, *spans;
+    ck_assert_int_eq(peer_spans(&p, &root, &spans), 1);
     peer_stop(&p);
-    json_t *rs = json_array_get(json_object_get(root, "resourceSpans"), 0);
-    json_t *spans = json_object_get(json_array_get(json_object_get(rs, "scopeSpans"), 0), "spans");
     ck_assert_int_eq((int)json_array_size(spans), 5);
     json_decref(root);
 }
@@ -296,8 +292,7 @@ START_TEST(test_export_partial_and_refused) {
     peer_start(&p, 200, "{\"partialSuccess\":{\"rejectedSpans\":\"2\",\"errorMessage\":\"no\"}}");
     attnd_otlp *x = exporter(p.port, 64, 5, 20, 5000);
     attnd_span s[5];
-    for (int i = 0; i < 5; i++)
-        s[i] = one_span(i);
+    make_spans(s, 5);
     ck_assert_int_eq(attnd_otlp_submit(x, s, 5), 5);
     peer_wait(&p, 1);
     attnd_otlp_free(x);
@@ -357,8 +352,7 @@ START_TEST(test_ring_overflow_while_collector_hangs) {
     peer_start(&p, 0, ""); /* reads the POST, never answers */
     attnd_otlp *x = exporter(p.port, 8, 4, 10, 60000);
     attnd_span s[4];
-    for (int i = 0; i < 4; i++)
-        s[i] = one_span(i);
+    make_spans(s, 4);
     ck_assert_int_eq(attnd_otlp_submit(x, s, 4), 4);
     peer_wait(&p, 1); /* the exporter's thread is inside a POST that will not end */
     /* 400 spans from 4 threads: the ring takes 8, the rest are dropped, and

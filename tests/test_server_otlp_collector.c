@@ -88,6 +88,15 @@ static void collector_start(collector *c, const char *name) {
     }
 }
 
+/* A collector of its own on a free port, in a new folder under /tmp. */
+static void collector_new(collector *c, const char *name) {
+    memset(c, 0, sizeof *c);
+    c->port = free_port();
+    snprintf(c->dir, sizeof c->dir, "/tmp/attnd-otelcol-XXXXXX");
+    ck_assert(mkdtemp(c->dir) != NULL);
+    collector_start(c, name);
+}
+
 static void collector_stop(collector *c) {
     int st;
     kill(c->pid, SIGTERM);
@@ -138,16 +147,6 @@ static json_t *wait_for_spans(const char *path, const attnd_span *spans, int n) 
     }
 }
 
-static json_t *attr(json_t *obj, const char *key) {
-    json_t *a;
-    size_t i;
-    json_array_foreach(json_object_get(obj, "attributes"), i, a) {
-        if (strcmp(json_string_value(json_object_get(a, "key")), key) == 0)
-            return json_object_get(a, "value");
-    }
-    return NULL;
-}
-
 /* The collector's record of s holds everything s said. */
 static void check_span(json_t *all, const attnd_span *s) {
     char id[33], want[32];
@@ -172,7 +171,7 @@ static void check_span(json_t *all, const attnd_span *s) {
                      s->trace_flags | 0x100 | (s->parent_remote ? 0x200 : 0));
     for (int i = 0; i < s->n_attrs; i++) {
         const attnd_span_attr *a = &s->attrs[i];
-        json_t *v = attr(sp, a->key);
+        json_t *v = json_attr(sp, a->key);
         ck_assert_msg(v != NULL, "span %s lost attribute %s", s->name, a->key);
         if (a->is_int) {
             snprintf(want, sizeof want, "%lld", a->i);
@@ -186,10 +185,11 @@ static void check_span(json_t *all, const attnd_span *s) {
     if (s->message[0])
         ck_assert_str_eq(json_string_value(json_object_get(status, "message")), s->message);
     json_t *res = json_object_get(rec, "resource");
-    ck_assert_str_eq(json_string_value(json_object_get(attr(res, "service.name"), "stringValue")),
-                     "attnd");
     ck_assert_str_eq(
-        json_string_value(json_object_get(attr(res, "service.version"), "stringValue")), "9.8.7");
+        json_string_value(json_object_get(json_attr(res, "service.name"), "stringValue")), "attnd");
+    ck_assert_str_eq(
+        json_string_value(json_object_get(json_attr(res, "service.version"), "stringValue")),
+        "9.8.7");
     json_t *scope = json_object_get(rec, "scope");
     ck_assert_str_eq(json_string_value(json_object_get(scope, "name")), "attnd");
 }
@@ -262,10 +262,8 @@ static int two_requests(attnd_span out[6]) {
 }
 
 START_TEST(test_spans_reach_the_collector) {
-    collector c = {.port = free_port()};
-    snprintf(c.dir, sizeof c.dir, "/tmp/attnd-otelcol-XXXXXX");
-    ck_assert(mkdtemp(c.dir) != NULL);
-    collector_start(&c, "spans.jsonl");
+    collector c;
+    collector_new(&c, "spans.jsonl");
     attnd_otlp *x = exporter(c.port);
     attnd_span s[6];
     int n = two_requests(s);
@@ -302,10 +300,8 @@ static void *submit_requests(void *arg) {
 }
 
 START_TEST(test_collector_down_then_back) {
-    collector c = {.port = free_port()};
-    snprintf(c.dir, sizeof c.dir, "/tmp/attnd-otelcol-XXXXXX");
-    ck_assert(mkdtemp(c.dir) != NULL);
-    collector_start(&c, "before.jsonl");
+    collector c;
+    collector_new(&c, "before.jsonl");
     captured log;
     capture_start(&log);
     attnd_otlp *x = exporter(c.port);
