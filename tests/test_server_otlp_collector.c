@@ -12,6 +12,7 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +23,8 @@
 #include "../server/obs/otlp.h"
 #include "check_run.h"
 #include "otlp_peer.h"
+
+extern char **environ;
 
 #define WAIT_S 60 /* the longest any wait below lasts before it fails the test */
 
@@ -69,16 +72,16 @@ static void collector_start(collector *c, const char *name) {
             "      exporters: [file]\n",
             c->port, c->out);
     fclose(f);
-    c->pid = fork();
-    ck_assert(c->pid >= 0);
-    if (c->pid == 0) {
-        int fd = open(logf, O_WRONLY | O_CREAT | O_APPEND, 0600);
-        dup2(fd, 1), dup2(fd, 2);
-        char arg[160];
-        snprintf(arg, sizeof arg, "--config=file:%s", cfg);
-        execl(bin, bin, arg, (char *)NULL);
-        _exit(127);
-    }
+    /* posix_spawn, not fork: the exporter's thread may be running. */
+    char arg[160];
+    snprintf(arg, sizeof arg, "--config=file:%s", cfg);
+    char *argv[] = {(char *)bin, arg, NULL};
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, logf, O_WRONLY | O_CREAT | O_APPEND, 0600);
+    posix_spawn_file_actions_adddup2(&fa, 1, 2);
+    ck_assert_int_eq(posix_spawn(&c->pid, bin, &fa, NULL, argv, environ), 0);
+    posix_spawn_file_actions_destroy(&fa);
     double until = now_s() + WAIT_S;
     while (!port_open(c->port)) {
         int st;
