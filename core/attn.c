@@ -211,8 +211,8 @@ INLINE float row_exp_sum_body(float *x, int n, float m) {
 }
 
 /* The two kernels above, compiled for AVX-512, AVX2 and the baseline, and
- * chosen at run time (target_clones' load-time resolvers are not safe under
- * ThreadSanitizer). */
+ * chosen at run time from the CPU's features (cpu.c; target_clones'
+ * load-time resolvers are not safe under ThreadSanitizer). */
 #define ROW_KERNELS(suffix, attr)                                                                  \
     attr static float row_max_##suffix(const float *x, int n) {                                    \
         return row_max_body(x, n);                                                                 \
@@ -224,18 +224,11 @@ ROW_KERNELS(avx512, __attribute__((target("avx512f"))))
 ROW_KERNELS(avx2, __attribute__((target("avx2,fma"))))
 ROW_KERNELS(base, )
 
-static int cpu_level(void) /* 2: AVX-512F, 1: AVX2 + FMA, 0: neither */
-{
-    return __builtin_cpu_supports("avx512f")                                 ? 2
-           : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? 1
-                                                                             : 0;
-}
-
 static float row_max(const float *x, int n) {
-    switch (cpu_level()) {
-    case 2:
+    switch (attn_isa()) { /* cpu.c */
+    case ATTN_ISA_AVX512:
         return row_max_avx512(x, n);
-    case 1:
+    case ATTN_ISA_AVX2:
         return row_max_avx2(x, n);
     default:
         return row_max_base(x, n);
@@ -243,10 +236,10 @@ static float row_max(const float *x, int n) {
 }
 
 static float row_exp_sum(float *x, int n, float m) {
-    switch (cpu_level()) {
-    case 2:
+    switch (attn_isa()) {
+    case ATTN_ISA_AVX512:
         return row_exp_sum_avx512(x, n, m);
-    case 1:
+    case ATTN_ISA_AVX2:
         return row_exp_sum_avx2(x, n, m);
     default:
         return row_exp_sum_base(x, n, m);

@@ -219,7 +219,7 @@ int attn_set_fused(int on);
 enum { ATTN_PROJ_PACKED = 0, ATTN_PROJ_OPENBLAS = 1 };
 int attn_set_projections(int mode);
 
-/* ---- kernels: what the CPU allows, and OpenBLAS (blas.c) ---------------- */
+/* ---- kernels: what the CPU allows (cpu.c), and OpenBLAS (blas.c) -------- */
 
 /* Instruction-set levels, weakest first. */
 enum { ATTN_ISA_BASE = 0, ATTN_ISA_AVX = 1, ATTN_ISA_AVX2 = 2, ATTN_ISA_AVX512 = 3 };

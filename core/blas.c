@@ -15,7 +15,8 @@
  *   AVX                           -> Sandybridge
  *   otherwise                     -> OpenBLAS's own choice
  *
- * It does not compute anything itself; attn.c calls blas_sgemm.
+ * The CPU's features come from cpu.c, probed once. It does not compute
+ * anything itself; the attention tiles (attend.c) call blas_sgemm.
  */
 #include <dlfcn.h>
 #include <pthread.h>
@@ -82,39 +83,6 @@ int attn_cpu_level(const attn_cpu *c) {
     return core ? attn_blas_core_level(core) : ATTN_ISA_BASE;
 }
 
-void attn_cpu_detect(attn_cpu *c) {
-    memset(c, 0, sizeof *c);
-    __builtin_cpu_init();
-    /* __builtin_cpu_supports also checks that the OS saves the registers */
-    c->avx512f = __builtin_cpu_supports("avx512f");
-    c->avx512cd = __builtin_cpu_supports("avx512cd");
-    c->avx512bw = __builtin_cpu_supports("avx512bw");
-    c->avx512dq = __builtin_cpu_supports("avx512dq");
-    c->avx512vl = __builtin_cpu_supports("avx512vl");
-    c->avx512bf16 = __builtin_cpu_supports("avx512bf16");
-    c->avx2 = __builtin_cpu_supports("avx2");
-    c->fma = __builtin_cpu_supports("fma");
-    c->avx = __builtin_cpu_supports("avx");
-    c->sse4_2 = __builtin_cpu_supports("sse4.2");
-}
-
-void attn_cpu_features(const attn_cpu *c, char *out, size_t n) {
-    const struct {
-        int on;
-        const char *name;
-    } f[] = {{c->avx512f, "avx512f"},   {c->avx512cd, "avx512cd"}, {c->avx512bw, "avx512bw"},
-             {c->avx512dq, "avx512dq"}, {c->avx512vl, "avx512vl"}, {c->avx512bf16, "avx512bf16"},
-             {c->avx2, "avx2"},         {c->fma, "fma"},           {c->avx, "avx"},
-             {c->sse4_2, "sse4_2"}};
-    size_t used = 0;
-    if (n) out[0] = '\0';
-    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
-        if (!f[i].on) continue;
-        int w = snprintf(out + used, n > used ? n - used : 0, "%s%s", used ? "," : "", f[i].name);
-        if (w > 0) used += (size_t)w;
-    }
-}
-
 /* Sets name=value for the load and remembers the old value (NULL: unset). */
 static char *env_swap(const char *name, const char *value) {
     const char *old = getenv(name);
@@ -158,11 +126,10 @@ static void judge(int cpu_level, const char *user) {
 }
 
 static void load(void) {
-    attn_cpu cpu;
-    attn_cpu_detect(&cpu);
-    attn_cpu_features(&cpu, g.features, sizeof g.features);
+    const attn_cpu *cpu = attn_cpu_this();
+    attn_cpu_features(cpu, g.features, sizeof g.features);
     g.info.features = g.features;
-    g.info.chosen = attn_blas_core_for(&cpu);
+    g.info.chosen = attn_blas_core_for(cpu);
     const char *env = getenv("OPENBLAS_CORETYPE");
     if (env) snprintf(g.user, sizeof g.user, "%s", env);
     const char *user = g.user[0] ? g.user : NULL;
@@ -192,7 +159,7 @@ static void load(void) {
     }
     blas_set_threads(1);
     g.info.core = blas_corename();
-    judge(attn_cpu_level(&cpu), user);
+    judge(attn_cpu_level(cpu), user);
     g.ok = 1;
 }
 

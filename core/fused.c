@@ -34,7 +34,7 @@ int attn_set_fused(int on) {
 }
 
 int attn_fused_supported(int D) {
-    return fused_on && __builtin_cpu_supports("avx512f") && D % 16 == 0 && D <= 128;
+    return fused_on && attn_isa() >= ATTN_ISA_AVX512 && D % 16 == 0 && D <= 128;
 }
 
 size_t attn_fused_floats(int D) {

@@ -18,12 +18,12 @@
  * baseline kernel (no FMA in the CPU) rounds the product first.
  *
  * Kernels: AVX-512, 12 rows x 2 panels (24 accumulators); AVX2 + FMA, 6 rows
- * x 1 panel (12); baseline, plain loops. Chosen at run time from the CPU.
+ * x 1 panel (12); baseline, plain loops. Chosen at run time from the CPU's
+ * features (cpu.c).
  * Legend: see attn.h (here M rows, N output columns, K input width).
  */
 #include <immintrin.h>
 #include <math.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -274,18 +274,8 @@ static void tile_base(float *C, size_t ldc, const float *A, size_t lda, const at
 
 /* ---- dispatch ---------------------------------------------------------------- */
 
-static int g_cpu_level;
-static pthread_once_t g_cpu_once = PTHREAD_ONCE_INIT;
-
-static void detect_level(void) {
-    attn_cpu c;
-    attn_cpu_detect(&c);
-    g_cpu_level = c.avx512f ? ATTN_ISA_AVX512 : c.avx2 && c.fma ? ATTN_ISA_AVX2 : ATTN_ISA_BASE;
-}
-
 int gemm_level(void) {
-    pthread_once(&g_cpu_once, detect_level);
-    return g_cpu_level;
+    return attn_isa(); /* cpu.c */
 }
 
 static int g_level = -1; /* gemm_force_level(); -1: the CPU's */

@@ -8,6 +8,12 @@
 
 #include "attn.h"
 
+/* cpu.c: this CPU's features, probed once. */
+const attn_cpu *attn_cpu_this(void); /* attn_cpu_detect's answer, kept */
+/* ATTN_ISA_* of the core's own kernels: AVX512 (AVX-512F), AVX2 (AVX2 and
+ * FMA), else BASE. The OpenBLAS kernel set has its own rule (blas.c). */
+int attn_isa(void);
+
 /* blas.c: OpenBLAS's cblas_sgemm, loaded by attn_blas_init (never linked). */
 extern __typeof__(cblas_sgemm) *blas_sgemm;
 
