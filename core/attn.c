@@ -4,8 +4,8 @@
  *      at once, on the weights packed at load (proj.c, gemm.c): Q, K and V
  *      land side by side (QKV (T,3E) for self-attention; Q (T,E) and KV
  *      (U,2E) for cross-attention), as one parallel loop of tiles;
- *   2. per (sequence, head, block of query rows): QK^T, softmax and AV with
- *      OpenBLAS. With no attention matrix asked for, keys are taken in tiles
+ *   2. per (sequence, head, block of query rows): QK^T, softmax (softmax.c)
+ *      and AV with OpenBLAS. With no attention matrix asked for, keys are taken in tiles
  *      with an online softmax, so no (L,S) matrix is ever held (in fused.c's
  *      AVX-512 kernel where the CPU and head width allow it); otherwise the
  *      rows' full score matrix is built where the caller wants the weights.
@@ -129,123 +129,6 @@ void attn_ctx_rest(attn_ctx *ctx) {
     attn_pool_rest(ctx->pool);
 }
 
-/* ---- vector kernels ------------------------------------------------------ */
-
-/* 16 lanes: one AVX-512 register, two AVX2 ones, four SSE ones. The kernels
- * below are always inlined into their callers, so the vector ABI note GCC
- * gives about returning such a vector does not apply. */
-#pragma GCC diagnostic ignored "-Wpsabi"
-typedef float vf16 __attribute__((vector_size(64)));
-typedef int vi16 __attribute__((vector_size(64)));
-#define VL 16
-#define INLINE static inline __attribute__((always_inline))
-
-static inline __attribute__((always_inline)) vf16 vsplat(float x) {
-    return (vf16){} + x;
-}
-
-static inline __attribute__((always_inline)) vf16 vselect(vi16 mask, vf16 a, vf16 b) {
-    return (vf16)(((vi16)a & mask) | ((vi16)b & ~mask));
-}
-
-/* e^x for x <= 0 (x - row max), 0 below the float range and at -inf.
- * Range reduction x = n ln2 + r, |r| <= ln2/2, and a degree-6 polynomial:
- * relative error about 2e-7 (Cephes expf coefficients). */
-static inline __attribute__((always_inline)) vf16 vexp_neg(vf16 x) {
-    const vf16 lo = vsplat(-87.3f), magic = vsplat(12582912.0f); /* 1.5 * 2^23 */
-    vi16 tiny = x < lo;
-    x = vselect(tiny, lo, x);
-    vf16 t = x * vsplat(1.44269504088896341f) + magic;
-    vf16 n = t - magic;
-    vi16 ni = (vi16)t - (vi16)magic;
-    vf16 r = x - n * vsplat(0.693359375f) - n * vsplat(-2.12194440e-4f);
-    vf16 p = vsplat(1.9875691500e-4f);
-    p = p * r + vsplat(1.3981999507e-3f);
-    p = p * r + vsplat(8.3334519073e-3f);
-    p = p * r + vsplat(4.1665795894e-2f);
-    p = p * r + vsplat(1.6666665459e-1f);
-    p = p * r + vsplat(5.0000001201e-1f);
-    p = p * r * r + r + vsplat(1.0f);
-    vf16 scale = (vf16)((ni + 127) << 23);
-    return vselect(tiny, vsplat(0.0f), p * scale);
-}
-
-INLINE float row_max_body(const float *x, int n) {
-    vf16 m = vsplat(-INFINITY);
-    int c = 0;
-    for (; c + VL <= n; c += VL) {
-        vf16 v;
-        memcpy(&v, x + c, sizeof v);
-        m = vselect(v > m, v, m);
-    }
-    float r = -INFINITY;
-    for (int l = 0; l < VL; l++)
-        r = m[l] > r ? m[l] : r;
-    for (; c < n; c++)
-        r = x[c] > r ? x[c] : r;
-    return r;
-}
-
-/* x[c] = e^(x[c] - m); returns the sum. m is finite. */
-INLINE float row_exp_sum_body(float *x, int n, float m) {
-    vf16 acc = vsplat(0.0f), vm = vsplat(m);
-    int c = 0;
-    for (; c + VL <= n; c += VL) {
-        vf16 v;
-        memcpy(&v, x + c, sizeof v);
-        v = vexp_neg(v - vm);
-        memcpy(x + c, &v, sizeof v);
-        acc += v;
-    }
-    if (c < n) {
-        vf16 v = vsplat(-INFINITY);
-        memcpy(&v, x + c, sizeof(float) * (size_t)(n - c));
-        v = vexp_neg(v - vm);
-        memcpy(x + c, &v, sizeof(float) * (size_t)(n - c));
-        acc += v;
-    }
-    float s = 0;
-    for (int l = 0; l < VL; l++)
-        s += acc[l];
-    return s;
-}
-
-/* The two kernels above, compiled for AVX-512, AVX2 and the baseline, and
- * chosen at run time from the CPU's features (cpu.c; target_clones'
- * load-time resolvers are not safe under ThreadSanitizer). */
-#define ROW_KERNELS(suffix, attr)                                                                  \
-    attr static float row_max_##suffix(const float *x, int n) {                                    \
-        return row_max_body(x, n);                                                                 \
-    }                                                                                              \
-    attr static float row_exp_sum_##suffix(float *x, int n, float m) {                             \
-        return row_exp_sum_body(x, n, m);                                                          \
-    }
-ROW_KERNELS(avx512, __attribute__((target("avx512f"))))
-ROW_KERNELS(avx2, __attribute__((target("avx2,fma"))))
-ROW_KERNELS(base, )
-
-static float row_max(const float *x, int n) {
-    switch (attn_isa()) { /* cpu.c */
-    case ATTN_ISA_AVX512:
-        return row_max_avx512(x, n);
-    case ATTN_ISA_AVX2:
-        return row_max_avx2(x, n);
-    default:
-        return row_max_base(x, n);
-    }
-}
-
-static float row_exp_sum(float *x, int n, float m) {
-    switch (attn_isa()) {
-    case ATTN_ISA_AVX512:
-        return row_exp_sum_avx512(x, n, m);
-    case ATTN_ISA_AVX2:
-        return row_exp_sum_avx2(x, n, m);
-    default:
-        return row_exp_sum_base(x, n, m);
-    }
-}
-
 /* ---- attention --------------------------------------------------------- */
 
 typedef struct {
@@ -328,21 +211,7 @@ static void attend_tiled(const fwd_state *st, const attn_task *tk, float *scratc
         blas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Lb, Sb, D, st->scale, q, (int)st->ldq,
                    k + (size_t)j0 * st->ldk, (int)st->ldk, 0.0f, sc, Sb);
         mask_scores(sc, Sb, s, i0, Lb, j0, Sb);
-        for (int r = 0; r < Lb; r++) {
-            float *row = sc + (size_t)r * Sb;
-            float mt = row_max(row, Sb);
-            if (mt == -INFINITY) { /* nothing visible to this row in this tile */
-                memset(row, 0, sizeof(float) * (size_t)Sb);
-                continue;
-            }
-            float mnew = mt > mx[r] ? mt : mx[r];
-            float alpha = expf(mx[r] - mnew); /* 0 when mx was -inf */
-            sum[r] = sum[r] * alpha + row_exp_sum(row, Sb, mnew);
-            if (alpha != 1.0f)
-                for (int d = 0; d < D; d++)
-                    acc[(size_t)r * D + d] *= alpha;
-            mx[r] = mnew;
-        }
+        attn_softmax_online(sc, Sb, Lb, Sb, mx, sum, acc, D);
         // p (Lb,Sb) @ v (Sb,D) + acc -> acc (Lb,D)
         blas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, Lb, D, Sb, 1.0f, sc, Sb,
                    v + (size_t)j0 * st->ldv, (int)st->ldv, 1.0f, acc, D);
@@ -383,18 +252,7 @@ static void attend_full(const fwd_state *st, const attn_task *tk, float *scratch
         blas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Lb, jend, D, st->scale, q, (int)st->ldq,
                    k, (int)st->ldk, 0.0f, P, S);
         mask_scores(P, S, s, i0, Lb, 0, jend);
-        for (int r = 0; r < Lb; r++) {
-            float *row = P + (size_t)r * S;
-            float mt = row_max(row, jend);
-            if (mt == -INFINITY) {
-                memset(row, 0, sizeof(float) * (size_t)S);
-                continue;
-            }
-            float inv = 1.0f / row_exp_sum(row, jend, mt);
-            for (int c = 0; c < jend; c++)
-                row[c] *= inv;
-            if (jend < S) memset(row + jend, 0, sizeof(float) * (size_t)(S - jend));
-        }
+        attn_softmax_rows(P, S, Lb, jend, S);
         // P (Lb,jend) @ v (jend,D) -> q's own columns (Lb,D): q is used up
         blas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, Lb, D, jend, 1.0f, P, S, v,
                    (int)st->ldv, 0.0f, q, (int)st->ldq);

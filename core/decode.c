@@ -9,7 +9,8 @@
  *   2. rotary positions on q and k, angles in double from integer positions;
  *   3. per (row, key/value head g): the R = H/G query heads of the group
  *      score against g's keys together, so each key row is read once:
- *      scores (R, S') = q_g (R,D) @ k_g^T (D,S'), softmax, (R,D) = p @ v_g,
+ *      scores (R, S') = q_g (R,D) @ k_g^T (D,S'), softmax (softmax.c),
+ *      (R,D) = p @ v_g,
  *      where S' is the last key the row may see (causal rows stop early);
  *   4. out projection: the same way.
  * Steps write their rotated keys and their values into the session's cache
@@ -108,25 +109,17 @@ static void attend_group(float *ctx, const float *q, const row_keys *rk, int R, 
                    (int)rk->ld, 0.0f, sc, n);
     }
     for (int r = 0; r < R; r++) {
-        float *row = sc + (size_t)r * n, mx = -INFINITY;
+        float *row = sc + (size_t)r * n;
         for (int j = 0; j < n; j++) {
             if (rk->s && rk->s->attn_mask_add)
                 row[j] += rk->s->attn_mask_add[(size_t)rk->i * rk->s->S + j];
             if (hidden(rk, j)) row[j] = -INFINITY;
-            if (row[j] > mx) mx = row[j];
         }
-        float sum = 0;
-        for (int j = 0; j < n; j++) {
-            row[j] = mx == -INFINITY ? 0.0f : expf(row[j] - mx);
-            sum += row[j];
-        }
-        float inv = sum > 0 ? 1.0f / sum : 0.0f; /* every key hidden: weights 0 */
-        for (int j = 0; j < n; j++)
-            row[j] *= inv;
-        if (w) {
-            memcpy(w + (size_t)r * wstride, row, sizeof(float) * (size_t)n);
-            memset(w + (size_t)r * wstride + n, 0, sizeof(float) * (size_t)(rk->S - n));
-        }
+    }
+    attn_softmax_rows(sc, (size_t)n, R, n, n); /* every key hidden: weights 0 */
+    for (int r = 0; w && r < R; r++) {
+        memcpy(w + (size_t)r * wstride, sc + (size_t)r * n, sizeof(float) * (size_t)n);
+        memset(w + (size_t)r * wstride + n, 0, sizeof(float) * (size_t)(rk->S - n));
     }
     if (n > 0) {
         // p (R,n) @ v (n,D) -> ctx (R,D)

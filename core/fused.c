@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "vexp.h"
 
 #define FQ 64                          /* query rows per block: four 16-lane vectors */
 #define FBLOCKS (ATTN_FUSED_ROWS / FQ) /* blocks one call may take */
@@ -44,26 +45,10 @@ size_t attn_fused_floats(int D) {
 #define AVX512 __attribute__((target("avx512f")))
 #define INLINE static inline __attribute__((always_inline))
 
-/* e^x for x <= 0, 0 below the float range and at -inf (as vexp_neg in attn.c). */
+/* e^x for x <= 0, 0 below the float range and at -inf (vexp.h). */
+VEXP_NEG_FUNCTION(vexp_neg512, AVX512)
 AVX512 INLINE __m512 exp_neg(__m512 x) {
-    __mmask16 tiny = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.3f), _CMP_LT_OQ);
-    x = _mm512_max_ps(x, _mm512_set1_ps(-87.3f));
-    __m512 magic = _mm512_set1_ps(12582912.0f);
-    __m512 t = _mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504088896341f), magic);
-    __m512 n = _mm512_sub_ps(t, magic);
-    __m512i ni = _mm512_sub_epi32(_mm512_castps_si512(t), _mm512_castps_si512(magic));
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-    p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-    __m512 scale =
-        _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(ni, _mm512_set1_epi32(127)), 23));
-    return _mm512_maskz_mul_ps(~tiny, p, scale);
+    return (__m512)vexp_neg512((vf16)x, VEXP_ONE_FIRST);
 }
 
 /* sT (C,64) = k (C,D) @ qT (D,64) for C = 6, 4 or 1 keys. */

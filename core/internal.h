@@ -43,6 +43,16 @@ void attn_pool_run(attn_pool *p, int ntasks, attn_task_fn fn, void *arg);
  * attn_pool_run (which ends the rest). */
 void attn_pool_rest(attn_pool *p);
 
+/* softmax.c: the softmax of rows of scores. */
+/* One tile of an online softmax: sc (M,n) at row stride ld holds scaled,
+ * masked scores; mx and sum (M) are each row's running max and sum, acc
+ * (M,D) its unnormalised output. On return sc holds e^(s - max) (zeros where
+ * a row sees nothing yet) and acc is rescaled to the new max. */
+void attn_softmax_online(float *sc, int ld, int M, int n, float *mx, float *sum, float *acc, int D);
+/* Softmax of each of M rows of P (stride ld) over its first n entries, zeros
+ * in [n, width); a row that sees nothing is all zeros. */
+void attn_softmax_rows(float *P, size_t ld, int M, int n, int width);
+
 /* fused.c: the AVX-512 online-softmax block (see there). Supported when the
  * CPU has AVX-512F and D is a multiple of 16 up to 128. */
 int attn_fused_supported(int D);
