@@ -15,13 +15,13 @@
  * thread (README, "The core", says why). A sequence's numbers do not depend
  * on what else is in the batch nor on the thread count: the tiles of step 1
  * and 3 compute each output alike (gemm.c), and step 2's tasks are cut from
- * each sequence alone (docs/performance.md). Legend: see attn.h.
+ * each sequence alone (docs/performance.md). The context's threads and
+ * scratch live in ctx.c. Legend: see attn.h.
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #include "attn.h"
 #include "internal.h"
@@ -38,104 +38,13 @@ enum {
     FULL_FLOATS = 1 << 18, /* score floats per task on the weights path */
 };
 
-typedef struct {
-    int seq;  /* index into the batch */
-    int head; /* head, or -1: all heads (the weights path) */
-    int i0;   /* first query row of the block */
-    int i1;   /* one past the last */
-} attn_task;
-
-struct attn_ctx {
-    int nthreads;
-    attn_pool *pool;
-    float *ws; /* projections, see forward(); ws_cap floats */
-    size_t ws_cap;
-    float **tile; /* (nthreads) per-thread scratch, tile_cap floats each */
-    size_t tile_cap;
-    attn_task *tasks; /* (tasks_cap) */
-    size_t tasks_cap;
-    size_t *off; /* (2 * off_cap): query then key row offsets of each sequence */
-    size_t off_cap;
-};
-
-/* ---- buffers ------------------------------------------------------------ */
-
-/* Aligned, and backed by huge pages when large: first-touch faults of fresh
- * 4 KiB pages are a large share of a forward's time otherwise. */
-static float *alloc_floats(size_t n) {
-    size_t bytes = n * sizeof(float);
-    size_t align = bytes >= (4u << 20) ? (2u << 20) : 64;
-    bytes = (bytes + align - 1) / align * align;
-    void *p = NULL;
-    if (posix_memalign(&p, align, bytes ? bytes : align) != 0) return NULL;
-#ifdef MADV_HUGEPAGE
-    if (align > 64) madvise(p, bytes, MADV_HUGEPAGE);
-#endif
-    return p;
-}
-
-static int grow_floats(float **buf, size_t *cap, size_t need) {
-    if (need <= *cap && *buf) return 0;
-    float *p = alloc_floats(need);
-    if (!p) return -1;
-    free(*buf);
-    *buf = p;
-    *cap = need;
-    return 0;
-}
-
-attn_ctx *attn_ctx_new(int nthreads) {
-    if (nthreads < 1) nthreads = 1;
-    if (attn_blas_init(NULL, 0) < 0) return NULL;
-    attn_ctx *ctx = calloc(1, sizeof *ctx);
-    if (!ctx) return NULL;
-    ctx->nthreads = nthreads;
-    ctx->tile = calloc((size_t)nthreads, sizeof *ctx->tile);
-    ctx->pool = attn_pool_new(nthreads);
-    if (!ctx->tile || !ctx->pool) {
-        attn_ctx_free(ctx);
-        return NULL;
-    }
-    return ctx;
-}
-
-void attn_ctx_free(attn_ctx *ctx) {
-    if (!ctx) return;
-    attn_pool_free(ctx->pool);
-    if (ctx->tile)
-        for (int t = 0; t < ctx->nthreads; t++)
-            free(ctx->tile[t]);
-    free(ctx->tile);
-    free(ctx->ws);
-    free(ctx->tasks);
-    free(ctx->off);
-    free(ctx);
-}
-
-int attn_ctx_threads(const attn_ctx *ctx) {
-    return ctx->nthreads;
-}
-
-attn_pool *attn_ctx_pool(attn_ctx *ctx) {
-    return ctx ? ctx->pool : NULL;
-}
-
-void attn_ctx_parallel(attn_ctx *ctx, int ntasks, void (*fn)(void *arg, int task, int thread),
-                       void *arg) {
-    attn_pool_run(ctx->pool, ntasks, fn, arg);
-}
-
-void attn_ctx_rest(attn_ctx *ctx) {
-    attn_pool_rest(ctx->pool);
-}
-
 /* ---- attention --------------------------------------------------------- */
 
 typedef struct {
     const attn_model *m;
     const attn_batch *b;
-    attn_ctx *ctx;
-    float *q; /* (T,E) at row stride ldq: projected queries, then head outputs */
+    float **tile; /* (threads) scratch */
+    float *q;     /* (T,E) at row stride ldq: projected queries, then head outputs */
     size_t ldq;
     const float *k; /* (U,E) at row stride ldk */
     size_t ldk;
@@ -271,7 +180,7 @@ typedef struct {
 static void attend_task(void *arg, int t, int tid) {
     const attend_job *j = arg;
     const attn_task *tk = &j->tasks[t];
-    float *scratch = j->st->ctx->tile[tid];
+    float *scratch = j->st->tile[tid];
     if (tk->head >= 0)
         attend_tiled(j->st, tk, scratch);
     else
@@ -280,20 +189,12 @@ static void attend_task(void *arg, int t, int tid) {
 
 /* ---- planning ---------------------------------------------------------------- */
 
-typedef struct {
-    size_t T, U;
-    size_t ws;    /* projection floats */
-    size_t tile;  /* per-thread scratch floats */
-    size_t tasks; /* task count */
-} fwd_plan;
-
-static void plan(const attn_model *m, const attn_batch *b, size_t T, size_t U, fwd_plan *p) {
+static void plan(const attn_model *m, const attn_batch *b, size_t T, size_t U, attn_ws_size *p) {
     int E = m->hp.embed_dim, H = m->hp.num_heads, D = E / H;
-    p->T = T;
-    p->U = U;
-    p->ws = b->key ? T * E + U * 2 * (size_t)E : T * 3 * (size_t)E;
+    p->proj = b->key ? T * E + U * 2 * (size_t)E : T * 3 * (size_t)E;
     p->tile = 0;
     p->tasks = 0;
+    p->seqs = (size_t)b->B;
     for (int i = 0; i < b->B; i++) {
         const attn_seq *s = &b->seqs[i];
         if (s->weights == ATTN_WEIGHTS_NONE) {
@@ -314,39 +215,9 @@ size_t attn_workspace_bytes(const attn_model *m, const attn_batch *b, int nthrea
         T += b->seqs[i].L;
         U += b->seqs[i].S;
     }
-    fwd_plan p;
+    attn_ws_size p;
     plan(m, b, T, U, &p);
-    if (nthreads < 1) nthreads = 1;
-    return sizeof(float) * (p.ws + (size_t)nthreads * p.tile) + sizeof(attn_task) * p.tasks +
-           2 * sizeof(size_t) * (size_t)b->B;
-}
-
-static int reserve(attn_ctx *ctx, const fwd_plan *p, int B) {
-    if (grow_floats(&ctx->ws, &ctx->ws_cap, p->ws) < 0) return -1;
-    if (p->tile > ctx->tile_cap) {
-        for (int t = 0; t < ctx->nthreads; t++) {
-            free(ctx->tile[t]);
-            ctx->tile[t] = alloc_floats(p->tile);
-            if (!ctx->tile[t]) {
-                ctx->tile_cap = 0;
-                return -1;
-            }
-        }
-        ctx->tile_cap = p->tile;
-    }
-    if (p->tasks > ctx->tasks_cap) {
-        attn_task *t = realloc(ctx->tasks, sizeof *t * p->tasks);
-        if (!t) return -1;
-        ctx->tasks = t;
-        ctx->tasks_cap = p->tasks;
-    }
-    if ((size_t)B > ctx->off_cap) {
-        size_t *o = realloc(ctx->off, sizeof *o * 2 * (size_t)B);
-        if (!o) return -1;
-        ctx->off = o;
-        ctx->off_cap = (size_t)B;
-    }
-    return 0;
+    return attn_ws_bytes(&p, nthreads);
 }
 
 /* Fills the task list: later row blocks first (they cost more under causal). */
@@ -435,14 +306,16 @@ int attn_forward(attn_ctx *ctx, const attn_model *m, attn_batch *b, char *err, s
     if (attn_check_packed(m, err, errlen) < 0) return -1;
     int E = m->hp.embed_dim, H = m->hp.num_heads, D = E / H;
     int Kd = m->hp.kdim, Vd = m->hp.vdim;
-    fwd_plan p;
+    attn_ws_size p;
+    attn_ws ws;
     plan(m, b, T, U, &p);
-    if (reserve(ctx, &p, b->B) < 0) {
+    if (attn_ctx_reserve(ctx, &p, &ws) < 0) {
         snprintf(err, errlen, "out of memory for a batch of %zu query and %zu key tokens", T, U);
         return -1;
     }
-    fwd_state st = {.m = m, .b = b, .ctx = ctx, .scale = 1.0f / sqrtf((float)D)};
-    size_t *qoff = ctx->off, *koff = ctx->off + b->B;
+    attn_pool *pool = attn_ctx_pool(ctx);
+    fwd_state st = {.m = m, .b = b, .tile = ws.tile, .scale = 1.0f / sqrtf((float)D)};
+    size_t *qoff = ws.off, *koff = ws.off + b->B;
     for (int i = 0, qo = 0, ko = 0; i < b->B; i++) {
         qoff[i] = qo;
         koff[i] = ko;
@@ -455,7 +328,7 @@ int attn_forward(attn_ctx *ctx, const attn_model *m, attn_batch *b, char *err, s
     proj_part parts[PROJ_PARTS];
     if (!b->key) {
         // query (T,E) @ [Wq;Wk;Wv]^T (E,3E) + [bq;bk;bv] -> QKV (T,3E)
-        float *qkv = ctx->ws;
+        float *qkv = ws.proj;
         size_t ld = 3 * (size_t)E;
         parts[0] = proj_part_of(m, 0, qkv, ld, b->query, E, T);
         parts[1] = proj_part_of(m, 1, qkv + E, ld, b->query, E, T);
@@ -465,7 +338,7 @@ int attn_forward(attn_ctx *ctx, const attn_model *m, attn_batch *b, char *err, s
         st.v = qkv + 2 * E;
         st.ldq = st.ldk = st.ldv = ld;
     } else {
-        float *q = ctx->ws, *kv = ctx->ws + T * E;
+        float *q = ws.proj, *kv = ws.proj + T * E;
         const float *value = b->value ? b->value : b->key; /* value = key */
         size_t ldv = b->value ? (size_t)Vd : (size_t)Kd;
         // query (T,E) @ Wq^T (E,E) + bq -> Q (T,E)
@@ -479,14 +352,14 @@ int attn_forward(attn_ctx *ctx, const attn_model *m, attn_batch *b, char *err, s
         st.v = kv + E;
         st.ldk = st.ldv = 2 * (size_t)E;
     }
-    proj_run(ctx->pool, ctx->nthreads, parts, 3);
+    proj_run(pool, attn_ctx_threads(ctx), parts, 3);
 
-    size_t ntasks = make_tasks(ctx->tasks, b, H, D);
-    attend_job job = {&st, ctx->tasks};
-    attn_pool_run(ctx->pool, (int)ntasks, attend_task, &job);
+    size_t ntasks = make_tasks(ws.tasks, b, H, D);
+    attend_job job = {&st, ws.tasks};
+    attn_pool_run(pool, (int)ntasks, attend_task, &job);
 
     // heads (T,E) @ Wo^T (E,E) + bo -> out (T,E)
     parts[0] = proj_part_of(m, 3, b->out, E, st.q, st.ldq, T);
-    proj_run(ctx->pool, ctx->nthreads, parts, 1);
+    proj_run(pool, attn_ctx_threads(ctx), parts, 1);
     return 0;
 }

@@ -53,6 +53,34 @@ void attn_softmax_online(float *sc, int ld, int M, int n, float *mx, float *sum,
  * in [n, width); a row that sees nothing is all zeros. */
 void attn_softmax_rows(float *P, size_t ld, int M, int n, int width);
 
+/* ctx.c: a context's threads and the scratch of its forwards. */
+/* One attention task: a block of query rows of one sequence, for one head
+ * or for every head. */
+typedef struct {
+    int seq;  /* index into the batch */
+    int head; /* head, or -1: every head (the weights path) */
+    int i0;   /* first query row of the block */
+    int i1;   /* one past the last */
+} attn_task;
+/* Scratch sizes of one forward, and where the context holds them. */
+typedef struct {
+    size_t proj;  /* floats: the projections */
+    size_t tile;  /* floats per thread: an attention task's scratch */
+    size_t tasks; /* attention tasks */
+    size_t seqs;  /* sequences */
+} attn_ws_size;
+typedef struct {
+    float *proj;      /* (proj) */
+    float **tile;     /* (threads) each (tile) */
+    attn_task *tasks; /* (tasks) */
+    size_t *off;      /* (2 * seqs) query then key row offsets of each sequence */
+} attn_ws;
+/* Grows ctx's scratch to need and says where it is. Returns 0, or -1 when
+ * out of memory (ctx stays usable). */
+int attn_ctx_reserve(attn_ctx *ctx, const attn_ws_size *need, attn_ws *ws);
+size_t attn_ws_bytes(const attn_ws_size *need, int nthreads); /* need's bytes */
+attn_pool *attn_ctx_pool(attn_ctx *ctx);                      /* NULL for a NULL context */
+
 /* fused.c: the AVX-512 online-softmax block (see there). Supported when the
  * CPU has AVX-512F and D is a multiple of 16 up to 128. */
 int attn_fused_supported(int D);
@@ -103,7 +131,5 @@ proj_part proj_part_of(const attn_model *m, int which, float *C, size_t ldc, con
                        size_t lda, size_t M);
 /* Runs the parts' tiles on pool, or on the calling thread when pool is NULL. */
 void proj_run(attn_pool *pool, int nthreads, const proj_part *parts, int nparts);
-/* attn.c: the pool of a context; NULL for a NULL context. */
-attn_pool *attn_ctx_pool(attn_ctx *ctx);
 
 #endif

@@ -1,0 +1,139 @@
+/* ctx.c - the compute context: the threads a forward runs on (pool.c) and
+ * the scratch it reuses from call to call (projections, per-thread tiles,
+ * the task list, where each sequence's rows are), grown
+ * to the largest forward seen and freed with the context. No math here;
+ * attn.c plans a forward and asks for its scratch.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "attn.h"
+#include "internal.h"
+
+struct attn_ctx {
+    int nthreads;
+    attn_pool *pool;
+    float *proj; /* proj_cap floats */
+    size_t proj_cap;
+    float **tile; /* (nthreads) per-thread scratch, tile_cap floats each */
+    size_t tile_cap;
+    attn_task *tasks; /* (tasks_cap) */
+    size_t tasks_cap;
+    size_t *off; /* (2 * off_cap): query then key row offsets of each sequence */
+    size_t off_cap;
+};
+
+/* Aligned, and backed by huge pages when large: first-touch faults of fresh
+ * 4 KiB pages are a large share of a forward's time otherwise. */
+static float *alloc_floats(size_t n) {
+    size_t bytes = n * sizeof(float);
+    size_t align = bytes >= (4u << 20) ? (2u << 20) : 64;
+    bytes = (bytes + align - 1) / align * align;
+    void *p = NULL;
+    if (posix_memalign(&p, align, bytes ? bytes : align) != 0) return NULL;
+#ifdef MADV_HUGEPAGE
+    if (align > 64) madvise(p, bytes, MADV_HUGEPAGE);
+#endif
+    return p;
+}
+
+static int grow_floats(float **buf, size_t *cap, size_t need) {
+    if (need <= *cap && *buf) return 0;
+    float *p = alloc_floats(need);
+    if (!p) return -1;
+    free(*buf);
+    *buf = p;
+    *cap = need;
+    return 0;
+}
+
+/* old when it holds need items of size bytes, else a new block of need
+ * items (old freed, contents not kept); NULL when out of memory (old kept). */
+static void *grow(void *old, size_t *cap, size_t need, size_t size) {
+    if (old && need <= *cap) return old;
+    void *p = malloc(size * (need ? need : 1));
+    if (!p) return NULL;
+    free(old);
+    *cap = need;
+    return p;
+}
+
+attn_ctx *attn_ctx_new(int nthreads) {
+    if (nthreads < 1) nthreads = 1;
+    if (attn_blas_init(NULL, 0) < 0) return NULL;
+    attn_ctx *ctx = calloc(1, sizeof *ctx);
+    if (!ctx) return NULL;
+    ctx->nthreads = nthreads;
+    ctx->tile = calloc((size_t)nthreads, sizeof *ctx->tile);
+    ctx->pool = attn_pool_new(nthreads);
+    if (!ctx->tile || !ctx->pool) {
+        attn_ctx_free(ctx);
+        return NULL;
+    }
+    return ctx;
+}
+
+void attn_ctx_free(attn_ctx *ctx) {
+    if (!ctx) return;
+    attn_pool_free(ctx->pool);
+    if (ctx->tile)
+        for (int t = 0; t < ctx->nthreads; t++)
+            free(ctx->tile[t]);
+    free(ctx->tile);
+    free(ctx->proj);
+    free(ctx->tasks);
+    free(ctx->off);
+    free(ctx);
+}
+
+int attn_ctx_threads(const attn_ctx *ctx) {
+    return ctx->nthreads;
+}
+
+attn_pool *attn_ctx_pool(attn_ctx *ctx) {
+    return ctx ? ctx->pool : NULL;
+}
+
+void attn_ctx_parallel(attn_ctx *ctx, int ntasks, void (*fn)(void *arg, int task, int thread),
+                       void *arg) {
+    attn_pool_run(ctx->pool, ntasks, fn, arg);
+}
+
+void attn_ctx_rest(attn_ctx *ctx) {
+    attn_pool_rest(ctx->pool);
+}
+
+/* Each thread's tile holds at least need floats. */
+static int grow_tiles(attn_ctx *ctx, size_t need) {
+    if (need <= ctx->tile_cap) return 0;
+    for (int t = 0; t < ctx->nthreads; t++) {
+        free(ctx->tile[t]);
+        ctx->tile[t] = alloc_floats(need);
+        if (!ctx->tile[t]) {
+            ctx->tile_cap = 0;
+            return -1;
+        }
+    }
+    ctx->tile_cap = need;
+    return 0;
+}
+
+int attn_ctx_reserve(attn_ctx *ctx, const attn_ws_size *need, attn_ws *ws) {
+    if (grow_floats(&ctx->proj, &ctx->proj_cap, need->proj) < 0 || grow_tiles(ctx, need->tile) < 0)
+        return -1;
+    attn_task *tasks = grow(ctx->tasks, &ctx->tasks_cap, need->tasks, sizeof *tasks);
+    if (!tasks) return -1;
+    ctx->tasks = tasks;
+    size_t *off = grow(ctx->off, &ctx->off_cap, need->seqs, 2 * sizeof *off);
+    if (!off) return -1;
+    ctx->off = off;
+    *ws = (attn_ws){ctx->proj, ctx->tile, tasks, off};
+    return 0;
+}
+
+size_t attn_ws_bytes(const attn_ws_size *need, int nthreads) {
+    if (nthreads < 1) nthreads = 1;
+    return sizeof(float) * (need->proj + (size_t)nthreads * need->tile) +
+           sizeof(attn_task) * need->tasks + 2 * sizeof(size_t) * need->seqs;
+}
