@@ -5,11 +5,12 @@
  * A Llama-shaped layer (E = 1024, 8 query heads over 2 key/value heads of
  * 128, rotary positions). For cache lengths L = 128, 256, 512, ..., 8192
  * and 1 or 64 sessions decoding at once: the median time of one
- * single-token step of every session through attn_step_forward (what
+ * single-token step of every session, the sessions' steps as cache
+ * sequences (attn_seq.kv) of one batch through attn_forward (what
  * POST /v1/sessions/{id}/attention computes), as tokens per second and as
  * microseconds per step per 1000 cached tokens. Next to it, the same token
- * without a session: the whole prefix plus the token through
- * attn_forward_decoder, causal (what a client without sessions sends), for
+ * without a session: the whole prefix plus the token through attn_forward,
+ * causal (what a client without sessions sends), for
  * one session (64 sessions re-send 64 times that), up to --resend-max
  * (8192 by default: it grows with the square of the length, about a
  * second a token at 8192 on two cores).
@@ -86,29 +87,13 @@ static double median(void (*fn)(void *), void *arg, double seconds) {
 typedef struct {
     attn_ctx *ctx;
     const attn_model *m;
-    attn_step *steps;
-    int n;
-} step_job;
-
-static void run_steps(void *arg) {
-    step_job *j = arg;
-    char err[256];
-    if (attn_step_forward(j->ctx, j->m, j->steps, j->n, err, sizeof err) < 0) {
-        fprintf(stderr, "bench_decode: %s\n", err);
-        exit(1);
-    }
-}
-
-typedef struct {
-    attn_ctx *ctx;
-    const attn_model *m;
     attn_batch *b;
-} whole_job;
+} forward_job;
 
-static void run_whole(void *arg) {
-    whole_job *j = arg;
+static void run_forward(void *arg) {
+    forward_job *j = arg;
     char err[256];
-    if (attn_forward_decoder(j->ctx, j->m, j->b, err, sizeof err) < 0) {
+    if (attn_forward(j->ctx, j->m, j->b, err, sizeof err) < 0) {
         fprintf(stderr, "bench_decode: %s\n", err);
         exit(1);
     }
@@ -120,16 +105,12 @@ static void run_whole(void *arg) {
 static double time_steps(attn_ctx *ctx, const attn_model *m, int n, int len, int maxlen, float *kv,
                          float *q, float *out, double seconds) {
     size_t row = 2 * (size_t)G * D, per = (size_t)(maxlen + 1) * row;
-    attn_step st[MAXS];
-    for (int i = 0; i < n; i++)
-        st[i] = (attn_step){.n = 1,
-                            .len = len,
-                            .kv = kv + i * per,
-                            .query = q + (size_t)i * E,
-                            .out = out + (size_t)i * E,
-                            .weights = ATTN_WEIGHTS_NONE};
-    step_job j = {ctx, m, st, n};
-    return median(run_steps, &j, seconds);
+    attn_seq st[MAXS];
+    for (int i = 0; i < n; i++) /* session i's query row is q's row i */
+        st[i] = (attn_seq){.L = 1, .S = len + 1, .kv = kv + i * per, .cached = len};
+    attn_batch b = {.B = n, .seqs = st, .query = q, .out = out};
+    forward_job j = {ctx, m, &b};
+    return median(run_forward, &j, seconds);
 }
 
 /* Median seconds of the whole prefix of len tokens plus one, causal. */
@@ -137,8 +118,8 @@ static double time_whole(attn_ctx *ctx, const attn_model *m, int len, float *x, 
                          double seconds) {
     attn_seq s = {.L = len + 1, .S = len + 1, .causal = 1};
     attn_batch b = {.B = 1, .seqs = &s, .query = x, .out = out};
-    whole_job j = {ctx, m, &b};
-    return median(run_whole, &j, seconds);
+    forward_job j = {ctx, m, &b};
+    return median(run_forward, &j, seconds);
 }
 
 /* Least squares t = a + b * L over n points; *worst the largest

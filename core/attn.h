@@ -168,23 +168,21 @@ void attn_ctx_rest(attn_ctx *ctx);
  * (upper bound), so that a server can bound memory before admission. */
 size_t attn_workspace_bytes(const attn_model *m, const attn_batch *b, int nthreads);
 
-/* The fast forward: one GEMM for the projections of all tokens, then per
- * (sequence, head) QK^T, softmax and AV with OpenBLAS, tiled with an online
- * softmax when no attention matrix is asked for. Returns 0, or -1 with a
- * sentence in err (bad shapes, out of memory). */
+/* The forward, the one road of every batch: the projections of all tokens
+ * at once, rotary positions where the model has them, per (sequence,
+ * key/value head, block of rows) QK^T, softmax and AV, then the output
+ * projection; every mask and weights mode, grouped heads, self- and
+ * cross-attention, and cache steps (attn_seq.kv) mixed with whole
+ * sequences. Tiled with an online softmax when no attention matrix is
+ * asked for. ctx is required. Returns 0, or -1 with a sentence in err (bad
+ * shapes, out of memory). */
 int attn_forward(attn_ctx *ctx, const attn_model *m, attn_batch *b, char *err, size_t errlen);
 
-/* The naive reference: plain loops, plainly right, slow. Same contract. */
+/* The naive reference: plain loops, plainly right, slow. Same contract,
+ * cache steps included. */
 int attn_forward_ref(const attn_model *m, attn_batch *b, char *err, size_t errlen);
 
-/* ---- decoders: grouped heads, rotary positions, KV-cache steps (decode.c) -- */
-
-/* The forward of a model with decoder options (num_kv_heads, head_dim,
- * scale, rope), every mask and weights mode of attn_forward. Same contract
- * as attn_forward (which hands decoder models to it); ctx NULL runs on the
- * calling thread. */
-int attn_forward_decoder(attn_ctx *ctx, const attn_model *m, attn_batch *b, char *err,
-                         size_t errlen);
+/* ---- KV-cache steps as a call of their own (core/steps.c) --------------- */
 
 /* One step of a KV-cache session: n new query rows at positions len ..
  * len+n-1 attend causally over the len cached tokens and themselves. The
@@ -200,16 +198,18 @@ typedef struct {
     float *attn;               /* out: (H,n,len+n) for HEADS, (n,len+n) for MEAN */
 } attn_step;
 
-/* Runs steps of one model together: one GEMM for every new row's
- * projections and one for the outputs. A step's rows equal the same rows of
- * the whole sequence through attn_forward_decoder with causal = 1. */
+/* Runs steps of one model together: a wrapper that sends them through
+ * attn_forward as one batch of cache sequences (attn_seq.kv), kept while
+ * server/steps.c calls it and deleted once the server sends its steps
+ * through attn_forward. */
 int attn_step_forward(attn_ctx *ctx, const attn_model *m, attn_step *steps, int n, char *err,
                       size_t errlen);
 
 /* The no-weights path runs a fused AVX-512 kernel when the CPU has AVX-512F
- * and D is a multiple of 16 up to 128, and OpenBLAS tiles otherwise. on = 0
- * forces the OpenBLAS tiles everywhere (tests and benchmarks compare both);
- * call it before forwards start, not during. Returns the previous setting. */
+ * and D is a multiple of 16 up to 128 (and H/G <= 512), and OpenBLAS tiles
+ * otherwise. on = 0 forces the OpenBLAS tiles everywhere (tests and
+ * benchmarks compare both); call it before forwards start, not during.
+ * Returns the previous setting. */
 int attn_set_fused(int on);
 
 /* The projections run on the packed weights (default: the same bits for a

@@ -1,6 +1,6 @@
 /* ctx.c - the compute context: the threads a forward runs on (pool.c) and
  * the scratch it reuses from call to call (projections, per-thread tiles,
- * the task list, where each sequence's rows are), grown
+ * the task list, where each sequence's rows are, rotary frequencies), grown
  * to the largest forward seen and freed with the context. No math here;
  * attn.c plans a forward and asks for its scratch.
  */
@@ -20,8 +20,10 @@ struct attn_ctx {
     size_t tile_cap;
     attn_task *tasks; /* (tasks_cap) */
     size_t tasks_cap;
-    size_t *off; /* (2 * off_cap): query then key row offsets of each sequence */
-    size_t off_cap;
+    attn_seq_at *seqs; /* (seqs_cap) */
+    size_t seqs_cap;
+    double *freqs; /* (freqs_cap) */
+    size_t freqs_cap;
 };
 
 /* Aligned, and backed by huge pages when large: first-touch faults of fresh
@@ -83,7 +85,8 @@ void attn_ctx_free(attn_ctx *ctx) {
     free(ctx->tile);
     free(ctx->proj);
     free(ctx->tasks);
-    free(ctx->off);
+    free(ctx->seqs);
+    free(ctx->freqs);
     free(ctx);
 }
 
@@ -92,7 +95,7 @@ int attn_ctx_threads(const attn_ctx *ctx) {
 }
 
 attn_pool *attn_ctx_pool(attn_ctx *ctx) {
-    return ctx ? ctx->pool : NULL;
+    return ctx->pool;
 }
 
 void attn_ctx_parallel(attn_ctx *ctx, int ntasks, void (*fn)(void *arg, int task, int thread),
@@ -125,15 +128,19 @@ int attn_ctx_reserve(attn_ctx *ctx, const attn_ws_size *need, attn_ws *ws) {
     attn_task *tasks = grow(ctx->tasks, &ctx->tasks_cap, need->tasks, sizeof *tasks);
     if (!tasks) return -1;
     ctx->tasks = tasks;
-    size_t *off = grow(ctx->off, &ctx->off_cap, need->seqs, 2 * sizeof *off);
-    if (!off) return -1;
-    ctx->off = off;
-    *ws = (attn_ws){ctx->proj, ctx->tile, tasks, off};
+    attn_seq_at *seqs = grow(ctx->seqs, &ctx->seqs_cap, need->seqs, sizeof *seqs);
+    if (!seqs) return -1;
+    ctx->seqs = seqs;
+    double *freqs = grow(ctx->freqs, &ctx->freqs_cap, need->freqs, sizeof *freqs);
+    if (!freqs) return -1;
+    ctx->freqs = freqs;
+    *ws = (attn_ws){ctx->proj, ctx->tile, tasks, seqs, freqs};
     return 0;
 }
 
 size_t attn_ws_bytes(const attn_ws_size *need, int nthreads) {
     if (nthreads < 1) nthreads = 1;
     return sizeof(float) * (need->proj + (size_t)nthreads * need->tile) +
-           sizeof(attn_task) * need->tasks + 2 * sizeof(size_t) * need->seqs;
+           sizeof(attn_task) * need->tasks + sizeof(attn_seq_at) * need->seqs +
+           sizeof(double) * need->freqs;
 }

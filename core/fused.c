@@ -1,15 +1,22 @@
-/* fused.c - the online-softmax attention of one (sequence, head, up to 512
- * query rows) in AVX-512 registers, for head widths D that are a
- * multiple of 16 up to 128. It computes the same thing as attend_tiled() in
- * attn.c with OpenBLAS, which stays the path on other CPUs and head widths;
+/* fused.c - the online-softmax attention of one (sequence, key/value head,
+ * block of query rows) in AVX-512 registers, for head widths D that are a
+ * multiple of 16 up to 128. It computes what the OpenBLAS tiles of
+ * attend.c compute, which stay the path on other CPUs and head widths;
  * fusing saves OpenBLAS's packing of every score tile and keeps the
  * softmax in registers (bench/RESULTS.md has the numbers).
  *
  * Scores are kept transposed, sT (Sb, 64): one row per key, one lane per
  * query row, so the softmax over keys is lane-wise (vertical) arithmetic.
- * Rows go in blocks of 64; the (up to 8) blocks of one call share each key
- * and value tile, copied once into a contiguous buffer (the projections
- * leave them strided by 3E).
+ * With grouped heads a row brings the R = H/G query heads that read the
+ * same key/value head, one lane each, so each key is read once for all of
+ * them. Lanes go in blocks of 64; the (up to 8) blocks of one call share
+ * each key and value tile, copied once into a contiguous buffer (the
+ * projections leave them strided).
+ *
+ * A lane's arithmetic never depends on the other lanes (its scores, running
+ * max and sum, and output are its own; a key it may not see adds exactly
+ * nothing), so a row gives the same bits whatever block it is computed in:
+ * a session step's rows are the bits of the same rows of the whole sequence.
  * Legend: see attn.h.
  */
 #include <immintrin.h>
@@ -115,8 +122,10 @@ AVX512 INLINE void av_block(float *acc, const float *pT, const float *v, size_t 
     if (ND > 4) av_cols(acc + 64, ND * 16, pT, v + 64, ldv, Sb, Lb, ND - 4);
 }
 
-/* Hides masked scores of the tile: sT (Sb,64) for keys j0.. and rows i0... */
-static void mask_tile(float *sT, const attn_seq *s, int i0, int Lb, int j0, int Sb) {
+/* Hides masked scores of the tile: sT (Sb,64) for keys j0.., lane r at
+ * position pos[r] (nondecreasing; masks index rows by position: a cache step
+ * has none). */
+static void mask_tile(float *sT, const attn_seq *s, const int *pos, int Lb, int j0, int Sb) {
     for (int c = 0; c < Sb; c++) {
         int j = j0 + c;
         float *row = sT + (size_t)c * FQ;
@@ -127,28 +136,31 @@ static void mask_tile(float *sT, const attn_seq *s, int i0, int Lb, int j0, int 
         }
         if (s->attn_mask_add)
             for (int r = 0; r < Lb; r++)
-                row[r] += s->attn_mask_add[(size_t)(i0 + r) * s->S + j];
+                row[r] += s->attn_mask_add[(size_t)pos[r] * s->S + j];
         if (s->attn_mask_bool)
             for (int r = 0; r < Lb; r++)
-                if (s->attn_mask_bool[(size_t)(i0 + r) * s->S + j]) row[r] = -INFINITY;
-        if (s->causal && j > i0) /* rows i < j are hidden from key j */
-            for (int r = 0; r < Lb && i0 + r < j; r++)
+                if (s->attn_mask_bool[(size_t)pos[r] * s->S + j]) row[r] = -INFINITY;
+        if (s->causal && j > pos[0]) /* rows i < j are hidden from key j */
+            for (int r = 0; r < Lb && pos[r] < j; r++)
                 row[r] = -INFINITY;
     }
 }
 
-/* Online softmax state of one block of FQ query rows. */
+/* Online softmax state of one block of FQ lanes. */
 typedef struct {
-    float *qT;         /* (D,FQ) scaled queries, transposed; zero past the block's rows */
+    int Lb;            /* lanes in use */
+    int pos[FQ];       /* position of each lane's row */
+    float *row[FQ];    /* each lane's query, D floats, overwritten by its output */
+    float *qT;         /* (D,FQ) scaled queries, transposed; zero past Lb */
     float *acc;        /* (FQ,D) unnormalised output rows */
     __m512 m[4], l[4]; /* running max and sum, one lane per row */
 } fused_rows;
 
 /* One key tile for one block: scores, masks, online softmax update, AV. */
 AVX512 INLINE void tile_update(fused_rows *st, float *sT, const float *kt, size_t ldk,
-                               const float *vt, size_t ldv, const attn_seq *s, int i0, int Lb,
-                               int j0, int Sb, int masked, const int ND) {
-    const int D = ND * 16;
+                               const float *vt, size_t ldv, const attn_seq *s, int j0, int Sb,
+                               int masked, const int ND) {
+    const int D = ND * 16, Lb = st->Lb;
     int c = 0;
     // k (Sb,D) @ qT (D,64) -> sT (Sb,64)
     for (; c + 6 <= Sb; c += 6)
@@ -157,7 +169,7 @@ AVX512 INLINE void tile_update(fused_rows *st, float *sT, const float *kt, size_
         scores_keys(sT + c * FQ, kt + c * ldk, ldk, st->qT, D, 4);
     for (; c < Sb; c++)
         scores_keys(sT + c * FQ, kt + c * ldk, ldk, st->qT, D, 1);
-    if (masked) mask_tile(sT, s, i0, Lb, j0, Sb);
+    if (masked) mask_tile(sT, s, st->pos, Lb, j0, Sb);
     __m512 mt[4], alpha[4], mn[4], ts[4];
     _Pragma("GCC unroll 8") for (int j = 0; j < 4; j++) {
         mt[j] = _mm512_set1_ps(-INFINITY);
@@ -202,93 +214,106 @@ static void copy_tile(float *dst, const float *x, size_t ldx, int Sb, int D) {
         memcpy(dst + (size_t)c * D, x + c * ldx, sizeof(float) * D);
 }
 
-AVX512 INLINE void fused_rows_all(float *out, size_t ldo, const float *q, size_t ldq,
-                                  const float *k, size_t ldk, const float *v, size_t ldv,
-                                  const attn_seq *s, int i0, int L, float scale, float *scratch,
-                                  const int ND) {
-    const int D = ND * 16;
-    int nb = (L + FQ - 1) / FQ;  /* blocks of FQ rows, at most FBLOCKS */
-    float *sT = scratch;         /* (FK,FQ) scores, then probabilities, transposed */
-    float *kbuf = sT + FK * FQ;  /* (FK,D) key tile, contiguous */
-    float *vbuf = kbuf + FK * D; /* (FK,D) value tile, contiguous */
-    float *blk = vbuf + FK * D;  /* per block: qT (D,FQ), acc (FQ,D) */
-    fused_rows st[FBLOCKS];
-    for (int b = 0; b < nb; b++) {
-        int r0 = b * FQ, Lb = L - r0 < FQ ? L - r0 : FQ;
-        st[b].qT = blk + (size_t)b * 2 * D * FQ;
-        st[b].acc = st[b].qT + D * FQ;
-        for (int d = 0; d < D; d++) {
-            for (int r = 0; r < Lb; r++)
-                st[b].qT[d * FQ + r] = q[(size_t)(r0 + r) * ldq + d] * scale;
-            for (int r = Lb; r < FQ; r++)
-                st[b].qT[d * FQ + r] = 0.0f;
-        }
-        memset(st[b].acc, 0, sizeof(float) * (size_t)Lb * D);
-        for (int j = 0; j < 4; j++) {
-            st[b].m[j] = _mm512_set1_ps(-INFINITY);
-            st[b].l[j] = _mm512_setzero_ps();
-        }
+/* Block b of the call's lanes: lane r is row r / R (at position pos0 + r / R)
+ * and query head r % R of q (rows ldq apart, heads D apart). */
+AVX512 INLINE void rows_init(fused_rows *st, float *blk, float *q, size_t ldq, int R, int pos0,
+                             int lanes, int b, float scale, const int D) {
+    int r0 = b * FQ;
+    st->Lb = lanes - r0 < FQ ? lanes - r0 : FQ;
+    for (int r = 0; r < st->Lb; r++) {
+        st->pos[r] = pos0 + (r0 + r) / R;
+        st->row[r] = q + (size_t)((r0 + r) / R) * ldq + (size_t)((r0 + r) % R) * D;
     }
+    st->qT = blk + (size_t)b * 2 * D * FQ;
+    st->acc = st->qT + D * FQ;
+    for (int d = 0; d < D; d++) {
+        for (int r = 0; r < st->Lb; r++)
+            st->qT[d * FQ + r] = st->row[r][d] * scale;
+        for (int r = st->Lb; r < FQ; r++)
+            st->qT[d * FQ + r] = 0.0f;
+    }
+    memset(st->acc, 0, sizeof(float) * (size_t)st->Lb * D);
+    for (int j = 0; j < 4; j++) {
+        st->m[j] = _mm512_set1_ps(-INFINITY);
+        st->l[j] = _mm512_setzero_ps();
+    }
+}
+
+/* Each lane's output, acc / sum, over its query. */
+AVX512 INLINE void rows_finish(fused_rows *st, const int D) {
+    float lsum[FQ];
+    for (int j = 0; j < 4; j++)
+        _mm512_storeu_ps(lsum + 16 * j, st->l[j]);
+    for (int r = 0; r < st->Lb; r++) {
+        float inv = lsum[r] > 0 ? 1.0f / lsum[r] : 0.0f; /* all keys hidden: 0 */
+        for (int d = 0; d < D; d++)
+            st->row[r][d] = st->acc[r * D + d] * inv;
+    }
+}
+
+AVX512 INLINE void fused_rows_all(float *q, size_t ldq, int R, const float *k, const float *v,
+                                  size_t ldkv, const attn_seq *s, int pos0, int lanes, float scale,
+                                  float *scratch, const int ND) {
+    const int D = ND * 16;
+    int nb = (lanes + FQ - 1) / FQ; /* blocks of FQ lanes, at most FBLOCKS */
+    float *sT = scratch;            /* (FK,FQ) scores, then probabilities, transposed */
+    float *kbuf = sT + FK * FQ;     /* (FK,D) key tile, contiguous */
+    float *vbuf = kbuf + FK * D;    /* (FK,D) value tile, contiguous */
+    float *blk = vbuf + FK * D;     /* per block: qT (D,FQ), acc (FQ,D) */
+    fused_rows st[FBLOCKS];
+    for (int b = 0; b < nb; b++)
+        rows_init(&st[b], blk, q, ldq, R, pos0, lanes, b, scale, D);
     int masked = s->key_padding_mask || s->attn_mask_bool || s->attn_mask_add || s->causal;
-    int jend = s->S;
-    if (s->causal && jend > i0 + L) jend = i0 + L; /* later keys are hidden from every row */
+    int jend = s->S, last = pos0 + (lanes - 1) / R;
+    if (s->causal && jend > last + 1) jend = last + 1; /* later keys are hidden from every row */
     for (int j0 = 0; j0 < jend; j0 += FK) {
         int Sb = jend - j0 < FK ? jend - j0 : FK;
-        const float *kt = k + (size_t)j0 * ldk, *vt = v + (size_t)j0 * ldv;
-        size_t ldkt = ldk, ldvt = ldv;
+        const float *kt = k + (size_t)j0 * ldkv, *vt = v + (size_t)j0 * ldkv;
+        size_t ldkt = ldkv, ldvt = ldkv;
         if (nb > 1) { /* reused by every block: worth a contiguous copy */
-            copy_tile(kbuf, kt, ldk, Sb, D);
-            copy_tile(vbuf, vt, ldv, Sb, D);
+            copy_tile(kbuf, kt, ldkv, Sb, D);
+            copy_tile(vbuf, vt, ldkv, Sb, D);
             kt = kbuf;
             vt = vbuf;
             ldkt = ldvt = D;
         }
         for (int b = 0; b < nb; b++) {
-            int bi0 = i0 + b * FQ, Lb = L - b * FQ < FQ ? L - b * FQ : FQ;
-            if (s->causal && j0 >= bi0 + Lb) continue; /* the whole tile is in the block's future */
-            tile_update(&st[b], sT, kt, ldkt, vt, ldvt, s, bi0, Lb, j0, Sb, masked, ND);
+            if (s->causal && j0 > st[b].pos[st[b].Lb - 1]) continue; /* all in the block's future */
+            tile_update(&st[b], sT, kt, ldkt, vt, ldvt, s, j0, Sb, masked, ND);
         }
     }
-    for (int b = 0; b < nb; b++) {
-        int r0 = b * FQ, Lb = L - r0 < FQ ? L - r0 : FQ;
-        float lsum[FQ];
-        for (int j = 0; j < 4; j++)
-            _mm512_storeu_ps(lsum + 16 * j, st[b].l[j]);
-        for (int r = 0; r < Lb; r++) {
-            float inv = lsum[r] > 0 ? 1.0f / lsum[r] : 0.0f; /* all keys hidden: 0 */
-            for (int d = 0; d < D; d++)
-                out[(size_t)(r0 + r) * ldo + d] = st[b].acc[r * D + d] * inv;
-        }
-    }
+    for (int b = 0; b < nb; b++)
+        rows_finish(&st[b], D);
 }
 
-AVX512 void attn_fused_block(float *out, size_t ldo, const float *q, size_t ldq, const float *k,
-                             size_t ldk, const float *v, size_t ldv, const attn_seq *s, int i0,
-                             int Lb, int D, float scale, float *scratch) {
+AVX512 void attn_fused_block(float *q, size_t ldq, int R, const float *k, const float *v,
+                             size_t ldkv, const attn_seq *s, int pos0, int rows, int D, float scale,
+                             float *scratch) {
+    int lanes = rows * R;
     switch (D / 16) {
     case 1:
-        fused_rows_all(out, ldo, q, ldq, k, ldk, v, ldv, s, i0, Lb, scale, scratch, 1);
+        fused_rows_all(q, ldq, R, k, v, ldkv, s, pos0, lanes, scale, scratch, 1);
         break;
     case 2:
-        fused_rows_all(out, ldo, q, ldq, k, ldk, v, ldv, s, i0, Lb, scale, scratch, 2);
+        fused_rows_all(q, ldq, R, k, v, ldkv, s, pos0, lanes, scale, scratch, 2);
         break;
     case 3:
-        fused_rows_all(out, ldo, q, ldq, k, ldk, v, ldv, s, i0, Lb, scale, scratch, 3);
+        fused_rows_all(q, ldq, R, k, v, ldkv, s, pos0, lanes, scale, scratch, 3);
         break;
     case 4:
-        fused_rows_all(out, ldo, q, ldq, k, ldk, v, ldv, s, i0, Lb, scale, scratch, 4);
+        fused_rows_all(q, ldq, R, k, v, ldkv, s, pos0, lanes, scale, scratch, 4);
         break;
     case 5:
-        fused_rows_all(out, ldo, q, ldq, k, ldk, v, ldv, s, i0, Lb, scale, scratch, 5);
+        fused_rows_all(q, ldq, R, k, v, ldkv, s, pos0, lanes, scale, scratch, 5);
         break;
     case 6:
-        fused_rows_all(out, ldo, q, ldq, k, ldk, v, ldv, s, i0, Lb, scale, scratch, 6);
+        fused_rows_all(q, ldq, R, k, v, ldkv, s, pos0, lanes, scale, scratch, 6);
         break;
     case 7:
-        fused_rows_all(out, ldo, q, ldq, k, ldk, v, ldv, s, i0, Lb, scale, scratch, 7);
+        fused_rows_all(q, ldq, R, k, v, ldkv, s, pos0, lanes, scale, scratch, 7);
         break;
     default:
-        fused_rows_all(out, ldo, q, ldq, k, ldk, v, ldv, s, i0, Lb, scale, scratch, 8);
+        fused_rows_all(q, ldq, R, k, v, ldkv, s, pos0, lanes, scale, scratch, 8);
         break;
     }
 }

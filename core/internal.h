@@ -1,4 +1,7 @@
-/* internal.h - helpers shared inside core/ only; not part of the API. */
+/* internal.h - what the files of core/ share with each other; not part of
+ * the API (attn.h). One section per file, in the order a forward uses them.
+ * Legend: see attn.h.
+ */
 #ifndef ATTN_INTERNAL_H
 #define ATTN_INTERNAL_H
 
@@ -8,29 +11,33 @@
 
 #include "attn.h"
 
-/* cpu.c: this CPU's features, probed once. */
+/* ---- cpu.c: this CPU's features, probed once --------------------------- */
+
 const attn_cpu *attn_cpu_this(void); /* attn_cpu_detect's answer, kept */
 /* ATTN_ISA_* of the core's own kernels: AVX512 (AVX-512F), AVX2 (AVX2 and
  * FMA), else BASE. The OpenBLAS kernel set has its own rule (blas.c). */
 int attn_isa(void);
 
-/* blas.c: OpenBLAS's cblas_sgemm, loaded by attn_blas_init (never linked). */
+/* ---- blas.c: OpenBLAS's cblas_sgemm, loaded by attn_blas_init ----------- */
+
 extern __typeof__(cblas_sgemm) *blas_sgemm;
+
+/* ---- model.c: checks shared by the fast and the reference forward ------- */
 
 /* Checks shapes and options of a batch; fills T (query tokens) and U (key
  * tokens). Returns 0, or -1 with a sentence in err. */
 int attn_check_batch(const attn_model *m, const attn_batch *b, size_t *T, size_t *U, char *err,
                      size_t errlen);
-/* 0 when m's weights are packed (attn_model_pack), which the fast forwards
- * need; else -1 with a sentence in err. */
+/* 0 when m's weights are packed (attn_model_pack), which attn_forward
+ * needs; else -1 with a sentence in err. */
 int attn_check_packed(const attn_model *m, char *err, size_t errlen);
 /* 1 when hp (filled by attn_model_init) is plain nn.MultiheadAttention: no
- * grouped heads, head_dim, scale or rope. attn_forward hands the others to
- * attn_forward_decoder (decode.c). */
+ * grouped heads, head_dim, scale or rope. */
 int attn_is_mha(const attn_hparams *hp);
 
-/* A fixed set of threads that run one parallel loop at a time. The caller's
- * thread takes part as tid 0; with one thread nothing is spawned. */
+/* ---- pool.c: a fixed set of threads that run one parallel loop at a time.
+ * The caller's thread takes part as tid 0; with one thread nothing is
+ * spawned. */
 typedef struct attn_pool attn_pool;
 typedef void (*attn_task_fn)(void *arg, int task, int tid);
 
@@ -43,56 +50,50 @@ void attn_pool_run(attn_pool *p, int ntasks, attn_task_fn fn, void *arg);
  * attn_pool_run (which ends the rest). */
 void attn_pool_rest(attn_pool *p);
 
-/* softmax.c: the softmax of rows of scores. */
-/* One tile of an online softmax: sc (M,n) at row stride ld holds scaled,
- * masked scores; mx and sum (M) are each row's running max and sum, acc
- * (M,D) its unnormalised output. On return sc holds e^(s - max) (zeros where
- * a row sees nothing yet) and acc is rescaled to the new max. */
-void attn_softmax_online(float *sc, int ld, int M, int n, float *mx, float *sum, float *acc, int D);
-/* Softmax of each of M rows of P (stride ld) over its first n entries, zeros
- * in [n, width); a row that sees nothing is all zeros. */
-void attn_softmax_rows(float *P, size_t ld, int M, int n, int width);
+/* ---- ctx.c: a context's threads and the scratch of its forwards --------- */
 
-/* ctx.c: a context's threads and the scratch of its forwards. */
-/* One attention task: a block of query rows of one sequence, for one head
- * or for every head. */
+/* One attention task: a block of query rows of one sequence, for one
+ * key/value head and the query heads that read it, or for every head. */
 typedef struct {
     int seq;  /* index into the batch */
-    int head; /* head, or -1: every head (the weights path) */
+    int head; /* key/value head, or -1: every head (the weights path) */
     int i0;   /* first query row of the block */
     int i1;   /* one past the last */
 } attn_task;
+
+/* Where one sequence's rows are, once projected. */
+typedef struct {
+    size_t q0;          /* its first row in the batch's queries and projections */
+    const float *k, *v; /* (S, G*D) at row stride ldkv: its keys and values */
+    size_t ldkv;        /* (the projections, or a cache step's kv) */
+    int shift;          /* position of query row 0: a step's cached tokens, else 0 */
+    attn_seq view;      /* the sequence as the attention sees it: a step is causal */
+} attn_seq_at;
+
 /* Scratch sizes of one forward, and where the context holds them. */
 typedef struct {
     size_t proj;  /* floats: the projections */
     size_t tile;  /* floats per thread: an attention task's scratch */
     size_t tasks; /* attention tasks */
     size_t seqs;  /* sequences */
+    size_t freqs; /* doubles: rotary frequencies */
 } attn_ws_size;
 typedef struct {
-    float *proj;      /* (proj) */
-    float **tile;     /* (threads) each (tile) */
-    attn_task *tasks; /* (tasks) */
-    size_t *off;      /* (2 * seqs) query then key row offsets of each sequence */
+    float *proj;       /* (proj) */
+    float **tile;      /* (threads) each (tile) */
+    attn_task *tasks;  /* (tasks) */
+    attn_seq_at *seqs; /* (seqs) */
+    double *freqs;     /* (freqs) */
 } attn_ws;
+
 /* Grows ctx's scratch to need and says where it is. Returns 0, or -1 when
  * out of memory (ctx stays usable). */
 int attn_ctx_reserve(attn_ctx *ctx, const attn_ws_size *need, attn_ws *ws);
 size_t attn_ws_bytes(const attn_ws_size *need, int nthreads); /* need's bytes */
-attn_pool *attn_ctx_pool(attn_ctx *ctx);                      /* NULL for a NULL context */
+attn_pool *attn_ctx_pool(attn_ctx *ctx);
 
-/* fused.c: the AVX-512 online-softmax block (see there). Supported when the
- * CPU has AVX-512F and D is a multiple of 16 up to 128. */
-int attn_fused_supported(int D);
-size_t attn_fused_floats(int D); /* scratch floats one block needs */
-enum { ATTN_FUSED_ROWS = 512 };  /* query rows one call may take */
-/* out (Lb,D) at stride ldo = softmax(q k^T * scale + masks) v for query
- * rows [i0, i0+Lb) of sequence s, Lb <= ATTN_FUSED_ROWS; out may be q. */
-void attn_fused_block(float *out, size_t ldo, const float *q, size_t ldq, const float *k,
-                      size_t ldk, const float *v, size_t ldv, const attn_seq *s, int i0, int Lb,
-                      int D, float scale, float *scratch);
+/* ---- gemm.c: projections on weights packed once (see there) ------------ */
 
-/* gemm.c: projections on weights packed once (see there). */
 enum { ATTN_PANEL = 16 }; /* output columns per packed panel */
 typedef struct attn_packed {
     int N, K;          /* W is (N,K): N outputs, K inputs */
@@ -114,7 +115,8 @@ void gemm_ref(float *C, size_t ldc, const float *A, size_t lda, const attn_packe
 int gemm_level(void);            /* ATTN_ISA_* of the kernel the CPU runs */
 int gemm_force_level(int level); /* tests: -1 = the CPU's; returns the previous */
 
-/* proj.c: the projections of a forward as one parallel loop of tiles. */
+/* ---- proj.c: the projections of a forward as one parallel loop of tiles - */
+
 enum { PROJ_PARTS = 3 }; /* at most Q, K and V at once */
 typedef struct {
     const attn_packed *pw; /* packed weights and bias: N outputs, K inputs */
@@ -131,5 +133,61 @@ proj_part proj_part_of(const attn_model *m, int which, float *C, size_t ldc, con
                        size_t lda, size_t M);
 /* Runs the parts' tiles on pool, or on the calling thread when pool is NULL. */
 void proj_run(attn_pool *pool, int nthreads, const proj_part *parts, int nparts);
+
+/* ---- rope.c: rotary positions -------------------------------------------- */
+
+void attn_rope_freqs(const attn_rope *r, double *inv); /* inv (dim/2), scaling applied */
+/* Rotates the first r->dim columns of each of `heads` heads (D floats
+ * apart) of one row x at position pos. */
+void attn_rope_row(float *x, int heads, int D, const attn_rope *r, const double *inv, double pos);
+
+/* ---- softmax.c: the softmax of rows of scores ---------------------------- */
+
+/* One tile of an online softmax: sc (M,n) at row stride ld holds scaled,
+ * masked scores; mx and sum (M) are each row's running max and sum, acc
+ * (M,D) its unnormalised output. On return sc holds e^(s - max) (zeros where
+ * a row sees nothing yet) and acc is rescaled to the new max. */
+void attn_softmax_online(float *sc, int ld, int M, int n, float *mx, float *sum, float *acc, int D);
+/* Softmax of each of M rows of P (stride ld) over its first n entries, zeros
+ * in [n, width); a row that sees nothing is all zeros. */
+void attn_softmax_rows(float *P, size_t ld, int M, int n, int width);
+
+/* ---- fused.c: the AVX-512 online-softmax block (see there) -------------- */
+
+/* 1 when the CPU has AVX-512F, D is a multiple of 16 up to 128, and
+ * attn_set_fused has not turned it off. */
+int attn_fused_supported(int D);
+size_t attn_fused_floats(int D); /* scratch floats one call needs */
+enum { ATTN_FUSED_ROWS = 512 };  /* lanes (query rows x heads) one call may take */
+/* For `rows` query rows at positions pos0.. of sequence s, each with R query
+ * heads (D floats apart, rows ldq apart) that read one key/value head k, v
+ * (S,D) at stride ldkv: q = softmax(q k^T * scale + masks) v, in place.
+ * rows * R <= ATTN_FUSED_ROWS. */
+void attn_fused_block(float *q, size_t ldq, int R, const float *k, const float *v, size_t ldkv,
+                      const attn_seq *s, int pos0, int rows, int D, float scale, float *scratch);
+
+/* ---- attend.c: the attention tasks -------------------------------------- */
+
+/* The attention of one forward: its shape, then (once the projections are
+ * done) where its rows are. */
+typedef struct {
+    int H, G, D;
+    float scale;
+    int fused;      /* 1: no-weights tasks run attn_fused_block */
+    int rows_alone; /* 1: an OpenBLAS call takes one row's R heads, not a block of rows */
+    float *q;       /* (T, H*D) at row stride ldq: queries in, head outputs out */
+    size_t ldq;
+    const attn_seq_at *seqs; /* (B) */
+    const attn_task *tasks;
+    float **tile; /* (threads) scratch */
+} attn_attend;
+
+/* Scratch floats one thread needs for sequence s. */
+size_t attn_attend_floats(const attn_attend *a, const attn_seq *s);
+/* Fills tasks (when not NULL) with the batch's attention tasks; returns
+ * their count. */
+size_t attn_attend_tasks(const attn_attend *a, const attn_batch *b, attn_task *tasks);
+/* Runs task t of a (an attn_attend) on thread tid: for attn_pool_run. */
+void attn_attend_task(void *a, int t, int tid);
 
 #endif

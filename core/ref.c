@@ -5,7 +5,10 @@
  * Beyond nn.MultiheadAttention it follows the decoder options of attn.h:
  * query head h reads key/value head h / (H / G); D is hp.head_dim; scores
  * are scaled by hp.scale; with rotary positions, q and k are rotated after
- * projection (and bias) at each row's position, angles in double.
+ * projection (and bias) at each row's position, angles in double. A cache
+ * step (attn_seq.kv) reads its earlier keys and values from its cache,
+ * appends its own rows there, and its row i (position cached + i) sees keys
+ * 0 .. cached + i.
  */
 #include <math.h>
 #include <stdio.h>
@@ -44,11 +47,13 @@ static double rope_freq_ref(const attn_rope *r, int i) {
 }
 
 /* Rotates the first r->dim columns of each of the `heads` heads of x
- * (n, heads*D) in place, row i at position pos[i] (or i when pos is NULL). */
-static void rope_ref(float *x, size_t n, int heads, int D, const attn_rope *r, const int32_t *pos) {
+ * (n, heads*D) in place, row i at position pos[i] (or pos0 + i when pos is
+ * NULL). */
+static void rope_ref(float *x, size_t n, int heads, int D, const attn_rope *r, const int32_t *pos,
+                     int pos0) {
     int half = r->dim / 2;
     for (size_t i = 0; i < n; i++) {
-        double p = pos ? (double)pos[i] : (double)i;
+        double p = pos ? (double)pos[i] : (double)pos0 + (double)i;
         for (int h = 0; h < heads; h++) {
             float *row = x + (i * heads + h) * D;
             for (int j = 0; j < half; j++) {
@@ -63,7 +68,9 @@ static void rope_ref(float *x, size_t n, int heads, int D, const attn_rope *r, c
     }
 }
 
+/* Key j hidden from query row i; a step's row i is at position cached + i. */
 static int hidden_ref(const attn_seq *s, int i, int j) {
+    if (s->kv && j > s->cached + i) return 1;
     if (s->causal && j > i) return 1;
     if (s->key_padding_mask && s->key_padding_mask[j]) return 1;
     if (s->attn_mask_bool && s->attn_mask_bool[(size_t)i * s->S + j]) return 1;
@@ -118,6 +125,34 @@ static void attend_ref(float *ctx, const float *q, const float *k, const float *
     }
 }
 
+/* One sequence's q (L,H*D), k and v (S,G*D), rotated: from its inputs xq,
+ * xk, xv, or for a cache step from its cache and its new rows (which it
+ * appends to the cache). */
+static void project_ref(float *q, float *k, float *v, const attn_model *m, const attn_seq *s,
+                        const float *xq, const float *xk, const float *xv) {
+    const attn_hparams *hp = &m->hp;
+    int D = hp->head_dim, H = hp->num_heads, G = hp->num_kv_heads, QW = H * D, KW = G * D;
+    int c = s->kv ? s->cached : 0, n = s->S - c; /* rows [c, S) are projected here */
+    linear_ref(q, xq, m->q_w, m->q_b, s->L, hp->embed_dim, QW);
+    linear_ref(k + (size_t)c * KW, xk, m->k_w, m->k_b, n, hp->kdim, KW);
+    linear_ref(v + (size_t)c * KW, xv, m->v_w, m->v_b, n, hp->vdim, KW);
+    if (hp->rope.dim) { /* self-attention only (attn_check_batch): new k rows are q's rows */
+        rope_ref(q, s->L, H, D, &hp->rope, s->positions, c);
+        rope_ref(k + (size_t)c * KW, n, G, D, &hp->rope, s->positions, c);
+    }
+    for (int j = 0; s->kv && j < s->S; j++) {
+        float *row = s->kv + (size_t)j * 2 * KW; /* key (G*D), then value (G*D) */
+        float *kj = k + (size_t)j * KW, *vj = v + (size_t)j * KW;
+        if (j < c) { /* cached: read */
+            memcpy(kj, row, sizeof(float) * KW);
+            memcpy(vj, row + KW, sizeof(float) * KW);
+        } else { /* new: appended */
+            memcpy(row, kj, sizeof(float) * KW);
+            memcpy(row + KW, vj, sizeof(float) * KW);
+        }
+    }
+}
+
 int attn_forward_ref(const attn_model *m, attn_batch *b, char *err, size_t errlen) {
     size_t T, U;
     if (attn_check_batch(m, b, &T, &U, err, errlen) < 0) return -1;
@@ -145,13 +180,7 @@ int attn_forward_ref(const attn_model *m, attn_batch *b, char *err, size_t errle
         const float *xq = b->query + qo * E;
         const float *xk = b->key ? b->key + ko * Kd : xq;
         const float *xv = b->value ? b->value + ko * Vd : xk;
-        linear_ref(q, xq, m->q_w, m->q_b, s->L, E, QW);
-        linear_ref(k, xk, m->k_w, m->k_b, s->S, Kd, KW);
-        linear_ref(v, xv, m->v_w, m->v_b, s->S, Vd, KW);
-        if (hp->rope.dim) { /* self-attention only (attn_check_batch): S == L */
-            rope_ref(q, s->L, hp->num_heads, D, &hp->rope, s->positions);
-            rope_ref(k, s->S, hp->num_kv_heads, D, &hp->rope, s->positions);
-        }
+        project_ref(q, k, v, m, s, xq, xk, xv);
         attend_ref(ctx, q, k, v, s, hp, p);
         linear_ref(b->out + qo * E, ctx, m->out_w, m->out_b, s->L, QW, E);
         qo += s->L;

@@ -1,8 +1,7 @@
 /* softmax.c - the softmax of rows of scores, for the attention paths that
- * hold scores row by row: the OpenBLAS tiles (attn.c), which update a
+ * hold scores row by row (attend.c): the OpenBLAS tiles, which update a
  * running max and sum per row over tiles of keys (an online softmax), and
- * the full-matrix path (attn.c) and decoder rows (decode.c), which
- * normalise whole rows. The fused AVX-512
+ * the full-matrix path, which normalises whole rows. The fused AVX-512
  * kernel (fused.c) keeps its scores transposed in registers and does the
  * same online update lane by lane, with the same exponential (vexp.h).
  *

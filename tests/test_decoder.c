@@ -1,5 +1,6 @@
 /* test_decoder.c - Check suite for the decoder options of core/: grouped
- * key/value heads (num_kv_heads), head_dim, scale and rotary positions.
+ * key/value heads (num_kv_heads), head_dim, scale and rotary positions,
+ * and KV-cache steps (attn_seq.kv), all through attn_forward.
  *
  * Groups:
  *   hparams   attn_model_init refuses every bad combination with a sentence
@@ -9,13 +10,21 @@
  *             rotary positions all 0 change nothing; shifting every
  *             position by the same amount changes nothing (rotary scores
  *             depend on j - i only); scale s equals default scale with Wq
- *             multiplied by s * sqrt(D).
+ *             multiplied by s * sqrt(D); and attn_forward against the
+ *             reference on batches the goldens do not cover.
+ *   invariance bit for bit, with the fused kernel and the OpenBLAS tiles: a
+ *             sequence alone and in a batch at 1 and 3 threads; a session's
+ *             steps and the whole sequence; steps mixed with whole
+ *             sequences and alone; attn_step_forward and attn_forward.
+ *             Within 1e-5: steps mixed with whole sequences against the
+ *             reference (outputs, weights, cache rows), for decoders and
+ *             nn.MultiheadAttention.
  *   golden    every .json in tests/data/golden/decoder (tests/gen_golden_decoder.py,
  *             an independent float64 implementation cross-checked against
- *             Hugging Face transformers) through attn_forward_ref, within a
- *             relative error of 1e-5; sessions replayed step by step, a
- *             golden sequence and a 1000-token cache, against the whole
- *             sequence.
+ *             Hugging Face transformers) through attn_forward_ref and
+ *             attn_forward, within a relative error of 1e-5; sessions
+ *             replayed step by step, a golden sequence and a 1000-token
+ *             cache, against the whole sequence.
  */
 #include "../config/config.h"
 #include "../core/attn.h"
@@ -100,6 +109,30 @@ static void ref_self(const attn_model *m, const float *q, int L, int causal, con
     attn_seq s = {.L = L, .S = L, .causal = causal, .positions = pos};
     attn_batch b = {.B = 1, .seqs = &s, .query = q, .out = out};
     ck_assert_msg(attn_forward_ref(m, &b, err, sizeof err) == 0, "%s", err);
+}
+
+/* attn_forward of b on a context of `threads` threads made for the call. */
+static void forward(int threads, const attn_model *m, attn_batch *b) {
+    char err[256] = "";
+    attn_ctx *ctx = attn_ctx_new(threads);
+    ck_assert(ctx != NULL);
+    ck_assert_msg(attn_forward(ctx, m, b, err, sizeof err) == 0, "%s", err);
+    attn_ctx_free(ctx);
+}
+
+/* A cache step of n rows after len cached tokens (attn.h, attn_seq.kv). */
+static attn_seq step_seq(int n, int len, float *kv, attn_weights_mode w, float *attn) {
+    return (attn_seq){.L = n, .S = len + n, .weights = w, .attn = attn, .kv = kv, .cached = len};
+}
+
+/* Fills an empty cache kv with the n tokens of x (n, E): one step through
+ * attn_forward. */
+static void prefill(const attn_model *m, float *kv, const float *x, int n) {
+    float *out = xcalloc((size_t)n * m->hp.embed_dim, sizeof(float));
+    attn_seq st = step_seq(n, 0, kv, ATTN_WEIGHTS_NONE, NULL);
+    attn_batch b = {.B = 1, .seqs = &st, .query = x, .out = out};
+    forward(1, m, &b);
+    free(out);
 }
 
 /* ------------------------------------------------------------ hparams */
@@ -440,22 +473,20 @@ START_TEST(test_decoder_vs_ref) {
                         .key = k->cross ? key : NULL,
                         .value = k->cross && k->value ? val : NULL,
                         .out = o1};
-        ck_assert_msg(attn_forward_decoder(NULL, &m, &b, err, sizeof err) == 0, "case %zu: %s", c,
-                      err);
+        forward(1, &m, &b);
         b.seqs = ref;
         b.out = o2;
         ck_assert_msg(attn_forward_ref(&m, &b, err, sizeof err) == 0, "case %zu: %s", c, err);
         double e = rel_err(o1, o2, T * k->E);
         ck_assert_msg(e <= REL_TOL, "case %zu: output %g", c, e);
-        /* and split over a 2-thread context: the same numbers */
-        attn_ctx *ctx = attn_ctx_new(2);
-        ck_assert(ctx != NULL);
+        /* and split over a 2-thread context on the OpenBLAS tiles: the same numbers */
         b.seqs = seqs;
         b.out = o1;
-        ck_assert_msg(attn_forward_decoder(ctx, &m, &b, err, sizeof err) == 0, "%s", err);
-        attn_ctx_free(ctx);
+        int fused = attn_set_fused(0);
+        forward(2, &m, &b);
+        attn_set_fused(fused);
         e = rel_err(o1, o2, T * k->E);
-        ck_assert_msg(e <= REL_TOL, "case %zu, 2 threads: output %g", c, e);
+        ck_assert_msg(e <= REL_TOL, "case %zu, 2 threads, OpenBLAS tiles: output %g", c, e);
         for (int i = 0; i < B; i++) {
             if (seqs[i].weights) {
                 e = rel_err(seqs[i].attn, ref[i].attn, na[i]);
@@ -478,53 +509,78 @@ END_TEST
 
 /* ------------------------------------------------------------ invariance */
 
-/* A decoder model with grouped heads, a head_dim of its own and rotary
- * positions, widths that are not multiples of the kernel's 16 columns. */
-static void invariance_model(attn_model *m) {
-    attn_hparams hp = {.embed_dim = 40,
-                       .num_heads = 6,
-                       .kdim = 40,
-                       .vdim = 40,
+/* Models for the invariance tests: which 0 and 1 are decoders with grouped
+ * heads (G = 2 of H = 6), a head_dim of their own and rotary positions, D =
+ * 10 (not a multiple of 16: the OpenBLAS tiles) and D = 16 (the fused
+ * kernel where the CPU has AVX-512, a row's three query heads in its
+ * lanes); which 2 is plain nn.MultiheadAttention (E = 32, H = 2, D = 16). */
+static void invariance_model(attn_model *m, int which) {
+    attn_hparams hp = {.embed_dim = which == 2 ? 32 : 40,
+                       .num_heads = which == 2 ? 2 : 6,
+                       .kdim = which == 2 ? 32 : 40,
+                       .vdim = which == 2 ? 32 : 40,
                        .bias = 1,
-                       .num_kv_heads = 2,
-                       .head_dim = 10,
-                       .rope = {.dim = 8, .theta = 10000, .style = ATTN_ROPE_HALF}};
-    g_rng = 77;
+                       .num_kv_heads = which == 2 ? 0 : 2,
+                       .head_dim = which == 0   ? 10
+                                   : which == 1 ? 16
+                                                : 0};
+    if (which < 2)
+        hp.rope = (attn_rope){.dim = 8, .theta = 10000, .style = which ? ATTN_ROPE_INTERLEAVED : 0};
+    g_rng = 77 + which;
     rand_model(m, &hp);
 }
 
+/* Loop test _i of n models: model _i % n, the fused kernel on for the first
+ * n (where the CPU has it), off for the next n. Returns the old setting. */
+static int inv_setup(attn_model *m, int i, int n) {
+    invariance_model(m, i % n);
+    return attn_set_fused(i < n);
+}
+
 /* A sequence's numbers do not depend on what shares its batch nor on the
- * thread count: each sequence alone on the calling thread equals, bit for
- * bit, the same sequence packed with the others over 3 threads (the
- * projections' kernel computes each output alike, docs/performance.md). */
+ * thread count: each sequence alone on one thread equals, bit for bit, the
+ * same sequence packed with the others over 3 threads (the projections'
+ * kernel computes each output alike, docs/performance.md), outputs and
+ * attention weights. */
 START_TEST(test_decoder_batch_invariant) {
     attn_model m;
-    invariance_model(&m);
+    int fused = inv_setup(&m, _i, 2);
     enum { B = 4 };
-    const int L[B] = {7, 61, 1, 130}, E = m.hp.embed_dim;
+    const int L[B] = {7, 61, 1, 130}, E = m.hp.embed_dim, H = m.hp.num_heads;
+    const attn_weights_mode w[B] = {ATTN_WEIGHTS_NONE, ATTN_WEIGHTS_HEADS, ATTN_WEIGHTS_MEAN,
+                                    ATTN_WEIGHTS_NONE};
     attn_seq seqs[B];
+    float *attn[B][2];
     size_t T = 0;
     for (int i = 0; i < B; i++) {
-        seqs[i] = (attn_seq){.L = L[i], .S = L[i], .causal = i % 2};
+        for (int k = 0; k < 2; k++)
+            attn[i][k] = xcalloc((size_t)H * L[i] * L[i], sizeof(float));
+        seqs[i] = (attn_seq){.L = L[i], .S = L[i], .causal = i % 2, .weights = w[i]};
         T += (size_t)L[i];
     }
     float *q = rand_floats(T * E, 1), *all = xcalloc(T * E, sizeof(float));
     float *one = xcalloc(T * E, sizeof(float));
-    char err[256];
-    attn_ctx *ctx = attn_ctx_new(3);
-    ck_assert(ctx != NULL);
+    for (int i = 0; i < B; i++)
+        seqs[i].attn = attn[i][0];
     attn_batch b = {.B = B, .seqs = seqs, .query = q, .out = all};
-    ck_assert_msg(attn_forward_decoder(ctx, &m, &b, err, sizeof err) == 0, "%s", err);
+    forward(3, &m, &b);
     for (int i = 0, t = 0; i < B; t += L[i], i++) {
+        attn_seq alone = seqs[i];
+        alone.attn = attn[i][1];
         attn_batch a = {
-            .B = 1, .seqs = &seqs[i], .query = q + (size_t)t * E, .out = one + (size_t)t * E};
-        ck_assert_msg(attn_forward_decoder(NULL, &m, &a, err, sizeof err) == 0, "%s", err);
+            .B = 1, .seqs = &alone, .query = q + (size_t)t * E, .out = one + (size_t)t * E};
+        forward(1, &m, &a);
+        REQUIRE(memcmp(attn[i][0], attn[i][1], sizeof(float) * (size_t)H * L[i] * L[i]) == 0,
+                "case %d, sequence %d: attention weights in the batch differ from alone", _i, i);
     }
     for (size_t i = 0; i < T * E; i++)
         REQUIRE(memcmp(&all[i], &one[i], sizeof(float)) == 0,
-                "float %zu (row %zu): %.9g in the batch over 3 threads, %.9g alone", i, i / E,
-                all[i], one[i]);
-    attn_ctx_free(ctx);
+                "case %d, float %zu (row %zu): %.9g in the batch over 3 threads, %.9g alone", _i, i,
+                i / E, all[i], one[i]);
+    for (int i = 0; i < B; i++)
+        for (int k = 0; k < 2; k++)
+            free(attn[i][k]);
+    attn_set_fused(fused);
     free(q);
     free(all);
     free(one);
@@ -532,53 +588,67 @@ START_TEST(test_decoder_batch_invariant) {
 }
 END_TEST
 
-/* A session's steps give the very bits of the whole causal sequence: rows
- * projected in a step of a few rows equal the same rows projected among
- * many, so the cached keys, the scores and the outputs are the same. */
+/* A session's steps give the very bits of the whole causal sequence, with
+ * no attention matrix and with mean weights: rows projected in a step of a
+ * few rows equal the same rows projected among many, and a row attends
+ * alike in any block, so the cached keys, the scores and the outputs are
+ * the same. Steps go through attn_forward as cache sequences. */
 START_TEST(test_steps_bitwise) {
     attn_model m;
-    invariance_model(&m);
-    const int L = 40, E = m.hp.embed_dim;
+    int fused = inv_setup(&m, _i, 2);
+    enum { L = 40 };
+    const int E = m.hp.embed_dim;
     const int row = 2 * m.hp.num_kv_heads * m.hp.head_dim;
     const int split[] = {13, 1, 2, 1, 7, 16};
     float *q = rand_floats((size_t)L * E, 1), *whole = xcalloc((size_t)L * E, sizeof(float));
     float *stepped = xcalloc((size_t)L * E, sizeof(float));
     float *kv = xcalloc((size_t)L * row, sizeof(float));
+    float *wmean = xcalloc((size_t)L * L, sizeof(float)), *smean = xcalloc((size_t)L * L, 4);
     char err[256];
-    attn_seq s = {.L = L, .S = L, .causal = 1};
-    attn_batch b = {.B = 1, .seqs = &s, .query = q, .out = whole};
-    ck_assert_msg(attn_forward_decoder(NULL, &m, &b, err, sizeof err) == 0, "%s", err);
     attn_ctx *ctx = attn_ctx_new(2);
     ck_assert(ctx != NULL);
-    for (int k = 0, len = 0; len < L; len += split[k], k++) {
-        attn_step st = {.n = split[k],
-                        .len = len,
-                        .kv = kv,
-                        .query = q + (size_t)len * E,
-                        .out = stepped + (size_t)len * E};
-        ck_assert_msg(attn_step_forward(ctx, &m, &st, 1, err, sizeof err) == 0, "%s", err);
+    for (int mean = 0; mean < 2; mean++) {
+        attn_weights_mode w = mean ? ATTN_WEIGHTS_MEAN : ATTN_WEIGHTS_NONE;
+        attn_seq s = {.L = L, .S = L, .causal = 1, .weights = w, .attn = wmean};
+        attn_batch b = {.B = 1, .seqs = &s, .query = q, .out = whole};
+        forward(1, &m, &b);
+        for (int k = 0, len = 0; len < L; len += split[k], k++) {
+            attn_seq st = step_seq(split[k], len, kv, w, smean);
+            attn_batch sb = {.B = 1,
+                             .seqs = &st,
+                             .query = q + (size_t)len * E,
+                             .out = stepped + (size_t)len * E};
+            ck_assert_msg(attn_forward(ctx, &m, &sb, err, sizeof err) == 0, "%s", err);
+            for (int r = 0; mean && r < split[k]; r++)
+                REQUIRE(memcmp(smean + (size_t)r * st.S, wmean + (size_t)(len + r) * L,
+                               sizeof(float) * st.S) == 0,
+                        "case %d: row %d's mean weights differ through steps", _i, len + r);
+        }
+        for (size_t i = 0; i < (size_t)L * E; i++)
+            REQUIRE(memcmp(&whole[i], &stepped[i], sizeof(float)) == 0,
+                    "case %d, weights %d: row %zu column %zu: %.9g through steps, %.9g as a whole "
+                    "sequence",
+                    _i, mean, i / E, i % E, stepped[i], whole[i]);
     }
-    for (size_t i = 0; i < (size_t)L * E; i++)
-        REQUIRE(memcmp(&whole[i], &stepped[i], sizeof(float)) == 0,
-                "row %zu column %zu: %.9g through steps, %.9g as a whole sequence", i / E, i % E,
-                stepped[i], whole[i]);
     attn_ctx_free(ctx);
+    attn_set_fused(fused);
     free(q);
     free(whole);
     free(stepped);
     free(kv);
+    free(wmean);
+    free(smean);
     attn_model_free(&m);
 }
 END_TEST
 
 /* Cache steps ride in an ordinary batch (attn_seq.kv): a batch through
  * attn_forward that mixes two sessions' steps with whole sequences gives
- * each the very bits it gets alone (the steps through attn_step_forward,
- * the sequences through attn_forward_decoder), mean weights included, and
- * writes each step's key and value rows into its own cache. */
+ * each the very bits it gets alone, mean weights included, and writes each
+ * step's key and value rows into its own cache. */
 START_TEST(test_steps_in_a_batch) {
     attn_model m;
-    invariance_model(&m);
+    invariance_model(&m, 0);
     const int E = m.hp.embed_dim, row = 2 * m.hp.num_kv_heads * m.hp.head_dim;
     enum { B = 4, CACHED = 9 };
     const int L[B] = {3, 11, 1, 5}; /* step, whole, step, whole */
@@ -591,47 +661,27 @@ START_TEST(test_steps_in_a_batch) {
     for (int k = 0; k < 2; k++) { /* two sessions of CACHED tokens each, twice */
         kv[k] = xcalloc((CACHED + 3) * (size_t)row, sizeof(float));
         kv_alone[k] = xcalloc((CACHED + 3) * (size_t)row, sizeof(float));
-        attn_step st = {.n = CACHED,
-                        .len = 0,
-                        .kv = kv[k],
-                        .query = prefix + (size_t)k * CACHED * E,
-                        .out = out};
-        ck_assert_msg(attn_step_forward(ctx, &m, &st, 1, err, sizeof err) == 0, "%s", err);
-        st.kv = kv_alone[k];
-        ck_assert_msg(attn_step_forward(ctx, &m, &st, 1, err, sizeof err) == 0, "%s", err);
+        prefill(&m, kv[k], prefix + (size_t)k * CACHED * E, CACHED);
+        prefill(&m, kv_alone[k], prefix + (size_t)k * CACHED * E, CACHED);
     }
     attn_seq seqs[B];
-    for (int i = 0; i < B; i++) {
-        int step = i % 2 == 0;
-        seqs[i] = (attn_seq){.L = L[i],
-                             .S = L[i] + (step ? CACHED : 0),
-                             .causal = !step,
-                             .weights = ATTN_WEIGHTS_MEAN,
-                             .attn = attn[i],
-                             .kv = step ? kv[i / 2] : NULL,
-                             .cached = step ? CACHED : 0};
+    for (int i = 0; i < B; i++) { /* steps (i even), whole causal sequences (i odd) */
+        seqs[i] = step_seq(L[i], i % 2 ? 0 : CACHED, i % 2 ? NULL : kv[i / 2], ATTN_WEIGHTS_MEAN,
+                           attn[i]);
+        seqs[i].causal = i % 2;
     }
     attn_batch b = {.B = B, .seqs = seqs, .query = q, .out = out};
     ck_assert_msg(attn_forward(ctx, &m, &b, err, sizeof err) == 0, "%s", err);
     for (int i = 0, t = 0; i < B; t += L[i], i++) {
         attn_seq one = seqs[i];
         one.attn = attn_alone;
-        if (one.kv) {
-            attn_step st = {.n = L[i],
-                            .len = CACHED,
-                            .kv = kv_alone[i / 2],
-                            .query = q + (size_t)t * E,
-                            .out = alone + (size_t)t * E,
-                            .weights = ATTN_WEIGHTS_MEAN,
-                            .attn = attn_alone};
-            ck_assert_msg(attn_step_forward(NULL, &m, &st, 1, err, sizeof err) == 0, "%s", err);
+        if (one.kv) one.kv = kv_alone[i / 2];
+        attn_batch a = {
+            .B = 1, .seqs = &one, .query = q + (size_t)t * E, .out = alone + (size_t)t * E};
+        forward(1, &m, &a);
+        if (one.kv)
             REQUIRE(memcmp(kv[i / 2], kv_alone[i / 2], sizeof(float) * (CACHED + L[i]) * row) == 0,
                     "sequence %d: the cache rows differ", i);
-        } else {
-            attn_batch a = {
-                .B = 1, .seqs = &one, .query = q + (size_t)t * E, .out = alone + (size_t)t * E};
-            ck_assert_msg(attn_forward_decoder(NULL, &m, &a, err, sizeof err) == 0, "%s", err);
-        }
         REQUIRE(memcmp(out + (size_t)t * E, alone + (size_t)t * E, sizeof(float) * L[i] * E) == 0,
                 "sequence %d: outputs in the mixed batch differ from alone", i);
         REQUIRE(memcmp(attn[i], attn_alone, sizeof(float) * (size_t)L[i] * seqs[i].S) == 0,
@@ -654,25 +704,185 @@ START_TEST(test_steps_in_a_batch) {
 }
 END_TEST
 
-/* The decoder forwards read the packed weights, which attn_model_pack
- * makes: an unpacked model is refused with a sentence saying so. */
+/* The batch of test_steps_vs_ref, run twice: [0] through attn_forward, [1]
+ * through the reference, each with its own caches, outputs and weights. */
+enum { VS_B = 4, VS_CACHED = 21, VS_T = 32 };
+static const int VS_L[VS_B] = {4, 9, 6, 13}; /* step after VS_CACHED, whole, step from 0, whole */
+typedef struct {
+    attn_seq s[VS_B]; /* the sequences, kv and attn unset */
+    float *attn[2][VS_B];
+    size_t na[VS_B]; /* floats of each sequence's weights */
+    float *kv[2][2]; /* [c][0]: the session after the prefix, [c][1]: a new one */
+    float *out[2];   /* (VS_T, E) */
+    uint8_t kpm[9];
+    int32_t pos[13];
+} vs_batch;
+
+/* The sequences with the weights modes w, and the caches after a prefix
+ * (through attn_forward, copied for the reference). */
+static void vs_init(vs_batch *v, const attn_model *m, const attn_weights_mode *w) {
+    int E = m->hp.embed_dim, row = 2 * m->hp.num_kv_heads * m->hp.head_dim;
+    memset(v, 0, sizeof *v);
+    for (int i = 0; i < 13; i++)
+        v->pos[i] = 100 + 2 * i;
+    v->kpm[1] = v->kpm[5] = 1;
+    for (int i = 0; i < VS_B; i++) {
+        const int L = VS_L[i];
+        v->s[i] = i == 0   ? step_seq(L, VS_CACHED, NULL, w[i], NULL)
+                  : i == 2 ? step_seq(L, 0, NULL, w[i], NULL)
+                           : (attn_seq){.L = L, .S = L, .causal = i == 3, .weights = w[i]};
+        if (i == 1) v->s[i].key_padding_mask = v->kpm;
+        if (i == 3 && m->hp.rope.dim) v->s[i].positions = v->pos;
+        v->na[i] = (size_t)(w[i] == ATTN_WEIGHTS_HEADS ? m->hp.num_heads : 1) * L * v->s[i].S;
+        for (int c = 0; c < 2; c++)
+            v->attn[c][i] = w[i] ? xcalloc(v->na[i], sizeof(float)) : NULL;
+    }
+    for (int c = 0; c < 2; c++) {
+        v->out[c] = xcalloc(VS_T * (size_t)E, sizeof(float));
+        for (int k = 0; k < 2; k++)
+            v->kv[c][k] = xcalloc((VS_CACHED + VS_L[0]) * (size_t)row, sizeof(float));
+    }
+    float *prefix = rand_floats(VS_CACHED * (size_t)E, 1);
+    prefill(m, v->kv[0][0], prefix, VS_CACHED);
+    memcpy(v->kv[1][0], v->kv[0][0], sizeof(float) * VS_CACHED * row);
+    free(prefix);
+}
+
+static void vs_free(vs_batch *v) {
+    for (int c = 0; c < 2; c++) {
+        for (int i = 0; i < VS_B; i++)
+            free(v->attn[c][i]);
+        free(v->out[c]);
+        free(v->kv[c][0]);
+        free(v->kv[c][1]);
+    }
+}
+
+/* Runs the batch of queries q as v's run c. */
+static void vs_run(vs_batch *v, const attn_model *m, const float *q, int c) {
+    attn_seq seqs[VS_B];
+    char err[256];
+    for (int i = 0; i < VS_B; i++) {
+        seqs[i] = v->s[i];
+        seqs[i].attn = v->attn[c][i];
+        if (i == 0 || i == 2) seqs[i].kv = v->kv[c][i / 2];
+    }
+    attn_batch b = {.B = VS_B, .seqs = seqs, .query = q, .out = v->out[c]};
+    if (c == 0)
+        forward(2, m, &b);
+    else
+        ck_assert_msg(attn_forward_ref(m, &b, err, sizeof err) == 0, "%s", err);
+}
+
+/* The fast forward against the reference on a batch that mixes cache steps
+ * (after a prefix, and from an empty cache) with whole sequences (masked,
+ * with positions), every weights mode on each kind (two rotations of the
+ * modes over the sequences), for the decoders and nn.MultiheadAttention,
+ * the fused kernel on and off: outputs, weights and the cache rows the
+ * steps append, within 1e-5. */
+START_TEST(test_steps_vs_ref) {
+    const attn_weights_mode modes[2][VS_B] = {
+        {ATTN_WEIGHTS_NONE, ATTN_WEIGHTS_HEADS, ATTN_WEIGHTS_MEAN, ATTN_WEIGHTS_NONE},
+        {ATTN_WEIGHTS_HEADS, ATTN_WEIGHTS_NONE, ATTN_WEIGHTS_NONE, ATTN_WEIGHTS_MEAN}};
+    attn_model m;
+    int fused = inv_setup(&m, _i % 6, 3);
+    const int E = m.hp.embed_dim, row = 2 * m.hp.num_kv_heads * m.hp.head_dim;
+    vs_batch v;
+    vs_init(&v, &m, modes[_i / 6]);
+    float *q = rand_floats(VS_T * (size_t)E, 1);
+    vs_run(&v, &m, q, 0);
+    vs_run(&v, &m, q, 1);
+    for (int i = 0; i < VS_B; i++)
+        if (v.attn[0][i]) {
+            double e = rel_err(v.attn[0][i], v.attn[1][i], v.na[i]);
+            ck_assert_msg(e <= REL_TOL, "case %d, sequence %d: attention error %g", _i, i, e);
+        }
+    double e = rel_err(v.out[0], v.out[1], VS_T * (size_t)E);
+    ck_assert_msg(e <= REL_TOL, "case %d: output error %g", _i, e);
+    for (int k = 0; k < 2; k++) {
+        int n = k ? VS_L[2] : VS_CACHED + VS_L[0];
+        e = rel_err(v.kv[0][k], v.kv[1][k], (size_t)n * row);
+        ck_assert_msg(e <= REL_TOL, "case %d: cache %d error %g", _i, k, e);
+    }
+    attn_set_fused(fused);
+    vs_free(&v);
+    free(q);
+    attn_model_free(&m);
+}
+END_TEST
+
+/* attn_step_forward, kept for the server until it sends steps through
+ * attn_forward, is that forward: two steps through it give the very bits
+ * of the same steps as cache sequences of one batch, weights and caches
+ * included. */
+START_TEST(test_step_wrapper) {
+    attn_model m;
+    invariance_model(&m, 1);
+    enum { N0 = 3, N1 = 2, LEN0 = 5 };
+    const int E = m.hp.embed_dim, H = m.hp.num_heads, row = 2 * m.hp.num_kv_heads * m.hp.head_dim;
+    float *q = rand_floats((LEN0 + N0 + N1) * (size_t)E, 1);
+    float *kv[2][2], out[2][(N0 + N1) * 40], attn[2][6 * N0 * (LEN0 + N0)], mean[2][N1 * N1];
+    for (int c = 0; c < 2; c++)
+        for (int k = 0; k < 2; k++)
+            kv[c][k] = xcalloc((LEN0 + N0) * (size_t)row, sizeof(float));
+    char err[256];
+    attn_ctx *ctx = attn_ctx_new(2);
+    ck_assert(ctx != NULL);
+    attn_step pre = {.n = LEN0, .len = 0, .kv = kv[0][0], .query = q, .out = out[0]};
+    ck_assert_msg(attn_step_forward(ctx, &m, &pre, 1, err, sizeof err) == 0, "%s", err);
+    memcpy(kv[1][0], kv[0][0], sizeof(float) * LEN0 * row);
+    const float *q0 = q + (size_t)LEN0 * E, *q1 = q0 + (size_t)N0 * E;
+    attn_step st[2] = {{N0, LEN0, kv[0][0], q0, out[0], ATTN_WEIGHTS_HEADS, attn[0]},
+                       {N1, 0, kv[0][1], q1, out[0] + N0 * E, ATTN_WEIGHTS_MEAN, mean[0]}};
+    ck_assert_msg(attn_step_forward(ctx, &m, st, 2, err, sizeof err) == 0, "%s", err);
+    attn_seq seqs[2] = {step_seq(N0, LEN0, kv[1][0], ATTN_WEIGHTS_HEADS, attn[1]),
+                        step_seq(N1, 0, kv[1][1], ATTN_WEIGHTS_MEAN, mean[1])};
+    attn_batch b = {.B = 2, .seqs = seqs, .query = q0, .out = out[1]};
+    ck_assert_msg(attn_forward(ctx, &m, &b, err, sizeof err) == 0, "%s", err);
+    REQUIRE(memcmp(out[0], out[1], sizeof(float) * (N0 + N1) * E) == 0, "outputs differ");
+    REQUIRE(memcmp(attn[0], attn[1], sizeof(float) * H * N0 * (LEN0 + N0)) == 0, "weights differ");
+    REQUIRE(memcmp(mean[0], mean[1], sizeof mean[0]) == 0, "mean weights differ");
+    for (int k = 0; k < 2; k++)
+        REQUIRE(memcmp(kv[0][k], kv[1][k], sizeof(float) * (k ? N1 : LEN0 + N0) * row) == 0,
+                "cache %d differs", k);
+    st[0].kv = NULL; /* a step without a cache is refused */
+    ck_assert(attn_step_forward(ctx, &m, st, 2, err, sizeof err) == -1);
+    ck_assert_msg(strstr(err, "step 0") != NULL, "%s", err);
+    attn_ctx_free(ctx);
+    for (int c = 0; c < 2; c++)
+        for (int k = 0; k < 2; k++)
+            free(kv[c][k]);
+    free(q);
+    attn_model_free(&m);
+}
+END_TEST
+
+/* The forward reads the packed weights, which attn_model_pack makes: an
+ * unpacked model is refused with a sentence saying so, for a whole
+ * sequence and a cache step alike; and a forward needs a context. */
 START_TEST(test_unpacked_refused) {
     attn_model m;
-    invariance_model(&m);
+    invariance_model(&m, 0);
     float q[2 * 40], out[2 * 40], kv[2 * 40];
     memset(q, 0, sizeof q);
     char err[256] = "";
     struct attn_packed *packed = m.packed;
     m.packed = NULL; /* as before attn_model_pack */
+    attn_ctx *ctx = attn_ctx_new(1);
+    ck_assert(ctx != NULL);
     attn_seq s = {.L = 2, .S = 2};
     attn_batch b = {.B = 1, .seqs = &s, .query = q, .out = out};
-    ck_assert(attn_forward_decoder(NULL, &m, &b, err, sizeof err) == -1);
+    ck_assert(attn_forward(ctx, &m, &b, err, sizeof err) == -1);
     ck_assert_msg(strstr(err, "not packed") != NULL, "%s", err);
-    attn_step st = {.n = 2, .len = 0, .kv = kv, .query = q, .out = out};
+    s = step_seq(2, 0, kv, ATTN_WEIGHTS_NONE, NULL);
     err[0] = '\0';
-    ck_assert(attn_step_forward(NULL, &m, &st, 1, err, sizeof err) == -1);
+    ck_assert(attn_forward(ctx, &m, &b, err, sizeof err) == -1);
     ck_assert_msg(strstr(err, "not packed") != NULL, "%s", err);
     m.packed = packed;
+    err[0] = '\0';
+    ck_assert(attn_forward(NULL, &m, &b, err, sizeof err) == -1);
+    ck_assert_msg(strstr(err, "context") != NULL, "%s", err);
+    attn_ctx_free(ctx);
     attn_model_free(&m);
 }
 END_TEST
@@ -836,8 +1046,9 @@ START_TEST(test_golden_file) {
     }
     char err[256], what[600];
     double worst = 0;
-    /* alone, through the reference and the decoder forward */
-    const char *path[3] = {"ref", "decoder", "attn_forward"};
+    /* alone, through the reference and attn_forward (its default kernels,
+     * then the OpenBLAS tiles) */
+    const char *path[3] = {"ref", "attn_forward", "attn_forward, OpenBLAS tiles"};
     attn_ctx *ctx = attn_ctx_new(2);
     ck_assert(ctx != NULL);
     for (size_t k = 0; k < 3 * B; k++) {
@@ -845,9 +1056,10 @@ START_TEST(test_golden_file) {
         int fast = (int)(k / B);
         float *out = xcalloc((size_t)g[i].s.L * E, sizeof(float));
         attn_batch b = {.B = 1, .seqs = &g[i].s, .query = g[i].query, .out = out};
-        int rc = fast == 2   ? attn_forward(ctx, &m, &b, err, sizeof err)
-                 : fast == 1 ? attn_forward_decoder(NULL, &m, &b, err, sizeof err)
-                             : attn_forward_ref(&m, &b, err, sizeof err);
+        int fused = attn_set_fused(fast < 2);
+        int rc = fast ? attn_forward(ctx, &m, &b, err, sizeof err)
+                      : attn_forward_ref(&m, &b, err, sizeof err);
+        attn_set_fused(fused);
         ck_assert_msg(rc == 0, "%s: %s", file, err);
         snprintf(what, sizeof what, "%s sequence %zu (%s)", file, i, path[fast]);
         double e = rel_err(out, g[i].want_out, (size_t)g[i].s.L * E);
@@ -872,9 +1084,10 @@ START_TEST(test_golden_file) {
     attn_batch b = {.B = (int)B, .seqs = as, .query = q, .out = out};
     for (int fast = 0; fast < 3; fast++) {
         memset(out, 0, sizeof(float) * T * E);
-        int rc = fast == 2   ? attn_forward(ctx, &m, &b, err, sizeof err)
-                 : fast == 1 ? attn_forward_decoder(NULL, &m, &b, err, sizeof err)
-                             : attn_forward_ref(&m, &b, err, sizeof err);
+        int fused = attn_set_fused(fast < 2);
+        int rc = fast ? attn_forward(ctx, &m, &b, err, sizeof err)
+                      : attn_forward_ref(&m, &b, err, sizeof err);
+        attn_set_fused(fused);
         ck_assert_msg(rc == 0, "%s: %s", file, err);
         for (size_t i = 0, t = 0; i < B; t += (size_t)g[i].s.L, i++) {
             double e = rel_err(out + t * E, g[i].want_out, (size_t)g[i].s.L * E);
@@ -883,8 +1096,8 @@ START_TEST(test_golden_file) {
             worst = fmax(worst, e);
         }
     }
-    printf("golden %s: %zu sequences ok through the reference, the decoder forward and "
-           "attn_forward, alone and packed; largest relative error %.3g\n",
+    printf("golden %s: %zu sequences ok through the reference and attn_forward (its kernels and "
+           "the OpenBLAS tiles), alone and packed; largest relative error %.3g\n",
            file, B, worst);
     g_worst = fmax(g_worst, worst);
     attn_ctx_free(ctx);
@@ -900,8 +1113,8 @@ START_TEST(test_golden_file) {
 END_TEST
 
 /* A session replayed step by step equals the whole sequence: sequence 0 of
- * each golden file (causal, positions 0..L-1) through attn_step_forward as
- * two sessions at once, one with a prefix of 5 and uneven steps, one a row
+ * each golden file (causal, positions 0..L-1) through attn_forward as the
+ * cache steps of two sessions in each batch, one with a prefix of 5 and uneven steps, one a row
  * at a time; every step's output and attention rows against the golden
  * whole-sequence answer. */
 START_TEST(test_steps_replay) {
@@ -918,37 +1131,36 @@ START_TEST(test_steps_replay) {
     const int row = 2 * m.hp.num_kv_heads * m.hp.head_dim;
     const int split[2][16] = {{5, 1, 1, 2, 1, 3, 1, 1, 1},
                               {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}};
-    float *kv[2], *out[2], *attn[2];
+    float *kv[2], *attn[2];
+    float *qb = xcalloc(2 * (size_t)L * E, sizeof(float)), *ob = xcalloc(2 * (size_t)L * E, 4);
     int len[2] = {0, 0}, at[2] = {0, 0};
     double worst = 0;
     attn_ctx *ctx = attn_ctx_new(3); /* the steps split over 3 threads */
     ck_assert(ctx != NULL);
     for (int k = 0; k < 2; k++) {
         kv[k] = xcalloc((size_t)L * row, sizeof(float));
-        out[k] = xcalloc((size_t)L * E, sizeof(float));
         attn[k] = xcalloc((size_t)H * L * L, sizeof(float));
     }
     char err[256];
     while (len[0] < L || len[1] < L) {
-        attn_step st[2];
-        int ns = 0, who[2];
-        for (int k = 0; k < 2; k++) {
+        attn_seq st[2];
+        int ns = 0, who[2], t0[2], t = 0;
+        for (int k = 0; k < 2; k++) { /* the steps' query rows packed into qb */
             if (len[k] >= L) continue;
             int n = split[k][at[k]];
-            st[ns] = (attn_step){.n = n,
-                                 .len = len[k],
-                                 .kv = kv[k],
-                                 .query = g.query + (size_t)len[k] * E,
-                                 .out = out[k],
-                                 .weights = k == 0 ? ATTN_WEIGHTS_HEADS : ATTN_WEIGHTS_MEAN,
-                                 .attn = attn[k]};
+            attn_weights_mode w = k == 0 ? ATTN_WEIGHTS_HEADS : ATTN_WEIGHTS_MEAN;
+            st[ns] = step_seq(n, len[k], kv[k], w, attn[k]);
+            memcpy(qb + (size_t)t * E, g.query + (size_t)len[k] * E, sizeof(float) * n * E);
+            t0[ns] = t;
+            t += n;
             who[ns++] = k;
         }
-        ck_assert_msg(attn_step_forward(ctx, &m, st, ns, err, sizeof err) == 0, "%s: %s", file,
-                      err);
+        attn_batch b = {.B = ns, .seqs = st, .query = qb, .out = ob};
+        ck_assert_msg(attn_forward(ctx, &m, &b, err, sizeof err) == 0, "%s: %s", file, err);
         for (int i = 0; i < ns; i++) {
-            int k = who[i], n = st[i].n, p0 = len[k], S = p0 + n;
-            double e = rel_err(out[k], g.want_out + (size_t)p0 * E, (size_t)n * E);
+            int k = who[i], n = st[i].L, p0 = len[k], S = p0 + n;
+            const float *out = ob + (size_t)t0[i] * E;
+            double e = rel_err(out, g.want_out + (size_t)p0 * E, (size_t)n * E);
             ck_assert_msg(e <= REL_TOL, "%s: session %d, step at %d (+%d): output error %g", file,
                           k, p0, n, e);
             worst = fmax(worst, e);
@@ -981,9 +1193,10 @@ START_TEST(test_steps_replay) {
            file, worst);
     for (int k = 0; k < 2; k++) {
         free(kv[k]);
-        free(out[k]);
         free(attn[k]);
     }
+    free(qb);
+    free(ob);
     attn_ctx_free(ctx);
     gseq_free(&g);
     attn_model_free(&m);
@@ -1027,10 +1240,11 @@ START_TEST(test_long_cache_replay) {
     ck_assert_msg(attn_forward_ref(&m, &b, err, sizeof err) == 0, "%s", err);
     float *kv = xcalloc((size_t)L * row, sizeof(float)),
           *kv2 = xcalloc((size_t)SHORT * row, sizeof(float));
-    /* a step's rows: at most PREFIX (the first), 8 after it */
-    float *out = xcalloc((size_t)PREFIX * E, sizeof(float));
+    /* a step's rows: at most PREFIX (the first), 8 after it; then the single row */
+    float *qb = xcalloc((size_t)(PREFIX + 1) * E, sizeof(float));
+    float *out = xcalloc((size_t)(PREFIX + 1) * E, sizeof(float));
     float *attn = xcalloc((size_t)PREFIX * L, sizeof(float));
-    float out2[E], attn2[SHORT];
+    float attn2[SHORT];
     const int sizes[] = {1, 1, 2, 1, 5, 1, 3, 1, 1, 8};
     attn_ctx *ctx = attn_ctx_new(2);
     ck_assert(ctx != NULL);
@@ -1039,24 +1253,14 @@ START_TEST(test_long_cache_replay) {
     while (len < L) {
         int n = len == 0 ? PREFIX : sizes[k++ % 10];
         if (n > L - len) n = L - len;
-        attn_step st[2] = {
-            {.n = n,
-             .len = len,
-             .kv = kv,
-             .query = x + (size_t)len * E,
-             .out = out,
-             .weights = ATTN_WEIGHTS_MEAN,
-             .attn = attn},
-            {.n = 1,
-             .len = len2,
-             .kv = kv2,
-             .query = x + (size_t)len2 * E,
-             .out = out2,
-             .weights = ATTN_WEIGHTS_MEAN,
-             .attn = attn2},
-        };
+        attn_seq st[2] = {step_seq(n, len, kv, ATTN_WEIGHTS_MEAN, attn),
+                          step_seq(1, len2, kv2, ATTN_WEIGHTS_MEAN, attn2)};
+        memcpy(qb, x + (size_t)len * E, sizeof(float) * n * E);
+        memcpy(qb + (size_t)n * E, x + (size_t)len2 * E, sizeof(float) * E);
+        float *out2 = out + (size_t)n * E;
         int ns = len2 < SHORT ? 2 : 1;
-        ck_assert_msg(attn_step_forward(ctx, &m, st, ns, err, sizeof err) == 0, "%s", err);
+        attn_batch sb = {.B = ns, .seqs = st, .query = qb, .out = out};
+        ck_assert_msg(attn_forward(ctx, &m, &sb, err, sizeof err) == 0, "%s", err);
         double e = rel_err(out, want + (size_t)len * E, (size_t)n * E);
         ck_assert_msg(e <= REL_TOL, "step at %d (+%d): output error %g", len, n, e);
         worst = fmax(worst, e);
@@ -1081,6 +1285,7 @@ START_TEST(test_long_cache_replay) {
     free(want_attn);
     free(kv);
     free(kv2);
+    free(qb);
     free(out);
     free(attn);
     attn_model_free(&m);
@@ -1183,9 +1388,11 @@ static Suite *decoder_suite(void) {
     tcase_add_test(ta, test_decoder_vs_ref);
     suite_add_tcase(s, ta);
     TCase *ti = tcase_create("invariance");
-    tcase_add_test(ti, test_decoder_batch_invariant);
-    tcase_add_test(ti, test_steps_bitwise);
+    tcase_add_loop_test(ti, test_decoder_batch_invariant, 0, 4);
+    tcase_add_loop_test(ti, test_steps_bitwise, 0, 4);
     tcase_add_test(ti, test_steps_in_a_batch);
+    tcase_add_loop_test(ti, test_steps_vs_ref, 0, 12);
+    tcase_add_test(ti, test_step_wrapper);
     tcase_add_test(ti, test_unpacked_refused);
     suite_add_tcase(s, ti);
     TCase *tg = tcase_create("golden");

@@ -1,0 +1,253 @@
+/* attend.c - the attention tasks of a forward: for a block of query rows of
+ * one sequence, QK^T, the masks, softmax and AV, on projected (and rotated)
+ * queries, keys and values; each task's head outputs overwrite its own
+ * (already used) query columns. A task is (sequence, key/value head g, row
+ * block) and covers the R = H/G query heads that read g (one head when
+ * G == H), or (sequence, row block) for every head when an attention matrix
+ * is asked for. Three ways to run one:
+ *
+ *   fused     no matrix asked for, AVX-512 and D a multiple of 16 up to 128:
+ *             fused.c's online-softmax block, the R heads of a row side by
+ *             side in its lanes;
+ *   tiles     no matrix asked for, elsewhere: keys in tiles of KB with an
+ *             online softmax (softmax.c), QK^T and AV by OpenBLAS, so no
+ *             (L,S) matrix is ever held;
+ *   full      a matrix asked for: whole rows of scores, written where the
+ *             caller wants the weights (or summed into their mean).
+ *
+ * An OpenBLAS call takes M query rows at one stride: for nn.MultiheadAttention
+ * a block of up to QB rows of one head, as attnd has always computed it; for
+ * decoder models the R heads of one row, so that a row's bits never depend
+ * on the block it is in (OpenBLAS's do, on the number of rows of a call):
+ * a session step's rows are then the bits of the whole sequence's.
+ * Tasks are cut from each sequence alone, never from the batch or the
+ * thread count (docs/performance.md, batch invariance). Legend: see attn.h.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "internal.h"
+
+#ifndef ATTN_QB /* -DATTN_QB=... and -DATTN_KB=... for tuning builds */
+#define ATTN_QB 128
+#endif
+#ifndef ATTN_KB
+#define ATTN_KB 256
+#endif
+enum {
+    QB = ATTN_QB,          /* query rows per tile (online softmax path) */
+    KB = ATTN_KB,          /* key rows per tile (online softmax path) */
+    FULL_FLOATS = 1 << 18, /* score floats per task on the weights path */
+};
+
+/* M query rows that one OpenBLAS call takes, and the key/value head they read. */
+typedef struct {
+    float *q; /* (M,D) at stride ldq: queries in, the rows' head outputs out */
+    size_t ldq;
+    int M;
+    int pos, dpos;  /* row m at position pos + m * dpos (causal and masks) */
+    const float *k; /* (S,D) at stride ldkv */
+    const float *v; /* (S,D) at stride ldkv */
+    size_t ldkv;
+    int jend; /* keys [jend, S) are hidden from every row (causal) */
+} qrows;
+
+/* Rows [i0, i1) of sequence sa that read key/value head g: a block of one
+ * head's rows (i1 - i0 rows, R == 1), or the R heads of row i0 (rows_alone,
+ * i1 == i0 + 1). */
+static qrows rows_of(const attn_attend *a, const attn_seq_at *sa, int g, int i0, int i1) {
+    int R = a->H / a->G, D = a->D, alone = a->rows_alone;
+    qrows r = {.q = a->q + (sa->q0 + (size_t)i0) * a->ldq + (size_t)g * R * D,
+               .ldq = alone ? (size_t)D : a->ldq,
+               .M = alone ? R : i1 - i0,
+               .pos = i0 + sa->shift,
+               .dpos = !alone,
+               .k = sa->k + (size_t)g * D,
+               .v = sa->v + (size_t)g * D,
+               .ldkv = sa->ldkv,
+               .jend = sa->view.S};
+    if (sa->view.causal && r.jend > i1 + sa->shift)
+        r.jend = i1 + sa->shift; /* later keys are hidden from every row */
+    return r;
+}
+
+/* Hides masked scores of rows r x keys [j0, j0+Sb) (sc at stride ldsc):
+ * -inf where hidden, the additive mask added elsewhere. Masks index rows by
+ * position: a cache step has none. */
+static void mask_scores(float *sc, int ldsc, const attn_seq *s, const qrows *r, int j0, int Sb) {
+    int causal = s->causal && j0 + Sb - 1 > r->pos;
+    if (!causal && !s->key_padding_mask && !s->attn_mask_bool && !s->attn_mask_add) return;
+    for (int m = 0; m < r->M; m++) {
+        int i = r->pos + m * r->dpos;
+        float *row = sc + (size_t)m * ldsc;
+        size_t mrow = (size_t)i * s->S + j0;
+        if (s->attn_mask_add)
+            for (int c = 0; c < Sb; c++)
+                row[c] += s->attn_mask_add[mrow + c];
+        if (s->key_padding_mask)
+            for (int c = 0; c < Sb; c++)
+                if (s->key_padding_mask[j0 + c]) row[c] = -INFINITY;
+        if (s->attn_mask_bool)
+            for (int c = 0; c < Sb; c++)
+                if (s->attn_mask_bool[mrow + c]) row[c] = -INFINITY;
+        if (causal)
+            for (int c = i + 1 - j0 > 0 ? i + 1 - j0 : 0; c < Sb; c++)
+                row[c] = -INFINITY;
+    }
+}
+
+/* Scratch rows of an OpenBLAS tile: QB, or R when a row's heads are more. */
+static int tile_rows(const attn_attend *a) {
+    int R = a->H / a->G;
+    return a->rows_alone && R > QB ? R : QB;
+}
+
+/* The rows r over key tiles with an online softmax: never more than an
+ * (M, KB) block of scores. */
+static void tiles(const attn_attend *a, const qrows *r, const attn_seq *s, float *scratch) {
+    int M = r->M, D = a->D, cap = tile_rows(a);
+    float *sc = scratch;                /* (M,KB) scores, then probabilities */
+    float *acc = sc + (size_t)cap * KB; /* (M,D) unnormalised output */
+    float *mx = acc + (size_t)cap * D;  /* (M) running row max */
+    float *sum = mx + cap;              /* (M) running row sum */
+    memset(acc, 0, sizeof(float) * (size_t)M * D);
+    for (int m = 0; m < M; m++) {
+        mx[m] = -INFINITY;
+        sum[m] = 0.0f;
+    }
+    for (int j0 = 0; j0 < r->jend; j0 += KB) {
+        int Sb = r->jend - j0 < KB ? r->jend - j0 : KB;
+        // q (M,D) @ k^T (D,Sb) * scale -> sc (M,Sb)
+        blas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, Sb, D, a->scale, r->q, (int)r->ldq,
+                   r->k + (size_t)j0 * r->ldkv, (int)r->ldkv, 0.0f, sc, Sb);
+        mask_scores(sc, Sb, s, r, j0, Sb);
+        attn_softmax_online(sc, Sb, M, Sb, mx, sum, acc, D);
+        // p (M,Sb) @ v (Sb,D) + acc -> acc (M,D)
+        blas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, D, Sb, 1.0f, sc, Sb,
+                   r->v + (size_t)j0 * r->ldkv, (int)r->ldkv, 1.0f, acc, D);
+    }
+    for (int m = 0; m < M; m++) {
+        float inv = sum[m] > 0 ? 1.0f / sum[m] : 0.0f; /* all keys hidden: 0 */
+        for (int d = 0; d < D; d++)
+            r->q[(size_t)m * r->ldq + d] = acc[(size_t)m * D + d] * inv;
+    }
+}
+
+/* The rows r with whole rows of scores P (M, S) at stride ldP: P ends as the
+ * rows' attention weights (zeros past jend), q as their outputs. */
+static void full(const attn_attend *a, const qrows *r, const attn_seq *s, float *P, int ldP) {
+    int M = r->M, D = a->D, jend = r->jend;
+    // q (M,D) @ k^T (D,jend) * scale -> P (M,jend)
+    blas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, jend, D, a->scale, r->q, (int)r->ldq,
+               r->k, (int)r->ldkv, 0.0f, P, ldP);
+    mask_scores(P, ldP, s, r, 0, jend);
+    attn_softmax_rows(P, (size_t)ldP, M, jend, s->S);
+    // P (M,jend) @ v (jend,D) -> q's own rows (M,D): q is used up
+    blas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, D, jend, 1.0f, P, ldP, r->v,
+               (int)r->ldkv, 0.0f, r->q, (int)r->ldq);
+}
+
+/* mean (n) = P * invH, or += it after head 0. */
+static void mean_add(float *mean, const float *P, size_t n, float invH, int first) {
+    for (size_t e = 0; e < n; e++)
+        mean[e] = first ? P[e] * invH : mean[e] + P[e] * invH;
+}
+
+/* Query rows per task on the weights path, so that a block of scores stays
+ * near FULL_FLOATS. */
+static int full_rows(int S) {
+    int r = FULL_FLOATS / S;
+    if (r > QB) r = QB;
+    if (r < 8) r = 8;
+    return r;
+}
+
+/* One (sequence, row block), every head, with whole rows of scores. */
+static void attend_full(const attn_attend *a, const attn_task *tk, float *scratch) {
+    const attn_seq_at *sa = &a->seqs[tk->seq];
+    const attn_seq *s = &sa->view;
+    int H = a->H, R = H / a->G, L = s->L, S = s->S, i0 = tk->i0, Lb = tk->i1 - tk->i0;
+    float invH = 1.0f / (float)H;
+    int heads = s->weights == ATTN_WEIGHTS_HEADS, mean = s->weights == ATTN_WEIGHTS_MEAN;
+    if (!a->rows_alone) { /* a block of rows per head (G == H) */
+        for (int h = 0; h < H; h++) {
+            qrows r = rows_of(a, sa, h, i0, tk->i1);
+            float *P = heads ? s->attn + ((size_t)h * L + i0) * S : scratch; /* (Lb,S) */
+            full(a, &r, s, P, S);
+            if (mean) mean_add(s->attn + (size_t)i0 * S, P, (size_t)Lb * S, invH, h == 0);
+        }
+        return;
+    }
+    for (int g = 0; g < a->G; g++) /* the R heads of one row at a time */
+        for (int i = i0; i < tk->i1; i++) {
+            qrows r = rows_of(a, sa, g, i, i + 1);
+            full(a, &r, s, scratch, S); /* (R,S) */
+            for (int m = 0; m < R; m++) {
+                int h = g * R + m;
+                const float *P = scratch + (size_t)m * S;
+                if (heads) memcpy(s->attn + ((size_t)h * L + i) * S, P, sizeof(float) * S);
+                if (mean) mean_add(s->attn + (size_t)i * S, P, (size_t)S, invH, h == 0);
+            }
+        }
+}
+
+/* One (sequence, key/value head, row block) with no matrix asked for. */
+static void attend_tiled(const attn_attend *a, const attn_task *tk, float *scratch) {
+    const attn_seq_at *sa = &a->seqs[tk->seq];
+    int g = tk->head, i0 = tk->i0, rows = tk->i1 - tk->i0;
+    if (a->fused) {
+        float *q = a->q + (sa->q0 + (size_t)i0) * a->ldq + (size_t)g * (a->H / a->G) * a->D;
+        attn_fused_block(q, a->ldq, a->H / a->G, sa->k + (size_t)g * a->D, sa->v + (size_t)g * a->D,
+                         sa->ldkv, &sa->view, i0 + sa->shift, rows, a->D, a->scale, scratch);
+        return;
+    }
+    if (!a->rows_alone) {
+        qrows r = rows_of(a, sa, g, i0, tk->i1);
+        tiles(a, &r, &sa->view, scratch);
+        return;
+    }
+    for (int i = i0; i < tk->i1; i++) {
+        qrows r = rows_of(a, sa, g, i, i + 1);
+        tiles(a, &r, &sa->view, scratch);
+    }
+}
+
+void attn_attend_task(void *arg, int t, int tid) {
+    const attn_attend *a = arg;
+    const attn_task *tk = &a->tasks[t];
+    if (tk->head >= 0)
+        attend_tiled(a, tk, a->tile[tid]);
+    else
+        attend_full(a, tk, a->tile[tid]);
+}
+
+/* Query rows per task of sequence s. */
+static int task_rows(const attn_attend *a, const attn_seq *s) {
+    if (s->weights != ATTN_WEIGHTS_NONE) return full_rows(s->S);
+    return a->fused ? ATTN_FUSED_ROWS / (a->H / a->G) : QB;
+}
+
+size_t attn_attend_floats(const attn_attend *a, const attn_seq *s) {
+    int R = a->H / a->G;
+    if (s->weights != ATTN_WEIGHTS_NONE)
+        return (size_t)(a->rows_alone ? R : full_rows(s->S)) * s->S;
+    if (a->fused) return attn_fused_floats(a->D);
+    size_t cap = (size_t)tile_rows(a);
+    return cap * KB + cap * a->D + 2 * cap;
+}
+
+/* Later row blocks first: they cost more under causal. */
+size_t attn_attend_tasks(const attn_attend *a, const attn_batch *b, attn_task *tasks) {
+    size_t n = 0;
+    for (int i = 0; i < b->B; i++) {
+        const attn_seq *s = &b->seqs[i];
+        int rows = task_rows(a, s), blocks = (s->L + rows - 1) / rows;
+        int none = s->weights == ATTN_WEIGHTS_NONE; /* a task per key/value head */
+        for (int blk = blocks - 1; blk >= 0; blk--) {
+            int i0 = blk * rows, i1 = i0 + rows < s->L ? i0 + rows : s->L;
+            for (int g = 0; g < (none ? a->G : 1); g++, n++)
+                if (tasks) tasks[n] = (attn_task){i, none ? g : -1, i0, i1};
+        }
+    }
+    return n;
+}
