@@ -58,25 +58,25 @@ AVX512 INLINE __m512 exp_neg(__m512 x) {
     return (__m512)vexp_neg512((vf16)x, VEXP_ONE_FIRST);
 }
 
-/* sT (C,64) = k (C,D) @ qT (D,64) for C = 6, 4 or 1 keys. */
+/* sT (C,16*NV) = k (C,D) @ qT (D,16*NV) for C = 6, 4 or 1 keys: the first
+ * NV vectors of 16 lanes (4: all 64; 1: a block of at most 16 lanes). */
 AVX512 INLINE void scores_keys(float *sT, const float *k, size_t ldk, const float *qT, int D,
-                               const int C) {
+                               const int C, const int NV) {
     __m512 a[6][4];
     _Pragma("GCC unroll 8") for (int c = 0; c < C; c++)
-        _Pragma("GCC unroll 8") for (int j = 0; j < 4; j++) a[c][j] = _mm512_setzero_ps();
+        _Pragma("GCC unroll 8") for (int j = 0; j < NV; j++) a[c][j] = _mm512_setzero_ps();
     for (int d = 0; d < D; d++) {
-        __m512 q0 = _mm512_loadu_ps(qT + d * FQ), q1 = _mm512_loadu_ps(qT + d * FQ + 16);
-        __m512 q2 = _mm512_loadu_ps(qT + d * FQ + 32), q3 = _mm512_loadu_ps(qT + d * FQ + 48);
+        __m512 qv[4];
+        _Pragma("GCC unroll 8") for (int j = 0; j < NV; j++) qv[j] =
+            _mm512_loadu_ps(qT + d * FQ + 16 * j);
         _Pragma("GCC unroll 8") for (int c = 0; c < C; c++) {
             __m512 kb = _mm512_set1_ps(k[c * ldk + d]);
-            a[c][0] = _mm512_fmadd_ps(kb, q0, a[c][0]);
-            a[c][1] = _mm512_fmadd_ps(kb, q1, a[c][1]);
-            a[c][2] = _mm512_fmadd_ps(kb, q2, a[c][2]);
-            a[c][3] = _mm512_fmadd_ps(kb, q3, a[c][3]);
+            _Pragma("GCC unroll 8") for (int j = 0; j < NV; j++) a[c][j] =
+                _mm512_fmadd_ps(kb, qv[j], a[c][j]);
         }
     }
     _Pragma("GCC unroll 8") for (int c = 0; c < C; c++)
-        _Pragma("GCC unroll 8") for (int j = 0; j < 4; j++)
+        _Pragma("GCC unroll 8") for (int j = 0; j < NV; j++)
             _mm512_storeu_ps(sT + c * FQ + 16 * j, a[c][j]);
 }
 
@@ -156,29 +156,31 @@ typedef struct {
     __m512 m[4], l[4]; /* running max and sum, one lane per row */
 } fused_rows;
 
-/* One key tile for one block: scores, masks, online softmax update, AV. */
+/* One key tile for one block: scores, masks, online softmax update, AV, on
+ * the block's first NV vectors of lanes (4, or 1 when Lb <= 16: lanes past
+ * Lb are never read, so a short block skips their work). */
 AVX512 INLINE void tile_update(fused_rows *st, float *sT, const float *kt, size_t ldk,
                                const float *vt, size_t ldv, const attn_seq *s, int j0, int Sb,
-                               int masked, const int ND) {
+                               int masked, const int ND, const int NV) {
     const int D = ND * 16, Lb = st->Lb;
     int c = 0;
     // k (Sb,D) @ qT (D,64) -> sT (Sb,64)
     for (; c + 6 <= Sb; c += 6)
-        scores_keys(sT + c * FQ, kt + c * ldk, ldk, st->qT, D, 6);
+        scores_keys(sT + c * FQ, kt + c * ldk, ldk, st->qT, D, 6, NV);
     for (; c + 4 <= Sb; c += 4)
-        scores_keys(sT + c * FQ, kt + c * ldk, ldk, st->qT, D, 4);
+        scores_keys(sT + c * FQ, kt + c * ldk, ldk, st->qT, D, 4, NV);
     for (; c < Sb; c++)
-        scores_keys(sT + c * FQ, kt + c * ldk, ldk, st->qT, D, 1);
+        scores_keys(sT + c * FQ, kt + c * ldk, ldk, st->qT, D, 1, NV);
     if (masked) mask_tile(sT, s, st->pos, Lb, j0, Sb);
     __m512 mt[4], alpha[4], mn[4], ts[4];
-    _Pragma("GCC unroll 8") for (int j = 0; j < 4; j++) {
+    _Pragma("GCC unroll 8") for (int j = 0; j < NV; j++) {
         mt[j] = _mm512_set1_ps(-INFINITY);
         ts[j] = _mm512_setzero_ps();
     }
     for (c = 0; c < Sb; c++)
-        _Pragma("GCC unroll 8") for (int j = 0; j < 4; j++) mt[j] =
+        _Pragma("GCC unroll 8") for (int j = 0; j < NV; j++) mt[j] =
             _mm512_max_ps(mt[j], _mm512_loadu_ps(sT + c * FQ + 16 * j));
-    _Pragma("GCC unroll 8") for (int j = 0; j < 4; j++) {
+    _Pragma("GCC unroll 8") for (int j = 0; j < NV; j++) {
         mn[j] = _mm512_max_ps(st->m[j], mt[j]);
         /* rows with nothing visible yet keep max -inf: shift by 0, so e^-inf = 0, no NaN */
         __mmask16 none = _mm512_cmp_ps_mask(mn[j], _mm512_set1_ps(-INFINITY), _CMP_EQ_OQ);
@@ -187,13 +189,13 @@ AVX512 INLINE void tile_update(fused_rows *st, float *sT, const float *kt, size_
         st->m[j] = _mm512_mask_blend_ps(none, mn[j], _mm512_set1_ps(-INFINITY));
     }
     for (c = 0; c < Sb; c++)
-        _Pragma("GCC unroll 8") for (int j = 0; j < 4; j++) {
+        _Pragma("GCC unroll 8") for (int j = 0; j < NV; j++) {
             __m512 p = exp_neg(_mm512_sub_ps(_mm512_loadu_ps(sT + c * FQ + 16 * j), mn[j]));
             _mm512_storeu_ps(sT + c * FQ + 16 * j, p);
             ts[j] = _mm512_add_ps(ts[j], p);
         }
     float al[FQ];
-    _Pragma("GCC unroll 8") for (int j = 0; j < 4; j++) {
+    _Pragma("GCC unroll 8") for (int j = 0; j < NV; j++) {
         st->l[j] = _mm512_fmadd_ps(st->l[j], alpha[j], ts[j]);
         _mm512_storeu_ps(al + 16 * j, alpha[j]);
     }
@@ -279,7 +281,10 @@ AVX512 INLINE void fused_rows_all(float *q, size_t ldq, int R, const float *k, c
         }
         for (int b = 0; b < nb; b++) {
             if (s->causal && j0 > st[b].pos[st[b].Lb - 1]) continue; /* all in the block's future */
-            tile_update(&st[b], sT, kt, ldkt, vt, ldvt, s, j0, Sb, masked, ND);
+            if (st[b].Lb <= 16)
+                tile_update(&st[b], sT, kt, ldkt, vt, ldvt, s, j0, Sb, masked, ND, 1);
+            else
+                tile_update(&st[b], sT, kt, ldkt, vt, ldvt, s, j0, Sb, masked, ND, 4);
         }
     }
     for (int b = 0; b < nb; b++)
