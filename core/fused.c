@@ -291,34 +291,23 @@ AVX512 INLINE void fused_rows_all(float *q, size_t ldq, int R, const float *k, c
         rows_finish(&st[b], D);
 }
 
-AVX512 void attn_fused_block(float *q, size_t ldq, int R, const float *k, const float *v,
-                             size_t ldkv, const attn_seq *s, int pos0, int rows, int D, float scale,
-                             float *scratch) {
-    int lanes = rows * R;
-    switch (D / 16) {
-    case 1:
-        fused_rows_all(q, ldq, R, k, v, ldkv, s, pos0, lanes, scale, scratch, 1);
-        break;
-    case 2:
-        fused_rows_all(q, ldq, R, k, v, ldkv, s, pos0, lanes, scale, scratch, 2);
-        break;
-    case 3:
-        fused_rows_all(q, ldq, R, k, v, ldkv, s, pos0, lanes, scale, scratch, 3);
-        break;
-    case 4:
-        fused_rows_all(q, ldq, R, k, v, ldkv, s, pos0, lanes, scale, scratch, 4);
-        break;
-    case 5:
-        fused_rows_all(q, ldq, R, k, v, ldkv, s, pos0, lanes, scale, scratch, 5);
-        break;
-    case 6:
-        fused_rows_all(q, ldq, R, k, v, ldkv, s, pos0, lanes, scale, scratch, 6);
-        break;
-    case 7:
-        fused_rows_all(q, ldq, R, k, v, ldkv, s, pos0, lanes, scale, scratch, 7);
-        break;
-    default:
-        fused_rows_all(q, ldq, R, k, v, ldkv, s, pos0, lanes, scale, scratch, 8);
-        break;
+/* One fused_rows_all per head width D = 16 * ND, chosen by D at run time. */
+typedef void fused_fn(float *q, size_t ldq, int R, const float *k, const float *v, size_t ldkv,
+                      const attn_seq *s, int pos0, int lanes, float scale, float *scratch);
+#define FUSED_WIDTH(nd)                                                                            \
+    AVX512 static void fused_##nd(float *q, size_t ldq, int R, const float *k, const float *v,     \
+                                  size_t ldkv, const attn_seq *s, int pos0, int lanes,             \
+                                  float scale, float *scratch) {                                   \
+        fused_rows_all(q, ldq, R, k, v, ldkv, s, pos0, lanes, scale, scratch, nd);                 \
     }
+// clang-format off
+FUSED_WIDTH(1) FUSED_WIDTH(2) FUSED_WIDTH(3) FUSED_WIDTH(4)
+FUSED_WIDTH(5) FUSED_WIDTH(6) FUSED_WIDTH(7) FUSED_WIDTH(8)
+static fused_fn *const FUSED[8] = {fused_1, fused_2, fused_3, fused_4,
+                                   fused_5, fused_6, fused_7, fused_8};
+// clang-format on
+
+void attn_fused_block(float *q, size_t ldq, int R, const float *k, const float *v, size_t ldkv,
+                      const attn_seq *s, int pos0, int rows, int D, float scale, float *scratch) {
+    FUSED[D / 16 - 1](q, ldq, R, k, v, ldkv, s, pos0, rows * R, scale, scratch);
 }
