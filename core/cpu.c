@@ -1,8 +1,8 @@
 /* cpu.c - what this CPU can run: its features, probed once (CPUID, with the
  * OS's support for the registers) and kept for the process. Every kernel
  * choice of the core asks here: the projection kernel (gemm.c), the
- * softmax's row kernels, the fused attention (fused.c) and the OpenBLAS
- * kernel set (blas.c). It chooses nothing itself.
+ * softmax's row kernels (softmax.c), the fused attention (fused.c) and the
+ * OpenBLAS kernel set (blas.c). It chooses nothing itself.
  */
 #include <pthread.h>
 #include <stdio.h>
