@@ -1112,6 +1112,26 @@ START_TEST(test_golden_file) {
 }
 END_TEST
 
+/* The attention rows of a step of n rows at p0 of session k (0: per head
+ * (H,n,S), 1: mean (n,S)) against the golden whole sequence's (H,L,L). */
+static void check_step_attention(const gseq *g, const float *attn, int H, int k, int p0, int n,
+                                 const char *file) {
+    int L = g->s.L, S = p0 + n;
+    float want[L], got[L];
+    for (int r = 0; r < n; r++)
+        for (int h = 0; h < (k == 0 ? H : 1); h++) {
+            for (int j = 0; j < S; j++) {
+                want[j] = 0;
+                for (int hh = k == 0 ? h : 0; hh < (k == 0 ? h + 1 : H); hh++)
+                    want[j] += g->want_attn[((size_t)hh * L + p0 + r) * L + j] / (k == 0 ? 1 : H);
+                got[j] = attn[((size_t)h * n + r) * S + j];
+            }
+            double e = rel_err(got, want, (size_t)S);
+            ck_assert_msg(e <= REL_TOL, "%s: session %d, row %d head %d: attention %g", file, k,
+                          p0 + r, h, e);
+        }
+}
+
 /* A session replayed step by step equals the whole sequence: sequence 0 of
  * each golden file (causal, positions 0..L-1) through attn_forward as the
  * cache steps of two sessions in each batch, one with a prefix of 5 and uneven steps, one a row
@@ -1158,32 +1178,13 @@ START_TEST(test_steps_replay) {
         attn_batch b = {.B = ns, .seqs = st, .query = qb, .out = ob};
         ck_assert_msg(attn_forward(ctx, &m, &b, err, sizeof err) == 0, "%s: %s", file, err);
         for (int i = 0; i < ns; i++) {
-            int k = who[i], n = st[i].L, p0 = len[k], S = p0 + n;
+            int k = who[i], n = st[i].L, p0 = len[k];
             const float *out = ob + (size_t)t0[i] * E;
             double e = rel_err(out, g.want_out + (size_t)p0 * E, (size_t)n * E);
             ck_assert_msg(e <= REL_TOL, "%s: session %d, step at %d (+%d): output error %g", file,
                           k, p0, n, e);
             worst = fmax(worst, e);
-            /* attention rows: golden (H,L,L), the step's (H,n,S) or (n,S) */
-            for (int r = 0; r < n; r++) {
-                float want[L], got[L];
-                for (int h = 0; h < (k == 0 ? H : 1); h++) {
-                    for (int j = 0; j < S; j++) {
-                        if (k == 0) {
-                            want[j] = g.want_attn[((size_t)h * L + p0 + r) * L + j];
-                        } else {
-                            want[j] = 0;
-                            for (int hh = 0; hh < H; hh++)
-                                want[j] += g.want_attn[((size_t)hh * L + p0 + r) * L + j] / H;
-                        }
-                        got[j] = k == 0 ? attn[k][((size_t)h * n + r) * S + j]
-                                        : attn[k][(size_t)r * S + j];
-                    }
-                    e = rel_err(got, want, (size_t)S);
-                    ck_assert_msg(e <= REL_TOL, "%s: session %d, row %d head %d: attention %g",
-                                  file, k, p0 + r, h, e);
-                }
-            }
+            check_step_attention(&g, attn[k], H, k, p0, n, file);
             len[k] += n;
             at[k]++;
         }
@@ -1204,6 +1205,29 @@ START_TEST(test_steps_replay) {
 }
 END_TEST
 
+/* The layer of test_long_cache_replay: grouped heads, llama3-scaled rotary
+ * positions. */
+enum { LONG_E = 64, LONG_G = 2, LONG_D = 8 };
+
+static void long_model(attn_model *m) {
+    attn_hparams hp = {.embed_dim = LONG_E,
+                       .num_heads = 8,
+                       .kdim = LONG_E,
+                       .vdim = LONG_E,
+                       .bias = 1,
+                       .num_kv_heads = LONG_G,
+                       .rope = {.dim = LONG_D,
+                                .theta = 500000,
+                                .style = ATTN_ROPE_HALF,
+                                .scaling = ATTN_ROPE_SCALE_LLAMA3,
+                                .factor = 8,
+                                .low_freq_factor = 1,
+                                .high_freq_factor = 4,
+                                .original_max_position = 128}};
+    g_rng = 1000;
+    rand_model(m, &hp);
+}
+
 /* A long cache: 1000 tokens of a grouped-head, rotary (llama3-scaled)
  * layer fed through one session in uneven steps (a prefix of 37, then 1 to
  * 8 rows at a time) on a 2-thread context, beside a second session of
@@ -1212,25 +1236,10 @@ END_TEST
  * with causal = 1, to 1e-5, up to the last token, so that neither the
  * rotation at large positions nor the cache's addressing drifts. */
 START_TEST(test_long_cache_replay) {
-    enum { L = 1000, E = 64, H = 8, G = 2, D = 8, SHORT = 24, PREFIX = 37 };
-    attn_hparams hp = {.embed_dim = E,
-                       .num_heads = H,
-                       .kdim = E,
-                       .vdim = E,
-                       .bias = 1,
-                       .num_kv_heads = G,
-                       .rope = {.dim = D,
-                                .theta = 500000,
-                                .style = ATTN_ROPE_HALF,
-                                .scaling = ATTN_ROPE_SCALE_LLAMA3,
-                                .factor = 8,
-                                .low_freq_factor = 1,
-                                .high_freq_factor = 4,
-                                .original_max_position = 128}};
+    enum { L = 1000, E = LONG_E, SHORT = 24, PREFIX = 37 };
     attn_model m;
-    g_rng = 1000;
-    rand_model(&m, &hp);
-    const int row = 2 * G * D;
+    long_model(&m);
+    const int row = 2 * LONG_G * LONG_D;
     float *x = rand_floats((size_t)L * E, 1);
     float *want = xcalloc((size_t)L * E, sizeof(float)),
           *want_attn = xcalloc((size_t)L * L, sizeof(float));
