@@ -21,7 +21,9 @@
  * on the block it is in (OpenBLAS's do, on the number of rows of a call):
  * a session step's rows are then the bits of the whole sequence's.
  * Tasks are cut from each sequence alone, never from the batch or the
- * thread count (docs/performance.md, batch invariance). Legend: see attn.h.
+ * thread count (docs/performance.md, batch invariance). It does not
+ * project, rotate or touch a cache (attn.c does, before). Legend: see
+ * attn.h.
  */
 #include <math.h>
 #include <string.h>

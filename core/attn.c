@@ -23,7 +23,9 @@
  * thread (README, "The core", says why). A sequence's numbers do not depend
  * on what else is in the batch nor on the thread count: the tiles of 1 and
  * 4 compute each output alike (gemm.c), 2 is per row, and 3's tasks are cut
- * from each sequence alone (docs/performance.md). Legend: see attn.h.
+ * from each sequence alone (docs/performance.md). This file plans and
+ * orders; the kernels live in gemm.c, rope.c, attend.c, fused.c and
+ * softmax.c, the scratch in ctx.c. Legend: see attn.h.
  */
 #include <math.h>
 #include <stdio.h>

@@ -2,8 +2,9 @@
  * the frequency of each rotated pair, scaling applied, and the rotation of
  * one row's heads at its position, angles in double from the integer
  * position so that large positions lose nothing. attn.c calls it on the
- * queries and keys of self-attention rows before attending; the reference
- * (ref.c) has its own plain copy of the formulas.
+ * queries and keys of self-attention rows before attending, and says which
+ * position a row has; this file knows nothing of sequences or caches. The
+ * reference (ref.c) has its own plain copy of the formulas.
  */
 #include <math.h>
 

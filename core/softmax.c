@@ -8,7 +8,8 @@
  * The two row kernels (max, and e^(x - m) with its sum) are compiled for
  * AVX-512, AVX2 + FMA and the baseline, and chosen from the CPU's features
  * (cpu.c) at run time (target_clones' load-time resolvers are not safe under
- * ThreadSanitizer). A row that sees no key gets weights 0.
+ * ThreadSanitizer). A row that sees no key gets weights 0. Scores come in
+ * scaled and masked (attend.c); nothing here knows heads or sequences.
  */
 #include <math.h>
 #include <string.h>
