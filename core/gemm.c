@@ -124,6 +124,23 @@ AVX512 INLINE void k512(float *C, size_t ldc, const float *A, size_t lda, const 
     }
 }
 
+/* k512 for each row count of a tile's tail, 1 to 11, chosen at run time. */
+typedef void k512_fn(float *C, size_t ldc, const float *A, size_t lda, const float *P0,
+                     const float *P1, const float *b0, const float *b1, __mmask16 m0, __mmask16 m1,
+                     int first, int kn);
+#define K512_ROWS(mr)                                                                              \
+    AVX512 static void k512_##mr(float *C, size_t ldc, const float *A, size_t lda,                 \
+                                 const float *P0, const float *P1, const float *b0,                \
+                                 const float *b1, __mmask16 m0, __mmask16 m1, int first, int kn) { \
+        k512(C, ldc, A, lda, P0, P1, b0, b1, m0, m1, first, kn, mr);                               \
+    }
+// clang-format off
+K512_ROWS(1) K512_ROWS(2) K512_ROWS(3) K512_ROWS(4) K512_ROWS(5) K512_ROWS(6)
+K512_ROWS(7) K512_ROWS(8) K512_ROWS(9) K512_ROWS(10) K512_ROWS(11)
+static k512_fn *const K512_TAIL[12] = {NULL, k512_1, k512_2, k512_3, k512_4, k512_5, k512_6,
+                                       k512_7, k512_8, k512_9, k512_10, k512_11};
+// clang-format on
+
 /* nr rows x panels [j0,j1) of C over the K block [k0,k1); A holds the
  * block's inputs of those rows (column k0 first). */
 AVX512 static void tile512(float *C, size_t ldc, const float *A, size_t lda, const attn_packed *pw,
@@ -142,45 +159,9 @@ AVX512 static void tile512(float *C, size_t ldc, const float *A, size_t lda, con
         size_t r = 0;
         for (; r + 12 <= nr; r += 12)
             k512(C + r * ldc + n0, ldc, A + r * lda, lda, P0, P1, b0, b1, m0, m1, first, kn, 12);
-        float *c = C + r * ldc + n0;
-        const float *a = A + r * lda;
-        switch (nr - r) {
-        case 11:
-            k512(c, ldc, a, lda, P0, P1, b0, b1, m0, m1, first, kn, 11);
-            break;
-        case 10:
-            k512(c, ldc, a, lda, P0, P1, b0, b1, m0, m1, first, kn, 10);
-            break;
-        case 9:
-            k512(c, ldc, a, lda, P0, P1, b0, b1, m0, m1, first, kn, 9);
-            break;
-        case 8:
-            k512(c, ldc, a, lda, P0, P1, b0, b1, m0, m1, first, kn, 8);
-            break;
-        case 7:
-            k512(c, ldc, a, lda, P0, P1, b0, b1, m0, m1, first, kn, 7);
-            break;
-        case 6:
-            k512(c, ldc, a, lda, P0, P1, b0, b1, m0, m1, first, kn, 6);
-            break;
-        case 5:
-            k512(c, ldc, a, lda, P0, P1, b0, b1, m0, m1, first, kn, 5);
-            break;
-        case 4:
-            k512(c, ldc, a, lda, P0, P1, b0, b1, m0, m1, first, kn, 4);
-            break;
-        case 3:
-            k512(c, ldc, a, lda, P0, P1, b0, b1, m0, m1, first, kn, 3);
-            break;
-        case 2:
-            k512(c, ldc, a, lda, P0, P1, b0, b1, m0, m1, first, kn, 2);
-            break;
-        case 1:
-            k512(c, ldc, a, lda, P0, P1, b0, b1, m0, m1, first, kn, 1);
-            break;
-        default:
-            break;
-        }
+        if (nr > r) /* the last nr % 12 rows */
+            K512_TAIL[nr - r](C + r * ldc + n0, ldc, A + r * lda, lda, P0, P1, b0, b1, m0, m1,
+                              first, kn);
     }
 }
 
@@ -215,6 +196,19 @@ AVX2 INLINE void k256(float *C, size_t ldc, const float *A, size_t lda, const fl
     }
 }
 
+/* k256 for each row count of a tile's tail, 1 to 5, chosen at run time. */
+typedef void k256_fn(float *C, size_t ldc, const float *A, size_t lda, const float *P,
+                     const float *b, __m256i mlo, __m256i mhi, int first, int kn);
+#define K256_ROWS(mr)                                                                              \
+    AVX2 static void k256_##mr(float *C, size_t ldc, const float *A, size_t lda, const float *P,   \
+                               const float *b, __m256i mlo, __m256i mhi, int first, int kn) {      \
+        k256(C, ldc, A, lda, P, b, mlo, mhi, first, kn, mr);                                       \
+    }
+// clang-format off
+K256_ROWS(1) K256_ROWS(2) K256_ROWS(3) K256_ROWS(4) K256_ROWS(5)
+static k256_fn *const K256_TAIL[6] = {NULL, k256_1, k256_2, k256_3, k256_4, k256_5};
+// clang-format on
+
 AVX2 static void tile256(float *C, size_t ldc, const float *A, size_t lda, const attn_packed *pw,
                          size_t nr, int j0, int j1, int k0, int k1) {
     int N = pw->N, kn = k1 - k0, first = k0 == 0;
@@ -226,27 +220,8 @@ AVX2 static void tile256(float *C, size_t ldc, const float *A, size_t lda, const
         size_t r = 0;
         for (; r + 6 <= nr; r += 6)
             k256(C + r * ldc + n0, ldc, A + r * lda, lda, P, b, mlo, mhi, first, kn, 6);
-        float *c = C + r * ldc + n0;
-        const float *a = A + r * lda;
-        switch (nr - r) {
-        case 5:
-            k256(c, ldc, a, lda, P, b, mlo, mhi, first, kn, 5);
-            break;
-        case 4:
-            k256(c, ldc, a, lda, P, b, mlo, mhi, first, kn, 4);
-            break;
-        case 3:
-            k256(c, ldc, a, lda, P, b, mlo, mhi, first, kn, 3);
-            break;
-        case 2:
-            k256(c, ldc, a, lda, P, b, mlo, mhi, first, kn, 2);
-            break;
-        case 1:
-            k256(c, ldc, a, lda, P, b, mlo, mhi, first, kn, 1);
-            break;
-        default:
-            break;
-        }
+        if (nr > r) /* the last nr % 6 rows */
+            K256_TAIL[nr - r](C + r * ldc + n0, ldc, A + r * lda, lda, P, b, mlo, mhi, first, kn);
     }
 }
 
