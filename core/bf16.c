@@ -6,9 +6,10 @@
  *
  * Detection reads CPUID and the OS's enabled register state (XCR0), never a
  * model number: AVX512-BF16 needs AVX-512F/BW/VL and their registers
- * enabled; AMX also needs AMX-TILE, AMX-BF16, the tile state enabled in
- * XCR0, and Linux's permission to use it (ARCH_REQ_XCOMP_PERM), asked once
- * per process when the path is first looked at.
+ * enabled (the core's one probe, cpu.c); AMX also needs AMX-TILE,
+ * AMX-BF16, the tile state enabled in XCR0, and Linux's permission to use
+ * it (ARCH_REQ_XCOMP_PERM), asked once per process when the path is first
+ * looked at.
  * Legend: see attn.h.
  */
 #include <cpuid.h>
@@ -51,10 +52,8 @@ static int amx_usable(void) {
 }
 
 static void detect(void) {
-    __builtin_cpu_init();
-    /* __builtin_cpu_supports also checks that the OS saves the registers */
-    int avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                 __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
+    const attn_cpu *c = attn_cpu_this(); /* cpu.c: the OS saves the registers too */
+    int avx512 = c->avx512f && c->avx512bw && c->avx512vl && c->avx512bf16;
     g_level = !avx512 ? ATTN_BF16_NONE : amx_usable() ? ATTN_BF16_AMX : ATTN_BF16_AVX512;
 }
 
