@@ -28,6 +28,10 @@ From Python:
 
     from export_safetensors import export
     entry = export(model, "enc3.safetensors", attr="encoder.layers.3.self_attn")
+
+(a ValueError says what does not fit). The Python client's
+attnd.torch.export calls this function: clients/python/attnd/ holds links
+to this file and to safetensors_header.py, so the package carries them.
 """
 import argparse
 import json
@@ -36,7 +40,10 @@ import sys
 
 import torch
 
-from safetensors_header import safetensors_header  # beside this file
+if __package__:  # the attnd client's copy (attnd.torch.export), beside its own
+    from ._safetensors_header import safetensors_header
+else:  # run as a script, or imported with config/ on sys.path
+    from safetensors_header import safetensors_header
 
 DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
 
@@ -55,7 +62,7 @@ def tensor_bytes(t, dtype):
         t = t.view(torch.int16)
     data = t.numpy().tobytes()
     if sys.byteorder != "little":
-        raise SystemExit("export_safetensors.py: a little-endian machine is needed")
+        raise ValueError("a little-endian machine is needed")
     return data
 
 
@@ -73,9 +80,8 @@ def guess_layout(names):
     for layout, must, one_of in LAYOUT_KEYS:
         if all(n in names for n in must) and (not one_of or any(n in names for n in one_of)):
             return layout
-    raise SystemExit("export_safetensors.py: the tensors (%s) match no layout (torch, bert, "
-                     "hf_proj); pass the attention layer itself with --attr"
-                     % ", ".join(sorted(names)[:8]))
+    raise ValueError("the tensors (%s) match no layout (torch, bert, hf_proj); pass the "
+                     "attention layer itself with --attr" % ", ".join(sorted(names)[:8]))
 
 
 def role_names(layout, names):
@@ -97,11 +103,10 @@ def hparams(tensors, layout, num_heads):
     kdim = tensors[kn].shape[1] if kn else E
     vdim = tensors[vn].shape[1] if vn else E
     if num_heads is None:
-        raise SystemExit("export_safetensors.py: the number of heads is unknown; pass "
-                         "--num-heads")
+        raise ValueError("the number of heads is unknown; pass --num-heads (num_heads= "
+                         "from Python)")
     if E % num_heads:
-        raise SystemExit("export_safetensors.py: %d heads do not divide embed_dim %d"
-                         % (num_heads, E))
+        raise ValueError("%d heads do not divide embed_dim %d" % (num_heads, E))
     return {"embed_dim": int(E), "num_heads": int(num_heads), "kdim": int(kdim),
             "vdim": int(vdim), "bias": bn in tensors}
 
@@ -121,7 +126,7 @@ def export(source, out, attr=None, dtype="F32", name=None, num_heads=None):
     """Writes the attention layer of source (a module or a state_dict) to
     out and returns its config entry (a dict)."""
     if dtype not in DTYPES:
-        raise SystemExit("export_safetensors.py: --dtype must be F32, F16 or BF16")
+        raise ValueError("dtype %r is not F32, F16 or BF16" % (dtype,))
     if isinstance(source, torch.nn.Module):
         layer = source.get_submodule(attr) if attr else source
         tensors = dict(layer.state_dict())
@@ -132,10 +137,9 @@ def export(source, out, attr=None, dtype="F32", name=None, num_heads=None):
         tensors = {k[len(prefix):]: v for k, v in source.items()
                    if k.startswith(prefix) and isinstance(v, torch.Tensor)}
         if not tensors:
-            raise SystemExit("export_safetensors.py: no tensor starts with %r" % prefix)
+            raise ValueError("no tensor starts with %r" % prefix)
     else:
-        raise SystemExit("export_safetensors.py: the source is neither a module nor a "
-                         "state_dict")
+        raise ValueError("the source is neither a module nor a state_dict")
     tensors = {k: v for k, v in tensors.items() if v.is_floating_point()}
     layout = guess_layout(set(tensors))
     entry = {"name": name or os.path.splitext(os.path.basename(out))[0]}
@@ -165,7 +169,10 @@ def main(argv=None):
         raise SystemExit("export_safetensors.py: %s: %s; a whole module needs its classes "
                          "importable (set PYTHONPATH), or save its state_dict instead"
                          % (a.source, e))
-    entry = export(source, a.out, a.attr, a.dtype, a.name, a.num_heads)
+    try:
+        entry = export(source, a.out, a.attr, a.dtype, a.name, a.num_heads)
+    except ValueError as e:
+        raise SystemExit("export_safetensors.py: %s" % e)
     # attnd resolves a relative weights path against the config's folder
     folder = os.path.dirname(os.path.abspath(a.config or a.out))
     entry["weights"] = os.path.relpath(os.path.abspath(a.out), folder)
