@@ -1,0 +1,1 @@
+../../../config/export_safetensors.py

@@ -1,0 +1,1 @@
+../../../config/safetensors_header.py
