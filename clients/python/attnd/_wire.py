@@ -188,12 +188,17 @@ def session_body(rows: Any, *, model: Optional[str] = None, attention: Optional[
                  attention_heads: Any = None, fields: Mapping[str, Any] = {},
                  name: str = "query") -> Dict[str, Any]:
     """The body of a session open (rows: the prefix, or None) or step.
-    A single row (E,) is taken as one row (1, E)."""
+    A single row (E,) is taken as one row (1, E). An open without a prefix
+    has no answer to encode: the daemon takes only "model" then (and
+    refuses any other field by name)."""
     body: Dict[str, Any] = {}
     if rows is not None:
         a = float_tensor(name, rows, (1, 2), "rows (n, E) or one row (E,)")
         body["query"] = encode(a.reshape(1, -1) if a.ndim == 1 else a)
-    return _common(body, model, attention, attention_heads, fields)
+    body = _common(body, model, attention, attention_heads, fields)
+    if rows is None:
+        del body["encoding"]
+    return body
 
 
 def _common(body: Dict[str, Any], model: Optional[str], attention: Optional[str],

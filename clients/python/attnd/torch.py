@@ -61,8 +61,8 @@ class RemoteMultiheadAttention(nn.Module):
                  batch_first: bool = True, timeout: float = 30.0, retries: int = 3) -> None:
         super().__init__()
         self.url, self.model, self.batch_first = url, model, batch_first
-        self.api_key, self.timeout, self.retries = api_key, timeout, retries
-        self._client: Optional[Client] = None
+        self.timeout, self.retries = timeout, retries
+        self.api_key = api_key
         info = next((m for m in self.client.models() if m.get("name") == model), None)
         if info is None:
             raise Error(404, "model %r: not served at %s (its models: %s)" % (
@@ -76,6 +76,16 @@ class RemoteMultiheadAttention(nn.Module):
         # projection weights of a layer whose q, k and v share one in_proj;
         # this one holds no weights, so they must take the plain call.
         self._qkv_same_embed_dim = False
+
+    @property
+    def api_key(self) -> Optional[str]:
+        """The API key sent to the daemon; setting it makes a new client."""
+        return self._api_key
+
+    @api_key.setter
+    def api_key(self, key: Optional[str]) -> None:
+        self._api_key = key
+        self._client: Optional[Client] = None
 
     @property
     def client(self) -> Client:
@@ -142,7 +152,7 @@ class RemoteMultiheadAttention(nn.Module):
 
     def __getstate__(self) -> Dict[str, Any]:
         state = dict(self.__dict__)
-        state["_client"], state["api_key"] = None, None
+        state["_client"], state["_api_key"] = None, None
         return state
 
     def extra_repr(self) -> str:
@@ -178,9 +188,9 @@ def _attn_mask(attn_mask: Optional[Tensor], B: int, L: int, S: int,
 
 def _padding_mask(key_padding_mask: Optional[Tensor], mask: Optional[np.ndarray], B: int,
                   L: int, S: int) -> Tuple[Optional[np.ndarray], Optional[np.ndarray]]:
-    """(key_padding_mask, attn_mask) for attnd: a boolean (or byte) padding
-    mask goes as it is; a float one is added to the scores, as torch does,
-    so it joins attn_mask as (B, L, S) numbers."""
+    """(key_padding_mask, attn_mask) for attnd: a boolean padding mask goes
+    as it is; a float one is added to the scores, as torch does, so it
+    joins attn_mask as (B, L, S) numbers."""
     if key_padding_mask is None:
         return None, mask
     p = key_padding_mask.detach().cpu()
@@ -188,8 +198,8 @@ def _padding_mask(key_padding_mask: Optional[Tensor], mask: Optional[np.ndarray]
     if tuple(p.shape) != (B, S):
         raise ValueError("key_padding_mask: shape %s, expected (B, S) = %s"
                          % (tuple(key_padding_mask.shape), (B, S)))
-    if p.dtype in (torch.bool, torch.uint8):
-        return p.to(torch.bool).numpy(), mask
+    if p.dtype == torch.bool:
+        return p.numpy(), mask
     if not p.is_floating_point():
         raise TypeError("key_padding_mask: dtype %s; torch takes bool or float masks" % p.dtype)
     add = np.zeros((B, L, S), np.float32)
