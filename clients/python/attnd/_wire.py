@@ -5,12 +5,14 @@ send and wait.
 
 Tensors travel as tensor objects both ways (docs/api.md, "Tensors in
 base64"): {"shape": [...], "dtype": "float32" | "bool", "b64": "..."},
-little-endian and row-major, made and read by numpy in one pass
-(tobytes / frombuffer), never a Python loop per element.
+little-endian and row-major, made and read by numpy and binascii in one
+pass, never a Python loop per element. The base64 text itself never
+becomes a Python str: a request's is written into the body as bytes
+(dumps), an answer's is cut out of the bytes before the rest is parsed
+(parse_json), so a large tensor is not copied through the JSON codec.
 """
 from __future__ import annotations
 
-import base64
 import binascii
 import email.utils
 import json
@@ -155,10 +157,23 @@ def jsonable(x: Any) -> Any:
     return x
 
 
+class Blob:
+    """Base64 text kept as bytes (or a memoryview of an answer's bytes): a
+    tensor object's "b64" on its way into a body or out of an answer."""
+    __slots__ = ("data",)
+
+    def __init__(self, data: Any) -> None:
+        self.data = data
+
+    def __eq__(self, other: Any) -> bool:
+        return isinstance(other, Blob) and bytes(self.data) == bytes(other.data)
+
+
 def encode(a: np.ndarray) -> Dict[str, Any]:
-    """A checked array (float32 or bool) as a tensor object."""
+    """A checked array (float32 or bool, C-contiguous) as a tensor object."""
     dtype = "bool" if a.dtype == np.bool_ else "float32"
-    return {"shape": list(a.shape), "dtype": dtype, "b64": base64.b64encode(a).decode("ascii")}
+    return {"shape": list(a.shape), "dtype": dtype,
+            "b64": Blob(binascii.b2a_base64(a, newline=False))}
 
 
 # ---------------------------------------------------------------- bodies
@@ -221,7 +236,24 @@ def _common(body: Dict[str, Any], model: Optional[str], attention: Optional[str]
 
 
 def dumps(body: Mapping[str, Any]) -> bytes:
-    return json.dumps(body, separators=(",", ":"), allow_nan=False).encode()
+    """body as compact JSON (UTF-8 bytes). A Blob's base64 is written as it
+    is (its alphabet needs no escaping): one copy into the body."""
+    out: List[Any] = []
+    _write(body, out)
+    return b"".join(out)
+
+
+def _write(v: Any, out: List[Any]) -> None:
+    if isinstance(v, Blob):
+        out += (b'"', v.data, b'"')
+    elif isinstance(v, dict) and any(isinstance(x, (Blob, dict)) for x in v.values()):
+        out.append(b"{")
+        for i, (k, x) in enumerate(v.items()):
+            out += (b"," if i else b"", json.dumps(str(k)).encode(), b":")
+            _write(x, out)
+        out.append(b"}")
+    else:
+        out.append(json.dumps(v, separators=(",", ":"), allow_nan=False).encode())
 
 
 # ---------------------------------------------------------------- answers
@@ -235,7 +267,8 @@ def decode(obj: Any) -> Any:
         if dtype not in _WIRE_DTYPES:
             raise Error(None, "the answer holds a tensor of dtype %r, which this client "
                               "does not read" % dtype)
-        raw = bytearray(binascii.a2b_base64(obj["b64"]))
+        text = obj["b64"]
+        raw = bytearray(binascii.a2b_base64(text.data if isinstance(text, Blob) else text))
         a = np.frombuffer(raw, dtype=_WIRE_DTYPES[dtype]).reshape(obj["shape"])
         if dtype == "float16":
             return a.astype(np.float32)
@@ -251,14 +284,41 @@ def decode(obj: Any) -> Any:
     return obj
 
 
+_B64_KEY = b'"b64":"'
+
+
 def parse_json(content: bytes, status: int) -> Dict[str, Any]:
+    """An answer's JSON object. Each "b64":"<text>" is first cut out of the
+    bytes (outside JSON strings the key can only be a key, and base64 holds
+    no quote) and put back after parsing as a Blob viewing those bytes."""
+    blobs: List[memoryview] = []
+    view, pieces, pos = memoryview(content), [], 0
+    while True:
+        i = content.find(_B64_KEY, pos)
+        end = content.find(b'"', i + len(_B64_KEY)) if i >= 0 else -1
+        if end < 0:
+            break
+        pieces += (view[pos:i + len(_B64_KEY)], b"%d" % len(blobs))
+        blobs.append(view[i + len(_B64_KEY):end])
+        pos = end
     try:
-        ans = json.loads(content)
+        ans = json.loads(b"".join(pieces + [view[pos:]]) if blobs else content)
     except ValueError:
-        raise Error(status, "the answer is not JSON: %r" % content[:200]) from None
+        raise Error(status, "the answer is not JSON: %r" % bytes(content[:200])) from None
     if not isinstance(ans, dict):
-        raise Error(status, "the answer is not a JSON object: %r" % content[:200])
+        raise Error(status, "the answer is not a JSON object: %r" % bytes(content[:200]))
+    if blobs:
+        _put_back(ans, blobs)
     return ans
+
+
+def _put_back(obj: Dict[str, Any], blobs: List[memoryview]) -> None:
+    """Blobs in place of the indices parse_json left in tensor objects."""
+    for k, v in obj.items():
+        if k == "b64" and isinstance(v, str) and v.isdigit() and int(v) < len(blobs):
+            obj[k] = Blob(blobs[int(v)])
+        elif isinstance(v, dict):
+            _put_back(v, blobs)
 
 
 def result(ans: Dict[str, Any], request_id: Optional[str]) -> Result:
