@@ -4,10 +4,12 @@
 #   make asan       the same suites under AddressSanitizer + UBSan
 #   make tsan       the core and concurrency suites under ThreadSanitizer
 #   make test-abuse the abuse suite alone; make soak  ten minutes of mixed load
+#   make test-client  the Python client (clients/python) against the daemon and torch
 #   make run        serve the embedded default model on port 8080
 #   make bench      the core, onnxruntime and torch: tables (never part of the tests)
 #   make bench-http     wrk against the daemon, and codec costs
 #   make bench-decode   KV-cache session steps against re-sending the prefix
+#   make bench-client   the Python client's round trips against raw HTTP
 #   make docker-test, make scaleout-test   the image, and replicas behind nginx
 #   make golden-decoder-check  the decoder goldens against Hugging Face transformers
 #   make format-check, make format   clang-format over every tracked .c and .h
@@ -43,6 +45,7 @@ TESTS      := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 BENCHES    := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
 .PHONY: all deps deps-run deps-bench test test-unit test-blackbox test-abuse soak asan tsan run bench bench-http bench-decode clean fuzz fuzz-smoke fuzz-long venv
+.PHONY: test-client bench-client
 .PHONY: docker-test scaleout-test golden-decoder-check format format-check otelcol
 
 all: $(BUILD)/attnd $(LIBS)
@@ -100,19 +103,56 @@ $(VENV)/.stamp: tests/requirements.txt
 	touch $@
 venv: $(VENV)/.stamp
 
+# The Python client (clients/python, docs/clients.md), built once as a wheel
+# by pip from clients/python (what `pip install ./clients/python` builds)
+# and installed into two venvs: .venv, where the black-box suites and the
+# docs' Python blocks import it, and $(CLIENT_VENV), a venv of Debian's
+# python that sees python3-torch (the reference) with the pins of
+# tests/requirements-client.txt, where tests/client, the docs' torch blocks
+# and bench/bench_client.py run. The wheel's folder is emptied first, and
+# so is the in-tree build folder, so that no removed file lingers in it.
+CLIENT_VENV ?= .venv-client
+CLIENT_SRC  := clients/python/pyproject.toml $(wildcard clients/python/attnd/*) \
+               config/export_safetensors.py config/safetensors_header.py
+CLIENT_WHEEL = build/client-wheel
+$(CLIENT_VENV)/.stamp: tests/requirements-client.txt bench/requirements.txt
+	/usr/bin/python3 -m venv --system-site-packages $(CLIENT_VENV)
+	$(CLIENT_VENV)/bin/pip install -q -r tests/requirements-client.txt
+	touch $@
+$(CLIENT_WHEEL)/.stamp: $(CLIENT_SRC) $(CLIENT_VENV)/.stamp
+	rm -rf $(CLIENT_WHEEL) clients/python/build
+	$(CLIENT_VENV)/bin/pip wheel -q --no-deps -w $(CLIENT_WHEEL) ./clients/python
+	touch $@
+$(CLIENT_VENV)/.client: $(CLIENT_WHEEL)/.stamp
+	$(CLIENT_VENV)/bin/pip install -q --no-deps --force-reinstall $(CLIENT_WHEEL)/attnd-*.whl
+	touch $@
+$(VENV)/.client: $(CLIENT_WHEEL)/.stamp $(VENV)/.stamp
+	$(VENV)/bin/pip install -q --no-deps --force-reinstall $(CLIENT_WHEEL)/attnd-*.whl
+	touch $@
+
 test: deps
 	$(MAKE) all
 	$(MAKE) test-unit
 	$(MAKE) fuzz-smoke
 	$(MAKE) test-blackbox
+	$(MAKE) test-client
 
 # Check suites; CK_FORK=yes isolates a crashing test. The OTLP collector
 # suite runs the collector built above (ATTND_OTELCOL).
 test-unit: $(TESTS) $(OTELCOL)
 	@set -e; for t in $(TESTS); do echo "== $$t"; ATTND_OTELCOL=$(abspath $(OTELCOL)) CK_FORK=yes $$t; done
 
-test-blackbox: $(BUILD)/attnd $(VENV)/.stamp
-	ATTND_BIN=$(abspath $(BUILD)/attnd) $(VENV)/bin/python -m pytest -q tests/blackbox $(PYTEST_ARGS)
+# The docs' Python blocks that need torch run with $(CLIENT_VENV)'s python
+# (tests/blackbox/test_docs.py).
+test-blackbox: $(BUILD)/attnd $(VENV)/.client $(CLIENT_VENV)/.client
+	ATTND_BIN=$(abspath $(BUILD)/attnd) ATTND_TORCH_PYTHON=$(abspath $(CLIENT_VENV)/bin/python) \
+	  $(VENV)/bin/python -m pytest -q tests/blackbox $(PYTEST_ARGS)
+
+# The Python client against the real daemon and torch (tests/client): its
+# numerics, errors and retries, sessions, AsyncClient, attnd.torch, and the
+# FastAPI example; installed from its wheel, as a user installs it.
+test-client: $(BUILD)/attnd $(CLIENT_VENV)/.client
+	ATTND_BIN=$(abspath $(BUILD)/attnd) $(CLIENT_VENV)/bin/python -m pytest -q tests/client $(PYTEST_ARGS)
 
 # The abuse suite alone (it also runs in test-blackbox, so in make test and
 # make asan): slow and flooding clients, odd HTTP, JSON bombs, isolation,
@@ -217,10 +257,10 @@ $(BENCH_VENV)/.stamp: bench/requirements-ort.txt
 	$(BENCH_VENV)/bin/pip install -q -r bench/requirements-ort.txt
 	touch $@
 
-# Debian's torch (the numerics reference, and a speed baseline) and perf
-# (bench_json.sh's profile) are needed by the benches alone.
+# perf (bench_json.sh's profile) is needed by the benches alone; Debian's
+# torch (the numerics reference, and a speed baseline) is in the test bench.
 deps-bench:
-	@sh tests/deps.sh test python3-torch linux-perf
+	@sh tests/deps.sh test linux-perf
 
 bench: deps-bench
 	$(MAKE) all $(BENCHES) $(BENCH_VENV)/.stamp
@@ -261,6 +301,14 @@ BENCH_DECODE_ARGS ?=
 bench-decode: deps
 	$(MAKE) all $(BUILD)/bench/bench_decode
 	env -u OPENBLAS_CORETYPE $(BUILD)/bench/bench_decode $(BENCH_DECODE_ARGS)
+
+# The Python client's median round trips against raw HTTP (http.client)
+# with the same bodies: a large request (1, 512, 1024, 16 heads) and a small
+# one (4 rows, E=512); bench/bench_client.py, BENCH_CLIENT_ARGS passes options.
+BENCH_CLIENT_ARGS ?=
+bench-client: deps-bench
+	$(MAKE) $(BUILD)/attnd $(CLIENT_VENV)/.client
+	ATTND_BIN=$(abspath $(BUILD)/attnd) $(CLIENT_VENV)/bin/python bench/bench_client.py $(BENCH_CLIENT_ARGS)
 
 # HTTP throughput and latency with wrk, batching on and off, the large
 # request's round trip, and the codec costs (bench/bench_http.sh).
