@@ -10,8 +10,12 @@ How a block is read (docs/README conventions, written once here):
   not run, and must not hold a command.
 - A block that cannot run here carries `<!-- not run: why -->` right before
   it; `<!-- needs python3-torch -->` runs it only where Debian's torch is
-  installed (a skip says so otherwise). Any other block that is not run is
-  a failure, so new docs cannot go untested.
+  installed (a skip says so otherwise): a shell block calls
+  /usr/bin/python3 for it, a Python block so marked runs with the python
+  that ATTND_TORCH_PYTHON names (make test-blackbox: the Python client's
+  venv of Debian's python, which sees python3-torch and has the attnd
+  client installed, as docs/clients.md tells readers to make one). Any
+  other block that is not run is a failure, so new docs cannot go untested.
 - `<!-- output -->` before a shown block: that text is printed by the
   block right before it, which runs. `...` stands for any text, whitespace
   may differ, and numbers are compared to 1e-6 relative (the last digit of
@@ -26,12 +30,14 @@ terminal), with `set -e`, in a folder that holds build/attnd (the binary
 under test) and the repository's folders. Ports are rewritten: 8080 is the
 default model's daemon this test starts; any other 80xx a block listens on
 gets a free port of its own. Python blocks run with the test's venv (numpy,
-requests, tritonclient), which the docs tell readers to make; JavaScript
+requests, tritonclient, and the attnd client from clients/python), which
+the docs tell readers to make; JavaScript
 blocks run as ES modules with node. A block's output holds no
 `{"error"` unless the output the docs show for it does.
 """
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -62,10 +68,13 @@ class Block:
         self.rc = None      # None: it never ran to its end
 
     def runs(self, torch_ok):
-        """True when this block is run here."""
+        """True when this block is run here (torch_ok: a Torch, or a bool
+        for both kinds)."""
         if not self.kind or (self.marker or "").startswith("not run"):
             return False
-        return self.marker != "needs python3-torch" or torch_ok
+        if self.marker != "needs python3-torch":
+            return True
+        return torch_ok if isinstance(torch_ok, bool) else torch_ok.runs(self.kind)
 
 
 def read_blocks(path):
@@ -174,9 +183,25 @@ def logged_line_matches(doc_line, log_lines):
 
 # ---------------------------------------------------------------- running
 
-def torch_installed():
-    return subprocess.run(["/usr/bin/python3", "-c", "import torch"], capture_output=True,
-                          timeout=120).returncode == 0
+class Torch:
+    """Where blocks marked <!-- needs python3-torch --> run: shell blocks
+    call Debian's /usr/bin/python3 (shell: it imports torch); Python blocks
+    run with ATTND_TORCH_PYTHON (python: that path, when it imports torch
+    and the attnd client, else None)."""
+
+    def __init__(self):
+        def imports(python, what):
+            return subprocess.run([python, "-c", "import " + what], capture_output=True,
+                                  timeout=120).returncode == 0
+        self.shell = imports("/usr/bin/python3", "torch")
+        p = os.environ.get("ATTND_TORCH_PYTHON")
+        self.python = p if p and os.path.exists(p) and imports(p, "torch, attnd.torch") else None
+
+    def runs(self, kind):
+        return self.python is not None if kind == "python" else self.shell
+
+    def __bool__(self):
+        return self.shell and self.python is not None
 
 
 class PortMap:
@@ -200,7 +225,7 @@ def workdir(tmp):
     """A folder like the repository's root, whose build/attnd is the binary
     under test; files the blocks write stay in it."""
     tmp.mkdir(parents=True, exist_ok=True)
-    for name in ("config", "core", "server", "docs", "docker", "tests", "bench"):
+    for name in ("config", "core", "server", "docs", "docker", "tests", "bench", "clients"):
         os.symlink(support.REPO / name, tmp / name)
     (tmp / "build").mkdir()
     os.symlink(support.BIN, tmp / "build" / "attnd")
@@ -235,7 +260,9 @@ def script_for(blocks, ports, wd, torch_ok):
             lines.append(console_commands(text)[0])
         elif b.kind == "python":
             (wd / ("block%d.py" % i)).write_text(text)
-            lines.append("python3 block%d.py" % i)
+            torch_python = b.marker == "needs python3-torch" and not isinstance(torch_ok, bool)
+            lines.append("%s block%d.py" % (shlex.quote(torch_ok.python) if torch_python
+                                            else "python3", i))
         elif b.kind == "js":
             (wd / ("block%d.mjs" % i)).write_text(text)
             lines.append("node block%d.mjs" % i)
@@ -325,7 +352,7 @@ def json_logs(daemons):
 
 @pytest.fixture(scope="module")
 def torch_ok():
-    return torch_installed()
+    return Torch()
 
 
 def test_node_is_installed():
@@ -339,9 +366,10 @@ def test_blocks_run(path, default, tmp_path, torch_ok):
     problems += check_blocks(blocks, torch_ok)
     assert not problems, "\n\n".join(problems)
     assert default.alive(), default.logs()
-    if not torch_ok and any(b.marker == "needs python3-torch" for b in blocks):
+    if any(b.marker == "needs python3-torch" and not b.runs(torch_ok) for b in blocks):
         pytest.skip("blocks marked <!-- needs python3-torch --> were left out: "
-                    "apt-get install python3-torch runs them")
+                    "apt-get install python3-torch runs them (Python ones with "
+                    "ATTND_TORCH_PYTHON, which make test-blackbox sets)")
 
 
 @pytest.mark.parametrize("path", DOCS, ids=[p.name for p in DOCS])
