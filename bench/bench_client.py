@@ -164,7 +164,7 @@ def main():
             rows = []
             with attnd.Client(url) as client:
                 raw = Raw(port)
-                for name, model, E, H, shape, opt, target in CASES:
+                for name, model, _, H, shape, opt, target in CASES:
                     q = np.random.default_rng(1).standard_normal(shape, dtype=np.float32)
                     tc, tr = measure(client, raw, q, model, getattr(a, opt), a.warmup)
                     rows.append((name, shape, H, len(tc), tc, tr, target))
@@ -179,7 +179,8 @@ def main():
         mc, mr = np.median(tc), np.median(tr)
         diff, ratio = mc - mr, mc / mr
         ok = ratio <= limit if kind == "ratio" else diff <= limit
-        want = "client / raw <= %.2f" % limit if kind == "ratio" else "client - raw <= %g ms" % limit
+        want = ("client / raw <= %.2f" % limit if kind == "ratio"
+                else "client - raw <= %g ms" % limit)
         print("| %s | %s | %d | %d | %.3f (%.3f-%.3f) | %.3f (%.3f-%.3f) | %+.3f | %.3f | %s | %s |"
               % (name, "x".join(map(str, shape)), H, n, mc, np.percentile(tc, 10),
                  np.percentile(tc, 90), mr, np.percentile(tr, 10), np.percentile(tr, 90),

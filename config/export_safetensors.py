@@ -172,7 +172,7 @@ def main(argv=None):
     try:
         entry = export(source, a.out, a.attr, a.dtype, a.name, a.num_heads)
     except ValueError as e:
-        raise SystemExit("export_safetensors.py: %s" % e)
+        raise SystemExit("export_safetensors.py: %s" % e) from None
     # attnd resolves a relative weights path against the config's folder
     folder = os.path.dirname(os.path.abspath(a.config or a.out))
     entry["weights"] = os.path.relpath(os.path.abspath(a.out), folder)

@@ -7,9 +7,11 @@ with the app.
 POST /contextualize {"rows": [[...E numbers...], ...]} answers the rows
 after attention ("rows"), their mean ("pooled") and, per row, the share of
 attention it receives from all rows ("salience", averaged over heads).
-attnd's refusals keep their status for the caller (a 400 says which field
-and index); an attnd that cannot answer now (429, 503, unreachable) is a
-503 with Retry-After, so that the caller's own retry logic applies.
+attnd's refusals of the caller's input (400, 413) keep their status and
+sentence (a 400 names the field and index); an attnd that cannot answer
+now (429, 503, unreachable, timed out) is a 503 with Retry-After, so that
+the caller's own retry logic applies; anything else is the backend's
+fault, a 502.
 docs/clients.md walks through it; tests/client/test_fastapi_example.py runs
 it against a real daemon.
 """
@@ -53,12 +55,15 @@ async def contextualize(body: Rows) -> Contextualized:
     try:
         r = await app.state.attnd.attention(body.rows, model=ATTND_MODEL, attention="mean")
     except (TypeError, ValueError) as e:  # ragged rows: refused before sending
-        raise HTTPException(status_code=422, detail=str(e))
+        raise HTTPException(status_code=422, detail=str(e)) from e
     except attnd.Error as e:
-        if e.status is not None and e.status < 500 and e.status != 429:
-            raise HTTPException(status_code=e.status, detail=e.message)
-        raise HTTPException(status_code=503, detail="attnd: %s" % e.message,
-                            headers={"Retry-After": "%d" % max(1, round(e.retry_after or 1))})
+        if e.status in (400, 413):
+            raise HTTPException(status_code=e.status, detail=e.message) from e
+        if e.status in (None, 429, 503):
+            wait = max(1, round(e.retry_after or 1))
+            raise HTTPException(status_code=503, detail="attnd: %s" % e.message,
+                                headers={"Retry-After": "%d" % wait}) from e
+        raise HTTPException(status_code=502, detail="attnd: %s" % e.message) from e
     return Contextualized(rows=r.output.tolist(), pooled=r.output.mean(axis=0).tolist(),
                           salience=r.attention.mean(axis=0).tolist(),
                           attnd_request_id=r.request_id)

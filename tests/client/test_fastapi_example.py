@@ -1,7 +1,8 @@
 """docs/examples/fastapi_app.py, run as the docs say (uvicorn, ATTND_URL)
 in front of a real daemon: its answers are the daemon's, computed here
-again with attnd.Client; attnd's 400 reaches the caller with its sentence;
-with the daemon gone the backend answers 503 with Retry-After. FastAPI and
+again with attnd.Client; attnd's 400 reaches the caller with its sentence,
+a model the daemon does not serve is the backend's 502, and with the
+daemon gone the backend answers 503 with Retry-After. FastAPI and
 uvicorn are those pinned in bench/requirements.txt."""
 import os
 import signal
@@ -17,29 +18,34 @@ import support
 APP_DIR = support.REPO / "docs" / "examples"
 
 
-def start_backend(attnd_url, workdir):
+def start_backend(procs, attnd_url, workdir, **env):
+    """uvicorn serving the example (its process appended to procs, which the
+    test stops); returns its URL once it answers."""
     port = support.free_port()
-    env = dict(os.environ, ATTND_URL=attnd_url)
-    log = open(workdir / "uvicorn.log", "wb")
+    env = dict(os.environ, ATTND_URL=attnd_url, **env)
+    log = open(workdir / ("uvicorn%d.log" % port), "wb")
     p = subprocess.Popen([sys.executable, "-m", "uvicorn", "fastapi_app:app", "--app-dir",
                           str(APP_DIR), "--host", "127.0.0.1", "--port", str(port)],
                          env=env, stdout=log, stderr=subprocess.STDOUT)
+    procs.append(p)
     url = "http://127.0.0.1:%d" % port
 
     def up():
-        assert p.poll() is None, (workdir / "uvicorn.log").read_text()
+        assert p.poll() is None, log.name
         try:
             return requests.get(url + "/openapi.json", timeout=2).status_code == 200
         except requests.ConnectionError:
             return False
-    assert support.wait_until(up, 60), (workdir / "uvicorn.log").read_text()
-    return p, url
+    assert support.wait_until(up, 60), open(log.name).read()
+    return url
 
 
 def test_fastapi_backend(fresh_daemons, tmp_path):
     d = fresh_daemons()
-    p, url = start_backend(d.url, tmp_path)
+    procs = []
     try:
+        url = start_backend(procs, d.url, tmp_path)
+        url2 = start_backend(procs, d.url, tmp_path, ATTND_MODEL="nope")
         rows = np.random.default_rng(2).standard_normal((5, 512)).round(4)
         r = requests.post(url + "/contextualize", json={"rows": rows.tolist()}, timeout=60)
         assert r.status_code == 200, r.text
@@ -55,10 +61,13 @@ def test_fastapi_backend(fresh_daemons, tmp_path):
         assert r.status_code == 400 and "query" in r.json()["detail"], r.text
         r = requests.post(url + "/contextualize", json={"rows": [[0.5], [0.5, 1]]}, timeout=60)
         assert r.status_code == 422 and "rectangular" in r.text, r.text
+        r = requests.post(url2 + "/contextualize", json={"rows": rows.tolist()}, timeout=60)
+        assert r.status_code == 502 and "unknown model 'nope'" in r.text, r.text
 
         assert d.stop() == 0
         r = requests.post(url + "/contextualize", json={"rows": rows.tolist()}, timeout=60)
         assert r.status_code == 503 and r.headers["Retry-After"] == "1", r.text
     finally:
-        p.send_signal(signal.SIGTERM)
-        p.wait(30)
+        for backend in procs:
+            backend.send_signal(signal.SIGTERM)
+            backend.wait(30)

@@ -11,14 +11,12 @@ import json
 import pickle
 import warnings
 
-import numpy as np
 import pytest
 import torch
 from torch import nn
 
 import attnd
 import attnd.torch
-import tools
 from tools import TOL, rel_err
 
 

@@ -4,7 +4,6 @@ reference answer, and the relative error of SPEC section 1."""
 import sys
 from pathlib import Path
 
-import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "blackbox"))
