@@ -2,7 +2,8 @@
 the first requests from a script (a status, headers and body each, after
 an optional delay), then passes every later request to a real daemon and
 relays its answer. It records what arrived (method, path, body, monotonic
-time), so a test sees how many times the client sent a request and what.
+time, the client's port), so a test sees how many times the client sent a
+request, what, and on which connection.
 """
 import json
 import threading
@@ -16,7 +17,7 @@ class Scripted:
     def __init__(self, upstream=None, script=()):
         self.upstream = upstream   # the daemon's URL, or None: past the script is a 502
         self.script = list(script)  # (status, headers dict, body bytes or dict, delay s)
-        self.seen = []             # (method, path, body bytes, time.monotonic())
+        self.seen = []             # (method, path, body bytes, time.monotonic(), client port)
         self._lock = threading.Lock()
         server = self
 
@@ -30,7 +31,8 @@ class Scripted:
                 n = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(n) if n else b""
                 with server._lock:
-                    server.seen.append((self.command, self.path, body, time.monotonic()))
+                    server.seen.append((self.command, self.path, body, time.monotonic(),
+                                        self.client_address[1]))
                     step = server.script.pop(0) if server.script else None
                 if step is not None:
                     status, headers, out, delay = step
@@ -73,4 +75,4 @@ class Scripted:
         self.thread.join(10)
 
     def bodies(self):
-        return [json.loads(b) if b else None for _, _, b, _ in self.seen]
+        return [json.loads(s[2]) if s[2] else None for s in self.seen]

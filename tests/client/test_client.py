@@ -211,3 +211,15 @@ def test_passthrough_fields(served):
         assert srv.bodies()[0]["attention_rowz"] == [0, 1]
         assert srv.bodies()[0]["encoding"] == "base64"
         assert srv.bodies()[0]["query"]["dtype"] == "float32"
+
+
+def test_connections_kept_alive(served):
+    """One after the other, a client's calls share one kept-alive
+    connection: the server sees the same client port every time."""
+    with Scripted(served.url) as srv:
+        with attnd.Client(srv.url) as c:
+            for _ in range(5):
+                c.attention(randn(2, 64), model="self64")
+            c.models()
+        ports = {s[4] for s in srv.seen}
+    assert len(srv.seen) == 6 and len(ports) == 1, ports
