@@ -137,13 +137,19 @@ def measure(client, raw, q, model, rounds, warmup):
 
 
 def cpu_name():
+    """The CPU's name, family and model, and the vector features that matter."""
+    info = {}
     try:
         for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
+            k, _, v = line.partition(":")
+            info.setdefault(k.strip(), v.strip())
     except OSError:
-        pass
-    return platform.processor() or "unknown"
+        return platform.processor() or "unknown"
+    flags = set(info.get("flags", "").split())
+    feats = [f for f in ("avx512f", "avx512_bf16", "amx_bf16", "avx2", "fma") if f in flags]
+    return "%s (family %s, model %s; %s)" % (info.get("model name", "unknown"),
+                                             info.get("cpu family", "?"), info.get("model", "?"),
+                                             " ".join(feats) or "no AVX")
 
 
 def main():
@@ -155,9 +161,9 @@ def main():
     a = ap.parse_args()
     binary = os.environ.get("ATTND_BIN", str(REPO / "build" / "attnd"))
     import httpx
-    print("CPU: %s, %d CPUs; python %s, numpy %s, httpx %s, attnd client %s"
-          % (cpu_name(), os.cpu_count(), platform.python_version(), np.__version__,
-             httpx.__version__, attnd.__version__))
+    print("CPU: %s, %d CPUs, load average %.2f; python %s, numpy %s, httpx %s, attnd client %s"
+          % (cpu_name(), os.cpu_count(), os.getloadavg()[0], platform.python_version(),
+             np.__version__, httpx.__version__, attnd.__version__))
     with tempfile.TemporaryDirectory() as tmp:
         p, port, url = start_daemon(binary, Path(tmp), a.threads)
         try:
