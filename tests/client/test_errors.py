@@ -8,6 +8,7 @@ arrives no sooner than the Retry-After it follows (a lower bound, which
 no slowness can break), and a client whose timeout is far below the
 server's delay gets no answer."""
 import email.utils
+import pickle
 import time
 
 import numpy as np
@@ -106,6 +107,9 @@ def test_refusals_are_not_retried(served, case):
     assert e.value.message == raw.json()["error"], (e.value.message, raw.text)
     assert e.value.request_id and e.value.retry_after is None
     assert str(e.value) == "%d: %s" % (status, e.value.message)
+    copy = pickle.loads(pickle.dumps(e.value))
+    assert (copy.status, copy.message, copy.request_id) == (status, e.value.message,
+                                                            e.value.request_id)
     assert len(srv.seen) == 1
 
 

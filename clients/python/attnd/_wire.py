@@ -55,6 +55,10 @@ class Error(Exception):
         self.retry_after = retry_after
         self.request_id = request_id
 
+    def __reduce__(self) -> Any:  # pickles whole (multiprocessing, logging queues)
+        return (self.__class__, (self.status, self.message),
+                {"retry_after": self.retry_after, "request_id": self.request_id})
+
 
 @dataclass
 class Result:
