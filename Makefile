@@ -32,6 +32,7 @@ VENV    ?= .venv
 
 CORE_SRC   := $(wildcard core/*.c)
 CONFIG_SRC := $(wildcard config/*.c)
+# server/ is folders by part (README.md, Layout); main.c alone at its top.
 SERVER_SRC := $(filter-out server/main.c,$(wildcard server/*.c server/*/*.c))
 HEADERS    := $(wildcard */*.h */*/*.h)
 TEST_SRC   := $(wildcard tests/test_*.c)
@@ -54,10 +55,10 @@ $(BUILD)/%.o: %.c $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(PKG_CFLAGS) -c $< -o $@
 
-# server/openapi.c embeds server/openapi.json (.incbin), server/ui.c the
-# viewer's files in server/ui/
-$(BUILD)/server/openapi.o: server/openapi.json
-$(BUILD)/server/ui.o: $(wildcard server/ui/*)
+# server/http/openapi.c embeds server/http/openapi.json (.incbin), server/ui/ui.c
+# the viewer's files in server/ui/
+$(BUILD)/server/http/openapi.o: server/http/openapi.json
+$(BUILD)/server/ui/ui.o: $(wildcard server/ui/*.html server/ui/*.js server/ui/*.css)
 
 $(BUILD)/libattncore.a: $(CORE_OBJ)
 	rm -f $@; ar rcs $@ $^
@@ -214,8 +215,8 @@ FUZZ_OBJ   := $(CORE_SRC:%.c=build-fuzz/obj/%.o) $(CONFIG_SRC:%.c=build-fuzz/obj
 build-fuzz/obj/%.o: %.c $(HEADERS)
 	@mkdir -p $(dir $@)
 	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link $(PKG_CFLAGS) -c $< -o $@
-build-fuzz/obj/server/openapi.o: server/openapi.json
-build-fuzz/obj/server/ui.o: $(wildcard server/ui/*)
+build-fuzz/obj/server/http/openapi.o: server/http/openapi.json
+build-fuzz/obj/server/ui/ui.o: $(wildcard server/ui/*.html server/ui/*.js server/ui/*.css)
 build-fuzz/libattnd_fuzz.a: $(FUZZ_OBJ)
 	rm -f $@; ar rcs $@ $^
 build-fuzz/%: tests/fuzz/%.c build-fuzz/libattnd_fuzz.a $(wildcard tests/fuzz/*.h)

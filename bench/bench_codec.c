@@ -14,11 +14,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../server/base64.h"
-#include "../server/buffer.h"
-#include "../server/clock.h"
-#include "../server/floattext.h"
-#include "../server/request.h"
+#include "../server/base/buffer.h"
+#include "../server/base/clock.h"
+#include "../server/body/request.h"
+#include "../server/codec/base64.h"
+#include "../server/codec/floattext.h"
 
 #define REPS 31
 

@@ -16,7 +16,7 @@
  * bench/bench_torch.py prints the same table for torch.
  */
 #include "../core/attn.h"
-#include "../server/cpus.h"
+#include "../server/base/cpus.h"
 
 #include <malloc.h>
 #include <math.h>

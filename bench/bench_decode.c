@@ -38,7 +38,7 @@
  * machine and its load; bench/RESULTS.md says when and how quiet.
  */
 #include "../core/attn.h"
-#include "../server/cpus.h"
+#include "../server/base/cpus.h"
 
 #include <math.h>
 #include <stdint.h>

@@ -20,9 +20,9 @@
 
 #include "../config/config.h"
 #include "../core/attn.h"
-#include "cpus.h"
-#include "http.h"
-#include "log.h"
+#include "base/cpus.h"
+#include "http/http.h"
+#include "obs/log.h"
 
 /* The signals main() takes with sigwait; every thread inherits them blocked. */
 static void stop_signals(sigset_t *set) {

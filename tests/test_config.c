@@ -101,7 +101,7 @@ START_TEST(defaults) {
     ck_assert(attnd_config_defaults(&c) == 0);
     ck_assert_str_eq(c.host, "0.0.0.0");
     ck_assert_int_eq(c.port, 8080);
-    ck_assert_int_eq(c.http_threads, 0); /* auto: from the CPUs (server/cpus.c) */
+    ck_assert_int_eq(c.http_threads, 0); /* auto: from the CPUs (server/base/cpus.c) */
     ck_assert(c.max_body_bytes == 67108864);
     ck_assert_int_eq(c.request_timeout_ms, 30000);
     ck_assert_int_eq(c.max_connections, 1024);

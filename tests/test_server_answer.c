@@ -1,4 +1,4 @@
-/* test_server_answer.c - the answer writers (server/answer.c): answers
+/* test_server_answer.c - the answer writers (server/body/answer.c): answers
  * written over the compute pool in chunks (attnd_write_answers) are, byte
  * for byte, those of the plain writer on one thread (attnd_write_answer),
  * for native and v2 answers, JSON, base64 and binary tensors, with and
@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../server/answer.h"
+#include "../server/body/answer.h"
 #include "check_run.h"
 
 /* One answer to write: what the request asked and the model's widths. */

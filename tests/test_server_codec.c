@@ -8,10 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../server/base64.h"
-#include "../server/buffer.h"
-#include "../server/floattext.h"
-#include "../server/utf8.h"
+#include "../server/base/buffer.h"
+#include "../server/base/utf8.h"
+#include "../server/codec/base64.h"
+#include "../server/codec/floattext.h"
 #include "check_run.h"
 
 /* The plain build runs every random and swept check in full; under

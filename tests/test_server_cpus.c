@@ -1,4 +1,4 @@
-/* test_server_cpus.c - Check suite for server/cpus.c: how many CPUs the
+/* test_server_cpus.c - Check suite for server/base/cpus.c: how many CPUs the
  * process may use and the thread counts that default from them.
  *
  *   parse     cpu.max and cfs quota/period texts to CPUs, rounded up;
@@ -11,7 +11,7 @@
  *             workers.blas_threads.
  * Run from the repository's root (make test-unit does).
  */
-#include "../server/cpus.h"
+#include "../server/base/cpus.h"
 
 #include "check_run.h"
 #include <check.h>

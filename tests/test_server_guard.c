@@ -9,7 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "../server/guard.h"
+#include "../server/http/guard.h"
 #include "check_run.h"
 
 /* 1 when the server side of the pair was shut down: the client end reads

@@ -7,11 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../server/base64.h"
-#include "../server/buffer.h"
-#include "../server/jsonin.h"
-#include "../server/request.h"
-#include "../server/tensor.h"
+#include "../server/base/buffer.h"
+#include "../server/body/request.h"
+#include "../server/codec/base64.h"
+#include "../server/codec/jsonin.h"
+#include "../server/codec/tensor.h"
 #include "check_run.h"
 
 /* ---- tensors ---- */

@@ -5,9 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../server/errors.h"
-#include "../server/metrics.h"
-#include "../server/routes.h"
+#include "../server/base/reply.h"
+#include "../server/http/routes.h"
+#include "../server/obs/metrics.h"
 #include "check_run.h"
 
 START_TEST(test_every_route_matches_itself) {

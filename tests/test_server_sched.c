@@ -15,9 +15,9 @@
 #include <unistd.h>
 
 #include "../core/attn.h"
-#include "../server/clock.h"
-#include "../server/request.h"
-#include "../server/sched.h"
+#include "../server/base/clock.h"
+#include "../server/batch/sched.h"
+#include "../server/body/request.h"
 #include "check_run.h"
 
 /* A request as the HTTP side would hold it, plus a "done" flag. */

@@ -1,4 +1,4 @@
-/* test_server_ui.c - the viewer's embedded files (server/ui.c): each is the
+/* test_server_ui.c - the viewer's embedded files (server/ui/ui.c): each is the
  * file of server/ui/ byte for byte, with its type, an ETag that follows its
  * bytes, the conditional GET and the headers every answer of it carries. */
 #include <check.h>
@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../server/ui.h"
+#include "../server/ui/ui.h"
 #include "check_run.h"
 
 /* The whole file at path (run from the repository's root), or NULL. */

@@ -28,7 +28,7 @@
 #include <stdint.h>
 
 #include "../../core/attn.h"
-#include "../buffer.h"
+#include "../base/buffer.h"
 
 #define ATTND_STATE_FORMAT "attnd-session-state"
 #define ATTND_STATE_VERSION "1"

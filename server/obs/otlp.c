@@ -10,7 +10,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "../utf8.h"
+#include "../base/utf8.h"
 #include "otlp.h"
 
 static attnd_span_attr *next_attr(attnd_span *s, const char *key) {

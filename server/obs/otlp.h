@@ -20,7 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../buffer.h"
+#include "../base/buffer.h"
 #include "trace.h"
 
 #define ATTND_SPAN_ATTRS 10  /* attributes a span holds at most */

@@ -17,8 +17,8 @@
 #include <string.h>
 
 #include "../../config/refuse.h"
-#include "../clock.h"
-#include "../log.h"
+#include "../base/clock.h"
+#include "log.h"
 #include "otlp.h"
 
 #define RESPONSE_MAX 4096 /* bytes of a collector's answer kept (partialSuccess) */

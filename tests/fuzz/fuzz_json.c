@@ -1,5 +1,5 @@
 /* fuzz_json.c - libFuzzer target, differential: the bytes are any JSON
- * text. attnd's pull reader (server/jsonin.c) must accept exactly the
+ * text. attnd's pull reader (server/codec/jsonin.c) must accept exactly the
  * documents Jansson's json_loadb accepts and read the same values: the
  * same strings byte for byte, numbers as the same double, the same keys
  * (the last of a duplicate, as Jansson keeps); and every number read as a
@@ -19,8 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../server/floattext.h"
-#include "../../server/jsonin.h"
+#include "../../server/codec/floattext.h"
+#include "../../server/codec/jsonin.h"
 
 #include "fuzz_check.h"
 

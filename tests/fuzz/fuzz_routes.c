@@ -1,14 +1,14 @@
 /* fuzz_routes.c - libFuzzer target: the route table and the header
- * handling of server/http.c, in process. The bytes are lines: method, URL
+ * handling of server/http/http.c, in process. The bytes are lines: method, URL
  * (percent-escaped, as it arrives), Inference-Header-Content-Length,
  * X-Request-Id, Authorization, Content-Length, Origin (a missing line is an
  * absent header). They go the daemon's way: the URL through its unescape
- * callback, then the route matcher (server/routes.c); the headers through
+ * callback, then the route matcher (server/http/routes.c); the headers through
  * the same static helpers the request handler calls, and the whole first
  * look at a request (examine: route, method, CORS origin, API key,
  * draining, declared body size against max_body_bytes and the body budget)
  * on three servers (a key and one CORS origin; no key and "*"; draining),
- * which is why this file includes server/http.c whole. examine reads its
+ * which is why this file includes server/http/http.c whole. examine reads its
  * headers through MHD_lookup_connection_value, which this file defines:
  * the executable's definition comes before the library's, so no
  * connection is needed. Each answer is held to an independent statement
@@ -21,7 +21,7 @@
  * most 64 KiB for a body it has not seen.
  *   make fuzz-smoke; make fuzz-long
  */
-#include "../../server/http.c"
+#include "../../server/http/http.c"
 
 #include <errno.h>
 

@@ -14,8 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../server/buffer.h"
-#include "../../server/request.h"
+#include "../../server/base/buffer.h"
+#include "../../server/body/request.h"
 #include "fuzz_check.h"
 
 static const attnd_model_info FUZZ_MODELS[2] = {

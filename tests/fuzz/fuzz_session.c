@@ -1,7 +1,7 @@
 /* fuzz_session.c - libFuzzer target: the bytes are the body of POST
  * /v1/sessions (an open, with a prefix or without) and then of POST
  * /v1/sessions/{id}/attention (a step of an empty session), read by
- * server/steps.c the daemon's way: the request reader, then the session
+ * server/batch/steps.c the daemon's way: the request reader, then the session
  * table. Once with both fuzz models served, once with "small" alone (where
  * a body naming no model opens one of it). An accepted open or step is one
  * sequence, causal, inside every limit, with an answer that is valid JSON
@@ -11,7 +11,7 @@
  * is a finding (ASan).
  *   make fuzz-smoke; make fuzz-long
  */
-#include "../../server/steps.h"
+#include "../../server/batch/steps.h"
 #include "fuzz_server.h"
 
 static const attnd_session_limits LIMITS = {4, 1 << 20, 1 << 16, 60};

@@ -7,7 +7,7 @@
  */
 #include <math.h>
 
-#include "../../server/tensor.h"
+#include "../../server/codec/tensor.h"
 #include "fuzz_server.h"
 
 static void one(const uint8_t *data, size_t size, attnd_tensor_kind kind, int max_rank,

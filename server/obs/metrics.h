@@ -8,9 +8,9 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-#include "buffer.h"
-#include "errors.h"
-#include "routes.h"
+#include "../base/buffer.h"
+#include "../base/reply.h"
+#include "../http/routes.h"
 
 #define METRICS_STATUSES 17 /* the status codes counted one by one, plus "other" */
 #define HIST_MAX_BUCKETS 16

@@ -25,9 +25,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../core/sizes.h"
-#include "jsonin.h"
-#include "tensor.h"
+#include "../../core/sizes.h"
+#include "../codec/jsonin.h"
+#include "../codec/tensor.h"
 
 /* The tensors a body may carry, by role. */
 enum { T_QUERY, T_KEY, T_VALUE, T_KPM, T_MASK, T_POS, T_COUNT };

@@ -1,4 +1,4 @@
-/* openapi.c - server/openapi.json, the OpenAPI 3 description of every
+/* openapi.c - server/http/openapi.json, the OpenAPI 3 description of every
  * route, embedded in the binary at build time (GET /openapi.json). */
 #include <stddef.h>
 
@@ -7,7 +7,7 @@ __asm__(".section .rodata\n"
         ".type attnd_openapi_json, @object\n"
         ".balign 16\n"
         "attnd_openapi_json:\n"
-        ".incbin \"server/openapi.json\"\n"
+        ".incbin \"server/http/openapi.json\"\n"
         "attnd_openapi_json_end:\n"
         ".byte 0\n"
         ".global attnd_openapi_json_len\n"

@@ -28,9 +28,9 @@
  * (the core's numbers are the same either way: docs/performance.md).
  */
 #include "sched.h"
-#include "answer.h"
+#include "../body/answer.h"
+#include "../codec/tensor.h"
 #include "steps.h"
-#include "tensor.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -38,8 +38,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "buffer.h"
-#include "clock.h"
+#include "../base/buffer.h"
+#include "../base/clock.h"
 
 /* How often the sweeper asks whether queued requests' clients left. */
 #define HANGUP_POLL_US 20000

@@ -34,21 +34,21 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../config/splitmix.h"
-#include "../core/sizes.h"
-#include "buffer.h"
-#include "clock.h"
-#include "cpus.h"
-#include "errors.h"
+#include "../../config/splitmix.h"
+#include "../../core/sizes.h"
+#include "../base/buffer.h"
+#include "../base/clock.h"
+#include "../base/cpus.h"
+#include "../base/reply.h"
+#include "../batch/sched.h"
+#include "../batch/session.h"
+#include "../batch/steps.h"
+#include "../body/request.h"
+#include "../obs/log.h"
+#include "../obs/metrics.h"
 #include "guard.h"
-#include "log.h"
-#include "metrics.h"
-#include "request.h"
 #include "routes.h"
-#include "sched.h"
-#include "session.h"
-#include "steps.h"
-#include "ui.h"
+#include "../ui/ui.h"
 
 extern const char attnd_openapi_json[];
 extern const size_t attnd_openapi_json_len;

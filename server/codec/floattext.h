@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "buffer.h"
+#include "../base/buffer.h"
 
 /* Room attnd_fmt_f32 needs at dst: the longest text ("-1.23456789e-38") is 15
  * bytes, and it may scribble up to 19 bytes (whole-word copies are faster

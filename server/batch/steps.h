@@ -13,11 +13,11 @@
 
 #include <stddef.h>
 
-#include "../config/config.h"
-#include "../core/attn.h"
-#include "buffer.h"
-#include "errors.h"
-#include "request.h"
+#include "../../config/config.h"
+#include "../../core/attn.h"
+#include "../base/buffer.h"
+#include "../base/reply.h"
+#include "../body/request.h"
 #include "session.h"
 
 typedef struct attnd_req attnd_req;

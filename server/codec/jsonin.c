@@ -8,8 +8,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "../base/utf8.h"
 #include "floattext.h"
-#include "utf8.h"
 
 struct jin {
     const char *start; /* first byte of the body */

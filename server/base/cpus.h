@@ -10,7 +10,7 @@
 
 #include <stddef.h>
 
-#include "../config/config.h"
+#include "../../config/config.h"
 
 typedef struct {
     int n;        /* CPUs the process may use: min(affinity, quota), >= 1 */

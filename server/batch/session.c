@@ -17,7 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../core/sizes.h"
+#include "../../core/sizes.h"
 
 struct attnd_session {
     char id[ATTND_SESSION_ID_LEN + 1];

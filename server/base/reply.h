@@ -6,8 +6,8 @@
  * attnd_set_error and made into an answer by attnd_reply_error; its body is
  * always {"error": "<one sentence>"}. Nothing here knows libmicrohttpd.
  */
-#ifndef ATTND_ERRORS_H
-#define ATTND_ERRORS_H
+#ifndef ATTND_REPLY_H
+#define ATTND_REPLY_H
 
 #include <stddef.h>
 

@@ -11,7 +11,7 @@
 
 #include <stddef.h>
 
-#include "../core/attn.h"
+#include "../../core/attn.h"
 #include "request.h"
 
 /* Floats per chunk when a tensor is cut: JSON numbers (about 10 bytes of

@@ -32,9 +32,9 @@
 #include <sys/random.h>
 #include <sys/socket.h>
 
-#include "buffer.h"
-#include "clock.h"
-#include "errors.h"
+#include "../base/buffer.h"
+#include "../base/clock.h"
+#include "../base/reply.h"
 
 typedef struct MHD_Response *(*create_fn)(size_t, void *, enum MHD_ResponseMemoryMode);
 typedef enum MHD_Result (*queue_fn)(struct MHD_Connection *, unsigned int, struct MHD_Response *);

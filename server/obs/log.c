@@ -6,8 +6,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "buffer.h"
-#include "utf8.h"
+#include "../base/buffer.h"
+#include "../base/utf8.h"
 
 static struct {
     int json;

@@ -15,8 +15,8 @@
 #include <sys/socket.h>
 #include <time.h>
 
-#include "clock.h"
-#include "log.h"
+#include "../base/clock.h"
+#include "../obs/log.h"
 
 /* How often deadlines are checked, ms: a connection lives at most this
  * much past its deadline. */

@@ -8,7 +8,7 @@
 
 #include <stddef.h>
 
-#include "buffer.h"
+#include "../base/buffer.h"
 
 /* Standard base64 with '=' padding. */
 void attnd_sb_b64(attnd_sbuf *b, const void *data, size_t n);

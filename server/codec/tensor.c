@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../core/sizes.h"
+#include "../../core/sizes.h"
 #include "base64.h"
 
 void attnd_tensor_free(attnd_tensor *t) {

@@ -22,9 +22,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base64.h"
-#include "floattext.h"
-#include "utf8.h"
+#include "../base/utf8.h"
+#include "../codec/base64.h"
+#include "../codec/floattext.h"
 
 /* ---- the sink: tensors written at once, or noted for later ---- */
 

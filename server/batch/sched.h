@@ -22,11 +22,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../config/config.h"
-#include "../core/attn.h"
-#include "errors.h"
-#include "metrics.h"
-#include "request.h"
+#include "../../config/config.h"
+#include "../../core/attn.h"
+#include "../base/reply.h"
+#include "../body/request.h"
+#include "../obs/metrics.h"
 
 typedef enum {
     RQ_NEW = 0, /* not admitted */

@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "errors.h"
+#include "../base/reply.h"
 #include "jsonin.h"
 
 #define TENSOR_MAX_RANK 4

@@ -25,7 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "errors.h"
+#include "../base/reply.h"
 
 #define JIN_MAX_DEPTH 64
 

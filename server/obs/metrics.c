@@ -4,8 +4,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../core/attn.h"
-#include "http.h" /* ATTND_VERSION */
+#include "../../core/attn.h"
+#include "../http/http.h" /* ATTND_VERSION */
 
 static const int STATUSES[METRICS_STATUSES - 1] = {200, 204, 400, 401, 404, 405, 413, 429,
                                                    499, 500, 503, 504, 411, 201, 409, 304};

@@ -10,10 +10,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../config/config.h"
-#include "../core/attn.h"
-#include "buffer.h"
-#include "errors.h"
+#include "../../config/config.h"
+#include "../../core/attn.h"
+#include "../base/buffer.h"
+#include "../base/reply.h"
 
 /* What the parsers need to know about one served model. */
 typedef struct {

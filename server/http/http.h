@@ -8,7 +8,7 @@
 
 #include <stddef.h>
 
-#include "../config/config.h"
+#include "../../config/config.h"
 
 #define ATTND_VERSION "0.2.0"
 

@@ -11,12 +11,12 @@
 #include <string.h>
 #include <time.h>
 
-#include "answer.h"
-#include "buffer.h"
-#include "clock.h"
+#include "../base/buffer.h"
+#include "../base/clock.h"
+#include "../base/utf8.h"
+#include "../body/answer.h"
+#include "../codec/tensor.h"
 #include "sched.h"
-#include "tensor.h"
-#include "utf8.h"
 
 double attnd_step_now(void) {
     return (double)attnd_mono_us() / 1e6;

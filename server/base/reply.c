@@ -1,6 +1,6 @@
 /* errors.c - answer kinds to statuses, reasons and headers, and the bodies
  * of refusals. See errors.h. */
-#include "errors.h"
+#include "reply.h"
 
 #include <stdarg.h>
 #include <stdio.h>
