@@ -15,15 +15,15 @@
 
 typedef struct {
     /* server */
-    char *host;               /* "0.0.0.0" */
-    int port;                 /* 8080; 0 = pick a free port (tests) */
-    int http_threads;         /* libmicrohttpd polling threads; 0 = auto (server/base/cpus.c) */
-    long long max_body_bytes; /* request body limit, bytes -> 413 */
-    int request_timeout_ms;   /* admission to answer; past it -> 504 */
-    int max_connections;      /* concurrent connections accepted */
-    int connection_timeout_s; /* idle connection timeout, seconds */
-    int header_timeout_ms;    /* connection start or last answer -> end of headers, ms */
-    int body_timeout_ms;      /* end of headers -> last body byte, ms */
+    char *host;                        /* "0.0.0.0" */
+    int port;                          /* 8080; 0 = pick a free port (tests) */
+    int http_threads;                  /* HTTP polling threads; 0 = auto (server/base/cpus.c) */
+    long long max_body_bytes;          /* request body limit, bytes -> 413 */
+    int request_timeout_ms;            /* admission to answer; past it -> 504 */
+    int max_connections;               /* concurrent connections accepted */
+    int connection_timeout_s;          /* idle connection timeout, seconds */
+    int header_timeout_ms;             /* connection start or last answer -> end of headers, ms */
+    int body_timeout_ms;               /* end of headers -> last body byte, ms */
     long long max_buffered_body_bytes; /* body bytes held over all connections -> 429 */
     int drain_grace_s;                 /* SIGTERM -> requests cut short and exit 5, seconds */
     char *api_key_env;                 /* name of the env variable holding the API key */
