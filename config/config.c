@@ -20,6 +20,7 @@
 #include "config.h"
 #include "decoder.h"
 #include "default_model.h"
+#include "enums.h"
 #include "refuse.h"
 
 /* A config file larger than this is refused before parsing, bytes. */
@@ -47,16 +48,17 @@ typedef struct {
     const char *section; /* top-level object; NULL for a model key */
     const char *key;
     key_type type;
-    long long min, max;  /* value range for numbers, length range for strings */
-    long long def;       /* default number or boolean */
-    const char *def_str; /* default string (NULL = none) */
-    size_t off;          /* where it lands in attnd_config / attnd_model_config */
-    size_t off_n;        /* K_STRLIST: where the count lands */
-    const char *flag;    /* --flag that overrides it, or NULL */
-    const char *env;     /* ATTND_* variable that overrides it, or NULL */
-    string_rule valid;   /* K_STR, K_NAME: the rule on the content, or NULL */
-    int required;        /* models only: REQUIRED = must be given */
-    const char *help;    /* one line for --help; docs/config.md says the same */
+    long long min, max;        /* value range for numbers, length range for strings */
+    long long def;             /* default number or boolean */
+    const char *def_str;       /* default string (NULL = none) */
+    size_t off;                /* where it lands in attnd_config / attnd_model_config */
+    size_t off_n;              /* K_STRLIST: where the count lands */
+    const char *flag;          /* --flag that overrides it, or NULL */
+    const char *env;           /* ATTND_* variable that overrides it, or NULL */
+    string_rule valid;         /* K_STR, K_NAME: the rule on the content, or NULL */
+    const attnd_enum *choices; /* K_STR: the words it may be (enums.h), or NULL */
+    int required;              /* models only: REQUIRED = must be given */
+    const char *help;          /* one line for --help; docs/config.md says the same */
 } cfg_key;
 
 enum { OPTIONAL = 0, REQUIRED = 1 };
@@ -92,6 +94,12 @@ enum { OPTIONAL = 0, REQUIRED = 1 };
         .section = sec, .key = name, .type = K_STR, .min = minlen, .max = maxlen, .def_str = dflt, \
         .valid = valid_, .off = C_OFF(field), .flag = flag_, .env = env_, .help = help_            \
     }
+/* One of the words of table (enums.h); --help lists them after help_. */
+#define CFG_WORD(sec, name, table, dflt, field, flag_, env_, help_)                                \
+    {                                                                                              \
+        .section = sec, .key = name, .type = K_STR, .min = 1, .max = 32, .def_str = dflt,          \
+        .choices = &table, .off = C_OFF(field), .flag = flag_, .env = env_, .help = help_          \
+    }
 /* At most `most` strings of 1 to 1024 bytes; their count lands in count_field. */
 #define CFG_STRLIST(sec, name, most, field, count_field, flag_, env_, help_)                       \
     {                                                                                              \
@@ -115,10 +123,16 @@ enum { OPTIONAL = 0, REQUIRED = 1 };
 /* A number in (lo, hi]; 0 (not given) means the core's default. */
 #define MODEL_NUM(name, lo, hi, field, help_)                                                      \
     { .key = name, .type = K_NUM, .min = lo, .max = hi, .off = M_OFF(field), .help = help_ }
-#define MODEL_STR(name, minlen, maxlen, dflt, valid_, need, field, help_)                          \
+#define MODEL_STR(name, minlen, maxlen, dflt, need, field, help_)                                  \
     {                                                                                              \
         .key = name, .type = K_STR, .min = minlen, .max = maxlen, .def_str = dflt,                 \
-        .valid = valid_, .required = need, .off = M_OFF(field), .help = help_                      \
+        .required = need, .off = M_OFF(field), .help = help_                                       \
+    }
+/* One of the words of table (enums.h). */
+#define MODEL_WORD(name, table, dflt, field, help_)                                                \
+    {                                                                                              \
+        .key = name, .type = K_STR, .min = 1, .max = 32, .def_str = dflt, .choices = &table,       \
+        .off = M_OFF(field), .help = help_                                                         \
     }
 /* The model's name, in place in its char array. */
 #define MODEL_NAME(name, field, help_)                                                             \
@@ -145,22 +159,6 @@ static const char *valid_envname(const char *s) {
     for (const char *p = s; *p; p++)
         if (!isalnum((unsigned char)*p) && *p != '_') return "is not an environment variable name";
     return NULL;
-}
-
-static const char *valid_layout(const char *s) {
-    return attnd_layout_index(s) < 0 ? "must be \"torch\", \"bert\", \"hf_proj\" or \"llama\""
-                                     : NULL;
-}
-
-static const char *valid_log_format(const char *s) {
-    static const char *const formats[] = {"text", "json"};
-    return cfg_name_index(s, formats, 2) < 0 ? "must be \"text\" or \"json\"" : NULL;
-}
-
-static const char *valid_log_level(const char *s) {
-    static const char *const levels[] = {"debug", "info", "warn", "error"};
-    return cfg_name_index(s, levels, 4) < 0 ? "must be \"debug\", \"info\", \"warn\" or \"error\""
-                                            : NULL;
 }
 
 /* The server settings. Ranges and defaults are documented in docs/config.md. */
@@ -195,10 +193,10 @@ static const cfg_key config_keys[] = {
     CFG_STRLIST("server", "cors_origins", CORS_MAX, cors_origins, n_cors_origins, NULL,
                 "ATTND_CORS_ORIGINS",
                 "allowed CORS origins (env: comma-separated); empty = CORS off"),
-    CFG_STR("server", "log_format", 1, 16, "text", valid_log_format, log_format, "--log-format",
-            "ATTND_LOG_FORMAT", "log lines: text | json (one object per line)"),
-    CFG_STR("server", "log_level", 1, 16, "info", valid_log_level, log_level, "--log-level",
-            "ATTND_LOG_LEVEL", "least level logged: debug | info | warn | error"),
+    CFG_WORD("server", "log_format", attnd_log_formats, "text", log_format, "--log-format",
+             "ATTND_LOG_FORMAT", "log lines (json: one object per line)"),
+    CFG_WORD("server", "log_level", attnd_log_levels, "info", log_level, "--log-level",
+             "ATTND_LOG_LEVEL", "least level logged"),
     CFG_BOOL("server", "access_log", 1, access_log, NULL, "ATTND_ACCESS_LOG",
              "one line per request (true | false)"),
     CFG_BOOL("server", "ui", 1, ui, NULL, "ATTND_UI",
@@ -232,7 +230,7 @@ static const cfg_key config_keys[] = {
     CFG_INT("limits", "session_idle_s", 1, 86400 * 7, 300, session_idle_s, NULL,
             "ATTND_SESSION_IDLE_S", "a session unused this long ends, s"),
 };
-#define N_CONFIG_KEYS (int)(sizeof config_keys / sizeof config_keys[0])
+#define N_CONFIG_KEYS (int)countof(config_keys)
 
 /* One entry of "models". kdim, vdim, num_kv_heads, head_dim and scale
  * default to 0, meaning what nn.MultiheadAttention does; bias and causal to
@@ -255,17 +253,16 @@ static const cfg_key model_keys[] = {
     MODEL_OBJECT("rope", K_ROPE, "rotary positions: {theta, dim, style, scaling}"),
     MODEL_INT("max_positions", 1, 1 << 30, OPTIONAL, max_positions,
               "positions a request or session may reach (default: no limit)"),
-    MODEL_STR("weights", 1, 4096, NULL, NULL, REQUIRED, weights,
+    MODEL_STR("weights", 1, 4096, NULL, REQUIRED, weights,
               ".safetensors file; relative to the config's folder"),
-    MODEL_STR("prefix", 0, 1024, "", NULL, OPTIONAL, prefix, "prepended to every tensor name"),
-    MODEL_STR("layout", 1, 32, "torch", valid_layout, OPTIONAL, layout,
-              "tensor names: torch | bert | hf_proj | llama"),
+    MODEL_STR("prefix", 0, 1024, "", OPTIONAL, prefix, "prepended to every tensor name"),
+    MODEL_WORD("layout", attnd_layouts, "torch", layout, "how the file names the tensors"),
     MODEL_OBJECT("tensors", K_ROLEMAP, "role -> tensor name, over the layout's names"),
 };
-#define N_MODEL_KEYS (int)(sizeof model_keys / sizeof model_keys[0])
+#define N_MODEL_KEYS (int)countof(model_keys)
 
 static const char *const sections[] = {"server", "batching", "workers", "limits", "models"};
-#define N_SECTIONS (int)(sizeof sections / sizeof sections[0])
+#define N_SECTIONS (int)countof(sections)
 
 /* The message for an unknown key of a section (section NULL: of a model):
  * the nearest key of the same table, or the section a known key belongs in. */
@@ -345,8 +342,16 @@ static const char *type_wanted(key_type t) {
     }
 }
 
-/* Why s breaks k's rule on its content, or NULL when it keeps it (or k has none). */
-static const char *rule_broken(const cfg_key *k, const char *s) {
+/* Why s breaks k's rule on its content (words that follow the quoted
+ * value, written into buf when they name k's choices), or NULL when it
+ * keeps it (or k has none). */
+static const char *rule_broken(const cfg_key *k, const char *s, char *buf, size_t cap) {
+    int v;
+    if (k->choices && attnd_enum_value(k->choices, s, &v) < 0) {
+        char list[160];
+        snprintf(buf, cap, "must be %s", attnd_enum_list(k->choices, " or ", list, sizeof list));
+        return buf;
+    }
     return k->valid ? k->valid(s) : NULL;
 }
 
@@ -359,7 +364,8 @@ static int store_string(void *base, const cfg_key *k, const char *s, size_t len,
     if ((long long)len < k->min || (long long)len > k->max)
         return cfg_fail(err, errlen, "%s: %s: length %zu is out of range [%lld, %lld].", src, key,
                         len, k->min, k->max);
-    const char *why = rule_broken(k, s);
+    char rule[200];
+    const char *why = rule_broken(k, s, rule, sizeof rule);
     if (why) return cfg_fail(err, errlen, "%s: %s: \"%s\" %s.", src, key, s, why);
     if (k->type == K_NAME) {
         memcpy(FIELD(char, base, k->off), s, len + 1);
@@ -917,7 +923,8 @@ static const char *early_value(const char *name, int argc, char **argv) {
         else if (argv[i][flen] == '\0' && i + 1 < argc)
             val = argv[++i];
     }
-    return val && *val && !rule_broken(k, val) ? val : NULL;
+    char rule[200];
+    return val && *val && !rule_broken(k, val, rule, sizeof rule) ? val : NULL;
 }
 
 void attnd_config_log_early(int argc, char **argv, const char **format, const char **level) {
@@ -1052,7 +1059,10 @@ void attnd_config_usage(FILE *f, const char *argv0) {
         if (!k->flag) continue;
         char left[64];
         snprintf(left, sizeof left, "%s %s", k->flag, k->type == K_STR ? "STR" : "N");
-        fprintf(f, "  %-28s %s.%s: %s\n", left, k->section, k->key, k->help);
+        char words[160] = "";
+        if (k->choices) attnd_enum_words(k->choices, " | ", words, sizeof words);
+        fprintf(f, "  %-28s %s.%s: %s%s%s\n", left, k->section, k->key, k->help,
+                words[0] ? ": " : "", words);
     }
     fprintf(f, "  %-28s print the version and exit\n", "--version");
     fprintf(f, "  %-28s print this and exit\n\nEnvironment:\n", "-h, --help");

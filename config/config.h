@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "enums.h"
 #include "weights.h"
 
 typedef struct {

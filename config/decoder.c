@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "decoder.h"
+#include "enums.h"
 #include "refuse.h"
 
 /* A JSON number (integer or not) as a double. Returns 0, or -1 when v is
@@ -44,6 +45,16 @@ static int integer(const json_t *v, long long lo, long long hi, int *out, const 
     return 0;
 }
 
+/* One of the words of table e into *out. */
+static int word(const json_t *v, const attnd_enum *e, int *out, const char *src, const char *key,
+                char *err, size_t errlen) {
+    char words[120];
+    if (attnd_enum_value(e, json_string_value(v), out) < 0)
+        return cfg_fail(err, errlen, "%s: %s: must be %s.", src, key,
+                        attnd_enum_list(e, " or ", words, sizeof words));
+    return 0;
+}
+
 static const char *const scaling_keys[] = {
     "type",
     "rope_type",
@@ -52,7 +63,7 @@ static const char *const scaling_keys[] = {
     "high_freq_factor",
     "original_max_position_embeddings",
 };
-#define N_SCALING_KEYS (int)(sizeof scaling_keys / sizeof scaling_keys[0])
+#define N_SCALING_KEYS (int)countof(scaling_keys)
 
 /* Sets r->scaling from "type" or "rope_type" (Hugging Face configs often
  * carry both, since older code reads "type": the same value twice is one
@@ -60,6 +71,7 @@ static const char *const scaling_keys[] = {
 static int scaling_type(attn_rope *r, json_t *obj, const char **type, const char *src,
                         const char *path, char *err, size_t errlen) {
     char key[320];
+    int scaling;
     json_t *t = json_object_get(obj, "type"), *rt = json_object_get(obj, "rope_type");
     snprintf(key, sizeof key, "%.200s.%s", path, t ? "type" : "rope_type");
     if (t && rt && !json_equal(t, rt))
@@ -67,16 +79,13 @@ static int scaling_type(attn_rope *r, json_t *obj, const char **type, const char
                         "%s: %s: \"type\" and \"rope_type\" differ; give one, or both the same.",
                         src, path);
     *type = json_string_value(t ? t : rt);
+    char words[80];
+    attnd_enum_list(&attnd_rope_scalings, " or ", words, sizeof words);
     if (!*type)
-        return cfg_fail(err, errlen, "%s: %s: missing or not a string; \"linear\" or \"llama3\".",
-                        src, key);
-    if (strcmp(*type, "linear") == 0)
-        r->scaling = ATTN_ROPE_SCALE_LINEAR;
-    else if (strcmp(*type, "llama3") == 0)
-        r->scaling = ATTN_ROPE_SCALE_LLAMA3;
-    else
-        return cfg_fail(err, errlen, "%s: %s: \"%.60s\" is not \"linear\" or \"llama3\".", src, key,
-                        *type);
+        return cfg_fail(err, errlen, "%s: %s: missing or not a string; %s.", src, key, words);
+    if (attnd_enum_value(&attnd_rope_scalings, *type, &scaling) < 0)
+        return cfg_fail(err, errlen, "%s: %s: \"%.60s\" is not %s.", src, key, *type, words);
+    r->scaling = (attn_rope_scaling)scaling;
     return 0;
 }
 
@@ -131,7 +140,7 @@ static int parse_scaling(attn_rope *r, json_t *obj, const char *src, const char 
 }
 
 static const char *const rope_keys[] = {"theta", "dim", "style", "scaling"};
-#define N_ROPE_KEYS (int)(sizeof rope_keys / sizeof rope_keys[0])
+#define N_ROPE_KEYS (int)countof(rope_keys)
 
 int attnd_rope_parse(attnd_model_config *mc, json_t *obj, const char *src, const char *path,
                      char *err, size_t errlen) {
@@ -157,16 +166,7 @@ int attnd_rope_parse(attnd_model_config *mc, json_t *obj, const char *src, const
                             "%s: %s: %d is odd; rotary positions turn pairs of columns, so it "
                             "must be even.",
                             src, key, r->dim);
-        if (i == 2) {
-            const char *s = json_string_value(v);
-            if (s && strcmp(s, "half") == 0)
-                r->style = ATTN_ROPE_HALF;
-            else if (s && strcmp(s, "interleaved") == 0)
-                r->style = ATTN_ROPE_INTERLEAVED;
-            else
-                return cfg_fail(err, errlen, "%s: %s: must be \"half\" or \"interleaved\".", src,
-                                key);
-        }
+        if (i == 2) bad = word(v, &attnd_rope_styles, (int *)&r->style, src, key, err, errlen);
         if (i == 3) bad = parse_scaling(r, v, src, key, err, errlen);
         if (bad) return -1;
     }
@@ -175,16 +175,17 @@ int attnd_rope_parse(attnd_model_config *mc, json_t *obj, const char *src, const
 
 /* The defaults that depend on the layout: llama layouts have no biases and
  * are causal, unless the config says otherwise. */
-static void layout_defaults(attnd_model_config *mc) {
-    int llama = mc->layout && strcmp(mc->layout, "llama") == 0;
+static void layout_defaults(attnd_model_config *mc, int layout) {
+    int llama = layout == ATTND_LAYOUT_LLAMA;
     if (mc->hp.bias < 0) mc->hp.bias = !llama;
     if (mc->hp.causal < 0) mc->hp.causal = llama;
 }
 
 int attnd_model_check(attnd_model_config *mc, int idx, const char *src, char *err, size_t errlen) {
     attn_hparams *hp = &mc->hp;
-    int E = hp->embed_dim, H = hp->num_heads;
-    layout_defaults(mc);
+    int E = hp->embed_dim, H = hp->num_heads, layout = ATTND_LAYOUT_TORCH;
+    if (mc->layout) attnd_enum_value(&attnd_layouts, mc->layout, &layout); /* checked when read */
+    layout_defaults(mc, layout);
     if (hp->kdim == 0) hp->kdim = E;
     if (hp->vdim == 0) hp->vdim = E;
     if (hp->head_dim == 0 && E % H != 0)
@@ -199,7 +200,7 @@ int attnd_model_check(attnd_model_config *mc, int idx, const char *src, char *er
                         "key/value head serves num_heads / num_kv_heads query heads).",
                         src, idx, hp->num_kv_heads, H);
     int G = hp->num_kv_heads ? hp->num_kv_heads : H;
-    if ((G != H || D * H != E) && mc->layout && strcmp(mc->layout, "torch") == 0)
+    if ((G != H || D * H != E) && layout == ATTND_LAYOUT_TORCH)
         return cfg_fail(err, errlen,
                         "%s: models[%d].layout: \"torch\" reads nn.MultiheadAttention's "
                         "tensors, which have num_kv_heads = num_heads and head_dim = "

@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "default_model.h"
+#include "enums.h"
 #include "refuse.h"
 #include "safetensors.h"
 #include "weights.h"
@@ -36,15 +37,6 @@ static const char *const role_names[ROLE_COUNT] = {
 
 const char *attnd_role_name(attnd_role r) {
     return (unsigned)r < ROLE_COUNT ? role_names[r] : "?";
-}
-
-enum { LAYOUT_TORCH, LAYOUT_BERT, LAYOUT_HF_PROJ, LAYOUT_LLAMA, LAYOUT_COUNT };
-static const char *const layout_names[LAYOUT_COUNT] = {"torch", "bert", "hf_proj", "llama"};
-
-int attnd_layout_index(const char *name) {
-    for (int i = 0; i < LAYOUT_COUNT; i++)
-        if (name && strcmp(name, layout_names[i]) == 0) return i;
-    return -1;
 }
 
 /* Where one role's floats come from. */
@@ -84,15 +76,15 @@ static role_src layout_role(int layout, attnd_role r, const attn_hparams *hp) {
     int is_bias = role_is_bias(r);
     int qkv = r / 2; /* 0 q, 1 k, 2 v, 3 out */
     switch (layout) {
-    case LAYOUT_BERT:
+    case ATTND_LAYOUT_BERT:
         s.name = bert_names[r];
         break;
-    case LAYOUT_HF_PROJ:
+    case ATTND_LAYOUT_HF_PROJ:
         s.name = hf_names[r];
         if (r == ROLE_OUT_WEIGHT) s.alt = "o_proj.weight";
         if (r == ROLE_OUT_BIAS) s.alt = "o_proj.bias";
         break;
-    case LAYOUT_LLAMA:
+    case ATTND_LAYOUT_LLAMA:
         s.name = llama_names[r];
         s.optional = r == ROLE_OUT_BIAS;
         break;
@@ -262,7 +254,7 @@ static void find_role(role_at *at, const attn_model *m, attnd_role r, const attn
     char role[64], from[64];
     role_label(role, sizeof role, r, rs.part);
     snprintf(from, sizeof from, "%s%s", mc->tensors[r] ? "tensors map" : "layout ",
-             mc->tensors[r] ? "" : layout_names[layout]);
+             mc->tensors[r] ? "" : attnd_enum_name(&attnd_layouts, layout));
     *at = (role_at){NULL, 0, 0};
     const st_tensor *t = lookup_tensor(h, &rs, mc->prefix ? mc->prefix : "", role, from, mf);
     if (!t) return; /* a misfit, or an optional role that stays zero */
@@ -314,13 +306,15 @@ static int load_roles(attn_model *m, const attnd_model_config *mc, int layout, c
 
 static int load_from(attn_model *m, const attnd_model_config *mc, const st_header *h,
                      const source *src, const char *file, char *err, size_t errlen) {
-    int layout = mc->layout ? attnd_layout_index(mc->layout) : LAYOUT_TORCH;
-    if (layout < 0)
-        return cfg_fail(err, errlen, "%s: model \"%s\": unknown layout \"%s\".", file, mc->name,
-                        mc->layout);
+    int layout = ATTND_LAYOUT_TORCH;
+    char words[160];
+    if (mc->layout && attnd_enum_value(&attnd_layouts, mc->layout, &layout) < 0)
+        return cfg_fail(err, errlen, "%s: model \"%s\": unknown layout \"%s\" (%s).", file,
+                        mc->name, mc->layout,
+                        attnd_enum_list(&attnd_layouts, " or ", words, sizeof words));
     if (attn_model_init(m, &mc->hp, err, errlen) != 0) return -1;
     const attn_hparams *hp = &m->hp;
-    if (layout == LAYOUT_TORCH &&
+    if (layout == ATTND_LAYOUT_TORCH &&
         (hp->num_kv_heads != hp->num_heads || hp->head_dim * hp->num_heads != hp->embed_dim)) {
         attn_model_free(m);
         return cfg_fail(err, errlen,

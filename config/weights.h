@@ -35,7 +35,7 @@ typedef struct {
     char *weights;             /* absolute or cwd-relative path after resolution against
                                   the config's folder; NULL = embedded default weights */
     char *prefix;              /* prepended to every tensor name; "" by default */
-    char *layout;              /* "torch" (default) | "bert" | "hf_proj" | "llama" */
+    char *layout;              /* a word of attnd_layouts (enums.h); "torch" by default */
     char *tensors[ROLE_COUNT]; /* explicit names from the "tensors" map (before prefix), or NULL */
     int max_positions;         /* rotary positions must stay below it; 0 = no limit */
 } attnd_model_config;
@@ -52,8 +52,5 @@ int attnd_model_load_mem(attn_model *m, const attnd_model_config *mc, const void
 
 /* The role names used in the "tensors" map ("q_weight", ...); "?" out of range. */
 const char *attnd_role_name(attnd_role r);
-
-/* Index of a layout name ("torch", "bert", "hf_proj", "llama"), or -1. */
-int attnd_layout_index(const char *name);
 
 #endif

@@ -57,7 +57,7 @@ static int configure(int argc, char **argv, attnd_config *cfg) {
     int want = ATTND_WANT_RUN;
     const char *log_format, *log_level;
     attnd_config_log_early(argc, argv, &log_format, &log_level);
-    attnd_log_setup(strcmp(log_format, "json") == 0, attnd_log_level_parse(log_level), 1);
+    attnd_log_setup(log_format, log_level, 1);
     int rc = attnd_config_from_args(cfg, argc, argv, &want, err, sizeof(err));
     if (rc < 0) {
         attnd_log(LOG_ERROR, "attnd: %s", err);
@@ -66,8 +66,7 @@ static int configure(int argc, char **argv, attnd_config *cfg) {
     if (want == ATTND_WANT_HELP) attnd_config_usage(stdout, argv[0]);
     if (want == ATTND_WANT_VERSION) printf("attnd %s\n", ATTND_VERSION);
     if (want != ATTND_WANT_RUN) return ATTND_EXIT_OK;
-    attnd_log_setup(strcmp(cfg->log_format, "json") == 0, attnd_log_level_parse(cfg->log_level),
-                    cfg->access_log);
+    attnd_log_setup(cfg->log_format, cfg->log_level, cfg->access_log);
     return -1;
 }
 

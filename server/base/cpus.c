@@ -127,7 +127,7 @@ static int line_limit(const char *root, const char *line) {
     if (!lists_cpu(c1 + 1, (size_t)(c2 - c1 - 1))) return 0;
     static const char *const v1[] = {"cpu,cpuacct", "cpu", "cpuacct,cpu"};
     int best = 0;
-    for (size_t i = 0; i < sizeof v1 / sizeof v1[0]; i++) {
+    for (size_t i = 0; i < countof(v1); i++) {
         snprintf(mount, sizeof mount, "%s/sys/fs/cgroup/%s", root, v1[i]);
         best = tighter(best, walk_up(mount, path, 0));
     }

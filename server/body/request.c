@@ -51,6 +51,19 @@ static void collected_free(collected *c) {
         attnd_tensor_free(&c->t[i]);
 }
 
+static const attnd_enum_row ATTENTION_MODES[] = {
+    {"none", ATTN_WEIGHTS_NONE},
+    {"mean", ATTN_WEIGHTS_MEAN},
+    {"heads", ATTN_WEIGHTS_HEADS},
+};
+const attnd_enum attnd_attention_modes = ATTND_ENUM(ATTENTION_MODES);
+
+static const attnd_enum_row ENCODINGS[] = {
+    {"json", ENC_JSON},
+    {"base64", ENC_BASE64},
+};
+const attnd_enum attnd_encodings = ATTND_ENUM(ENCODINGS);
+
 long long attnd_job_tokens(const attnd_job *job) {
     return (long long)job->B * ((long long)job->L + job->S);
 }
@@ -367,9 +380,6 @@ static int build_job(const attnd_parse_env *env, const char *path_model, collect
     return 0;
 }
 
-static const char *const WEIGHT_WORDS[] = {"none", "mean", "heads", NULL};
-static const char *const ENC_WORDS[] = {"json", "base64", NULL};
-
 /* Where a body kind's fields land: T_* roles are read by read_tensor. */
 #define COLLECTED(field) offsetof(collected, field)
 
@@ -418,13 +428,13 @@ static const jfield NATIVE_FIELDS[] = {
     TENSOR_FIELD("key_padding_mask", T_KPM),
     TENSOR_FIELD("attn_mask", T_MASK),
     TENSOR_FIELD("positions", T_POS),
-    {.name = "attention", .type = JF_WORD, .offset = COLLECTED(weights), .words = WEIGHT_WORDS},
-    {.name = "encoding", .type = JF_WORD, .offset = COLLECTED(enc), .words = ENC_WORDS},
+    {.name = "attention", .type = JF_WORD, .offset = COLLECTED(weights), .words = &attnd_attention_modes},
+    {.name = "encoding", .type = JF_WORD, .offset = COLLECTED(enc), .words = &attnd_encodings},
 };
 // clang-format on
 /* Unknown fields are refused: a typo like "atention" must not silently
  * return no attention. */
-static const jtable NATIVE = {"field", NATIVE_FIELDS, 10, 0};
+static const jtable NATIVE = JTABLE("field", NATIVE_FIELDS, 0);
 
 static void collected_init(collected *c) {
     memset(c, 0, sizeof(*c));
@@ -601,7 +611,7 @@ static const jfield V2_INPUT_PARAMETER_FIELDS[] = {
      .max = (int64_t)1 << 50},
 };
 /* Other parameters are the protocol's extensions: skipped. */
-static const jtable V2_INPUT_PARAMETERS = {"parameter", V2_INPUT_PARAMETER_FIELDS, 1, 1};
+static const jtable V2_INPUT_PARAMETERS = JTABLE("parameter", V2_INPUT_PARAMETER_FIELDS, 1);
 
 static const jfield V2_INPUT_FIELDS[] = {
     {.name = "name", .type = JF_STRING, .required = 1, .offset = V2_IN(name),
@@ -614,19 +624,19 @@ static const jfield V2_INPUT_FIELDS[] = {
      .accepts = 1u << JT_ARRAY | 1u << JT_OBJECT, .expects = "an array of values"},
     {.name = "parameters", .type = JF_OBJECT, .table = &V2_INPUT_PARAMETERS},
 };
-static const jtable V2_INPUT = {"key", V2_INPUT_FIELDS, 5, 0};
+static const jtable V2_INPUT = JTABLE("key", V2_INPUT_FIELDS, 0);
 
 static const jfield V2_OUTPUT_PARAMETER_FIELDS[] = {
     {.name = "binary_data", .type = JF_BOOL, .offset = V2_OUT(binary)},
 };
-static const jtable V2_OUTPUT_PARAMETERS = {"parameter", V2_OUTPUT_PARAMETER_FIELDS, 1, 1};
+static const jtable V2_OUTPUT_PARAMETERS = JTABLE("parameter", V2_OUTPUT_PARAMETER_FIELDS, 1);
 
 static const jfield V2_OUTPUT_FIELDS[] = {
     {.name = "name", .type = JF_STRING, .required = 1, .offset = V2_OUT(name),
      .size = sizeof(((v2_output *)0)->name)},
     {.name = "parameters", .type = JF_OBJECT, .table = &V2_OUTPUT_PARAMETERS},
 };
-static const jtable V2_OUTPUT = {"key", V2_OUTPUT_FIELDS, 2, 1};
+static const jtable V2_OUTPUT = JTABLE("key", V2_OUTPUT_FIELDS, 1);
 // clang-format on
 
 /* Little-endian INT32 or INT64 elements (positions) as the floats the
@@ -803,13 +813,13 @@ static int read_v2_output(jin *j, int idx, void *dst, jpath *path, attnd_error *
 // clang-format off
 static const jfield V2_PARAMETER_FIELDS[] = {
     {.name = "causal", .type = JF_BOOL_NULL, .offset = V2(c.causal)},
-    {.name = "attention", .type = JF_WORD, .offset = V2(c.weights), .words = WEIGHT_WORDS},
+    {.name = "attention", .type = JF_WORD, .offset = V2(c.weights), .words = &attnd_attention_modes},
     {.name = "binary_data_output", .type = JF_BOOL, .offset = V2(bin_all)},
     {.name = "session_id", .type = JF_STRING, .offset = V2(session_id),
      .size = sizeof(((v2_body *)0)->session_id)},
     {.name = "session_open", .type = JF_BOOL, .offset = V2(session_open)},
 };
-static const jtable V2_PARAMETERS = {"parameter", V2_PARAMETER_FIELDS, 5, 1};
+static const jtable V2_PARAMETERS = JTABLE("parameter", V2_PARAMETER_FIELDS, 1);
 
 static const jfield V2_FIELDS[] = {
     {.name = "id", .type = JF_STRDUP, .offset = V2(id)},
@@ -820,7 +830,7 @@ static const jfield V2_FIELDS[] = {
 // clang-format on
 /* Unknown top-level fields and parameters are skipped: the protocol allows
  * extensions. */
-static const jtable V2 = {"field", V2_FIELDS, 4, 1};
+static const jtable V2 = JTABLE("field", V2_FIELDS, 1);
 
 /* outputs and parameters.attention together: which outputs come back and
  * whether attention is computed. */

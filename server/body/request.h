@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "../../config/config.h"
+#include "../../config/enums.h"
 #include "../../core/attn.h"
 #include "../base/buffer.h"
 #include "../base/reply.h"
@@ -35,6 +36,11 @@ int attnd_find_model(const attnd_parse_env *env, const char *name, attnd_error *
 
 typedef enum { API_NATIVE = 0, API_V2 = 1 } attnd_api;
 typedef enum { ENC_JSON = 0, ENC_BASE64 = 1 } attnd_encoding;
+
+/* The words of "attention" (attn_weights_mode: none, mean, heads) and of
+ * "encoding" (attnd_encoding: json, base64), as the field tables read them. */
+extern const attnd_enum attnd_attention_modes;
+extern const attnd_enum attnd_encodings;
 
 /* One admitted request: B sequences of one model, all of query length L and
  * key length S. Buffers are owned and freed by attnd_job_free. */

@@ -500,9 +500,8 @@ static void expects(const jfield *f, char *buf, size_t cap) {
     case JF_WORD:
         break;
     }
-    size_t n = (size_t)snprintf(buf, cap, "one of ");
-    for (int i = 0; f->words[i] && n < cap; i++)
-        n += (size_t)snprintf(buf + n, cap - n, "%s\"%s\"", i ? ", " : "", f->words[i]);
+    char words[160];
+    snprintf(buf, cap, "one of %s", attnd_enum_list(f->words, ", ", words, sizeof words));
 }
 
 /* The text of the number at the cursor, for messages (at most 24 bytes). */
@@ -609,16 +608,12 @@ static int read_bool_field(jin *j, jin_type type, int *at, jpath *path, attnd_er
     return 0;
 }
 
-/* JF_WORD: the index of one of f->words into the int at `at`. */
+/* JF_WORD: the value of one of f->words into the int at `at`. */
 static int read_word(jin *j, const jfield *f, int *at, jpath *path, attnd_error *e) {
     char word[32];
     int cut = 0;
     if (attnd_jin_string_buf(j, word, sizeof(word), &cut) < 0) return attnd_jin_fail(j, path, e);
-    for (int i = 0; f->words[i] && !cut; i++)
-        if (strcmp(word, f->words[i]) == 0) {
-            *at = i;
-            return 0;
-        }
+    if (!cut && attnd_enum_value(f->words, word, at) == 0) return 0;
     char want[160];
     expects(f, want, sizeof(want));
     return attnd_set_error(e, AERR_BAD_REQUEST, "%s: expected %s, got \"%s%s\"", path->s, want,

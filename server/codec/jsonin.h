@@ -25,6 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../../config/enums.h"
 #include "../base/reply.h"
 
 #define JIN_MAX_DEPTH 64
@@ -127,7 +128,7 @@ typedef enum {
     JF_STRDUP,    /* a string into a new char * at offset (the destination owns it) */
     JF_BOOL,      /* true/false into int at offset: 1 or 0 */
     JF_BOOL_NULL, /* true/false/null into int at offset: 1, 0, or -1 for null */
-    JF_WORD,      /* one of words into int at offset: its index */
+    JF_WORD,      /* one of the words of a table into int at offset: its value */
     JF_SIZE,      /* a whole number 0..max into int64_t at offset */
     JF_SHAPE,     /* 1..JSHAPE_MAX whole numbers, each 1..max, into jshape */
     JF_OBJECT,    /* an object, walked against table into the same destination */
@@ -154,16 +155,16 @@ struct jfield {
     const char *name;
     jf_type type;
     int required;
-    size_t offset;            /* where it lands in the destination struct */
-    size_t size;              /* JF_STRING: the buffer's bytes */
-    const char *const *words; /* JF_WORD: the words, NULL-terminated */
-    int64_t max;              /* JF_SIZE, JF_SHAPE: the largest value; past it, 413 */
-    const jtable *table;      /* JF_OBJECT */
-    jf_each_fn each;          /* JF_LIST */
-    jf_read_fn read;          /* JF_CUSTOM */
-    unsigned accepts;         /* JF_CUSTOM: bits 1 << jin_type it takes */
-    const char *expects;      /* JF_CUSTOM: those types in words, for messages */
-    int arg;                  /* free for read (a tensor's role) */
+    size_t offset;           /* where it lands in the destination struct */
+    size_t size;             /* JF_STRING: the buffer's bytes */
+    const attnd_enum *words; /* JF_WORD: the table of words (config/enums.h) */
+    int64_t max;             /* JF_SIZE, JF_SHAPE: the largest value; past it, 413 */
+    const jtable *table;     /* JF_OBJECT */
+    jf_each_fn each;         /* JF_LIST */
+    jf_read_fn read;         /* JF_CUSTOM */
+    unsigned accepts;        /* JF_CUSTOM: bits 1 << jin_type it takes */
+    const char *expects;     /* JF_CUSTOM: those types in words, for messages */
+    int arg;                 /* free for read (a tensor's role) */
 };
 
 struct jtable {
@@ -172,6 +173,10 @@ struct jtable {
     int n;
     int skip_unknown; /* 1: unknown keys are skipped (extensions); 0: refused */
 };
+
+/* The table of an array of fields: JTABLE("field", FIELDS, 0). */
+#define JTABLE(what, fields, skip_unknown)                                                         \
+    { (what), (fields), (int)countof(fields), (skip_unknown) }
 
 /* Walks the object next in j against t, into dst. Refuses, naming the
  * path: anything but an object; a key not in t (unless t skips them); a

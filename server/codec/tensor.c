@@ -266,13 +266,15 @@ fail:
 
 typedef struct {
     jshape shape;
-    int dtype;        /* index into DTYPES */
+    int dtype;        /* a DTYPE_* of DTYPES */
     const char *text; /* the base64 text: a span of the body, or copy */
     size_t len;
     char *copy; /* the decoded string, when it held escapes; owned */
 } tensor_object;
 
-static const char *const DTYPES[] = {"float32", "bool", NULL};
+enum { DTYPE_FLOAT32 = 0, DTYPE_BOOL = 1 };
+static const attnd_enum_row DTYPE_WORDS[] = {{"float32", DTYPE_FLOAT32}, {"bool", DTYPE_BOOL}};
+static const attnd_enum DTYPES = ATTND_ENUM(DTYPE_WORDS);
 
 static int read_b64_text(jin *j, const jfield *f, void *dst, jpath *path, attnd_error *e) {
     (void)f;
@@ -291,7 +293,7 @@ static const jfield TENSOR_OBJECT_FIELDS[] = {
      .required = 1,
      .offset = offsetof(tensor_object, shape),
      .max = TENSOR_MAX_DIM},
-    {.name = "dtype", .type = JF_WORD, .offset = offsetof(tensor_object, dtype), .words = DTYPES},
+    {.name = "dtype", .type = JF_WORD, .offset = offsetof(tensor_object, dtype), .words = &DTYPES},
     {.name = "b64",
      .type = JF_CUSTOM,
      .required = 1,
@@ -299,12 +301,12 @@ static const jfield TENSOR_OBJECT_FIELDS[] = {
      .accepts = 1u << JT_STRING,
      .expects = "a base64 string"},
 };
-static const jtable TENSOR_OBJECT = {"key of a tensor object", TENSOR_OBJECT_FIELDS, 3, 0};
+static const jtable TENSOR_OBJECT = JTABLE("key of a tensor object", TENSOR_OBJECT_FIELDS, 0);
 
 /* Decodes the object's base64 into t, checking it against shape and dtype. */
 static int decode_object(const tensor_object *o, const char *field, int neg_inf_ok, attnd_tensor *t,
                          attnd_error *e) {
-    int is_bool = o->dtype == 1, rank = o->shape.rank;
+    int is_bool = o->dtype == DTYPE_BOOL, rank = o->shape.rank;
     uint64_t n, need;
     if (attnd_tensor_size(&o->shape, is_bool ? 1 : sizeof(float), field, &n, &need, e) < 0)
         return -1;
@@ -353,11 +355,11 @@ static int read_object(jin *j, const char *field, attnd_tensor_kind kind, int ma
     attnd_jpath_init(&path, field);
     int ret = -1;
     if (attnd_jin_object(j, &TENSOR_OBJECT, &o, &path, NULL, e) < 0) goto cleanup;
-    if (kind == TK_FLOAT && o.dtype == 1) {
+    if (kind == TK_FLOAT && o.dtype == DTYPE_BOOL) {
         attnd_set_error(e, AERR_BAD_REQUEST, "%s.dtype: must be \"float32\"", field);
         goto cleanup;
     }
-    if (kind == TK_BOOL && o.dtype != 1) {
+    if (kind == TK_BOOL && o.dtype != DTYPE_BOOL) {
         attnd_set_error(e, AERR_BAD_REQUEST, "%s.dtype: must be \"bool\"", field);
         goto cleanup;
     }

@@ -911,13 +911,14 @@ static char *dump(json_t *j) {
 /* A model's rotary positions as its config gives them. */
 static json_t *rope_json(const attn_rope *r) {
     json_t *j = json_pack("{s:f, s:i, s:s}", "theta", r->theta, "dim", r->dim, "style",
-                          r->style == ATTN_ROPE_INTERLEAVED ? "interleaved" : "half");
+                          attnd_enum_name(&attnd_rope_styles, r->style));
+    const char *type = attnd_enum_name(&attnd_rope_scalings, r->scaling);
     if (r->scaling == ATTN_ROPE_SCALE_LINEAR)
         json_object_set_new(j, "scaling",
-                            json_pack("{s:s, s:f}", "type", "linear", "factor", r->factor));
+                            json_pack("{s:s, s:f}", "type", type, "factor", r->factor));
     if (r->scaling == ATTN_ROPE_SCALE_LLAMA3)
         json_object_set_new(j, "scaling",
-                            json_pack("{s:s, s:f, s:f, s:f, s:i}", "type", "llama3", "factor",
+                            json_pack("{s:s, s:f, s:f, s:f, s:i}", "type", type, "factor",
                                       r->factor, "low_freq_factor", r->low_freq_factor,
                                       "high_freq_factor", r->high_freq_factor,
                                       "original_max_position_embeddings",

@@ -11,22 +11,23 @@
 
 static struct {
     int json;
-    attnd_log_level min;
+    int min; /* attnd_log_level */
     int access;
 } conf = {0, LOG_INFO, 1};
 
-static const char *const LEVEL_NAMES[] = {"debug", "info", "warn", "error"};
-
-void attnd_log_setup(int json, attnd_log_level min_level, int access_log) {
-    conf.json = json;
-    conf.min = min_level;
+void attnd_log_setup(const char *format, const char *min_level, int access_log) {
+    int f = ATTND_LOG_TEXT, l = LOG_INFO;
+    attnd_enum_value(&attnd_log_formats, format, &f);
+    attnd_enum_value(&attnd_log_levels, min_level, &l);
+    conf.json = f == ATTND_LOG_JSON;
+    conf.min = l;
     conf.access = access_log;
 }
 
-int attnd_log_level_parse(const char *s) {
-    for (int i = 0; i < 4; i++)
-        if (strcmp(s, LEVEL_NAMES[i]) == 0) return i;
-    return -1;
+/* The level's word; every level has a row. */
+static const char *level_word(attnd_log_level level) {
+    const char *w = attnd_enum_name(&attnd_log_levels, (int)level);
+    return w ? w : "error";
 }
 
 /* "2026-11-23T18:40:00.123Z" into buf (32 bytes). */
@@ -45,9 +46,9 @@ static void line_start(attnd_sbuf *b, attnd_log_level level) {
     char ts[32];
     timestamp(ts);
     if (conf.json)
-        attnd_sb_printf(b, "{\"ts\":\"%s\",\"level\":\"%s\"", ts, LEVEL_NAMES[level]);
+        attnd_sb_printf(b, "{\"ts\":\"%s\",\"level\":\"%s\"", ts, level_word(level));
     else
-        attnd_sb_printf(b, "%s %s ", ts, LEVEL_NAMES[level]);
+        attnd_sb_printf(b, "%s %s ", ts, level_word(level));
 }
 
 static void line_end(attnd_sbuf *b, attnd_log_level level) {
@@ -60,7 +61,7 @@ static void line_end(attnd_sbuf *b, attnd_log_level level) {
 }
 
 void attnd_log(attnd_log_level level, const char *fmt, ...) {
-    if (level < conf.min) return;
+    if ((int)level < conf.min) return;
     char msg[1024];
     va_list ap;
     va_start(ap, fmt);
@@ -80,7 +81,7 @@ void attnd_log(attnd_log_level level, const char *fmt, ...) {
 }
 
 void attnd_log_access(const attnd_access *a) {
-    if (!conf.access || LOG_INFO < conf.min) return;
+    if (!conf.access || (int)LOG_INFO < conf.min) return;
     attnd_sbuf b;
     attnd_sb_init(&b);
     line_start(&b, LOG_INFO);

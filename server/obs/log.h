@@ -13,15 +13,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum { LOG_DEBUG = 0, LOG_INFO, LOG_WARN, LOG_ERROR } attnd_log_level;
+#include "../../config/enums.h" /* attnd_log_level and the words */
 
-/* Text or JSON lines, the least level written, and whether the access log
- * is on. Before the first call: text, info, access log on. Call it before
- * other threads log. */
-void attnd_log_setup(int json, attnd_log_level min_level, int access_log);
-
-/* "debug" | "info" | "warn" | "error" -> the level, or -1. */
-int attnd_log_level_parse(const char *s);
+/* Text or JSON lines (a word of attnd_log_formats), the least level
+ * written (a word of attnd_log_levels: config/enums.h) and whether the
+ * access log is on; a word no row has leaves text, or info. Before the
+ * first call: text, info, access log on. Call it before other threads log. */
+void attnd_log_setup(const char *format, const char *min_level, int access_log);
 
 void attnd_log(attnd_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

@@ -28,7 +28,7 @@ void attnd_metrics_init(attnd_metrics *m) {
                                   0.1,    0.25,   0.5,   1,      2.5,   5,    10,    30};
     static const double sizes[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
     static const double toks[] = {16, 64, 256, 1024, 4096, 16384, 65536, 262144};
-#define NB(a) (int)(sizeof(a) / sizeof((a)[0]))
+#define NB(a) (int)countof(a)
     _Static_assert(NB(secs) <= HIST_MAX_BUCKETS, "HIST_MAX_BUCKETS holds every bound");
     hist_init(&m->request_seconds, "attnd_request_duration_seconds",
               "Time from a request's arrival to its answer.", secs, NB(secs), 1e-6);
