@@ -14,6 +14,9 @@
 #include "enums.h"
 #include "weights.h"
 
+/* The version --version prints, /v2 and /metrics show. */
+#define ATTND_VERSION "0.2.0"
+
 typedef struct {
     /* server */
     char *host;                        /* "0.0.0.0" */

@@ -166,7 +166,9 @@ END_TEST
 
 START_TEST(test_metrics_text) {
     static attnd_metrics m;
-    attnd_metrics_init(&m);
+    const char *labels[R_COUNT + 1];
+    attnd_route_labels(labels);
+    attnd_metrics_init(&m, labels, R_COUNT + 1);
     attnd_metrics_request(&m, R_ATTENTION, 200, 1500);
     attnd_metrics_request(&m, R_ATTENTION, 200, 2400000);
     attnd_metrics_request(&m, R_V2_INFER, 429, 10);

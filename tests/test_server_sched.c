@@ -107,7 +107,7 @@ static void config(attnd_config *c, int batch_requests, int delay_us, int queue,
 }
 
 static attnd_sched *sched_of(const attnd_config *c, attnd_metrics *mt) {
-    attnd_metrics_init(mt);
+    attnd_metrics_init(mt, (const char *[]){"test"}, 1);
     attnd_sched_opts o = {c, &model, &info, 1, mt, on_done, NULL, NULL, NULL};
     char err[256];
     attnd_sched *s = attnd_sched_new(&o, err, sizeof(err));
@@ -349,7 +349,7 @@ START_TEST(test_departed_client_dropped_without_compute) {
     attnd_config c;
     config(&c, 64, 0, 16, 60000);
     attnd_metrics mt;
-    attnd_metrics_init(&mt);
+    attnd_metrics_init(&mt, (const char *[]){"test"}, 1);
     attnd_sched_opts o = {&c, &model, &info, 1, &mt, on_done, NULL, departed, NULL};
     char err[256];
     attnd_sched *s = attnd_sched_new(&o, err, sizeof(err));

@@ -40,6 +40,7 @@
 
 #include "../base/buffer.h"
 #include "../base/clock.h"
+#include "../obs/prom.h"
 
 /* How often the sweeper asks whether queued requests' clients left. */
 #define HANGUP_POLL_US 20000
@@ -778,13 +779,10 @@ void attnd_sched_metrics(attnd_sched *s, attnd_sbuf *b) {
     pthread_mutex_lock(&s->mu);
     int running = s->running;
     pthread_mutex_unlock(&s->mu);
-    attnd_sb_printf(b,
-                    "# HELP attnd_compute_threads Threads of the one compute pool.\n"
-                    "# TYPE attnd_compute_threads gauge\nattnd_compute_threads %d\n"
-                    "# HELP attnd_requests_running Requests taken from the queues and not yet "
-                    "answered.\n"
-                    "# TYPE attnd_requests_running gauge\nattnd_requests_running %d\n",
-                    attn_ctx_threads(s->ctx), running);
+    attnd_prom_single(b, "attnd_compute_threads", PROM_GAUGE, "Threads of the one compute pool.",
+                      attn_ctx_threads(s->ctx));
+    attnd_prom_single(b, "attnd_requests_running", PROM_GAUGE,
+                      "Requests taken from the queues and not yet answered.", running);
 }
 
 void attnd_sched_stop(attnd_sched *s) {

@@ -16,6 +16,7 @@
 #include "../base/utf8.h"
 #include "../body/answer.h"
 #include "../codec/tensor.h"
+#include "../obs/prom.h"
 #include "sched.h"
 
 double attnd_step_now(void) {
@@ -297,25 +298,22 @@ void attnd_steps_run(attn_ctx *ctx, const attn_model *m, const attnd_model_info 
 void attnd_steps_metrics(attnd_sessions *t, attnd_sbuf *b) {
     attnd_session_stats st;
     attnd_sessions_stats(t, &st);
-    attnd_sb_printf(
-        b,
-        "# HELP attnd_sessions KV-cache sessions open.\n"
-        "# TYPE attnd_sessions gauge\nattnd_sessions %d\n"
-        "# HELP attnd_session_cached_tokens Tokens held by every session's cache.\n"
-        "# TYPE attnd_session_cached_tokens gauge\nattnd_session_cached_tokens %lld\n"
-        "# HELP attnd_session_bytes Bytes the session caches hold.\n"
-        "# TYPE attnd_session_bytes gauge\nattnd_session_bytes %lld\n"
-        "# HELP attnd_sessions_opened_total Sessions opened.\n"
-        "# TYPE attnd_sessions_opened_total counter\nattnd_sessions_opened_total %llu\n"
-        "# HELP attnd_sessions_deleted_total Sessions closed by their client.\n"
-        "# TYPE attnd_sessions_deleted_total counter\nattnd_sessions_deleted_total %llu\n"
-        "# HELP attnd_session_evictions_total Sessions ended by attnd: the idle timeout.\n"
-        "# TYPE attnd_session_evictions_total counter\n"
-        "attnd_session_evictions_total{reason=\"idle\"} %llu\n"
-        "# HELP attnd_session_refused_total Opens and steps refused, by reason.\n"
-        "# TYPE attnd_session_refused_total counter\n"
-        "attnd_session_refused_total{reason=\"full\"} %llu\n"
-        "attnd_session_refused_total{reason=\"too_large\"} %llu\n",
-        st.sessions, st.tokens, st.bytes, st.opened, st.deleted, st.expired, st.refused_full,
-        st.refused_too_big);
+    attnd_prom_single(b, "attnd_sessions", PROM_GAUGE, "KV-cache sessions open.", st.sessions);
+    attnd_prom_single(b, "attnd_session_cached_tokens", PROM_GAUGE,
+                      "Tokens held by every session's cache.", st.tokens);
+    attnd_prom_single(b, "attnd_session_bytes", PROM_GAUGE, "Bytes the session caches hold.",
+                      st.bytes);
+    attnd_prom_single(b, "attnd_sessions_opened_total", PROM_COUNTER, "Sessions opened.",
+                      (long long)st.opened);
+    attnd_prom_single(b, "attnd_sessions_deleted_total", PROM_COUNTER,
+                      "Sessions closed by their client.", (long long)st.deleted);
+    const attnd_prom_label idle = {"reason", "idle"}, full = {"reason", "full"},
+                           big = {"reason", "too_large"};
+    attnd_prom_family(b, "attnd_session_evictions_total", PROM_COUNTER,
+                      "Sessions ended by attnd: the idle timeout.");
+    attnd_prom_sample(b, "attnd_session_evictions_total", &idle, 1, (long long)st.expired);
+    attnd_prom_family(b, "attnd_session_refused_total", PROM_COUNTER,
+                      "Opens and steps refused, by reason.");
+    attnd_prom_sample(b, "attnd_session_refused_total", &full, 1, (long long)st.refused_full);
+    attnd_prom_sample(b, "attnd_session_refused_total", &big, 1, (long long)st.refused_too_big);
 }

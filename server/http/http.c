@@ -1107,7 +1107,9 @@ attnd_server *attnd_server_new(const attnd_config *cfg, attnd_exit *why, char *e
         return NULL;
     }
     s->cfg = cfg;
-    attnd_metrics_init(&s->metrics);
+    const char *labels[R_COUNT + 1];
+    attnd_route_labels(labels);
+    attnd_metrics_init(&s->metrics, labels, R_COUNT + 1);
     atomic_init(&s->state, S_STARTING);
     atomic_init(&s->active, 0);
     atomic_init(&s->past_deadline, 0);

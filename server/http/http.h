@@ -10,8 +10,6 @@
 
 #include "../../config/config.h"
 
-#define ATTND_VERSION "0.2.0"
-
 /* The daemon's exit codes, one meaning each (docs/config.md lists them). */
 typedef enum {
     ATTND_EXIT_OK = 0,       /* stopped by a signal, every admitted request answered */

@@ -38,6 +38,11 @@ const char *attnd_route_label(attnd_route_id id) {
     return id < R_COUNT ? attnd_routes[id].label : "unknown";
 }
 
+void attnd_route_labels(const char *labels[R_COUNT + 1]) {
+    for (int i = 0; i <= R_COUNT; i++)
+        labels[i] = attnd_route_label((attnd_route_id)i);
+}
+
 /* Matches one pattern; fills the captures of m on success. */
 static int match(const char *pat, const char *path, attnd_route_match *m) {
     char name[ROUTE_CAPTURE_MAX] = "", version[ROUTE_CAPTURE_MAX] = "";

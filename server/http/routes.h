@@ -77,6 +77,9 @@ int attnd_route_find(const char *method, const char *path, int options, attnd_ro
 
 /* The label metrics use for a route id: its row's, or "unknown". */
 const char *attnd_route_label(attnd_route_id id);
+/* Every route's label by id, then "unknown" at R_UNKNOWN: what
+ * attnd_metrics_init counts requests under. */
+void attnd_route_labels(const char *labels[R_COUNT + 1]);
 
 /* The handlers of the table, one per route or pair of routes (http.c). */
 int attnd_handle_attention(attnd_http_req *h); /* native compute */

@@ -1,6 +1,8 @@
 /* metrics.h - the Prometheus counters, gauges and histograms of attnd, kept
  * in atomics so HTTP threads and workers update them without a lock, and
- * written out in the text exposition format for GET /metrics.
+ * written out (through prom.h) for GET /metrics. It knows no route table:
+ * the HTTP side gives it the routes' labels at init and counts requests by
+ * their index.
  */
 #ifndef ATTND_METRICS_H
 #define ATTND_METRICS_H
@@ -10,9 +12,9 @@
 
 #include "../base/buffer.h"
 #include "../base/reply.h"
-#include "../http/routes.h"
 
-#define METRICS_STATUSES 17 /* the status codes counted one by one, plus "other" */
+#define METRICS_STATUSES 17   /* the status codes counted one by one, plus "other" */
+#define METRICS_ROUTES_MAX 32 /* routes counted one by one, the unknown one included */
 #define HIST_MAX_BUCKETS 16
 
 /* A histogram with fixed upper bounds; values in the unit of its bounds
@@ -28,7 +30,9 @@ typedef struct {
 } attnd_hist;
 
 typedef struct {
-    atomic_uint_least64_t requests[R_COUNT + 1][METRICS_STATUSES]; /* route × status */
+    const char *route_label[METRICS_ROUTES_MAX]; /* (n_routes) borrowed; the last: unknown paths */
+    int n_routes;
+    atomic_uint_least64_t requests[METRICS_ROUTES_MAX][METRICS_STATUSES]; /* route × status */
     attnd_hist request_seconds;                  /* first byte of the request to the answer */
     attnd_hist queue_seconds;                    /* admission to compute start */
     attnd_hist compute_seconds;                  /* attn_forward of a batch */
@@ -40,8 +44,11 @@ typedef struct {
     atomic_uint_least64_t timeouts;              /* 504 answers */
 } attnd_metrics;
 
-void attnd_metrics_init(attnd_metrics *m);
-void attnd_metrics_request(attnd_metrics *m, attnd_route_id route, int status, uint64_t total_us);
+/* Zeroes m. route_label[0..n_routes) (1 to METRICS_ROUTES_MAX, borrowed:
+ * they outlive m) label the requests counted by route index; the last is
+ * the label of every index past it too (paths no route matches). */
+void attnd_metrics_init(attnd_metrics *m, const char *const *route_label, int n_routes);
+void attnd_metrics_request(attnd_metrics *m, int route, int status, uint64_t total_us);
 void attnd_hist_observe(attnd_hist *h, uint64_t v);
 void attnd_metrics_reject(attnd_metrics *m, attnd_kind reason);
 void attnd_metrics_disconnect(attnd_metrics *m);
