@@ -1,6 +1,6 @@
 /* main.c - attnd: read the config, start the server, wait for a stop
  * signal, drain, exit. The only place that exits; its codes are
- * attnd_exit's (http.h), one meaning each.
+ * attnd_exit's (server.h), one meaning each.
  *
  * Signals (docs/config.md, "Signals and exit codes"):
  *   SIGTERM, SIGINT, SIGQUIT  drain: stop accepting, answer every admitted
@@ -21,8 +21,8 @@
 #include "../config/config.h"
 #include "../core/attn.h"
 #include "base/cpus.h"
-#include "http/http.h"
 #include "obs/log.h"
+#include "server.h"
 
 /* The signals main() takes with sigwait; every thread inherits them blocked. */
 static void stop_signals(sigset_t *set) {

@@ -18,6 +18,7 @@
 #include "../server/base/clock.h"
 #include "../server/batch/sched.h"
 #include "../server/body/request.h"
+#include "../server/http/status.h"
 #include "check_run.h"
 
 /* A request as the HTTP side would hold it, plus a "done" flag. */
@@ -31,8 +32,7 @@ static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
 
 static void treq_free(attnd_req *r) {
-    attnd_job_free(&r->job);
-    attnd_reply_free(&r->reply);
+    attnd_req_clear(r);
     free(r);
 }
 
@@ -64,8 +64,7 @@ static void wait_done(treq *t) {
 
 static treq *treq_new(void) {
     treq *t = calloc(1, sizeof(*t));
-    atomic_init(&t->r.refs, 1);
-    t->r.free_fn = treq_free;
+    attnd_req_init(&t->r, treq_free);
     return t;
 }
 

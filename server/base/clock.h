@@ -1,5 +1,5 @@
-/* clock.h - the monotonic clock the server times requests, deadlines and
- * batches with.
+/* clock.h - the monotonic clock the server times requests, deadlines,
+ * batches and sessions with.
  */
 #ifndef ATTND_CLOCK_H
 #define ATTND_CLOCK_H
@@ -8,5 +8,7 @@
 
 /* Microseconds of CLOCK_MONOTONIC. */
 uint64_t attnd_mono_us(void);
+/* The same in seconds: the session table's clock. */
+double attnd_mono_s(void);
 
 #endif

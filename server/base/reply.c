@@ -1,5 +1,5 @@
-/* errors.c - answer kinds to statuses, reasons and headers, and the bodies
- * of refusals. See errors.h. */
+/* reply.c - answer kinds' names, refusals, and the replies that hold
+ * answers until they are sent. See reply.h. */
 #include "reply.h"
 
 #include <stdarg.h>
@@ -9,39 +9,28 @@
 #include "buffer.h"
 #include "utf8.h"
 
-/* One line per kind: everything an answer of that kind says besides its
- * body. */
-// clang-format off
-static const struct {
-    int status;
-    const char *reason;
-    unsigned headers;
-} KINDS[ATTND_KINDS] = {
-    [AOK]               = {200, "none",         0},
-    [AOK_CREATED]       = {201, "none",         0},
-    [AOK_NO_CONTENT]    = {204, "none",         ATTND_HDR_ALLOW},
-    [AOK_PREFLIGHT]     = {204, "none",         ATTND_HDR_ALLOW | ATTND_HDR_PREFLIGHT},
-    [AOK_UNCHANGED]     = {304, "none",         0},
-    [AERR_BAD_REQUEST]  = {400, "bad_request",  0},
-    [AERR_UNAUTHORIZED] = {401, "unauthorized", ATTND_HDR_AUTHENTICATE},
-    [AERR_NOT_FOUND]    = {404, "not_found",    0},
-    [AERR_METHOD]       = {405, "method",       ATTND_HDR_ALLOW},
-    [AERR_TOO_LARGE]    = {413, "too_large",    0},
-    [AERR_QUEUE_FULL]   = {429, "queue_full",   ATTND_HDR_RETRY_AFTER},
-    [AERR_INTERNAL]     = {500, "internal",     0},
-    [AERR_UNAVAILABLE]  = {503, "unavailable",  ATTND_HDR_RETRY_AFTER},
-    [AERR_TIMEOUT]      = {504, "timeout",      0},
-    [AERR_CONFLICT]     = {409, "conflict",     0},
+/* Each kind's name: the reason a refusal is counted under. */
+static const char *const REASONS[ATTND_KINDS] = {
+    [AOK] = "none",
+    [AOK_CREATED] = "none",
+    [AOK_NO_CONTENT] = "none",
+    [AOK_PREFLIGHT] = "none",
+    [AOK_UNCHANGED] = "none",
+    [AERR_BAD_REQUEST] = "bad_request",
+    [AERR_UNAUTHORIZED] = "unauthorized",
+    [AERR_NOT_FOUND] = "not_found",
+    [AERR_METHOD] = "method",
+    [AERR_TOO_LARGE] = "too_large",
+    [AERR_QUEUE_FULL] = "queue_full",
+    [AERR_INTERNAL] = "internal",
+    [AERR_UNAVAILABLE] = "unavailable",
+    [AERR_TIMEOUT] = "timeout",
+    [AERR_CONFLICT] = "conflict",
 };
-// clang-format on
 
 /* Anything out of range is an internal failure. */
 static attnd_kind known(attnd_kind k) {
     return (unsigned)k < ATTND_KINDS ? k : AERR_INTERNAL;
-}
-
-int attnd_kind_status(attnd_kind k) {
-    return KINDS[known(k)].status;
 }
 
 int attnd_kind_is_error(attnd_kind k) {
@@ -49,11 +38,7 @@ int attnd_kind_is_error(attnd_kind k) {
 }
 
 const char *attnd_kind_reason(attnd_kind k) {
-    return KINDS[known(k)].reason;
-}
-
-unsigned attnd_kind_headers(attnd_kind k) {
-    return KINDS[known(k)].headers;
+    return REASONS[known(k)];
 }
 
 int attnd_set_error(attnd_error *e, attnd_kind code, const char *fmt, ...) {

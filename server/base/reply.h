@@ -1,10 +1,10 @@
-/* errors.h - the one road for answers: every answer a request gets, a
- * success or a refusal, is of one attnd_kind, and errors.c alone turns a
- * kind into its HTTP status, its metrics reason and the headers that go
- * with it (Allow, WWW-Authenticate, Retry-After, a CORS preflight's).
- * A refusal is an attnd_error (its kind and one sentence), filled by
- * attnd_set_error and made into an answer by attnd_reply_error; its body is
- * always {"error": "<one sentence>"}. Nothing here knows libmicrohttpd.
+/* reply.h - what every answer is, before HTTP: each answer a request gets,
+ * a success or a refusal, is of one attnd_kind (its name, the reason
+ * /metrics counts refusals by, is here; its status and headers are
+ * server/http/status.c's). A refusal is an attnd_error (its kind and one
+ * sentence), filled by attnd_set_error and made into an answer by
+ * attnd_reply_error; its body is always {"error": "<one sentence>"}. An
+ * answer is held as an attnd_reply until it is sent. No HTTP library.
  */
 #ifndef ATTND_REPLY_H
 #define ATTND_REPLY_H
@@ -35,16 +35,6 @@ typedef enum {
 
 #define AERR_FIRST AERR_BAD_REQUEST /* kinds from here on are refusals */
 
-/* The headers an answer of some kind carries besides those every answer
- * has (attnd_kind_headers). */
-enum {
-    ATTND_HDR_ALLOW = 1,        /* Allow: the route's methods */
-    ATTND_HDR_AUTHENTICATE = 2, /* WWW-Authenticate: Bearer */
-    ATTND_HDR_RETRY_AFTER = 4,  /* Retry-After: seconds */
-    ATTND_HDR_PREFLIGHT = 8     /* the CORS preflight's own headers, and none that
-                                   describe an answer (Cache-Control, Expose-Headers) */
-};
-
 /* A refusal on its way to the client: the kind and its sentence. */
 typedef struct {
     attnd_kind code; /* AOK while nothing is refused */
@@ -60,13 +50,11 @@ typedef struct {
     int borrowed;    /* 1: body outlives the answer (a start-up body); never freed here */
 } attnd_reply;
 
-int attnd_kind_status(attnd_kind k);
 /* 1 for a refusal (AERR_FIRST and on). */
 int attnd_kind_is_error(attnd_kind k);
-/* Short reason for metrics labels: "bad_request", "queue_full", ... */
+/* Short reason for metrics labels: "bad_request", "queue_full", ... ("none"
+ * for a success; anything out of range is "internal"). */
 const char *attnd_kind_reason(attnd_kind k);
-/* The ATTND_HDR_* bits of k. */
-unsigned attnd_kind_headers(attnd_kind k);
 
 /* Fills e with its kind and a sentence; returns -1, so that parsers can
  * write `return attnd_set_error(...)`. The one way to make a refusal. */

@@ -5,13 +5,17 @@
  * free and a queue holds work it takes a batch of up to max_batch_requests
  * requests and max_batch_tokens tokens (waiting up to max_queue_delay_us
  * for company first, when that is set), packs the sequences without padding
- * into one attn_batch, computes it and writes the answers, each step spread
- * over the whole pool; requests that arrive meanwhile form the next batch.
+ * into one attn_batch, computes it and writes the answers (pipeline.h: the
+ * one road of every batch, KV-cache session steps included), each step
+ * spread over the whole pool; requests that arrive meanwhile form the next
+ * batch. Steps and ordinary requests of one model share a batch when every
+ * request of it is self-attention.
  * A sweeper thread answers queued requests whose deadline passed and drops
  * those whose client left.
  *
- * It knows no HTTP: a request comes in as a job (attnd_req), its answer goes
- * out as a reply of some kind (errors.h) through the finish callback, and
+ * It knows no HTTP: a request comes in as a job (attnd_req, req.h), admitted
+ * (admit.h), its answer goes out as a reply of some kind (base/reply.h)
+ * through the finish callback, and
  * whether a client left is the caller's to say, through the departed
  * callback. The HTTP side embeds attnd_req in its own per-request struct.
  */
@@ -27,42 +31,7 @@
 #include "../base/reply.h"
 #include "../body/request.h"
 #include "../obs/metrics.h"
-
-typedef enum {
-    RQ_NEW = 0, /* not admitted */
-    RQ_QUEUED,  /* in its model's queue */
-    RQ_RUNNING, /* taken by the batcher */
-    RQ_DONE     /* answered (or dropped) */
-} rq_state;
-
-typedef struct attnd_req attnd_req;
-
-/* One job on its way through the scheduler: what to compute, its place in
- * a queue, its times, and its answer. The HTTP side embeds it as the first
- * member of its own per-request struct (which holds the socket and the
- * rest of the connection's state). */
-struct attnd_req {
-    atomic_int refs;               /* one for the connection, one for the scheduler while queued or
-                                      running; the last unref calls free_fn */
-    void (*free_fn)(attnd_req *r); /* frees the embedding struct */
-    /* guarded by the scheduler mutex */
-    rq_state state;
-    attnd_req *prev, *next; /* queue links */
-    int cancelled;          /* 1: the connection is gone; never finish() it */
-    /* set before admission */
-    attnd_job job;        /* what to compute; owned */
-    long long tokens;     /* B*(L+S), for the batch token limit */
-    uint64_t t_admit_us;  /* attnd_mono_us() at admission */
-    uint64_t deadline_us; /* t_admit_us + request_timeout_ms */
-    /* written once by whoever finishes the request, before finish() */
-    attnd_reply reply;             /* the answer; no body when the client left */
-    uint64_t t_start_us, t_end_us; /* compute of its batch; 0 when it never ran */
-    int batch_requests;            /* requests in that batch */
-    struct attnd_step_req *step;   /* a KV-cache session step (steps.h), owned; NULL otherwise */
-};
-
-void attnd_req_ref(attnd_req *r);
-void attnd_req_unref(attnd_req *r);
+#include "req.h"
 
 typedef void (*attnd_finish_fn)(attnd_req *r, void *arg);
 
@@ -88,9 +57,9 @@ typedef struct attnd_sched attnd_sched;
 /* Starts the compute pool (attn_ctx_new(cfg->worker_threads), resolved
  * from the CPUs before: server/cpus.c), the batcher and the sweeper. */
 attnd_sched *attnd_sched_new(const attnd_sched_opts *o, char *err, size_t errlen);
-/* Queues r (its job and tokens set). Takes a reference on success.
+/* Queues r (admitted: attnd_admit). Takes a reference on success.
  * Returns 0, or -1 with e set (AERR_QUEUE_FULL, AERR_UNAVAILABLE when
- * stopping). */
+ * stopping) and r's session step, if any, dropped. */
 int attnd_sched_submit(attnd_sched *s, attnd_req *r, attnd_error *e);
 /* The connection of r closed: drop its queued work. */
 void attnd_sched_cancel(attnd_sched *s, attnd_req *r);

@@ -17,7 +17,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../../config/enums.h" /* countof */
 #include "../../core/sizes.h"
+#include "../obs/prom.h"
 
 struct attnd_session {
     char id[ATTND_SESSION_ID_LEN + 1];
@@ -440,4 +442,44 @@ const char *attnd_session_status_text(attnd_session_status s) {
     default:
         return "out of memory for the session cache";
     }
+}
+
+/* The kind of answer each refusal of the table gets. */
+static const attnd_kind SESSION_KIND[] = {
+    [SESS_OK] = AERR_INTERNAL,        [SESS_NOT_FOUND] = AERR_NOT_FOUND,
+    [SESS_BUSY] = AERR_CONFLICT,      [SESS_FULL] = AERR_QUEUE_FULL,
+    [SESS_TOO_BIG] = AERR_TOO_LARGE,  [SESS_TOO_LONG] = AERR_TOO_LARGE,
+    [SESS_NOMEM] = AERR_INTERNAL,     [SESS_ID_TAKEN] = AERR_CONFLICT,
+    [SESS_BAD_ID] = AERR_BAD_REQUEST,
+};
+
+int attnd_session_refusal(attnd_session_status s, const char *id, attnd_error *e) {
+    attnd_kind k = (unsigned)s < countof(SESSION_KIND) ? SESSION_KIND[s] : AERR_INTERNAL;
+    if (s == SESS_NOT_FOUND)
+        return attnd_set_error(e, k, "session '%.40s': %s", id ? id : "",
+                               attnd_session_status_text(s));
+    return attnd_set_error(e, k, "%s", attnd_session_status_text(s));
+}
+
+void attnd_sessions_metrics(attnd_sessions *t, attnd_sbuf *b) {
+    attnd_session_stats st;
+    attnd_sessions_stats(t, &st);
+    attnd_prom_single(b, "attnd_sessions", PROM_GAUGE, "KV-cache sessions open.", st.sessions);
+    attnd_prom_single(b, "attnd_session_cached_tokens", PROM_GAUGE,
+                      "Tokens held by every session's cache.", st.tokens);
+    attnd_prom_single(b, "attnd_session_bytes", PROM_GAUGE, "Bytes the session caches hold.",
+                      st.bytes);
+    attnd_prom_single(b, "attnd_sessions_opened_total", PROM_COUNTER, "Sessions opened.",
+                      (long long)st.opened);
+    attnd_prom_single(b, "attnd_sessions_deleted_total", PROM_COUNTER,
+                      "Sessions closed by their client.", (long long)st.deleted);
+    const attnd_prom_label idle = {"reason", "idle"}, full = {"reason", "full"},
+                           big = {"reason", "too_large"};
+    attnd_prom_family(b, "attnd_session_evictions_total", PROM_COUNTER,
+                      "Sessions ended by attnd: the idle timeout.");
+    attnd_prom_sample(b, "attnd_session_evictions_total", &idle, 1, (long long)st.expired);
+    attnd_prom_family(b, "attnd_session_refused_total", PROM_COUNTER,
+                      "Opens and steps refused, by reason.");
+    attnd_prom_sample(b, "attnd_session_refused_total", &full, 1, (long long)st.refused_full);
+    attnd_prom_sample(b, "attnd_session_refused_total", &big, 1, (long long)st.refused_too_big);
 }

@@ -19,6 +19,9 @@
 
 #include <stddef.h>
 
+#include "../base/buffer.h"
+#include "../base/reply.h"
+
 #define ATTND_SESSION_ID_LEN 32 /* hex characters of an id */
 
 typedef struct {
@@ -122,5 +125,13 @@ void attnd_sessions_stats(attnd_sessions *st, attnd_session_stats *out);
 
 /* The sentence for a status, for error bodies. */
 const char *attnd_session_status_text(attnd_session_status s);
+/* The refusal of status s (not SESS_OK) into e: its kind (404, 409, 429,
+ * 413, 500 or 400) and its sentence, which names the session id for
+ * SESS_NOT_FOUND. Returns -1. */
+int attnd_session_refusal(attnd_session_status s, const char *id, attnd_error *e);
+
+/* The session gauges and counters for GET /metrics. It only reads: idle
+ * sessions are ended by the reaper, not by a scrape. */
+void attnd_sessions_metrics(attnd_sessions *st, attnd_sbuf *b);
 
 #endif

@@ -44,4 +44,8 @@ typedef struct {
 void attnd_write_answers(attn_ctx *ctx, attnd_answer *a, int n, void (*done)(void *arg, int i),
                          void *arg);
 
+/* The 201 body of a session opened without a prefix: its id, its model
+ * and no cached tokens. NULL when out of memory. */
+char *attnd_write_open_answer(const char *id, const char *model, size_t *len);
+
 #endif

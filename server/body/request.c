@@ -96,11 +96,16 @@ int attnd_attention_limit(const attnd_parse_env *env, const attnd_job *job, int 
                            n == UINT64_MAX ? "more than " : "", (unsigned long long)n, max);
 }
 
-void attnd_job_free(attnd_job *job) {
-    if (!job) return;
+void attnd_job_drop_inputs(attnd_job *job) {
     free(job->query);
     free(job->key);
     free(job->value);
+    job->query = job->key = job->value = NULL;
+}
+
+void attnd_job_free(attnd_job *job) {
+    if (!job) return;
+    attnd_job_drop_inputs(job);
     free(job->kpm);
     free(job->mask_bool);
     free(job->mask_add);
@@ -544,8 +549,39 @@ int attnd_parse_session_open(const attnd_parse_env *env, const char *body, size_
     job->api = API_NATIVE;
     ret = 0;
 cleanup:
+    if (ret >= 0) job->session_open = 1;
     collected_free(&c);
     return ret;
+}
+
+int attnd_parse_session_step(const attnd_parse_env *env, int model, const char *id,
+                             const char *body, size_t len, attnd_job *job, attnd_error *e) {
+    if (attnd_parse_native(env, env->models[model].name, body, len, job, e) < 0) return -1;
+    if (!(job->session_id = strdup(id))) {
+        attnd_job_free(job);
+        return attnd_set_error(e, AERR_INTERNAL, "out of memory");
+    }
+    return 0;
+}
+
+int attnd_job_check_step(const attnd_job *job, const attnd_model_info *m, attnd_error *e) {
+    const char *extra = !job->self                        ? "key"
+                        : job->kpm                        ? "key_padding_mask"
+                        : job->mask_bool || job->mask_add ? "attn_mask"
+                        : job->positions                  ? "positions"
+                                                          : NULL;
+    if (extra)
+        return attnd_set_error(e, AERR_BAD_REQUEST,
+                               "%s: a session step takes query rows only: no key, value, "
+                               "key_padding_mask, attn_mask or positions (it is causal over "
+                               "the cache, its rows at the positions after it)",
+                               extra);
+    if (job->B != 1)
+        return attnd_set_error(e, AERR_BAD_REQUEST,
+                               "query: a session holds one sequence; send L x %d rows, not a "
+                               "batch of %d",
+                               m->hp.embed_dim, job->B);
+    return 0;
 }
 
 /* ---- Open Inference Protocol ---- */

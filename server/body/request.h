@@ -62,8 +62,10 @@ typedef struct {
     attn_weights_mode weights; /* none, mean or heads */
     attnd_encoding enc;        /* how the answer carries tensors */
     char *v2_id;               /* the v2 "id" to echo, or NULL */
-    char *session_id;          /* v2 parameters.session_id: a step of that session, or NULL */
-    int session_open;          /* v2 parameters.session_open: open a session with the query */
+    char *session_id;          /* a step of this session (v2 parameters.session_id, or the
+                                  native step's path), or NULL */
+    int session_open;          /* 1: open a session (v2 parameters.session_open, or POST
+                                  /v1/sessions), its prefix the query when there is one */
     int v2_binary;             /* binary data extension for outputs: 1 output, 2 attention */
     int v2_outputs;            /* outputs listed in the request: 1 output, 2 attention; 0 = all */
     /* results, written by the worker */
@@ -95,12 +97,23 @@ int attnd_parse_native(const attnd_parse_env *env, const char *path_model, const
 
 /* Reads the body of POST /v1/sessions: a native body whose query, the
  * session's prefix, may be left out (an empty body gives nothing).
- * Returns 1 when it holds a query: job is then as attnd_parse_native makes
- * it. Returns 0 when it does not: only "model" may be given then, and job
- * holds nothing but job->model. Returns -1 with e set (400, 404, 413, 500);
- * job holds nothing to free after a failure. */
+ * job->session_open is set. Returns 1 when it holds a query: job is then
+ * as attnd_parse_native makes it. Returns 0 when it does not: only "model"
+ * may be given then, and job holds nothing but job->model. Returns -1 with
+ * e set (400, 404, 413, 500); job holds nothing to free after a failure. */
 int attnd_parse_session_open(const attnd_parse_env *env, const char *body, size_t len,
                              attnd_job *job, attnd_error *e);
+
+/* Reads the body of POST /v1/sessions/{id}/attention: a native body for
+ * the session's model (the index the session table holds), job->session_id
+ * set to id. Same returns as attnd_parse_native. */
+int attnd_parse_session_step(const attnd_parse_env *env, int model, const char *id,
+                             const char *body, size_t len, attnd_job *job, attnd_error *e);
+
+/* What a session step may carry, checked once the session is known (for
+ * every API): rows of one sequence, no key, no masks, no positions.
+ * Returns 0, or -1 with the 400 naming what is extra. */
+int attnd_job_check_step(const attnd_job *job, const attnd_model_info *m, attnd_error *e);
 
 /* Reads an Open Inference Protocol infer body for the model path_model.
  * json_len is the Inference-Header-Content-Length of the binary data
@@ -110,6 +123,9 @@ int attnd_parse_v2(const attnd_parse_env *env, const char *path_model, const cha
                    size_t json_len, attnd_job *job, attnd_error *e);
 
 void attnd_job_free(attnd_job *job); /* zeroed and NULL jobs are fine */
+/* Frees the inputs (query, key, value) of a job whose answer is written;
+ * attnd_job_free frees the rest later. */
+void attnd_job_drop_inputs(attnd_job *job);
 
 /* The 400 of a result that is not finite: the input's magnitudes did it
  * (a client error, not the server's). */

@@ -1,44 +1,71 @@
-/* http.h - the attnd server: loads the models, starts the scheduler and the
- * libmicrohttpd daemon, answers every route, drains on request.
- * HTTP threads parse, check and queue; they never compute and never wait for
- * a worker: a request waiting for compute has its connection suspended.
+/* http.h - attnd's HTTP side: libmicrohttpd, the route table, the guard,
+ * and what they share. The server's life (server/server.c) fills the
+ * borrowed fields of an attnd_http, starts it (attnd_http_start), hands the
+ * scheduler its two callbacks, and drains and stops it.
+ *
+ * HTTP threads parse, check and queue; they never compute and never wait
+ * for a worker: a request waiting for compute has its connection
+ * suspended. Inside: glue.c (libmicrohttpd's callbacks: a request walks
+ * route -> auth -> body -> handler), handlers.c (one function per route),
+ * send.c (the one function every answer leaves through), status.c,
+ * routes.c, guard.c.
  */
 #ifndef ATTND_HTTP_H
 #define ATTND_HTTP_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 
 #include "../../config/config.h"
+#include "../batch/req.h"
+#include "../batch/sched.h"
+#include "../batch/session.h"
+#include "../body/meta.h"
+#include "../body/request.h"
+#include "../obs/metrics.h"
+#include "guard.h"
 
-/* The daemon's exit codes, one meaning each (docs/config.md lists them). */
-typedef enum {
-    ATTND_EXIT_OK = 0,       /* stopped by a signal, every admitted request answered */
-    ATTND_EXIT_INTERNAL = 1, /* out of memory or threads, or another internal failure */
-    ATTND_EXIT_CONFIG = 2,   /* the config file, a flag or an ATTND_* variable is wrong */
-    ATTND_EXIT_WEIGHTS = 3,  /* a weights file is missing, unreadable or does not fit */
-    ATTND_EXIT_LISTEN = 4,   /* cannot listen on the host and port */
-    ATTND_EXIT_DRAIN = 5     /* the drain deadline passed with answers unfinished */
-} attnd_exit;
+enum { S_STARTING = 0, S_READY = 1, S_DRAINING = 2 };
 
-typedef struct attnd_server attnd_server;
+typedef struct attnd_http {
+    /* given by the server's life before attnd_http_start; borrowed */
+    const attnd_config *cfg;
+    const attnd_parse_env *env; /* the served models and the limits */
+    attnd_sched *sched;
+    attnd_sessions *sessions;
+    attnd_metrics *metrics;
+    const attnd_meta *meta; /* the bodies of GET /v1/models, /v2, /v2/models/{name} */
+    /* its own */
+    attnd_guard *guard; /* connection slots and read deadlines */
+    struct MHD_Daemon *mhd;
+    int port;
+    char *api_key; /* NULL = no key needed; owned copy of the env value */
+    size_t api_key_len;
+    atomic_int state;         /* S_STARTING, S_READY, S_DRAINING */
+    atomic_long active;       /* requests between their first byte and completion */
+    atomic_int past_deadline; /* 1: the drain deadline passed; answers now are cut */
+    atomic_int cut;           /* requests cut short at the drain deadline */
+    atomic_llong buffered;    /* request body bytes held now, over every connection */
+} attnd_http;
 
-/* Loads every model of cfg (cfg must outlive the server), starts workers
- * and the HTTP daemon. Logs the models. Returns NULL with err set and *why
- * saying which kind of failure it was. */
-attnd_server *attnd_server_new(const attnd_config *cfg, attnd_exit *why, char *err, size_t errlen);
+/* Reads the API key, starts the guard and listens on cfg's host and port
+ * (the borrowed fields set; state S_STARTING until the caller makes it
+ * S_READY). Returns 0; -1 with err set, *listen_failed 1 when the address
+ * was the trouble. */
+int attnd_http_start(attnd_http *s, int *listen_failed, char *err, size_t errlen);
+/* Draining: new connections refused, /health 503, requests on open
+ * connections 503. */
+void attnd_http_quiesce(attnd_http *s);
+/* Stops libmicrohttpd (every connection closed); suspended connections
+ * must all have been resumed (the scheduler stopped). */
+void attnd_http_stop(attnd_http *s);
+/* Stops, then frees what s owns. Zeroed is fine. */
+void attnd_http_free(attnd_http *s);
 
-/* The port it listens on (the chosen one when cfg->port is 0). */
-int attnd_server_port(const attnd_server *s);
-
-/* Draining: /health answers 503, new connections are refused, requests on
- * open connections get 503, and every admitted request is answered while
- * cfg->drain_grace_s lasts. Past it, queued requests get 503 and answers
- * still going out are cut off; each such request is logged. Stops the HTTP
- * daemon and the workers. Returns the number of requests cut short (0 when
- * every admitted request was answered whole). */
-int attnd_server_drain(attnd_server *s);
-
-/* Stops the daemon and the workers and frees everything. NULL is fine. */
-void attnd_server_free(attnd_server *s);
+/* The scheduler's callbacks (attnd_sched_opts), arg the attnd_http: a
+ * queued request's reply is ready (its connection resumes), and which
+ * queued requests' clients left. */
+void attnd_http_answer_ready(attnd_req *r, void *arg);
+void attnd_http_departed(attnd_req *const *rs, int n, char *left, void *arg);
 
 #endif

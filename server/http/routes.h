@@ -1,7 +1,7 @@
 /* routes.h - the route table: every path attnd answers, one line each
  * (method, pattern, handler, metrics label, flags), and the matcher that
  * turns (method, path) into a route, a 404 or a 405. The handlers are
- * http.c's; this file knows no HTTP library.
+ * handlers.c's; this file knows no HTTP library.
  */
 #ifndef ATTND_ROUTES_H
 #define ATTND_ROUTES_H
@@ -27,7 +27,7 @@ typedef enum {
     R_SESSIONS,        /* POST /v1/sessions: open a KV-cache session */
     R_SESSION_STEP,    /* POST /v1/sessions/{name}/attention: a step ({name} is the id) */
     R_SESSION,         /* DELETE /v1/sessions/{name} */
-    R_UI,              /* GET  /ui: the viewer's page (ui.c) */
+    R_UI,              /* GET  /ui: the viewer's page (server/ui/) */
     R_UI_FILE,         /* GET  /ui/{name}: its script and style sheet */
     R_COUNT,
     R_UNKNOWN = R_COUNT /* metrics label for paths no route matches */
@@ -42,17 +42,17 @@ enum {
                              a full queue refuses it before the body is read */
 };
 
-/* http.c's request, which every handler answers. */
+/* The HTTP side's request (hreq.h), which every handler answers. */
 typedef struct attnd_http_req attnd_http_req;
 /* Answers the request into its reply, or queues it; returns 0, or -1 with
- * the request's error set (http.c sends either). */
+ * the request's error set (glue.c sends either). */
 typedef int (*attnd_route_fn)(attnd_http_req *h);
 
 typedef struct {
     attnd_route_id id;
     const char *method;    /* "GET" (HEAD too), "POST" or "DELETE" */
     const char *pattern;   /* {name} and {version} match one non-empty segment */
-    attnd_route_fn handle; /* http.c */
+    attnd_route_fn handle; /* handlers.c */
     const char *label;     /* for metrics: the pattern with {x} written :x, which every
                               Prometheus parser takes */
     unsigned flags;        /* ROUTE_* */
@@ -81,7 +81,7 @@ const char *attnd_route_label(attnd_route_id id);
  * attnd_metrics_init counts requests under. */
 void attnd_route_labels(const char *labels[R_COUNT + 1]);
 
-/* The handlers of the table, one per route or pair of routes (http.c). */
+/* The handlers of the table, one per route or pair of routes (handlers.c). */
 int attnd_handle_attention(attnd_http_req *h); /* native compute */
 int attnd_handle_models(attnd_http_req *h);
 int attnd_handle_health(attnd_http_req *h);

@@ -4,7 +4,8 @@
  * bytes: its Content-Type, an ETag, and the caching and security headers
  * (a Content-Security-Policy that lets the page load and call nothing but
  * its own origin). The files hold no data; the page asks the API for it.
- * Nothing here knows libmicrohttpd: http.c answers the two routes.
+ * Nothing here knows libmicrohttpd: server/http/handlers.c answers the two
+ * routes.
  */
 #ifndef ATTND_UI_H
 #define ATTND_UI_H

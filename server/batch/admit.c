@@ -1,0 +1,80 @@
+/* admit.c - admission and the session dispatch (admit.h): a parsed job's
+ * tokens, and for a session job its step begun in the session table. */
+#include "admit.h"
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "../body/answer.h"
+
+/* The session job's model against its session's: 0, or -1 with e set. */
+static int check_session(const attnd_admit_env *a, const attnd_job *job, double now,
+                         attnd_error *e) {
+    if (job->session_id && job->session_open)
+        return attnd_set_error(e, AERR_BAD_REQUEST,
+                               "parameters: give session_id (a step) or session_open, not both");
+    attnd_sessions_expire(a->table, now);
+    int mi = job->session_id ? attnd_session_model(a->table, job->session_id, now) : job->model;
+    if (mi < 0) return attnd_session_refusal(SESS_NOT_FOUND, job->session_id, e);
+    if (job->query && attnd_job_check_step(job, &a->env->models[job->model], e) < 0) return -1;
+    if (mi != job->model)
+        return attnd_set_error(e, AERR_BAD_REQUEST,
+                               "session '%.40s' belongs to model '%s', not '%s'", job->session_id,
+                               a->env->models[mi].name, a->env->models[job->model].name);
+    return 0;
+}
+
+/* Begins the open (with want_id) or the step of `rows` rows in r->step. */
+static int begin(const attnd_admit_env *a, attnd_req *r, int rows, const char *want_id, double now,
+                 attnd_error *e, int *retry) {
+    const attnd_model_info *m = &a->env->models[r->job.model];
+    const attn_hparams *hp = &m->hp; /* num_kv_heads and head_dim filled by the core */
+    attnd_req_step *rs = &r->step;
+    attnd_session_status s;
+    rs->table = a->table;
+    if (r->job.session_id) {
+        snprintf(rs->id, sizeof rs->id, "%s", r->job.session_id);
+        s = attnd_session_begin(a->table, r->job.session_id, rows, now, &rs->st, retry);
+    } else {
+        int max_len = m->max_positions ? m->max_positions : INT32_MAX / 2;
+        size_t row_floats = 2 * (size_t)hp->num_kv_heads * (size_t)hp->head_dim;
+        rs->opened = 1;
+        s = attnd_session_open(a->table, r->job.model, row_floats, rows, max_len, now, want_id,
+                               rs->id, &rs->st, retry);
+    }
+    return s == SESS_OK ? 0 : attnd_session_refusal(s, r->job.session_id, e);
+}
+
+/* An open without a prefix: the session opened empty, answered at once. */
+static int open_empty(const attnd_admit_env *a, attnd_req *r, const char *want_id, double now,
+                      attnd_error *e, int *retry) {
+    if (begin(a, r, 0, want_id, now, e, retry) < 0) return -1;
+    attnd_req_end_step(r, 1);
+    size_t len = 0;
+    char *body = attnd_write_open_answer(r->step.id, a->env->models[r->job.model].name, &len);
+    if (!body) return attnd_set_error(e, AERR_INTERNAL, "out of memory");
+    attnd_reply_set(&r->reply, AOK_CREATED, body, len, 0);
+    return 1;
+}
+
+int attnd_admit(const attnd_admit_env *a, attnd_req *r, const char *x_session_id, double now,
+                attnd_error *e, int *retry_after_s) {
+    attnd_job *job = &r->job;
+    *retry_after_s = 0;
+    if (!job->session_id && !job->session_open) {
+        r->tokens = attnd_job_tokens(job);
+        return 0;
+    }
+    if (check_session(a, job, now, e) < 0) return -1;
+    const char *want_id = job->session_open ? x_session_id : NULL;
+    if (!job->query) return open_empty(a, r, want_id, now, e, retry_after_s);
+    if (begin(a, r, job->L, want_id, now, e, retry_after_s) < 0) return -1;
+    job->S = r->step.st.len + job->L;
+    job->causal = 1;
+    r->tokens = job->L;
+    if (attnd_attention_limit(a->env, job, 1, e) < 0) {
+        attnd_req_end_step(r, 0); /* at once: the session's next step finds it free */
+        return -1;
+    }
+    return 0;
+}

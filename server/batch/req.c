@@ -1,0 +1,40 @@
+/* req.c - a request's references, its session step's end, and the one
+ * place what it holds is let go (req.h). */
+#include "req.h"
+
+#include <string.h>
+
+#include "../base/clock.h"
+
+void attnd_req_init(attnd_req *r, void (*free_fn)(attnd_req *r)) {
+    memset(r, 0, sizeof *r);
+    atomic_init(&r->refs, 1);
+    r->free_fn = free_fn;
+}
+
+void attnd_req_ref(attnd_req *r) {
+    atomic_fetch_add_explicit(&r->refs, 1, memory_order_relaxed);
+}
+
+void attnd_req_unref(attnd_req *r) {
+    if (!r) return;
+    if (atomic_fetch_sub_explicit(&r->refs, 1, memory_order_acq_rel) == 1) r->free_fn(r);
+}
+
+void attnd_req_end_step(attnd_req *r, int commit) {
+    if (r->step.table && r->step.st.s)
+        attnd_session_end(r->step.table, &r->step.st, commit, attnd_mono_s());
+}
+
+void attnd_req_clear(attnd_req *r) {
+    attnd_req_end_step(r, 0); /* a step that never computed */
+    attnd_job_free(&r->job);
+    attnd_reply_free(&r->reply);
+}
+
+void attnd_req_timeout(attnd_req *r, int timeout_ms) {
+    attnd_error e;
+    attnd_set_error(&e, AERR_TIMEOUT, "request not done within %d ms; its work was dropped",
+                    timeout_ms);
+    attnd_reply_error(&r->reply, &e);
+}

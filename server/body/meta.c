@@ -1,0 +1,142 @@
+/* meta.c - the bodies of the routes that only describe the server (meta.h):
+ * JSON trees built with Jansson once at start-up, then kept as text. */
+#include "meta.h"
+
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../base/cpus.h"
+
+static char *dump(json_t *j) {
+    char *s = json_dumps(j, JSON_COMPACT);
+    json_decref(j);
+    if (!s) return NULL;
+    size_t n = strlen(s);
+    char *t = realloc(s, n + 2);
+    if (!t) {
+        free(s);
+        return NULL;
+    }
+    t[n] = '\n';
+    t[n + 1] = '\0';
+    return t;
+}
+
+/* A model's rotary positions as its config gives them. */
+static json_t *rope_json(const attn_rope *r) {
+    json_t *j = json_pack("{s:f, s:i, s:s}", "theta", r->theta, "dim", r->dim, "style",
+                          attnd_enum_name(&attnd_rope_styles, r->style));
+    const char *type = attnd_enum_name(&attnd_rope_scalings, r->scaling);
+    if (r->scaling == ATTN_ROPE_SCALE_LINEAR)
+        json_object_set_new(j, "scaling",
+                            json_pack("{s:s, s:f}", "type", type, "factor", r->factor));
+    if (r->scaling == ATTN_ROPE_SCALE_LLAMA3)
+        json_object_set_new(j, "scaling",
+                            json_pack("{s:s, s:f, s:f, s:f, s:i}", "type", type, "factor",
+                                      r->factor, "low_freq_factor", r->low_freq_factor,
+                                      "high_freq_factor", r->high_freq_factor,
+                                      "original_max_position_embeddings",
+                                      r->original_max_position));
+    return j;
+}
+
+/* One tensor of the v2 model metadata: rank dimensions, variable (-1)
+ * but the last, which is width when width > 0. */
+static json_t *v2_tensor(const char *name, const char *datatype, int rank, int width) {
+    json_t *shape = json_array();
+    for (int d = 0; d < rank; d++)
+        json_array_append_new(shape, json_integer(d == rank - 1 && width > 0 ? width : -1));
+    return json_pack("{s:s, s:s, s:o}", "name", name, "datatype", datatype, "shape", shape);
+}
+
+/* GET /v2/models/{name}: the inputs this model accepts and the outputs it
+ * gives (docs/api.md). A model with rotary positions takes positions and no
+ * key or value (a key row would have no position); the others the reverse.
+ * The platform follows the protocol's "<project>_<format>": the weights'
+ * format, a safetensors file or the embedded default. */
+static json_t *v2_model_json(const char *name, const attn_hparams *hp, int from_file) {
+    json_t *in = json_array();
+    json_array_append_new(in, v2_tensor("query", "FP32", 3, hp->embed_dim));
+    if (!hp->rope.dim) {
+        json_array_append_new(in, v2_tensor("key", "FP32", 3, hp->kdim));
+        json_array_append_new(in, v2_tensor("value", "FP32", 3, hp->vdim));
+    }
+    json_array_append_new(in, v2_tensor("key_padding_mask", "BOOL", 2, 0));
+    json_array_append_new(in, v2_tensor("attn_mask", "BOOL", 3, 0));
+    if (hp->rope.dim) json_array_append_new(in, v2_tensor("positions", "INT64", 2, 0));
+    return json_pack("{s:s, s:[s], s:s, s:o, s:[o, o]}", "name", name, "versions", "1", "platform",
+                     from_file ? "attnd_safetensors" : "attnd_embedded", "inputs", in, "outputs",
+                     v2_tensor("output", "FP32", 3, hp->embed_dim),
+                     v2_tensor("attention", "FP32", 4, 0));
+}
+
+/* One model of GET /v1/models: its hyper-parameters as loaded. */
+static json_t *model_json(const attnd_config *c, const attnd_model_info *info, int i) {
+    const attnd_model_config *mc = &c->models[i];
+    const attn_hparams *hp = &info[i].hp; /* filled in by attn_model_init */
+    json_t *m = json_pack(
+        "{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:b, s:b, s:s}", "name", info[i].name,
+        "embed_dim", hp->embed_dim, "num_heads", hp->num_heads, "num_kv_heads", hp->num_kv_heads,
+        "head_dim", hp->head_dim, "kdim", hp->kdim, "vdim", hp->vdim, "scale", hp->scale, "bias",
+        hp->bias, "causal", hp->causal, "weights", mc->weights ? "safetensors" : "embedded");
+    if (hp->rope.dim) json_object_set_new(m, "rope", rope_json(&hp->rope));
+    if (mc->max_positions) json_object_set_new(m, "max_positions", json_integer(mc->max_positions));
+    return m;
+}
+
+/* GET /v1/models: the models, the limits, batching, and what computes. */
+static json_t *models_json(const attnd_config *c, const attnd_model_info *info, int n_models) {
+    json_t *models = json_array();
+    for (int i = 0; i < n_models; i++)
+        json_array_append_new(models, model_json(c, info, i));
+    const attn_blas_info *blas = attn_blas_get_info();
+    attnd_cpus cpus;
+    attnd_cpus_count(&cpus);
+    json_t *root = json_pack(
+        "{s:o, s:{s:I, s:I, s:I, s:i}, s:{s:i, s:i, s:i, s:i}, s:{s:i}, s:{s:i, s:i, s:i, s:s, "
+        "s:b, "
+        "s:s}}",
+        "models", models, "limits", "max_body_bytes", (json_int_t)c->max_body_bytes,
+        "max_tokens_per_request", (json_int_t)c->max_tokens_per_request, "max_attention_floats",
+        (json_int_t)c->max_attention_floats, "request_timeout_ms", c->request_timeout_ms,
+        "batching", "max_batch_tokens", c->max_batch_tokens, "max_batch_requests",
+        c->max_batch_requests, "max_queue_delay_us", c->max_queue_delay_us, "max_queue_requests",
+        c->max_queue_requests, "workers", "threads", c->worker_threads, "compute", "threads",
+        c->worker_threads, "cpus", cpus.n, "http_threads", c->http_threads, "blas_core",
+        blas ? blas->core : "none", "blas_core_from_env", blas && blas->by_user, "cpu_features",
+        blas ? blas->features : "");
+    json_t *lim = json_object_get(root, "limits");
+    json_object_set_new(lim, "max_sessions", json_integer(c->max_sessions));
+    json_object_set_new(lim, "max_session_bytes", json_integer(c->max_session_bytes));
+    json_object_set_new(lim, "max_session_bytes_each", json_integer(c->max_session_bytes_each));
+    json_object_set_new(lim, "session_idle_s", json_integer(c->session_idle_s));
+    return root;
+}
+
+int attnd_meta_build(attnd_meta *m, const attnd_config *c, const attnd_model_info *info,
+                     int n_models) {
+    const attn_blas_info *blas = attn_blas_get_info();
+    memset(m, 0, sizeof *m);
+    m->models = dump(models_json(c, info, n_models));
+    m->v2 = dump(json_pack("{s:s, s:s, s:[s], s:s, s:s}", "name", "attnd", "version", ATTND_VERSION,
+                           "extensions", "binary_tensor_data", "blas_core",
+                           blas ? blas->core : "none", "cpu_features", blas ? blas->features : ""));
+    m->v2_model = calloc((size_t)n_models, sizeof(char *));
+    m->n_models = m->v2_model ? n_models : 0;
+    if (!m->models || !m->v2 || !m->v2_model) return -1;
+    for (int i = 0; i < n_models; i++)
+        if (!(m->v2_model[i] =
+                  dump(v2_model_json(info[i].name, &info[i].hp, c->models[i].weights != NULL))))
+            return -1;
+    return 0;
+}
+
+void attnd_meta_free(attnd_meta *m) {
+    free(m->models);
+    free(m->v2);
+    for (int i = 0; i < m->n_models; i++)
+        free(m->v2_model[i]);
+    free(m->v2_model);
+    memset(m, 0, sizeof *m);
+}

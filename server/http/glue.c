@@ -1,0 +1,551 @@
+/* glue.c - libmicrohttpd's callbacks: one access handler walks every
+ * request through route -> auth -> body -> handler (handlers.c), and every
+ * answer goes out through send.c's one function. A refusal is an
+ * attnd_error in the request, made into its reply by attnd_reply_error.
+ *
+ * A request that needs compute is parsed by its handler, its connection
+ * suspended, and it is handed to the scheduler; the worker that answers
+ * it resumes the connection and the handler, called again, sends the
+ * answer it wrote.
+ *
+ * Also here: each connection's record in the guard (guard.c: read
+ * deadlines and slots) follows its request's phase; request bodies are
+ * counted against server.max_buffered_body_bytes as their bytes arrive;
+ * the access log line and the request's metrics at its end; the
+ * scheduler's two callbacks; and starting and stopping libmicrohttpd.
+ */
+#include <microhttpd.h>
+#include <netdb.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "../../core/sizes.h"
+#include "../base/clock.h"
+#include "../obs/log.h"
+#include "hreq.h"
+#include "status.h"
+
+/* ---- small helpers ---- */
+
+void attnd_http_drop_body(hreq *h) {
+    atomic_fetch_sub(&h->srv->buffered, h->in_held);
+    h->in_held = 0;
+    attnd_sb_free(&h->in);
+}
+
+/* Counts n more body bytes in the budget; 0 when they fit, -1 when not. */
+static int budget_take(attnd_http *s, long long n) {
+    if (atomic_fetch_add(&s->buffered, n) + n <= s->cfg->max_buffered_body_bytes) return 0;
+    atomic_fetch_sub(&s->buffered, n);
+    return -1;
+}
+
+/* The request's free_fn (batch/req.h). */
+static void hreq_free(attnd_req *r) {
+    hreq *h = (hreq *)r;
+    attnd_req_clear(r);
+    attnd_http_drop_body(h);
+    free(h);
+}
+
+static int hexval(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+int attnd_http_size(const char *s, uint64_t limit, uint64_t *v) {
+    uint64_t r = 0;
+    if (!*s) return -1;
+    for (; *s; s++) {
+        if (*s < '0' || *s > '9') return -1;
+        if (sz_mul(r, 10, limit, &r) < 0 || sz_add(r, (uint64_t)(*s - '0'), limit, &r) < 0)
+            return -1;
+    }
+    *v = r;
+    return 0;
+}
+
+const char *attnd_http_header(const hreq *h, const char *name) {
+    return MHD_lookup_connection_value(h->conn, MHD_HEADER_KIND, name);
+}
+
+static int key_ok(const attnd_http *s, const char *hdr) {
+    if (!hdr || strncasecmp(hdr, "Bearer ", 7) != 0) return 0;
+    const char *t = hdr + 7;
+    while (*t == ' ')
+        t++;
+    size_t n = strlen(t);
+    /* constant time in the key's length, whatever the client sent */
+    unsigned char d = n != s->api_key_len;
+    for (size_t i = 0; i < s->api_key_len; i++)
+        d |= (unsigned char)(s->api_key[i] ^ (i < n ? t[i] : 0));
+    return d == 0;
+}
+
+static const char *cors_origin(const attnd_http *s, struct MHD_Connection *c) {
+    if (s->cfg->n_cors_origins == 0) return NULL;
+    const char *o = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+    if (!o) return NULL;
+    for (int i = 0; i < s->cfg->n_cors_origins; i++) {
+        const char *a = s->cfg->cors_origins[i];
+        if (strcmp(a, "*") == 0 || strcmp(a, o) == 0) return o;
+    }
+    return NULL;
+}
+
+/* 1 when h's route has flag (routes.c); none for a path no route matches. */
+static int route_has(const hreq *h, unsigned flag) {
+    return h->rm.route && (h->rm.route->flags & flag);
+}
+
+/* ---- a request's road ---- */
+
+/* The body is in (or there was none), or a refusal goes out before it:
+ * answer, or queue. */
+static enum MHD_Result dispatch(hreq *h) {
+    int rc = -1;
+    if (h->err.code != AOK)
+        rc = -1; /* refused before its handler */
+    else if (strcmp(h->method, "OPTIONS") == 0)
+        rc = attnd_handle_preflight(h);
+    else
+        rc = h->rm.route->handle(h);
+    if (rc < 0)
+        attnd_reply_error(&h->r.reply, &h->err);
+    else if (h->phase == P_WAIT)
+        return MHD_YES; /* queued: the scheduler's reply goes out on resume */
+    return attnd_http_send(h);
+}
+
+/* What a body declared or sent at the start holds in memory at most before
+ * more of it has arrived, bytes. */
+#define BODY_RESERVE_MAX (64 << 10)
+
+/* The model an attention request is for, when its header lines tell (the
+ * path names it, or only one is served); -1 when only its body can. */
+static int target_model(const attnd_http *s, const hreq *h) {
+    if (!route_has(h, ROUTE_QUEUE_FIRST)) return -1;
+    if (!h->rm.name[0]) return s->env->n_models == 1 ? 0 : -1;
+    attnd_error later; /* an unknown model is refused once the body is read */
+    return attnd_find_model(s->env, h->rm.name, &later);
+}
+
+/* 1 when the request's model is known and its queue is full now: the 429 it
+ * would get after parsing goes out before its body is read or decoded. The
+ * scheduler checks again at admission. */
+static int queue_full(attnd_http *s, const hreq *h) {
+    int mi = target_model(s, h);
+    if (mi < 0) return 0;
+    int *depth = calloc((size_t)s->env->n_models, sizeof(int));
+    if (!depth) return 0;
+    attnd_sched_depths(s->sched, depth);
+    int full = depth[mi] >= s->cfg->max_queue_requests;
+    free(depth);
+    return full;
+}
+
+/* The 429 of a body that would pass server.max_buffered_body_bytes (the
+ * bodies held over every connection; docs/config.md, "Memory"): its bytes,
+ * then the limit. */
+#define MSG_BUDGET                                                                                 \
+    "%lld more body bytes would pass the server's limit on request bodies held at once "           \
+    "(server.max_buffered_body_bytes, %lld); retry later"
+
+/* The declared body size: 413 past max_body_bytes and 429 past the body
+ * budget go out at once; a size that fits reserves a little room. */
+static void examine_length(hreq *h, const char *cl) {
+    attnd_http *s = h->srv;
+    /* libmicrohttpd refuses what is not a number of bytes; past max_body_bytes the
+     * exact number does not matter, only that it is too many */
+    uint64_t v;
+    if (attnd_http_size(cl, (uint64_t)s->cfg->max_body_bytes, &v) < 0) {
+        if (strspn(cl, "0123456789") == strlen(cl) && cl[0])
+            attnd_set_error(&h->err, AERR_TOO_LARGE, "body of %.40s bytes, the limit is %lld", cl,
+                            s->cfg->max_body_bytes);
+        else
+            attnd_set_error(&h->err, AERR_BAD_REQUEST,
+                            "Content-Length: '%.40s' is not a decimal number of bytes", cl);
+        h->refuse_now = 1;
+        return;
+    }
+    long long n = (long long)v; /* at most max_body_bytes (2^34) */
+    long long room = s->cfg->max_buffered_body_bytes - atomic_load(&s->buffered);
+    if (n > room && route_has(h, ROUTE_COMPUTE)) {
+        attnd_set_error(&h->err, AERR_QUEUE_FULL, MSG_BUDGET, n, s->cfg->max_buffered_body_bytes);
+        h->refuse_now = 1;
+    } else if (n > 0 && route_has(h, ROUTE_COMPUTE)) {
+        /* a declaration reserves nothing: memory follows the bytes that arrive */
+        /* room for n bytes and the NUL: at most BODY_RESERVE_MAX (attnd_sbuf rounds to a
+         * power of two, so n + 1 past it would double the reserve) */
+        attnd_sb_reserve(&h->in, (size_t)(n < BODY_RESERVE_MAX ? n : BODY_RESERVE_MAX - 1));
+    }
+}
+
+/* First call: route, method, key, draining, a full queue, declared body
+ * size. 413 and 429 (queue full, body budget) go out at once, before the
+ * body is read, and close the connection; other refusals wait for the body
+ * so the connection stays usable. */
+static void examine(hreq *h, const char *url) {
+    attnd_http *s = h->srv;
+    struct MHD_Connection *c = h->conn;
+    attnd_route_find(h->method, url, s->cfg->n_cors_origins > 0, &h->rm);
+    h->rid = h->rm.route ? h->rm.route->id : R_UNKNOWN;
+    h->origin = cors_origin(s, c);
+    if (h->rm.status == 404) {
+        attnd_set_error(&h->err, AERR_NOT_FOUND, "no route %s %.100s", h->method, h->path);
+        return;
+    }
+    if (h->rm.status == 405) {
+        attnd_set_error(&h->err, AERR_METHOD, "%s is not allowed on %.100s (allowed: %s)",
+                        h->method, h->path, h->rm.allow);
+        return;
+    }
+    if (strcmp(h->method, "OPTIONS") == 0) return; /* preflights carry no credentials */
+    if (s->api_key && !route_has(h, ROUTE_OPEN) &&
+        !key_ok(s, MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization"))) {
+        attnd_set_error(&h->err, AERR_UNAUTHORIZED,
+                        "missing or wrong API key: send Authorization: Bearer <key>");
+        return;
+    }
+    if (route_has(h, ROUTE_COMPUTE) && atomic_load(&s->state) != S_READY) {
+        attnd_set_error(&h->err, AERR_UNAVAILABLE, "the server is draining");
+        return;
+    }
+    if (queue_full(s, h)) {
+        attnd_set_error(&h->err, AERR_QUEUE_FULL,
+                        "the queue of model '%s' is full (%d requests); retry later",
+                        s->env->models[target_model(s, h)].name, s->cfg->max_queue_requests);
+        h->refuse_now = 1;
+        return;
+    }
+    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+    if (cl) examine_length(h, cl);
+}
+
+/* A request whose header lines are in: its record, with the path it logs
+ * and its X-Request-Id (the client's when sane, else made). NULL when out
+ * of memory. */
+static hreq *hreq_new(attnd_http *s, struct MHD_Connection *conn, const char *url,
+                      const char *method) {
+    hreq *h = calloc(1, sizeof(*h));
+    if (!h) return NULL;
+    attnd_req_init(&h->r, hreq_free);
+    h->sock = -1;
+    h->srv = s;
+    h->conn = conn;
+    h->t_recv_us = attnd_mono_us();
+    snprintf(h->method, sizeof(h->method), "%s", method);
+    snprintf(h->path, sizeof(h->path), "%s", url);
+    for (char *p = h->path; *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == ' ' || *p == 0x7f) *p = '?';
+    attnd_http_request_id(MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-Request-Id"),
+                          h->id);
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    h->gc = ci ? ci->socket_context : NULL;
+    return h;
+}
+
+/* n more bytes of the body: kept while the request is not refused and
+ * they fit max_body_bytes and the body budget; read and dropped after a
+ * refusal, but not without end. */
+static enum MHD_Result take_body(hreq *h, const char *data, size_t n) {
+    attnd_http *s = h->srv;
+    h->in_total += (long long)n;
+    if (h->phase != P_BODY) return MHD_YES;
+    if (h->err.code == AOK) {
+        if ((long long)(h->in.len + n) > s->cfg->max_body_bytes) {
+            attnd_set_error(&h->err, AERR_TOO_LARGE, "body over the limit of %lld bytes",
+                            s->cfg->max_body_bytes);
+            attnd_http_drop_body(h);
+        } else if (budget_take(s, (long long)n) < 0) {
+            attnd_set_error(&h->err, AERR_QUEUE_FULL, MSG_BUDGET, (long long)n,
+                            s->cfg->max_buffered_body_bytes);
+            attnd_http_drop_body(h);
+        } else {
+            h->in_held += (long long)n;
+            attnd_sb_put(&h->in, data, n);
+            if (h->in.oom) {
+                attnd_set_error(&h->err, AERR_INTERNAL, "out of memory reading the body");
+                attnd_http_drop_body(h);
+            }
+        }
+    }
+    if (h->err.code != AOK && h->in_total > 2 * s->cfg->max_body_bytes + (1 << 20)) return MHD_NO;
+    return MHD_YES;
+}
+
+/* libmicrohttpd's access handler, called for each request: first with its
+ * header lines, then with each piece of its body, then once the body is
+ * in, and again when the scheduler resumes a queued request. */
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_size, void **con_cls) {
+    (void)version;
+    attnd_http *s = cls;
+    hreq *h = *con_cls;
+    if (!h) {
+        if (!(h = hreq_new(s, conn, url, method))) return MHD_NO;
+        *con_cls = h;
+        atomic_fetch_add(&s->active, 1);
+        examine(h, url);
+        if (h->refuse_now) { /* 413 or 429 now, before the body is read */
+            attnd_guard_phase(s->guard, h->gc, GUARD_BUSY);
+            return dispatch(h);
+        }
+        attnd_guard_phase(s->guard, h->gc, GUARD_BODY);
+        h->phase = P_BODY;
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        size_t n = *upload_size;
+        *upload_size = 0;
+        return take_body(h, upload_data, n);
+    }
+    if (h->phase == P_WAIT) { /* resumed: the scheduler answered */
+        if (h->gone) return MHD_NO;
+        /* queued work dropped at the drain deadline: a refusal, not its answer */
+        if (atomic_load(&s->past_deadline) && h->r.reply.kind == AERR_UNAVAILABLE) h->late = 1;
+        return attnd_http_send(h);
+    }
+    if (h->phase == P_SENT) return MHD_YES;
+    attnd_guard_phase(s->guard, h->gc, GUARD_BUSY); /* the whole request is in */
+    return dispatch(h);
+}
+
+/* How a request ended, for the access log's end= field: "ok" only when its
+ * whole answer went out. */
+static const char *end_word(const hreq *h, enum MHD_RequestTerminationCode toe) {
+    const char *cut = attnd_guard_cut(h->srv->guard, h->gc);
+    if (cut) return cut;
+    if (h->late || toe == MHD_REQUEST_TERMINATED_DAEMON_SHUTDOWN) return "drain_deadline";
+    if (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK && h->status) return "ok";
+    if (toe == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED) return "idle_timeout";
+    if (toe == MHD_REQUEST_TERMINATED_CLIENT_ABORT || toe == MHD_REQUEST_TERMINATED_READ_ERROR ||
+        h->gone || !h->status)
+        return "client_gone";
+    return "error";
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode toe) {
+    (void)conn;
+    attnd_http *s = cls;
+    hreq *h = *con_cls;
+    if (!h) return;
+    *con_cls = NULL;
+    if (h->submitted) attnd_sched_cancel(s->sched, &h->r);
+    uint64_t now = attnd_mono_us();
+    int status = h->status;
+    const char *end = end_word(h, toe);
+    if (strcmp(end, "drain_deadline") == 0) {
+        atomic_fetch_add(&s->cut, 1);
+        attnd_log(LOG_WARN,
+                  "request %s %s %s cut short at the drain deadline (%d s): its answer was not "
+                  "delivered whole",
+                  h->id, h->method, h->path, s->cfg->drain_grace_s);
+    } else if (status == 0 && strcmp(end, "client_gone") != 0) {
+        status = 408; /* the guard closed it: too slow, or evicted (never sent) */
+        attnd_metrics_disconnect(s->metrics);
+    } else if (status == 0 || h->gone) { /* the client left before the answer */
+        status = 499;
+        attnd_metrics_disconnect(s->metrics);
+    } else if (attnd_kind_is_error(h->sent)) {
+        attnd_metrics_reject(s->metrics, h->sent);
+    }
+    attnd_metrics_request(s->metrics, h->rid, status, now - h->t_recv_us);
+    attnd_access a = {
+        h->method,           h->path, status, h->sent_bytes, (double)(now - h->t_recv_us) / 1e3,
+        h->r.batch_requests, h->id,   end};
+    attnd_log_access(&a); /* nothing secret: no headers, no body */
+    /* a kept-alive connection now waits for its next request's header lines */
+    attnd_guard_phase(s->guard, h->gc, GUARD_HEADER);
+    atomic_fetch_sub(&s->active, 1);
+    attnd_req_unref(&h->r);
+}
+
+/* Connection start and end: the guard's records. */
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe) {
+    attnd_http *s = cls;
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        *socket_context = ci ? attnd_guard_open(s->guard, ci->connect_fd) : NULL;
+    } else {
+        attnd_guard_close(s->guard, *socket_context);
+        *socket_context = NULL;
+    }
+}
+
+/* ---- the scheduler's callbacks (batcher and sweeper threads) ---- */
+
+/* A queued request's reply is ready, or its client left: the handler,
+ * called again, sends it or closes. */
+void attnd_http_answer_ready(attnd_req *r, void *arg) {
+    (void)arg;
+    hreq *h = (hreq *)r;
+    MHD_resume_connection(h->conn);
+}
+
+/* 1 when the peer of a polled socket has closed (or the socket failed). */
+static int hung_up(const struct pollfd *pf) {
+    if (pf->revents & (POLLHUP | POLLERR | POLLRDHUP)) return 1;
+    char c;
+    return (pf->revents & POLLIN) && recv(pf->fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+}
+
+/* The scheduler asks which of n queued or batched requests lost their
+ * client (attnd_sched_opts.departed). Their connections are suspended, so
+ * each socket is still open on our side; a peer that closed makes it
+ * readable at EOF. One poll over all of them; a request whose client left
+ * is marked gone and closed, not answered, when it resumes. */
+void attnd_http_departed(attnd_req *const *rs, int n, char *left, void *arg) {
+    (void)arg;
+    struct pollfd few[64], *pf = n <= 64 ? few : malloc((size_t)n * sizeof *pf);
+    if (!pf) return; /* out of memory: asked again at the next sweep */
+    for (int i = 0; i < n; i++)
+        pf[i] = (struct pollfd){.fd = ((const hreq *)rs[i])->sock, .events = POLLIN | POLLRDHUP};
+    if (poll(pf, (nfds_t)n, 0) > 0)
+        for (int i = 0; i < n; i++)
+            if (pf[i].revents && hung_up(&pf[i])) {
+                ((hreq *)rs[i])->gone = 1;
+                left[i] = 1;
+            }
+    if (pf != few) free(pf);
+}
+
+/* Percent-decoding of the path (and query arguments), in place, except
+ * %00: a NUL would cut the path short and route "/a%00/b" as "/a". */
+static size_t unescape(void *cls, struct MHD_Connection *c, char *uri) {
+    (void)cls;
+    (void)c;
+    char *w = uri;
+    for (const char *r = uri; *r;) {
+        int hi, lo;
+        if (r[0] == '%' && (hi = hexval(r[1])) >= 0 && (lo = hexval(r[2])) >= 0 && (hi | lo)) {
+            *w++ = (char)(hi << 4 | lo);
+            r += 3;
+        } else {
+            *w++ = *r++;
+        }
+    }
+    *w = '\0';
+    return (size_t)(w - uri);
+}
+
+/* ---- start and stop ---- */
+
+/* libmicrohttpd's own messages, as warnings of the one log. */
+static void mhd_log(void *cls, const char *fmt, va_list ap) {
+    (void)cls;
+    char msg[512];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    size_t n = strlen(msg);
+    while (n && (msg[n - 1] == '\n' || msg[n - 1] == '\r'))
+        msg[--n] = '\0';
+    attnd_log(LOG_WARN, "http: %s", msg);
+}
+
+static int start_mhd(attnd_http *s, char *err, size_t errlen) {
+    const attnd_config *c = s->cfg;
+    struct addrinfo hints, *ai = NULL;
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+    char port[16];
+    snprintf(port, sizeof(port), "%d", c->port);
+    int gai = getaddrinfo(c->host, port, &hints, &ai);
+    if (gai != 0 || !ai) {
+        snprintf(err, errlen, "cannot resolve host '%s': %s", c->host, gai_strerror(gai));
+        return -1;
+    }
+    /* poll(2), not epoll: libmicrohttpd 0.9.75 registers sockets with epoll
+     * edge-triggered and stops reading after a short read, so a client that
+     * sends part of a request and closes at once is never seen to close and
+     * holds its slot until the idle timeout (docs/config.md, "Connections"). */
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_ALLOW_SUSPEND_RESUME |
+                     MHD_USE_ERROR_LOG;
+    if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
+    s->mhd = MHD_start_daemon(
+        flags, (uint16_t)c->port, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log,
+        NULL, MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_THREAD_POOL_SIZE,
+        (unsigned)c->http_threads, MHD_OPTION_CONNECTION_LIMIT, (unsigned)c->max_connections,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)c->connection_timeout_s,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_NOTIFY_CONNECTION, on_connection,
+        s, MHD_OPTION_UNESCAPE_CALLBACK, unescape, NULL, MHD_OPTION_END);
+    freeaddrinfo(ai);
+    if (!s->mhd) {
+        snprintf(err, errlen, "cannot listen on %s:%d (address in use, or not allowed)", c->host,
+                 c->port);
+        return -1;
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_BIND_PORT);
+    s->port = di ? di->port : c->port;
+    return 0;
+}
+
+/* The API key from the variable server.api_key_env names, when set. */
+static int read_key(attnd_http *s) {
+    const char *env = s->cfg->api_key_env;
+    const char *key = env && env[0] ? getenv(env) : NULL;
+    if (!key || !key[0]) return 0;
+    s->api_key = strdup(key);
+    s->api_key_len = strlen(key);
+    return s->api_key ? 0 : -1;
+}
+
+int attnd_http_start(attnd_http *s, int *listen_failed, char *err, size_t errlen) {
+    const attnd_config *c = s->cfg;
+    *listen_failed = 0;
+    atomic_init(&s->state, S_STARTING);
+    atomic_init(&s->active, 0);
+    atomic_init(&s->past_deadline, 0);
+    atomic_init(&s->cut, 0);
+    atomic_init(&s->buffered, 0);
+    if (read_key(s) < 0) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    s->guard =
+        attnd_guard_new(c->max_connections, c->header_timeout_ms, c->body_timeout_ms, err, errlen);
+    if (!s->guard) return -1;
+    if (start_mhd(s, err, errlen) < 0) {
+        *listen_failed = 1;
+        return -1;
+    }
+    attnd_log(LOG_INFO, "api key: %s; cors: %s", s->api_key ? "required" : "none",
+              c->n_cors_origins ? "on" : "off");
+    return 0;
+}
+
+void attnd_http_quiesce(attnd_http *s) {
+    atomic_store(&s->state, S_DRAINING);
+    if (!s->mhd) return;
+    MHD_socket ls = MHD_quiesce_daemon(s->mhd);
+    if (ls != MHD_INVALID_SOCKET) close(ls);
+}
+
+void attnd_http_stop(attnd_http *s) {
+    atomic_store(&s->state, S_DRAINING);
+    if (s->mhd) MHD_stop_daemon(s->mhd);
+    s->mhd = NULL;
+}
+
+void attnd_http_free(attnd_http *s) {
+    attnd_http_stop(s);
+    attnd_guard_free(s->guard); /* after the daemon: it closed every connection */
+    s->guard = NULL;
+    free(s->api_key);
+    s->api_key = NULL;
+}

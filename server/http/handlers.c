@@ -1,0 +1,233 @@
+/* handlers.c - the route handlers of the table (routes.c), one function
+ * per route or pair of routes: each answers into h->r.reply, or parses
+ * its body (server/body/request.c), admits the job (server/batch/admit.c:
+ * the session dispatch of every API, X-Session-Id passed on as a plain
+ * string) and queues it, and returns 0; or returns -1 with h->err set.
+ * glue.c sends either, through send.c.
+ */
+#include <microhttpd.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../base/clock.h"
+#include "../batch/admit.h"
+#include "hreq.h"
+
+extern const char attnd_openapi_json[];
+extern const size_t attnd_openapi_json_len;
+
+/* The request body read so far (not NUL-terminated), "" when none. */
+static const char *body_of(const hreq *h) {
+    return h->in.p ? h->in.p : "";
+}
+
+/* 0 when a v2 route's {version} is absent or 1, else the 404. */
+static int version_ok(hreq *h) {
+    if (!h->rm.version[0] || strcmp(h->rm.version, "1") == 0) return 0;
+    return attnd_set_error(&h->err, AERR_NOT_FOUND,
+                           "unknown model version '%s' (attnd serves version 1)", h->rm.version);
+}
+
+/* A v2 route's {name} and {version}: the model's index, or -1 with the 404
+ * of an unknown model or version. */
+static int path_model(hreq *h) {
+    int mi = attnd_find_model(h->srv->env, h->rm.name, &h->err);
+    if (mi < 0 || version_ok(h) < 0) return -1;
+    return mi;
+}
+
+/* 503 unless the server is ready: "draining", or "starting" where the
+ * route tells the two apart. */
+static int ready(hreq *h, int says_starting) {
+    int state = atomic_load(&h->srv->state);
+    if (state == S_READY) return 0;
+    return attnd_set_error(&h->err, AERR_UNAVAILABLE, "%s",
+                           state == S_STARTING && says_starting ? "starting" : "draining");
+}
+
+/* A body written at start-up, answered as it is. */
+static int borrowed(hreq *h, const char *body) {
+    attnd_reply_borrow(&h->r.reply, AOK, body, strlen(body));
+    return 0;
+}
+
+/* ---- routes that describe the server ---- */
+
+/* GET /health */
+int attnd_handle_health(hreq *h) {
+    if (ready(h, 1) < 0) return -1;
+    return borrowed(h, "{\"status\":\"ok\"}\n");
+}
+
+/* GET /v2/health/live: the protocol's health answers are their status,
+ * with an empty body (docs/api.md, "Open Inference Protocol: MUST and
+ * SHOULD"). */
+int attnd_handle_v2_live(hreq *h) {
+    return borrowed(h, "");
+}
+
+/* GET /v2/health/ready */
+int attnd_handle_v2_ready(hreq *h) {
+    if (ready(h, 1) < 0) return -1;
+    return borrowed(h, "");
+}
+
+/* GET /v1/models */
+int attnd_handle_models(hreq *h) {
+    return borrowed(h, h->srv->meta->models);
+}
+
+/* GET /metrics: the counters, the scheduler's gauges, the sessions'. */
+int attnd_handle_metrics(hreq *h) {
+    attnd_http *s = h->srv;
+    int n = s->env->n_models, *depth = calloc((size_t)n, sizeof(int));
+    const char **names = calloc((size_t)n, sizeof(char *));
+    attnd_sbuf b;
+    attnd_sb_init(&b);
+    if (depth && names) {
+        attnd_sched_depths(s->sched, depth);
+        for (int i = 0; i < n; i++)
+            names[i] = s->env->models[i].name;
+    }
+    attnd_metrics_write(s->metrics, &b, names, depth, depth && names ? n : 0);
+    attnd_sched_metrics(s->sched, &b);
+    attnd_sessions_metrics(s->sessions, &b);
+    free(depth);
+    free(names);
+    size_t len = 0;
+    char *body = attnd_sb_take(&b, &len);
+    if (!body) return attnd_set_error(&h->err, AERR_INTERNAL, "out of memory");
+    attnd_reply_set(&h->r.reply, AOK, body, len, 0);
+    h->ctype = "text/plain; version=0.0.4; charset=utf-8";
+    return 0;
+}
+
+/* GET /openapi.json */
+int attnd_handle_openapi(hreq *h) {
+    attnd_reply_borrow(&h->r.reply, AOK, attnd_openapi_json, attnd_openapi_json_len);
+    return 0;
+}
+
+/* GET /v2 */
+int attnd_handle_v2(hreq *h) {
+    return borrowed(h, h->srv->meta->v2);
+}
+
+/* GET /v2/models/{name} and /v2/models/{name}/versions/{version} */
+int attnd_handle_v2_model(hreq *h) {
+    int mi = path_model(h);
+    return mi < 0 ? -1 : borrowed(h, h->srv->meta->v2_model[mi]);
+}
+
+/* GET /v2/models/{name}/ready and its versions/{version} form */
+int attnd_handle_v2_model_ready(hreq *h) {
+    if (path_model(h) < 0 || ready(h, 0) < 0) return -1;
+    return borrowed(h, "");
+}
+
+/* GET /ui and /ui/{name}: the viewer's page and files (server/ui/),
+ * without the key like /health (they hold no data); 404 with server.ui
+ * off. The page starts with "<!doctype html>", never "<html>" (send.c). */
+int attnd_handle_ui(hreq *h) {
+    const attnd_ui_file *f = h->srv->cfg->ui ? attnd_ui_find(h->rm.name) : NULL;
+    if (!f)
+        return attnd_set_error(&h->err, AERR_NOT_FOUND, "no route %s %.100s", h->method, h->path);
+    h->ui = f;
+    h->ctype = f->type;
+    if (attnd_ui_fresh(f, attnd_http_header(h, "If-None-Match")))
+        attnd_reply_borrow(&h->r.reply, AOK_UNCHANGED, "", 0);
+    else
+        attnd_reply_borrow(&h->r.reply, AOK, f->data, f->len);
+    return 0;
+}
+
+/* OPTIONS on a route, with CORS on: the route's methods (Allow), and the
+ * preflight's headers when the origin is allowed. */
+int attnd_handle_preflight(hreq *h) {
+    attnd_reply_borrow(&h->r.reply, AOK_PREFLIGHT, "", 0);
+    return 0;
+}
+
+/* ---- routes that compute ---- */
+
+/* Suspends the connection and queues the admitted job: the scheduler's
+ * reply, or its refusal, goes out when it resumes. */
+static int submit(hreq *h) {
+    attnd_error e = {AOK, ""};
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(h->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    h->sock = ci ? ci->connect_fd : -1;
+    /* suspend first: a fast worker may resume before we return */
+    h->phase = P_WAIT;
+    MHD_suspend_connection(h->conn);
+    h->submitted = 1;
+    if (attnd_sched_submit(h->srv->sched, &h->r, &e) < 0) {
+        h->submitted = 0;
+        attnd_reply_error(&h->r.reply, &e);
+        MHD_resume_connection(h->conn);
+    }
+    return 0;
+}
+
+/* The parsed job (rc: the parser's return) admitted, then queued; an open
+ * without a prefix is answered at once. An open's id is X-Session-Id when
+ * given, so that a load balancer hashing on that header keeps the
+ * session's steps on this replica (docs/deploy.md). The body is let go
+ * first: the job holds what the compute needs. */
+static int admit(hreq *h, int rc) {
+    attnd_http *s = h->srv;
+    attnd_http_drop_body(h);
+    if (rc < 0) return -1;
+    attnd_admit_env a = {s->sessions, s->env};
+    rc = attnd_admit(&a, &h->r, attnd_http_header(h, "X-Session-Id"), attnd_mono_s(), &h->err,
+                     &h->retry_after);
+    if (rc < 0) return -1;
+    return rc == 1 ? 0 : submit(h);
+}
+
+/* POST /v1/attention and /v1/models/{name}/attention */
+int attnd_handle_attention(hreq *h) {
+    const char *path_model = h->rm.name[0] ? h->rm.name : NULL;
+    return admit(
+        h, attnd_parse_native(h->srv->env, path_model, body_of(h), h->in.len, &h->r.job, &h->err));
+}
+
+/* POST /v2/models/{name}/infer and its versions/{version} form; the body
+ * may carry the binary data extension (Inference-Header-Content-Length:
+ * its JSON part's length); its parameters may open or step a session. */
+int attnd_handle_v2_infer(hreq *h) {
+    if (version_ok(h) < 0) return -1;
+    const char *hl = attnd_http_header(h, "Inference-Header-Content-Length");
+    uint64_t json_len = 0;
+    if (hl && (attnd_http_size(hl, (uint64_t)h->in.len, &json_len) < 0 || json_len == 0))
+        return attnd_set_error(&h->err, AERR_BAD_REQUEST,
+                               "Inference-Header-Content-Length: '%.40s' is not a size from 1 to "
+                               "the body's length",
+                               hl);
+    return admit(h, attnd_parse_v2(h->srv->env, h->rm.name, body_of(h), h->in.len, (size_t)json_len,
+                                   &h->r.job, &h->err));
+}
+
+/* POST /v1/sessions: a native body whose query, the prefix, may be left
+ * out. */
+int attnd_handle_session_open(hreq *h) {
+    return admit(h,
+                 attnd_parse_session_open(h->srv->env, body_of(h), h->in.len, &h->r.job, &h->err));
+}
+
+/* POST /v1/sessions/{id}/attention: the session's model reads the body. */
+int attnd_handle_session_step(hreq *h) {
+    const char *id = h->rm.name;
+    int mi = attnd_session_model(h->srv->sessions, id, attnd_mono_s());
+    if (mi < 0) return attnd_session_refusal(SESS_NOT_FOUND, id, &h->err);
+    return admit(h, attnd_parse_session_step(h->srv->env, mi, id, body_of(h), h->in.len, &h->r.job,
+                                             &h->err));
+}
+
+/* DELETE /v1/sessions/{id} */
+int attnd_handle_session_delete(hreq *h) {
+    attnd_session_status st = attnd_session_delete(h->srv->sessions, h->rm.name, attnd_mono_s());
+    if (st != SESS_OK) return attnd_session_refusal(st, h->rm.name, &h->err);
+    attnd_reply_borrow(&h->r.reply, AOK_NO_CONTENT, "", 0);
+    return 0;
+}

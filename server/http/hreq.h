@@ -1,0 +1,79 @@
+/* hreq.h - one HTTP request inside the HTTP side, and what glue.c,
+ * handlers.c and send.c share about it. Not for other parts: they see
+ * attnd_req (batch/req.h), which is its first member.
+ */
+#ifndef ATTND_HREQ_H
+#define ATTND_HREQ_H
+
+#include <microhttpd.h>
+#include <stdint.h>
+
+#include "../base/buffer.h"
+#include "../base/reply.h"
+#include "../batch/req.h"
+#include "../ui/ui.h"
+#include "guard.h"
+#include "http.h"
+#include "routes.h"
+
+enum { P_HEADERS = 0, P_BODY, P_WAIT, P_SENT };
+
+/* X-Request-Id: 1 to 64 of [A-Za-z0-9._:-] and the NUL. */
+#define ATTND_REQUEST_ID_MAX 65
+
+/* One HTTP request: the scheduler's job (r) and what the HTTP side keeps
+ * for it. Lives from the first handler call to the completion callback
+ * and, when queued, until the scheduler lets go (refcounted in r). */
+typedef struct attnd_http_req {
+    attnd_req r; /* first member: the job, its times and its reply */
+    attnd_http *srv;
+    struct MHD_Connection *conn;
+    attnd_route_match rm; /* route, captures, Allow */
+    attnd_route_id rid;   /* for metrics; R_UNKNOWN when no route */
+    char method[12];
+    char path[160];                /* for the access log, control characters replaced */
+    char id[ATTND_REQUEST_ID_MAX]; /* X-Request-Id */
+    const char *origin;            /* allowed CORS origin to echo (MHD-owned header), or NULL */
+    uint64_t t_recv_us;            /* first handler call */
+    int phase;                     /* P_HEADERS, P_BODY, P_WAIT (suspended), P_SENT */
+    attnd_error err;               /* its refusal, decided before the body was read or by its
+                                      handler; AOK while there is none */
+    attnd_sbuf in;                 /* the body */
+    long long in_held;             /* bytes of it counted in srv->buffered */
+    int refuse_now;                /* 1: err is answered before the body is read, then the
+                                      connection closes (413, 429 for the body budget) */
+    long long in_total;            /* body bytes received, kept or not */
+    int submitted;                 /* 1: handed to the scheduler */
+    int sock;                /* client socket while queued (asked whether the client left), or -1 */
+    int gone;                /* 1: its client left while queued: close, do not answer */
+    const char *ctype;       /* Content-Type of a success that is not JSON (metrics), or NULL */
+    int status;              /* status sent, 0 before */
+    attnd_kind sent;         /* kind of the answer sent */
+    size_t sent_bytes;       /* body bytes of the answer */
+    int late;                /* 1: its queued work was dropped at the drain deadline */
+    guard_conn *gc;          /* its connection's record in the guard, or NULL */
+    int retry_after;         /* Retry-After seconds of a 429, 0 = the default 1 */
+    const attnd_ui_file *ui; /* the viewer's file it answers (its own headers), or NULL */
+} hreq;
+
+/* send.c: every answer leaves through here, h->r.reply with the status of
+ * its kind and the headers of status.c. */
+enum MHD_Result attnd_http_send(hreq *h);
+/* send.c: the one maker of request ids: the client's X-Request-Id when it
+ * is sane (1 to 64 of [A-Za-z0-9._:-]), else a new one (16 hex digits).
+ * Returns 1 when the client's was taken. given may be NULL. */
+int attnd_http_request_id(const char *given, char out[ATTND_REQUEST_ID_MAX]);
+
+/* glue.c: frees the body read so far and gives its bytes back to the
+ * budget. */
+void attnd_http_drop_body(hreq *h);
+/* glue.c: a header's decimal size: digits only (no sign, no spaces), at
+ * most limit. Returns 0, or -1 with *v untouched. */
+int attnd_http_size(const char *s, uint64_t limit, uint64_t *v);
+/* glue.c: the value of request header name, or NULL. */
+const char *attnd_http_header(const hreq *h, const char *name);
+
+/* handlers.c: OPTIONS on a route, with CORS on (not a row of the table). */
+int attnd_handle_preflight(hreq *h);
+
+#endif

@@ -1,0 +1,163 @@
+/* server.c - the server's life (server.h): start (the models, the bodies
+ * that describe them, the session table, the scheduler, the HTTP side),
+ * drain, free. What each part does is its own folder's: server/http/,
+ * server/batch/, server/body/, server/obs/.
+ */
+#include "server.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../core/attn.h"
+#include "base/clock.h"
+#include "batch/sched.h"
+#include "batch/session.h"
+#include "body/meta.h"
+#include "body/request.h"
+#include "http/http.h"
+#include "http/routes.h"
+#include "obs/log.h"
+#include "obs/metrics.h"
+
+struct attnd_server {
+    const attnd_config *cfg; /* borrowed; outlives the server */
+    attn_model *models;      /* (n_models) loaded weights, owned */
+    attnd_model_info *info;  /* (n_models) names and hyper-parameters as loaded */
+    int n_models;
+    attnd_parse_env env;      /* what the readers check bodies against */
+    attnd_meta meta;          /* the bodies of the routes that describe the server */
+    attnd_sessions *sessions; /* KV-cache sessions */
+    attnd_sched *sched;       /* the queues, the batcher and the compute pool */
+    attnd_metrics metrics;
+    attnd_http http; /* libmicrohttpd and the routes */
+};
+
+/* Loads every model of the config, logging each. */
+static int load_models(attnd_server *s, char *err, size_t errlen) {
+    const attnd_config *c = s->cfg;
+    s->n_models = c->n_models; /* zeroed models are safe to free */
+    s->models = calloc((size_t)c->n_models, sizeof(attn_model));
+    s->info = calloc((size_t)c->n_models, sizeof(attnd_model_info));
+    if (!s->models || !s->info) {
+        snprintf(err, errlen, "out of memory loading models");
+        return -1;
+    }
+    for (int i = 0; i < c->n_models; i++) {
+        const attnd_model_config *mc = &c->models[i];
+        if (attnd_model_load(&s->models[i], mc, err, errlen) < 0) return -1;
+        const attn_hparams *hp = &s->models[i].hp;
+        s->info[i] = (attnd_model_info){mc->name, *hp, mc->max_positions};
+        attnd_log(
+            LOG_INFO,
+            "model %s: embed_dim=%d num_heads=%d kdim=%d vdim=%d bias=%s causal=%s weights=%s",
+            mc->name, hp->embed_dim, hp->num_heads, hp->kdim, hp->vdim, hp->bias ? "true" : "false",
+            hp->causal ? "true" : "false",
+            mc->weights ? mc->weights : "embedded default (fixed seed)");
+    }
+    s->env =
+        (attnd_parse_env){s->info, s->n_models, c->max_tokens_per_request, c->max_attention_floats};
+    return 0;
+}
+
+/* The session table with its reaper, and the scheduler whose callbacks
+ * are the HTTP side's. */
+static int start_compute(attnd_server *s, char *err, size_t errlen) {
+    const attnd_config *c = s->cfg;
+    attnd_session_limits sl = {c->max_sessions, c->max_session_bytes, c->max_session_bytes_each,
+                               c->session_idle_s};
+    s->sessions = attnd_sessions_new(&sl);
+    if (!s->sessions || attnd_sessions_reaper_start(s->sessions, attnd_mono_s) < 0) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    attnd_sched_opts o = {c,           s->models,           s->info,
+                          s->n_models, &s->metrics,         attnd_http_answer_ready,
+                          &s->http,    attnd_http_departed, &s->http};
+    s->sched = attnd_sched_new(&o, err, errlen);
+    return s->sched ? 0 : -1;
+}
+
+attnd_server *attnd_server_new(const attnd_config *cfg, attnd_exit *why, char *err, size_t errlen) {
+    *why = ATTND_EXIT_INTERNAL;
+    attnd_server *s = calloc(1, sizeof(*s));
+    if (!s) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    s->cfg = cfg;
+    const char *labels[R_COUNT + 1];
+    attnd_route_labels(labels);
+    attnd_metrics_init(&s->metrics, labels, R_COUNT + 1);
+    int listen_failed = 0;
+    if (load_models(s, err, errlen) < 0) {
+        *why = ATTND_EXIT_WEIGHTS;
+        goto fail;
+    }
+    if (attnd_meta_build(&s->meta, cfg, s->info, s->n_models) < 0) {
+        snprintf(err, errlen, "out of memory");
+        goto fail;
+    }
+    if (start_compute(s, err, errlen) < 0) goto fail;
+    s->http = (attnd_http){.cfg = cfg,
+                           .env = &s->env,
+                           .sched = s->sched,
+                           .sessions = s->sessions,
+                           .metrics = &s->metrics,
+                           .meta = &s->meta};
+    if (attnd_http_start(&s->http, &listen_failed, err, errlen) < 0) {
+        if (listen_failed) *why = ATTND_EXIT_LISTEN;
+        goto fail;
+    }
+    atomic_store(&s->http.state, S_READY);
+    return s;
+fail:
+    attnd_server_free(s);
+    return NULL;
+}
+
+int attnd_server_port(const attnd_server *s) {
+    return s->http.port;
+}
+
+static int idle(attnd_server *s) {
+    return atomic_load(&s->http.active) == 0 && attnd_sched_pending(s->sched) == 0;
+}
+
+int attnd_server_drain(attnd_server *s) {
+    attnd_http_quiesce(&s->http);
+    attnd_sched_drain(s->sched);
+    uint64_t limit = attnd_mono_us() + (uint64_t)s->cfg->drain_grace_s * 1000000u;
+    while (attnd_mono_us() < limit && !idle(s))
+        usleep(2000);
+    if (!idle(s)) {
+        /* what is answered from here on is cut: queued work gets 503 now,
+         * running batches finish, and stopping the daemon closes every
+         * connection still sending (each logged when it completes) */
+        long active = atomic_load(&s->http.active);
+        atomic_store(&s->http.past_deadline, 1);
+        attnd_log(LOG_WARN, "drain deadline of %d s passed with %ld request%s unfinished",
+                  s->cfg->drain_grace_s, active, active == 1 ? "" : "s");
+        attnd_sched_abort_queued(s->sched);
+    }
+    /* suspended connections must all be resumed before libmicrohttpd stops */
+    attnd_sched_stop(s->sched);
+    attnd_http_stop(&s->http);
+    return atomic_load(&s->http.cut);
+}
+
+void attnd_server_free(attnd_server *s) {
+    if (!s) return;
+    atomic_store(&s->http.state, S_DRAINING);
+    attnd_sched_stop(s->sched);
+    attnd_http_free(&s->http); /* every connection closed */
+    attnd_sched_free(s->sched);
+    attnd_sessions_free(s->sessions); /* after the HTTP side: no request holds a step */
+    for (int i = 0; i < s->n_models; i++)
+        attn_model_free(&s->models[i]);
+    free(s->models);
+    free(s->info);
+    attnd_meta_free(&s->meta);
+    free(s);
+}
