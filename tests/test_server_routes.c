@@ -1,13 +1,12 @@
-/* test_server_routes.c - the route table (matches, captures, 404, 405 and
- * Allow), the error road (kind -> status, body) and the metrics text. */
+/* test_server_routes.c - the route table: matches, captures, 404, 405 and
+ * Allow, the open routes, each row's handler, label and flags (the answer
+ * kinds are test_server_kinds.c's, the metrics text test_server_metrics.c's). */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../server/base/reply.h"
 #include "../server/http/routes.h"
-#include "../server/obs/metrics.h"
 #include "check_run.h"
 
 START_TEST(test_every_route_matches_itself) {
@@ -126,82 +125,6 @@ START_TEST(test_rows) {
 }
 END_TEST
 
-START_TEST(test_error_statuses_and_body) {
-    int want[ATTND_KINDS] = {200, 201, 204, 204, 304, 400, 401, 404,
-                             405, 413, 429, 500, 503, 504, 409};
-    for (int i = 0; i < ATTND_KINDS; i++) {
-        ck_assert_int_eq(attnd_kind_status((attnd_kind)i), want[i]);
-        ck_assert_int_eq(attnd_kind_is_error((attnd_kind)i), want[i] >= 400);
-    }
-    /* the headers hang on the kind */
-    ck_assert_uint_eq(attnd_kind_headers(AERR_METHOD), ATTND_HDR_ALLOW);
-    ck_assert_uint_eq(attnd_kind_headers(AERR_UNAUTHORIZED), ATTND_HDR_AUTHENTICATE);
-    ck_assert_uint_eq(attnd_kind_headers(AERR_QUEUE_FULL), ATTND_HDR_RETRY_AFTER);
-    ck_assert_uint_eq(attnd_kind_headers(AERR_UNAVAILABLE), ATTND_HDR_RETRY_AFTER);
-    ck_assert_uint_eq(attnd_kind_headers(AOK_NO_CONTENT), ATTND_HDR_ALLOW);
-    ck_assert_uint_eq(attnd_kind_headers(AOK_PREFLIGHT), ATTND_HDR_ALLOW | ATTND_HDR_PREFLIGHT);
-    ck_assert_uint_eq(attnd_kind_headers(AOK), 0);
-    ck_assert_uint_eq(attnd_kind_headers(AOK_UNCHANGED), 0);
-    ck_assert_uint_eq(attnd_kind_headers(AERR_BAD_REQUEST), 0);
-    size_t n = 0;
-    char *b = attnd_error_body("query[2][5]: not a \"number\"", &n);
-    ck_assert_str_eq(b, "{\"error\":\"query[2][5]: not a \\\"number\\\"\"}\n");
-    ck_assert_uint_eq(n, strlen(b));
-    free(b);
-    attnd_error e;
-    ck_assert_int_eq(attnd_set_error(&e, AERR_TOO_LARGE, "%d > %d", 5, 4), -1);
-    ck_assert_int_eq(e.code, AERR_TOO_LARGE);
-    ck_assert_str_eq(e.msg, "5 > 4");
-    /* a refusal answered: its kind and its body, the old body freed */
-    attnd_reply a = {0};
-    attnd_reply_set(&a, AOK, strdup("{}"), 2, 0);
-    attnd_reply_error(&a, &e);
-    ck_assert_int_eq(a.kind, AERR_TOO_LARGE);
-    ck_assert_str_eq(a.body, "{\"error\":\"5 > 4\"}\n");
-    ck_assert_uint_eq(a.len, strlen(a.body));
-    attnd_reply_free(&a);
-    ck_assert_ptr_null(a.body);
-}
-END_TEST
-
-START_TEST(test_metrics_text) {
-    static attnd_metrics m;
-    const char *labels[R_COUNT + 1];
-    attnd_route_labels(labels);
-    attnd_metrics_init(&m, labels, R_COUNT + 1);
-    attnd_metrics_request(&m, R_ATTENTION, 200, 1500);
-    attnd_metrics_request(&m, R_ATTENTION, 200, 2400000);
-    attnd_metrics_request(&m, R_V2_INFER, 429, 10);
-    attnd_metrics_reject(&m, AERR_QUEUE_FULL);
-    attnd_metrics_reject(&m, AERR_TIMEOUT);
-    attnd_hist_observe(&m.batch_size, 3);
-    attnd_sbuf b;
-    attnd_sb_init(&b);
-    const char *names[1] = {"default"};
-    int depth[1] = {7};
-    attnd_metrics_write(&m, &b, names, depth, 1);
-    const char *want[] = {
-        "attnd_requests_total{route=\"/v1/attention\",status=\"200\"} 2\n",
-        "attnd_requests_total{route=\"/v2/models/:name/infer\",status=\"429\"} 1\n",
-        "attnd_request_duration_seconds_bucket{le=\"0.0025\"} 2\n",
-        "attnd_request_duration_seconds_bucket{le=\"2.5\"} 3\n",
-        "attnd_request_duration_seconds_bucket{le=\"+Inf\"} 3\n",
-        "attnd_request_duration_seconds_count 3\n",
-        "attnd_request_duration_seconds_sum 2.40151\n",
-        "attnd_batch_size_bucket{le=\"2\"} 0\n",
-        "attnd_batch_size_bucket{le=\"4\"} 1\n",
-        "attnd_queue_depth{model=\"default\"} 7\n",
-        "attnd_rejected_total{reason=\"queue_full\"} 1\n",
-        "attnd_timeouts_total 1\n",
-        "# TYPE attnd_compute_seconds histogram\n",
-        "# TYPE attnd_tokens_total counter\n",
-    };
-    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
-        ck_assert_msg(strstr(b.p, want[i]), "missing %s", want[i]);
-    attnd_sb_free(&b);
-}
-END_TEST
-
 int main(void) {
     Suite *s = suite_create("server_routes");
     TCase *tc = tcase_create("routes");
@@ -210,8 +133,6 @@ int main(void) {
     tcase_add_test(tc, test_head_and_options);
     tcase_add_test(tc, test_open_routes);
     tcase_add_test(tc, test_rows);
-    tcase_add_test(tc, test_error_statuses_and_body);
-    tcase_add_test(tc, test_metrics_text);
     suite_add_tcase(s, tc);
     return check_run(s);
 }

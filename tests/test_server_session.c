@@ -422,6 +422,80 @@ START_TEST(test_threads) {
 }
 END_TEST
 
+/* Look up: a session's model while it lives, -1 once it is deleted or
+ * idle past its timeout; and the cache grows by doubling as steps come. */
+START_TEST(test_look_up_and_grow) {
+    attnd_sessions *st = table(8, 1 << 20, 1 << 20, 60);
+    char a[ATTND_SESSION_ID_LEN + 1], b[ATTND_SESSION_ID_LEN + 1];
+    attnd_session_step p;
+    int retry = 0;
+    ck_assert_int_eq(attnd_session_open(st, 3, ROW, 1, 100, 0, NULL, a, &p, &retry), SESS_OK);
+    fill(&p);
+    attnd_session_end(st, &p, 1, 0);
+    open_n(st, 2, 0, b);
+    ck_assert_int_eq(attnd_session_model(st, a, 10), 3);
+    ck_assert_int_eq(attnd_session_model(st, b, 10), 0);
+    long long bytes = stats(st).bytes;
+    for (int k = 0; k < 5; k++) { /* a grows to 6 rows: its cache doubles past 1, 2, 4 */
+        ck_assert_int_eq(attnd_session_begin(st, a, 1, 10, &p, &retry), SESS_OK);
+        fill(&p);
+        check_rows(&p);
+        attnd_session_end(st, &p, 1, 10);
+    }
+    ck_assert_int_eq(stats(st).tokens, 8);
+    ck_assert_int_eq(stats(st).bytes, bytes + (8 - 1) * ROW * (long long)sizeof(float));
+    ck_assert_int_eq(attnd_session_delete(st, a, 10), SESS_OK);
+    ck_assert_int_eq(attnd_session_model(st, a, 10), -1);
+    ck_assert_int_eq(attnd_session_model(st, b, 70), -1); /* idle 70 s of 60 */
+    attnd_sessions_free(st);
+}
+END_TEST
+
+/* Each refusal's kind and sentence; a missing session's names its id. */
+START_TEST(test_refusals) {
+    static const struct {
+        attnd_session_status s;
+        attnd_kind k;
+    } want[] = {{SESS_NOT_FOUND, AERR_NOT_FOUND}, {SESS_BUSY, AERR_CONFLICT},
+                {SESS_FULL, AERR_QUEUE_FULL},     {SESS_TOO_BIG, AERR_TOO_LARGE},
+                {SESS_TOO_LONG, AERR_TOO_LARGE},  {SESS_NOMEM, AERR_INTERNAL},
+                {SESS_ID_TAKEN, AERR_CONFLICT},   {SESS_BAD_ID, AERR_BAD_REQUEST}};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        attnd_error e;
+        ck_assert_int_eq(attnd_session_refusal(want[i].s, "abc", &e), -1);
+        ck_assert_int_eq(e.code, want[i].k);
+        ck_assert_str_ne(e.msg, "");
+        ck_assert_int_eq(strstr(e.msg, "'abc'") != NULL, want[i].s == SESS_NOT_FOUND);
+    }
+}
+END_TEST
+
+/* The table's counters as /metrics shows them. */
+START_TEST(test_metrics_text) {
+    attnd_sessions *st = table(1, 1 << 20, 1 << 20, 60);
+    char a[ATTND_SESSION_ID_LEN + 1], b[ATTND_SESSION_ID_LEN + 1];
+    attnd_session_step p;
+    int retry = 0;
+    open_n(st, 3, 0, a);
+    ck_assert_int_eq(attnd_session_open(st, 0, ROW, 1, 100, 0, NULL, b, &p, &retry), SESS_FULL);
+    attnd_sbuf t;
+    attnd_sb_init(&t);
+    attnd_sessions_metrics(st, &t);
+    const char *lines[] = {"# TYPE attnd_sessions gauge\nattnd_sessions 1\n",
+                           "\nattnd_session_cached_tokens 3\n",
+                           "\nattnd_session_bytes 48\n",
+                           "\nattnd_sessions_opened_total 1\n",
+                           "\nattnd_sessions_deleted_total 0\n",
+                           "\nattnd_session_evictions_total{reason=\"idle\"} 0\n",
+                           "\nattnd_session_refused_total{reason=\"full\"} 1\n",
+                           "\nattnd_session_refused_total{reason=\"too_large\"} 0\n"};
+    for (size_t i = 0; i < sizeof lines / sizeof lines[0]; i++)
+        ck_assert_msg(strstr(t.p, lines[i]) != NULL, "missing %s in\n%s", lines[i], t.p);
+    attnd_sb_free(&t);
+    attnd_sessions_free(st);
+}
+END_TEST
+
 static Suite *session_suite(void) {
     Suite *s = suite_create("session");
     TCase *t = tcase_create("table");
@@ -438,6 +512,9 @@ static Suite *session_suite(void) {
     tcase_add_test(t, test_total_budget);
     tcase_add_test(t, test_session_count);
     tcase_add_test(t, test_threads);
+    tcase_add_test(t, test_look_up_and_grow);
+    tcase_add_test(t, test_refusals);
+    tcase_add_test(t, test_metrics_text);
     suite_add_tcase(s, t);
     return s;
 }
