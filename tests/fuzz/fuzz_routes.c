@@ -1,27 +1,29 @@
 /* fuzz_routes.c - libFuzzer target: the route table and the header
- * handling of server/http/http.c, in process. The bytes are lines: method, URL
+ * handling of the HTTP side, in process. The bytes are lines: method, URL
  * (percent-escaped, as it arrives), Inference-Header-Content-Length,
  * X-Request-Id, Authorization, Content-Length, Origin (a missing line is an
  * absent header). They go the daemon's way: the URL through its unescape
- * callback, then the route matcher (server/http/routes.c); the headers through
- * the same static helpers the request handler calls, and the whole first
- * look at a request (examine: route, method, CORS origin, API key,
+ * callback, then the route matcher (server/http/routes.c); the headers
+ * through the same helpers the request handler calls (the size reader, the
+ * request id maker of server/http/send.c, the key check), and the whole
+ * first look at a request (examine: route, method, CORS origin, API key,
  * draining, declared body size against max_body_bytes and the body budget)
  * on three servers (a key and one CORS origin; no key and "*"; draining),
- * which is why this file includes server/http/http.c whole. examine reads its
- * headers through MHD_lookup_connection_value, which this file defines:
- * the executable's definition comes before the library's, so no
+ * which is why this file includes server/http/glue.c whole. examine reads
+ * its headers through MHD_lookup_connection_value, which this file
+ * defines: the executable's definition comes before the library's, so no
  * connection is needed. Each answer is held to an independent statement
  * of what it should be: a matched route's pattern with its captures put
- * back is the path; a size is digits only and within its limit; a request
- * id is 1 to 64 of [A-Za-z0-9._:-]; the API key matches only "Bearer
+ * back is the path; a size is digits only and within its limit; a
+ * client's request id is kept when it is 1 to 64 of [A-Za-z0-9._:-] and
+ * replaced by 16 hex digits otherwise; the API key matches only "Bearer
  * <key>"; examine refuses with the first of 404, 405, 401, 503, then a
  * Content-Length that is not digits (400), past max_body_bytes (413) or
  * past the body budget (429), the last three at once, and reserves at
  * most 64 KiB for a body it has not seen.
  *   make fuzz-smoke; make fuzz-long
  */
-#include "../../server/http/http.c"
+#include "../../server/http/glue.c"
 
 #include <errno.h>
 
@@ -84,7 +86,7 @@ static void check_size(const char *s) {
     static const uint64_t limits[] = {0, 1, 255, 65536, UINT64_MAX};
     for (size_t i = 0; i < sizeof(limits) / sizeof(limits[0]); i++) {
         uint64_t v = 12345;
-        int rc = parse_size(s, limits[i], &v);
+        int rc = attnd_http_size(s, limits[i], &v);
         int digits = s[0] != '\0' && strspn(s, "0123456789") == strlen(s);
         errno = 0;
         unsigned long long ref = digits ? strtoull(s, NULL, 10) : 0;
@@ -98,11 +100,16 @@ static void check_id(const char *s) {
     size_t n = strlen(s);
     int want = n >= 1 && n <= 64 &&
                strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.:") == n;
-    FUZZ_CHECK(sane_id(s) == want);
+    char id[ATTND_REQUEST_ID_MAX];
+    FUZZ_CHECK(attnd_http_request_id(s, id) == want);
+    if (want)
+        FUZZ_CHECK(strcmp(id, s) == 0);
+    else
+        FUZZ_CHECK(strlen(id) == 16 && strspn(id, "0123456789abcdef") == 16);
 }
 
 static void check_key(const char *hdr) {
-    attnd_server s;
+    attnd_http s;
     memset(&s, 0, sizeof(s));
     s.api_key = "k3y";
     s.api_key_len = 3;
@@ -136,7 +143,7 @@ enum { MAX_BODY = 1 << 20, BUDGET = 3 << 19 };
 
 /* What examine must decide: the refusal's kind and whether it goes out at
  * once. */
-static attnd_kind expected(const attnd_server *s, const char *method, const char *path,
+static attnd_kind expected(const attnd_http *s, const char *method, const char *path,
                            const fake_headers *f, long long buffered, int *now) {
     attnd_route_match m;
     int st = attnd_route_find(method, path, s->cfg->n_cors_origins > 0, &m);
@@ -168,7 +175,7 @@ static attnd_kind expected(const attnd_server *s, const char *method, const char
     return AOK;
 }
 
-static void check_examine(attnd_server *s, const char *method, const char *url, const char *path,
+static void check_examine(attnd_http *s, const char *method, const char *url, const char *path,
                           const fake_headers *f, long long buffered) {
     hreq *h = calloc(1, sizeof(*h));
     FUZZ_CHECK(h != NULL);
@@ -209,10 +216,12 @@ static void examine_all(const char *method, const char *url, const char *path,
     cfg.max_body_bytes = MAX_BODY;
     cfg.max_buffered_body_bytes = BUDGET;
     cfg.max_queue_requests = 1;
-    attnd_server s;
+    attnd_parse_env env = {NULL, 0, 0, 0}; /* no model: no queue is looked at */
+    attnd_http s;
     for (int v = 0; v < 3; v++) {
         memset(&s, 0, sizeof(s));
         s.cfg = &cfg;
+        s.env = &env;
         cfg.cors_origins = v == 0 ? one : any;
         cfg.n_cors_origins = v == 2 ? 0 : 1;
         if (v != 1) {

@@ -184,7 +184,8 @@ def routes():
 
 
 def session():
-    """Bodies of POST /v1/sessions and of a step (fuzz_session.c)."""
+    """Bodies of POST /v1/sessions, of a step, and of a v2 infer that opens or
+    steps a session (fuzz_session.c; its table holds SID)."""
     t = "fuzz_session"
     put(t, "empty", "")
     put(t, "model.json", json.dumps({"model": "small"}))
@@ -208,6 +209,15 @@ def session():
     put(t, "dup_query.json", '{"query": [[1,2,3,4]], "query": [[1,2,3,4]]}')
     put(t, "bad_literal.json", '{"model": "small", "causal": tru`}')
     put(t, "trailing.json", '{"model": "small"} {}')
+    sid = "0123456789abcdef0123456789abcdef"
+    q = {"name": "query", "shape": [1, 2, 4], "datatype": "FP32", "data": flat(2, 4)}
+    put(t, "v2_open.json", json.dumps({"inputs": [q], "parameters": {"session_open": True}}))
+    put(t, "v2_step.json", json.dumps({"inputs": [q], "parameters": {"session_id": sid,
+                                                                     "attention": "mean"}}))
+    put(t, "v2_both.json", json.dumps({"inputs": [q], "parameters": {"session_id": sid,
+                                                                     "session_open": True}}))
+    put(t, "v2_unknown.json", json.dumps({"inputs": [q], "parameters": {"session_id": "f" * 32}}))
+    put(t, "v2_plain.json", json.dumps({"inputs": [q]}))
 
 
 def state_file(length, G=2, D=3, precision="fp32", meta=None, positions=None, vals=None):
