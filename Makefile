@@ -179,18 +179,21 @@ asan: deps
 
 # The pool suite checks the core's own thread pool alone (1 to 4 threads),
 # the core suite uses it (2 and 3 threads), the answer suite writes answers
-# on it; the daemon's concurrency suite exercises the queue, batcher and
-# workers; the OTLP suites submit from several threads while the exporter's
-# thread sends, to a peer and to the real collector.
+# on it, the pipeline suite runs session steps and whole sequences through
+# one batch on it; the daemon's concurrency suite exercises the queue,
+# batcher and workers; the OTLP suites submit from several threads while the
+# exporter's thread sends, to a peer and to the real collector.
 tsan: deps
 	$(MAKE) BUILD=build-tsan OPT=-O1 SAN="-fsanitize=thread" all build-tsan/tests/test_pool build-tsan/tests/test_core build-tsan/tests/test_server_session build-tsan/tests/test_decoder \
 	  build-tsan/tests/test_server_guard build-tsan/tests/test_invariance build-tsan/tests/test_server_sched \
-	  build-tsan/tests/test_server_answer build-tsan/tests/test_server_otlp build-tsan/tests/test_server_otlp_collector $(OTELCOL)
+	  build-tsan/tests/test_server_answer build-tsan/tests/test_server_pipeline build-tsan/tests/test_server_otlp \
+	  build-tsan/tests/test_server_otlp_collector $(OTELCOL)
 	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no build-tsan/tests/test_pool
 	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no build-tsan/tests/test_core
 	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no build-tsan/tests/test_invariance
 	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no build-tsan/tests/test_server_sched
 	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no build-tsan/tests/test_server_answer
+	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no build-tsan/tests/test_server_pipeline
 	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no build-tsan/tests/test_server_session
 	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no build-tsan/tests/test_decoder
 	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no build-tsan/tests/test_server_guard
