@@ -248,53 +248,69 @@ int attnd_session_id_ok(const char *id) {
     return n == ATTND_SESSION_ID_LEN;
 }
 
-attnd_session_status attnd_session_open(attnd_sessions *st, int model, size_t row_floats,
-                                        int tokens, int max_len, double now, const char *want_id,
-                                        char id[ATTND_SESSION_ID_LEN + 1], attnd_session_step *step,
-                                        int *retry_after_s) {
-    if (want_id && !attnd_session_id_ok(want_id)) return SESS_BAD_ID;
+/* A new session, not yet in the table: its id want_id, or a new one. NULL
+ * when out of memory (or out of randomness). */
+static attnd_session *session_new(int model, size_t row_floats, int max_len, double now,
+                                  const char *want_id) {
     attnd_session *s = calloc(1, sizeof *s);
-    if (s && want_id) memcpy(s->id, want_id, ATTND_SESSION_ID_LEN + 1);
-    if (!s || (!want_id && new_id(s->id) != 0)) {
+    if (!s) return NULL;
+    if (want_id)
+        memcpy(s->id, want_id, ATTND_SESSION_ID_LEN + 1);
+    else if (new_id(s->id) != 0) {
         free(s);
-        return SESS_NOMEM;
+        return NULL;
     }
     s->model = model;
     s->row_floats = row_floats;
     s->max_len = max_len;
     s->last_used = now;
-    pthread_mutex_lock(&st->mu);
-    attnd_session_status r = SESS_OK;
+    return s;
+}
+
+/* Whether new session s, with tokens rows, fits the table (mu held): its
+ * id free (an expired holder ended), a slot, and its cache in the budget. */
+static attnd_session_status room_for(attnd_sessions *st, attnd_session *s, int tokens, double now,
+                                     int *retry_after_s) {
     attnd_session *same = find(st, s->id);
-    if (same && expired(st, same, now)) {
+    if (same && !expired(st, same, now)) return SESS_ID_TAKEN;
+    if (same) {
         unlink_session(st, same);
         drop(st, same);
         st->totals.expired++;
-    } else if (same) {
-        r = SESS_ID_TAKEN;
     }
-    if (r == SESS_OK && st->count >= st->lim.max_sessions) sweep(st, now);
-    if (r == SESS_OK && st->count >= st->lim.max_sessions) {
+    if (st->count >= st->lim.max_sessions) sweep(st, now);
+    if (st->count >= st->lim.max_sessions) {
         *retry_after_s = retry_after(st, now);
-        r = SESS_FULL;
+        return SESS_FULL;
     }
-    if (r == SESS_OK) r = grow_cache(st, s, tokens, now, retry_after_s);
-    if (r != SESS_OK) { /* grow_cache changed nothing: s holds no rows */
+    return grow_cache(st, s, tokens, now, retry_after_s);
+}
+
+attnd_session_status attnd_session_open(attnd_sessions *st, int model, size_t row_floats,
+                                        int tokens, int max_len, double now, const char *want_id,
+                                        char id[ATTND_SESSION_ID_LEN + 1], attnd_session_step *step,
+                                        int *retry_after_s) {
+    if (want_id && !attnd_session_id_ok(want_id)) return SESS_BAD_ID;
+    attnd_session *s = session_new(model, row_floats, max_len, now, want_id);
+    if (!s) return SESS_NOMEM;
+    pthread_mutex_lock(&st->mu);
+    attnd_session_status r = room_for(st, s, tokens, now, retry_after_s);
+    if (r == SESS_OK) {
+        size_t b = bucket_of(st, s->id);
+        s->next = st->buckets[b];
+        st->buckets[b] = s;
+        st->count++;
+        st->totals.opened++;
+        start_step(s, tokens, now, step);
+        step->opening = 1;
+        memcpy(id, s->id, ATTND_SESSION_ID_LEN + 1);
+        s = NULL; /* the table's */
+    } else {
         refused(st, r);
-        pthread_mutex_unlock(&st->mu);
-        session_free(s);
-        return r;
     }
-    size_t b = bucket_of(st, s->id);
-    s->next = st->buckets[b];
-    st->buckets[b] = s;
-    st->count++;
-    st->totals.opened++;
-    start_step(s, tokens, now, step);
-    step->opening = 1;
-    memcpy(id, s->id, ATTND_SESSION_ID_LEN + 1);
     pthread_mutex_unlock(&st->mu);
-    return SESS_OK;
+    session_free(s); /* refused: grow_cache changed nothing, s holds no rows */
+    return r;
 }
 
 attnd_session_status attnd_session_begin(attnd_sessions *st, const char *id, int tokens, double now,

@@ -303,34 +303,41 @@ static const jfield TENSOR_OBJECT_FIELDS[] = {
 };
 static const jtable TENSOR_OBJECT = JTABLE("key of a tensor object", TENSOR_OBJECT_FIELDS, 0);
 
+/* The object's base64 decoded into buf (cap bytes): exactly need bytes,
+ * or -1 with e set. */
+static int decode_b64(const tensor_object *o, const char *field, void *buf, size_t cap,
+                      uint64_t need, attnd_error *e) {
+    size_t got = 0;
+    /* line breaks come as \n escapes, so only a decoded copy can hold them */
+    if (attnd_b64_decode(o->text, o->len, buf, cap, &got, o->copy != NULL) < 0) {
+        char why[200];
+        attnd_b64_explain(o->text, o->len, o->copy != NULL, why, sizeof(why));
+        return attnd_set_error(e, AERR_BAD_REQUEST, "%s.b64: %s", field, why);
+    }
+    if (got != need)
+        return attnd_set_error(e, AERR_BAD_REQUEST,
+                               "%s.b64: %zu bytes where shape and dtype need %llu", field, got,
+                               (unsigned long long)need);
+    return 0;
+}
+
 /* Decodes the object's base64 into t, checking it against shape and dtype. */
 static int decode_object(const tensor_object *o, const char *field, int neg_inf_ok, attnd_tensor *t,
                          attnd_error *e) {
-    int is_bool = o->dtype == DTYPE_BOOL, rank = o->shape.rank;
+    int is_bool = o->dtype == DTYPE_BOOL, rank = o->shape.rank, rc = -1;
     uint64_t n, need;
+    void *buf = NULL;
     if (attnd_tensor_size(&o->shape, is_bool ? 1 : sizeof(float), field, &n, &need, e) < 0)
         return -1;
-    size_t cap = attnd_b64_decoded_max(o->len), got = 0;
+    size_t cap = attnd_b64_decoded_max(o->len);
     if (need > cap)
         return attnd_set_error(e, AERR_BAD_REQUEST,
                                "%s.b64: %zu characters cannot hold the %llu bytes shape and dtype "
                                "need",
                                field, o->len, (unsigned long long)need);
-    void *buf = malloc(cap ? cap : 1);
-    if (!buf) return attnd_set_error(e, AERR_INTERNAL, "out of memory reading %s", field);
-    /* line breaks come as \n escapes, so only a decoded copy can hold them */
-    if (attnd_b64_decode(o->text, o->len, buf, cap, &got, o->copy != NULL) < 0) {
-        char why[200];
-        attnd_b64_explain(o->text, o->len, o->copy != NULL, why, sizeof(why));
-        free(buf);
-        return attnd_set_error(e, AERR_BAD_REQUEST, "%s.b64: %s", field, why);
-    }
-    if (got != need) {
-        free(buf);
-        return attnd_set_error(e, AERR_BAD_REQUEST,
-                               "%s.b64: %zu bytes where shape and dtype need %llu", field, got,
-                               (unsigned long long)need);
-    }
+    if (!(buf = malloc(cap ? cap : 1)))
+        return attnd_set_error(e, AERR_INTERNAL, "out of memory reading %s", field);
+    if (decode_b64(o, field, buf, cap, need, e) < 0) goto cleanup;
     memset(t, 0, sizeof(*t));
     t->rank = rank;
     for (int d = 0; d < rank; d++)
@@ -341,10 +348,15 @@ static int decode_object(const tensor_object *o, const char *field, int neg_inf_
         t->u = buf;
         for (size_t k = 0; k < t->n; k++)
             t->u[k] = t->u[k] != 0;
-        return 0;
+        rc = 0;
+    } else {
+        t->f = buf;
+        rc = attnd_tensor_check_finite(t, field, neg_inf_ok, e);
     }
-    t->f = buf;
-    return attnd_tensor_check_finite(t, field, neg_inf_ok, e);
+    buf = NULL; /* t's now */
+cleanup:
+    free(buf);
+    return rc;
 }
 
 static int read_object(jin *j, const char *field, attnd_tensor_kind kind, int max_rank,
