@@ -438,18 +438,15 @@ static int store_rolemap(attnd_model_config *mc, json_t *v, const char *src, con
     const char *role;
     json_t *name;
     json_object_foreach(v, role, name) {
-        int r = 0;
-        while (r < ROLE_COUNT && strcmp(attnd_role_name((attnd_role)r), role) != 0)
-            r++;
-        if (r == ROLE_COUNT) {
+        int r;
+        if (attnd_enum_value(&attnd_roles, role, &r) < 0) {
             cfg_nearest n = {.name = role};
-            char hint[160];
-            for (int i = 0; i < ROLE_COUNT; i++)
-                cfg_nearest_try(&n, attnd_role_name((attnd_role)i));
-            return cfg_fail(err, errlen,
-                            "%s: %s.%s: unknown role%s (roles: q_weight, q_bias, k_weight, "
-                            "k_bias, v_weight, v_bias, out_weight, out_bias).",
-                            src, key, role, cfg_nearest_hint(&n, "", hint, sizeof hint));
+            char hint[160], roles[200];
+            for (int i = 0; i < attnd_roles.n; i++)
+                cfg_nearest_try(&n, attnd_roles.rows[i].name);
+            return cfg_fail(err, errlen, "%s: %s.%s: unknown role%s (roles: %s).", src, key, role,
+                            cfg_nearest_hint(&n, "", hint, sizeof hint),
+                            attnd_enum_words(&attnd_roles, ", ", roles, sizeof roles));
         }
         if (!json_is_string(name))
             return cfg_fail(err, errlen, "%s: %s.%s: must be a string, not %s.", src, key, role,

@@ -31,12 +31,16 @@
 #include "safetensors.h"
 #include "weights.h"
 
-static const char *const role_names[ROLE_COUNT] = {
-    "q_weight", "q_bias", "k_weight", "k_bias", "v_weight", "v_bias", "out_weight", "out_bias",
+static const attnd_enum_row ROLES[] = {
+    {"q_weight", ROLE_Q_WEIGHT},     {"q_bias", ROLE_Q_BIAS},     {"k_weight", ROLE_K_WEIGHT},
+    {"k_bias", ROLE_K_BIAS},         {"v_weight", ROLE_V_WEIGHT}, {"v_bias", ROLE_V_BIAS},
+    {"out_weight", ROLE_OUT_WEIGHT}, {"out_bias", ROLE_OUT_BIAS},
 };
+const attnd_enum attnd_roles = ATTND_ENUM(ROLES);
 
 const char *attnd_role_name(attnd_role r) {
-    return (unsigned)r < ROLE_COUNT ? role_names[r] : "?";
+    const char *w = attnd_enum_name(&attnd_roles, (int)r);
+    return w ? w : "?";
 }
 
 /* Where one role's floats come from. */
@@ -193,11 +197,12 @@ static void role_shape(const attn_hparams *hp, attnd_role r, uint64_t *rows, uin
  * holds ("roles q_weight, k_weight and v_weight"). */
 static void role_label(char *out, size_t n, attnd_role r, int part) {
     if (part < 0) {
-        snprintf(out, n, "role %s", role_names[r]);
+        snprintf(out, n, "role %s", attnd_role_name(r));
         return;
     }
     int q = (int)r - 2 * part;
-    snprintf(out, n, "roles %s, %s and %s", role_names[q], role_names[q + 2], role_names[q + 4]);
+    snprintf(out, n, "roles %s, %s and %s", attnd_role_name((attnd_role)q),
+             attnd_role_name((attnd_role)(q + 2)), attnd_role_name((attnd_role)(q + 4)));
 }
 
 /* The tensor rs names (after prefix), or its second choice. NULL when

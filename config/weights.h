@@ -11,6 +11,7 @@
 #include <stddef.h>
 
 #include "../core/attn.h"
+#include "enums.h"
 
 /* The eight weight roles a model's tensors fill: weight and bias alternate,
  * q, k, v, then out (weights.c relies on that order). */
@@ -50,7 +51,9 @@ int attnd_model_load(attn_model *m, const attnd_model_config *mc, char *err, siz
 int attnd_model_load_mem(attn_model *m, const attnd_model_config *mc, const void *buf, size_t len,
                          const char *file, char *err, size_t errlen);
 
-/* The role names used in the "tensors" map ("q_weight", ...); "?" out of range. */
+/* The role names of the "tensors" map ("q_weight", ...) <-> attnd_role. */
+extern const attnd_enum attnd_roles;
+/* A role's name; "?" out of range. */
 const char *attnd_role_name(attnd_role r);
 
 #endif
