@@ -53,7 +53,7 @@ START_TEST(test_files_are_the_tree_s) {
         ck_assert_int_eq(f->etag[0], '"');
         ck_assert_int_eq(f->etag[17], '"');
     }
-    /* the page never starts as libmicrohttpd's error pages do (httperr.c) */
+    /* the page never starts as libmicrohttpd's error pages do (server/http/send.c) */
     ck_assert_int_ne(strncmp(attnd_ui_find("")->data, "<html>", 6), 0);
     /* distinct bytes, distinct tags */
     ck_assert_str_ne(attnd_ui_find("")->etag, attnd_ui_find("app.js")->etag);
