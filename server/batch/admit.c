@@ -31,7 +31,6 @@ static int begin(const attnd_admit_env *a, attnd_req *r, int rows, const char *w
     const attn_hparams *hp = &m->hp; /* num_kv_heads and head_dim filled by the core */
     attnd_req_step *rs = &r->step;
     attnd_session_status s;
-    rs->table = a->table;
     if (r->job.session_id) {
         snprintf(rs->id, sizeof rs->id, "%s", r->job.session_id);
         s = attnd_session_begin(a->table, r->job.session_id, rows, now, &rs->st, retry);
@@ -42,7 +41,9 @@ static int begin(const attnd_admit_env *a, attnd_req *r, int rows, const char *w
         s = attnd_session_open(a->table, r->job.model, row_floats, rows, max_len, now, want_id,
                                rs->id, &rs->st, retry);
     }
-    return s == SESS_OK ? 0 : attnd_session_refusal(s, r->job.session_id, e);
+    if (s != SESS_OK) return attnd_session_refusal(s, r->job.session_id, e);
+    rs->table = a->table; /* a step from here on */
+    return 0;
 }
 
 /* An open without a prefix: the session opened empty, answered at once. */
