@@ -55,7 +55,7 @@ typedef struct {
 typedef struct attnd_sched attnd_sched;
 
 /* Starts the compute pool (attn_ctx_new(cfg->worker_threads), resolved
- * from the CPUs before: server/cpus.c), the batcher and the sweeper. */
+ * from the CPUs before: server/base/cpus.c), the batcher and the sweeper. */
 attnd_sched *attnd_sched_new(const attnd_sched_opts *o, char *err, size_t errlen);
 /* Queues r (admitted: attnd_admit). Takes a reference on success.
  * Returns 0, or -1 with e set (AERR_QUEUE_FULL, AERR_UNAVAILABLE when
