@@ -182,29 +182,6 @@ int attn_forward(attn_ctx *ctx, const attn_model *m, attn_batch *b, char *err, s
  * cache steps included. */
 int attn_forward_ref(const attn_model *m, attn_batch *b, char *err, size_t errlen);
 
-/* ---- KV-cache steps as a call of their own (core/steps.c) --------------- */
-
-/* One step of a KV-cache session: n new query rows at positions len ..
- * len+n-1 attend causally over the len cached tokens and themselves. The
- * cache holds one row per token: its rotated key (G,D), then its value
- * (G,D), so 2*G*D floats; the step writes its own rows [len, len+n). */
-typedef struct {
-    int n;                     /* new rows, >= 1 */
-    int len;                   /* tokens already cached, >= 0 */
-    float *kv;                 /* (len+n, 2*G*D), caller-owned; rows [len, len+n) written */
-    const float *query;        /* (n, E) */
-    float *out;                /* out: (n, E) */
-    attn_weights_mode weights; /* which attention matrix to return */
-    float *attn;               /* out: (H,n,len+n) for HEADS, (n,len+n) for MEAN */
-} attn_step;
-
-/* Runs steps of one model together: a wrapper that sends them through
- * attn_forward as one batch of cache sequences (attn_seq.kv), kept while
- * server/steps.c calls it and deleted once the server sends its steps
- * through attn_forward. */
-int attn_step_forward(attn_ctx *ctx, const attn_model *m, attn_step *steps, int n, char *err,
-                      size_t errlen);
-
 /* The no-weights path runs a fused AVX-512 kernel when the CPU has AVX-512F
  * and D is a multiple of 16 up to 128 (and H/G <= 512), and OpenBLAS tiles
  * otherwise. on = 0 forces the OpenBLAS tiles everywhere (tests and

@@ -17,7 +17,6 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -132,25 +131,13 @@ void attn_bf16_widen(float *dst, const attn_bf16 *src, size_t n) {
 
 /* ---- projection weights ---------------------------------------------------------- */
 
-/* 64-byte aligned; 2 MiB aligned and on huge pages when large (read on
- * every call: few TLB misses). */
-static void *alloc_aligned(size_t bytes) {
-    size_t align = bytes >= (4u << 20) ? (2u << 20) : 64;
-    void *p = NULL;
-    if (posix_memalign(&p, align, (bytes + align - 1) / align * align) != 0) return NULL;
-#ifdef MADV_HUGEPAGE
-    if (align > 64) madvise(p, bytes, MADV_HUGEPAGE);
-#endif
-    return p;
-}
-
 int attn_packed_bf16_init(attn_packed_bf16 *pw, const float *W, const float *bias, int N, int K) {
     memset(pw, 0, sizeof *pw);
     int panels = (N + ATTN_PANEL - 1) / ATTN_PANEL;
     int kp = (K + ATTN_BF16_KSTEP - 1) / ATTN_BF16_KSTEP * ATTN_BF16_KSTEP / 2;
     size_t n = (size_t)panels * kp * 2 * ATTN_PANEL; /* bf16 elements, a multiple of 32 */
-    char *mem = alloc_aligned(n * sizeof(attn_bf16) + (size_t)panels * ATTN_PANEL * sizeof(float) +
-                              64); /* never 0 bytes, whatever N and K */
+    char *mem = attn_alloc_big(n * sizeof(attn_bf16) + (size_t)panels * ATTN_PANEL * sizeof(float) +
+                               64); /* never 0 bytes, whatever N and K */
     if (!mem) return -1;
     attn_bf16 *p = (attn_bf16 *)mem;
     for (int j = 0; j < panels; j++)

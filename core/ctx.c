@@ -6,7 +6,6 @@
  */
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #include "attn.h"
 #include "internal.h"
@@ -16,8 +15,9 @@ struct attn_ctx {
     attn_pool *pool;
     float *proj; /* proj_cap floats */
     size_t proj_cap;
-    float **tile; /* (nthreads) per-thread scratch, tile_cap floats each */
+    float **tile; /* (nthreads) per-thread scratch, tile_cap floats each, in tile_mem */
     size_t tile_cap;
+    float *tile_mem;  /* one block for every thread's tile: one huge page, not one each */
     attn_task *tasks; /* (tasks_cap) */
     size_t tasks_cap;
     attn_seq_at *seqs; /* (seqs_cap) */
@@ -26,23 +26,9 @@ struct attn_ctx {
     size_t freqs_cap;
 };
 
-/* Aligned, and backed by huge pages when large: first-touch faults of fresh
- * 4 KiB pages are a large share of a forward's time otherwise. */
-static float *alloc_floats(size_t n) {
-    size_t bytes = n * sizeof(float);
-    size_t align = bytes >= (4u << 20) ? (2u << 20) : 64;
-    bytes = (bytes + align - 1) / align * align;
-    void *p = NULL;
-    if (posix_memalign(&p, align, bytes ? bytes : align) != 0) return NULL;
-#ifdef MADV_HUGEPAGE
-    if (align > 64) madvise(p, bytes, MADV_HUGEPAGE);
-#endif
-    return p;
-}
-
 static int grow_floats(float **buf, size_t *cap, size_t need) {
     if (need <= *cap && *buf) return 0;
-    float *p = alloc_floats(need);
+    float *p = attn_alloc_big(need * sizeof(float));
     if (!p) return -1;
     free(*buf);
     *buf = p;
@@ -79,9 +65,7 @@ attn_ctx *attn_ctx_new(int nthreads) {
 void attn_ctx_free(attn_ctx *ctx) {
     if (!ctx) return;
     attn_pool_free(ctx->pool);
-    if (ctx->tile)
-        for (int t = 0; t < ctx->nthreads; t++)
-            free(ctx->tile[t]);
+    free(ctx->tile_mem);
     free(ctx->tile);
     free(ctx->proj);
     free(ctx->tasks);
@@ -107,17 +91,17 @@ void attn_ctx_rest(attn_ctx *ctx) {
     attn_pool_rest(ctx->pool);
 }
 
-/* Each thread's tile holds at least need floats. */
+/* Each thread's tile holds at least need floats; the tiles are cut from one
+ * block, each a whole number of cache lines. */
 static int grow_tiles(attn_ctx *ctx, size_t need) {
     if (need <= ctx->tile_cap) return 0;
-    for (int t = 0; t < ctx->nthreads; t++) {
-        free(ctx->tile[t]);
-        ctx->tile[t] = alloc_floats(need);
-        if (!ctx->tile[t]) {
-            ctx->tile_cap = 0;
-            return -1;
-        }
-    }
+    size_t each = (need + 15) / 16 * 16;
+    float *mem = attn_alloc_big(each * sizeof(float) * (size_t)ctx->nthreads);
+    if (!mem) return -1;
+    free(ctx->tile_mem);
+    ctx->tile_mem = mem;
+    for (int t = 0; t < ctx->nthreads; t++)
+        ctx->tile[t] = mem + each * (size_t)t;
     ctx->tile_cap = need;
     return 0;
 }

@@ -26,7 +26,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #include "internal.h"
 
@@ -53,13 +52,8 @@ int attn_packed_init(attn_packed *pw, const float *W, const float *bias, int N, 
     memset(pw, 0, sizeof *pw);
     int panels = (N + NP - 1) / NP;
     size_t n = (size_t)panels * K * NP, bytes = (n ? n : 1) * sizeof(float);
-    size_t align = bytes >= (4u << 20) ? (2u << 20) : 64;
-    void *p = NULL;
-    if (posix_memalign(&p, align, (bytes + align - 1) / align * align) != 0) return -1;
-#ifdef MADV_HUGEPAGE
-    if (align > 64) madvise(p, bytes, MADV_HUGEPAGE); /* read on every call: few TLB misses */
-#endif
-    float *dst = p;
+    float *dst = attn_alloc_big(bytes); /* read on every call: huge pages (mem.c) */
+    if (!dst) return -1;
     for (int j = 0; j < panels; j++)
         for (int k = 0; k < K; k++)
             for (int c = 0; c < NP; c++) {

@@ -50,6 +50,14 @@ void attn_pool_run(attn_pool *p, int ntasks, attn_task_fn fn, void *arg);
  * attn_pool_run (which ends the rest). */
 void attn_pool_rest(attn_pool *p);
 
+/* ---- mem.c: large buffers --------------------------------------------------- */
+
+enum { ATTN_HUGE_MIN = 256u << 10 }; /* bytes from which a buffer gets huge pages */
+/* A buffer for packed weights or scratch: 64-byte aligned, and from
+ * ATTN_HUGE_MIN bytes 2 MiB aligned on huge pages (mem.c says why); free()
+ * releases it. NULL when out of memory. */
+void *attn_alloc_big(size_t bytes);
+
 /* ---- ctx.c: a context's threads and the scratch of its forwards --------- */
 
 /* One attention task: a block of query rows of one sequence, for one

@@ -15,7 +15,7 @@
  *   invariance bit for bit, with the fused kernel and the OpenBLAS tiles: a
  *             sequence alone and in a batch at 1 and 3 threads; a session's
  *             steps and the whole sequence; steps mixed with whole
- *             sequences and alone; attn_step_forward and attn_forward.
+ *             sequences and alone.
  *             Within 1e-5: steps mixed with whole sequences against the
  *             reference (outputs, weights, cache rows), for decoders and
  *             nn.MultiheadAttention.
@@ -811,52 +811,6 @@ START_TEST(test_steps_vs_ref) {
 }
 END_TEST
 
-/* attn_step_forward, kept for the server until it sends steps through
- * attn_forward, is that forward: two steps through it give the very bits
- * of the same steps as cache sequences of one batch, weights and caches
- * included. */
-START_TEST(test_step_wrapper) {
-    attn_model m;
-    invariance_model(&m, 1);
-    enum { N0 = 3, N1 = 2, LEN0 = 5 };
-    const int E = m.hp.embed_dim, H = m.hp.num_heads, row = 2 * m.hp.num_kv_heads * m.hp.head_dim;
-    float *q = rand_floats((LEN0 + N0 + N1) * (size_t)E, 1);
-    float *kv[2][2], out[2][(N0 + N1) * 40], attn[2][6 * N0 * (LEN0 + N0)], mean[2][N1 * N1];
-    for (int c = 0; c < 2; c++)
-        for (int k = 0; k < 2; k++)
-            kv[c][k] = xcalloc((LEN0 + N0) * (size_t)row, sizeof(float));
-    char err[256];
-    attn_ctx *ctx = attn_ctx_new(2);
-    ck_assert(ctx != NULL);
-    attn_step pre = {.n = LEN0, .len = 0, .kv = kv[0][0], .query = q, .out = out[0]};
-    ck_assert_msg(attn_step_forward(ctx, &m, &pre, 1, err, sizeof err) == 0, "%s", err);
-    memcpy(kv[1][0], kv[0][0], sizeof(float) * LEN0 * row);
-    const float *q0 = q + (size_t)LEN0 * E, *q1 = q0 + (size_t)N0 * E;
-    attn_step st[2] = {{N0, LEN0, kv[0][0], q0, out[0], ATTN_WEIGHTS_HEADS, attn[0]},
-                       {N1, 0, kv[0][1], q1, out[0] + N0 * E, ATTN_WEIGHTS_MEAN, mean[0]}};
-    ck_assert_msg(attn_step_forward(ctx, &m, st, 2, err, sizeof err) == 0, "%s", err);
-    attn_seq seqs[2] = {step_seq(N0, LEN0, kv[1][0], ATTN_WEIGHTS_HEADS, attn[1]),
-                        step_seq(N1, 0, kv[1][1], ATTN_WEIGHTS_MEAN, mean[1])};
-    attn_batch b = {.B = 2, .seqs = seqs, .query = q0, .out = out[1]};
-    ck_assert_msg(attn_forward(ctx, &m, &b, err, sizeof err) == 0, "%s", err);
-    REQUIRE(memcmp(out[0], out[1], sizeof(float) * (N0 + N1) * E) == 0, "outputs differ");
-    REQUIRE(memcmp(attn[0], attn[1], sizeof(float) * H * N0 * (LEN0 + N0)) == 0, "weights differ");
-    REQUIRE(memcmp(mean[0], mean[1], sizeof mean[0]) == 0, "mean weights differ");
-    for (int k = 0; k < 2; k++)
-        REQUIRE(memcmp(kv[0][k], kv[1][k], sizeof(float) * (k ? N1 : LEN0 + N0) * row) == 0,
-                "cache %d differs", k);
-    st[0].kv = NULL; /* a step without a cache is refused */
-    ck_assert(attn_step_forward(ctx, &m, st, 2, err, sizeof err) == -1);
-    ck_assert_msg(strstr(err, "step 0") != NULL, "%s", err);
-    attn_ctx_free(ctx);
-    for (int c = 0; c < 2; c++)
-        for (int k = 0; k < 2; k++)
-            free(kv[c][k]);
-    free(q);
-    attn_model_free(&m);
-}
-END_TEST
-
 /* The forward reads the packed weights, which attn_model_pack makes: an
  * unpacked model is refused with a sentence saying so, for a whole
  * sequence and a cache step alike; and a forward needs a context. */
@@ -1401,7 +1355,6 @@ static Suite *decoder_suite(void) {
     tcase_add_loop_test(ti, test_steps_bitwise, 0, 4);
     tcase_add_test(ti, test_steps_in_a_batch);
     tcase_add_loop_test(ti, test_steps_vs_ref, 0, 12);
-    tcase_add_test(ti, test_step_wrapper);
     tcase_add_test(ti, test_unpacked_refused);
     suite_add_tcase(s, ti);
     TCase *tg = tcase_create("golden");
