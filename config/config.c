@@ -214,6 +214,9 @@ static const cfg_key config_keys[] = {
     CFG_INT("workers", "threads", 0, 1024, 0, worker_threads, "--workers", "ATTND_WORKERS",
             "threads of the one compute pool; 0 = the CPUs this process may use (affinity, cgroup "
             "quota)"),
+    CFG_WORD("workers", "pin_threads", attnd_pins, "auto", pin_threads, NULL, "ATTND_PIN_THREADS",
+             "compute threads pinned one CPU each; auto = when the pool has every CPU of the "
+             "affinity mask and no smaller cgroup quota"),
     CFG_INT("workers", "blas_threads", 1, 256, 0, blas_threads, "--blas-threads",
             "ATTND_BLAS_THREADS",
             "obsolete: the pool gets workers.threads x this (docs/config.md)"),
@@ -642,6 +645,7 @@ void attnd_config_free(attnd_config *c) {
     free(c->api_key_env);
     free(c->log_format);
     free(c->log_level);
+    free(c->pin_threads);
     free_strlist(&c->cors_origins, &c->n_cors_origins);
     models_free(c->models, c->n_models);
     free(c->config_path);

@@ -45,6 +45,8 @@ typedef struct {
     /* workers */
     int worker_threads; /* threads of the one compute pool; 0 = auto (server/base/cpus.c) */
     int blas_threads;   /* obsolete; 0 = not given, else the pool gets worker_threads x this */
+    char *pin_threads;  /* "auto" | "on" | "off": compute threads pinned one CPU each */
+    int pin;            /* pin_threads resolved (server/base/cpus.c): 1 = pinned */
     /* limits */
     int max_tokens_per_request;       /* query + key tokens -> 413 */
     long long max_attention_floats;   /* floats of a requested attention matrix -> 413 */

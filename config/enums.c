@@ -76,3 +76,10 @@ static const attnd_enum_row LOG_LEVELS[] = {
     {"error", LOG_ERROR},
 };
 const attnd_enum attnd_log_levels = ATTND_ENUM(LOG_LEVELS);
+
+static const attnd_enum_row PINS[] = {
+    {"auto", ATTND_PIN_AUTO},
+    {"on", ATTND_PIN_ON},
+    {"off", ATTND_PIN_OFF},
+};
+const attnd_enum attnd_pins = ATTND_ENUM(PINS);

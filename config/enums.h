@@ -65,4 +65,9 @@ extern const attnd_enum attnd_log_formats;
 typedef enum { LOG_DEBUG = 0, LOG_INFO, LOG_WARN, LOG_ERROR } attnd_log_level;
 extern const attnd_enum attnd_log_levels;
 
+/* workers.pin_threads: whether the compute threads are pinned, one CPU each
+ * (server/base/cpus.c resolves AUTO). */
+typedef enum { ATTND_PIN_AUTO = 0, ATTND_PIN_ON, ATTND_PIN_OFF } attnd_pin;
+extern const attnd_enum attnd_pins;
+
 #endif

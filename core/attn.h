@@ -163,6 +163,15 @@ void attn_ctx_parallel(attn_ctx *ctx, int ntasks, void (*fn)(void *arg, int task
  * to run soon (a server whose queues are empty) says so, and they sleep at
  * once instead of taking CPU from other threads. The next loop wakes them. */
 void attn_ctx_rest(attn_ctx *ctx);
+/* Pins the context's threads, one CPU each: the calling thread, which must
+ * be the one that runs this context's forwards, to cpus[0] and thread t to
+ * cpus[t % n]. Unpinned, the OS may queue a woken thread on the CPU of the
+ * thread that woke it while another CPU idles, and a lone forward after a
+ * pause then runs at about one thread's speed (docs/performance.md). A
+ * server that owns its CPUs (its pool as large as its affinity mask)
+ * pins; one that shares them with a quota does not. Returns 0, or -1 with
+ * a sentence in err. */
+int attn_ctx_bind(attn_ctx *ctx, const int *cpus, int n, char *err, size_t errlen);
 
 /* Scratch bytes a forward of this batch needs beyond its inputs and outputs
  * (upper bound), so that a server can bound memory before admission. */

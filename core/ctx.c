@@ -4,6 +4,7 @@
  * to the largest forward seen and freed with the context. No math here;
  * attn.c plans a forward and asks for its scratch.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -89,6 +90,13 @@ void attn_ctx_parallel(attn_ctx *ctx, int ntasks, void (*fn)(void *arg, int task
 
 void attn_ctx_rest(attn_ctx *ctx) {
     attn_pool_rest(ctx->pool);
+}
+
+int attn_ctx_bind(attn_ctx *ctx, const int *cpus, int n, char *err, size_t errlen) {
+    int rc = attn_pool_bind(ctx->pool, cpus, n);
+    if (rc == 0) return 0;
+    snprintf(err, errlen, "cannot pin the compute threads to their CPUs: %s", strerror(rc));
+    return -1;
 }
 
 /* Each thread's tile holds at least need floats; the tiles are cut from one

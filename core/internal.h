@@ -49,6 +49,9 @@ void attn_pool_run(attn_pool *p, int ntasks, attn_task_fn fn, void *arg);
 /* No loop is coming soon: helpers stop spinning and sleep until the next
  * attn_pool_run (which ends the rest). */
 void attn_pool_rest(attn_pool *p);
+/* Pins the calling thread (the one that runs the loops) to cpus[0] and
+ * helper t to cpus[t % n]. Returns 0, or an errno value. */
+int attn_pool_bind(attn_pool *p, const int *cpus, int n);
 
 /* ---- mem.c: large buffers --------------------------------------------------- */
 

@@ -17,7 +17,9 @@
  * cost differs tenfold between CPUs; and the owner ends it at once with
  * attn_pool_rest() when it has no more loops coming (a server between
  * batches), so idle helpers never take CPU from threads that have work. */
+#include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -140,6 +142,7 @@ static void *helper_main(void *a) {
     attn_pool *p = slot->p;
     int tid = slot->tid;
     free(slot);
+    pthread_setname_np(pthread_self(), "attn-pool"); /* as ps -T and /proc show it */
     unsigned seen = 0;
     for (;;) {
         seen = wait_loop(p, seen);
@@ -228,6 +231,23 @@ void attn_pool_run(attn_pool *p, int ntasks, attn_task_fn fn, void *arg) {
     while (atomic_load(&p->finished) < ntasks)
         pthread_cond_wait(&p->done, &p->mu);
     pthread_mutex_unlock(&p->mu);
+}
+
+/* Pins one thread to one CPU: 0, or an errno. */
+static int pin(pthread_t t, int cpu) {
+    if (cpu < 0 || cpu >= CPU_SETSIZE) return EINVAL;
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    return pthread_setaffinity_np(t, sizeof one, &one);
+}
+
+int attn_pool_bind(attn_pool *p, const int *cpus, int n) {
+    if (n < 1 || !cpus) return EINVAL;
+    int rc = pin(pthread_self(), cpus[0]);
+    for (int t = 1; t < p->nthreads && rc == 0; t++)
+        rc = pin(p->threads[t - 1], cpus[t % n]);
+    return rc;
 }
 
 void attn_pool_rest(attn_pool *p) {

@@ -82,11 +82,12 @@ static void size_threads(attnd_config *cfg) {
     attnd_threads_resolve(cfg, &cpus, note, sizeof(note));
     attnd_log(LOG_INFO,
               "attnd %s starting: blas core %s (%s), cpu features %s; %d cpu%s (affinity %d, "
-              "cgroup quota %d), %d compute thread%s, %d http thread%s",
+              "cgroup quota %d), %d compute thread%s%s, %d http thread%s",
               ATTND_VERSION, blas->core,
               blas->by_user ? "from OPENBLAS_CORETYPE" : "chosen from the cpu features",
               blas->features, cpus.n, cpus.n == 1 ? "" : "s", cpus.affinity, cpus.quota,
-              cfg->worker_threads, cfg->worker_threads == 1 ? "" : "s", cfg->http_threads,
+              cfg->worker_threads, cfg->worker_threads == 1 ? "" : "s",
+              cfg->pin ? " (pinned, one cpu each)" : "", cfg->http_threads,
               cfg->http_threads == 1 ? "" : "s");
     if (blas->warning) attnd_log(LOG_WARN, "%s", blas->warning);
     if (note[0]) attnd_log(LOG_WARN, "%s", note);

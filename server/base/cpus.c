@@ -164,6 +164,15 @@ void attnd_cpus_count(attnd_cpus *out) {
     out->n = out->quota > 0 && out->quota < aff ? out->quota : aff;
 }
 
+int attnd_cpus_list(int *out, int cap) {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) != 0) return 0;
+    int n = 0;
+    for (int c = 0; c < CPU_SETSIZE && n < cap; c++)
+        if (CPU_ISSET(c, &set)) out[n++] = c;
+    return n;
+}
+
 void attnd_threads_resolve(attnd_config *c, const attnd_cpus *cpus, char *note, size_t notelen) {
     if (notelen) note[0] = '\0';
     if (c->blas_threads > 0) { /* the old pair: batches at once x threads per batch */
@@ -179,4 +188,11 @@ void attnd_threads_resolve(attnd_config *c, const attnd_cpus *cpus, char *note, 
     }
     if (c->http_threads == 0)
         c->http_threads = cpus->n < MAX_HTTP_THREADS ? cpus->n : MAX_HTTP_THREADS;
+    int pin = ATTND_PIN_AUTO;
+    if (c->pin_threads) attnd_enum_value(&attnd_pins, c->pin_threads, &pin);
+    /* auto: the pool owns the affinity mask's CPUs, one thread each, and no
+     * quota shares them out more thinly */
+    int owns =
+        c->worker_threads == cpus->affinity && (cpus->quota == 0 || cpus->quota >= cpus->affinity);
+    c->pin = pin == ATTND_PIN_ON || (pin == ATTND_PIN_AUTO && owns);
 }

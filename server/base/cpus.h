@@ -36,9 +36,15 @@ int attnd_cgroup_quota_cpus(const char *root);
 int attnd_cgroup_v2_cpus(const char *cpu_max);
 int attnd_cgroup_v1_cpus(const char *quota, const char *period);
 
+/* The CPUs of this process's affinity mask, lowest first, at most cap of
+ * them into out: their count (0 when the mask cannot be read). */
+int attnd_cpus_list(int *out, int cap);
+
 /* Fills the thread counts left at 0 (auto) in c: workers.threads = the
  * CPUs (times workers.blas_threads's old meaning when that is set, see
- * docs/config.md), server.http_threads = the CPUs, capped at 64. Writes a
+ * docs/config.md), server.http_threads = the CPUs, capped at 64; and
+ * c->pin from workers.pin_threads (auto: pinned when the pool has one
+ * thread per CPU of the affinity mask and no smaller quota). Writes a
  * warning sentence into note (or "") when an obsolete key was used. */
 void attnd_threads_resolve(attnd_config *c, const attnd_cpus *cpus, char *note, size_t notelen);
 

@@ -29,6 +29,8 @@
 
 #include "../base/buffer.h"
 #include "../base/clock.h"
+#include "../base/cpus.h"
+#include "../obs/log.h"
 #include "../obs/prom.h"
 #include "pipeline.h"
 
@@ -241,9 +243,22 @@ static void timed_wait(pthread_cond_t *cv, pthread_mutex_t *mu, uint64_t until_m
 /* The batcher: takes a batch as soon as compute is free and one is ready,
  * runs it on the pool, and sleeps only when every queue is empty (or
  * waiting out max_queue_delay_us). */
+/* Pins the pool's threads, the batcher's own first, one CPU each of the
+ * affinity mask (workers.pin_threads; attn_ctx_bind says why). A failure
+ * is logged and leaves them unpinned. */
+static void pin_pool(attnd_sched *s) {
+    int cpus[1024], n = attnd_cpus_list(cpus, (int)countof(cpus));
+    char err[160];
+    if (n > 0 && attn_ctx_bind(s->ctx, cpus, n, err, sizeof(err)) == 0) return;
+    attnd_log(LOG_WARN, "%s",
+              n > 0 ? err : "cannot read the affinity mask to pin the compute threads");
+}
+
 static void *batcher_main(void *arg) {
     attnd_sched *s = arg;
     int cap = s->o.cfg->max_batch_requests;
+    pthread_setname_np(pthread_self(), "attnd-batcher"); /* the pool's thread 0 too */
+    if (s->o.cfg->pin) pin_pool(s);
     pthread_mutex_lock(&s->mu);
     for (;;) {
         uint64_t wake;

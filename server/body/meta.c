@@ -106,6 +106,7 @@ static json_t *models_json(const attnd_config *c, const attnd_model_info *info, 
         c->worker_threads, "cpus", cpus.n, "http_threads", c->http_threads, "blas_core",
         blas ? blas->core : "none", "blas_core_from_env", blas && blas->by_user, "cpu_features",
         blas ? blas->features : "");
+    json_object_set_new(json_object_get(root, "compute"), "pinned", json_boolean(c->pin));
     json_t *lim = json_object_get(root, "limits");
     json_object_set_new(lim, "max_sessions", json_integer(c->max_sessions));
     json_object_set_new(lim, "max_session_bytes", json_integer(c->max_session_bytes));

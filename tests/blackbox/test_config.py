@@ -67,6 +67,8 @@ BAD = [
     ("negative_limit", {"limits": {"max_tokens_per_request": -1}, "models": [model_cfg()]},
      ("max_tokens_per_request",)),
     ("negative_workers", {"workers": {"threads": -1}, "models": [model_cfg()]}, ("threads",)),
+    ("pin_threads_unknown_word", {"workers": {"pin_threads": "yes"}, "models": [model_cfg()]},
+     ("pin_threads", '"auto", "on" or "off"')),
     ("cors_not_list", {"server": {"cors_origins": "*"}, "models": [model_cfg()]},
      ("cors_origins",)),
     ("model_unknown_key", {"models": [model_cfg(heads=1)]}, ("heads",)),

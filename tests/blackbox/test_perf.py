@@ -10,6 +10,7 @@ whatever shares its batch and whatever the pool's size.
 import os
 import re
 import threading
+from pathlib import Path
 import numpy as np
 
 import support
@@ -95,7 +96,7 @@ def test_pool_defaults_to_the_cpus(daemons):
     assert c["http_threads"] == min(c["cpus"], 64), c
     assert d.get("/v1/models").json()["workers"]["threads"] == c["threads"]
     assert gauge(d, "attnd_compute_threads") == c["threads"]
-    assert re.search(r"%d cpus?.* %d compute threads?, %d http threads?"
+    assert re.search(r"%d cpus?.* %d compute threads?( \(pinned, one cpu each\))?, %d http threads?"
                      % (c["cpus"], c["threads"], c["http_threads"]), d.stdout()), d.stdout()
 
 
@@ -104,8 +105,8 @@ def test_pool_follows_the_affinity_mask(fresh_daemons):
     d = pinned_daemon(fresh_daemons, str(first))
     c = compute_info(d)
     assert (c["cpus"], c["threads"], c["http_threads"]) == (1, 1, 1), c
-    assert re.search(r" 1 cpu \(affinity 1, cgroup quota \d+\), 1 compute thread, 1 http thread",
-                     d.stdout()), d.stdout()
+    assert re.search(r" 1 cpu \(affinity 1, cgroup quota \d+\), 1 compute thread"
+                     r"( \(pinned, one cpu each\))?, 1 http thread", d.stdout()), d.stdout()
     # and it computes
     r = d.post("/v1/attention", {"query": [[0.25] * 512] * 3})
     assert r.status_code == 200, r.text
@@ -122,6 +123,53 @@ def test_pool_size_from_config_and_obsolete_keys(fresh_daemons):
                      old.stdout()), old.stdout()
     env = fresh_daemons(env={"ATTND_WORKERS": "1"})
     assert compute_info(env)["threads"] == 1
+
+
+def compute_thread_cpus(d):
+    """The CPUs each compute thread may run on: the batcher (the pool's
+    thread 0) and the pool's helpers, by their thread names."""
+    out = {}
+    for task in (Path("/proc") / str(d.proc.pid) / "task").iterdir():
+        name = (task / "comm").read_text().strip()
+        if name in ("attnd-batcher", "attn-pool"):
+            status = (task / "status").read_text()
+            cpus = re.search(r"Cpus_allowed_list:\s*(\S+)", status).group(1)
+            out.setdefault(name, []).append(cpus)
+    return out
+
+
+def cpu_list(text):
+    got = set()
+    for part in text.split(","):
+        a, _, b = part.partition("-")
+        got |= set(range(int(a), int(b or a) + 1))
+    return got
+
+
+def test_compute_threads_pinned_when_they_own_the_cpus(fresh_daemons):
+    """workers.pin_threads: auto pins the pool's threads one CPU each when
+    the pool has every CPU of the affinity mask (a woken thread is then
+    never queued behind the thread that woke it); off leaves them to the
+    OS, and so does auto when the pool is larger than the mask."""
+    allowed = os.sched_getaffinity(0)
+    d = fresh_daemons()
+    c = compute_info(d)
+    threads = compute_thread_cpus(d)
+    assert len(threads["attnd-batcher"]) == 1 and len(threads.get("attn-pool", [])) == c["threads"] - 1
+    each = [cpu_list(t) for t in threads["attnd-batcher"] + threads.get("attn-pool", [])]
+    if c["threads"] == len(allowed):
+        assert c["pinned"] is True, c
+        assert all(len(cpus) == 1 for cpus in each), threads
+        assert set().union(*each) == allowed, threads  # one CPU each, every CPU
+        assert "(pinned, one cpu each)" in d.stdout()
+    for config in ({"workers": {"pin_threads": "off"}},
+                   {"workers": {"threads": len(allowed) + 1}}):
+        free = fresh_daemons(config=config)
+        assert compute_info(free)["pinned"] is False
+        ts = compute_thread_cpus(free)
+        assert all(cpu_list(t) == allowed for t in ts["attnd-batcher"] + ts["attn-pool"]), ts
+        r = free.post("/v1/attention", {"query": [[0.5] * 512] * 2})
+        assert r.status_code == 200, r.text
 
 
 # ---------------------------------------------------------------- batching without idle waits
