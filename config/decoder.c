@@ -193,13 +193,13 @@ int attnd_model_check(attnd_model_config *mc, int idx, const char *src, char *er
                         "%s: models[%d].num_heads: %d does not divide embed_dim %d (E must be "
                         "divisible by H, or give head_dim).",
                         src, idx, H, E);
-    int D = hp->head_dim ? hp->head_dim : E / H;
+    int D = attn_hparams_head_dim(hp);
     if (hp->num_kv_heads && H % hp->num_kv_heads != 0)
         return cfg_fail(err, errlen,
                         "%s: models[%d].num_kv_heads: %d does not divide num_heads %d (each "
                         "key/value head serves num_heads / num_kv_heads query heads).",
                         src, idx, hp->num_kv_heads, H);
-    int G = hp->num_kv_heads ? hp->num_kv_heads : H;
+    int G = attn_hparams_kv_heads(hp);
     if ((G != H || D * H != E) && layout == ATTND_LAYOUT_TORCH)
         return cfg_fail(err, errlen,
                         "%s: models[%d].layout: \"torch\" reads nn.MultiheadAttention's "

@@ -65,6 +65,17 @@ typedef struct {
     attn_rope rope;   /* rope.dim == 0: none */
 } attn_hparams;
 
+/* The zero defaults resolved: G, D (0 when E % H != 0 and no head_dim is
+ * given, which attn_model_init refuses). The one place they are written;
+ * the config's checks read them here too. */
+static inline int attn_hparams_kv_heads(const attn_hparams *hp) {
+    return hp->num_kv_heads ? hp->num_kv_heads : hp->num_heads;
+}
+static inline int attn_hparams_head_dim(const attn_hparams *hp) {
+    if (hp->head_dim) return hp->head_dim;
+    return hp->embed_dim % hp->num_heads ? 0 : hp->embed_dim / hp->num_heads;
+}
+
 /* A model owns its weights in one allocation (`mem`). The pointers below
  * point into it in this order, which is torch's state_dict layout:
  *   q_w (H*D,E) | k_w (G*D,Kd) | v_w (G*D,Vd) | q_b (H*D) | k_b (G*D) |

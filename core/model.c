@@ -72,8 +72,8 @@ static int check_hparams(attn_hparams *hp, char *err, size_t errlen) {
         snprintf(err, errlen, "num_kv_heads %d does not divide num_heads %d", hp->num_kv_heads, H);
         return -1;
     }
-    if (hp->num_kv_heads == 0) hp->num_kv_heads = H;
-    if (hp->head_dim == 0) hp->head_dim = E / H;
+    hp->num_kv_heads = attn_hparams_kv_heads(hp);
+    hp->head_dim = attn_hparams_head_dim(hp);
     if (check_rope(hp, hp->head_dim, err, errlen) < 0) return -1;
     if (hp->scale == 0) hp->scale = 1.0 / sqrt((double)hp->head_dim);
     return 0;
