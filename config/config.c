@@ -1050,7 +1050,13 @@ fail:
 void attnd_config_usage(FILE *f, const char *argv0) {
     fprintf(f,
             "Usage: %s [--config FILE] [flags]\n"
-            "Serves torch.nn.MultiheadAttention layers over HTTP (docs/config.md).\n"
+            "Serves attention layers over HTTP: torch.nn.MultiheadAttention layers, and\n"
+            "decoder attention (grouped key/value heads, head_dim, scale, rotary positions;\n"
+            "Llama-layout checkpoints) with KV-cache sessions that decode step by step\n"
+            "(POST /v1/sessions; limits.max_sessions and the limits.max_session_bytes*\n"
+            "budgets; sessions.save_dir keeps them across a restart). Native and KServe v2\n"
+            "APIs (docs/api.md); every config key, with its range and default, in\n"
+            "docs/config.md.\n"
             "Precedence: defaults < config file < ATTND_* variables < flags.\n\n"
             "Flags:\n"
             "  --config FILE                JSON config file (env ATTND_CONFIG)\n",
