@@ -161,6 +161,16 @@ static const char *valid_envname(const char *s) {
     return NULL;
 }
 
+/* A collector's traces endpoint: an http:// or https:// URL. */
+static const char *valid_url(const char *s) {
+    if (strncmp(s, "http://", 7) != 0 && strncmp(s, "https://", 8) != 0)
+        return "is not an http:// or https:// URL (the collector's traces endpoint, such as "
+               "http://collector:4318/v1/traces)";
+    for (const char *p = s; *p; p++)
+        if ((unsigned char)*p <= ' ' || *p == 0x7f) return "holds a space or a control character";
+    return NULL;
+}
+
 /* The server settings. Ranges and defaults are documented in docs/config.md. */
 static const cfg_key config_keys[] = {
     CFG_STR("server", "host", 1, 255, "0.0.0.0", NULL, host, "--host", "ATTND_HOST",
@@ -232,6 +242,15 @@ static const cfg_key config_keys[] = {
            NULL, "ATTND_MAX_SESSION_BYTES_EACH", "bytes of one session's cache (413 past it)"),
     CFG_INT("limits", "session_idle_s", 1, 86400 * 7, 300, session_idle_s, NULL,
             "ATTND_SESSION_IDLE_S", "a session unused this long ends, s"),
+    CFG_STR("tracing", "otlp_endpoint", 1, 2048, NULL, valid_url, otlp_endpoint, NULL,
+            "ATTND_OTLP_ENDPOINT",
+            "OTLP/HTTP traces URL of a collector (http://collector:4318/v1/traces); none = no "
+            "span export"),
+    CFG_INT("tracing", "queue_spans", 16, 1 << 20, 2048, otlp_queue_spans, NULL,
+            "ATTND_OTLP_QUEUE_SPANS", "spans held for export (dropped and counted past it)"),
+    CFG_STR("sessions", "save_dir", 1, 4096, NULL, NULL, save_dir, NULL, "ATTND_SESSIONS_SAVE_DIR",
+            "a draining daemon saves its sessions here, the next start loads them; none = not "
+            "kept"),
 };
 #define N_CONFIG_KEYS (int)countof(config_keys)
 
@@ -264,7 +283,8 @@ static const cfg_key model_keys[] = {
 };
 #define N_MODEL_KEYS (int)countof(model_keys)
 
-static const char *const sections[] = {"server", "batching", "workers", "limits", "models"};
+static const char *const sections[] = {"server",  "batching", "workers", "limits",
+                                       "tracing", "sessions", "models"};
 #define N_SECTIONS (int)countof(sections)
 
 /* The message for an unknown key of a section (section NULL: of a model):
@@ -646,6 +666,8 @@ void attnd_config_free(attnd_config *c) {
     free(c->log_format);
     free(c->log_level);
     free(c->pin_threads);
+    free(c->otlp_endpoint);
+    free(c->save_dir);
     free_strlist(&c->cors_origins, &c->n_cors_origins);
     models_free(c->models, c->n_models);
     free(c->config_path);
@@ -818,7 +840,7 @@ int attnd_config_load_mem(attnd_config *c, const char *text, size_t len, const c
             char hint[160];
             cfg_fail(err, errlen,
                      "%s: %.100s: unknown key%s (known: server, batching, workers, limits, "
-                     "models).",
+                     "tracing, sessions, models).",
                      file, name, cfg_did_you_mean(name, sections, N_SECTIONS, hint, sizeof hint));
             goto cleanup;
         }
@@ -1078,8 +1100,10 @@ void attnd_config_usage(FILE *f, const char *argv0) {
         const cfg_key *k = &config_keys[i];
         if (!k->env) continue;
         char def[64];
-        if (k->type == K_STR)
-            snprintf(def, sizeof def, "\"%s\"", k->def_str ? k->def_str : "");
+        if (k->type == K_STR && !k->def_str)
+            snprintf(def, sizeof def, "none");
+        else if (k->type == K_STR)
+            snprintf(def, sizeof def, "\"%s\"", k->def_str);
         else if (k->type == K_STRLIST)
             snprintf(def, sizeof def, "none");
         else if (k->type == K_BOOL)

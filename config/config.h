@@ -54,6 +54,12 @@ typedef struct {
     long long max_session_bytes;      /* all sessions' caches, bytes -> 429 */
     long long max_session_bytes_each; /* one session's cache, bytes -> 413 */
     int session_idle_s;               /* a session unused this long ends, seconds */
+    /* tracing */
+    char *otlp_endpoint;  /* the collector's OTLP/HTTP traces URL; NULL = no span export */
+    int otlp_queue_spans; /* spans held for export; what does not fit is dropped, counted */
+    /* sessions */
+    char *save_dir; /* a draining daemon saves its sessions here and the next start loads
+                       them; NULL = sessions end with the process (docs/deploy.md) */
     /* models */
     attnd_model_config *models;
     int n_models;

@@ -20,6 +20,7 @@
 #include "http/routes.h"
 #include "obs/log.h"
 #include "obs/metrics.h"
+#include "obs/otlp.h"
 
 struct attnd_server {
     const attnd_config *cfg; /* borrowed; outlives the server */
@@ -31,7 +32,8 @@ struct attnd_server {
     attnd_sessions *sessions; /* KV-cache sessions */
     attnd_sched *sched;       /* the queues, the batcher and the compute pool */
     attnd_metrics metrics;
-    attnd_http http; /* libmicrohttpd and the routes */
+    attnd_otlp *otlp; /* span export (tracing.otlp_endpoint), or NULL */
+    attnd_http http;  /* libmicrohttpd and the routes */
 };
 
 /* Loads every model of the config, logging each. */
@@ -79,6 +81,27 @@ static int start_compute(attnd_server *s, char *err, size_t errlen) {
     return s->sched ? 0 : -1;
 }
 
+/* The span exporter, when tracing.otlp_endpoint is set: a queue of
+ * tracing.queue_spans spans, batches of up to 512 sent every second at
+ * most, a POST given 5 s, 2 s at shutdown to send what is left. */
+static int start_tracing(attnd_server *s, char *err, size_t errlen) {
+    const attnd_config *c = s->cfg;
+    if (!c->otlp_endpoint) return 0;
+    attnd_otlp_opts o = {.endpoint = c->otlp_endpoint,
+                         .queue_spans = c->otlp_queue_spans,
+                         .batch_max = c->otlp_queue_spans < 512 ? c->otlp_queue_spans : 512,
+                         .interval_ms = 1000,
+                         .timeout_ms = 5000,
+                         .shutdown_ms = 2000,
+                         .fail_log_s = 60,
+                         .service_version = ATTND_VERSION};
+    s->otlp = attnd_otlp_new(&o, err, errlen);
+    if (!s->otlp) return -1;
+    attnd_log(LOG_INFO, "tracing: spans exported to %s (OTLP/HTTP JSON, queue of %d spans)",
+              c->otlp_endpoint, c->otlp_queue_spans);
+    return 0;
+}
+
 attnd_server *attnd_server_new(const attnd_config *cfg, attnd_exit *why, char *err, size_t errlen) {
     *why = ATTND_EXIT_INTERNAL;
     attnd_server *s = calloc(1, sizeof(*s));
@@ -99,13 +122,14 @@ attnd_server *attnd_server_new(const attnd_config *cfg, attnd_exit *why, char *e
         snprintf(err, errlen, "out of memory");
         goto fail;
     }
-    if (start_compute(s, err, errlen) < 0) goto fail;
+    if (start_compute(s, err, errlen) < 0 || start_tracing(s, err, errlen) < 0) goto fail;
     s->http = (attnd_http){.cfg = cfg,
                            .env = &s->env,
                            .sched = s->sched,
                            .sessions = s->sessions,
                            .metrics = &s->metrics,
-                           .meta = &s->meta};
+                           .meta = &s->meta,
+                           .otlp = s->otlp};
     if (attnd_http_start(&s->http, &listen_failed, err, errlen) < 0) {
         if (listen_failed) *why = ATTND_EXIT_LISTEN;
         goto fail;
@@ -152,6 +176,7 @@ void attnd_server_free(attnd_server *s) {
     atomic_store(&s->http.state, S_DRAINING);
     attnd_sched_stop(s->sched);
     attnd_http_free(&s->http); /* every connection closed */
+    attnd_otlp_free(s->otlp);  /* after the last request's spans: sends what is queued */
     attnd_sched_free(s->sched);
     attnd_sessions_free(s->sessions); /* after the HTTP side: no request holds a step */
     for (int i = 0; i < s->n_models; i++)

@@ -120,7 +120,7 @@ START_TEST(test_cors_binary_close) {
                             .close = 1};
     n = attnd_answer_headers(&m, h);
     ck_assert_str_eq(find(h, n, "Access-Control-Expose-Headers"),
-                     "X-Request-Id, Server-Timing, Retry-After");
+                     "X-Request-Id, traceparent, Server-Timing, Retry-After");
     ck_assert_ptr_null(find(h, n, "Access-Control-Allow-Methods"));
     ck_assert_str_eq(find(h, n, "Inference-Header-Content-Length"), "123");
     ck_assert_str_eq(find(h, n, "Connection"), "close");

@@ -48,7 +48,10 @@ static int is_timestamp(const char *s) {
     return 1;
 }
 
-static const attnd_access ACCESS = {"POST", "/v1/attention", 200, 1234, 5.25, 3, "rid-7", "ok"};
+#define TRACE_ID "4bf92f3577b34da6a3ce929d0e0e4736"
+#define SPAN_ID "00f067aa0ba902b7"
+static const attnd_access ACCESS = {"POST", "/v1/attention", 200,  1234,     5.25,
+                                    3,      "rid-7",         "ok", TRACE_ID, SPAN_ID};
 
 static void write_text(void) {
     attnd_log_setup("text", "info", 1);
@@ -66,7 +69,8 @@ START_TEST(test_text_lines) {
     ck_assert_ptr_null(strstr(out, "not shown"));
     ck_assert_ptr_null(strstr(out, "bad config")); /* errors go to stderr */
     ck_assert_ptr_nonnull(strstr(out, " info method=POST path=/v1/attention status=200 "
-                                      "bytes=1234 ms=5.250 batch=3 id=rid-7 end=ok\n"));
+                                      "bytes=1234 ms=5.250 batch=3 id=rid-7 trace_id=" TRACE_ID
+                                      " span_id=" SPAN_ID " end=ok\n"));
     ck_assert_msg(is_timestamp(err), "%s", err);
     ck_assert_str_eq(err + 24, " error attnd: bad config\n");
 }
@@ -117,6 +121,8 @@ START_TEST(test_json_lines_and_escaping) {
     ck_assert(json_real_value(json_object_get(o[2], "ms")) == 5.25);
     ck_assert_int_eq(json_integer_value(json_object_get(o[2], "batch")), 3);
     ck_assert_str_eq(json_string_value(json_object_get(o[2], "id")), "rid-7");
+    ck_assert_str_eq(json_string_value(json_object_get(o[2], "trace_id")), TRACE_ID);
+    ck_assert_str_eq(json_string_value(json_object_get(o[2], "span_id")), SPAN_ID);
     ck_assert_str_eq(json_string_value(json_object_get(o[2], "end")), "client_gone");
     for (int i = 0; i < 3; i++)
         json_decref(o[i]);

@@ -29,6 +29,7 @@
 #include "../../core/sizes.h"
 #include "../base/clock.h"
 #include "../obs/log.h"
+#include "../obs/otlp.h"
 #include "hreq.h"
 #include "status.h"
 
@@ -231,9 +232,43 @@ static void examine(hreq *h, const char *url) {
     if (cl) examine_length(h, cl);
 }
 
-/* A request whose header lines are in: its record, with the path it logs
- * and its X-Request-Id (the client's when sane, else made). NULL when out
- * of memory. */
+/* What the trace headers of a request hold: traceparent (the first, and
+ * how many were given) and tracestate (every one, joined by commas, as the
+ * spec asks; cut past its room, which attnd_tracestate_clean then refuses
+ * or trims). */
+typedef struct {
+    const char *parent;
+    int n_parent;
+    char state[2 * ATTND_TRACESTATE_MAX + 2];
+    size_t state_len;
+} trace_headers;
+
+static enum MHD_Result trace_header(void *cls, enum MHD_ValueKind kind, const char *key,
+                                    const char *value) {
+    (void)kind;
+    trace_headers *t = cls;
+    if (strcasecmp(key, "traceparent") == 0 && t->n_parent++ == 0) t->parent = value;
+    if (strcasecmp(key, "tracestate") == 0 && value) {
+        size_t room = sizeof t->state - 1 - t->state_len, n = strlen(value);
+        if (t->state_len && room) t->state[t->state_len++] = ',', room--;
+        if (n > room) n = room;
+        memcpy(t->state + t->state_len, value, n);
+        t->state[t->state_len += n] = '\0';
+    }
+    return MHD_YES;
+}
+
+/* The request's place in a trace (obs/trace.h): the caller's traceparent
+ * continued, or a new trace when it is absent, malformed or given twice. */
+static void start_trace(hreq *h) {
+    trace_headers t = {0};
+    MHD_get_connection_values(h->conn, MHD_HEADER_KIND, trace_header, &t);
+    attnd_trace_start(&h->trace, t.n_parent == 1 ? t.parent : NULL, t.state_len ? t.state : NULL);
+}
+
+/* A request whose header lines are in: its record, with the path it logs,
+ * its X-Request-Id (the client's when sane, else made) and its trace. NULL
+ * when out of memory. */
 static hreq *hreq_new(attnd_http *s, struct MHD_Connection *conn, const char *url,
                       const char *method) {
     hreq *h = calloc(1, sizeof(*h));
@@ -243,6 +278,8 @@ static hreq *hreq_new(attnd_http *s, struct MHD_Connection *conn, const char *ur
     h->srv = s;
     h->conn = conn;
     h->t_recv_us = attnd_mono_us();
+    h->t_recv_unix_ns = attnd_unix_ns();
+    h->model = -1;
     snprintf(h->method, sizeof(h->method), "%s", method);
     snprintf(h->path, sizeof(h->path), "%s", url);
     for (char *p = h->path; *p; p++)
@@ -252,6 +289,7 @@ static hreq *hreq_new(attnd_http *s, struct MHD_Connection *conn, const char *ur
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
     h->gc = ci ? ci->socket_context : NULL;
+    start_trace(h);
     return h;
 }
 
@@ -336,6 +374,43 @@ static const char *end_word(const hreq *h, enum MHD_RequestTerminationCode toe) 
     return "error";
 }
 
+/* Unix nanoseconds of monotonic time t_us (0 stays 0: a phase never
+ * reached), from now as seen on both clocks. */
+static uint64_t unix_at(uint64_t t_us, uint64_t now_us, uint64_t now_ns) {
+    if (!t_us) return 0;
+    uint64_t ago = now_us > t_us ? (now_us - t_us) * 1000 : 0;
+    return now_ns > ago ? now_ns - ago : 0;
+}
+
+/* The request's spans (request, queue, compute) to the OTLP exporter, when
+ * one is set: copied into its queue, never waited for. */
+static void export_spans(const hreq *h, int status, uint64_t now_us) {
+    attnd_http *s = h->srv;
+    if (!s->otlp) return;
+    const attnd_req *r = &h->r;
+    uint64_t now_ns = attnd_unix_ns();
+    char route[ROUTE_CAPTURE_MAX];
+    attnd_request_times t = {
+        .trace = &h->trace,
+        .method = h->method,
+        .path = h->path,
+        .route = h->rm.route ? attnd_route_template(h->rm.route, route, sizeof route) : NULL,
+        .model = h->model >= 0 ? s->env->models[h->model].name : NULL,
+        .request_id = h->id,
+        .status = status,
+        .batch_size = r->batch_requests,
+        .start_ns = h->t_recv_unix_ns,
+        .end_ns = now_ns,
+        .queue_start_ns = unix_at(r->t_admit_us, now_us, now_ns),
+        .queue_end_ns = unix_at(r->t_start_us ? r->t_start_us : now_us, now_us, now_ns),
+        .compute_start_ns = unix_at(r->t_start_us, now_us, now_ns),
+        .compute_end_ns = unix_at(r->t_end_us, now_us, now_ns)};
+    if (!r->t_admit_us) t.queue_end_ns = 0;
+    attnd_span spans[3];
+    int n = attnd_request_spans(&t, spans);
+    if (n) attnd_otlp_submit(s->otlp, spans, n);
+}
+
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
     (void)conn;
@@ -363,10 +438,14 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         attnd_metrics_reject(s->metrics, h->sent);
     }
     attnd_metrics_request(s->metrics, h->rid, status, now - h->t_recv_us);
+    char trace_id[2 * ATTND_TRACE_ID_BYTES + 1], span_id[2 * ATTND_SPAN_ID_BYTES + 1];
+    attnd_hex(trace_id, h->trace.trace_id, sizeof h->trace.trace_id);
+    attnd_hex(span_id, h->trace.span_id, sizeof h->trace.span_id);
     attnd_access a = {
         h->method,           h->path, status, h->sent_bytes, (double)(now - h->t_recv_us) / 1e3,
-        h->r.batch_requests, h->id,   end};
+        h->r.batch_requests, h->id,   end,    trace_id,      span_id};
     attnd_log_access(&a); /* nothing secret: no headers, no body */
+    export_spans(h, status, now);
     /* a kept-alive connection now waits for its next request's header lines */
     attnd_guard_phase(s->guard, h->gc, GUARD_HEADER);
     atomic_fetch_sub(&s->active, 1);

@@ -92,6 +92,7 @@ int attnd_handle_metrics(hreq *h) {
     attnd_metrics_write(s->metrics, &b, names, depth, depth && names ? n : 0);
     attnd_sched_metrics(s->sched, &b);
     attnd_sessions_metrics(s->sessions, &b);
+    attnd_otlp_metrics(s->otlp, &b);
     free(depth);
     free(names);
     size_t len = 0;
@@ -178,6 +179,7 @@ static int admit(hreq *h, int rc) {
     attnd_http *s = h->srv;
     attnd_http_drop_body(h);
     if (rc < 0) return -1;
+    h->model = h->r.job.model; /* for its span */
     attnd_admit_env a = {s->sessions, s->env};
     rc = attnd_admit(&a, &h->r, attnd_http_header(h, "X-Session-Id"), attnd_mono_s(), &h->err,
                      &h->retry_after);

@@ -11,6 +11,7 @@
 #include "../base/buffer.h"
 #include "../base/reply.h"
 #include "../batch/req.h"
+#include "../obs/trace.h"
 #include "../ui/ui.h"
 #include "guard.h"
 #include "http.h"
@@ -54,6 +55,10 @@ typedef struct attnd_http_req {
     guard_conn *gc;          /* its connection's record in the guard, or NULL */
     int retry_after;         /* Retry-After seconds of a 429, 0 = the default 1 */
     const attnd_ui_file *ui; /* the viewer's file it answers (its own headers), or NULL */
+    attnd_trace trace;       /* its place in a trace: the caller's traceparent continued, or a
+                                new trace; its own span id (obs/trace.h) */
+    uint64_t t_recv_unix_ns; /* Unix time of t_recv_us, for its spans */
+    int model;               /* the model its body named, once parsed; -1 before or none */
 } hreq;
 
 /* send.c: every answer leaves through here, h->r.reply with the status of

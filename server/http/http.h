@@ -23,6 +23,7 @@
 #include "../body/meta.h"
 #include "../body/request.h"
 #include "../obs/metrics.h"
+#include "../obs/otlp.h"
 #include "guard.h"
 
 enum { S_STARTING = 0, S_READY = 1, S_DRAINING = 2 };
@@ -35,6 +36,7 @@ typedef struct attnd_http {
     attnd_sessions *sessions;
     attnd_metrics *metrics;
     const attnd_meta *meta; /* the bodies of GET /v1/models, /v2, /v2/models/{name} */
+    attnd_otlp *otlp;       /* the span exporter (tracing.otlp_endpoint), or NULL: none */
     /* its own */
     attnd_guard *guard; /* connection slots and read deadlines */
     struct MHD_Daemon *mhd;

@@ -38,6 +38,23 @@ const char *attnd_route_label(attnd_route_id id) {
     return id < R_COUNT ? attnd_routes[id].label : "unknown";
 }
 
+const char *attnd_route_template(const attnd_route *r, char *buf, size_t n) {
+    size_t k = 0;
+    int open = 0; /* inside a ":x" segment */
+    for (const char *p = r->label; *p && k + 2 < n; p++) {
+        if (*p == ':') {
+            buf[k++] = '{';
+            open = 1;
+            continue;
+        }
+        if (*p == '/' && open) buf[k++] = '}', open = 0;
+        buf[k++] = *p;
+    }
+    if (open && k + 1 < n) buf[k++] = '}';
+    buf[k] = '\0';
+    return buf;
+}
+
 void attnd_route_labels(const char *labels[R_COUNT + 1]) {
     for (int i = 0; i <= R_COUNT; i++)
         labels[i] = attnd_route_label((attnd_route_id)i);

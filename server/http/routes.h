@@ -75,6 +75,10 @@ typedef struct {
  * m->status. */
 int attnd_route_find(const char *method, const char *path, int options, attnd_route_match *m);
 
+/* The route's template as traces name it: its label with each ":x"
+ * written "{x}" ("/v1/sessions/{id}/attention"), into buf; returns buf. */
+const char *attnd_route_template(const attnd_route *r, char *buf, size_t n);
+
 /* The label metrics use for a route id: its row's, or "unknown". */
 const char *attnd_route_label(attnd_route_id id);
 /* Every route's label by id, then "unknown" at R_UNKNOWN: what

@@ -144,15 +144,18 @@ static const char *content_type(const hreq *h) {
     return h->ctype ? h->ctype : "application/json";
 }
 
-/* What h's answer's headers say (status.h). */
-static attnd_answer_meta meta_of(const hreq *h) {
+/* What h's answer's headers say (status.h); tp is room for its
+ * traceparent. */
+static attnd_answer_meta meta_of(const hreq *h, char tp[ATTND_TRACEPARENT_LEN + 1]) {
     const attnd_reply *a = &h->r.reply;
     const attnd_req *r = &h->r;
+    attnd_traceparent_format(&h->trace, tp);
     unsigned extra = attnd_kind_headers(a->kind);
     int preflight = (extra & ATTND_HDR_PREFLIGHT) != 0;
     attnd_answer_meta m = {.extra = extra,
                            .ctype = content_type(h),
                            .request_id = h->id,
+                           .traceparent = tp,
                            .cors = h->srv->cfg->n_cors_origins > 0,
                            .origin = h->origin,
                            .allow = h->rm.allow,
@@ -173,7 +176,8 @@ enum MHD_Result attnd_http_send(hreq *h) {
     attnd_reply *a = &h->r.reply;
     int status = attnd_kind_status(a->kind), borrowed = a->borrowed;
     size_t len = a->len;
-    attnd_answer_meta m = meta_of(h);
+    char tp[ATTND_TRACEPARENT_LEN + 1];
+    attnd_answer_meta m = meta_of(h, tp);
     char *body = attnd_reply_take(a);
     if (!body) return MHD_NO; /* out of memory writing it */
     enum MHD_Result ret = send_answer(h->conn, 0, status, &m, body, len, borrowed);

@@ -59,9 +59,11 @@ static int cors(const attnd_answer_meta *m, attnd_header *out, int n) {
     n = put(out, n, "Access-Control-Allow-Origin", "%s", m->origin);
     if (!(m->extra & ATTND_HDR_PREFLIGHT))
         return put(out, n, "Access-Control-Expose-Headers",
-                   "X-Request-Id, Server-Timing, Retry-After");
+                   "X-Request-Id, traceparent, Server-Timing, Retry-After");
     n = put(out, n, "Access-Control-Allow-Methods", "%s", m->allow);
-    n = put(out, n, "Access-Control-Allow-Headers", "Authorization, Content-Type, X-Request-Id");
+    n = put(out, n, "Access-Control-Allow-Headers",
+            "Authorization, Content-Type, X-Request-Id, traceparent, tracestate, "
+            "Request-Timeout-Ms, X-Session-Id");
     return put(out, n, "Access-Control-Max-Age", "600");
 }
 
@@ -69,6 +71,7 @@ int attnd_answer_headers(const attnd_answer_meta *m, attnd_header *out) {
     int n = 0, preflight = (m->extra & ATTND_HDR_PREFLIGHT) != 0;
     if (m->ctype) n = put(out, n, "Content-Type", "%s", m->ctype);
     n = put(out, n, "X-Request-Id", "%s", m->request_id);
+    if (m->traceparent) n = put(out, n, "traceparent", "%s", m->traceparent);
     n = put(out, n, "Server-Timing", "queue;dur=%.3f, compute;dur=%.3f, total;dur=%.3f",
             m->queue_ms, m->compute_ms, m->total_ms);
     const char *un, *uv;

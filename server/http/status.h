@@ -2,7 +2,7 @@
  * the headers the kind asks for (Allow, WWW-Authenticate, Retry-After, a
  * CORS preflight's), and the whole list of headers an answer carries, in
  * the order they go out (the same for every answer: X-Request-Id,
- * Server-Timing, Cache-Control, CORS, Connection). send.c is the one
+ * traceparent, Server-Timing, Cache-Control, CORS, Connection). send.c is the one
  * place that turns these into bytes on a connection; this file writes
  * none and knows no HTTP library.
  */
@@ -33,6 +33,7 @@ typedef struct {
     unsigned extra;          /* ATTND_HDR_* bits: the kind's (attnd_kind_headers) */
     const char *ctype;       /* Content-Type, or NULL (an empty body) */
     const char *request_id;  /* X-Request-Id */
+    const char *traceparent; /* the answer's traceparent (obs/trace.h), or NULL: none */
     double queue_ms;         /* Server-Timing: admission to compute start */
     double compute_ms;       /* Server-Timing: the batch's compute */
     double total_ms;         /* Server-Timing: first byte to now */

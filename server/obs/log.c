@@ -94,11 +94,16 @@ void attnd_log_access(const attnd_access *a) {
                         ",\"status\":%d,\"bytes\":%zu,\"ms\":%.3f,\"batch\":%d,\"id\":", a->status,
                         a->bytes, a->ms, a->batch);
         attnd_sb_json_str(&b, a->id);
+        if (a->trace_id && a->span_id)
+            attnd_sb_printf(&b, ",\"trace_id\":\"%s\",\"span_id\":\"%s\"", a->trace_id, a->span_id);
         attnd_sb_puts(&b, ",\"end\":");
         attnd_sb_json_str(&b, a->end);
     } else {
-        attnd_sb_printf(&b, "method=%s path=%s status=%d bytes=%zu ms=%.3f batch=%d id=%s end=%s",
-                        a->method, a->path, a->status, a->bytes, a->ms, a->batch, a->id, a->end);
+        attnd_sb_printf(&b, "method=%s path=%s status=%d bytes=%zu ms=%.3f batch=%d id=%s",
+                        a->method, a->path, a->status, a->bytes, a->ms, a->batch, a->id);
+        if (a->trace_id && a->span_id)
+            attnd_sb_printf(&b, " trace_id=%s span_id=%s", a->trace_id, a->span_id);
+        attnd_sb_printf(&b, " end=%s", a->end);
     }
     line_end(&b, LOG_INFO);
     attnd_sb_free(&b);

@@ -26,14 +26,16 @@ void attnd_log(attnd_log_level level, const char *fmt, ...) __attribute__((forma
 /* One request, for the access log line. */
 typedef struct {
     const char *method;
-    const char *path; /* control characters already replaced */
-    int status;       /* 499: the client left before the answer */
-    size_t bytes;     /* body bytes of the answer */
-    double ms;        /* first byte to completion */
-    int batch;        /* requests in its compute batch, 0 when none */
-    const char *id;   /* X-Request-Id */
-    const char *end;  /* how it ended: "ok" (whole answer sent), "client_gone",
-                         "idle_timeout", "drain_deadline", "error" */
+    const char *path;     /* control characters already replaced */
+    int status;           /* 499: the client left before the answer */
+    size_t bytes;         /* body bytes of the answer */
+    double ms;            /* first byte to completion */
+    int batch;            /* requests in its compute batch, 0 when none */
+    const char *id;       /* X-Request-Id */
+    const char *end;      /* how it ended: "ok" (whole answer sent), "client_gone",
+                             "idle_timeout", "drain_deadline", "error" */
+    const char *trace_id; /* its trace (32 hex digits), or NULL: the line has none */
+    const char *span_id;  /* its own span in that trace (16 hex digits), or NULL */
 } attnd_access;
 
 void attnd_log_access(const attnd_access *a);

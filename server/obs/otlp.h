@@ -135,6 +135,11 @@ int attnd_otlp_submit(attnd_otlp *x, const attnd_span *spans, int n);
 /* The counters, for /metrics. Any thread. */
 void attnd_otlp_stats_get(attnd_otlp *x, attnd_otlp_stats *out);
 
+/* The exporter's counters for GET /metrics: attnd_trace_spans_exported_total,
+ * _dropped_total, _failed_total, attnd_trace_export_batches_total and the
+ * attnd_trace_spans_queued gauge. x NULL (no export configured): all 0. */
+void attnd_otlp_metrics(attnd_otlp *x, attnd_sbuf *b);
+
 /* Sends what is queued within shutdown_ms (a POST under way is cut at that
  * deadline), counts the rest as dropped, logs any failures not yet logged,
  * joins the thread and frees. NULL is a no-op. */

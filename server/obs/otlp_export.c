@@ -20,6 +20,7 @@
 #include "../base/clock.h"
 #include "log.h"
 #include "otlp.h"
+#include "prom.h"
 
 #define RESPONSE_MAX 4096 /* bytes of a collector's answer kept (partialSuccess) */
 
@@ -80,6 +81,24 @@ void attnd_otlp_stats_get(attnd_otlp *x, attnd_otlp_stats *out) {
     out->dropped = x->dropped;
     out->failed = x->failed;
     out->batches = x->batches;
+}
+
+void attnd_otlp_metrics(attnd_otlp *x, attnd_sbuf *b) {
+    attnd_otlp_stats st = {0};
+    if (x) attnd_otlp_stats_get(x, &st);
+    attnd_prom_single(b, "attnd_trace_spans_exported_total", PROM_COUNTER,
+                      "Spans the OTLP collector took.", (long long)st.exported);
+    attnd_prom_single(b, "attnd_trace_spans_dropped_total", PROM_COUNTER,
+                      "Spans dropped: the export queue was full (tracing.queue_spans), or they "
+                      "were left at shutdown.",
+                      (long long)st.dropped);
+    attnd_prom_single(b, "attnd_trace_spans_failed_total", PROM_COUNTER,
+                      "Spans sent and not taken: collector unreachable, slow or refusing.",
+                      (long long)st.failed);
+    attnd_prom_single(b, "attnd_trace_export_batches_total", PROM_COUNTER,
+                      "OTLP/HTTP export requests made.", (long long)st.batches);
+    attnd_prom_single(b, "attnd_trace_spans_queued", PROM_GAUGE, "Spans waiting for export.",
+                      st.queued);
 }
 
 /* Waits (mu held) until a batch is full, interval_ms has passed with spans
