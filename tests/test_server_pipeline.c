@@ -56,7 +56,7 @@ static void setup(void) {
     attnd_session_limits lim = {8, 1 << 20, 1 << 20, 60};
     table = attnd_sessions_new(&lim);
     ctx = attn_ctx_new(2);
-    pipe_ = attnd_pipeline_new(ctx, 8, 60000);
+    pipe_ = attnd_pipeline_new(ctx, 8);
     ck_assert(table && ctx && pipe_);
 }
 

@@ -1,7 +1,8 @@
 /* test_server_sched.c - the scheduler without HTTP: requests of different
  * kinds packed into one batch answer what each answers alone (naive
  * reference), a full queue refuses with 429, a request still queued at its
- * deadline is answered 504 without compute, a lone request on idle compute
+ * deadline is answered 504 without compute (its own deadline before an
+ * older request's), a lone request on idle compute
  * is taken at once, requests that arrive while a batch computes form the
  * next batch together, and a request whose client left (the departed
  * callback, the HTTP side's answer) is dropped without compute. */
@@ -291,6 +292,54 @@ START_TEST(test_full_queue_429_and_deadline_504) {
 }
 END_TEST
 
+/* A request's own deadline (the body's timeout_ms, the Request-Timeout-Ms
+ * header; the smallest holds) ends it while an older request with the
+ * server's longer one stays queued: every queued request is looked at, not
+ * only the oldest. */
+START_TEST(test_own_deadline_ends_before_older) {
+    setup_model();
+    attnd_config c;
+    config(&c, 64, 10000000, 8, 600000); /* nothing leaves on its own; the server: 10 min */
+    attnd_metrics mt;
+    attnd_sched *s = sched_of(&c, &mt);
+    treq *t[3];
+    const int body_ms[3] = {0, 100, 5000}, header_ms[3] = {0, 0, 150};
+    for (int i = 0; i < 3; i++) {
+        t[i] = treq_new();
+        t[i]->r.job.B = 1, t[i]->r.job.L = 2, t[i]->r.job.S = 2, t[i]->r.job.self = 1;
+        t[i]->r.job.query = rnd_floats(16);
+        t[i]->r.job.timeout_ms = body_ms[i];
+        t[i]->r.asked_timeout_ms = header_ms[i];
+        t[i]->r.tokens = 4;
+        attnd_error e = {AOK, ""};
+        ck_assert_int_eq(attnd_sched_submit(s, &t[i]->r, &e), 0);
+    }
+    ck_assert_int_eq(t[0]->r.timeout_ms, 600000);
+    ck_assert_int_eq(t[1]->r.timeout_ms, 100);
+    ck_assert_int_eq(t[2]->r.timeout_ms, 150);
+    const char *from[3] = {NULL, "(timeout_ms)", "(Request-Timeout-Ms)"};
+    for (int i = 1; i < 3; i++) {
+        wait_done(t[i]);
+        ck_assert_int_eq(t[i]->r.reply.kind, AERR_TIMEOUT);
+        ck_assert_uint_eq(t[i]->r.t_start_us, 0); /* never computed */
+        ck_assert_msg(strstr(t[i]->r.reply.body, from[i]) != NULL, "%s", t[i]->r.reply.body);
+    }
+    int depth = -1;
+    attnd_sched_depths(s, &depth);
+    ck_assert_int_eq(depth, 1); /* the oldest, with the server's deadline, waits on */
+    pthread_mutex_lock(&mu);
+    ck_assert_int_eq(t[0]->done, 0);
+    pthread_mutex_unlock(&mu);
+    ck_assert_uint_eq(atomic_load(&mt.batch_size.count[0]), 0);
+    attnd_sched_free(s); /* the batcher empties the queues before it stops */
+    ck_assert_int_eq(t[0]->r.reply.kind, AOK);
+    for (int i = 0; i < 3; i++)
+        attnd_req_unref(&t[i]->r);
+    attn_model_free(&model);
+    attnd_config_free(&c);
+}
+END_TEST
+
 START_TEST(test_cancel_drops_queued_work) {
     setup_model();
     attnd_config c;
@@ -477,6 +526,7 @@ int main(void) {
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_mixed_batch_matches_reference);
     tcase_add_test(tc, test_full_queue_429_and_deadline_504);
+    tcase_add_test(tc, test_own_deadline_ends_before_older);
     tcase_add_test(tc, test_cancel_drops_queued_work);
     tcase_add_test(tc, test_departed_client_dropped_without_compute);
     tcase_add_test(tc, test_lone_request_starts_at_once);

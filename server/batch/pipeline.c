@@ -29,7 +29,6 @@
 struct attnd_pipeline {
     attn_ctx *ctx; /* borrowed */
     int cap;       /* requests per batch at most */
-    int timeout_ms;
     /* grow-only scratch, reused across batches */
     float *q, *k, *v, *out; /* packed query (T,E), key (U,Kd), value (U,Vd), output (T,E) */
     size_t qcap, kcap, vcap, outcap; /* floats */
@@ -41,12 +40,11 @@ struct attnd_pipeline {
     int *who;              /* (cap) answers[a] is request who[a]'s */
 };
 
-attnd_pipeline *attnd_pipeline_new(attn_ctx *ctx, int max_requests, int timeout_ms) {
+attnd_pipeline *attnd_pipeline_new(attn_ctx *ctx, int max_requests) {
     attnd_pipeline *p = calloc(1, sizeof *p);
     if (!p) return NULL;
     p->ctx = ctx;
     p->cap = max_requests;
-    p->timeout_ms = timeout_ms;
     p->off = calloc(3 * (size_t)max_requests, sizeof *p->off);
     p->keep = calloc((size_t)max_requests, sizeof *p->keep);
     p->answers = calloc((size_t)max_requests, sizeof *p->answers);
@@ -294,7 +292,7 @@ static int answered_early(batch_run *br, int i) {
         attnd_set_error(&e, AERR_BAD_REQUEST, "%s", ATTND_MSG_OVERFLOW);
         refuse(br, r, &e);
     } else if (attnd_mono_us() > r->deadline_us) {
-        attnd_req_timeout(r, br->p->timeout_ms);
+        attnd_req_timeout(r);
         answered(br, r, 0);
     } else {
         return 0;

@@ -27,9 +27,8 @@ typedef struct attnd_pipeline attnd_pipeline;
 typedef void (*attnd_answered_fn)(void *arg, attnd_req *r);
 
 /* A pipeline on the compute pool ctx (borrowed) for batches of at most
- * max_requests requests; timeout_ms is the 504's sentence. NULL when out
- * of memory. */
-attnd_pipeline *attnd_pipeline_new(attn_ctx *ctx, int max_requests, int timeout_ms);
+ * max_requests requests. NULL when out of memory. */
+attnd_pipeline *attnd_pipeline_new(attn_ctx *ctx, int max_requests);
 void attnd_pipeline_free(attnd_pipeline *p); /* NULL is fine */
 
 /* Packs, computes and answers rs[0..n) (1 <= n <= max_requests), requests

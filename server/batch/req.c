@@ -32,9 +32,23 @@ void attnd_req_clear(attnd_req *r) {
     attnd_reply_free(&r->reply);
 }
 
-void attnd_req_timeout(attnd_req *r, int timeout_ms) {
+void attnd_req_deadline(attnd_req *r, int server_ms) {
+    r->timeout_ms = server_ms;
+    r->timeout_from = "server.request_timeout_ms";
+    if (r->job.timeout_ms > 0 && r->job.timeout_ms < r->timeout_ms) {
+        r->timeout_ms = r->job.timeout_ms;
+        r->timeout_from = r->job.api == API_V2 ? "parameters.timeout_ms" : "timeout_ms";
+    }
+    if (r->asked_timeout_ms > 0 && r->asked_timeout_ms < r->timeout_ms) {
+        r->timeout_ms = r->asked_timeout_ms;
+        r->timeout_from = "Request-Timeout-Ms";
+    }
+    r->deadline_us = r->t_admit_us + (uint64_t)r->timeout_ms * 1000u;
+}
+
+void attnd_req_timeout(attnd_req *r) {
     attnd_error e;
-    attnd_set_error(&e, AERR_TIMEOUT, "request not done within %d ms; its work was dropped",
-                    timeout_ms);
+    attnd_set_error(&e, AERR_TIMEOUT, "request not done within %d ms (%s); its work was dropped",
+                    r->timeout_ms, r->timeout_from ? r->timeout_from : "its deadline");
     attnd_reply_error(&r->reply, &e);
 }

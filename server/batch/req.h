@@ -42,11 +42,16 @@ struct attnd_req {
     attnd_req *prev, *next; /* queue links */
     int cancelled;          /* 1: the connection is gone; never finish() it */
     /* set before admission */
-    attnd_job job;        /* what to compute; owned */
-    long long tokens;     /* what the batch token limit counts (attnd_admit) */
-    uint64_t t_admit_us;  /* attnd_mono_us() at admission */
-    uint64_t deadline_us; /* t_admit_us + request_timeout_ms */
-    attnd_req_step step;  /* a KV-cache session step, or none */
+    attnd_job job;            /* what to compute; owned */
+    long long tokens;         /* what the batch token limit counts (attnd_admit) */
+    uint64_t t_admit_us;      /* attnd_mono_us() at admission */
+    int asked_timeout_ms;     /* the client's deadline outside the body (Request-Timeout-Ms), ms;
+                                 0 = none (the body's is job.timeout_ms) */
+    int timeout_ms;           /* the deadline that holds, set by attnd_req_deadline: the smallest
+                                 of asked_timeout_ms, job.timeout_ms and request_timeout_ms */
+    const char *timeout_from; /* where timeout_ms came from, for the 504's sentence (static) */
+    uint64_t deadline_us;     /* t_admit_us + timeout_ms */
+    attnd_req_step step;      /* a KV-cache session step, or none */
     /* written once by whoever finishes the request, before finish() */
     attnd_reply reply;             /* the answer; no body when the client left */
     uint64_t t_start_us, t_end_us; /* compute of its batch; 0 when it never ran */
@@ -65,7 +70,10 @@ void attnd_req_end_step(attnd_req *r, int commit);
 /* Lets go of what r holds: its step (dropped), its job and its reply.
  * What free_fn calls before freeing the embedding struct. */
 void attnd_req_clear(attnd_req *r);
-/* r's reply: the 504 of a request not done within timeout_ms. */
-void attnd_req_timeout(attnd_req *r, int timeout_ms);
+/* Sets r's deadline from its admission time (t_admit_us): the smallest of
+ * its own (asked_timeout_ms, job.timeout_ms) and server_ms. */
+void attnd_req_deadline(attnd_req *r, int server_ms);
+/* r's reply: the 504 of a request not done within its timeout_ms. */
+void attnd_req_timeout(attnd_req *r);
 
 #endif

@@ -61,6 +61,7 @@ struct attnd_sched {
     int draining;            /* 1: no waiting for company */
     int stop;                /* 1: the batcher exits once the queues are empty */
     int sweep_stop;          /* 1: the sweeper exits */
+    uint64_t sweep_wake;     /* when the sleeping sweeper wakes next (monotonic us) */
     attn_ctx *ctx;           /* the one compute pool; used by the batcher only */
     attnd_pipeline *pipe;    /* the batcher's road for every batch, on ctx */
     scratch w;               /* the batcher's */
@@ -118,7 +119,7 @@ static void deliver(attnd_sched *s, attnd_req *r, const attnd_error *e) {
 
 /* r's deadline passed before it was answered. */
 static void answer_timeout(attnd_sched *s, attnd_req *r) {
-    attnd_req_timeout(r, s->o.cfg->request_timeout_ms);
+    attnd_req_timeout(r);
     deliver(s, r, NULL);
 }
 
@@ -333,19 +334,24 @@ static void grow_sweep_bufs(attnd_sched *s, sweep_bufs *b) {
 }
 
 /* Takes the requests whose deadline passed out of the queues (mutex held),
- * into b->out from *n on; *wake becomes the next deadline. The queues are
- * in admission order, so only their heads are looked at. */
+ * into b->out from *n on; *wake becomes the next deadline. Every queued
+ * request is looked at: a request's own timeout (timeout_ms, the
+ * Request-Timeout-Ms header) may end it before older ones. */
 static void collect_expired(attnd_sched *s, sweep_bufs *b, uint64_t now, size_t *n,
                             uint64_t *wake) {
     for (int i = 0; i < s->o.n_models; i++) {
-        squeue *q = &s->q[i];
-        while (q->head && q->head->deadline_us <= now && *n < b->cap) {
-            attnd_req *r = q->head;
-            q_remove(q, r);
-            b->out[*n] = r;
-            b->gone[(*n)++] = 0;
+        attnd_req *r = s->q[i].head;
+        while (r) {
+            attnd_req *next = r->next;
+            if (r->deadline_us <= now && *n < b->cap) {
+                q_remove(&s->q[i], r);
+                b->out[*n] = r;
+                b->gone[(*n)++] = 0;
+            } else if (r->deadline_us < *wake) {
+                *wake = r->deadline_us;
+            }
+            r = next;
         }
-        if (q->head && q->head->deadline_us < *wake) *wake = q->head->deadline_us;
     }
 }
 
@@ -400,7 +406,9 @@ static void *sweeper_main(void *arg) {
             pthread_mutex_lock(&s->mu);
             continue;
         }
+        s->sweep_wake = wake;
         timed_wait(&s->sweep_cv, &s->mu, wake);
+        s->sweep_wake = 0; /* awake: it looks at every queued request before it sleeps */
     }
     pthread_mutex_unlock(&s->mu);
 cleanup:
@@ -425,11 +433,10 @@ int attnd_sched_submit(attnd_sched *s, attnd_req *r, attnd_error *e) {
     attnd_req_ref(r);
     r->state = RQ_QUEUED;
     r->t_admit_us = attnd_mono_us();
-    r->deadline_us = r->t_admit_us + (uint64_t)c->request_timeout_ms * 1000u;
-    int was_empty = q->count == 0;
+    attnd_req_deadline(r, c->request_timeout_ms);
     q_push(q, r);
     pthread_cond_signal(&s->work_cv);
-    if (was_empty) pthread_cond_signal(&s->sweep_cv);
+    if (r->deadline_us < s->sweep_wake) pthread_cond_signal(&s->sweep_cv); /* the next one */
     pthread_mutex_unlock(&s->mu);
     return 0;
 }
@@ -559,7 +566,7 @@ attnd_sched *attnd_sched_new(const attnd_sched_opts *o, char *err, size_t errlen
         snprintf(err, errlen, "cannot create a compute pool of %d threads", o->cfg->worker_threads);
         goto fail;
     }
-    s->pipe = attnd_pipeline_new(s->ctx, cap, o->cfg->request_timeout_ms);
+    s->pipe = attnd_pipeline_new(s->ctx, cap);
     if (!s->pipe) {
         snprintf(err, errlen, "out of memory starting the scheduler");
         goto fail;

@@ -19,6 +19,7 @@
  */
 #include "request.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -41,9 +42,10 @@ typedef struct {
     const char *label[T_COUNT]; /* how messages name the tensor */
     char model[ATTND_NAME_MAX + 8];
     int have_model;
-    int causal;  /* 1, 0, or -1: the model's default */
-    int weights; /* attn_weights_mode, or -1 when the body did not say */
-    int enc;     /* attnd_encoding */
+    int causal;     /* 1, 0, or -1: the model's default */
+    int weights;    /* attn_weights_mode, or -1 when the body did not say */
+    int enc;        /* attnd_encoding */
+    int timeout_ms; /* timeout_ms, 0 when not given */
 } collected;
 
 static void collected_free(collected *c) {
@@ -376,6 +378,7 @@ static int build_job(const attnd_parse_env *env, const char *path_model, collect
     job->causal = c->causal < 0 ? m->hp.causal : c->causal;
     job->weights = c->weights;
     job->enc = c->enc;
+    job->timeout_ms = c->timeout_ms;
     if (check_query(c, m, job, e) < 0 || check_key_value(c, m, job, e) < 0 ||
         check_masks(c, m, job, e) < 0 || check_limits(env, job, e) < 0 ||
         move_tensors(c, job, e) < 0) {
@@ -416,6 +419,30 @@ static int read_model(jin *j, const jfield *f, void *dst, jpath *path, attnd_err
     return 0;
 }
 
+/* "timeout_ms" (v2: parameters.timeout_ms): the request's own deadline, a
+ * whole number of milliseconds, 1 or more; past INT_MAX it is INT_MAX (the
+ * smaller of it and server.request_timeout_ms holds anyway). */
+static int read_timeout(jin *j, const jfield *f, void *dst, jpath *path, attnd_error *e) {
+    int *out = (int *)((char *)dst + f->offset);
+    double v;
+    size_t at = attnd_jin_offset(j);
+    if (attnd_jin_number(j, &v) < 0) return attnd_jin_fail(j, path, e);
+    if (!(v >= 1) || v != floor(v)) {
+        size_t n = attnd_jin_offset(j) - at;
+        return attnd_set_error(e, AERR_BAD_REQUEST,
+                               "%s: expected a whole number of milliseconds, 1 or more, got %.*s",
+                               path->s, (int)(n < 40 ? n : 40), attnd_jin_body(j) + at);
+    }
+    *out = v >= (double)INT_MAX ? INT_MAX : (int)v;
+    return 0;
+}
+
+#define TIMEOUT_FIELD(nm, off)                                                                     \
+    {                                                                                              \
+        .name = nm, .type = JF_CUSTOM, .read = read_timeout, .offset = off,                        \
+        .accepts = 1u << JT_NUMBER, .expects = "a whole number of milliseconds, 1 or more"         \
+    }
+
 #define TENSOR_FIELD(nm, role)                                                                     \
     {                                                                                              \
         .name = nm, .type = JF_CUSTOM, .read = read_tensor, .arg = role,                           \
@@ -435,6 +462,7 @@ static const jfield NATIVE_FIELDS[] = {
     TENSOR_FIELD("positions", T_POS),
     {.name = "attention", .type = JF_WORD, .offset = COLLECTED(weights), .words = &attnd_attention_modes},
     {.name = "encoding", .type = JF_WORD, .offset = COLLECTED(enc), .words = &attnd_encodings},
+    TIMEOUT_FIELD("timeout_ms", COLLECTED(timeout_ms)),
 };
 // clang-format on
 /* Unknown fields are refused: a typo like "atention" must not silently
@@ -537,7 +565,8 @@ int attnd_parse_session_open(const attnd_parse_env *env, const char *body, size_
         goto cleanup;
     }
     for (int i = 0; i < NATIVE.n; i++)
-        if ((given & 1u << i) && NATIVE.fields[i].read != read_model) {
+        if ((given & 1u << i) && NATIVE.fields[i].read != read_model &&
+            NATIVE.fields[i].read != read_timeout) {
             attnd_set_error(e, AERR_BAD_REQUEST,
                             "%s: a session opened without a prefix takes only \"model\" (give "
                             "the prefix rows as \"query\")",
@@ -854,6 +883,7 @@ static const jfield V2_PARAMETER_FIELDS[] = {
     {.name = "session_id", .type = JF_STRING, .offset = V2(session_id),
      .size = sizeof(((v2_body *)0)->session_id)},
     {.name = "session_open", .type = JF_BOOL, .offset = V2(session_open)},
+    TIMEOUT_FIELD("timeout_ms", V2(c.timeout_ms)),
 };
 static const jtable V2_PARAMETERS = JTABLE("parameter", V2_PARAMETER_FIELDS, 1);
 

@@ -68,6 +68,8 @@ typedef struct {
                                   /v1/sessions), its prefix the query when there is one */
     int v2_binary;             /* binary data extension for outputs: 1 output, 2 attention */
     int v2_outputs;            /* outputs listed in the request: 1 output, 2 attention; 0 = all */
+    int timeout_ms;            /* the body's own deadline (native timeout_ms, v2
+                                  parameters.timeout_ms), ms >= 1; 0 = not given */
     /* results, written by the worker */
     float *attn; /* (B,H,L,S) heads or (B,L,S) mean, owned, or NULL */
 } attnd_job;

@@ -5,6 +5,7 @@
  * string) and queues it, and returns 0; or returns -1 with h->err set.
  * glue.c sends either, through send.c.
  */
+#include <limits.h>
 #include <microhttpd.h>
 #include <stdlib.h>
 #include <string.h>
@@ -170,6 +171,25 @@ static int submit(hreq *h) {
     return 0;
 }
 
+/* The Request-Timeout-Ms header, when given: a whole number of
+ * milliseconds, 1 or more (past INT_MAX it is INT_MAX), into
+ * h->r.asked_timeout_ms; 0, or -1 with the 400 naming the header. */
+static int asked_timeout(hreq *h) {
+    const char *v = attnd_http_header(h, "Request-Timeout-Ms");
+    if (!v) return 0;
+    long long ms = 0;
+    size_t n = strspn(v, "0123456789");
+    for (size_t i = 0; i < n && ms <= INT_MAX; i++)
+        ms = ms * 10 + (v[i] - '0');
+    if (n == 0 || v[n] || ms < 1)
+        return attnd_set_error(&h->err, AERR_BAD_REQUEST,
+                               "Request-Timeout-Ms: expected a whole number of milliseconds, 1 or "
+                               "more, got '%.40s'",
+                               v);
+    h->r.asked_timeout_ms = ms > INT_MAX ? INT_MAX : (int)ms;
+    return 0;
+}
+
 /* The parsed job (rc: the parser's return) admitted, then queued; an open
  * without a prefix is answered at once. An open's id is X-Session-Id when
  * given, so that a load balancer hashing on that header keeps the
@@ -178,7 +198,7 @@ static int submit(hreq *h) {
 static int admit(hreq *h, int rc) {
     attnd_http *s = h->srv;
     attnd_http_drop_body(h);
-    if (rc < 0) return -1;
+    if (rc < 0 || asked_timeout(h) < 0) return -1;
     h->model = h->r.job.model; /* for its span */
     attnd_admit_env a = {s->sessions, s->env};
     rc = attnd_admit(&a, &h->r, attnd_http_header(h, "X-Session-Id"), attnd_mono_s(), &h->err,

@@ -47,7 +47,7 @@ static void load_once(void) {
         infos[i].hp = models[i].hp; /* num_kv_heads and head_dim filled in */
     }
     ctx = attn_ctx_new(1);
-    pipe_ = attnd_pipeline_new(ctx, 4, 60000);
+    pipe_ = attnd_pipeline_new(ctx, 4);
     FUZZ_CHECK(ctx && pipe_);
 }
 
