@@ -148,11 +148,19 @@ START_TEST(test_proposed_id) {
     attnd_session_end(st, &p, 1, 0);
     ck_assert_int_eq(attnd_session_open(st, 0, ROW, 1, 100, 0, want, id, &p, &retry),
                      SESS_ID_TAKEN);
-    const char *bad[] = {"0123456789ABCDEF0123456789abcdef", "0123456789abcdef", "x",
-                         "0123456789abcdef0123456789abcdefa"};
-    for (int i = 0; i < 4; i++)
+    const char *bad[] = {"0123456789ABCDEF0123456789abcdef",
+                         "0123456789abcdef",
+                         "x",
+                         "0123456789abcdef0123456789abcdefa",
+                         "00000000000000000000000000000000",
+                         "abababababababababababababababab",
+                         "01234012340123401234012340123401"};
+    for (int i = 0; i < 7; i++)
         ck_assert_int_eq(attnd_session_open(st, 0, ROW, 1, 100, 0, bad[i], id, &p, &retry),
                          SESS_BAD_ID);
+    /* six different digits pass: a random id has fewer once in 3e12 */
+    ck_assert_int_eq(attnd_session_id_ok("01234501234501234501234501234501"), 1);
+    ck_assert_int_eq(attnd_session_id_ok("0123401234012340123401234012340a"), 1);
     /* once it timed out, the id may be opened again */
     ck_assert_int_eq(attnd_session_open(st, 0, ROW, 1, 100, 61, want, id, &p, &retry), SESS_OK);
     attnd_session_end(st, &p, 1, 61);
@@ -292,6 +300,15 @@ START_TEST(test_reaper) {
 }
 END_TEST
 
+/* The refusal of status st after step p was refused holds each of the
+ * NULL-ended words. */
+static void says(attnd_session_status st, const attnd_session_step *p, const char *const *words) {
+    attnd_error e;
+    ck_assert_int_eq(attnd_session_refusal(st, NULL, &p->over, &e), -1);
+    for (int i = 0; words[i]; i++)
+        ck_assert_msg(strstr(e.msg, words[i]) != NULL, "\"%s\" lacks \"%s\"", e.msg, words[i]);
+}
+
 START_TEST(test_per_session_limits) {
     /* 16 bytes a token: 10 tokens per session, 100 in all */
     attnd_sessions *st = table(8, 1600, 160, 60);
@@ -300,9 +317,14 @@ START_TEST(test_per_session_limits) {
     int retry = 0;
     ck_assert_int_eq(attnd_session_open(st, 0, ROW, 11, 1000, 0, NULL, a, &p, &retry),
                      SESS_TOO_BIG);
+    says(SESS_TOO_BIG, &p,
+         (const char *[]){"limits.max_session_bytes_each: ", "the prefix ", " 11 tokens",
+                          " 176 bytes", "16 a token", " 160 bytes (10 tokens)", NULL});
     ck_assert_int_eq(stats(st).sessions, 0);
     open_n(st, 9, 0, a);
     ck_assert_int_eq(attnd_session_begin(st, a, 2, 0, &p, &retry), SESS_TOO_BIG);
+    says(SESS_TOO_BIG, &p,
+         (const char *[]){"limits.max_session_bytes_each: ", "the step ", " 11 tokens", NULL});
     ck_assert_int_eq(attnd_session_begin(st, a, 1, 0, &p, &retry), SESS_OK);
     attnd_session_end(st, &p, 1, 0);
     ck_assert_int_eq(stats(st).bytes, 160); /* doubling stops at the limit */
@@ -310,6 +332,9 @@ START_TEST(test_per_session_limits) {
     ck_assert_int_eq(attnd_session_open(st, 0, ROW, 3, 4, 0, NULL, b, &p, &retry), SESS_OK);
     attnd_session_end(st, &p, 1, 0);
     ck_assert_int_eq(attnd_session_begin(st, b, 2, 0, &p, &retry), SESS_TOO_LONG);
+    says(SESS_TOO_LONG, &p,
+         (const char *[]){"the step would take the session to 5 tokens", "max_positions 4",
+                          "positions 0 to 3", NULL});
     ck_assert_int_eq(attnd_session_begin(st, b, 1, 0, &p, &retry), SESS_OK);
     attnd_session_end(st, &p, 1, 0);
     ck_assert_int_eq(stats(st).refused_too_big, 3);
@@ -330,6 +355,10 @@ START_TEST(test_total_budget) {
     /* a new session over the total: refused, retry when a expires (t=30) */
     ck_assert_int_eq(attnd_session_open(st, 0, ROW, 4, 100, 12, NULL, c, &p, &retry), SESS_FULL);
     ck_assert_int_eq(retry, 18);
+    says(SESS_FULL, &p,
+         (const char *[]){"limits.max_session_bytes: the prefix needs a cache of 64 bytes (4 "
+                          "tokens)",
+                          "hold 288 of the 320 bytes", "retry after 18 s", NULL});
     /* an append that fits the session but not the total: the same */
     ck_assert_int_eq(attnd_session_begin(st, b, 3, 12, &p, &retry), SESS_FULL);
     ck_assert_int_eq(retry, 18);
@@ -358,6 +387,8 @@ START_TEST(test_session_count) {
     open_n(st, 1, 5, b);
     ck_assert_int_eq(attnd_session_open(st, 0, ROW, 0, 100, 6, NULL, c, &p, &retry), SESS_FULL);
     ck_assert_int_eq(retry, 24);
+    says(SESS_FULL, &p,
+         (const char *[]){"limits.max_sessions: 2 sessions are open", "retry after 24 s", NULL});
     ck_assert_int_eq(attnd_session_delete(st, a, 7), SESS_OK);
     ck_assert_int_eq(attnd_session_open(st, 0, ROW, 0, 100, 7, NULL, c, &p, &retry), SESS_OK);
     attnd_session_end(st, &p, 1, 7);
@@ -462,7 +493,7 @@ START_TEST(test_refusals) {
                 {SESS_ID_TAKEN, AERR_CONFLICT},   {SESS_BAD_ID, AERR_BAD_REQUEST}};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         attnd_error e;
-        ck_assert_int_eq(attnd_session_refusal(want[i].s, "abc", &e), -1);
+        ck_assert_int_eq(attnd_session_refusal(want[i].s, "abc", NULL, &e), -1);
         ck_assert_int_eq(e.code, want[i].k);
         ck_assert_str_ne(e.msg, "");
         ck_assert_int_eq(strstr(e.msg, "'abc'") != NULL, want[i].s == SESS_NOT_FOUND);

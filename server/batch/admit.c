@@ -15,7 +15,7 @@ static int check_session(const attnd_admit_env *a, const attnd_job *job, double 
                                "parameters: give session_id (a step) or session_open, not both");
     attnd_sessions_expire(a->table, now);
     int mi = job->session_id ? attnd_session_model(a->table, job->session_id, now) : job->model;
-    if (mi < 0) return attnd_session_refusal(SESS_NOT_FOUND, job->session_id, e);
+    if (mi < 0) return attnd_session_refusal(SESS_NOT_FOUND, job->session_id, NULL, e);
     if (job->query && attnd_job_check_step(job, &a->env->models[job->model], e) < 0) return -1;
     if (mi != job->model)
         return attnd_set_error(e, AERR_BAD_REQUEST,
@@ -35,13 +35,13 @@ static int begin(const attnd_admit_env *a, attnd_req *r, int rows, const char *w
         snprintf(rs->id, sizeof rs->id, "%s", r->job.session_id);
         s = attnd_session_begin(a->table, r->job.session_id, rows, now, &rs->st, retry);
     } else {
-        int max_len = m->max_positions ? m->max_positions : INT32_MAX / 2;
+        int max_len = m->max_positions ? m->max_positions : ATTND_SESSION_MAX_LEN;
         size_t row_floats = 2 * (size_t)hp->num_kv_heads * (size_t)hp->head_dim;
         rs->opened = 1;
         s = attnd_session_open(a->table, r->job.model, row_floats, rows, max_len, now, want_id,
                                rs->id, &rs->st, retry);
     }
-    if (s != SESS_OK) return attnd_session_refusal(s, r->job.session_id, e);
+    if (s != SESS_OK) return attnd_session_refusal(s, r->job.session_id, &rs->st.over, e);
     rs->table = a->table; /* a step from here on */
     return 0;
 }

@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -170,18 +171,43 @@ static int retry_after(const attnd_sessions *st, double now) {
     return r < 1 ? 1 : r;
 }
 
+/* Bytes of n tokens of row bytes each, LLONG_MAX when that passes it. */
+static long long rows_bytes(uint64_t n, uint64_t row) {
+    uint64_t b;
+    return sz_mul(n, row, (uint64_t)LLONG_MAX, &b) == 0 ? (long long)b : LLONG_MAX;
+}
+
+/* need rows would pass a limit that no waiting lifts (413): its name and
+ * numbers into over. */
+static attnd_session_status too_big(const attnd_sessions *st, const attnd_session *s, int need,
+                                    attnd_session_over *over) {
+    uint64_t row = (uint64_t)s->row_floats * sizeof(float);
+    over->tokens = need;
+    over->row = (long long)row;
+    if (need > s->max_len) {
+        over->limit = OVER_LENGTH;
+        over->max = s->max_len;
+        return SESS_TOO_LONG;
+    }
+    int each = st->lim.max_bytes_per_session <= st->lim.max_bytes;
+    over->limit = each ? OVER_BYTES_EACH : OVER_BYTES;
+    over->max = each ? st->lim.max_bytes_per_session : st->lim.max_bytes;
+    over->need = rows_bytes((uint64_t)need, row);
+    return SESS_TOO_BIG;
+}
+
 /* Makes room for need rows in the cache of s, doubling when the budget
- * allows. */
+ * allows. A refusal says which limit in over. */
 static attnd_session_status grow_cache(attnd_sessions *st, attnd_session *s, int need, double now,
-                                       int *retry) {
-    if (need > s->max_len) return SESS_TOO_LONG;
+                                       attnd_session_over *over) {
+    if (need > s->max_len) return too_big(st, s, need, over);
     if (need <= s->cap) return SESS_OK;
     uint64_t row = (uint64_t)s->row_floats * sizeof(float), max_rows, want, bytes;
     uint64_t each =
         (uint64_t)(st->lim.max_bytes_per_session < st->lim.max_bytes ? st->lim.max_bytes_per_session
                                                                      : st->lim.max_bytes);
     max_rows = row ? each / row : 0;
-    if ((uint64_t)need > max_rows) return SESS_TOO_BIG;
+    if ((uint64_t)need > max_rows) return too_big(st, s, need, over);
     want = 2 * (uint64_t)s->cap > max_rows ? max_rows : 2 * (uint64_t)s->cap;
     if (want < (uint64_t)need) want = (uint64_t)need;
     if (want > (uint64_t)s->max_len) want = (uint64_t)s->max_len;
@@ -193,7 +219,14 @@ static attnd_session_status grow_cache(attnd_sessions *st, attnd_session *s, int
             st->bytes - have + (long long)bytes <= st->lim.max_bytes)
             break;
         if (pass == 2) {
-            *retry = retry_after(st, now);
+            *over = (attnd_session_over){.limit = OVER_BYTES,
+                                         .opening = over->opening,
+                                         .tokens = need,
+                                         .need = rows_bytes((uint64_t)need, row),
+                                         .held = st->bytes - have,
+                                         .max = st->lim.max_bytes,
+                                         .row = (long long)row,
+                                         .retry_after_s = retry_after(st, now)};
             return SESS_FULL;
         }
     }
@@ -241,11 +274,14 @@ static int new_id(char id[ATTND_SESSION_ID_LEN + 1]) {
 
 int attnd_session_id_ok(const char *id) {
     size_t n = 0;
-    for (; id[n]; n++)
-        if (n >= ATTND_SESSION_ID_LEN ||
-            !((id[n] >= '0' && id[n] <= '9') || (id[n] >= 'a' && id[n] <= 'f')))
+    unsigned seen = 0; /* bit d: hex digit d occurs */
+    for (; id[n]; n++) {
+        char c = id[n];
+        if (n >= ATTND_SESSION_ID_LEN || !((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')))
             return 0;
-    return n == ATTND_SESSION_ID_LEN;
+        seen |= 1u << (c <= '9' ? c - '0' : c - 'a' + 10);
+    }
+    return n == ATTND_SESSION_ID_LEN && __builtin_popcount(seen) >= ATTND_SESSION_ID_DIGITS;
 }
 
 /* A new session, not yet in the table: its id want_id, or a new one. NULL
@@ -270,7 +306,7 @@ static attnd_session *session_new(int model, size_t row_floats, int max_len, dou
 /* Whether new session s, with tokens rows, fits the table (mu held): its
  * id free (an expired holder ended), a slot, and its cache in the budget. */
 static attnd_session_status room_for(attnd_sessions *st, attnd_session *s, int tokens, double now,
-                                     int *retry_after_s) {
+                                     attnd_session_over *over) {
     attnd_session *same = find(st, s->id);
     if (same && !expired(st, same, now)) return SESS_ID_TAKEN;
     if (same) {
@@ -280,10 +316,14 @@ static attnd_session_status room_for(attnd_sessions *st, attnd_session *s, int t
     }
     if (st->count >= st->lim.max_sessions) sweep(st, now);
     if (st->count >= st->lim.max_sessions) {
-        *retry_after_s = retry_after(st, now);
+        *over = (attnd_session_over){.limit = OVER_SESSIONS,
+                                     .opening = over->opening,
+                                     .need = st->count + 1,
+                                     .max = st->lim.max_sessions,
+                                     .retry_after_s = retry_after(st, now)};
         return SESS_FULL;
     }
-    return grow_cache(st, s, tokens, now, retry_after_s);
+    return grow_cache(st, s, tokens, now, over);
 }
 
 attnd_session_status attnd_session_open(attnd_sessions *st, int model, size_t row_floats,
@@ -293,8 +333,9 @@ attnd_session_status attnd_session_open(attnd_sessions *st, int model, size_t ro
     if (want_id && !attnd_session_id_ok(want_id)) return SESS_BAD_ID;
     attnd_session *s = session_new(model, row_floats, max_len, now, want_id);
     if (!s) return SESS_NOMEM;
+    attnd_session_over over = {.opening = 1};
     pthread_mutex_lock(&st->mu);
-    attnd_session_status r = room_for(st, s, tokens, now, retry_after_s);
+    attnd_session_status r = room_for(st, s, tokens, now, &over);
     if (r == SESS_OK) {
         size_t b = bucket_of(st, s->id);
         s->next = st->buckets[b];
@@ -307,6 +348,8 @@ attnd_session_status attnd_session_open(attnd_sessions *st, int model, size_t ro
         s = NULL; /* the table's */
     } else {
         refused(st, r);
+        step->over = over;
+        *retry_after_s = over.retry_after_s;
     }
     pthread_mutex_unlock(&st->mu);
     session_free(s); /* refused: grow_cache changed nothing, s holds no rows */
@@ -315,6 +358,7 @@ attnd_session_status attnd_session_open(attnd_sessions *st, int model, size_t ro
 
 attnd_session_status attnd_session_begin(attnd_sessions *st, const char *id, int tokens, double now,
                                          attnd_session_step *step, int *retry_after_s) {
+    attnd_session_over over = {0};
     pthread_mutex_lock(&st->mu);
     attnd_session_status r = SESS_OK;
     attnd_session *s = find(st, id);
@@ -328,14 +372,19 @@ attnd_session_status attnd_session_begin(attnd_sessions *st, const char *id, int
         r = SESS_NOT_FOUND;
     else if (s->busy)
         r = SESS_BUSY;
-    else if (tokens < 1 || tokens > INT32_MAX - s->len)
+    else if (tokens < 1) /* a step of no rows: the caller's mistake */
         r = SESS_TOO_LONG;
+    else if (tokens > INT32_MAX - s->len) /* past any max_len */
+        r = too_big(st, s, INT32_MAX, &over);
     else
-        r = grow_cache(st, s, s->len + tokens, now, retry_after_s);
-    if (r == SESS_OK)
+        r = grow_cache(st, s, s->len + tokens, now, &over);
+    if (r == SESS_OK) {
         start_step(s, tokens, now, step);
-    else
+    } else {
         refused(st, r);
+        step->over = over;
+        *retry_after_s = over.retry_after_s;
+    }
     pthread_mutex_unlock(&st->mu);
     return r;
 }
@@ -454,7 +503,10 @@ const char *attnd_session_status_text(attnd_session_status s) {
     case SESS_ID_TAKEN:
         return "a session with this id is open already";
     case SESS_BAD_ID:
-        return "X-Session-Id: a session id is 32 lowercase hex characters";
+        return "X-Session-Id: a session id chosen by its client must carry at least 128 random "
+               "bits: 32 lowercase hex characters drawn from a random source (nginx's "
+               "$request_id, os.urandom(16).hex()); anyone who guesses a session's id can read "
+               "its state";
     default:
         return "out of memory for the session cache";
     }
@@ -469,11 +521,54 @@ static const attnd_kind SESSION_KIND[] = {
     [SESS_BAD_ID] = AERR_BAD_REQUEST,
 };
 
-int attnd_session_refusal(attnd_session_status s, const char *id, attnd_error *e) {
+/* The sentence of a refusal by a limit that waiting does not lift (413):
+ * the limit, the tokens and bytes the rows would take the session to. */
+static int over_too_big(const attnd_session_over *o, attnd_kind k, attnd_error *e) {
+    const char *what = o->opening ? "prefix" : "step";
+    if (o->limit == OVER_LENGTH && o->max == ATTND_SESSION_MAX_LEN)
+        return attnd_set_error(e, k,
+                               "the %s would take the session to %d tokens, past the %lld a "
+                               "session may hold; start a new session with a shorter context",
+                               what, o->tokens, o->max);
+    if (o->limit == OVER_LENGTH)
+        return attnd_set_error(e, k,
+                               "the %s would take the session to %d tokens, past the model's "
+                               "max_positions %lld (positions 0 to %lld); start a new session "
+                               "with a shorter context",
+                               what, o->tokens, o->max, o->max - 1);
+    return attnd_set_error(
+        e, k,
+        "limits.%s: the %s would take the session to %d tokens, a cache of %lld bytes (%lld "
+        "a token), past %s %lld bytes (%lld tokens); start a new session with a shorter context",
+        o->limit == OVER_BYTES_EACH ? "max_session_bytes_each" : "max_session_bytes", what,
+        o->tokens, o->need, o->row,
+        o->limit == OVER_BYTES_EACH ? "one session's limit of" : "all sessions' limit of", o->max,
+        o->row ? o->max / o->row : 0);
+}
+
+int attnd_session_refusal(attnd_session_status s, const char *id, const attnd_session_over *over,
+                          attnd_error *e) {
     attnd_kind k = (unsigned)s < countof(SESSION_KIND) ? SESSION_KIND[s] : AERR_INTERNAL;
+    const attnd_session_over none = {0}, *o = over ? over : &none;
     if (s == SESS_NOT_FOUND)
         return attnd_set_error(e, k, "session '%.40s': %s", id ? id : "",
                                attnd_session_status_text(s));
+    if (s == SESS_FULL && o->limit == OVER_SESSIONS)
+        return attnd_set_error(e, k,
+                               "limits.max_sessions: %lld sessions are open, the most this server "
+                               "holds; retry after %d s (when the first idle one times out), or "
+                               "close one",
+                               o->max, o->retry_after_s);
+    if (s == SESS_FULL && o->limit == OVER_BYTES)
+        return attnd_set_error(e, k,
+                               "limits.max_session_bytes: the %s needs a cache of %lld bytes "
+                               "(%d tokens) while the other sessions hold %lld of the %lld bytes "
+                               "all may hold; retry after %d s (when the first idle one times "
+                               "out), or close a session",
+                               o->opening ? "prefix" : "step", o->need, o->tokens, o->held, o->max,
+                               o->retry_after_s);
+    if ((s == SESS_TOO_BIG || s == SESS_TOO_LONG) && o->limit != OVER_NONE)
+        return over_too_big(o, k, e);
     return attnd_set_error(e, k, "%s", attnd_session_status_text(s));
 }
 

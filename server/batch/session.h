@@ -18,11 +18,16 @@
 #define ATTND_SESSION_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "../base/buffer.h"
 #include "../base/reply.h"
 
 #define ATTND_SESSION_ID_LEN 32 /* hex characters of an id */
+/* The tokens a session may hold when its model sets no max_positions. */
+#define ATTND_SESSION_MAX_LEN (INT32_MAX / 2)
+/* A proposed id holds at least this many different hex digits. */
+#define ATTND_SESSION_ID_DIGITS 6
 
 typedef struct {
     int max_sessions;                /* open at once, >= 1 */
@@ -57,16 +62,40 @@ typedef enum {
 typedef struct attnd_session attnd_session;
 typedef struct attnd_sessions attnd_sessions;
 
+/* Which limit refused an open or a step (SESS_FULL, SESS_TOO_BIG,
+ * SESS_TOO_LONG), with the numbers its sentence names. */
+typedef enum {
+    OVER_NONE = 0,
+    OVER_SESSIONS,   /* limits.max_sessions: that many are open (429) */
+    OVER_BYTES,      /* limits.max_session_bytes: the caches together (429; 413 when
+                        one session alone would pass it) */
+    OVER_BYTES_EACH, /* limits.max_session_bytes_each: one session's cache (413) */
+    OVER_LENGTH      /* the model's max_positions: the tokens a session may hold (413) */
+} attnd_session_limit;
+
+typedef struct {
+    attnd_session_limit limit;
+    int opening;       /* 1: an open's prefix, 0: a step */
+    int tokens;        /* the session's tokens with the rows asked for */
+    long long need;    /* bytes its cache would hold then (OVER_BYTES*), or sessions
+                          open with it (OVER_SESSIONS) */
+    long long held;    /* OVER_BYTES: bytes the caches hold now, this one's included */
+    long long max;     /* the limit: bytes, sessions or tokens */
+    long long row;     /* bytes a cached token takes */
+    int retry_after_s; /* 429: seconds until the first idle session times out */
+} attnd_session_over;
+
 /* What a step works on, valid from a successful open or begin to its end. */
 typedef struct {
-    attnd_session *s;  /* pass to attnd_session_end */
-    int model;         /* the index the session was opened with */
-    float *kv;         /* (cap, row_floats): rows [0, len) cached, [len, len+add) to fill */
-    size_t row_floats; /* 2 * G * D */
-    int len;           /* cached tokens before the step */
-    int add;           /* tokens the step appends */
-    int opening;       /* 1: the step that opened the session; dropped, it takes the
-                          session with it (its id was never answered) */
+    attnd_session *s;        /* pass to attnd_session_end */
+    int model;               /* the index the session was opened with */
+    float *kv;               /* (cap, row_floats): rows [0, len) cached, [len, len+add) to fill */
+    size_t row_floats;       /* 2 * G * D */
+    int len;                 /* cached tokens before the step */
+    int add;                 /* tokens the step appends */
+    int opening;             /* 1: the step that opened the session; dropped, it takes the
+                                session with it (its id was never answered) */
+    attnd_session_over over; /* after a refusal by a limit: which one, and its numbers */
 } attnd_session_step;
 
 /* NULL when out of memory. lim is copied. */
@@ -91,9 +120,14 @@ attnd_session_status attnd_session_open(attnd_sessions *st, int model, size_t ro
                                         int tokens, int max_len, double now, const char *want_id,
                                         char id[ATTND_SESSION_ID_LEN + 1], attnd_session_step *step,
                                         int *retry_after_s);
-/* want_id, when not NULL, is the id to use: 32 lowercase hex characters
- * (a load balancer's, docs/deploy.md); SESS_ID_TAKEN when a session has it,
- * SESS_BAD_ID when it is not such an id. */
+/* want_id, when not NULL, is the id to use: 32 lowercase hex characters,
+ * 128 bits drawn at random (a load balancer's, docs/deploy.md), since
+ * whoever knows an id may read and step its session; SESS_ID_TAKEN when a
+ * session has it, SESS_BAD_ID when it is not such an id. Entropy cannot
+ * be measured from one id, but an id with fewer than
+ * ATTND_SESSION_ID_DIGITS different hex digits ("000...0", "abab...") is
+ * plainly not random and refused: a random id has so few once in 3e12.
+ * Returns 1 for an id that passes. */
 int attnd_session_id_ok(const char *id);
 
 /* Begins a step of session id that appends `tokens` (>= 1) rows. The
@@ -127,8 +161,11 @@ void attnd_sessions_stats(attnd_sessions *st, attnd_session_stats *out);
 const char *attnd_session_status_text(attnd_session_status s);
 /* The refusal of status s (not SESS_OK) into e: its kind (404, 409, 429,
  * 413, 500 or 400) and its sentence, which names the session id for
- * SESS_NOT_FOUND. Returns -1. */
-int attnd_session_refusal(attnd_session_status s, const char *id, attnd_error *e);
+ * SESS_NOT_FOUND, and for a refusal by a limit (over, from the refused
+ * open's or begin's step; NULL when there is none) the limit's config key
+ * and the numbers involved. Returns -1. */
+int attnd_session_refusal(attnd_session_status s, const char *id, const attnd_session_over *over,
+                          attnd_error *e);
 
 /* The session gauges and counters for GET /metrics. It only reads: idle
  * sessions are ended by the reaper, not by a scrape. */

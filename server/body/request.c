@@ -42,10 +42,11 @@ typedef struct {
     const char *label[T_COUNT]; /* how messages name the tensor */
     char model[ATTND_NAME_MAX + 8];
     int have_model;
-    int causal;     /* 1, 0, or -1: the model's default */
-    int weights;    /* attn_weights_mode, or -1 when the body did not say */
-    int enc;        /* attnd_encoding */
-    int timeout_ms; /* timeout_ms, 0 when not given */
+    int causal;               /* 1, 0, or -1: the model's default */
+    int weights;              /* attn_weights_mode, or -1 when the body did not say */
+    int enc;                  /* attnd_encoding */
+    int timeout_ms;           /* timeout_ms, 0 when not given */
+    const char *causal_label; /* how messages name causal: "causal", "parameters.causal" */
 } collected;
 
 static void collected_free(collected *c) {
@@ -205,11 +206,14 @@ static int check_positions(const collected *c, const attnd_model_info *m, int B,
     for (uint64_t i = 0; i < n; i++) {
         float v = p->f[i];
         if (!(v >= 0) || v != floorf(v) || v >= (float)limit) {
-            char at[128];
+            char at[128], num[40];
             attnd_tensor_index_name(at, sizeof(at), lb, p->rank, p->shape, (size_t)i);
+            /* a whole number as its digits (16777216, never 1.67772e+07) */
+            snprintf(num, sizeof num, v == floorf(v) && fabsf(v) < 1e15f ? "%.0f" : "%.9g",
+                     (double)v);
             return attnd_set_error(
-                e, AERR_BAD_REQUEST, "%s: %g is not a whole number from 0 to %lld (%s)", at,
-                (double)v, limit - 1, m->max_positions ? "the model's max_positions" : "2^24");
+                e, AERR_BAD_REQUEST, "%s: %s is not a whole number from 0 to %lld (%s)", at, num,
+                limit - 1, m->max_positions ? "the model's max_positions" : "2^24");
         }
     }
     return 0;
@@ -365,15 +369,54 @@ oom:
     return attnd_set_error(e, AERR_INTERNAL, "out of memory");
 }
 
+int attnd_model_sessions_refusal(const attnd_model_info *m, attnd_error *e) {
+    const attn_hparams *hp = &m->hp;
+    if (hp->kdim == hp->embed_dim && hp->vdim == hp->embed_dim) return 0;
+    return attnd_set_error(e, AERR_BAD_REQUEST,
+                           "model '%s' cannot hold sessions: its kdim %d and vdim %d differ from "
+                           "its embed_dim %d, and a session's rows are their own keys and values "
+                           "(self-attention); send whole requests with a key and value to "
+                           "/v1/attention",
+                           m->name, hp->kdim, hp->vdim, hp->embed_dim);
+}
+
+/* The refusal of a session's rows that carry more than query rows: the
+ * field named, and what a session takes instead. */
+static int session_extra(const char *field, attnd_error *e) {
+    return attnd_set_error(e, AERR_BAD_REQUEST,
+                           "%s: a session step takes query rows only: no key, value, "
+                           "key_padding_mask, attn_mask or positions (it is causal over the "
+                           "cache, its rows at the positions after it)",
+                           field);
+}
+
+/* What a session's rows (an open's prefix, a step) may not carry, refused
+ * before any shape is checked, so that no message names a shape a session
+ * would then refuse anyway; and causal false (a session is always causal). */
+static int check_session_body(const collected *c, const attnd_model_info *m, attnd_error *e) {
+    if (attnd_model_sessions_refusal(m, e) < 0) return -1;
+    static const int extras[] = {T_KEY, T_VALUE, T_KPM, T_MASK, T_POS};
+    for (size_t i = 0; i < countof(extras); i++)
+        if (c->given[extras[i]]) return session_extra(c->label[extras[i]], e);
+    if (c->causal == 0)
+        return attnd_set_error(e, AERR_BAD_REQUEST,
+                               "%s: a session is always causal (each row sees the cache and the "
+                               "rows before it); leave causal out or give true",
+                               c->causal_label);
+    return 0;
+}
+
 /* The checks both APIs share, in named steps: the model, the query, key and
- * value, the masks, the limits; then the tensors move into job. job holds
+ * value, the masks, the limits; then the tensors move into job. A session's
+ * rows (session 1) are checked for what a session takes first. job holds
  * nothing to free after a failure. */
-static int build_job(const attnd_parse_env *env, const char *path_model, collected *c,
+static int build_job(const attnd_parse_env *env, const char *path_model, collected *c, int session,
                      attnd_job *job, attnd_error *e) {
     memset(job, 0, sizeof(*job));
     int mi = resolve_model(env, path_model, c, e);
     if (mi < 0) return -1;
     const attnd_model_info *m = &env->models[mi];
+    if (session && check_session_body(c, m, e) < 0) return -1;
     job->model = mi;
     job->causal = c->causal < 0 ? m->hp.causal : c->causal;
     job->weights = c->weights;
@@ -475,6 +518,7 @@ static void collected_init(collected *c) {
     c->weights = -1;
     for (int i = 0; i < T_COUNT; i++)
         c->label[i] = TNAME[i];
+    c->causal_label = "causal";
 }
 
 /* What a body that is not a JSON object looks like, when it is something
@@ -533,20 +577,26 @@ static int read_body(const char *body, size_t len, const jtable *t, void *dst, u
     return rc;
 }
 
-int attnd_parse_native(const attnd_parse_env *env, const char *path_model, const char *body,
-                       size_t len, attnd_job *job, attnd_error *e) {
+/* A native body; session 1: a session step's rows (check_session_body). */
+static int parse_native(const attnd_parse_env *env, const char *path_model, int session,
+                        const char *body, size_t len, attnd_job *job, attnd_error *e) {
     collected c;
     collected_init(&c);
     memset(job, 0, sizeof(*job));
     int ret = -1;
     if (read_body(body, len, &NATIVE, &c, NULL, e) < 0) goto cleanup;
     if (c.weights < 0) c.weights = ATTN_WEIGHTS_NONE;
-    if (build_job(env, path_model, &c, job, e) < 0) goto cleanup;
+    if (build_job(env, path_model, &c, session, job, e) < 0) goto cleanup;
     job->api = API_NATIVE;
     ret = 0;
 cleanup:
     collected_free(&c);
     return ret;
+}
+
+int attnd_parse_native(const attnd_parse_env *env, const char *path_model, const char *body,
+                       size_t len, attnd_job *job, attnd_error *e) {
+    return parse_native(env, path_model, 0, body, len, job, e);
 }
 
 int attnd_parse_session_open(const attnd_parse_env *env, const char *body, size_t len,
@@ -559,7 +609,7 @@ int attnd_parse_session_open(const attnd_parse_env *env, const char *body, size_
     if (len > 0 && read_body(body, len, &NATIVE, &c, &given, e) < 0) goto cleanup;
     if (c.given[T_QUERY]) { /* the prefix: a native body like any other */
         if (c.weights < 0) c.weights = ATTN_WEIGHTS_NONE;
-        if (build_job(env, NULL, &c, job, e) < 0) goto cleanup;
+        if (build_job(env, NULL, &c, 1, job, e) < 0) goto cleanup;
         job->api = API_NATIVE;
         ret = 1;
         goto cleanup;
@@ -573,7 +623,9 @@ int attnd_parse_session_open(const attnd_parse_env *env, const char *body, size_
                             NATIVE.fields[i].name);
             goto cleanup;
         }
-    if ((mi = resolve_model(env, NULL, &c, e)) < 0) goto cleanup;
+    if ((mi = resolve_model(env, NULL, &c, e)) < 0 ||
+        attnd_model_sessions_refusal(&env->models[mi], e) < 0)
+        goto cleanup;
     job->model = mi;
     job->api = API_NATIVE;
     ret = 0;
@@ -585,7 +637,7 @@ cleanup:
 
 int attnd_parse_session_step(const attnd_parse_env *env, int model, const char *id,
                              const char *body, size_t len, attnd_job *job, attnd_error *e) {
-    if (attnd_parse_native(env, env->models[model].name, body, len, job, e) < 0) return -1;
+    if (parse_native(env, env->models[model].name, 1, body, len, job, e) < 0) return -1;
     if (!(job->session_id = strdup(id))) {
         attnd_job_free(job);
         return attnd_set_error(e, AERR_INTERNAL, "out of memory");
@@ -599,12 +651,7 @@ int attnd_job_check_step(const attnd_job *job, const attnd_model_info *m, attnd_
                         : job->mask_bool || job->mask_add ? "attn_mask"
                         : job->positions                  ? "positions"
                                                           : NULL;
-    if (extra)
-        return attnd_set_error(e, AERR_BAD_REQUEST,
-                               "%s: a session step takes query rows only: no key, value, "
-                               "key_padding_mask, attn_mask or positions (it is causal over "
-                               "the cache, its rows at the positions after it)",
-                               extra);
+    if (extra) return session_extra(extra, e);
     if (job->B != 1)
         return attnd_set_error(e, AERR_BAD_REQUEST,
                                "query: a session holds one sequence; send L x %d rows, not a "
@@ -944,7 +991,9 @@ int attnd_parse_v2(const attnd_parse_env *env, const char *path_model, const cha
         goto cleanup;
     }
     if (v2_outputs(&v, e) < 0) goto cleanup;
-    if (build_job(env, path_model, &v.c, job, e) < 0) goto cleanup;
+    v.c.causal_label = "parameters.causal";
+    if (build_job(env, path_model, &v.c, v.session_open || v.session_id[0], job, e) < 0)
+        goto cleanup;
     job->api = API_V2;
     job->v2_outputs = v.out_bits;
     job->v2_binary = v.bin_all ? 3 : v.bin_bits;

@@ -112,6 +112,11 @@ int attnd_parse_session_open(const attnd_parse_env *env, const char *body, size_
 int attnd_parse_session_step(const attnd_parse_env *env, int model, const char *id,
                              const char *body, size_t len, attnd_job *job, attnd_error *e);
 
+/* 0 when model m can hold KV-cache sessions, else -1 with the one 400
+ * that says why not: its kdim or vdim differ from embed_dim (a session's
+ * rows are their own keys and values). */
+int attnd_model_sessions_refusal(const attnd_model_info *m, attnd_error *e);
+
 /* What a session step may carry, checked once the session is known (for
  * every API): rows of one sequence, no key, no masks, no positions.
  * Returns 0, or -1 with the 400 naming what is extra. */

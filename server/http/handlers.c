@@ -241,7 +241,7 @@ int attnd_handle_session_open(hreq *h) {
 int attnd_handle_session_step(hreq *h) {
     const char *id = h->rm.name;
     int mi = attnd_session_model(h->srv->sessions, id, attnd_mono_s());
-    if (mi < 0) return attnd_session_refusal(SESS_NOT_FOUND, id, &h->err);
+    if (mi < 0) return attnd_session_refusal(SESS_NOT_FOUND, id, NULL, &h->err);
     return admit(h, attnd_parse_session_step(h->srv->env, mi, id, body_of(h), h->in.len, &h->r.job,
                                              &h->err));
 }
@@ -249,7 +249,7 @@ int attnd_handle_session_step(hreq *h) {
 /* DELETE /v1/sessions/{id} */
 int attnd_handle_session_delete(hreq *h) {
     attnd_session_status st = attnd_session_delete(h->srv->sessions, h->rm.name, attnd_mono_s());
-    if (st != SESS_OK) return attnd_session_refusal(st, h->rm.name, &h->err);
+    if (st != SESS_OK) return attnd_session_refusal(st, h->rm.name, NULL, &h->err);
     attnd_reply_borrow(&h->r.reply, AOK_NO_CONTENT, "", 0);
     return 0;
 }

@@ -243,10 +243,10 @@ def test_bad_session_bodies(d):
     msg = check_error_body(d.post("/v1/sessions/%s/attention" % sid,
                                   {"query": rows, "key_padding_mask": [False]}), 400)
     assert "query rows only" in msg
-    # a key is refused before that: a model with rotary positions takes none
+    # a key is refused as a session's extra, before anything else is said of it
     msg = check_error_body(d.post("/v1/sessions/%s/attention" % sid,
                                   {"query": rows, "key": rows}), 400)
-    assert msg.startswith("key: ") and "give no key" in msg, msg
+    assert msg.startswith("key: a session step takes query rows only"), msg
     msg = check_error_body(d.post("/v1/sessions/%s/attention" % sid,
                                   {"query": [rows, rows]}), 400)
     assert "one sequence" in msg
@@ -548,3 +548,109 @@ def test_v2_open_takes_x_session_id(d):
     r = infer(q[:2], {}, "NOT-hex")
     assert r.status_code == 200 and "session_id" not in (r.json().get("parameters") or {})
     assert d.request("DELETE", "/v1/sessions/" + sid).status_code == 204
+
+
+def test_model_without_sessions_says_so_once(daemons):
+    """A model whose kdim or vdim differ from embed_dim cannot hold sessions:
+    an open without a prefix, with one, with a key added, and a v2 open all
+    get the one 400 that says why, and nothing is opened."""
+    goldens = {g["name"]: m for g, m in support.load_goldens()}
+    m = goldens["cross_e48_h4_k40_v24"]
+    d = daemons({"models": [m.config()]})
+    E = 48
+    rows = [[0.1] * E] * 2
+    bodies = [{}, {"query": rows}, {"query": rows, "key": [[0.1] * 40] * 2,
+                                    "value": [[0.1] * 24] * 2}]
+    for body in bodies:
+        msg = check_error_body(d.post("/v1/sessions", body), 400)
+        assert msg.startswith("model 'cross_e48_h4_k40_v24' cannot hold sessions: its kdim 40 "
+                              "and vdim 24 differ from its embed_dim 48"), (body.keys(), msg)
+    v2 = {"inputs": [{"name": "query", "shape": [1, 2, E], "datatype": "FP32",
+                      "data": [0.1] * (2 * E)}], "parameters": {"session_open": True}}
+    msg = check_error_body(d.post("/v2/models/cross_e48_h4_k40_v24/infer", v2), 400)
+    assert "cannot hold sessions" in msg, msg
+    assert opened_total(d) == 0
+
+
+def test_causal_false_refused_in_sessions(d):
+    """A session is always causal: causal false on an open's prefix, a step
+    or a v2 session is a 400 naming the field, not silently ignored; causal
+    true is accepted."""
+    g = GOLDENS[0]
+    E = g["embed_dim"]
+    rows = [[0.1] * E]
+    msg = check_error_body(d.post("/v1/sessions", {"model": g["name"], "query": rows,
+                                                   "causal": False}), 400)
+    assert msg.startswith("causal: a session is always causal"), msg
+    sid = open_session(d, g["name"], rows).json()["session"]
+    msg = check_error_body(d.post("/v1/sessions/%s/attention" % sid,
+                                  {"query": rows, "causal": False}), 400)
+    assert msg.startswith("causal: a session is always causal"), msg
+    r = d.post("/v1/sessions/%s/attention" % sid, {"query": rows, "causal": True})
+    assert r.status_code == 200 and r.json()["cached_tokens"] == 2, r.text[:200]
+    v2 = {"inputs": [{"name": "query", "shape": [1, 1, E], "datatype": "FP32",
+                      "data": [0.1] * E}], "parameters": {"session_id": sid, "causal": False}}
+    msg = check_error_body(d.post("/v2/models/%s/infer" % g["name"], v2), 400)
+    assert msg.startswith("parameters.causal: a session is always causal"), msg
+    assert d.request("DELETE", "/v1/sessions/" + sid).status_code == 204
+
+
+def test_step_extras_refused_before_their_shapes(d):
+    """A step's attn_mask (or key_padding_mask, positions) of any shape gets
+    the one sentence that says a step takes query rows only: no message
+    names a shape that would then be refused too."""
+    g = GOLDENS[0]
+    E = g["embed_dim"]
+    sid = open_session(d, g["name"], [[0.1] * E] * 3).json()["session"]
+    for extra in ({"attn_mask": [[False] * 5]}, {"attn_mask": [[False]]},
+                  {"attn_mask": [[False] * 4]}, {"key_padding_mask": [False] * 9},
+                  {"positions": [3]}):
+        body = dict({"query": [[0.1] * E]}, **extra)
+        msg = check_error_body(d.post("/v1/sessions/%s/attention" % sid, body), 400)
+        field = next(iter(extra))
+        assert msg.startswith(field + ": a session step takes query rows only"), msg
+        assert "expected" not in msg, msg
+    assert step(d, sid, [[0.1] * E]).json()["cached_tokens"] == 4
+    assert d.request("DELETE", "/v1/sessions/" + sid).status_code == 204
+
+
+def test_session_limits_name_themselves(daemons):
+    """Each 429 and 413 of a session limit names its config key and the
+    numbers: limits.max_sessions, limits.max_session_bytes (all caches) and
+    limits.max_session_bytes_each (one; a prefix is called the prefix), and
+    max_positions with the position as digits."""
+    gi = [x["name"] for x in GOLDENS].index("gqa_half")
+    g = GOLDENS[gi]
+    q = g["sequences"][0]["query"]  # gqa_half: 128 bytes a cached token
+    cfg = decoder_config({"max_sessions": 2, "max_session_bytes": 1024,
+                          "max_session_bytes_each": 768})
+    d = daemons(cfg)
+    msg = check_error_body(open_session(d, "gqa_half", q[:7]), 413)
+    assert msg.startswith("limits.max_session_bytes_each: the prefix would take the session to "
+                          "7 tokens, a cache of 896 bytes (128 a token)"), msg
+    assert "768 bytes (6 tokens)" in msg, msg
+    a = open_session(d, "gqa_half", q[:5]).json()["session"]
+    msg = check_error_body(step(d, a, q[5:7]), 413)
+    assert msg.startswith("limits.max_session_bytes_each: the step would take the session to 7 "
+                          "tokens"), msg
+    b = open_session(d, "gqa_half", q[:2]).json()["session"]
+    msg = check_error_body(step(d, b, q[2:4]), 429)
+    assert msg.startswith("limits.max_session_bytes: the step needs a cache of 512 bytes (4 "
+                          "tokens)"), msg
+    assert "of the 1024 bytes" in msg, msg
+    r = open_session(d, "gqa_half")
+    msg = check_error_body(r, 429)
+    assert msg.startswith("limits.max_sessions: 2 sessions are open"), msg
+    assert int(r.headers["Retry-After"]) >= 1
+    for sid in (a, b):
+        assert d.request("DELETE", "/v1/sessions/" + sid).status_code == 204
+
+
+def test_positions_printed_as_digits(d):
+    """A position past the limit is printed as its digits (16777216), never
+    as 1.67772e+07."""
+    g = GOLDENS[0]
+    rows = [[0.1] * g["embed_dim"]] * 2
+    msg = check_error_body(d.post("/v1/attention", {"model": g["name"], "query": rows,
+                                                    "positions": [1, 16777216]}), 400)
+    assert "positions[1]: 16777216 is not" in msg and "e+" not in msg, msg
