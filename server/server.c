@@ -12,8 +12,10 @@
 
 #include "../core/attn.h"
 #include "base/clock.h"
+#include "batch/persist.h"
 #include "batch/sched.h"
 #include "batch/session.h"
+#include "batch/state.h"
 #include "body/meta.h"
 #include "body/request.h"
 #include "http/http.h"
@@ -26,6 +28,7 @@ struct attnd_server {
     const attnd_config *cfg; /* borrowed; outlives the server */
     attn_model *models;      /* (n_models) loaded weights, owned */
     attnd_model_info *info;  /* (n_models) names and hyper-parameters as loaded */
+    char (*fingerprints)[ATTND_FINGERPRINT_LEN + 1]; /* (n_models) info's fingerprints */
     int n_models;
     attnd_parse_env env;      /* what the readers check bodies against */
     attnd_meta meta;          /* the bodies of the routes that describe the server */
@@ -42,7 +45,8 @@ static int load_models(attnd_server *s, char *err, size_t errlen) {
     s->n_models = c->n_models; /* zeroed models are safe to free */
     s->models = calloc((size_t)c->n_models, sizeof(attn_model));
     s->info = calloc((size_t)c->n_models, sizeof(attnd_model_info));
-    if (!s->models || !s->info) {
+    s->fingerprints = calloc((size_t)c->n_models, sizeof *s->fingerprints);
+    if (!s->models || !s->info || !s->fingerprints) {
         snprintf(err, errlen, "out of memory loading models");
         return -1;
     }
@@ -50,7 +54,8 @@ static int load_models(attnd_server *s, char *err, size_t errlen) {
         const attnd_model_config *mc = &c->models[i];
         if (attnd_model_load(&s->models[i], mc, err, errlen) < 0) return -1;
         const attn_hparams *hp = &s->models[i].hp;
-        s->info[i] = (attnd_model_info){mc->name, *hp, mc->max_positions};
+        attnd_weights_fingerprint(&s->models[i], s->fingerprints[i]); /* for state files */
+        s->info[i] = (attnd_model_info){mc->name, *hp, mc->max_positions, s->fingerprints[i]};
         attnd_log(
             LOG_INFO,
             "model %s: embed_dim=%d num_heads=%d kdim=%d vdim=%d bias=%s causal=%s weights=%s",
@@ -123,6 +128,13 @@ attnd_server *attnd_server_new(const attnd_config *cfg, attnd_exit *why, char *e
         goto fail;
     }
     if (start_compute(s, err, errlen) < 0 || start_tracing(s, err, errlen) < 0) goto fail;
+    if (cfg->save_dir && attnd_save_dir_ready(cfg->save_dir, err, errlen) < 0) {
+        *why = ATTND_EXIT_CONFIG;
+        goto fail;
+    }
+    if (cfg->save_dir)
+        attnd_sessions_load(&(attnd_persist_env){s->sessions, &s->env}, cfg->save_dir,
+                            attnd_mono_s());
     s->http = (attnd_http){.cfg = cfg,
                            .env = &s->env,
                            .sched = s->sched,
@@ -168,6 +180,10 @@ int attnd_server_drain(attnd_server *s) {
     /* suspended connections must all be resumed before libmicrohttpd stops */
     attnd_sched_stop(s->sched);
     attnd_http_stop(&s->http);
+    /* no request left, no step running: every session is as its last answer left it */
+    if (s->cfg->save_dir)
+        attnd_sessions_save(&(attnd_persist_env){s->sessions, &s->env}, s->cfg->save_dir,
+                            attnd_mono_s());
     return atomic_load(&s->http.cut);
 }
 
@@ -183,6 +199,7 @@ void attnd_server_free(attnd_server *s) {
         attn_model_free(&s->models[i]);
     free(s->models);
     free(s->info);
+    free(s->fingerprints);
     attnd_meta_free(&s->meta);
     free(s);
 }

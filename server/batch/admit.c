@@ -52,7 +52,7 @@ static int open_empty(const attnd_admit_env *a, attnd_req *r, const char *want_i
     if (begin(a, r, 0, want_id, now, e, retry) < 0) return -1;
     attnd_req_end_step(r, 1);
     size_t len = 0;
-    char *body = attnd_write_open_answer(r->step.id, a->env->models[r->job.model].name, &len);
+    char *body = attnd_write_open_answer(r->step.id, a->env->models[r->job.model].name, 0, &len);
     if (!body) return attnd_set_error(e, AERR_INTERNAL, "out of memory");
     attnd_reply_set(&r->reply, AOK_CREATED, body, len, 0);
     return 1;

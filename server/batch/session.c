@@ -408,6 +408,32 @@ void attnd_session_end(attnd_sessions *st, attnd_session_step *step, int commit,
     step->s = NULL;
 }
 
+attnd_session_status attnd_session_hold(attnd_sessions *st, const char *id, double now,
+                                        attnd_session_step *step) {
+    pthread_mutex_lock(&st->mu);
+    attnd_session_status r = SESS_OK;
+    attnd_session *s = find(st, id);
+    if (!s || expired(st, s, now))
+        r = SESS_NOT_FOUND; /* an expired one is left to the reaper */
+    else if (s->busy)
+        r = SESS_BUSY;
+    else
+        start_step(s, 0, now, step);
+    pthread_mutex_unlock(&st->mu);
+    return r;
+}
+
+int attnd_sessions_list(attnd_sessions *st, double now, char (*ids)[ATTND_SESSION_ID_LEN + 1],
+                        int cap) {
+    int n = 0;
+    pthread_mutex_lock(&st->mu);
+    for (size_t b = 0; b < st->nbuckets; b++)
+        for (const attnd_session *s = st->buckets[b]; s; s = s->next)
+            if (!expired(st, s, now) && n++ < cap) memcpy(ids[n - 1], s->id, sizeof ids[0]);
+    pthread_mutex_unlock(&st->mu);
+    return n;
+}
+
 attnd_session_status attnd_session_delete(attnd_sessions *st, const char *id, double now) {
     pthread_mutex_lock(&st->mu);
     attnd_session *s = find(st, id);
@@ -482,6 +508,10 @@ void attnd_sessions_stats(attnd_sessions *st, attnd_session_stats *out) {
     out->tokens = st->tokens;
     out->bytes = st->bytes;
     pthread_mutex_unlock(&st->mu);
+}
+
+void attnd_sessions_limits(attnd_sessions *st, attnd_session_limits *out) {
+    *out = st->lim; /* set at creation, never changed */
 }
 
 const char *attnd_session_status_text(attnd_session_status s) {

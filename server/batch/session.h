@@ -143,6 +143,18 @@ attnd_session_status attnd_session_begin(attnd_sessions *st, const char *id, int
  * timeout. */
 void attnd_session_end(attnd_sessions *st, attnd_session_step *step, int commit, double now);
 
+/* Holds session id to read its cache (its state file, batch/persist.c):
+ * busy, as during a step, until attnd_session_end (commit 0: nothing
+ * changes). The step adds nothing (add 0); kv holds its len cached rows.
+ * SESS_NOT_FOUND, or SESS_BUSY while a step is queued or computing. */
+attnd_session_status attnd_session_hold(attnd_sessions *st, const char *id, double now,
+                                        attnd_session_step *step);
+
+/* The ids of up to cap open sessions (none past its idle timeout) into
+ * ids; returns how many there are, which may be more than cap. */
+int attnd_sessions_list(attnd_sessions *st, double now, char (*ids)[ATTND_SESSION_ID_LEN + 1],
+                        int cap);
+
 /* Deletes session id: at once, or when its running step ends. Returns
  * SESS_OK or SESS_NOT_FOUND. */
 attnd_session_status attnd_session_delete(attnd_sessions *st, const char *id, double now);
@@ -156,6 +168,8 @@ int attnd_sessions_expire(attnd_sessions *st, double now);
 int attnd_session_model(attnd_sessions *st, const char *id, double now);
 
 void attnd_sessions_stats(attnd_sessions *st, attnd_session_stats *out);
+/* The limits the table was made with. */
+void attnd_sessions_limits(attnd_sessions *st, attnd_session_limits *out);
 
 /* The sentence for a status, for error bodies. */
 const char *attnd_session_status_text(attnd_session_status s);

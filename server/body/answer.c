@@ -242,14 +242,14 @@ int attnd_write_answer(attnd_sbuf *b, const attnd_job *job, const attnd_model_in
     return b->oom ? -1 : 0;
 }
 
-char *attnd_write_open_answer(const char *id, const char *model, size_t *len) {
+char *attnd_write_open_answer(const char *id, const char *model, int cached_tokens, size_t *len) {
     attnd_sbuf b;
     attnd_sb_init(&b);
     attnd_sb_puts(&b, "{\"session\":");
     attnd_sb_json_str(&b, id);
     attnd_sb_puts(&b, ",\"model\":");
     attnd_sb_json_str(&b, model);
-    attnd_sb_puts(&b, ",\"cached_tokens\":0}\n");
+    attnd_sb_printf(&b, ",\"cached_tokens\":%d}\n", cached_tokens);
     return attnd_sb_take(&b, len);
 }
 

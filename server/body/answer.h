@@ -44,8 +44,9 @@ typedef struct {
 void attnd_write_answers(attn_ctx *ctx, attnd_answer *a, int n, void (*done)(void *arg, int i),
                          void *arg);
 
-/* The 201 body of a session opened without a prefix: its id, its model
- * and no cached tokens. NULL when out of memory. */
-char *attnd_write_open_answer(const char *id, const char *model, size_t *len);
+/* The 201 body of a session opened without a prefix (cached_tokens 0) or
+ * restored from a state file: its id, its model and its cached tokens.
+ * NULL when out of memory. */
+char *attnd_write_open_answer(const char *id, const char *model, int cached_tokens, size_t *len);
 
 #endif

@@ -9,9 +9,12 @@
 #include <microhttpd.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "../base/clock.h"
 #include "../batch/admit.h"
+#include "../batch/persist.h"
+#include "../body/answer.h"
 #include "hreq.h"
 
 extern const char attnd_openapi_json[];
@@ -230,11 +233,57 @@ int attnd_handle_v2_infer(hreq *h) {
                                    &h->r.job, &h->err));
 }
 
+/* 1 when the request's body is a session's state file: Content-Type
+ * application/octet-stream (parameters allowed). */
+static int state_body(const hreq *h) {
+    const char *ct = attnd_http_header(h, "Content-Type");
+    size_t n = strlen("application/octet-stream");
+    return ct && strncasecmp(ct, "application/octet-stream", n) == 0 &&
+           (ct[n] == '\0' || ct[n] == ';' || ct[n] == ' ');
+}
+
+/* POST /v1/sessions with a state file: the session restored, its id
+ * X-Session-Id's when given (409 when taken), else a new one; 201. */
+static int restore(hreq *h) {
+    attnd_http *s = h->srv;
+    attnd_persist_env p = {s->sessions, s->env};
+    attnd_restored r;
+    int rc = attnd_session_restore(&p, (const unsigned char *)body_of(h), h->in.len,
+                                   attnd_http_header(h, "X-Session-Id"), attnd_mono_s(), &r,
+                                   &h->err, &h->retry_after);
+    attnd_http_drop_body(h);
+    if (rc < 0) return -1;
+    h->model = r.model;
+    size_t len = 0;
+    char *body = attnd_write_open_answer(r.id, s->env->models[r.model].name, r.tokens, &len);
+    if (!body) return attnd_set_error(&h->err, AERR_INTERNAL, "out of memory");
+    attnd_reply_set(&h->r.reply, AOK_CREATED, body, len, 0);
+    return 0;
+}
+
 /* POST /v1/sessions: a native body whose query, the prefix, may be left
- * out. */
+ * out; or a state file to restore. */
 int attnd_handle_session_open(hreq *h) {
+    if (state_body(h)) return restore(h);
     return admit(h,
                  attnd_parse_session_open(h->srv->env, body_of(h), h->in.len, &h->r.job, &h->err));
+}
+
+/* GET /v1/sessions/{id}/state: the session's state file. */
+int attnd_handle_session_state(hreq *h) {
+    attnd_persist_env p = {h->srv->sessions, h->srv->env};
+    attnd_sbuf b;
+    attnd_sb_init(&b);
+    if (attnd_session_export(&p, h->rm.name, attnd_mono_s(), &b, &h->err) < 0) {
+        attnd_sb_free(&b);
+        return -1;
+    }
+    size_t len = 0;
+    char *body = attnd_sb_take(&b, &len);
+    if (!body) return attnd_set_error(&h->err, AERR_INTERNAL, "out of memory");
+    attnd_reply_set(&h->r.reply, AOK, body, len, 0);
+    h->ctype = "application/octet-stream";
+    return 0;
 }
 
 /* POST /v1/sessions/{id}/attention: the session's model reads the body. */

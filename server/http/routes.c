@@ -29,6 +29,7 @@ const attnd_route attnd_routes[R_COUNT] = {
     {R_SESSIONS,        "POST",   "/v1/sessions",                               attnd_handle_session_open,   "/v1/sessions",                             ROUTE_COMPUTE},
     {R_SESSION_STEP,    "POST",   "/v1/sessions/{name}/attention",              attnd_handle_session_step,   "/v1/sessions/:id/attention",               ROUTE_COMPUTE},
     {R_SESSION,         "DELETE", "/v1/sessions/{name}",                        attnd_handle_session_delete, "/v1/sessions/:id",                         0},
+    {R_SESSION_STATE,   "GET",    "/v1/sessions/{name}/state",                  attnd_handle_session_state,  "/v1/sessions/:id/state",                   0},
     {R_UI,              "GET",    "/ui",                                        attnd_handle_ui,             "/ui",                                      ROUTE_OPEN},
     {R_UI_FILE,         "GET",    "/ui/{name}",                                 attnd_handle_ui,             "/ui/:name",                                ROUTE_OPEN},
 };

@@ -27,6 +27,7 @@ typedef enum {
     R_SESSIONS,        /* POST /v1/sessions: open a KV-cache session */
     R_SESSION_STEP,    /* POST /v1/sessions/{name}/attention: a step ({name} is the id) */
     R_SESSION,         /* DELETE /v1/sessions/{name} */
+    R_SESSION_STATE,   /* GET  /v1/sessions/{name}/state: its state file */
     R_UI,              /* GET  /ui: the viewer's page (server/ui/) */
     R_UI_FILE,         /* GET  /ui/{name}: its script and style sheet */
     R_COUNT,
@@ -100,6 +101,7 @@ int attnd_handle_v2_infer(attnd_http_req *h); /* v2 compute, sessions included *
 int attnd_handle_session_open(attnd_http_req *h);
 int attnd_handle_session_step(attnd_http_req *h);
 int attnd_handle_session_delete(attnd_http_req *h);
+int attnd_handle_session_state(attnd_http_req *h);
 int attnd_handle_ui(attnd_http_req *h); /* the viewer's files; 404 when server.ui is off */
 
 #endif
