@@ -144,10 +144,11 @@ test-unit: $(TESTS) $(OTELCOL)
 	@set -e; for t in $(TESTS); do echo "== $$t"; ATTND_OTELCOL=$(abspath $(OTELCOL)) CK_FORK=yes $$t; done
 
 # The docs' Python blocks that need torch run with $(CLIENT_VENV)'s python
-# (tests/blackbox/test_docs.py).
-test-blackbox: $(BUILD)/attnd $(VENV)/.client $(CLIENT_VENV)/.client
+# (tests/blackbox/test_docs.py); the tracing suite and docs/deploy.md export
+# spans to the collector built above (ATTND_OTELCOL).
+test-blackbox: $(BUILD)/attnd $(VENV)/.client $(CLIENT_VENV)/.client $(OTELCOL)
 	ATTND_BIN=$(abspath $(BUILD)/attnd) ATTND_TORCH_PYTHON=$(abspath $(CLIENT_VENV)/bin/python) \
-	  $(VENV)/bin/python -m pytest -q tests/blackbox $(PYTEST_ARGS)
+	  ATTND_OTELCOL=$(abspath $(OTELCOL)) $(VENV)/bin/python -m pytest -q tests/blackbox $(PYTEST_ARGS)
 
 # The Python client against the real daemon and torch (tests/client): its
 # numerics, errors and retries, sessions, AsyncClient, attnd.torch, and the
