@@ -261,6 +261,81 @@ def test_deadline_504_and_dropped_before_compute(fresh_daemons, big):
     assert d.get("/health").status_code == 200
 
 
+def running(d):
+    return metric_value(d.get("/metrics").text, "requests_running")
+
+
+def test_own_deadlines_504_and_dropped(fresh_daemons, big):
+    """A request's own deadline, shorter than the server's (here 120 s):
+    timeout_ms in a native body, parameters.timeout_ms in v2, the
+    Request-Timeout-Ms header (the smaller of it and the body's holds), and
+    timeout_ms on a session step. While a long request computes, each of
+    them waits in the queue past its own deadline: 504 naming where the
+    deadline came from, never computed, counted as timed out; the session
+    keeps none of the dropped step's rows."""
+    d = fresh_daemons(big_config(big, workers={"threads": 1},
+                                 batching={"max_batch_requests": 1}))
+    sid = d.post("/v1/sessions", {"query": support.tolist32(big_query(2, seed=8))}).json()
+    assert sid["cached_tokens"] == 2, sid
+    t0, before = metric_value(d.get("/metrics").text, "timeouts"), batch_sum(d)
+    long_res = [None]
+    threads = [send_async(d.url + "/v1/attention",
+                          json.dumps({"query": b64_tensor(big_query(LONG, seed=5))}), long_res, 0)]
+    assert support.wait_until(lambda: running(d) >= 1, 30, 0.005), "the long request never ran"
+    row = support.tolist32(big_query(1, seed=9))
+    v2 = {"inputs": [{"name": "query", "shape": [1, 1, BIG_E], "datatype": "FP32",
+                      "data": row[0]}], "parameters": {"timeout_ms": 30}}
+    cases = [("/v1/attention", {"query": row, "timeout_ms": 30}, {}, "(timeout_ms)"),
+             ("/v2/models/big/infer", v2, {}, "(parameters.timeout_ms)"),
+             ("/v1/attention", {"query": row, "timeout_ms": 100000},
+              {"Request-Timeout-Ms": "30"}, "(Request-Timeout-Ms)"),
+             ("/v1/sessions/%s/attention" % sid["session"], {"query": row, "timeout_ms": 30}, {},
+              "(timeout_ms)")]
+    results = [None] * len(cases)
+    threads += [send_async(d.url + path, json.dumps(body), results, i, headers=h)
+                for i, (path, body, h, _) in enumerate(cases)]
+    for t in threads:
+        t.join(180)
+    assert long_res[0][0] == 200, long_res[0][2][:200]
+    for (path, _, _, where), (st, headers, content, _) in zip(cases, results):
+        assert st == 504, (path, st, content[:200])
+        msg = json.loads(content)["error"]
+        assert msg.startswith("request not done within 30 ms %s" % where), msg
+        assert not server_timing_of(headers).get("compute"), headers.get("Server-Timing")
+    time.sleep(0.3)  # a request wrongly kept would be computed by now
+    assert batch_sum(d) - before == 1, "only the long request may have been computed"
+    assert support.wait_until(
+        lambda: metric_value(d.get("/metrics").text, "timeouts") - t0 >= len(cases), 5)
+    r = d.post("/v1/sessions/%s/attention" % sid["session"], {"query": row})
+    assert r.status_code == 200 and r.json()["cached_tokens"] == 3, r.text[:200]
+
+
+@pytest.mark.parametrize("where,value", [
+    ("body", 0), ("body", -5), ("body", 1.5), ("body", "100"), ("body", None), ("body", True),
+    ("header", "0"), ("header", "-1"), ("header", "abc"), ("header", "1.5"), ("header", "+5"),
+    ("v2", 0), ("v2", "100"), ("step", 0),
+])
+def test_bad_deadlines_refused_naming_the_field(daemons, big, where, value):
+    """Zero, negative, fractional and non-numeric deadlines are 400s that
+    name the field."""
+    d = daemons(big_config(big))
+    row = [[0.5] * BIG_E]
+    path, body, headers, field = "/v1/attention", {"query": row}, {}, "timeout_ms"
+    if where == "body":
+        body["timeout_ms"] = value
+    elif where == "header":
+        headers, field = {"Request-Timeout-Ms": value}, "Request-Timeout-Ms"
+    elif where == "v2":
+        path, field = "/v2/models/big/infer", "parameters.timeout_ms"
+        body = {"inputs": [{"name": "query", "shape": [1, 1, BIG_E], "datatype": "FP32",
+                            "data": row[0]}], "parameters": {"timeout_ms": value}}
+    else:
+        sid = d.post("/v1/sessions", {}).json()["session"]
+        path, body = "/v1/sessions/%s/attention" % sid, {"query": row, "timeout_ms": value}
+    msg = check_error_body(d.post(path, body, headers=headers), 400)
+    assert msg.startswith(field + ": expected a whole number of milliseconds, 1 or more"), msg
+
+
 # ---------------------------------------------------------------- headers
 
 @pytest.fixture(scope="module")
