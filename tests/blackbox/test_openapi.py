@@ -33,6 +33,7 @@ ROUTES = [
     ("post", "/v1/sessions"),
     ("post", "/v1/sessions/{}/attention"),
     ("delete", "/v1/sessions/{}"),
+    ("get", "/v1/sessions/{}/state"),
 ]
 
 
