@@ -10,7 +10,13 @@ It then checks, from nginx's access log, that nginx did retry, that the
 restarted replica took traffic again, and that the SIGTERM'd replica exited 0.
 Before the load, KV-cache sessions go through nginx, native and KServe v2
 (X-Session-Id on each v2 step): every step must reach the replica that
-holds its session.
+holds its session. Then a rolling restart in the middle of decoding: each
+replica keeps its sessions in sessions.save_dir; while sessions step through
+nginx, the replica holding the most of them is stopped with SIGTERM (it saves
+them) and started again (it loads them); a step that meets it draining or
+down gets 503 with Retry-After and is sent again, and every session's steps
+equal, bit for bit, the same rows computed as one causal sequence by an
+untouched replica.
 """
 
 import http.client
@@ -23,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import base64
 import time
 
 import numpy as np
@@ -82,7 +89,9 @@ class Replica:
         self.starts += 1
         log = open(os.path.join(self.tmp, f"attnd{self.idx}.{self.starts}.log"), "wb")
         self.proc = dl.start_attnd(self.port, env={"ATTND_WORKERS": "1", "ATTND_HTTP_THREADS": "1",
-                                        "ATTND_MAX_QUEUE_DELAY_US": str(QUEUE_DELAY_US)},
+                                        "ATTND_MAX_QUEUE_DELAY_US": str(QUEUE_DELAY_US),
+                                        "ATTND_SESSIONS_SAVE_DIR":
+                                            os.path.join(self.tmp, f"saved{self.idx}")},
                                    log=log)
         log.close()
 
@@ -238,6 +247,101 @@ def v2_sessions(c, lb, tmp, queries, reps):
             f"{deleted} of {len(sids)} answered 204")
 
 
+ROLLING_SESSIONS = 12
+ROLLING_STEPS = 24   # rows each session decodes one by one, after a prefix of 2
+STEP_PAUSE = 0.03    # seconds between a session's steps, so decoding outlasts the restart
+
+
+def step_retrying(lb, sid, row):
+    """One step through nginx, sent again after each 503 (a replica draining,
+    or down while it restarts: nginx's 503); returns (status, body, tries)."""
+    for tries in range(1, 400):
+        st, body, headers = dl.http("POST", f"{lb}/v1/sessions/{sid}/attention",
+                                    {"query": [row], "encoding": "base64"})
+        if st != 503:
+            return st, body, tries
+        time.sleep(min(float(headers.get("Retry-After", "1")), 0.2))
+    return st, body, tries
+
+
+def rolling_restart(c, lb, tmp, reps):
+    """Sessions decoding through nginx while the replica holding the most of
+    them restarts (SIGTERM: saved; started again: loaded). Every step's
+    output equals, bit for bit, the same row of the whole causal sequence
+    computed at once by a replica that never stopped."""
+    seqs = [dl.query(2 + ROLLING_STEPS, E, seed=100 + k) for k in range(ROLLING_SESSIONS)]
+    sids, refs = [], []
+    for q in seqs:
+        st, body, _ = dl.http("POST", lb + "/v1/sessions", {"query": q[:2]})
+        if st != 201:
+            c.check(False, "sessions opened through nginx for the rolling restart",
+                    f"{st} {str(body)[:200]}", fatal=True)
+        sids.append(body["session"])
+    holders = []
+    for r in reps:
+        st, text, _ = dl.http("GET", f"http://127.0.0.1:{r.port}/metrics")
+        m = re.search(r"^attnd_sessions (\d+)", text if isinstance(text, str) else "", re.M)
+        holders.append(int(m.group(1)) if m else 0)
+    victim = reps[max(range(len(reps)), key=lambda i: holders[i])]
+    for k, q in enumerate(seqs):  # the reference: a replica that is not restarted
+        other = reps[(reps.index(victim) + 1) % len(reps)]
+        st, body, _ = dl.http("POST", f"http://127.0.0.1:{other.port}/v1/attention",
+                              {"query": q, "causal": True, "encoding": "base64"})
+        if st != 200:
+            c.check(False, "causal reference of a whole sequence", str(st), fatal=True)
+        out = np.frombuffer(base64.b64decode(body["output"]["b64"]), "<f4").reshape(-1, E)
+        refs.append(out)
+    done = [0] * ROLLING_SESSIONS
+    bad, retried = [], [0]
+    lock = threading.Lock()
+
+    def decode(k):
+        for i in range(2, 2 + ROLLING_STEPS):
+            st, body, tries = step_retrying(lb, sids[k], seqs[k][i])
+            got = (np.frombuffer(base64.b64decode(body["output"]["b64"]), "<f4")
+                   if st == 200 else None)
+            with lock:
+                retried[0] += tries - 1
+                if got is None or body.get("cached_tokens") != i + 1 or \
+                        got.tobytes() != refs[k][i].tobytes():
+                    bad.append(f"session {k} step {i}: {st} {str(body)[:160]}")
+                    return
+                done[k] += 1
+            time.sleep(STEP_PAUSE)
+
+    threads = [threading.Thread(target=decode, args=(k,)) for k in range(ROLLING_SESSIONS)]
+    for t in threads:
+        t.start()
+    end = time.monotonic() + 60
+    while min(done) < 3 and not bad and time.monotonic() < end:
+        time.sleep(0.01)
+    left = ROLLING_STEPS - max(done)
+    victim.proc.send_signal(signal.SIGTERM)
+    code = victim.proc.wait(45)
+    saved = victim.log_text()
+    victim.start()
+    for t in threads:
+        t.join(120)
+    c.check(code == 0, "the replica stopped mid-decoding drained and exited 0", f"exit {code}")
+    c.check(left > 0 and holders[reps.index(victim)] > 0,
+            "the restart came in the middle of decoding, on a replica holding sessions",
+            f"{left} steps left, {holders} sessions per replica")
+    m = re.search(r"(\d+) sessions? saved", saved)
+    loaded = re.search(r"(\d+) sessions? loaded", victim.log_text())
+    c.check(m and loaded and int(m.group(1)) == holders[reps.index(victim)] ==
+            int(loaded.group(1)),
+            "it saved every session it held at SIGTERM and loaded them all again",
+            f"saved {m and m.group(1)}, loaded {loaded and loaded.group(1)}, held "
+            f"{holders[reps.index(victim)]}")
+    c.check(not bad and sum(done) == ROLLING_SESSIONS * ROLLING_STEPS,
+            "every step of every session went on through the restart, equal bit for bit to "
+            "the whole causal sequence", "; ".join(bad[:4]) or f"{sum(done)} steps")
+    print(f"rolling restart: {holders} sessions per replica, replica {reps.index(victim)} "
+          f"restarted with {left} steps left, {retried[0]} steps sent again", flush=True)
+    for sid in sids:
+        dl.http("DELETE", f"{lb}/v1/sessions/{sid}")
+
+
 def access_lines(tmp):
     path = os.path.join(tmp, "access.log")
     return open(path, errors="replace").read().splitlines() if os.path.exists(path) else []
@@ -299,6 +403,7 @@ def main():
         for sid in sids:
             dl.http("DELETE", f"{lb}/v1/sessions/{sid}")
         v2_sessions(c, lb, tmp, queries, reps)
+        rolling_restart(c, lb, tmp, reps)
 
         marks = {}
         term_code = {}
