@@ -86,11 +86,11 @@ static int state_fits(const attnd_state *st, const attnd_model_info *m, attnd_er
 static int state_model(const attnd_persist_env *p, const attnd_state *st, attnd_error *e) {
     attnd_error unknown;
     int mi = attnd_find_model(p->env, st->model, &unknown);
+    const char *loaded = strstr(unknown.msg, " (loaded: ");
     if (mi < 0)
         return attnd_set_error(e, AERR_CONFLICT,
-                               "the state is of model '%.64s', which this server does not serve "
-                               "(%s)",
-                               st->model, strstr(unknown.msg, "loaded: ") ? unknown.msg : "");
+                               "the state is of model '%.64s', which this server does not serve%s",
+                               st->model, loaded ? loaded : "");
     return mi;
 }
 
