@@ -708,8 +708,8 @@ START_TEST(test_session_open_bodies) {
     ck_assert_int_eq(open_body("", 1, &job, &e), 0);
     ck_assert_int_eq(job.model, 0);
     ck_assert_ptr_null(job.query);
-    ck_assert_int_eq(open_body("{\"model\": \"cross\"}", 2, &job, &e), 0);
-    ck_assert_int_eq(job.model, 1);
+    ck_assert_int_eq(open_body("{\"model\": \"small\"}", 2, &job, &e), 0);
+    ck_assert_int_eq(job.model, 0);
     ck_assert_int_eq(open_body(" {\"model\": null} ", 1, &job, &e), 0);
     ck_assert_int_eq(job.model, 0);
     /* a query: the prefix, read once into the job */
@@ -747,6 +747,11 @@ START_TEST(test_session_open_bodies) {
         {"{\"model\": \"small\", \"query\": {\"shape\": [268435456,134217728,512], \"b64\": \"\"}}",
          AERR_TOO_LARGE, "query.shape: too large"},
         {"{\"model\": \"nope\"}", AERR_NOT_FOUND, "unknown model 'nope'"},
+        /* kdim and vdim differ from embed_dim: said at the open, prefix or not */
+        {"{\"model\": \"cross\"}", AERR_BAD_REQUEST,
+         "model 'cross' cannot hold sessions: its kdim 3 and vdim 2 differ"},
+        {"{\"model\": \"cross\", \"query\": [[1,2,3,4]]}", AERR_BAD_REQUEST,
+         "model 'cross' cannot hold sessions"},
         {"{\"model\": \"small\"} []", AERR_BAD_REQUEST, "body is not valid JSON"},
         {"{\"model\": \"small\", \"query\": [[1,2", AERR_BAD_REQUEST, "query[0]"},
         {"[{\"model\": \"small\"}]", AERR_BAD_REQUEST, "body must be a JSON object"},
