@@ -18,9 +18,9 @@
 
 /* What the parsers need to know about one served model. */
 typedef struct {
-    const char *name;  /* borrowed from the config */
-    attn_hparams hp;   /* E, H, kdim, vdim, bias, causal default, decoder options */
-    int max_positions; /* rotary positions must stay below it; 0 = 2^24 */
+    const char *name;        /* borrowed from the config */
+    attn_hparams hp;         /* E, H, kdim, vdim, bias, causal default, decoder options */
+    int max_positions;       /* rotary positions must stay below it; 0 = 2^24 */
     const char *fingerprint; /* its weights' fingerprint as loaded (session state files,
                                 batch/state.h), borrowed; NULL when not computed */
 } attnd_model_info;
