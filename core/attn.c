@@ -25,10 +25,14 @@
  * 4 compute each output alike (gemm.c), 2 is per row, and 3's tasks are cut
  * from each sequence alone (docs/performance.md). This file plans and
  * orders; the kernels live in gemm.c, rope.c, attend.c, fused.c and
- * softmax.c, the scratch in ctx.c. Legend: see attn.h.
+ * softmax.c, the scratch in ctx.c. attn_plan_describe, at the end, lists
+ * the loops a forward would run, cut by the same functions, as data
+ * (bench/bench_scale.c simulates them at thread counts a machine does not
+ * have). Legend: see attn.h.
  */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "attn.h"
@@ -78,12 +82,23 @@ static void plan(fwd *f, const attn_model *m, const attn_batch *b, size_t T, siz
     f->need.freqs = (size_t)hp->rope.dim / 2;
 }
 
-size_t attn_workspace_bytes(const attn_model *m, const attn_batch *b, int nthreads) {
-    size_t T = 0, U = 0;
+/* Query and key tokens of a batch, unchecked. */
+static void batch_tokens(const attn_batch *b, size_t *T, size_t *U) {
+    *T = *U = 0;
     for (int i = 0; i < b->B; i++) {
-        T += b->seqs[i].L;
-        U += b->seqs[i].S;
+        *T += b->seqs[i].L;
+        *U += b->seqs[i].S;
     }
+}
+
+/* Tasks of step 2 for T query rows. */
+static size_t prep_tasks(size_t T) {
+    return (T + PREP_ROWS - 1) / PREP_ROWS;
+}
+
+size_t attn_workspace_bytes(const attn_model *m, const attn_batch *b, int nthreads) {
+    size_t T, U;
+    batch_tokens(b, &T, &U);
     fwd f;
     plan(&f, m, b, T, U);
     return attn_ws_bytes(&f.need, nthreads);
@@ -197,7 +212,7 @@ int attn_forward(attn_ctx *ctx, const attn_model *m, attn_batch *b, char *err, s
     place(&f);
     if (f.prep) {
         if (m->hp.rope.dim) attn_rope_freqs(&m->hp.rope, f.freqs);
-        attn_pool_run(pool, (int)((T + PREP_ROWS - 1) / PREP_ROWS), prepare_task, &f);
+        attn_pool_run(pool, (int)prep_tasks(T), prepare_task, &f);
     }
     f.at.seqs = ws.seqs;
     f.at.tasks = ws.tasks;
@@ -208,4 +223,82 @@ int attn_forward(attn_ctx *ctx, const attn_model *m, attn_batch *b, char *err, s
     proj_part out = proj_part_of(m, 3, b->out, m->hp.embed_dim, f.at.q, f.at.ldq, T);
     proj_run(pool, attn_ctx_threads(ctx), &out, 1);
     return 0;
+}
+
+/* ---- the plan as data (attn_plan_describe) ------------------------------- */
+
+/* Keys that rows [i0, i1) of sequence s read: all S, or under causal up to
+ * the block's last row (a step is causal over its cache, its row 0 at
+ * position cached, as place() sets its view). */
+static int task_keys(const attn_seq *s, int i1) {
+    int shift = s->kv ? s->cached : 0;
+    return (s->causal || s->kv) && i1 + shift < s->S ? i1 + shift : s->S;
+}
+
+/* Step 3's n tasks (attn_attend_tasks, as the forward cuts them) into out
+ * with their work. Returns 0, or -1 when out of memory. */
+static int describe_attend(attn_plan_task *out, const fwd *f, size_t n) {
+    attn_task *tk = malloc(sizeof *tk * (n ? n : 1));
+    if (!tk) return -1;
+    attn_attend_tasks(&f->at, f->b, tk);
+    int R = f->at.H / f->at.G;
+    for (size_t t = 0; t < n; t++)
+        out[t] = (attn_plan_task){ATTN_LOOP_ATTEND,
+                                  tk[t].seq,
+                                  tk[t].i1 - tk[t].i0,
+                                  task_keys(&f->b->seqs[tk[t].seq], tk[t].i1),
+                                  f->at.D,
+                                  tk[t].head >= 0 ? R : f->at.H};
+    free(tk);
+    return 0;
+}
+
+/* Appends a loop of n tasks to p; a loop of none is left out. */
+static void add_loop(attn_plan *p, attn_loop_kind kind, size_t n) {
+    size_t first = p->nloops ? p->loops[p->nloops - 1].first + p->loops[p->nloops - 1].ntasks : 0;
+    if (!n) return;
+    p->loops[p->nloops].kind = kind;
+    p->loops[p->nloops].first = first;
+    p->loops[p->nloops++].ntasks = n;
+}
+
+int attn_plan_describe(attn_plan *out, const attn_model *m, const attn_batch *b, int nthreads,
+                       char *err, size_t errlen) {
+    memset(out, 0, sizeof *out);
+    if (attn_check_packed(m, err, errlen) < 0) return -1;
+    size_t T, U;
+    batch_tokens(b, &T, &U);
+    size_t M = b->key ? U : T; /* rows of the key and value projections */
+    fwd f;
+    plan(&f, m, b, T, U);
+    proj_part parts[PROJ_PARTS + 1] = {
+        proj_part_of(m, 0, NULL, 0, NULL, 0, T), proj_part_of(m, 1, NULL, 0, NULL, 0, M),
+        proj_part_of(m, 2, NULL, 0, NULL, 0, M), proj_part_of(m, 3, NULL, 0, NULL, 0, T)};
+    size_t nq = proj_describe(NULL, ATTN_LOOP_PROJ, nthreads, parts, PROJ_PARTS);
+    size_t np = f.prep ? prep_tasks(T) : 0, na = f.need.tasks;
+    size_t no = proj_describe(NULL, ATTN_LOOP_OUT, nthreads, parts + PROJ_PARTS, 1);
+    out->tasks = malloc(sizeof *out->tasks * (nq + np + na + no));
+    if (!out->tasks || describe_attend(out->tasks + nq + np, &f, na) < 0) {
+        attn_plan_free(out);
+        snprintf(err, errlen, "out of memory for the plan of %zu query tokens", T);
+        return -1;
+    }
+    out->ntasks = nq + np + na + no;
+    add_loop(out, ATTN_LOOP_PROJ, nq);
+    add_loop(out, ATTN_LOOP_PREP, np);
+    add_loop(out, ATTN_LOOP_ATTEND, na);
+    add_loop(out, ATTN_LOOP_OUT, no);
+    proj_describe(out->tasks, ATTN_LOOP_PROJ, nthreads, parts, PROJ_PARTS);
+    for (size_t t = 0; t < np; t++) {
+        size_t r0 = t * PREP_ROWS, rows = T - r0 < PREP_ROWS ? T - r0 : PREP_ROWS;
+        out->tasks[nq + t] = (attn_plan_task){ATTN_LOOP_PREP, 0, (int)rows, 0, 0, 1};
+    }
+    proj_describe(out->tasks + nq + np + na, ATTN_LOOP_OUT, nthreads, parts + PROJ_PARTS, 1);
+    return 0;
+}
+
+void attn_plan_free(attn_plan *plan) {
+    if (!plan) return;
+    free(plan->tasks);
+    memset(plan, 0, sizeof *plan);
 }

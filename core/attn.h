@@ -198,6 +198,50 @@ size_t attn_workspace_bytes(const attn_model *m, const attn_batch *b, int nthrea
  * shapes, out of memory). */
 int attn_forward(attn_ctx *ctx, const attn_model *m, attn_batch *b, char *err, size_t errlen);
 
+/* ---- a forward's plan, as data: what its parallel loops would be -------- */
+
+/* The loops of a forward, in the order it runs them. */
+typedef enum {
+    ATTN_LOOP_PROJ = 0,   /* the Q, K and V projections: tiles */
+    ATTN_LOOP_PREP = 1,   /* rotary positions and cache rows: blocks of rows */
+    ATTN_LOOP_ATTEND = 2, /* the attention: (sequence, key/value head, row block) */
+    ATTN_LOOP_OUT = 3     /* the output projection: tiles */
+} attn_loop_kind;
+
+/* One task of a loop and its work. A projection tile computes rows x cols
+ * outputs over depth inputs (2 * rows * cols * depth FLOPs); an attention
+ * task scores rows x heads queries against keys keys of width depth, then
+ * sums as many values (4 * rows * heads * keys * depth FLOPs, the masked
+ * keys of a causal block's last tile counted). */
+typedef struct {
+    attn_loop_kind loop;
+    int part;  /* PROJ: 0 q, 1 k, 2 v; OUT: 3; ATTEND: the sequence; PREP: 0 */
+    int rows;  /* tile rows, a task's query rows, or PREP's rows */
+    int cols;  /* tile output columns; ATTEND: keys the block reads; PREP: 0 */
+    int depth; /* tile inputs (K); ATTEND: head width D; PREP: 0 */
+    int heads; /* ATTEND: query heads per row (H/G, or H with a matrix asked for); else 1 */
+} attn_plan_task;
+
+typedef struct {
+    int nloops;
+    struct {
+        attn_loop_kind kind;
+        size_t first, ntasks; /* its tasks: tasks[first .. first + ntasks) */
+    } loops[4];
+    attn_plan_task *tasks; /* (ntasks) in the order the pool hands them out; owned */
+    size_t ntasks;
+} attn_plan;
+
+/* The loops attn_forward would run for batch b on model m (packed) with
+ * nthreads threads on this CPU, cut by the very functions the forward
+ * calls; b's tensors are not read (b->key != NULL: cross-attention), nor
+ * checked. For simulations of thread counts a machine does not have, and
+ * for tests. Returns 0, or -1 with a sentence in err (model not packed, out
+ * of memory). attn_plan_free releases plan. */
+int attn_plan_describe(attn_plan *plan, const attn_model *m, const attn_batch *b, int nthreads,
+                       char *err, size_t errlen);
+void attn_plan_free(attn_plan *plan); /* zeroed or freed: no-op */
+
 /* The naive reference: plain loops, plainly right, slow. Same contract,
  * cache steps included. */
 int attn_forward_ref(const attn_model *m, attn_batch *b, char *err, size_t errlen);

@@ -144,6 +144,10 @@ proj_part proj_part_of(const attn_model *m, int which, float *C, size_t ldc, con
                        size_t lda, size_t M);
 /* Runs the parts' tiles on pool, or on the calling thread when pool is NULL. */
 void proj_run(attn_pool *pool, int nthreads, const proj_part *parts, int nparts);
+/* The tiles proj_run cuts the parts into on nthreads threads: their count,
+ * and each one's shape in tasks (loop `loop`) when tasks is not NULL. */
+size_t proj_describe(attn_plan_task *tasks, attn_loop_kind loop, int nthreads,
+                     const proj_part *parts, int nparts);
 
 /* ---- rope.c: rotary positions -------------------------------------------- */
 

@@ -76,18 +76,27 @@ static void tile_openblas(const proj_part *p, size_t r0, size_t r1, int c0, int 
                p->C + r0 * p->ldc + c0, (int)p->ldc);
 }
 
+/* Task t of job j: part *i, rows [r0,r1) x panels [j0,j1) (past N clipped). */
+static void tile_at(const proj_job *j, int t, int *i, size_t *r0, size_t *r1, int *j0, int *j1) {
+    for (*i = 0; t >= j->first[*i + 1];)
+        (*i)++;
+    const proj_part *p = &j->parts[*i];
+    int local = t - j->first[*i];
+    int rb = (int)((p->M + (size_t)j->rows - 1) / (size_t)j->rows);
+    int cb = local / rb, r = local % rb; /* column-block major: neighbours share weights */
+    *r0 = (size_t)r * j->rows;
+    *r1 = *r0 + (size_t)j->rows < p->M ? *r0 + j->rows : p->M;
+    *j0 = cb * j->panels;
+    *j1 = *j0 + j->panels;
+}
+
 static void proj_task(void *arg, int t, int tid) {
     (void)tid;
     const proj_job *j = arg;
-    int i = 0;
-    while (t >= j->first[i + 1])
-        i++;
+    int i, j0, j1;
+    size_t r0, r1;
+    tile_at(j, t, &i, &r0, &r1, &j0, &j1);
     const proj_part *p = &j->parts[i];
-    int local = t - j->first[i];
-    int rb = (int)((p->M + (size_t)j->rows - 1) / (size_t)j->rows);
-    int cb = local / rb, r = local % rb; /* column-block major: neighbours share weights */
-    size_t r0 = (size_t)r * j->rows, r1 = r0 + (size_t)j->rows < p->M ? r0 + j->rows : p->M;
-    int j0 = cb * j->panels, j1 = j0 + j->panels;
     if (g_proj == ATTN_PROJ_OPENBLAS) {
         int c0 = j0 * ATTN_PANEL, c1 = j1 * ATTN_PANEL < p->pw->N ? j1 * ATTN_PANEL : p->pw->N;
         tile_openblas(p, r0, r1, c0, c1);
@@ -111,4 +120,20 @@ void proj_run(attn_pool *pool, int nthreads, const proj_part *parts, int nparts)
         return;
     }
     attn_pool_run(pool, n, proj_task, &j);
+}
+
+size_t proj_describe(attn_plan_task *tasks, attn_loop_kind loop, int nthreads,
+                     const proj_part *parts, int nparts) {
+    proj_job j = {.parts = parts, .nparts = nparts};
+    int n = plan_tiles(&j, nthreads);
+    for (int t = 0; tasks && t < n; t++) {
+        int i, j0, j1;
+        size_t r0, r1;
+        tile_at(&j, t, &i, &r0, &r1, &j0, &j1);
+        const attn_packed *pw = parts[i].pw;
+        int c1 = j1 * ATTN_PANEL < pw->N ? j1 * ATTN_PANEL : pw->N;
+        tasks[t] = (attn_plan_task){
+            loop, loop == ATTN_LOOP_OUT ? 3 : i, (int)(r1 - r0), c1 - j0 * ATTN_PANEL, pw->K, 1};
+    }
+    return (size_t)n;
 }
