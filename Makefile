@@ -6,7 +6,8 @@
 #   make test-abuse the abuse suite alone; make soak  ten minutes of mixed load
 #   make test-client  the Python client (clients/python) against the daemon and torch
 #   make run        serve the embedded default model on port 8080
-#   make bench      the core, onnxruntime and torch: tables (never part of the tests)
+#   make bench      the core, onnxruntime and torch: tables (never part of the tests),
+#                   and the core at 1 to 64 threads simulated (bench/bench_scale.c)
 #   make bench-http     wrk against the daemon, and codec costs
 #   make bench-decode   KV-cache session steps against re-sending the prefix
 #   make bench-client   the Python client's round trips against raw HTTP
@@ -252,7 +253,9 @@ run: deps-run
 
 # attnd's core, onnxruntime's CPU attention, OpenVINO's (f32 and bf16) and
 # torch's on the same six shapes at 1 thread, 2 threads and every CPU, then
-# one comparison table (bench/RESULTS.md). onnxruntime and OpenVINO come
+# one comparison table (bench/RESULTS.md). Between them, bench_scale: the
+# core's six shapes at 1 to 64 threads simulated from the task graph, next
+# to what bench_core measured (docs/performance.md). onnxruntime and OpenVINO come
 # from PyPI, pinned in
 # bench/requirements-ort.txt, in $(BENCH_VENV); torch is Debian's python3-torch,
 # run on the OpenBLAS kernels the core chose.
@@ -271,6 +274,7 @@ bench: deps-bench
 	$(MAKE) all $(BENCHES) $(BENCH_VENV)/.stamp
 	rm -f $(BUILD)/bench/cells.json
 	env -u OPENBLAS_CORETYPE $(BUILD)/bench/bench_core --json $(BUILD)/bench/cells.json
+	env -u OPENBLAS_CORETYPE $(BUILD)/bench/bench_scale --measured $(BUILD)/bench/cells.json
 	$(BENCH_VENV)/bin/python bench/bench_ort.py --json $(BUILD)/bench/cells.json \
 	  --threads $$(env -u OPENBLAS_CORETYPE $(BUILD)/bench/bench_core --print threads)
 	$(BENCH_VENV)/bin/python bench/bench_openvino.py --json $(BUILD)/bench/cells.json \
