@@ -20,8 +20,14 @@
  * decoder models the R heads of one row, so that a row's bits never depend
  * on the block it is in (OpenBLAS's do, on the number of rows of a call):
  * a session step's rows are then the bits of the whole sequence's.
- * Tasks are cut from each sequence alone, never from the batch or the
- * thread count (docs/performance.md, batch invariance). It does not
+ * Tasks on OpenBLAS are cut from each sequence alone, never from the batch
+ * or the thread count (docs/performance.md, batch invariance). Fused tasks
+ * take up to ATTN_FUSED_ROWS lanes (rows x the R heads of a row), fewer
+ * when the batch would leave threads without work (attn_attend_cut: as
+ * projection tiles do, until each thread has three): a row's bits do not
+ * depend on its block there (fused.c), and at 64 threads a lone
+ * (1,128,512,8) request's 8 tasks of 128 rows left 56 threads idle
+ * (bench/bench_scale.c). It does not
  * project, rotate or touch a cache (attn.c does, before). Legend: see
  * attn.h.
  */
@@ -40,6 +46,9 @@ enum {
     QB = ATTN_QB,          /* query rows per tile (online softmax path) */
     KB = ATTN_KB,          /* key rows per tile (online softmax path) */
     FULL_FLOATS = 1 << 18, /* score floats per task on the weights path */
+    TASKS_PER_THREAD = 3,  /* fused tasks shrink until the threads have this many each */
+    FUSED_BLOCK = 64,      /* lanes (rows x heads) fused.c computes together */
+    FUSED_VECTOR = 16,     /* lanes of one vector: the fewest a fused task is cut to */
 };
 
 /* M query rows that one OpenBLAS call takes, and the key/value head they read. */
@@ -226,7 +235,23 @@ void attn_attend_task(void *arg, int t, int tid) {
 /* Query rows per task of sequence s. */
 static int task_rows(const attn_attend *a, const attn_seq *s) {
     if (s->weights != ATTN_WEIGHTS_NONE) return full_rows(s->S);
-    return a->fused ? ATTN_FUSED_ROWS / (a->H / a->G) : QB;
+    return a->fused ? a->fused_rows : QB;
+}
+
+/* Lanes of the next smaller fused block: halved down to one block of
+ * FUSED_BLOCK, then one vector (fused.c runs 17 to 63 lanes at the cost of
+ * 64, and 16 or fewer alone); 0 past that. */
+static int fewer_lanes(int lanes) {
+    return lanes > FUSED_BLOCK ? lanes / 2 : lanes > FUSED_VECTOR ? FUSED_VECTOR : 0;
+}
+
+void attn_attend_cut(attn_attend *a, const attn_batch *b, int nthreads) {
+    int R = a->H / a->G, lanes = ATTN_FUSED_ROWS;
+    size_t want = nthreads > 1 ? (size_t)TASKS_PER_THREAD * nthreads : 1;
+    a->fused_rows = lanes / R;
+    if (!a->fused) return;
+    while (attn_attend_tasks(a, b, NULL) < want && (lanes = fewer_lanes(lanes)) >= R)
+        a->fused_rows = lanes / R;
 }
 
 size_t attn_attend_floats(const attn_attend *a, const attn_seq *s) {

@@ -23,7 +23,9 @@
  * thread (README, "The core", says why). A sequence's numbers do not depend
  * on what else is in the batch nor on the thread count: the tiles of 1 and
  * 4 compute each output alike (gemm.c), 2 is per row, and 3's tasks are cut
- * from each sequence alone (docs/performance.md). This file plans and
+ * from each sequence alone, or on the fused kernel, whose rows' bits do not
+ * depend on their block, into blocks that give every thread three tasks
+ * (docs/performance.md). This file plans and
  * orders; the kernels live in gemm.c, rope.c, attend.c, fused.c and
  * softmax.c, the scratch in ctx.c. attn_plan_describe, at the end, lists
  * the loops a forward would run, cut by the same functions, as data
@@ -62,7 +64,8 @@ static float scale_of(const attn_hparams *hp) {
     return (float)hp->scale;
 }
 
-static void plan(fwd *f, const attn_model *m, const attn_batch *b, size_t T, size_t U) {
+static void plan(fwd *f, const attn_model *m, const attn_batch *b, size_t T, size_t U,
+                 int nthreads) {
     const attn_hparams *hp = &m->hp;
     int H = hp->num_heads, G = hp->num_kv_heads, D = hp->head_dim;
     *f = (fwd){.m = m, .b = b, .T = T, .U = U, .QW = H * D, .KW = G * D};
@@ -77,6 +80,7 @@ static void plan(fwd *f, const attn_model *m, const attn_batch *b, size_t T, siz
         if (tile > f->need.tile) f->need.tile = tile;
         if (b->seqs[i].kv) f->prep = 1;
     }
+    attn_attend_cut(&f->at, b, nthreads);
     f->need.tasks = attn_attend_tasks(&f->at, b, NULL);
     f->need.seqs = (size_t)b->B;
     f->need.freqs = (size_t)hp->rope.dim / 2;
@@ -100,7 +104,7 @@ size_t attn_workspace_bytes(const attn_model *m, const attn_batch *b, int nthrea
     size_t T, U;
     batch_tokens(b, &T, &U);
     fwd f;
-    plan(&f, m, b, T, U);
+    plan(&f, m, b, T, U, nthreads);
     return attn_ws_bytes(&f.need, nthreads);
 }
 
@@ -200,7 +204,7 @@ int attn_forward(attn_ctx *ctx, const attn_model *m, attn_batch *b, char *err, s
     if (attn_check_packed(m, err, errlen) < 0) return -1;
     fwd f;
     attn_ws ws;
-    plan(&f, m, b, T, U);
+    plan(&f, m, b, T, U, attn_ctx_threads(ctx));
     if (attn_ctx_reserve(ctx, &f.need, &ws) < 0) {
         snprintf(err, errlen, "out of memory for a batch of %zu query and %zu key tokens", T, U);
         return -1;
@@ -270,7 +274,7 @@ int attn_plan_describe(attn_plan *out, const attn_model *m, const attn_batch *b,
     batch_tokens(b, &T, &U);
     size_t M = b->key ? U : T; /* rows of the key and value projections */
     fwd f;
-    plan(&f, m, b, T, U);
+    plan(&f, m, b, T, U, nthreads);
     proj_part parts[PROJ_PARTS + 1] = {
         proj_part_of(m, 0, NULL, 0, NULL, 0, T), proj_part_of(m, 1, NULL, 0, NULL, 0, M),
         proj_part_of(m, 2, NULL, 0, NULL, 0, M), proj_part_of(m, 3, NULL, 0, NULL, 0, T)};

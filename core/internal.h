@@ -189,6 +189,7 @@ typedef struct {
     int H, G, D;
     float scale;
     int fused;      /* 1: no-weights tasks run attn_fused_block */
+    int fused_rows; /* query rows per fused task (attn_attend_cut) */
     int rows_alone; /* 1: an OpenBLAS call takes one row's R heads, not a block of rows */
     float *q;       /* (T, H*D) at row stride ldq: queries in, head outputs out */
     size_t ldq;
@@ -199,6 +200,11 @@ typedef struct {
 
 /* Scratch floats one thread needs for sequence s. */
 size_t attn_attend_floats(const attn_attend *a, const attn_seq *s);
+/* Sets a's fused_rows for batch b on nthreads threads: ATTN_FUSED_ROWS
+ * lanes a task, halved while the batch gives fewer than three tasks per
+ * thread; a row's bits do not depend on its block (fused.c). Call before
+ * attn_attend_tasks. */
+void attn_attend_cut(attn_attend *a, const attn_batch *b, int nthreads);
 /* Fills tasks (when not NULL) with the batch's attention tasks; returns
  * their count. */
 size_t attn_attend_tasks(const attn_attend *a, const attn_batch *b, attn_task *tasks);

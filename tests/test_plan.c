@@ -7,10 +7,13 @@
  * part exactly once (rows x columns per part, each over the part's inputs),
  * the rows of step 2 to the batch's rows, the attention tasks to every
  * (query row, head) against the keys it reads; a projection splits into at
- * least three tiles per thread unless its tiles are at their smallest, and
- * the attention tasks never depend on the thread count.
+ * least three tiles per thread unless its tiles are at their smallest, so
+ * do the attention tasks of the fused kernel (whose rows' bits do not
+ * depend on their block) unless their blocks are, and the attention tasks
+ * of the OpenBLAS tiles never depend on the thread count.
  */
 #include "../core/attn.h"
+#include "../core/internal.h"
 
 #include "check_run.h"
 #include <check.h>
@@ -122,10 +125,12 @@ static size_t whole_tiles(const attn_model *m, const attn_batch *b, attn_loop_ki
 }
 
 /* Plans b on m at every thread count; checks each, and that the tiles of a
- * projection are at least three per thread or at their smallest, and the
- * attention loop the same at every count. */
-static void check_all(const attn_model *m, const attn_batch *b) {
+ * projection, and the fused path's attention tasks, are at least three per
+ * thread or at their smallest, and the other attention tasks the same at
+ * every count. */
+static void check_all_once(const attn_model *m, const attn_batch *b) {
     char err[256] = "";
+    int fused = attn_fused_supported(m->hp.head_dim);
     attn_plan one;
     ck_assert_msg(attn_plan_describe(&one, m, b, 1, err, sizeof err) == 0, "%s", err);
     for (int i = 0; i < NTHREADS; i++) {
@@ -136,11 +141,17 @@ static void check_all(const attn_model *m, const attn_batch *b) {
         for (int l = 0; l < p.nloops; l++) {
             size_t first = p.loops[l].first, nt = p.loops[l].ntasks;
             attn_loop_kind kind = p.loops[l].kind;
-            if (kind == ATTN_LOOP_ATTEND) {
+            if (kind == ATTN_LOOP_ATTEND && !fused) { /* cut from each sequence alone */
                 ck_assert_uint_eq(nt, one.loops[l].ntasks);
                 ck_assert(memcmp(p.tasks + first, one.tasks + one.loops[l].first,
                                  nt * sizeof *p.tasks) == 0);
             }
+            if (kind == ATTN_LOOP_ATTEND && fused && nt < 3 * (size_t)n)
+                for (size_t t = first; t < first + nt; t++) /* blocks at their fewest lanes */
+                    ck_assert_msg(p.tasks[t].heads == m->hp.num_heads ||
+                                      p.tasks[t].rows / 2 * p.tasks[t].heads < 16,
+                                  "%zu attention tasks for %d threads, one of %d rows x %d heads",
+                                  nt, n, p.tasks[t].rows, p.tasks[t].heads);
             if ((kind == ATTN_LOOP_PROJ || kind == ATTN_LOOP_OUT) && nt < 3 * (size_t)n && n > 1)
                 for (size_t t = first; t < first + nt; t++) /* smallest: 24 rows, 2 panels */
                     ck_assert_msg(p.tasks[t].rows <= 24 && p.tasks[t].cols <= 32,
@@ -152,6 +163,15 @@ static void check_all(const attn_model *m, const attn_batch *b) {
         attn_plan_free(&p);
     }
     attn_plan_free(&one);
+}
+
+/* check_all_once on the fused path (where the CPU has it) and on the
+ * OpenBLAS tiles. */
+static void check_all(const attn_model *m, const attn_batch *b) {
+    check_all_once(m, b);
+    int was = attn_set_fused(0);
+    check_all_once(m, b);
+    attn_set_fused(was);
 }
 
 START_TEST(test_plan_mha) {
