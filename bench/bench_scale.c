@@ -17,9 +17,9 @@
  *               with the threads contending for it;
  *   bound       the bytes each loop must move at least (weights once,
  *               activations in and out once) against a DRAM bandwidth, a
- *               64-core server's by default (--dram-gbs): a loop whose
- *               simulated time is below that is marked, and "bound ms"
- *               takes the larger of the two per loop.
+ *               64-core server's by default (--dram-gbs): "DRAM ms" is the
+ *               least time those bytes take, and a loop whose simulated
+ *               time is below its own share is named as DRAM-bound.
  *
  * The check against reality: 1 and 2 threads predicted next to bench_core's
  * measured medians (--measured FILE: the lines bench_core --json wrote, as
@@ -113,8 +113,12 @@ typedef struct {
     double round[ROUNDS];
 } cost;
 
-/* What a shape's costs are measured on: its model and one forward's buffers. */
+/* One bench shape: its plans at every thread count and their tasks' costs,
+ * and while they are measured, a model and one forward's buffers. */
 typedef struct {
+    shape s;
+    attn_hparams hp;     /* the model's, filled in */
+    attn_plan plans[NT]; /* (NT) one per g_threads */
     attn_model m;
     int W;        /* H*D + 2*G*D: the row width of the projections */
     float *A, *C; /* (T,E) inputs, (T,W) outputs of a projection */
@@ -226,7 +230,9 @@ static double task_cost(const bench_shape *bs, const attn_plan_task *k) {
 /* The pool's own costs on 2 threads: loops of n tasks of TASK_NS each take
  * per_loop + n * per_task seconds beyond their ideal ceil(n / 2) * TASK_NS
  * (least squares over a few n): the hand-off, the claims and the barrier,
- * with both threads busy as in a forward. */
+ * with both threads busy as in a forward. Each n's overhead is the least of
+ * the medians of rounds taken between the shapes' measurements, seconds
+ * apart: other work on a shared machine only adds to it. */
 typedef struct {
     double per_loop, per_task;
 } pool_cost;
@@ -250,22 +256,34 @@ static void run_busy(void *arg) {
         attn_ctx_parallel(r->ctx, r->n, busy_task, NULL);
 }
 
-static pool_cost measure_pool(void) {
-    static const int ns[] = {2, 4, 8, 16, 32, 64};
-    enum { NN = sizeof(ns) / sizeof(ns[0]) };
-    pool_cost pc = {0, 0};
+static const int POOL_NS[] = {2, 4, 8, 16, 32, 64};
+#define POOL_NN ((int)(sizeof(POOL_NS) / sizeof(POOL_NS[0])))
+static double g_pool_over[POOL_NN]; /* seconds beyond the ideal per n, the least seen */
+static int g_pool_rounds;
+
+/* One round of empty-ish loops of every n; keeps each n's least overhead. */
+static void pool_round(void) {
     busy_run r = {attn_ctx_new(2), 0};
-    if (!r.ctx) return pc;
-    double sx = 0, sy = 0, sxx = 0, sxy = 0;
-    for (int i = 0; i < NN; i++) {
-        r.n = ns[i];
-        double y = median_of(run_busy, &r, now_s) / 20 - (ns[i] + 1) / 2 * TASK_NS * 1e-9;
-        sx += ns[i], sy += y, sxx += (double)ns[i] * ns[i], sxy += ns[i] * y;
+    if (!r.ctx) return;
+    for (int i = 0; i < POOL_NN; i++) {
+        r.n = POOL_NS[i];
+        double over = median_of(run_busy, &r, now_s) / 20 - (r.n + 1) / 2 * TASK_NS * 1e-9;
+        if (g_pool_rounds == 0 || over < g_pool_over[i]) g_pool_over[i] = over;
     }
     attn_ctx_rest(r.ctx);
     attn_ctx_free(r.ctx);
-    pc.per_task = (NN * sxy - sx * sy) / (NN * sxx - sx * sx);
-    pc.per_loop = (sy - pc.per_task * sx) / NN;
+    g_pool_rounds++;
+}
+
+/* The line through the rounds' least overheads. */
+static pool_cost pool_fit(void) {
+    double sx = 0, sy = 0, sxx = 0, sxy = 0, n = POOL_NN;
+    for (int i = 0; i < POOL_NN; i++) {
+        double x = POOL_NS[i], y = g_pool_over[i];
+        sx += x, sy += y, sxx += x * x, sxy += x * y;
+    }
+    pool_cost pc = {0, (n * sxy - sx * sy) / (n * sxx - sx * sx)};
+    pc.per_loop = (sy - pc.per_task * sx) / n;
     if (pc.per_task < 0) pc.per_task = 0;
     if (pc.per_loop < 0) pc.per_loop = 0;
     return pc;
@@ -301,8 +319,7 @@ static double simulate_loop(const double *sec, size_t n, int T, double *busy) {
 
 /* Bytes a loop must move at least, weights once and activations in and out
  * once (self-attention, as the bench shapes are). */
-static double loop_bytes(const attn_model *m, size_t T, attn_loop_kind kind) {
-    const attn_hparams *hp = &m->hp;
+static double loop_bytes(const attn_hparams *hp, size_t T, attn_loop_kind kind) {
     double E = hp->embed_dim, HD = (double)hp->num_heads * hp->head_dim;
     double W = HD + 2.0 * hp->num_kv_heads * hp->head_dim;
     switch (kind) {
@@ -323,7 +340,7 @@ static const char *const LOOP_NAME[4] = {"proj", "prep", "attn", "out"};
 /* One (shape, thread count): the plan's loops simulated. */
 typedef struct {
     double sec;          /* simulated seconds of the forward */
-    double bound;        /* the same with each loop at least its DRAM time */
+    double dram_sec;     /* the least time its loops' bytes take at the DRAM bandwidth */
     double worst_idle;   /* the largest share of thread time a loop idles */
     int worst;           /* that loop's kind */
     int dram;            /* bit per loop kind: DRAM time above its simulated time */
@@ -340,7 +357,7 @@ static double task_flops(const attn_plan_task *k) {
 }
 
 /* Simulates loop l of plan p on `threads` threads into row. */
-static void simulate_one(bench_shape *bs, const attn_plan *p, int l, size_t T, int threads,
+static void simulate_one(const bench_shape *bs, const attn_plan *p, int l, size_t T, int threads,
                          sim_row *row) {
     size_t first = p->loops[l].first, n = p->loops[l].ntasks;
     attn_loop_kind kind = p->loops[l].kind;
@@ -348,10 +365,10 @@ static void simulate_one(bench_shape *bs, const attn_plan *p, int l, size_t T, i
     for (size_t i = 0; i < n; i++)
         sec[i] = task_cost(bs, &p->tasks[first + i]);
     double loop = simulate_loop(sec, n, threads, &busy);
-    double dram = loop_bytes(&bs->m, T, kind) / (g_dram_gbs * 1e9);
+    double dram = loop_bytes(&bs->hp, T, kind) / (g_dram_gbs * 1e9);
     double idle = loop > 0 ? 1 - busy / (threads * loop) : 0;
     row->sec += loop;
-    row->bound += dram > loop ? dram : loop;
+    row->dram_sec += dram;
     if (dram > loop) row->dram |= 1 << kind;
     if (idle > row->worst_idle) row->worst_idle = idle, row->worst = kind;
     row->ntasks[kind] = n;
@@ -363,7 +380,8 @@ static void simulate_one(bench_shape *bs, const attn_plan *p, int l, size_t T, i
     }
 }
 
-static void simulate(bench_shape *bs, const attn_plan *p, size_t T, int threads, sim_row *row) {
+static void simulate(const bench_shape *bs, const attn_plan *p, size_t T, int threads,
+                     sim_row *row) {
     memset(row, 0, sizeof *row);
     for (int l = 0; l < p->nloops; l++)
         simulate_one(bs, p, l, T, threads, row);
@@ -414,8 +432,10 @@ static int shape_new(bench_shape *bs, const shape *s) {
     char err[256] = "";
     attn_hparams hp = {.embed_dim = s->E, .num_heads = s->H, .kdim = s->E, .vdim = s->E, .bias = 1};
     memset(bs, 0, sizeof *bs);
+    bs->s = *s;
     size_t T = (size_t)s->B * s->L;
     if (attn_model_init(&bs->m, &hp, err, sizeof err) < 0) goto fail;
+    bs->hp = bs->m.hp;
     fill(bs->m.mem, bs->m.n_floats, 1.0f / sqrtf((float)s->E));
     if (attn_model_pack(&bs->m, err, sizeof err) < 0) goto fail;
     bs->W = 3 * s->E;
@@ -432,11 +452,13 @@ fail:
     return -1;
 }
 
+/* Frees the model and buffers; the plans, costs and hp stay. */
 static void shape_free(bench_shape *bs) {
     attn_model_free(&bs->m);
     free(bs->A);
     free(bs->C);
     free(bs->qkv);
+    bs->A = bs->C = bs->qkv = NULL;
 }
 
 static void print_row(const shape *s, int threads, const sim_row *r, double t1) {
@@ -453,51 +475,53 @@ static void print_row(const shape *s, int threads, const sim_row *r, double t1) 
         "%s\n",
         threads, r->ntasks[ATTN_LOOP_PROJ], r->ntasks[ATTN_LOOP_ATTEND], r->ntasks[ATTN_LOOP_OUT],
         r->tile.rows, r->tile.cols, r->tile_gflops, r->task.rows, r->task.cols, r->task_gflops,
-        r->sec * 1e3, r->bound * 1e3, t1 / r->sec, 100 * t1 / r->sec / threads, LOOP_NAME[r->worst],
-        100 * r->worst_idle, dram[0] ? dram : "-", meas);
+        r->sec * 1e3, r->dram_sec * 1e3, t1 / r->sec, 100 * t1 / r->sec / threads,
+        LOOP_NAME[r->worst], 100 * r->worst_idle, dram[0] ? dram : "-", meas);
 }
 
-/* The plans of s at every thread count, their task shapes measured, then
- * simulated and printed. */
-static int table(const shape *s) {
+/* The plans of s at every thread count into bs, and their task shapes
+ * measured. Returns 0, or -1 with a message printed. */
+static int measure_shape(bench_shape *bs, const shape *s) {
     char err[256] = "";
-    bench_shape bs;
-    attn_plan plans[NT] = {0};
     attn_seq *seqs = calloc((size_t)s->B, sizeof *seqs);
-    int rc = -1, made = 0;
-    if (!seqs || shape_new(&bs, s) < 0) goto cleanup;
-    made = 1;
+    int rc = -1;
+    if (!seqs || shape_new(bs, s) < 0) goto cleanup;
     for (int i = 0; i < s->B; i++)
         seqs[i] = (attn_seq){.L = s->L, .S = s->L};
     attn_batch b = {.B = s->B, .seqs = seqs}; /* tensors not read by the plan */
     for (int i = 0; i < NT; i++) {
-        if (attn_plan_describe(&plans[i], &bs.m, &b, g_threads[i], err, sizeof err) < 0) {
+        if (attn_plan_describe(&bs->plans[i], &bs->m, &b, g_threads[i], err, sizeof err) < 0) {
             fprintf(stderr, "bench_scale: %s\n", err);
             goto cleanup;
         }
-        collect(&bs, &plans[i]);
+        collect(bs, &bs->plans[i]);
     }
-    measure_costs(&bs);
-    printf("(B,L,E,H) = (%d,%d,%d,%d)\n", s->B, s->L, s->E, s->H);
-    printf("  T  proj attn   out  proj tile GF/s  attn rowsxkeys GF/s    sim ms  bound ms "
-           "speedup  eff%% worst loop idle DRAM-bound measured ms (sim vs it)\n");
-    double t1 = 0;
-    for (int i = 0; i < NT; i++) {
-        sim_row r;
-        simulate(&bs, &plans[i], (size_t)s->B * s->L, g_threads[i], &r);
-        if (i == 0) t1 = r.sec;
-        print_row(s, g_threads[i], &r, t1);
-    }
+    measure_costs(bs);
     rc = 0;
 cleanup:
-    for (int i = 0; i < NT; i++)
-        attn_plan_free(&plans[i]);
-    if (made) shape_free(&bs);
+    shape_free(bs);
     free(seqs);
     return rc;
 }
 
+static void print_table(const bench_shape *bs) {
+    const shape *s = &bs->s;
+    printf("(B,L,E,H) = (%d,%d,%d,%d)\n", s->B, s->L, s->E, s->H);
+    printf("  T  proj attn   out  proj tile GF/s  attn rowsxkeys GF/s    sim ms   DRAM ms "
+           "speedup  eff%% worst loop idle DRAM-bound measured ms (sim vs it)\n");
+    double t1 = 0;
+    for (int i = 0; i < NT; i++) {
+        sim_row r;
+        simulate(bs, &bs->plans[i], (size_t)s->B * s->L, g_threads[i], &r);
+        if (i == 0) t1 = r.sec;
+        print_row(s, g_threads[i], &r, t1);
+    }
+}
+
+static bench_shape g_runs[NSHAPES];
+
 int main(int argc, char **argv) {
+    double pool_us[2] = {-1, -1};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--measured") && i + 1 < argc) {
             read_measured(argv[++i]);
@@ -505,22 +529,45 @@ int main(int argc, char **argv) {
             g_dram_gbs = atof(argv[++i]);
         } else if (!strcmp(argv[i], "--fused") && i + 1 < argc) {
             attn_set_fused(strcmp(argv[++i], "off") != 0);
+        } else if (!strcmp(argv[i], "--pool-us") && i + 1 < argc) {
+            if (sscanf(argv[++i], "%lf,%lf", &pool_us[0], &pool_us[1]) != 2) pool_us[0] = -1;
         } else {
             fprintf(stderr, "usage: bench_scale [--measured FILE] [--dram-gbs G] "
-                            "[--fused on|off]\n");
+                            "[--fused on|off] [--pool-us LOOP,TASK]\n"
+                            "  --pool-us  the pool's cost per loop and per task in us, "
+                            "instead of the ones\n"
+                            "             measured on 2 threads (which a busy machine "
+                            "inflates; claims\n"
+                            "             contend for one counter at 64 threads)\n");
             return 2;
         }
     }
     if (!(g_dram_gbs > 0)) g_dram_gbs = 460.8;
     double t0 = now_s();
-    g_pool = measure_pool();
-    printf("attnd core at 1 to %d threads, simulated from the task graph (attn_plan_describe);\n"
-           "costs measured here on one thread, the pool on 2: %.2f us per loop + %.3f us per "
-           "task;\nDRAM bound at %.1f GB/s; per-thread rates as at 1 thread (see the file's "
-           "head)\n",
-           MAX_T, g_pool.per_loop * 1e6, g_pool.per_task * 1e6, g_dram_gbs);
-    for (int i = 0; i < NSHAPES; i++)
-        if (table(&g_shapes[i]) < 0) return 1;
+    for (int i = 0; i < NSHAPES; i++) { /* pool rounds between the shapes, seconds apart */
+        pool_round();
+        if (measure_shape(&g_runs[i], &g_shapes[i]) < 0) return 1;
+    }
+    pool_round();
+    g_pool = pool_fit();
+    printf("attnd core at 1 to %d threads, simulated from the task graph (attn_plan_describe), "
+           "fused kernel %s.\nCosts measured here on one thread; the pool on 2: %.2f us per loop "
+           "+ %.3f us per task%s.\nAssumed: every thread at its 1-thread rate; DRAM at %.1f "
+           "GB/s (bench/bench_scale.c says why).\n",
+           MAX_T, attn_fused_supported(64) ? "on" : "off", g_pool.per_loop * 1e6,
+           g_pool.per_task * 1e6, pool_us[0] >= 0 ? " (measured; --pool-us used instead)" : "",
+           g_dram_gbs);
+    if (pool_us[0] >= 0) g_pool = (pool_cost){pool_us[0] * 1e-6, pool_us[1] * 1e-6};
+    printf("Columns: tasks per loop; the first projection tile (rows x columns) and attention "
+           "task (rows x keys)\nwith their measured rates; simulated ms; the least ms the "
+           "loops' bytes need from DRAM; speed-up\nand efficiency over 1 thread; the loop "
+           "that idles most and its idle share; loops slower in DRAM\nthan simulated; "
+           "bench_core's measured median where it ran (--measured).\n");
+    for (int i = 0; i < NSHAPES; i++) {
+        print_table(&g_runs[i]);
+        for (int t = 0; t < NT; t++)
+            attn_plan_free(&g_runs[i].plans[t]);
+    }
     printf("(%.1f s)\n", now_s() - t0);
     return 0;
 }
