@@ -23,11 +23,12 @@
  * Tasks on OpenBLAS are cut from each sequence alone, never from the batch
  * or the thread count (docs/performance.md, batch invariance). Fused tasks
  * take up to ATTN_FUSED_ROWS lanes (rows x the R heads of a row), fewer
- * when the batch would leave threads without work (attn_attend_cut: as
- * projection tiles do, until each thread has three): a row's bits do not
- * depend on its block there (fused.c), and at 64 threads a lone
- * (1,128,512,8) request's 8 tasks of 128 rows left 56 threads idle
- * (bench/bench_scale.c). It does not
+ * when the batch would leave threads without a task (attn_attend_cut): a
+ * row's bits do not depend on its block there (fused.c), and at 64 threads
+ * a lone (1,128,512,8) request's 8 tasks of 128 rows left 56 threads idle
+ * (bench/bench_scale.c). Not down to three per thread as projection tiles
+ * are: smaller blocks run slower, and where the tasks are already one per
+ * thread the cut cost more than it balanced. It does not
  * project, rotate or touch a cache (attn.c does, before). Legend: see
  * attn.h.
  */
@@ -46,7 +47,6 @@ enum {
     QB = ATTN_QB,          /* query rows per tile (online softmax path) */
     KB = ATTN_KB,          /* key rows per tile (online softmax path) */
     FULL_FLOATS = 1 << 18, /* score floats per task on the weights path */
-    TASKS_PER_THREAD = 3,  /* fused tasks shrink until the threads have this many each */
     FUSED_BLOCK = 64,      /* lanes (rows x heads) fused.c computes together */
     FUSED_VECTOR = 16,     /* lanes of one vector: the fewest a fused task is cut to */
 };
@@ -247,7 +247,7 @@ static int fewer_lanes(int lanes) {
 
 void attn_attend_cut(attn_attend *a, const attn_batch *b, int nthreads) {
     int R = a->H / a->G, lanes = ATTN_FUSED_ROWS;
-    size_t want = nthreads > 1 ? (size_t)TASKS_PER_THREAD * nthreads : 1;
+    size_t want = (size_t)nthreads; /* a task each: smaller blocks run slower (fused.c) */
     a->fused_rows = lanes / R;
     if (!a->fused) return;
     while (attn_attend_tasks(a, b, NULL) < want && (lanes = fewer_lanes(lanes)) >= R)

@@ -24,7 +24,7 @@
  * on what else is in the batch nor on the thread count: the tiles of 1 and
  * 4 compute each output alike (gemm.c), 2 is per row, and 3's tasks are cut
  * from each sequence alone, or on the fused kernel, whose rows' bits do not
- * depend on their block, into blocks that give every thread three tasks
+ * depend on their block, into blocks that give every thread a task
  * (docs/performance.md). This file plans and
  * orders; the kernels live in gemm.c, rope.c, attend.c, fused.c and
  * softmax.c, the scratch in ctx.c. attn_plan_describe, at the end, lists

@@ -201,8 +201,8 @@ typedef struct {
 /* Scratch floats one thread needs for sequence s. */
 size_t attn_attend_floats(const attn_attend *a, const attn_seq *s);
 /* Sets a's fused_rows for batch b on nthreads threads: ATTN_FUSED_ROWS
- * lanes a task, halved while the batch gives fewer than three tasks per
- * thread; a row's bits do not depend on its block (fused.c). Call before
+ * lanes a task, fewer while the batch gives fewer tasks than threads; a
+ * row's bits do not depend on its block (fused.c). Call before
  * attn_attend_tasks. */
 void attn_attend_cut(attn_attend *a, const attn_batch *b, int nthreads);
 /* Fills tasks (when not NULL) with the batch's attention tasks; returns

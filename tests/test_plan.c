@@ -7,10 +7,11 @@
  * part exactly once (rows x columns per part, each over the part's inputs),
  * the rows of step 2 to the batch's rows, the attention tasks to every
  * (query row, head) against the keys it reads; a projection splits into at
- * least three tiles per thread unless its tiles are at their smallest, so
- * do the attention tasks of the fused kernel (whose rows' bits do not
- * depend on their block) unless their blocks are, and the attention tasks
- * of the OpenBLAS tiles never depend on the thread count.
+ * least three tiles per thread unless its tiles are at their smallest; the
+ * attention tasks of the fused kernel (whose rows' bits do not depend on
+ * their block) are cut smaller only when the threads outnumber them, until
+ * they do not or their blocks are at their smallest, and the attention
+ * tasks of the OpenBLAS tiles never depend on the thread count.
  */
 #include "../core/attn.h"
 #include "../core/internal.h"
@@ -125,9 +126,10 @@ static size_t whole_tiles(const attn_model *m, const attn_batch *b, attn_loop_ki
 }
 
 /* Plans b on m at every thread count; checks each, and that the tiles of a
- * projection, and the fused path's attention tasks, are at least three per
- * thread or at their smallest, and the other attention tasks the same at
- * every count. */
+ * projection are at least three per thread or at their smallest, the fused
+ * path's attention tasks at least one per thread or at their smallest, and
+ * cut as at one thread when that gives each thread one; the other
+ * attention tasks the same at every count. */
 static void check_all_once(const attn_model *m, const attn_batch *b) {
     char err[256] = "";
     int fused = attn_fused_supported(m->hp.head_dim);
@@ -141,12 +143,13 @@ static void check_all_once(const attn_model *m, const attn_batch *b) {
         for (int l = 0; l < p.nloops; l++) {
             size_t first = p.loops[l].first, nt = p.loops[l].ntasks;
             attn_loop_kind kind = p.loops[l].kind;
-            if (kind == ATTN_LOOP_ATTEND && !fused) { /* cut from each sequence alone */
+            int as_one = !fused || one.loops[l].ntasks >= (size_t)n; /* no cut needed */
+            if (kind == ATTN_LOOP_ATTEND && as_one) { /* cut from each sequence alone */
                 ck_assert_uint_eq(nt, one.loops[l].ntasks);
                 ck_assert(memcmp(p.tasks + first, one.tasks + one.loops[l].first,
                                  nt * sizeof *p.tasks) == 0);
             }
-            if (kind == ATTN_LOOP_ATTEND && fused && nt < 3 * (size_t)n)
+            if (kind == ATTN_LOOP_ATTEND && fused && nt < (size_t)n)
                 for (size_t t = first; t < first + nt; t++) /* blocks at their fewest lanes */
                     ck_assert_msg(p.tasks[t].heads == m->hp.num_heads ||
                                       p.tasks[t].rows / 2 * p.tasks[t].heads < 16,
