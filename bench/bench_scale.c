@@ -550,14 +550,19 @@ int main(int argc, char **argv) {
     }
     pool_round();
     g_pool = pool_fit();
-    printf("attnd core at 1 to %d threads, simulated from the task graph (attn_plan_describe), "
-           "fused kernel %s.\nCosts measured here on one thread; the pool on 2: %.2f us per loop "
-           "+ %.3f us per task%s.\nAssumed: every thread at its 1-thread rate; DRAM at %.1f "
-           "GB/s (bench/bench_scale.c says why).\n",
-           MAX_T, attn_fused_supported(64) ? "on" : "off", g_pool.per_loop * 1e6,
-           g_pool.per_task * 1e6, pool_us[0] >= 0 ? " (measured; --pool-us used instead)" : "",
-           g_dram_gbs);
+    pool_cost measured_pool = g_pool;
     if (pool_us[0] >= 0) g_pool = (pool_cost){pool_us[0] * 1e-6, pool_us[1] * 1e-6};
+    printf("attnd core at 1 to %d threads, simulated from the task graph (attn_plan_describe), "
+           "fused kernel %s.\nCosts measured here on one thread; the pool's on 2: %.2f us per "
+           "loop + %.3f us per task",
+           MAX_T, attn_fused_supported(64) ? "on" : "off", measured_pool.per_loop * 1e6,
+           measured_pool.per_task * 1e6);
+    if (pool_us[0] >= 0)
+        printf(" (used instead, --pool-us: %.2f + %.3f)", g_pool.per_loop * 1e6,
+               g_pool.per_task * 1e6);
+    printf(".\nAssumed: every thread at its 1-thread rate; DRAM at %.1f GB/s (bench/bench_scale.c "
+           "says why).\n",
+           g_dram_gbs);
     printf("Columns: tasks per loop; the first projection tile (rows x columns) and attention "
            "task (rows x keys)\nwith their measured rates; simulated ms; the least ms the "
            "loops' bytes need from DRAM; speed-up\nand efficiency over 1 thread; the loop "
