@@ -17,6 +17,7 @@
  */
 #include "../core/attn.h"
 #include "../server/base/cpus.h"
+#include "bench_shapes.h"
 
 #include <malloc.h>
 #include <math.h>
@@ -26,16 +27,6 @@
 #include <time.h>
 
 #define MAX_THREADS 8
-
-typedef struct {
-    int B, L, E, H;
-} shape;
-
-static const shape g_shapes[] = {
-    {1, 128, 512, 8},  {1, 512, 1024, 16},  {8, 128, 512, 8},
-    {32, 64, 768, 12}, {1, 2048, 1024, 16}, {1, 4096, 512, 8},
-};
-#define NSHAPES ((int)(sizeof(g_shapes) / sizeof(g_shapes[0])))
 
 /* The long forward whose memory is measured. */
 static const shape g_mem_shape = {1, 8192, 512, 8};

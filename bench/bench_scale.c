@@ -32,6 +32,7 @@
  */
 #include "../core/attn.h"
 #include "../core/internal.h"
+#include "bench_shapes.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -39,16 +40,6 @@
 #include <string.h>
 #include <time.h>
 
-typedef struct {
-    int B, L, E, H;
-} shape;
-
-/* bench_core's six shapes, self-attention, no attention matrix */
-static const shape g_shapes[] = {
-    {1, 128, 512, 8},  {1, 512, 1024, 16},  {8, 128, 512, 8},
-    {32, 64, 768, 12}, {1, 2048, 1024, 16}, {1, 4096, 512, 8},
-};
-#define NSHAPES ((int)(sizeof(g_shapes) / sizeof(g_shapes[0])))
 static const int g_threads[] = {1, 2, 4, 8, 16, 32, 64};
 #define NT ((int)(sizeof(g_threads) / sizeof(g_threads[0])))
 enum { MAX_T = 64, MAX_COSTS = 512, MAX_MEASURED = 64, ROUNDS = 5 };
