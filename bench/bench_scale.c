@@ -347,12 +347,13 @@ static double task_flops(const attn_plan_task *k) {
     return 2.0 * k->rows * k->cols * k->depth;
 }
 
-/* Simulates loop l of plan p on `threads` threads into row. */
+/* Simulates loop l of plan p on `threads` threads into row; sec holds
+ * room for the loop's task costs. */
 static void simulate_one(const bench_shape *bs, const attn_plan *p, int l, size_t T, int threads,
-                         sim_row *row) {
+                         double *sec, sim_row *row) {
     size_t first = p->loops[l].first, n = p->loops[l].ntasks;
     attn_loop_kind kind = p->loops[l].kind;
-    double sec[n ? n : 1], busy; /* n: a few thousand at most */
+    double busy;
     for (size_t i = 0; i < n; i++)
         sec[i] = task_cost(bs, &p->tasks[first + i]);
     double loop = simulate_loop(sec, n, threads, &busy);
@@ -371,11 +372,17 @@ static void simulate_one(const bench_shape *bs, const attn_plan *p, int l, size_
     }
 }
 
-static void simulate(const bench_shape *bs, const attn_plan *p, size_t T, int threads,
-                     sim_row *row) {
+/* Simulates plan p on `threads` threads into row. Returns 0, or -1 when
+ * out of memory. */
+static int simulate(const bench_shape *bs, const attn_plan *p, size_t T, int threads,
+                    sim_row *row) {
+    double *sec = malloc(sizeof(double) * (p->ntasks ? p->ntasks : 1)); /* task costs */
     memset(row, 0, sizeof *row);
+    if (!sec) return -1;
     for (int l = 0; l < p->nloops; l++)
-        simulate_one(bs, p, l, T, threads, row);
+        simulate_one(bs, p, l, T, threads, sec, row);
+    free(sec);
+    return 0;
 }
 
 /* ---- bench_core's measured medians ---------------------------------------- */
@@ -503,7 +510,10 @@ static void print_table(const bench_shape *bs) {
     double t1 = 0;
     for (int i = 0; i < NT; i++) {
         sim_row r;
-        simulate(bs, &bs->plans[i], (size_t)s->B * s->L, g_threads[i], &r);
+        if (simulate(bs, &bs->plans[i], (size_t)s->B * s->L, g_threads[i], &r) < 0) {
+            fprintf(stderr, "bench_scale: out of memory\n");
+            return;
+        }
         if (i == 0) t1 = r.sec;
         print_row(s, g_threads[i], &r, t1);
     }
