@@ -237,8 +237,9 @@ typedef struct {
  * calls; b's tensors are not read (b->key != NULL: cross-attention), nor
  * checked. For simulations of thread counts a machine does not have, and
  * for tests. Returns 0, or -1 with a sentence in err (model not packed, out
- * of memory). attn_plan_free releases plan. */
-int attn_plan_describe(attn_plan *plan, const attn_model *m, const attn_batch *b, int nthreads,
+ * of memory). Fills out (nothing to free on failure); attn_plan_free
+ * releases it. */
+int attn_plan_describe(attn_plan *out, const attn_model *m, const attn_batch *b, int nthreads,
                        char *err, size_t errlen);
 void attn_plan_free(attn_plan *plan); /* zeroed or freed: no-op */
 
