@@ -8,8 +8,10 @@
  *               the plans of 1..64 threads produce (gemm_tile swept across
  *               the weights, so they stream as in a forward), each
  *               attention task shape (attn_attend_task on the forward's
- *               layout), and the pool on 2 threads: an empty loop of n
- *               tasks, fitted as a cost per loop plus one per task;
+ *               layout), each the median of ROUNDS rounds in thread CPU
+ *               time; and the pool on 2 threads: loops of n tasks of 2 us,
+ *               fitted as a cost per loop plus one per task (--pool-us
+ *               gives them instead, for a busy machine);
  *   simulation  each loop's tasks handed out in order to the first free
  *               thread, as core/pool.c does, the loop ending at a barrier;
  *               per-thread rates as at 1 thread: no shared bandwidth, no
@@ -26,6 +28,7 @@
  * make bench does), and every other thread count bench_core measured.
  *
  *   build/bench/bench_scale [--measured FILE] [--dram-gbs G] [--fused on|off]
+ *                           [--pool-us LOOP,TASK]
  *
  * Never part of the tests: timings depend on the machine and its load.
  * Legend: see core/attn.h.
