@@ -219,6 +219,7 @@
     const k = $("key").value.trim();
     if (k) sessionStorage.setItem(KEY_STORE, k);
     else sessionStorage.removeItem(KEY_STORE);
+    setState("loading", ""); /* the last run's error no longer stands */
     $("key-msg").textContent = "Checking the key…";
     if (await loadModels()) {
       $("key-msg").textContent = "";
