@@ -29,8 +29,9 @@
  * (bench/bench_scale.c). Not down to three per thread as projection tiles
  * are: smaller blocks run slower, and where the tasks are already one per
  * thread the cut cost more than it balanced. It does not
- * project, rotate or touch a cache (attn.c does, before). Legend: see
- * attn.h.
+ * project, rotate or touch a cache (attn.c does, before). A model that
+ * attends in bf16 (attn_model.attn16) has its tasks run by attend_bf16.c.
+ * Legend: see attn.h.
  */
 #include <math.h>
 #include <string.h>
@@ -226,7 +227,9 @@ static void attend_tiled(const attn_attend *a, const attn_task *tk, float *scrat
 void attn_attend_task(void *arg, int t, int tid) {
     const attn_attend *a = arg;
     const attn_task *tk = &a->tasks[t];
-    if (tk->head >= 0)
+    if (a->bf16)
+        attn_attend16_task(a, tk, a->tile[tid]);
+    else if (tk->head >= 0)
         attend_tiled(a, tk, a->tile[tid]);
     else
         attend_full(a, tk, a->tile[tid]);
@@ -234,6 +237,7 @@ void attn_attend_task(void *arg, int t, int tid) {
 
 /* Query rows per task of sequence s. */
 static int task_rows(const attn_attend *a, const attn_seq *s) {
+    if (a->bf16) return attn_attend16_rows(a, s);
     if (s->weights != ATTN_WEIGHTS_NONE) return full_rows(s->S);
     return a->fused ? a->fused_rows : QB;
 }
@@ -256,6 +260,7 @@ void attn_attend_cut(attn_attend *a, const attn_batch *b, int nthreads) {
 
 size_t attn_attend_floats(const attn_attend *a, const attn_seq *s) {
     int R = a->H / a->G;
+    if (a->bf16) return attn_attend16_floats(a, s);
     if (s->weights != ATTN_WEIGHTS_NONE)
         return (size_t)(a->rows_alone ? R : full_rows(s->S)) * s->S;
     if (a->fused) return attn_fused_floats(a->D);

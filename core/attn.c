@@ -12,13 +12,20 @@
  *      loop of tiles;
  *   2. positions and caches, one parallel loop over rows, when a row needs
  *      either: rotary positions on its q and k (rope.c), and a step's key
- *      and value rows copied into its cache at [cached, cached+L);
+ *      and value rows copied into its cache at [cached, cached+L) (rounded
+ *      into its bf16 pages for a model that attends in bf16); then, for
+ *      such a model, whole sequences' keys and values packed into bf16
+ *      pages, one parallel loop over pages;
  *   3. attention: tasks of (sequence, key/value head, row block), or
  *      (sequence, row block) when an attention matrix is asked for, on
  *      attend.c's kernels (the fused AVX-512 block, the OpenBLAS tiles, or
- *      whole rows); a step's rows read its cache, at positions
- *      cached .. cached+L-1, causally;
+ *      whole rows), or attend_bf16.c's on bf16 pages; a step's rows read
+ *      its cache, at positions cached .. cached+L-1, causally;
  *   4. out projection over all tokens, the same way as 1.
+ * A model that computes in bf16 (attn_model.precision, settled at load) is
+ * no second forward: its projections take the bf16 kernels (proj.c), and
+ * with attn_model.attn16 its attention reads bf16 pages; the plan reads
+ * both from the model.
  * Every step splits over the context's own threads; OpenBLAS stays at one
  * thread (README, "The core", says why). A sequence's numbers do not depend
  * on what else is in the batch nor on the thread count: the tiles of 1 and
@@ -55,14 +62,9 @@ typedef struct {
     size_t ldkv;        /* keys and values */
     attn_seq_at *seqs;  /* (B) */
     double *freqs;      /* (rope.dim / 2) */
+    size_t pages;       /* attn16: bf16 pages of whole sequences' keys and values */
+    attn_bf16 *kv16;    /* attn16: (pages) of them */
 } fwd;
-
-/* Scores' scale: the default 1/sqrt(D) in float, as attnd has always
- * computed it, or the model's own. */
-static float scale_of(const attn_hparams *hp) {
-    if (hp->scale == 1.0 / sqrt((double)hp->head_dim)) return 1.0f / sqrtf((float)hp->head_dim);
-    return (float)hp->scale;
-}
 
 static void plan(fwd *f, const attn_model *m, const attn_batch *b, size_t T, size_t U,
                  int nthreads) {
@@ -70,17 +72,22 @@ static void plan(fwd *f, const attn_model *m, const attn_batch *b, size_t T, siz
     int H = hp->num_heads, G = hp->num_kv_heads, D = hp->head_dim;
     *f = (fwd){.m = m, .b = b, .T = T, .U = U, .QW = H * D, .KW = G * D};
     f->W = f->QW + 2 * f->KW;
-    f->at = (attn_attend){.H = H, .G = G, .D = D, .scale = scale_of(hp)};
+    f->at = (attn_attend){.H = H, .G = G, .D = D, .scale = attn_scale(hp)};
     f->at.rows_alone = !attn_is_mha(hp);
-    f->at.fused = attn_fused_supported(D) && H / G <= ATTN_FUSED_ROWS;
+    f->at.bf16 = m->attn16;
+    f->at.fused = !f->at.bf16 && attn_fused_supported(D) && H / G <= ATTN_FUSED_ROWS;
     f->need.proj = b->key ? T * f->QW + U * 2 * (size_t)f->KW : T * f->W;
     f->prep = hp->rope.dim > 0;
     for (int i = 0; i < b->B; i++) {
-        size_t tile = attn_attend_floats(&f->at, &b->seqs[i]);
+        const attn_seq *s = &b->seqs[i];
+        size_t tile = attn_attend_floats(&f->at, s);
         if (tile > f->need.tile) f->need.tile = tile;
-        if (b->seqs[i].kv) f->prep = 1;
+        if (attn_seq_step(s)) f->prep = 1;
+        if (f->at.bf16 && !attn_seq_step(s))
+            f->pages += ((size_t)s->S + ATTN_KV_PAGE - 1) / ATTN_KV_PAGE;
     }
     attn_attend_cut(&f->at, b, nthreads);
+    f->need.kv16 = attn_kv_bf16_elems(f->pages * ATTN_KV_PAGE, G, D);
     f->need.tasks = attn_attend_tasks(&f->at, b, NULL);
     f->need.seqs = (size_t)b->B;
     f->need.freqs = (size_t)hp->rope.dim / 2;
@@ -143,15 +150,33 @@ static void project(fwd *f, attn_ctx *ctx, float *proj) {
 /* Where each sequence's rows are: a whole sequence's keys in the
  * projections (self-attention: its own rows), a step's in its cache. */
 static void place(fwd *f) {
-    size_t q0 = 0, u0 = 0;
+    size_t q0 = 0, u0 = 0, page0 = 0, page = attn_kv_bf16_elems(ATTN_KV_PAGE, f->at.G, f->at.D);
     for (int i = 0; i < f->b->B; i++) {
         const attn_seq *s = &f->b->seqs[i];
         attn_seq_at *a = &f->seqs[i];
         size_t row = f->b->key ? u0 : q0;
-        *a = (attn_seq_at){q0, f->k + row * f->ldkv, f->v + row * f->ldkv, f->ldkv, 0, *s};
+        *a = (attn_seq_at){.q0 = q0,
+                           .k = f->k + row * f->ldkv,
+                           .v = f->v + row * f->ldkv,
+                           .ldkv = f->ldkv,
+                           .view = *s};
         if (s->kv) { /* one row per token: rotated key (G,D), then value (G,D) */
-            *a = (attn_seq_at){q0, s->kv, s->kv + f->KW, 2 * (size_t)f->KW, s->cached, *s};
+            *a = (attn_seq_at){.q0 = q0,
+                               .k = s->kv,
+                               .v = s->kv + f->KW,
+                               .ldkv = 2 * (size_t)f->KW,
+                               .shift = s->cached,
+                               .view = *s};
             a->view.causal = 1;
+        }
+        if (s->kv16) { /* bf16 pages, written by step 2 */
+            *a = (attn_seq_at){.q0 = q0, .shift = s->cached, .view = *s, .kv16 = s->kv16};
+            a->view.causal = 1;
+        }
+        a->page0 = page0;             /* a step owns no pages: the next sequence's first */
+        if (f->at.bf16 && !s->kv16) { /* bf16 pages in the scratch, packed after step 2 */
+            a->kv16 = f->kv16 + page0 * page;
+            page0 += ((size_t)s->S + ATTN_KV_PAGE - 1) / ATTN_KV_PAGE;
         }
         q0 += (size_t)s->L;
         u0 += (size_t)s->S;
@@ -166,12 +191,29 @@ static void prepare_row(const fwd *f, int i, int row) {
     float *x = f->at.q + (f->seqs[i].q0 + (size_t)row) * f->at.ldq; /* (W) */
     const attn_rope *rope = &f->m->hp.rope;
     if (rope->dim) {
-        double pos = s->kv ? s->cached + row : s->positions ? s->positions[row] : row;
+        double pos = attn_seq_step(s) ? s->cached + row : s->positions ? s->positions[row] : row;
         attn_rope_row(x, f->at.H + f->at.G, f->at.D, rope, f->freqs, pos);
     }
     if (s->kv)
         memcpy(s->kv + (size_t)(s->cached + row) * 2 * f->KW, x + f->QW,
                sizeof(float) * 2 * (size_t)f->KW);
+    if (s->kv16)
+        attn_kv_bf16_put(s->kv16, f->at.G, f->at.D, (size_t)(s->cached + row), x + f->QW,
+                         x + f->QW + f->KW);
+}
+
+/* The last sequence whose first row (rows: the batch's query rows) or first
+ * page (rows == 0: whole sequences' bf16 pages) is at most r. */
+static size_t seq_of(const fwd *f, size_t r, int rows) {
+    int lo = 0, hi = f->b->B - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if ((rows ? f->seqs[mid].q0 : f->seqs[mid].page0) <= r)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return (size_t)lo;
 }
 
 /* Rows [t * PREP_ROWS, +PREP_ROWS) of the batch through prepare_row. */
@@ -179,19 +221,24 @@ static void prepare_task(void *arg, int t, int tid) {
     (void)tid;
     const fwd *f = arg;
     size_t r0 = (size_t)t * PREP_ROWS, r1 = r0 + PREP_ROWS < f->T ? r0 + PREP_ROWS : f->T;
-    int lo = 0, hi = f->b->B - 1; /* the sequence of row r0: the last with q0 <= r0 */
-    while (lo < hi) {
-        int mid = (lo + hi + 1) / 2;
-        if (f->seqs[mid].q0 <= r0)
-            lo = mid;
-        else
-            hi = mid - 1;
-    }
-    for (size_t r = r0, i = (size_t)lo; r < r1; r++) {
+    for (size_t r = r0, i = seq_of(f, r0, 1); r < r1; r++) {
         while (r >= f->seqs[i].q0 + (size_t)f->b->seqs[i].L)
             i++;
         prepare_row(f, (int)i, (int)(r - f->seqs[i].q0));
     }
+}
+
+/* Whole sequences' page t: its keys and values (rotated) rounded into the
+ * sequence's bf16 pages, zeros past its last token. */
+static void pack_task(void *arg, int t, int tid) {
+    (void)tid;
+    const fwd *f = arg;
+    const attn_seq_at *a = &f->seqs[seq_of(f, (size_t)t, 0)];
+    size_t p = (size_t)t - a->page0, j0 = p * ATTN_KV_PAGE, S = (size_t)a->view.S;
+    size_t n = S - j0 < ATTN_KV_PAGE ? S - j0 : ATTN_KV_PAGE;
+    attn_bf16 *page = a->kv16 + p * attn_kv_bf16_elems(ATTN_KV_PAGE, f->at.G, f->at.D);
+    attn_kv_bf16_pack(page, f->at.G, f->at.D, n, a->k + j0 * a->ldkv, a->ldkv, a->v + j0 * a->ldkv,
+                      a->ldkv);
 }
 
 int attn_forward(attn_ctx *ctx, const attn_model *m, attn_batch *b, char *err, size_t errlen) {
@@ -212,12 +259,14 @@ int attn_forward(attn_ctx *ctx, const attn_model *m, attn_batch *b, char *err, s
     attn_pool *pool = attn_ctx_pool(ctx);
     f.seqs = ws.seqs;
     f.freqs = ws.freqs;
+    f.kv16 = ws.kv16;
     project(&f, ctx, ws.proj);
     place(&f);
     if (f.prep) {
         if (m->hp.rope.dim) attn_rope_freqs(&m->hp.rope, f.freqs);
         attn_pool_run(pool, (int)prep_tasks(T), prepare_task, &f);
     }
+    if (f.pages) attn_pool_run(pool, (int)f.pages, pack_task, &f);
     f.at.seqs = ws.seqs;
     f.at.tasks = ws.tasks;
     f.at.tile = ws.tile;

@@ -12,7 +12,9 @@
  *   T  query tokens of a batch, sum of L over its sequences
  *   U  key tokens of a batch, sum of S over its sequences
  * Every tensor is float32, row-major, packed: the rows of sequence b follow
- * those of sequence b-1 with no padding.
+ * those of sequence b-1 with no padding. A bf16 model (attn_precision) takes
+ * and gives float32 too; only its weights, the operands of its products and
+ * its KV caches are bf16.
  */
 #ifndef ATTN_H
 #define ATTN_H
@@ -49,6 +51,13 @@ typedef struct {
     int original_max_position; /* LLAMA3: trained context, >= 1 (8192 in Llama 3.1) */
 } attn_rope;
 
+/* What a model computes in (SPEC section 8). FP32 is the contract of SPEC
+ * section 1. BF16: weights held and packed in bf16 at load; the operands of
+ * the projections and of QK^T and PV rounded to bf16, their products summed
+ * in fp32; softmax (its running max and sum), biases and outputs in fp32
+ * (core/bf16.h). */
+typedef enum { ATTN_FP32 = 0, ATTN_BF16 = 1 } attn_precision;
+
 /* Hyper-parameters, named as torch and Hugging Face name them. The fields
  * after `causal` default to nn.MultiheadAttention when zero; attn_model_init
  * fills num_kv_heads, head_dim and scale in the model's copy. */
@@ -63,6 +72,9 @@ typedef struct {
     int head_dim;     /* D; 0 = E / H */
     double scale;     /* multiplies q k^T; 0 = 1 / sqrt(D); else > 0 */
     attn_rope rope;   /* rope.dim == 0: none */
+
+    /* What the model asks to compute in: FP32 (default) or BF16. */
+    attn_precision precision;
 } attn_hparams;
 
 /* The zero defaults resolved: G, D (0 when E % H != 0 and no head_dim is
@@ -82,7 +94,10 @@ static inline int attn_hparams_head_dim(const attn_hparams *hp) {
  *   v_b (G*D) | out_w (E,H*D) | out_b (E)
  * so when G == H, H*D == E and Kd == Vd == E, q_w..v_w is in_proj_weight
  * (3E,E) and q_b..v_b is in_proj_bias (3E). Biases are zeros when
- * hp.bias == 0 (or when a layout's tensor is absent, docs/config.md). */
+ * hp.bias == 0 (or when a layout's tensor is absent, docs/config.md).
+ * A model packed to compute in bf16 (precision BF16, attn_model_pack)
+ * holds its weight matrices in bf16 alone: mem then holds the biases,
+ * q_b | k_b | v_b | out_b, and q_w, k_w, v_w and out_w are NULL. */
 typedef struct {
     attn_hparams hp;            /* num_kv_heads, head_dim and scale filled in */
     float *q_w;                 /* (H*D, E)  */
@@ -96,16 +111,41 @@ typedef struct {
     float *mem;                 /* the one allocation; owned, freed by attn_model_free */
     size_t n_floats;            /* floats in mem */
     struct attn_packed *packed; /* (4) q_w, k_w, v_w, out_w in the projection kernel's layout
-                                   (core/gemm.c): made by attn_model_pack, owned; NULL before */
+                                   (core/gemm.c): made by attn_model_pack for an FP32 model,
+                                   owned; NULL before, and for a BF16 one */
+
+    /* Set by attn_model_pack. What the forward computes in: BF16 when
+     * hp.precision asks for it and the CPU has AVX512-BF16 or AMX-BF16
+     * (attn_bf16_kernels), else FP32. */
+    attn_precision precision;
+    /* BF16: q_w, k_w, v_w, out_w packed in bf16 (core/bf16.h), owned; else NULL. */
+    struct attn_packed_bf16 *packed16;
+    /* 1: QK^T and PV take bf16 operands too, and a session's cache is bf16
+     * pages (attn_seq.kv16): a BF16 model whose head width D is a multiple
+     * of 32 up to 256, with H/G <= 512. 0: the attention and the caches are
+     * fp32 (a BF16 model's projections are bf16 either way). */
+    int attn16;
 } attn_model;
 
 /* Checks hp and allocates zeroed weights. Returns 0, or -1 with a sentence
  * in err. On failure m holds nothing to free (attn_model_free is still safe). */
 int attn_model_init(attn_model *m, const attn_hparams *hp, char *err, size_t errlen);
 /* Packs the weights for the projection kernel, once, after they are filled
- * (again if they change); attn_forward needs it. About doubles the weights'
- * memory. Returns 0, or -1 with a sentence in err (out of memory). */
+ * (again if they change); attn_forward needs it. It settles what the model
+ * computes in (m->precision, m->attn16) from hp.precision and the bf16
+ * kernels of this CPU. FP32: the weights are packed in fp32 beside mem
+ * (about doubling the model's memory). BF16: they are rounded and packed
+ * in bf16, and the fp32 matrices are freed (mem keeps the biases, which
+ * stay fp32): a quarter of an FP32 model's bytes; such a model is packed
+ * once (a second call changes nothing). Returns 0, or -1 with a sentence
+ * in err (out of memory). */
 int attn_model_pack(attn_model *m, char *err, size_t errlen);
+/* Bytes the model holds: mem and the packed weights. */
+size_t attn_model_bytes(const attn_model *m);
+/* The bytes that hold the weights the model computes with, for a
+ * fingerprint: mem, then for a BF16 model its four bf16 matrices as packed.
+ * Fills p and n (up to 5 blocks); returns how many. */
+int attn_model_weight_blocks(const attn_model *m, const void *p[5], size_t n[5]);
 /* Frees the weights; safe on a zeroed or already freed model. */
 void attn_model_free(attn_model *m);
 
@@ -138,7 +178,18 @@ typedef struct {
      * 2*G*D floats a row. NULL: a whole sequence, not a step. */
     float *kv;  /* (cached+L, 2*G*D), caller-owned */
     int cached; /* tokens already in kv, >= 0 */
+    /* The same cache for a model with attn16: instead of kv, the tokens'
+     * rotated keys and values in bf16, in pages of 32 tokens (core/bf16.h),
+     * attn_kv_bytes(m, cached + L) bytes; a page's slots past its last
+     * token hold zeros (a cache zeroes each page before its first token). */
+    uint16_t *kv16; /* caller-owned, or NULL */
 } attn_seq;
+
+/* Bytes of a cache of `tokens` tokens of model m (attn_seq.kv or .kv16):
+ * tokens * 2*G*D floats, or for a model with attn16 whole pages of 32
+ * tokens of 2*G*D bf16 (half). A cache grown from a smaller one keeps its
+ * bytes where they are (pages never move). */
+size_t attn_kv_bytes(const attn_model *m, size_t tokens);
 
 /* A batch: packed tensors plus per-sequence lengths and options.
  * key == NULL makes every sequence self-attention (key = value = query,
@@ -260,6 +311,16 @@ int attn_set_fused(int on);
  * previous mode. */
 enum { ATTN_PROJ_PACKED = 0, ATTN_PROJ_OPENBLAS = 1 };
 int attn_set_projections(int mode);
+
+/* The bf16 kernels a BF16 model runs on: "amx-bf16" (AMX tiles),
+ * "avx512-bf16" (AVX512-BF16), or "none": this CPU has neither, and BF16
+ * models compute in fp32 (core/bf16.h). */
+const char *attn_bf16_kernels(void);
+/* Caps the bf16 kernels at one of those names ("auto" or NULL: the best
+ * this CPU has), to compare them or to run as on a CPU without them; a name
+ * above what the CPU has runs as the CPU's best. Call before models are
+ * packed. Returns 0, or -1 for an unknown name. */
+int attn_set_bf16_kernels(const char *name);
 
 /* ---- kernels: what the CPU allows (cpu.c), and OpenBLAS (blas.c) -------- */
 

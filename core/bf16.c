@@ -76,6 +76,23 @@ const char *attn_bf16_name(int level) {
     return level == ATTN_BF16_AMX ? "amx-bf16" : level == ATTN_BF16_AVX512 ? "avx512-bf16" : "none";
 }
 
+const char *attn_bf16_kernels(void) {
+    return attn_bf16_name(attn_bf16_path());
+}
+
+int attn_set_bf16_kernels(const char *name) {
+    if (!name || strcmp(name, "auto") == 0) {
+        attn_bf16_force(-1);
+        return 0;
+    }
+    for (int level = ATTN_BF16_NONE; level <= ATTN_BF16_AMX; level++)
+        if (strcmp(name, attn_bf16_name(level)) == 0) {
+            attn_bf16_force(level);
+            return 0;
+        }
+    return -1;
+}
+
 /* ---- conversions -------------------------------------------------------------- */
 
 /* fp32 bits -> bf16 bits, branch-free so that loops of it vectorise. */

@@ -32,6 +32,7 @@
 #ifndef ATTN_BF16_H
 #define ATTN_BF16_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -83,6 +84,12 @@ typedef struct attn_packed_bf16 {
     float *bias16;     /* (panels * 16) the bias, zeros past N: AMX loads it as a tile; in p's
                           allocation */
 } attn_packed_bf16;
+
+/* W[n][k] in bf16, read from the packed layout above. */
+static inline attn_bf16 attn_packed_bf16_at(const attn_packed_bf16 *pw, int n, int k) {
+    size_t pair = ((size_t)(n / 16) * pw->kp + (size_t)(k / 2)) * 16 + (size_t)(n % 16);
+    return pw->p[pair * 2 + (size_t)(k % 2)];
+}
 
 /* Rounds and packs W (N,K) once, and copies bias (N); again if either
  * changes. Returns 0 or -1 (out of memory). */
@@ -149,6 +156,17 @@ static inline attn_kv_bf16 attn_kv_bf16_head(const attn_bf16 *kv, int G, int D, 
 }
 
 /* ---- the attention block ------------------------------------------------------- */
+
+/* log2(e) in fp32: the block's scores are in log2 units, its queries scaled
+ * by scale * ATTN_LOG2E (a product in fp32) before they are rounded. */
+#define ATTN_LOG2E 1.44269504088896341f
+/* An additive mask value in log2 units. Values below -1e30 count as -1e30
+ * (still a weight of 0 beside any ordinary score, and uniform weights when
+ * every key of a row has it, as in torch), so that torch's finfo.min scaled
+ * by log2(e) stays finite; -inf stays -inf: the key is hidden. */
+static inline float attn_bf16_mask_log2(float a) {
+    return a == -INFINITY ? -INFINITY : (a < -1e30f ? -1e30f : a) * ATTN_LOG2E;
+}
 
 enum { ATTN_BF16_ROWS = 512 }; /* rows (positions x heads) a block takes in one pass */
 enum { ATTN_BF16_DMAX = 256 }; /* the widest head the block and its reference take */

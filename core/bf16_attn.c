@@ -59,7 +59,7 @@ enum {
 #define AMX                                                                                        \
     __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
 
-static const float LOG2E = 1.44269504088896341f;
+static const float LOG2E = ATTN_LOG2E;
 
 int attn_bf16_supported(int D) {
     return attn_bf16_path() != ATTN_BF16_NONE && D % 32 == 0 && D > 0 && D <= 256;
@@ -260,14 +260,6 @@ BF16K static void avx_values(float *acc, const attn_bf16 *pb, int D, const attn_
 
 /* ---- softmax ---------------------------------------------------------------------- */
 
-/* The additive mask in log2 units. Values below -1e30 count as -1e30 (still
- * a weight of 0 beside any ordinary score, and uniform weights when every
- * key of a row has it, as in torch), so that torch's finfo.min scaled by
- * log2(e) stays finite; -inf stays -inf: the key is hidden. */
-static inline float mask_log2(float a) {
-    return a == -INFINITY ? -INFINITY : (a < -1e30f ? -1e30f : a) * LOG2E;
-}
-
 /* Hides what the row at position pos may not see among the keys [j0, j0+nkp)
  * of its scores x, of which the first nk are keys of the sequence: HIDDEN,
  * finite, so that 2^(HIDDEN - c) is 0 without a NaN on the way. */
@@ -275,7 +267,7 @@ static void mask_row(float *x, const attn_seq *s, int pos, int j0, int nk, int n
     size_t m = (size_t)pos * s->S + (size_t)j0;
     if (s->attn_mask_add)
         for (int c = 0; c < nk; c++) {
-            float a = mask_log2(s->attn_mask_add[m + c]);
+            float a = attn_bf16_mask_log2(s->attn_mask_add[m + c]);
             x[c] = a == -INFINITY ? HIDDEN : x[c] + a;
         }
     if (s->key_padding_mask)
@@ -518,7 +510,7 @@ static float ref_score(const float *qh, const attn_kv_bf16 *kv, const attn_seq *
     float x = 0.0f;
     for (int d = 0; d < D; d++) /* the product is exact: one rounding per step */
         x += qh[d] * key_of(kv, D, j, d);
-    return s->attn_mask_add ? x + mask_log2(s->attn_mask_add[m]) : x;
+    return s->attn_mask_add ? x + attn_bf16_mask_log2(s->attn_mask_add[m]) : x;
 }
 
 void attn_bf16_block_ref(float *out, size_t ldo, const float *q, size_t ldq, const attn_kv_bf16 *kv,

@@ -46,11 +46,6 @@ enum {
 #define BF16K __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 #define AMX __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512bf16")))
 
-static inline attn_bf16 packed_w(const attn_packed_bf16 *pw, int n, int k) {
-    return pw->p[(((size_t)(n / NP) * pw->kp + (size_t)(k / 2)) * NP + (size_t)(n % NP)) * 2 +
-                 (size_t)(k % 2)];
-}
-
 void gemm_bf16_ref(float *C, size_t ldc, const float *A, size_t lda, const attn_packed_bf16 *pw,
                    size_t r0, size_t r1, int c0, int c1) {
     for (size_t r = r0; r < r1; r++)
@@ -58,7 +53,7 @@ void gemm_bf16_ref(float *C, size_t ldc, const float *A, size_t lda, const attn_
             float c = pw->bias[n];
             for (int k = 0; k < pw->K; k++) /* the product is exact: one rounding per step */
                 c += attn_bf16_to_f32(attn_bf16_of(A[r * lda + k])) *
-                     attn_bf16_to_f32(packed_w(pw, n, k));
+                     attn_bf16_to_f32(attn_packed_bf16_at(pw, n, k));
             C[r * ldc + n] = c;
         }
 }
@@ -335,7 +330,7 @@ static void ref_rounded(float *C, size_t ldc, const attn_bf16 *A, size_t lda,
             for (int n = c0; n < c1; n++) {
                 float c = k0 ? C[r * ldc + n] : pw->bias[n];
                 for (int k = 0; k < kn; k++)
-                    c += row[k] * attn_bf16_to_f32(packed_w(pw, n, k0 + k));
+                    c += row[k] * attn_bf16_to_f32(attn_packed_bf16_at(pw, n, k0 + k));
                 C[r * ldc + n] = c;
             }
         }

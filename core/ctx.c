@@ -1,6 +1,7 @@
 /* ctx.c - the compute context: the threads a forward runs on (pool.c) and
  * the scratch it reuses from call to call (projections, per-thread tiles,
- * the task list, where each sequence's rows are, rotary frequencies), grown
+ * the task list, where each sequence's rows are, rotary frequencies, bf16
+ * pages of keys and values for a model that attends in bf16), grown
  * to the largest forward seen and freed with the context. No math here;
  * attn.c plans a forward and asks for its scratch.
  */
@@ -25,6 +26,8 @@ struct attn_ctx {
     size_t seqs_cap;
     double *freqs; /* (freqs_cap) */
     size_t freqs_cap;
+    float *kv16; /* (kv16_cap) floats that hold bf16 pages, two elements a float */
+    size_t kv16_cap;
 };
 
 static int grow_floats(float **buf, size_t *cap, size_t need) {
@@ -72,6 +75,7 @@ void attn_ctx_free(attn_ctx *ctx) {
     free(ctx->tasks);
     free(ctx->seqs);
     free(ctx->freqs);
+    free(ctx->kv16);
     free(ctx);
 }
 
@@ -115,7 +119,9 @@ static int grow_tiles(attn_ctx *ctx, size_t need) {
 }
 
 int attn_ctx_reserve(attn_ctx *ctx, const attn_ws_size *need, attn_ws *ws) {
-    if (grow_floats(&ctx->proj, &ctx->proj_cap, need->proj) < 0 || grow_tiles(ctx, need->tile) < 0)
+    if (grow_floats(&ctx->proj, &ctx->proj_cap, need->proj) < 0 ||
+        grow_tiles(ctx, need->tile) < 0 ||
+        grow_floats(&ctx->kv16, &ctx->kv16_cap, (need->kv16 + 1) / 2) < 0)
         return -1;
     attn_task *tasks = grow(ctx->tasks, &ctx->tasks_cap, need->tasks, sizeof *tasks);
     if (!tasks) return -1;
@@ -126,7 +132,7 @@ int attn_ctx_reserve(attn_ctx *ctx, const attn_ws_size *need, attn_ws *ws) {
     double *freqs = grow(ctx->freqs, &ctx->freqs_cap, need->freqs, sizeof *freqs);
     if (!freqs) return -1;
     ctx->freqs = freqs;
-    *ws = (attn_ws){ctx->proj, ctx->tile, tasks, seqs, freqs};
+    *ws = (attn_ws){ctx->proj, ctx->tile, tasks, seqs, freqs, (attn_bf16 *)ctx->kv16};
     return 0;
 }
 
@@ -134,5 +140,5 @@ size_t attn_ws_bytes(const attn_ws_size *need, int nthreads) {
     if (nthreads < 1) nthreads = 1;
     return sizeof(float) * (need->proj + (size_t)nthreads * need->tile) +
            sizeof(attn_task) * need->tasks + sizeof(attn_seq_at) * need->seqs +
-           sizeof(double) * need->freqs;
+           sizeof(double) * need->freqs + sizeof(attn_bf16) * need->kv16;
 }

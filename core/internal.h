@@ -10,6 +10,7 @@
 #include <cblas.h>
 
 #include "attn.h"
+#include "bf16.h"
 
 /* ---- cpu.c: this CPU's features, probed once --------------------------- */
 
@@ -24,6 +25,11 @@ extern __typeof__(cblas_sgemm) *blas_sgemm;
 
 /* ---- model.c: checks shared by the fast and the reference forward ------- */
 
+/* 1 when s is a KV-cache step: its cache in floats (kv) or bf16 pages (kv16). */
+static inline int attn_seq_step(const attn_seq *s) {
+    return s->kv || s->kv16;
+}
+
 /* Checks shapes and options of a batch; fills T (query tokens) and U (key
  * tokens). Returns 0, or -1 with a sentence in err. */
 int attn_check_batch(const attn_model *m, const attn_batch *b, size_t *T, size_t *U, char *err,
@@ -31,6 +37,9 @@ int attn_check_batch(const attn_model *m, const attn_batch *b, size_t *T, size_t
 /* 0 when m's weights are packed (attn_model_pack), which attn_forward
  * needs; else -1 with a sentence in err. */
 int attn_check_packed(const attn_model *m, char *err, size_t errlen);
+/* Scores' scale in float, as the forward multiplies by it: the default
+ * 1/sqrt(D) in float, as attnd has always computed it, or the model's own. */
+float attn_scale(const attn_hparams *hp);
 /* 1 when hp (filled by attn_model_init) is plain nn.MultiheadAttention: no
  * grouped heads, head_dim, scale or rope. */
 int attn_is_mha(const attn_hparams *hp);
@@ -79,6 +88,10 @@ typedef struct {
     size_t ldkv;        /* (the projections, or a cache step's kv) */
     int shift;          /* position of query row 0: a step's cached tokens, else 0 */
     attn_seq view;      /* the sequence as the attention sees it: a step is causal */
+    /* attention on bf16 operands (attn_model.attn16): */
+    attn_bf16 *kv16; /* its keys and values in bf16 pages (bf16.h): a whole sequence's in the
+                        context's scratch, a step's in its cache; else NULL */
+    size_t page0;    /* a whole sequence's first page among the batch's (pages packed) */
 } attn_seq_at;
 
 /* Scratch sizes of one forward, and where the context holds them. */
@@ -88,6 +101,7 @@ typedef struct {
     size_t tasks; /* attention tasks */
     size_t seqs;  /* sequences */
     size_t freqs; /* doubles: rotary frequencies */
+    size_t kv16;  /* bf16 elements: whole sequences' keys and values in pages */
 } attn_ws_size;
 typedef struct {
     float *proj;       /* (proj) */
@@ -95,6 +109,7 @@ typedef struct {
     attn_task *tasks;  /* (tasks) */
     attn_seq_at *seqs; /* (seqs) */
     double *freqs;     /* (freqs) */
+    attn_bf16 *kv16;   /* (kv16) */
 } attn_ws;
 
 /* Grows ctx's scratch to need and says where it is. Returns 0, or -1 when
@@ -130,16 +145,18 @@ int gemm_force_level(int level); /* tests: -1 = the CPU's; returns the previous 
 
 enum { PROJ_PARTS = 3 }; /* at most Q, K and V at once */
 typedef struct {
-    const attn_packed *pw; /* packed weights and bias: N outputs, K inputs */
-    const float *W;        /* (N,K) the same weights unpacked (ATTN_PROJ_OPENBLAS) */
-    const float *A;        /* (M,K) inputs at row stride lda */
+    const attn_packed *pw;        /* packed weights and bias: N outputs, K inputs; or NULL */
+    const attn_packed_bf16 *pw16; /* the same in bf16 (a BF16 model), when pw is NULL */
+    const float *W;               /* (N,K) the weights unpacked (ATTN_PROJ_OPENBLAS, fp32) */
+    const float *A;               /* (M,K) inputs at row stride lda */
     size_t lda;
     float *C; /* (M,N) outputs at row stride ldc */
     size_t ldc;
     size_t M;
 } proj_part;
 /* Part `which` (0 q, 1 k, 2 v, 3 out) of model m: outputs C at row stride
- * ldc from M rows of A at stride lda, on m's packed weights. */
+ * ldc from M rows of A at stride lda, on m's packed weights (fp32 or bf16:
+ * m->precision). */
 proj_part proj_part_of(const attn_model *m, int which, float *C, size_t ldc, const float *A,
                        size_t lda, size_t M);
 /* Runs the parts' tiles on pool, or on the calling thread when pool is NULL. */
@@ -188,6 +205,7 @@ void attn_fused_block(float *q, size_t ldq, int R, const float *k, const float *
 typedef struct {
     int H, G, D;
     float scale;
+    int bf16;       /* 1: every task runs on bf16 operands (attend_bf16.c) */
     int fused;      /* 1: no-weights tasks run attn_fused_block */
     int fused_rows; /* query rows per fused task (attn_attend_cut) */
     int rows_alone; /* 1: an OpenBLAS call takes one row's R heads, not a block of rows */
@@ -210,5 +228,15 @@ void attn_attend_cut(attn_attend *a, const attn_batch *b, int nthreads);
 size_t attn_attend_tasks(const attn_attend *a, const attn_batch *b, attn_task *tasks);
 /* Runs task t of a (an attn_attend) on thread tid: for attn_pool_run. */
 void attn_attend_task(void *a, int t, int tid);
+
+/* ---- attend_bf16.c: the attention tasks of a model with attn16 ------------ */
+
+/* Query rows per task of sequence s, and the scratch floats one thread
+ * needs for it. */
+int attn_attend16_rows(const attn_attend *a, const attn_seq *s);
+size_t attn_attend16_floats(const attn_attend *a, const attn_seq *s);
+/* Task tk on scratch: no matrix asked for (tk->head >= 0), or every head
+ * with its attention weights (tk->head == -1). */
+void attn_attend16_task(const attn_attend *a, const attn_task *tk, float *scratch);
 
 #endif

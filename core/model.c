@@ -1,6 +1,6 @@
 /* model.c - the model's one allocation, its packed copy for the projection
- * kernel, and the batch checks shared by the fast and the reference forward.
- * No math here. */
+ * kernel (fp32, or bf16 for a model that computes in bf16), and the batch
+ * checks shared by the fast and the reference forward. No math here. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "attn.h"
+#include "bf16.h"
 #include "internal.h"
 #include "sizes.h"
 
@@ -72,6 +73,10 @@ static int check_hparams(attn_hparams *hp, char *err, size_t errlen) {
         snprintf(err, errlen, "num_kv_heads %d does not divide num_heads %d", hp->num_kv_heads, H);
         return -1;
     }
+    if (hp->precision != ATTN_FP32 && hp->precision != ATTN_BF16) {
+        snprintf(err, errlen, "unknown precision %d", (int)hp->precision);
+        return -1;
+    }
     hp->num_kv_heads = attn_hparams_kv_heads(hp);
     hp->head_dim = attn_hparams_head_dim(hp);
     if (check_rope(hp, hp->head_dim, err, errlen) < 0) return -1;
@@ -119,28 +124,116 @@ int attn_model_init(attn_model *m, const attn_hparams *hp, char *err, size_t err
 }
 
 static void unpack(attn_model *m) {
-    if (!m->packed) return;
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; m->packed && i < 4; i++)
         attn_packed_free(&m->packed[i]);
+    for (int i = 0; m->packed16 && i < 4; i++)
+        attn_packed_bf16_free(&m->packed16[i]);
     free(m->packed);
+    free(m->packed16);
     m->packed = NULL;
+    m->packed16 = NULL;
+}
+
+/* The four projections of m: weights (N,K) and bias, in packing order. */
+typedef struct {
+    const float *W, *b;
+    int N, K;
+} proj_shape;
+
+static void shapes_of(const attn_model *m, proj_shape p[4]) {
+    const attn_hparams *hp = &m->hp;
+    int E = hp->embed_dim, HD = hp->num_heads * hp->head_dim, GD = hp->num_kv_heads * hp->head_dim;
+    p[0] = (proj_shape){m->q_w, m->q_b, HD, E};        /* (H*D, E) */
+    p[1] = (proj_shape){m->k_w, m->k_b, GD, hp->kdim}; /* (G*D, Kd) */
+    p[2] = (proj_shape){m->v_w, m->v_b, GD, hp->vdim}; /* (G*D, Vd) */
+    p[3] = (proj_shape){m->out_w, m->out_b, E, HD};    /* (E, H*D) */
+}
+
+/* The attention of a BF16 model runs on bf16 operands when the block of
+ * bf16.h takes its head width on its fast paths, and a group of heads fits
+ * one pass. */
+static int attention_in_bf16(const attn_hparams *hp) {
+    int D = hp->head_dim;
+    return D % 32 == 0 && D <= ATTN_BF16_DMAX && hp->num_heads / hp->num_kv_heads <= ATTN_BF16_ROWS;
+}
+
+/* A BF16 model keeps its biases alone in fp32: mem shrinks to q_b | k_b |
+ * v_b | out_b, and its weight matrices live in packed16 only. */
+static int keep_biases(attn_model *m) {
+    size_t qd = (size_t)m->hp.num_heads * m->hp.head_dim;
+    size_t kvd = (size_t)m->hp.num_kv_heads * m->hp.head_dim, E = (size_t)m->hp.embed_dim;
+    float *mem = malloc(sizeof(float) * (qd + 2 * kvd + E));
+    if (!mem) return -1;
+    memcpy(mem, m->q_b, sizeof(float) * (qd + 2 * kvd)); /* q_b, k_b, v_b: contiguous */
+    memcpy(mem + qd + 2 * kvd, m->out_b, sizeof(float) * E);
+    free(m->mem);
+    m->mem = mem;
+    m->n_floats = qd + 2 * kvd + E;
+    m->q_w = m->k_w = m->v_w = m->out_w = NULL;
+    m->q_b = mem;
+    m->k_b = m->q_b + qd;
+    m->v_b = m->k_b + kvd;
+    m->out_b = m->v_b + kvd;
+    const float *bias[4] = {m->q_b, m->k_b, m->v_b, m->out_b};
+    for (int i = 0; i < 4; i++)
+        m->packed16[i].bias = bias[i];
+    return 0;
 }
 
 int attn_model_pack(attn_model *m, char *err, size_t errlen) {
-    const attn_hparams *hp = &m->hp;
-    int E = hp->embed_dim, HD = hp->num_heads * hp->head_dim, GD = hp->num_kv_heads * hp->head_dim;
+    if (m->packed16 && !m->q_w) return 0; /* a BF16 model is packed once: its fp32 weights went */
+    proj_shape p[4];
+    shapes_of(m, p);
     unpack(m);
-    m->packed = calloc(4, sizeof *m->packed);
-    if (!m->packed || attn_packed_init(&m->packed[0], m->q_w, m->q_b, HD, E) < 0 || /* (H*D, E) */
-        attn_packed_init(&m->packed[1], m->k_w, m->k_b, GD, hp->kdim) < 0 ||        /* (G*D, Kd) */
-        attn_packed_init(&m->packed[2], m->v_w, m->v_b, GD, hp->vdim) < 0 ||        /* (G*D, Vd) */
-        attn_packed_init(&m->packed[3], m->out_w, m->out_b, E, HD) < 0) {           /* (E, H*D) */
+    int bf16 = m->hp.precision == ATTN_BF16 && attn_bf16_path() != ATTN_BF16_NONE;
+    int bad = 0;
+    if (bf16) {
+        m->packed16 = calloc(4, sizeof *m->packed16);
+        for (int i = 0; i < 4 && !(bad = !m->packed16); i++)
+            bad = attn_packed_bf16_init(&m->packed16[i], p[i].W, p[i].b, p[i].N, p[i].K) < 0;
+        bad = bad || keep_biases(m) < 0;
+    } else {
+        m->packed = calloc(4, sizeof *m->packed);
+        for (int i = 0; i < 4 && !(bad = !m->packed); i++)
+            bad = attn_packed_init(&m->packed[i], p[i].W, p[i].b, p[i].N, p[i].K) < 0;
+    }
+    if (bad) {
         unpack(m);
         snprintf(err, errlen, "out of memory packing the weights (about %zu bytes)",
-                 m->n_floats * sizeof(float));
+                 m->n_floats * (bf16 ? sizeof(attn_bf16) : sizeof(float)));
         return -1;
     }
+    m->precision = bf16 ? ATTN_BF16 : ATTN_FP32;
+    m->attn16 = bf16 && attention_in_bf16(&m->hp);
     return 0;
+}
+
+int attn_model_weight_blocks(const attn_model *m, const void *p[5], size_t n[5]) {
+    int k = 0;
+    p[k] = m->mem;
+    n[k++] = m->n_floats * sizeof(float);
+    for (int i = 0; m->packed16 && i < 4; i++, k++) {
+        const attn_packed_bf16 *pw = &m->packed16[i];
+        p[k] = pw->p;
+        n[k] = (size_t)pw->panels * pw->kp * 2 * ATTN_PANEL * sizeof(attn_bf16);
+    }
+    return k;
+}
+
+size_t attn_model_bytes(const attn_model *m) {
+    size_t n = m->n_floats * sizeof(float);
+    for (int i = 0; m->packed && i < 4; i++)
+        n += (size_t)m->packed[i].panels * m->packed[i].K * ATTN_PANEL * sizeof(float);
+    for (int i = 0; m->packed16 && i < 4; i++)
+        n += (size_t)m->packed16[i].panels * ATTN_PANEL *
+             (2 * (size_t)m->packed16[i].kp * sizeof(attn_bf16) + sizeof(float));
+    return n;
+}
+
+size_t attn_kv_bytes(const attn_model *m, size_t tokens) {
+    int G = m->hp.num_kv_heads, D = m->hp.head_dim;
+    if (m->attn16) return attn_kv_bf16_elems(tokens, G, D) * sizeof(attn_bf16);
+    return tokens * 2 * (size_t)G * D * sizeof(float);
 }
 
 void attn_model_free(attn_model *m) {
@@ -194,15 +287,22 @@ int attn_check_batch(const attn_model *m, const attn_batch *b, size_t *T, size_t
                      s->S);
             return -1;
         }
-        if (s->kv && (b->key || s->cached < 0 || s->S - s->L != s->cached || s->positions ||
-                      s->key_padding_mask || s->attn_mask_bool || s->attn_mask_add)) {
+        if (attn_seq_step(s) &&
+            (b->key || s->cached < 0 || s->S - s->L != s->cached || s->positions ||
+             s->key_padding_mask || s->attn_mask_bool || s->attn_mask_add)) {
             snprintf(err, errlen,
                      "sequence %d: a cache step is self-attention with S == cached + L "
                      "(S=%d, L=%d, cached=%d) and no positions or masks",
                      i, s->S, s->L, s->cached);
             return -1;
         }
-        if (!b->key && !s->kv && s->S != s->L) {
+        if (attn_seq_step(s) && (s->kv16 ? !m->attn16 || s->kv : m->attn16)) {
+            snprintf(err, errlen,
+                     "sequence %d: a cache step of this model keeps its cache in %s (attn_seq.%s)",
+                     i, m->attn16 ? "bf16 pages" : "floats", m->attn16 ? "kv16" : "kv");
+            return -1;
+        }
+        if (!b->key && !attn_seq_step(s) && s->S != s->L) {
             snprintf(err, errlen, "sequence %d: self-attention needs S == L (S=%d, L=%d)", i, s->S,
                      s->L);
             return -1;
@@ -227,9 +327,14 @@ int attn_check_batch(const attn_model *m, const attn_batch *b, size_t *T, size_t
 }
 
 int attn_check_packed(const attn_model *m, char *err, size_t errlen) {
-    if (m->packed) return 0;
+    if (m->packed || m->packed16) return 0;
     snprintf(err, errlen, "model weights are not packed: call attn_model_pack once filled");
     return -1;
+}
+
+float attn_scale(const attn_hparams *hp) {
+    if (hp->scale == 1.0 / sqrt((double)hp->head_dim)) return 1.0f / sqrtf((float)hp->head_dim);
+    return (float)hp->scale;
 }
 
 int attn_is_mha(const attn_hparams *hp) {

@@ -2,11 +2,14 @@
  * projection (a "part": inputs (M,K), packed weights, outputs (M,N)) is cut
  * into tiles of rows x output columns, and every tile of every part is one
  * task, so the Q, K and V projections of a batch share one parallel loop.
- * Tiles run gemm_tile (gemm.c) on the weights packed at load; a tile's
- * shape never changes a bit of its outputs (gemm.c says why).
+ * Tiles run gemm_tile (gemm.c) on the weights packed at load, or for a
+ * model that computes in bf16 gemm_bf16_tile (bf16_gemm.c) on its bf16
+ * weights; a tile's shape never changes a bit of its outputs (gemm.c and
+ * bf16.h say why).
  *
- * attn_set_projections(ATTN_PROJ_OPENBLAS) runs the same tiles through
- * OpenBLAS on the unpacked weights instead: benchmarks compare the two.
+ * attn_set_projections(ATTN_PROJ_OPENBLAS) runs the same tiles of an fp32
+ * model through OpenBLAS on the unpacked weights instead: benchmarks
+ * compare the two.
  * Legend: see attn.h.
  */
 #include <string.h>
@@ -35,9 +38,13 @@ typedef struct {
     int first[PROJ_PARTS + 1]; /* first task of each part; first[nparts] = all tasks */
 } proj_job;
 
+static int panels_of(const proj_part *p) {
+    return p->pw ? p->pw->panels : p->pw16->panels;
+}
+
 static int tiles_of(const proj_part *p, int rows, int panels) {
     int rb = (int)((p->M + (size_t)rows - 1) / (size_t)rows);
-    int cb = (p->pw->panels + panels - 1) / panels;
+    int cb = (panels_of(p) + panels - 1) / panels;
     return rb * cb;
 }
 
@@ -97,6 +104,11 @@ static void proj_task(void *arg, int t, int tid) {
     size_t r0, r1;
     tile_at(j, t, &i, &r0, &r1, &j0, &j1);
     const proj_part *p = &j->parts[i];
+    if (p->pw16) {
+        gemm_bf16_tile(p->C + r0 * p->ldc, p->ldc, p->A + r0 * p->lda, p->lda, p->pw16, 0, r1 - r0,
+                       j0, j1);
+        return;
+    }
     if (g_proj == ATTN_PROJ_OPENBLAS) {
         int c0 = j0 * ATTN_PANEL, c1 = j1 * ATTN_PANEL < p->pw->N ? j1 * ATTN_PANEL : p->pw->N;
         tile_openblas(p, r0, r1, c0, c1);
@@ -108,7 +120,8 @@ static void proj_task(void *arg, int t, int tid) {
 proj_part proj_part_of(const attn_model *m, int which, float *C, size_t ldc, const float *A,
                        size_t lda, size_t M) {
     const float *W[4] = {m->q_w, m->k_w, m->v_w, m->out_w};
-    return (proj_part){&m->packed[which], W[which], A, lda, C, ldc, M};
+    if (m->packed16) return (proj_part){NULL, &m->packed16[which], W[which], A, lda, C, ldc, M};
+    return (proj_part){&m->packed[which], NULL, W[which], A, lda, C, ldc, M};
 }
 
 void proj_run(attn_pool *pool, int nthreads, const proj_part *parts, int nparts) {

@@ -9,6 +9,14 @@
  * step (attn_seq.kv) reads its earlier keys and values from its cache,
  * appends its own rows there, and its row i (position cached + i) sees keys
  * 0 .. cached + i.
+ *
+ * A model that computes in bf16 (attn_model.precision) has the formula of
+ * SPEC section 8 here, still with double sums: projection inputs and
+ * weights rounded to bf16; with attn_model.attn16, the attention of
+ * bf16.h's block (queries scaled by scale * log2(e) and rounded, keys and
+ * values rounded, scores in log2 units, c = ceil(max), p = 2^(x - c), the
+ * output sum_j bf16(p_j) v~_j / sum_j p_j, weights p_j / sum_j p_j) and a
+ * cache of bf16 pages (attn_seq.kv16).
  */
 #include <math.h>
 #include <stdio.h>
@@ -18,14 +26,30 @@
 #include "attn.h"
 #include "internal.h"
 
-/* y (n, out) = x (n, in) @ w^T (in, out) + b (out) */
-static void linear_ref(float *y, const float *x, const float *w, const float *b, size_t n, int in,
-                       int out) {
+/* x, or x rounded to bf16 (bf16 != 0), widened. */
+static double op(float x, int bf16) {
+    return bf16 ? (double)attn_bf16_to_f32(attn_bf16_of(x)) : (double)x;
+}
+
+/* y (n, out) = x (n, in) @ w^T (in, out) + b (out) for projection `which`
+ * of m (0 q, 1 k, 2 v, 3 out); for a BF16 model x rounded to bf16 and w
+ * its bf16 weights (as packed: its fp32 ones are gone). */
+static void linear_ref(float *y, const float *x, const attn_model *m, int which, size_t n) {
+    const attn_hparams *hp = &m->hp;
+    int QW = hp->num_heads * hp->head_dim, KW = hp->num_kv_heads * hp->head_dim;
+    const int ins[4] = {hp->embed_dim, hp->kdim, hp->vdim, QW},
+              outs[4] = {QW, KW, KW, hp->embed_dim};
+    const float *ws[4] = {m->q_w, m->k_w, m->v_w, m->out_w},
+                *bs[4] = {m->q_b, m->k_b, m->v_b, m->out_b};
+    const attn_packed_bf16 *pw = m->packed16 ? &m->packed16[which] : NULL;
+    int in = ins[which], out = outs[which], b16 = pw != NULL;
     for (size_t i = 0; i < n; i++)
         for (int o = 0; o < out; o++) {
-            double acc = b[o];
+            double acc = bs[which][o];
             for (int k = 0; k < in; k++)
-                acc += (double)x[i * in + k] * w[(size_t)o * in + k];
+                acc +=
+                    op(x[i * in + k], b16) * (pw ? attn_bf16_to_f32(attn_packed_bf16_at(pw, o, k))
+                                                 : (double)ws[which][(size_t)o * in + k]);
             y[i * out + o] = (float)acc;
         }
 }
@@ -70,7 +94,7 @@ static void rope_ref(float *x, size_t n, int heads, int D, const attn_rope *r, c
 
 /* Key j hidden from query row i; a step's row i is at position cached + i. */
 static int hidden_ref(const attn_seq *s, int i, int j) {
-    if (s->kv && j > s->cached + i) return 1;
+    if ((s->kv || s->kv16) && j > s->cached + i) return 1;
     if (s->causal && j > i) return 1;
     if (s->key_padding_mask && s->key_padding_mask[j]) return 1;
     if (s->attn_mask_bool && s->attn_mask_bool[(size_t)i * s->S + j]) return 1;
@@ -80,41 +104,64 @@ static int hidden_ref(const attn_seq *s, int i, int j) {
     return 0;
 }
 
+/* Scores p (S) of query row qr (D) against key head g of k (S, G*D at
+ * stride kw) for row i of s: -inf where hidden; for attn16 in log2 units,
+ * from rounded operands. Returns the largest. */
+static double scores_ref(double *p, const float *qr, const float *k, size_t kw, int g,
+                         const attn_seq *s, int i, const attn_model *m) {
+    int D = m->hp.head_dim, b16 = m->attn16;
+    float qs = attn_scale(&m->hp) * ATTN_LOG2E; /* attn16: q's factor, in float */
+    double mx = -INFINITY;
+    for (int j = 0; j < s->S; j++) {
+        if (hidden_ref(s, i, j)) {
+            p[j] = -INFINITY;
+            continue;
+        }
+        double dot = 0;
+        for (int d = 0; d < D; d++)
+            dot +=
+                (b16 ? op(qr[d] * qs, 1) : (double)qr[d]) * op(k[j * kw + (size_t)g * D + d], b16);
+        float add = s->attn_mask_add ? s->attn_mask_add[(size_t)i * s->S + j] : 0.0f;
+        p[j] = b16 ? dot + attn_bf16_mask_log2(add) : dot * m->hp.scale + add;
+        if (p[j] > mx) mx = p[j];
+    }
+    return mx;
+}
+
+/* Row i of head h: scores p (S) become its weights, out (D) its output
+ * from value head g of v. fp32: softmax; attn16: c = ceil(max), p = 2^(x-c),
+ * out = sum_j bf16(p_j) v~_j / sum_j p_j. */
+static void softmax_ref(double *p, float *out, double mx, const float *v, size_t kw, int g, int S,
+                        const attn_model *m) {
+    int D = m->hp.head_dim, b16 = m->attn16;
+    double c = b16 ? ceil(mx) : mx, sum = 0;
+    for (int j = 0; j < S; j++) {
+        p[j] = mx == -INFINITY ? 0.0 : b16 ? exp2(p[j] - c) : exp(p[j] - c);
+        sum += p[j];
+    }
+    for (int d = 0; d < D; d++) {
+        double acc = 0;
+        for (int j = 0; j < S; j++)
+            acc += (b16 ? op((float)p[j], 1) / sum : p[j] / sum) *
+                   op(v[j * kw + (size_t)g * D + d], b16);
+        out[d] = sum > 0 ? (float)acc : 0.0f;
+    }
+    for (int j = 0; j < S; j++)
+        p[j] = sum > 0 ? p[j] / sum : 0.0;
+}
+
 /* One sequence: q (L,H*D), k (S,G*D), v (S,G*D) projected; ctx (L,H*D) out. */
 static void attend_ref(float *ctx, const float *q, const float *k, const float *v,
-                       const attn_seq *s, const attn_hparams *hp, double *p) {
+                       const attn_seq *s, const attn_model *m, double *p) {
+    const attn_hparams *hp = &m->hp;
     int H = hp->num_heads, G = hp->num_kv_heads, D = hp->head_dim, L = s->L, S = s->S;
     size_t qw = (size_t)H * D, kw = (size_t)G * D;
     if (s->weights == ATTN_WEIGHTS_MEAN) memset(s->attn, 0, sizeof(float) * (size_t)L * S);
     for (int h = 0; h < H; h++) {
         int g = h / (H / G); /* the key/value head this query head reads */
         for (int i = 0; i < L; i++) {
-            double mx = -INFINITY;
-            for (int j = 0; j < S; j++) {
-                if (hidden_ref(s, i, j)) {
-                    p[j] = -INFINITY;
-                    continue;
-                }
-                double dot = 0;
-                for (int d = 0; d < D; d++)
-                    dot += (double)q[i * qw + (size_t)h * D + d] * k[j * kw + (size_t)g * D + d];
-                p[j] = dot * hp->scale;
-                if (s->attn_mask_add) p[j] += s->attn_mask_add[(size_t)i * S + j];
-                if (p[j] > mx) mx = p[j];
-            }
-            double sum = 0;
-            for (int j = 0; j < S; j++) {
-                p[j] = mx == -INFINITY ? 0.0 : exp(p[j] - mx);
-                sum += p[j];
-            }
-            for (int j = 0; j < S; j++)
-                p[j] = sum > 0 ? p[j] / sum : 0.0;
-            for (int d = 0; d < D; d++) {
-                double acc = 0;
-                for (int j = 0; j < S; j++)
-                    acc += p[j] * v[j * kw + (size_t)g * D + d];
-                ctx[i * qw + (size_t)h * D + d] = (float)acc;
-            }
+            double mx = scores_ref(p, q + i * qw + (size_t)h * D, k, kw, g, s, i, m);
+            softmax_ref(p, ctx + i * qw + (size_t)h * D, mx, v, kw, g, S, m);
             for (int j = 0; j < S; j++) {
                 if (s->weights == ATTN_WEIGHTS_HEADS)
                     s->attn[((size_t)h * L + i) * S + j] = (float)p[j];
@@ -125,32 +172,41 @@ static void attend_ref(float *ctx, const float *q, const float *k, const float *
     }
 }
 
+/* Token j of a cache step s: its key and value rows read from the cache
+ * (j < cached) or appended to it. */
+static void cache_ref(const attn_seq *s, int j, float *kj, float *vj, int G, int D) {
+    size_t KW = (size_t)G * D;
+    float *row = s->kv ? s->kv + (size_t)j * 2 * KW : NULL; /* key (G*D), then value (G*D) */
+    if (j < s->cached && row) {
+        memcpy(kj, row, sizeof(float) * KW);
+        memcpy(vj, row + KW, sizeof(float) * KW);
+    } else if (j < s->cached) {
+        attn_kv_bf16_get(s->kv16, G, D, (size_t)j, kj, vj);
+    } else if (row) {
+        memcpy(row, kj, sizeof(float) * KW);
+        memcpy(row + KW, vj, sizeof(float) * KW);
+    } else {
+        attn_kv_bf16_put(s->kv16, G, D, (size_t)j, kj, vj);
+    }
+}
+
 /* One sequence's q (L,H*D), k and v (S,G*D), rotated: from its inputs xq,
  * xk, xv, or for a cache step from its cache and its new rows (which it
  * appends to the cache). */
 static void project_ref(float *q, float *k, float *v, const attn_model *m, const attn_seq *s,
                         const float *xq, const float *xk, const float *xv) {
     const attn_hparams *hp = &m->hp;
-    int D = hp->head_dim, H = hp->num_heads, G = hp->num_kv_heads, QW = H * D, KW = G * D;
-    int c = s->kv ? s->cached : 0, n = s->S - c; /* rows [c, S) are projected here */
-    linear_ref(q, xq, m->q_w, m->q_b, s->L, hp->embed_dim, QW);
-    linear_ref(k + (size_t)c * KW, xk, m->k_w, m->k_b, n, hp->kdim, KW);
-    linear_ref(v + (size_t)c * KW, xv, m->v_w, m->v_b, n, hp->vdim, KW);
+    int D = hp->head_dim, H = hp->num_heads, G = hp->num_kv_heads, KW = G * D;
+    int c = s->kv || s->kv16 ? s->cached : 0, n = s->S - c; /* rows [c, S) are projected here */
+    linear_ref(q, xq, m, 0, (size_t)s->L);
+    linear_ref(k + (size_t)c * KW, xk, m, 1, (size_t)n);
+    linear_ref(v + (size_t)c * KW, xv, m, 2, (size_t)n);
     if (hp->rope.dim) { /* self-attention only (attn_check_batch): new k rows are q's rows */
         rope_ref(q, s->L, H, D, &hp->rope, s->positions, c);
         rope_ref(k + (size_t)c * KW, n, G, D, &hp->rope, s->positions, c);
     }
-    for (int j = 0; s->kv && j < s->S; j++) {
-        float *row = s->kv + (size_t)j * 2 * KW; /* key (G*D), then value (G*D) */
-        float *kj = k + (size_t)j * KW, *vj = v + (size_t)j * KW;
-        if (j < c) { /* cached: read */
-            memcpy(kj, row, sizeof(float) * KW);
-            memcpy(vj, row + KW, sizeof(float) * KW);
-        } else { /* new: appended */
-            memcpy(row, kj, sizeof(float) * KW);
-            memcpy(row + KW, vj, sizeof(float) * KW);
-        }
-    }
+    for (int j = 0; (s->kv || s->kv16) && j < s->S; j++)
+        cache_ref(s, j, k + (size_t)j * KW, v + (size_t)j * KW, G, D);
 }
 
 int attn_forward_ref(const attn_model *m, attn_batch *b, char *err, size_t errlen) {
@@ -181,8 +237,8 @@ int attn_forward_ref(const attn_model *m, attn_batch *b, char *err, size_t errle
         const float *xk = b->key ? b->key + ko * Kd : xq;
         const float *xv = b->value ? b->value + ko * Vd : xk;
         project_ref(q, k, v, m, s, xq, xk, xv);
-        attend_ref(ctx, q, k, v, s, hp, p);
-        linear_ref(b->out + qo * E, ctx, m->out_w, m->out_b, s->L, QW, E);
+        attend_ref(ctx, q, k, v, s, m, p);
+        linear_ref(b->out + qo * E, ctx, m, 3, (size_t)s->L);
         qo += s->L;
         ko += s->S;
     }
