@@ -370,6 +370,10 @@ void attnd_weights_fingerprint(const attn_model *m, char out[ATTND_FINGERPRINT_L
         h = fnv1a_i64(h, ints[i]);
     for (size_t i = 0; i < sizeof reals / sizeof *reals; i++)
         h = fnv1a_f64(h, reals[i]);
-    h = fnv1a(h, m->mem, m->n_floats * sizeof *m->mem);
+    const void *blocks[5];
+    size_t bytes[5];
+    int nb = attn_model_weight_blocks(m, blocks, bytes); /* a bf16 model's bf16 weights too */
+    for (int i = 0; i < nb; i++)
+        h = fnv1a(h, blocks[i], bytes[i]);
     snprintf(out, ATTND_FINGERPRINT_LEN + 1, "fnv1a64:%016llx", (unsigned long long)h);
 }

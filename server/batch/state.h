@@ -86,7 +86,9 @@ void attnd_state_free(attnd_state *st);
  * FNV-1a over the hyper-parameters that shape the cache and the answers
  * (each as 8 little-endian bytes: attn_hparams' integers in their order,
  * `causal` left out as a request default, then its reals, the bits of each
- * double) and then every weight byte as loaded.
+ * double) and then every weight byte the model computes with: as loaded
+ * (attn_model.mem), and for a model packed in bf16 its biases then its
+ * bf16 matrices (attn_model_weight_blocks).
  * FNV-1a needs no library; it tells one model from another, not one from
  * a forgery (a state file is its caller's own data anyway). Computed once
  * per model at load: about a byte a cycle. */
