@@ -1,7 +1,8 @@
 /* bench_core.c - speed and memory of the attention core, printed as a table.
  *
  * For each shape (B sequences of L tokens, width E, H heads), self-attention
- * with no attention matrix asked for: the median time of one attn_forward
+ * with no attention matrix asked for, for an fp32 model and (when the CPU has
+ * bf16 kernels) a bf16 one: the median time of one attn_forward
  * over N runs after a warm-up, its rate in GFLOP/s and that rate as a share
  * of OpenBLAS sgemm's own rate measured in the same run with as many threads.
  * FLOPs = 8 T E^2 (the four projections, T = B L) + 4 B L^2 E (QK^T and AV).
@@ -10,7 +11,7 @@
  *
  *   build/bench/bench_core [--threads 1,2,N] [--seconds 1.5] [--fused on|off|both]
  *                          [--owner core|blas|both] [--proj packed|openblas|both]
- *                          [--clock wall|cpu] [--no-memory]
+ *                          [--clock wall|cpu] [--precision fp32|bf16|both] [--no-memory]
  *
  * Never part of the tests: timings depend on the machine and its load.
  * bench/bench_torch.py prints the same table for torch.
@@ -60,6 +61,9 @@ static FILE *g_json; /* --json FILE: one line per table cell, for bench/compare.
  * thread: what attnd does), 1 OpenBLAS (attn_ctx_new(1), OpenBLAS at n). */
 static int g_blas_owns;
 
+/* The precision the models ask for (attn_hparams.precision). */
+static attn_precision g_precision = ATTN_FP32;
+
 static float frand(void) { /* uniform in [-1, 1) */
     g_seed = g_seed * 1664525u + 1013904223u;
     return (float)(g_seed >> 8) / 8388608.0f - 1.0f;
@@ -77,7 +81,8 @@ static double shape_flops(const shape *s) {
 
 /* A model of random weights; returns 0 or -1 with err filled. */
 static int make_model(attn_model *m, int E, int H, char *err, size_t errlen) {
-    attn_hparams hp = {.embed_dim = E, .num_heads = H, .kdim = E, .vdim = E, .bias = 1};
+    attn_hparams hp = {
+        .embed_dim = E, .num_heads = H, .kdim = E, .vdim = E, .bias = 1, .precision = g_precision};
     if (attn_model_init(m, &hp, err, errlen) < 0) return -1;
     fill(m->mem, m->n_floats, 1.0f / sqrtf((float)E));
     return attn_model_pack(m, err, errlen);
@@ -327,9 +332,10 @@ static void print_table(const int *threads, int nt, const double *gemm, double b
             double rate = shape_flops(s) / sec / 1e9;
             if (g_json)
                 fprintf(g_json,
-                        "{\"impl\": \"attnd\", \"shape\": [%d, %d, %d, %d], \"threads\": %d, "
+                        "{\"impl\": \"%s\", \"shape\": [%d, %d, %d, %d], \"threads\": %d, "
                         "\"ms\": %.4f}\n",
-                        s->B, s->L, s->E, s->H, threads[t], sec * 1e3);
+                        g_precision == ATTN_BF16 ? "attnd-bf16" : "attnd", s->B, s->L, s->E, s->H,
+                        threads[t], sec * 1e3);
             printf(" | %3s %4d %9.2f %8.1f %5.1f", "", runs, sec * 1e3, rate,
                    gemm[t] > 0 ? 100.0 * rate / gemm[t] : 0.0);
             fflush(stdout);
@@ -353,6 +359,8 @@ static void usage(void) {
             "              packed at load), openblas (OpenBLAS sgemm), or both\n"
             "  --clock     wall (default) or cpu: the process's CPU time, for one\n"
             "              thread on a machine shared with other work\n"
+            "  --precision fp32, bf16 (the bf16 kernels this CPU runs), or both\n"
+            "              (default: both when the CPU has bf16 kernels, else fp32)\n"
             "  --print threads|blas-core  print the default thread counts or the\n"
             "              OpenBLAS kernels the core loads, and exit\n"
             "  --json FILE append one JSON line per cell (bench/compare.py reads them)\n"
@@ -368,6 +376,9 @@ int main(int argc, char **argv) {
     int fused[2] = {1, 0}, nf = 1;                           /* settings of attn_set_fused to run */
     int owners[2] = {0, 1}, no = 1;                          /* settings of g_blas_owns to run */
     int projs[2] = {ATTN_PROJ_PACKED, ATTN_PROJ_OPENBLAS}, np = 1; /* attn_set_projections */
+    int bf16 = strcmp(attn_bf16_kernels(), "none") != 0;
+    attn_precision precs[2] = {ATTN_FP32, ATTN_BF16};
+    int npr = bf16 ? 2 : 1; /* precisions to run: fp32, and bf16 where the CPU has it */
     double budget = 1.5;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
@@ -431,6 +442,19 @@ int main(int argc, char **argv) {
                 usage();
                 return 2;
             }
+        } else if (strcmp(argv[i], "--precision") == 0 && i + 1 < argc) {
+            const char *v = argv[++i];
+            if (strcmp(v, "fp32") == 0) {
+                npr = 1;
+            } else if (strcmp(v, "bf16") == 0) {
+                precs[0] = ATTN_BF16;
+                npr = 1;
+            } else if (strcmp(v, "both") == 0) {
+                npr = 2;
+            } else {
+                usage();
+                return 2;
+            }
         } else if (strcmp(argv[i], "--print") == 0 && i + 1 < argc) {
             print_what = argv[++i]; /* for make bench's other benchmarks */
         } else if (strcmp(argv[i], "--json") == 0 && i + 1 < argc) {
@@ -464,8 +488,8 @@ int main(int argc, char **argv) {
     /* a fixed mmap threshold: big blocks come from and go back to the system,
      * so the memory rise of a forward is not hidden by reused heap pages */
     mallopt(M_MMAP_THRESHOLD, 128 * 1024);
-    printf("attnd core: self-attention, no attention matrix; OpenBLAS core %s\n",
-           attn_blas_corename());
+    printf("attnd core: self-attention, no attention matrix; OpenBLAS core %s; bf16 kernels %s\n",
+           attn_blas_corename(), attn_bf16_kernels());
     if (memory) {
         printf("memory of one forward, B=%d L=%d E=%d H=%d:\n", g_mem_shape.B, g_mem_shape.L,
                g_mem_shape.E, g_mem_shape.H);
@@ -488,21 +512,30 @@ int main(int argc, char **argv) {
         printf("  %d thread%s %.1f GFLOP/s", threads[t], threads[t] > 1 ? "s" : "", gemm[t]);
     }
     printf("\nFLOPs = 8*T*E^2 + 4*B*L^2*E; median ms over N runs; %% = share of sgemm's rate\n");
-    for (int pj = 0; pj < np; pj++)
-        for (int o = 0; o < no; o++)
-            for (int f = 0; f < nf; f++) {
-                g_blas_owns = owners[o];
-                attn_set_fused(fused[f]);
-                attn_set_projections(projs[pj]);
-                printf("projections %s, threads owned by %s, fused kernel %s:\n",
-                       projs[pj] == ATTN_PROJ_PACKED ? "on packed weights" : "with OpenBLAS",
-                       owners[o] ? "OpenBLAS (one core thread)" : "the core (OpenBLAS at one)",
-                       fused[f] ? "on" : "off");
-                print_table(threads, nt, gemm, budget);
-                if (g_json) { /* only the first (default) table goes to the comparison */
-                    fclose(g_json);
-                    g_json = NULL;
+    FILE *json = g_json;
+    for (int pr = 0; pr < npr; pr++)
+        for (int pj = 0; pj < np; pj++)
+            for (int o = 0; o < no; o++)
+                for (int f = 0; f < nf; f++) {
+                    g_precision = precs[pr];
+                    g_blas_owns = owners[o];
+                    attn_set_fused(fused[f]);
+                    attn_set_projections(projs[pj]);
+                    /* only the first (default) table of each precision goes to the comparison */
+                    g_json = pj == 0 && o == 0 && f == 0 ? json : NULL;
+                    if (g_precision == ATTN_BF16)
+                        printf("bf16 model (%s kernels), threads owned by %s:\n",
+                               attn_bf16_kernels(),
+                               owners[o] ? "OpenBLAS (one core thread)"
+                                         : "the core (OpenBLAS at one)");
+                    else
+                        printf(
+                            "projections %s, threads owned by %s, fused kernel %s:\n",
+                            projs[pj] == ATTN_PROJ_PACKED ? "on packed weights" : "with OpenBLAS",
+                            owners[o] ? "OpenBLAS (one core thread)" : "the core (OpenBLAS at one)",
+                            fused[f] ? "on" : "off");
+                    print_table(threads, nt, gemm, budget);
                 }
-            }
+    if (json) fclose(json);
     return 0;
 }
