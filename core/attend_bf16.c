@@ -118,11 +118,13 @@ static void weights(const attn_attend *a, const attn_seq_at *sa, int g, int i0, 
     const attn_seq *s = &sa->view;
     int R = a->H / a->G, D = a->D, S = s->S, n = (i1 - i0) * R;
     int jend = s->causal && S > i1 + sa->shift ? i1 + sa->shift : S; /* later keys: all hidden */
-    float *qw = scratch, *kt = qw + (size_t)n * D, *x = kt + (size_t)PAGE * D; /* (n,D) (D,32) (n,S) */
+    float *qw = scratch;              /* (n, D) the rows' rounded queries, widened */
+    float *kt = qw + (size_t)n * D;   /* (D, PAGE) one page's keys, widened */
+    float *x = kt + (size_t)PAGE * D; /* (n, S) scores, then weights */
     float qs = a->scale * ATTN_LOG2E, invH = 1.0f / (float)a->H;
     for (int r = 0; r < n; r++) {
-        const float *src = a->q + (sa->q0 + (size_t)(i0 + r / R)) * a->ldq +
-                           ((size_t)g * R + (size_t)(r % R)) * D;
+        const float *src =
+            a->q + (sa->q0 + (size_t)(i0 + r / R)) * a->ldq + ((size_t)g * R + (size_t)(r % R)) * D;
         for (int d = 0; d < D; d++) /* as the block rounds its queries */
             qw[(size_t)r * D + d] = attn_bf16_to_f32(attn_bf16_of(src[d] * qs));
     }
