@@ -16,14 +16,15 @@
  * q~ = bf16(q * scale * log2(e)) and the keys k~ of the pages,
  *   x_j = q~ . k~_j (fp32 sums of exact products, d in order) + the
  *         additive mask in log2 units,
- *   c   = ceil(max_j x_j),  p_j = 2^(x_j - c) (libm's exp2f),
- *   w_j = p_j / sum_j p_j   (fp32, j in order), 0 for a hidden key;
- * so they differ from the p_j / l of the block's output by fp32 rounding
- * alone (its 2^t is a polynomial, its sums in another order). A row's
+ *   c   = ceil(max_j x_j),  p_j = 2^(x_j - c) (the block's 2^t),
+ *   w_j = p_j / sum_j p_j   (fp32), 0 for a hidden key
+ * (attn_bf16_weights_row); so they differ from the p_j / l of the block's
+ * output by fp32 rounding alone (its scores and sums in other orders). A row's
  * numbers depend on its own query and keys only: never on the rows beside
  * it, its block or its thread. It does not project, rotate or pack (attn.c
  * does, before). Legend: see attn.h.
  */
+#include <immintrin.h>
 #include <math.h>
 #include <string.h>
 
@@ -77,36 +78,52 @@ static void widen_keys(float *kt, const attn_kv_bf16 *kv, int D, size_t p) {
         }
 }
 
-/* x (nk) = q (D) . kt's first nk keys: fp32 sums, d in order (each product
- * of two bf16 is exact, so a fused multiply-add gives the same bits). */
-static void scores_page(float *x, const float *q, const float *kt, int D, int nk) {
-    float acc[PAGE] = {0};
-    for (int d = 0; d < D; d++)
-        for (int t = 0; t < PAGE; t++)
-            acc[t] += q[d] * kt[(size_t)d * PAGE + t];
-    memcpy(x, acc, sizeof(float) * (size_t)nk);
+/* Scores of n rows against one page of keys: row r's x[r * ldx + t] =
+ * q[r] (D) . kt's key t for t < nk, fp32 sums with d in order (each product
+ * of two bf16 is exact, so a fused multiply-add rounds as an add does: the
+ * bits are those of the plain loop). AVX-512F: a model attends in bf16 only
+ * on a CPU with AVX512-BF16, which has it. Four rows at a time. */
+__attribute__((target("avx512f"))) static void scores_page(float *x, size_t ldx, const float *q,
+                                                           int n, const float *kt, int D, int nk) {
+    __mmask16 m0 = nk >= 16 ? 0xFFFF : (__mmask16)((1u << nk) - 1);
+    __mmask16 m1 = nk <= 16 ? 0 : nk >= 32 ? 0xFFFF : (__mmask16)((1u << (nk - 16)) - 1);
+    for (int r = 0; r < n; r += 4) {
+        int rn = n - r < 4 ? n - r : 4;
+        __m512 a[4][2];
+        for (int i = 0; i < 4; i++)
+            a[i][0] = a[i][1] = _mm512_setzero_ps();
+        for (int d = 0; d < D; d++) {
+            __m512 k0 = _mm512_loadu_ps(kt + (size_t)d * PAGE);
+            __m512 k1 = _mm512_loadu_ps(kt + (size_t)d * PAGE + 16);
+            for (int i = 0; i < rn; i++) {
+                __m512 qb = _mm512_set1_ps(q[(size_t)(r + i) * D + d]);
+                a[i][0] = _mm512_fmadd_ps(qb, k0, a[i][0]);
+                a[i][1] = _mm512_fmadd_ps(qb, k1, a[i][1]);
+            }
+        }
+        for (int i = 0; i < rn; i++) {
+            _mm512_mask_storeu_ps(x + (size_t)(r + i) * ldx, m0, a[i][0]);
+            _mm512_mask_storeu_ps(x + (size_t)(r + i) * ldx + 16, m1, a[i][1]);
+        }
+    }
 }
 
 /* Scores x (S) of the row at position pos (keys [0, jend) computed, those
- * past hidden) become its weights: masks, then the softmax of the file's
- * opening. */
+ * past hidden) become its weights: masks (the additive one in log2 units),
+ * then attn_bf16_weights_row. */
 static void weights_row(float *x, const attn_seq *s, int pos, int jend) {
     size_t m = (size_t)pos * s->S;
-    float mx = -INFINITY, l = 0.0f;
-    for (int j = 0; j < jend; j++) {
-        int hidden = (s->causal && j > pos) || (s->key_padding_mask && s->key_padding_mask[j]) ||
-                     (s->attn_mask_bool && s->attn_mask_bool[m + j]);
-        float add = s->attn_mask_add ? attn_bf16_mask_log2(s->attn_mask_add[m + j]) : 0.0f;
-        x[j] = hidden || add == -INFINITY ? -INFINITY : x[j] + add;
-        mx = fmaxf(mx, x[j]);
+    for (int j = 0; s->attn_mask_add && j < jend; j++) {
+        float add = attn_bf16_mask_log2(s->attn_mask_add[m + j]);
+        x[j] = add == -INFINITY ? -INFINITY : x[j] + add;
     }
-    float c = ceilf(mx);
-    for (int j = 0; j < jend; j++) {
-        x[j] = mx == -INFINITY || x[j] == -INFINITY ? 0.0f : exp2f(x[j] - c);
-        l += x[j];
-    }
-    for (int j = 0; j < jend; j++)
-        x[j] = l > 0 ? x[j] / l : 0.0f; /* every key hidden: 0 */
+    for (int j = 0; s->key_padding_mask && j < jend; j++)
+        if (s->key_padding_mask[j]) x[j] = -INFINITY;
+    for (int j = 0; s->attn_mask_bool && j < jend; j++)
+        if (s->attn_mask_bool[m + j]) x[j] = -INFINITY;
+    for (int j = pos + 1; s->causal && j < jend; j++)
+        x[j] = -INFINITY;
+    attn_bf16_weights_row(x, jend);
     memset(x + jend, 0, sizeof(float) * (size_t)(s->S - jend));
 }
 
@@ -131,9 +148,7 @@ static void weights(const attn_attend *a, const attn_seq_at *sa, int g, int i0, 
     attn_kv_bf16 kv = attn_kv_bf16_head(sa->kv16, a->G, D, g, S);
     for (int j0 = 0; j0 < jend; j0 += PAGE) {
         widen_keys(kt, &kv, D, (size_t)(j0 / PAGE));
-        for (int r = 0; r < n; r++)
-            scores_page(x + (size_t)r * S + j0, qw + (size_t)r * D, kt, D,
-                        jend - j0 < PAGE ? jend - j0 : PAGE);
+        scores_page(x + j0, (size_t)S, qw, n, kt, D, jend - j0 < PAGE ? jend - j0 : PAGE);
     }
     for (int r = 0; r < n; r++) {
         int i = i0 + r / R, h = g * R + r % R;

@@ -201,6 +201,11 @@ size_t attn_bf16_scratch_bytes(int D); /* one thread's scratch for one block */
  * ATTN_BF16_DMAX. */
 void attn_bf16_block(float *out, size_t ldo, const float *q, size_t ldq, const attn_kv_bf16 *kv,
                      const attn_seq *s, int i0, int Lb, int R, int D, float scale, void *scratch);
+/* One row's attention weights by the block's formula, in place: its scores
+ * x (n, log2 units, -inf where a key is hidden) become p_j / sum_j p_j with
+ * p_j = 2^(x_j - c), c = ceil(max_j x_j), the block's 2^t, sums in fp32;
+ * all zeros when every key is hidden. */
+void attn_bf16_weights_row(float *x, int n);
 /* The same, plainly: one row at a time, libm's exp2, no scratch. Both
  * take an even D up to ATTN_BF16_DMAX; kv may be at any alignment. */
 void attn_bf16_block_ref(float *out, size_t ldo, const float *q, size_t ldq, const attn_kv_bf16 *kv,

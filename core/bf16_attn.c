@@ -283,6 +283,11 @@ static void mask_row(float *x, const attn_seq *s, int pos, int j0, int nk, int n
         x[c] = HIDDEN;
 }
 
+/* The first n (>= 1) of 16 lanes. */
+static inline __mmask16 tail16(int n) {
+    return n >= 16 ? 0xFFFF : (__mmask16)((1u << n) - 1);
+}
+
 /* 2^t for t <= 0 (-FLT_MAX included: 0): t = n + f, |f| <= 1/2, 2^f = 1 + f P(f) with P a
  * least-squares fit of (2^f - 1) / f on Chebyshev nodes (relative error
  * 1.1e-7; 1.8e-7 evaluated in fp32), times 2^n by VSCALEFPS. */
@@ -483,6 +488,49 @@ void attn_bf16_block(float *out, size_t ldo, const float *q, size_t ldq, const a
     for (int p0 = 0; p0 < Lb; p0 += per)
         block_rows(out + (size_t)p0 * ldo, ldo, q + (size_t)p0 * ldq, ldq, kv, s, i0 + p0,
                    Lb - p0 < per ? Lb - p0 : per, R, D, scale, scratch);
+}
+
+/* ---- a row's attention weights ------------------------------------------------------ */
+
+BF16K static void weights_row_avx512(float *x, int n) {
+    const __m512 none = _mm512_set1_ps(-INFINITY);
+    __m512 mx = none, sum = _mm512_setzero_ps();
+    for (int j = 0; j < n; j += 16)
+        mx = _mm512_max_ps(mx, _mm512_mask_loadu_ps(none, tail16(n - j), x + j));
+    float m = _mm512_reduce_max_ps(mx);
+    if (m == -INFINITY) { /* every key hidden */
+        memset(x, 0, sizeof(float) * (size_t)n);
+        return;
+    }
+    __m512 neg = _mm512_set1_ps(-ceilf(m)), lo = _mm512_set1_ps(HIDDEN);
+    for (int j = 0; j < n; j += 16) {
+        __mmask16 k = tail16(n - j);
+        __m512 v = _mm512_mask_loadu_ps(none, k, x + j);
+        __m512 p = exp2_neg(_mm512_max_ps(_mm512_add_ps(v, neg), lo)); /* hidden: 0 */
+        sum = _mm512_add_ps(sum, p);
+        _mm512_mask_storeu_ps(x + j, k, p);
+    }
+    __m512 l = _mm512_set1_ps(_mm512_reduce_add_ps(sum));
+    for (int j = 0; j < n; j += 16) {
+        __mmask16 k = tail16(n - j);
+        _mm512_mask_storeu_ps(x + j, k, _mm512_div_ps(_mm512_maskz_loadu_ps(k, x + j), l));
+    }
+}
+
+void attn_bf16_weights_row(float *x, int n) {
+    if (attn_bf16_path() != ATTN_BF16_NONE) {
+        weights_row_avx512(x, n);
+        return;
+    }
+    float m = -INFINITY, l = 0.0f;
+    for (int j = 0; j < n; j++)
+        m = x[j] > m ? x[j] : m;
+    for (int j = 0; j < n; j++) {
+        x[j] = m == -INFINITY || x[j] == -INFINITY ? 0.0f : exp2f(x[j] - ceilf(m));
+        l += x[j];
+    }
+    for (int j = 0; j < n; j++)
+        x[j] = l > 0 ? x[j] / l : 0.0f;
 }
 
 /* ---- the reference ---------------------------------------------------------------- */
