@@ -64,6 +64,7 @@ typedef struct {
     double *freqs;      /* (rope.dim / 2) */
     size_t pages;       /* attn16: bf16 pages of whole sequences' keys and values */
     attn_bf16 *kv16;    /* attn16: (pages) of them */
+    attn_bf16 *a16;     /* BF16: the projections' inputs rounded (proj_run) */
 } fwd;
 
 static void plan(fwd *f, const attn_model *m, const attn_batch *b, size_t T, size_t U,
@@ -88,6 +89,13 @@ static void plan(fwd *f, const attn_model *m, const attn_batch *b, size_t T, siz
     }
     attn_attend_cut(&f->at, b, nthreads);
     f->need.kv16 = attn_kv_bf16_elems(f->pages * ATTN_KV_PAGE, G, D);
+    if (m->precision == ATTN_BF16) { /* inputs rounded once: query (key, value), then heads */
+        size_t in = proj_rounded_elems(T, hp->embed_dim);
+        if (b->key) in += proj_rounded_elems(U, hp->kdim);
+        if (b->value) in += proj_rounded_elems(U, hp->vdim);
+        size_t out = proj_rounded_elems(T, f->QW);
+        f->need.a16 = in > out ? in : out;
+    }
     f->need.tasks = attn_attend_tasks(&f->at, b, NULL);
     f->need.seqs = (size_t)b->B;
     f->need.freqs = (size_t)hp->rope.dim / 2;
@@ -144,7 +152,7 @@ static void project(fwd *f, attn_ctx *ctx, float *proj) {
     }
     f->at.q = proj;
     f->v = f->k + f->KW;
-    proj_run(attn_ctx_pool(ctx), attn_ctx_threads(ctx), parts, 3);
+    proj_run(attn_ctx_pool(ctx), attn_ctx_threads(ctx), parts, 3, f->a16);
 }
 
 /* Where each sequence's rows are: a whole sequence's keys in the
@@ -260,6 +268,7 @@ int attn_forward(attn_ctx *ctx, const attn_model *m, attn_batch *b, char *err, s
     f.seqs = ws.seqs;
     f.freqs = ws.freqs;
     f.kv16 = ws.kv16;
+    f.a16 = ws.a16;
     project(&f, ctx, ws.proj);
     place(&f);
     if (f.prep) {
@@ -274,7 +283,7 @@ int attn_forward(attn_ctx *ctx, const attn_model *m, attn_batch *b, char *err, s
     attn_pool_run(pool, (int)ntasks, attn_attend_task, &f.at);
     // heads (T,H*D) @ Wo^T (H*D,E) + bo -> out (T,E)
     proj_part out = proj_part_of(m, 3, b->out, m->hp.embed_dim, f.at.q, f.at.ldq, T);
-    proj_run(pool, attn_ctx_threads(ctx), &out, 1);
+    proj_run(pool, attn_ctx_threads(ctx), &out, 1, f.a16);
     return 0;
 }
 

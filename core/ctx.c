@@ -1,7 +1,8 @@
 /* ctx.c - the compute context: the threads a forward runs on (pool.c) and
  * the scratch it reuses from call to call (projections, per-thread tiles,
- * the task list, where each sequence's rows are, rotary frequencies, bf16
- * pages of keys and values for a model that attends in bf16), grown
+ * the task list, where each sequence's rows are, rotary frequencies, and
+ * for a bf16 model its rounded projection inputs and bf16 pages of keys and
+ * values), grown
  * to the largest forward seen and freed with the context. No math here;
  * attn.c plans a forward and asks for its scratch.
  */
@@ -28,6 +29,8 @@ struct attn_ctx {
     size_t freqs_cap;
     float *kv16; /* (kv16_cap) floats that hold bf16 pages, two elements a float */
     size_t kv16_cap;
+    float *a16; /* (a16_cap) floats that hold rounded projection inputs, the same way */
+    size_t a16_cap;
 };
 
 static int grow_floats(float **buf, size_t *cap, size_t need) {
@@ -76,6 +79,7 @@ void attn_ctx_free(attn_ctx *ctx) {
     free(ctx->seqs);
     free(ctx->freqs);
     free(ctx->kv16);
+    free(ctx->a16);
     free(ctx);
 }
 
@@ -121,7 +125,8 @@ static int grow_tiles(attn_ctx *ctx, size_t need) {
 int attn_ctx_reserve(attn_ctx *ctx, const attn_ws_size *need, attn_ws *ws) {
     if (grow_floats(&ctx->proj, &ctx->proj_cap, need->proj) < 0 ||
         grow_tiles(ctx, need->tile) < 0 ||
-        grow_floats(&ctx->kv16, &ctx->kv16_cap, (need->kv16 + 1) / 2) < 0)
+        grow_floats(&ctx->kv16, &ctx->kv16_cap, (need->kv16 + 1) / 2) < 0 ||
+        grow_floats(&ctx->a16, &ctx->a16_cap, (need->a16 + 1) / 2) < 0)
         return -1;
     attn_task *tasks = grow(ctx->tasks, &ctx->tasks_cap, need->tasks, sizeof *tasks);
     if (!tasks) return -1;
@@ -132,7 +137,8 @@ int attn_ctx_reserve(attn_ctx *ctx, const attn_ws_size *need, attn_ws *ws) {
     double *freqs = grow(ctx->freqs, &ctx->freqs_cap, need->freqs, sizeof *freqs);
     if (!freqs) return -1;
     ctx->freqs = freqs;
-    *ws = (attn_ws){ctx->proj, ctx->tile, tasks, seqs, freqs, (attn_bf16 *)ctx->kv16};
+    *ws = (attn_ws){
+        ctx->proj, ctx->tile, tasks, seqs, freqs, (attn_bf16 *)ctx->kv16, (attn_bf16 *)ctx->a16};
     return 0;
 }
 
@@ -140,5 +146,5 @@ size_t attn_ws_bytes(const attn_ws_size *need, int nthreads) {
     if (nthreads < 1) nthreads = 1;
     return sizeof(float) * (need->proj + (size_t)nthreads * need->tile) +
            sizeof(attn_task) * need->tasks + sizeof(attn_seq_at) * need->seqs +
-           sizeof(double) * need->freqs + sizeof(attn_bf16) * need->kv16;
+           sizeof(double) * need->freqs + sizeof(attn_bf16) * (need->kv16 + need->a16);
 }

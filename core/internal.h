@@ -102,6 +102,7 @@ typedef struct {
     size_t seqs;  /* sequences */
     size_t freqs; /* doubles: rotary frequencies */
     size_t kv16;  /* bf16 elements: whole sequences' keys and values in pages */
+    size_t a16;   /* bf16 elements: projection inputs rounded once (proj_run) */
 } attn_ws_size;
 typedef struct {
     float *proj;       /* (proj) */
@@ -110,6 +111,7 @@ typedef struct {
     attn_seq_at *seqs; /* (seqs) */
     double *freqs;     /* (freqs) */
     attn_bf16 *kv16;   /* (kv16) */
+    attn_bf16 *a16;    /* (a16) */
 } attn_ws;
 
 /* Grows ctx's scratch to need and says where it is. Returns 0, or -1 when
@@ -150,6 +152,8 @@ typedef struct {
     const float *W;               /* (N,K) the weights unpacked (ATTN_PROJ_OPENBLAS, fp32) */
     const float *A;               /* (M,K) inputs at row stride lda */
     size_t lda;
+    attn_bf16 *A16; /* bf16 parts: A rounded here by proj_run, zeros past K, stride ld16 */
+    size_t ld16;
     float *C; /* (M,N) outputs at row stride ldc */
     size_t ldc;
     size_t M;
@@ -159,8 +163,13 @@ typedef struct {
  * m->precision). */
 proj_part proj_part_of(const attn_model *m, int which, float *C, size_t ldc, const float *A,
                        size_t lda, size_t M);
-/* Runs the parts' tiles on pool, or on the calling thread when pool is NULL. */
-void proj_run(attn_pool *pool, int nthreads, const proj_part *parts, int nparts);
+/* bf16 elements of M rows of K inputs rounded for a bf16 part. */
+size_t proj_rounded_elems(size_t M, int K);
+/* Runs the parts' tiles on pool, or on the calling thread when pool is NULL.
+ * bf16 parts first have their inputs rounded into a16 (proj_rounded_elems
+ * of each distinct input, summed), which sets their A16; a16 is unused
+ * (may be NULL) for fp32 parts. */
+void proj_run(attn_pool *pool, int nthreads, proj_part *parts, int nparts, attn_bf16 *a16);
 /* The tiles proj_run cuts the parts into on nthreads threads: their count,
  * and each one's shape in tasks (loop `loop`) when tasks is not NULL. */
 size_t proj_describe(attn_plan_task *tasks, attn_loop_kind loop, int nthreads,

@@ -3,9 +3,11 @@
  * into tiles of rows x output columns, and every tile of every part is one
  * task, so the Q, K and V projections of a batch share one parallel loop.
  * Tiles run gemm_tile (gemm.c) on the weights packed at load, or for a
- * model that computes in bf16 gemm_bf16_tile (bf16_gemm.c) on its bf16
- * weights; a tile's shape never changes a bit of its outputs (gemm.c and
- * bf16.h say why).
+ * model that computes in bf16 gemm_bf16_tile_rounded (bf16_gemm.c) on its
+ * bf16 weights, each input rounded to bf16 once beforehand (one parallel
+ * loop over rows; Q, K and V of self-attention share the query's) rather
+ * than by every tile that reads it; a tile's shape never changes a bit of
+ * its outputs (gemm.c and bf16.h say why).
  *
  * attn_set_projections(ATTN_PROJ_OPENBLAS) runs the same tiles of an fp32
  * model through OpenBLAS on the unpacked weights instead: benchmarks
@@ -17,9 +19,10 @@
 #include "internal.h"
 
 enum {
-    ROWS = 192,    /* rows per tile at most */
-    MIN_ROWS = 24, /* rows per tile at least, when splitting for more tasks */
-    PANELS = 16,   /* output panels (16 columns each) per tile at most */
+    ROUND_ROWS = 64, /* rows per task of the rounding loop */
+    ROWS = 192,      /* rows per tile at most */
+    MIN_ROWS = 24,   /* rows per tile at least, when splitting for more tasks */
+    PANELS = 16,     /* output panels (16 columns each) per tile at most */
     TASKS_PER_THREAD = 3,
 };
 
@@ -105,8 +108,8 @@ static void proj_task(void *arg, int t, int tid) {
     tile_at(j, t, &i, &r0, &r1, &j0, &j1);
     const proj_part *p = &j->parts[i];
     if (p->pw16) {
-        gemm_bf16_tile(p->C + r0 * p->ldc, p->ldc, p->A + r0 * p->lda, p->lda, p->pw16, 0, r1 - r0,
-                       j0, j1);
+        gemm_bf16_tile_rounded(p->C + r0 * p->ldc, p->ldc, p->A16 + r0 * p->ld16, p->ld16, p->pw16,
+                               0, r1 - r0, j0, j1);
         return;
     }
     if (g_proj == ATTN_PROJ_OPENBLAS) {
@@ -120,11 +123,74 @@ static void proj_task(void *arg, int t, int tid) {
 proj_part proj_part_of(const attn_model *m, int which, float *C, size_t ldc, const float *A,
                        size_t lda, size_t M) {
     const float *W[4] = {m->q_w, m->k_w, m->v_w, m->out_w};
-    if (m->packed16) return (proj_part){NULL, &m->packed16[which], W[which], A, lda, C, ldc, M};
-    return (proj_part){&m->packed[which], NULL, W[which], A, lda, C, ldc, M};
+    return (proj_part){.pw = m->packed ? &m->packed[which] : NULL,
+                       .pw16 = m->packed16 ? &m->packed16[which] : NULL,
+                       .W = W[which],
+                       .A = A,
+                       .lda = lda,
+                       .C = C,
+                       .ldc = ldc,
+                       .M = M};
 }
 
-void proj_run(attn_pool *pool, int nthreads, const proj_part *parts, int nparts) {
+size_t proj_rounded_elems(size_t M, int K) {
+    return M * (size_t)((K + ATTN_BF16_KSTEP - 1) / ATTN_BF16_KSTEP * ATTN_BF16_KSTEP);
+}
+
+/* The inputs to round: the bf16 parts' distinct A, and where each goes. */
+typedef struct {
+    proj_part *parts[PROJ_PARTS]; /* the first part of each distinct input */
+    int n;
+    int first[PROJ_PARTS + 1]; /* first task of each; first[n] = all tasks */
+} round_job;
+
+/* Rows [r0, r0 + ROUND_ROWS) of input i: rounded, zeros past K. */
+static void round_task(void *arg, int t, int tid) {
+    (void)tid;
+    const round_job *j = arg;
+    int i = 0;
+    while (t >= j->first[i + 1])
+        i++;
+    const proj_part *p = j->parts[i];
+    size_t r0 = (size_t)(t - j->first[i]) * ROUND_ROWS, r1 = r0 + ROUND_ROWS;
+    int K = p->pw16->K;
+    for (size_t r = r0; r < r1 && r < p->M; r++) {
+        attn_bf16 *dst = p->A16 + r * p->ld16;
+        attn_bf16_round(dst, p->A + r * p->lda, (size_t)K);
+        memset(dst + K, 0, sizeof(attn_bf16) * (p->ld16 - (size_t)K));
+    }
+}
+
+/* bf16 parts: each distinct input rounded once into a16 (successive
+ * regions), the parts that read it pointed there. */
+static void round_inputs(attn_pool *pool, proj_part *parts, int nparts, attn_bf16 *a16) {
+    round_job j = {.n = 0};
+    for (int i = 0; i < nparts; i++) {
+        proj_part *p = &parts[i];
+        if (!p->pw16) continue;
+        int k = 0;
+        while (k < j.n && (j.parts[k]->A != p->A || j.parts[k]->lda != p->lda))
+            k++;
+        if (k < j.n) { /* read already by an earlier part */
+            p->A16 = j.parts[k]->A16;
+            p->ld16 = j.parts[k]->ld16;
+            continue;
+        }
+        p->ld16 = proj_rounded_elems(1, p->pw16->K);
+        p->A16 = a16;
+        a16 += proj_rounded_elems(p->M, p->pw16->K);
+        j.parts[j.n++] = p;
+    }
+    j.first[0] = 0;
+    for (int k = 0; k < j.n; k++)
+        j.first[k + 1] = j.first[k] + (int)((j.parts[k]->M + ROUND_ROWS - 1) / ROUND_ROWS);
+    if (j.n && pool) attn_pool_run(pool, j.first[j.n], round_task, &j);
+    for (int t = 0; j.n && !pool && t < j.first[j.n]; t++)
+        round_task(&j, t, 0);
+}
+
+void proj_run(attn_pool *pool, int nthreads, proj_part *parts, int nparts, attn_bf16 *a16) {
+    round_inputs(pool, parts, nparts, a16);
     proj_job j = {.parts = parts, .nparts = nparts};
     int n = plan_tiles(&j, pool ? nthreads : 1);
     if (!pool) {
