@@ -11,7 +11,8 @@
  *
  *   build/bench/bench_core [--threads 1,2,N] [--seconds 1.5] [--fused on|off|both]
  *                          [--owner core|blas|both] [--proj packed|openblas|both]
- *                          [--clock wall|cpu] [--precision fp32|bf16|both] [--no-memory]
+ *                          [--clock wall|cpu] [--precision fp32|bf16|both]
+ *                          [--bf16-kernels amx-bf16|avx512-bf16] [--no-memory]
  *
  * Never part of the tests: timings depend on the machine and its load.
  * bench/bench_torch.py prints the same table for torch.
@@ -361,6 +362,8 @@ static void usage(void) {
             "              thread on a machine shared with other work\n"
             "  --precision fp32, bf16 (the bf16 kernels this CPU runs), or both\n"
             "              (default: both when the CPU has bf16 kernels, else fp32)\n"
+            "  --bf16-kernels amx-bf16|avx512-bf16  cap the bf16 kernels (default: the\n"
+            "              best this CPU has), to compare them\n"
             "  --print threads|blas-core  print the default thread counts or the\n"
             "              OpenBLAS kernels the core loads, and exit\n"
             "  --json FILE append one JSON line per cell (bench/compare.py reads them)\n"
@@ -452,6 +455,11 @@ int main(int argc, char **argv) {
             } else if (strcmp(v, "both") == 0) {
                 npr = 2;
             } else {
+                usage();
+                return 2;
+            }
+        } else if (strcmp(argv[i], "--bf16-kernels") == 0 && i + 1 < argc) {
+            if (attn_set_bf16_kernels(argv[++i]) < 0) {
                 usage();
                 return 2;
             }
