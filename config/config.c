@@ -227,6 +227,10 @@ static const cfg_key config_keys[] = {
     CFG_WORD("workers", "pin_threads", attnd_pins, "auto", pin_threads, NULL, "ATTND_PIN_THREADS",
              "compute threads pinned one CPU each; auto = when the pool has every CPU of the "
              "affinity mask and no smaller cgroup quota"),
+    CFG_WORD("workers", "bf16_kernels", attnd_bf16_kernel_caps, "auto", bf16_kernels, NULL,
+             "ATTND_BF16_KERNELS",
+             "the bf16 kernels bf16 models may use: auto (the best the CPU has) or at most the "
+             "one named; none computes them in fp32"),
     CFG_INT("workers", "blas_threads", 1, 256, 0, blas_threads, "--blas-threads",
             "ATTND_BLAS_THREADS",
             "obsolete: the pool gets workers.threads x this (docs/config.md)"),
@@ -279,6 +283,9 @@ static const cfg_key model_keys[] = {
               ".safetensors file; relative to the config's folder"),
     MODEL_STR("prefix", 0, 1024, "", OPTIONAL, prefix, "prepended to every tensor name"),
     MODEL_WORD("layout", attnd_layouts, "torch", layout, "how the file names the tensors"),
+    MODEL_WORD("precision", attnd_precisions, "fp32", precision,
+               "what it computes in: fp32, or bf16 where the CPU has AVX512-BF16 or AMX-BF16 "
+               "(fp32 elsewhere, said at start-up; docs/performance.md)"),
     MODEL_OBJECT("tensors", K_ROLEMAP, "role -> tensor name, over the layout's names"),
 };
 #define N_MODEL_KEYS (int)countof(model_keys)
@@ -637,6 +644,7 @@ static void model_config_free(attnd_model_config *mc) {
     free(mc->weights);
     free(mc->prefix);
     free(mc->layout);
+    free(mc->precision);
     for (int r = 0; r < ROLE_COUNT; r++)
         free(mc->tensors[r]);
     memset(mc, 0, sizeof *mc);
@@ -664,6 +672,7 @@ void attnd_config_free(attnd_config *c) {
     free(c->host);
     free(c->api_key_env);
     free(c->log_format);
+    free(c->bf16_kernels);
     free(c->log_level);
     free(c->pin_threads);
     free(c->otlp_endpoint);
@@ -711,6 +720,16 @@ static int resolve_weights(attnd_model_config *mc, const char *dir, int check_fi
     return check_files ? weights_readable(mc, src, key, err, errlen) : 0;
 }
 
+/* A refusal of one of a model's keys names the model too, when its entry
+ * has a name: err's sentence ends " (model \"name\")." Returns -1. */
+static int in_model(const json_t *obj, char *err, size_t errlen) {
+    const char *name = json_string_value(json_object_get(obj, "name"));
+    size_t n = err ? strlen(err) : 0;
+    if (name && n > 0 && err[n - 1] == '.')
+        snprintf(err + n - 1, errlen - (n - 1), " (model \"%.64s\").", name);
+    return -1;
+}
+
 /* Reads one entry of "models" into mc (zeroed by the caller). */
 static int parse_model(attnd_model_config *mc, json_t *obj, int idx, const char *dir,
                        int check_files, const char *src, char *err, size_t errlen) {
@@ -731,7 +750,8 @@ static int parse_model(attnd_model_config *mc, json_t *obj, int idx, const char 
             i++;
         snprintf(key, sizeof key, "models[%d].%.100s", idx, name);
         if (i == N_MODEL_KEYS) return no_such_key(NULL, name, src, key, err, errlen);
-        if (store_json(mc, &model_keys[i], v, src, key, err, errlen) != 0) return -1;
+        if (store_json(mc, &model_keys[i], v, src, key, err, errlen) != 0)
+            return in_model(obj, err, errlen);
         given[i] = 1;
     }
     for (int i = 0; i < N_MODEL_KEYS; i++)

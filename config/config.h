@@ -47,6 +47,8 @@ typedef struct {
     int blas_threads;   /* obsolete; 0 = not given, else the pool gets worker_threads x this */
     char *pin_threads;  /* "auto" | "on" | "off": compute threads pinned one CPU each */
     int pin;            /* pin_threads resolved (server/base/cpus.c): 1 = pinned */
+    char *bf16_kernels; /* a word of attnd_bf16_kernel_caps: "auto" | "amx-bf16" |
+                           "avx512-bf16" | "none" (attn_set_bf16_kernels) */
     /* limits */
     int max_tokens_per_request;       /* query + key tokens -> 413 */
     long long max_attention_floats;   /* floats of a requested attention matrix -> 413 */

@@ -186,6 +186,9 @@ int attnd_model_check(attnd_model_config *mc, int idx, const char *src, char *er
     int E = hp->embed_dim, H = hp->num_heads, layout = ATTND_LAYOUT_TORCH;
     if (mc->layout) attnd_enum_value(&attnd_layouts, mc->layout, &layout); /* checked when read */
     layout_defaults(mc, layout);
+    int precision = ATTN_FP32;
+    if (mc->precision) attnd_enum_value(&attnd_precisions, mc->precision, &precision); /* too */
+    hp->precision = (attn_precision)precision;
     if (hp->kdim == 0) hp->kdim = E;
     if (hp->vdim == 0) hp->vdim = E;
     if (hp->head_dim == 0 && E % H != 0)

@@ -63,6 +63,20 @@ static const attnd_enum_row ROPE_SCALINGS[] = {
 };
 const attnd_enum attnd_rope_scalings = ATTND_ENUM(ROPE_SCALINGS);
 
+static const attnd_enum_row PRECISIONS[] = {
+    {"fp32", ATTN_FP32},
+    {"bf16", ATTN_BF16},
+};
+const attnd_enum attnd_precisions = ATTND_ENUM(PRECISIONS);
+
+static const attnd_enum_row BF16_KERNEL_CAPS[] = {
+    {"auto", 3},
+    {"amx-bf16", 2},
+    {"avx512-bf16", 1},
+    {"none", 0},
+};
+const attnd_enum attnd_bf16_kernel_caps = ATTND_ENUM(BF16_KERNEL_CAPS);
+
 static const attnd_enum_row LOG_FORMATS[] = {
     {"text", ATTND_LOG_TEXT},
     {"json", ATTND_LOG_JSON},

@@ -6,7 +6,7 @@
  * length of any table. Plain data and lookups: no I/O.
  *
  * The tables of the config's own words live here (layouts, rotary styles
- * and their scaling types, log formats and levels); a request's words
+ * and their scaling types, precisions, log formats and levels); a request's words
  * (attention modes, encodings) are server/body/job.h's, with the same type.
  */
 #ifndef ATTND_CONFIG_ENUMS_H
@@ -58,6 +58,13 @@ extern const attnd_enum attnd_layouts;
  * (ATTN_ROPE_SCALE_NONE has no word: no "scaling" object). */
 extern const attnd_enum attnd_rope_styles;
 extern const attnd_enum attnd_rope_scalings;
+
+/* A model's "precision" -> attn_precision (SPEC section 8). */
+extern const attnd_enum attnd_precisions;
+/* workers.bf16_kernels: the bf16 kernels bf16 models may use, by the core's
+ * names (attn_set_bf16_kernels); "auto" is the best the CPU has. The values
+ * only order them. */
+extern const attnd_enum attnd_bf16_kernel_caps;
 
 /* server.log_format and server.log_level (server/obs/log.c). */
 typedef enum { ATTND_LOG_TEXT = 0, ATTND_LOG_JSON } attnd_log_format;

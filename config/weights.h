@@ -37,6 +37,8 @@ typedef struct {
                                   the config's folder; NULL = embedded default weights */
     char *prefix;              /* prepended to every tensor name; "" by default */
     char *layout;              /* a word of attnd_layouts (enums.h); "torch" by default */
+    char *precision;           /* a word of attnd_precisions (enums.h), "fp32" by default;
+                                  attnd_model_check sets hp.precision from it */
     char *tensors[ROLE_COUNT]; /* explicit names from the "tensors" map (before prefix), or NULL */
     int max_positions;         /* rotary positions must stay below it; 0 = no limit */
 } attnd_model_config;

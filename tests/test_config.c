@@ -29,7 +29,7 @@ static char g_cfg[512];     /* g_dir/sub/c.json */
 static const char *const env_vars[] = {
     "ATTND_CONFIG",       "ATTND_HOST",         "ATTND_PORT",         "ATTND_WORKERS",
     "ATTND_HTTP_THREADS", "ATTND_BLAS_THREADS", "ATTND_CORS_ORIGINS", "ATTND_MAX_BATCH_REQUESTS",
-    "ATTND_LOG_FORMAT",   "ATTND_LOG_LEVEL",
+    "ATTND_LOG_FORMAT",   "ATTND_LOG_LEVEL",    "ATTND_BF16_KERNELS",
 };
 
 static void clear_env(void) {
@@ -198,6 +198,7 @@ START_TEST(usage_lists_everything) {
         "ATTND_CORS_ORIGINS",
         "ATTND_MAX_TOKENS_PER_REQUEST",
         "ATTND_MAX_ATTENTION_FLOATS",
+        "ATTND_BF16_KERNELS",
         "ATTND_API_KEY",
         "default",
     };
@@ -218,14 +219,15 @@ START_TEST(every_key_lands) {
         "\"cors_origins\":[\"http://a\",\"https://b.example\"]},"
         "\"batching\":{\"max_batch_tokens\":11,\"max_batch_requests\":1,"
         "\"max_queue_delay_us\":0,\"max_queue_requests\":13},"
-        "\"workers\":{\"threads\":4,\"blas_threads\":3},"
+        "\"workers\":{\"threads\":4,\"blas_threads\":3,\"bf16_kernels\":\"avx512-bf16\"},"
         "\"limits\":{\"max_tokens_per_request\":17,\"max_attention_floats\":4294967296,"
         "\"max_sessions\":5,\"max_session_bytes\":9000,\"max_session_bytes_each\":3000,"
         "\"session_idle_s\":2},"
         "\"models\":[{\"name\":\"enc.0\",\"embed_dim\":12,\"num_heads\":3,\"kdim\":8,"
         "\"vdim\":10,\"bias\":false,\"causal\":true,\"weights\":\"w.safetensors\","
         "\"prefix\":\"encoder.layers.3.self_attn.\",\"layout\":\"hf_proj\","
-        "\"tensors\":{\"out_weight\":\"o.w\",\"q_bias\":\"q.b\"}}," MODEL("second", 8, 8) "]}");
+        "\"tensors\":{\"out_weight\":\"o.w\",\"q_bias\":\"q.b\"},\"precision\":\"bf16\"}," MODEL(
+            "second", 8, 8) "]}");
     attnd_config c;
     ck_assert(attnd_config_defaults(&c) == 0);
     ck_assert_msg(attnd_config_load_file(&c, g_cfg, err, sizeof err) == 0, "%s", err);
@@ -245,6 +247,7 @@ START_TEST(every_key_lands) {
     ck_assert_int_eq(c.max_queue_requests, 13);
     ck_assert_int_eq(c.worker_threads, 4);
     ck_assert_int_eq(c.blas_threads, 3);
+    ck_assert_str_eq(c.bf16_kernels, "avx512-bf16");
     ck_assert_int_eq(c.max_tokens_per_request, 17);
     ck_assert(c.max_attention_floats == 4294967296LL);
     ck_assert_int_eq(c.max_sessions, 5);
@@ -266,9 +269,11 @@ START_TEST(every_key_lands) {
     ck_assert_str_eq(m->tensors[ROLE_OUT_WEIGHT], "o.w");
     ck_assert_str_eq(m->tensors[ROLE_Q_BIAS], "q.b");
     ck_assert(m->tensors[ROLE_K_WEIGHT] == NULL);
+    ck_assert_int_eq(m->hp.precision, ATTN_BF16);
     m = &c.models[1];
     ck_assert_str_eq(m->name, "second");
-    ck_assert_int_eq(m->hp.kdim, 8); /* kdim and vdim default to embed_dim */
+    ck_assert_int_eq(m->hp.precision, ATTN_FP32); /* the default */
+    ck_assert_int_eq(m->hp.kdim, 8);              /* kdim and vdim default to embed_dim */
     ck_assert_int_eq(m->hp.vdim, 8);
     ck_assert_int_eq(m->hp.bias, 1);
     ck_assert_int_eq(m->hp.causal, 0);
@@ -368,7 +373,9 @@ START_TEST(env_values) {
     setenv("ATTND_BLAS_THREADS", "4", 1);
     setenv("ATTND_MAX_BATCH_REQUESTS", "1", 1);
     setenv("ATTND_HTTP_THREADS", "3", 1);
+    setenv("ATTND_BF16_KERNELS", "none", 1);
     ck_assert_msg(from_args(&c, 1, argv, err, sizeof err) == 0, "%s", err);
+    ck_assert_str_eq(c.bf16_kernels, "none");
     ck_assert_int_eq(c.n_cors_origins, 2);
     ck_assert_str_eq(c.cors_origins[0], "http://a");
     ck_assert_str_eq(c.cors_origins[1], "https://b");
@@ -382,6 +389,12 @@ START_TEST(env_values) {
     ck_assert_msg(strstr(err, "ATTND_CORS_ORIGINS") && strstr(err, "server.cors_origins[1]"), "%s",
                   err);
     unsetenv("ATTND_CORS_ORIGINS");
+    setenv("ATTND_BF16_KERNELS", "fast", 1);
+    ck_assert(from_args(&c, 1, argv, err, sizeof err) == -1);
+    ck_assert_msg(strstr(err, "ATTND_BF16_KERNELS") && strstr(err, "workers.bf16_kernels") &&
+                      strstr(err, "\"avx512-bf16\""),
+                  "%s", err);
+    unsetenv("ATTND_BF16_KERNELS");
     setenv("ATTND_PORT", "80x", 1);
     ck_assert(from_args(&c, 1, argv, err, sizeof err) == -1);
     ck_assert_msg(strstr(err, "ATTND_PORT") && strstr(err, "server.port") &&
@@ -495,6 +508,18 @@ START_TEST(refuse_out_of_range) {
     expect_refused("{\"models\":[{\"name\":\"a\",\"embed_dim\":4,\"num_heads\":2,"
                    "\"weights\":\"w.safetensors\",\"layout\":\"gpt2\"}]}",
                    "models[0].layout", "must be \"torch\", \"bert\", \"hf_proj\" or \"llama\"");
+    /* an unknown precision names the model and the words allowed */
+    expect_refused("{\"models\":[{\"name\":\"enc\",\"embed_dim\":4,\"num_heads\":2,"
+                   "\"weights\":\"w.safetensors\",\"precision\":\"fp16\"}]}",
+                   "models[0].precision", "must be \"fp32\" or \"bf16\" (model \"enc\")");
+    expect_refused("{\"models\":[{\"precision\":\"BF16\",\"name\":\"dec\",\"embed_dim\":4,"
+                   "\"num_heads\":2,\"weights\":\"w.safetensors\"}]}",
+                   "\"BF16\" must be \"fp32\" or \"bf16\"", "(model \"dec\")");
+    expect_refused("{\"models\":[{\"name\":\"a\",\"embed_dim\":4,\"num_heads\":2,"
+                   "\"weights\":\"w.safetensors\",\"precision\":16}]}",
+                   "models[0].precision", "must be a string");
+    expect_refused("{\"workers\":{\"bf16_kernels\":\"amx\"}}", "workers.bf16_kernels",
+                   "must be \"auto\", \"amx-bf16\", \"avx512-bf16\" or \"none\"");
 }
 END_TEST
 
