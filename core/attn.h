@@ -179,11 +179,14 @@ typedef struct {
     float *kv;  /* (cached+L, 2*G*D), caller-owned */
     int cached; /* tokens already in kv, >= 0 */
     /* The same cache for a model with attn16: instead of kv, the tokens'
-     * rotated keys and values in bf16, in pages of 32 tokens (core/bf16.h),
+     * rotated keys and values in bf16, in pages of ATTN_KV16_PAGE tokens
+     * (the layout of core/bf16.h),
      * attn_kv_bytes(m, cached + L) bytes; a page's slots past its last
      * token hold zeros (a cache zeroes each page before its first token). */
     uint16_t *kv16; /* caller-owned, or NULL */
 } attn_seq;
+
+enum { ATTN_KV16_PAGE = 32 }; /* tokens per page of a bf16 cache (attn_seq.kv16) */
 
 /* Bytes of a cache of `tokens` tokens of model m (attn_seq.kv or .kv16):
  * tokens * 2*G*D floats, or for a model with attn16 whole pages of 32
@@ -316,6 +319,9 @@ int attn_set_projections(int mode);
  * "avx512-bf16" (AVX512-BF16), or "none": this CPU has neither, and BF16
  * models compute in fp32 (core/bf16.h). */
 const char *attn_bf16_kernels(void);
+/* The best bf16 kernels this CPU has, whatever attn_set_bf16_kernels caps:
+ * the same names. */
+const char *attn_bf16_cpu_kernels(void);
 /* Caps the bf16 kernels at one of those names ("auto" or NULL: the best
  * this CPU has), to compare them or to run as on a CPU without them; a name
  * above what the CPU has runs as the CPU's best. Call before models are

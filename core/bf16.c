@@ -80,6 +80,10 @@ const char *attn_bf16_kernels(void) {
     return attn_bf16_name(attn_bf16_path());
 }
 
+const char *attn_bf16_cpu_kernels(void) {
+    return attn_bf16_name(attn_bf16_level());
+}
+
 int attn_set_bf16_kernels(const char *name) {
     if (!name || strcmp(name, "auto") == 0) {
         attn_bf16_force(-1);

@@ -128,7 +128,7 @@ void gemm_bf16_ref(float *C, size_t ldc, const float *A, size_t lda, const attn_
  * attn_kv_bf16_pack. Memory: 4 G D bytes a token (half of fp32), counted
  * in whole pages. Grouped-query heads share a head's pages (attn_bf16_block
  * takes the R query heads of a group together). */
-enum { ATTN_KV_PAGE = 32 };
+enum { ATTN_KV_PAGE = ATTN_KV16_PAGE };
 
 /* bf16 elements of a cache of `tokens` tokens (whole pages). */
 size_t attn_kv_bf16_elems(size_t tokens, int G, int D);

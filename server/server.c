@@ -39,9 +39,33 @@ struct attnd_server {
     attnd_http http;  /* libmicrohttpd and the routes */
 };
 
+/* For a model that asks for bf16, one line: the kernels it computes with,
+ * or why it computes in fp32. */
+static void log_precision(const attnd_model_config *mc, const attn_model *m) {
+    if (m->hp.precision != ATTN_BF16) return;
+    if (m->precision == ATTN_BF16)
+        attnd_log(LOG_INFO, "model %s: precision bf16 on %s kernels, attention in %s%s", mc->name,
+                  attn_bf16_kernels(), m->attn16 ? "bf16" : "fp32",
+                  m->attn16 ? "" : " (its head width has no bf16 attention kernel)");
+    else if (strcmp(attn_bf16_cpu_kernels(), "none") == 0)
+        attnd_log(LOG_WARN,
+                  "model %s: precision bf16 asked for, but this CPU has neither AVX512-BF16 nor "
+                  "AMX-BF16: it computes in fp32",
+                  mc->name);
+    else
+        attnd_log(LOG_WARN,
+                  "model %s: precision bf16 asked for, but workers.bf16_kernels is \"none\": it "
+                  "computes in fp32",
+                  mc->name);
+}
+
 /* Loads every model of the config, logging each. */
 static int load_models(attnd_server *s, char *err, size_t errlen) {
     const attnd_config *c = s->cfg;
+    if (attn_set_bf16_kernels(c->bf16_kernels) < 0) { /* a word of the config's table */
+        snprintf(err, errlen, "unknown bf16 kernels \"%s\"", c->bf16_kernels);
+        return -1;
+    }
     s->n_models = c->n_models; /* zeroed models are safe to free */
     s->models = calloc((size_t)c->n_models, sizeof(attn_model));
     s->info = calloc((size_t)c->n_models, sizeof(attnd_model_info));
@@ -53,15 +77,20 @@ static int load_models(attnd_server *s, char *err, size_t errlen) {
     for (int i = 0; i < c->n_models; i++) {
         const attnd_model_config *mc = &c->models[i];
         if (attnd_model_load(&s->models[i], mc, err, errlen) < 0) return -1;
-        const attn_hparams *hp = &s->models[i].hp;
-        attnd_weights_fingerprint(&s->models[i], s->fingerprints[i]); /* for state files */
-        s->info[i] = (attnd_model_info){mc->name, *hp, mc->max_positions, s->fingerprints[i]};
-        attnd_log(
-            LOG_INFO,
-            "model %s: embed_dim=%d num_heads=%d kdim=%d vdim=%d bias=%s causal=%s weights=%s",
-            mc->name, hp->embed_dim, hp->num_heads, hp->kdim, hp->vdim, hp->bias ? "true" : "false",
-            hp->causal ? "true" : "false",
-            mc->weights ? mc->weights : "embedded default (fixed seed)");
+        const attn_model *m = &s->models[i];
+        const attn_hparams *hp = &m->hp;
+        attnd_weights_fingerprint(m, s->fingerprints[i]); /* for state files */
+        s->info[i] =
+            (attnd_model_info){mc->name,     *hp,       mc->max_positions,  s->fingerprints[i],
+                               m->precision, m->attn16, attn_model_bytes(m)};
+        attnd_log(LOG_INFO,
+                  "model %s: embed_dim=%d num_heads=%d kdim=%d vdim=%d bias=%s causal=%s "
+                  "precision=%s weights=%s (%zu bytes)",
+                  mc->name, hp->embed_dim, hp->num_heads, hp->kdim, hp->vdim,
+                  hp->bias ? "true" : "false", hp->causal ? "true" : "false",
+                  attnd_enum_name(&attnd_precisions, hp->precision),
+                  mc->weights ? mc->weights : "embedded default (fixed seed)", attn_model_bytes(m));
+        log_precision(mc, m);
     }
     s->env =
         (attnd_parse_env){s->info, s->n_models, c->max_tokens_per_request, c->max_attention_floats};

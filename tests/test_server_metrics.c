@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../core/attn.h" /* ATTN_FP32, ATTN_BF16 */
 #include "../server/obs/metrics.h"
 #include "../server/obs/prom.h"
 #include "check_run.h"
@@ -114,18 +115,23 @@ static double value_of(const parsed *p, const char *name, const char *labels) {
     return NAN;
 }
 
-/* A histogram's buckets: ascending bounds, cumulative counts, +Inf last
- * and equal to _count. Returns the number of buckets. */
-static int check_histogram(const parsed *p, const char *name) {
-    char bucket[128], count[128];
+/* A histogram's series with labels `with` ("" for none, else e.g.
+ * precision="fp32"): ascending bounds, cumulative counts, +Inf last and
+ * equal to _count. Returns the number of buckets. */
+static int check_series(const parsed *p, const char *name, const char *with) {
+    char bucket[128], count[128], prefix[128];
     snprintf(bucket, sizeof bucket, "%s_bucket", name);
     snprintf(count, sizeof count, "%s_count", name);
+    snprintf(prefix, sizeof prefix, "%s%sle=\"", with, *with ? "," : "");
     double last_le = -INFINITY, last = 0;
     int nb = 0, inf = 0;
     for (int i = 0; i < p->n; i++) {
-        if (strcmp(p->s[i].name, bucket) != 0) continue;
+        if (strcmp(p->s[i].name, bucket) != 0 ||
+            strncmp(p->s[i].labels, prefix, strlen(prefix)) != 0)
+            continue;
+        const char *at = p->s[i].labels + strlen(prefix);
         ck_assert_msg(!inf, "%s: a bucket after +Inf", name);
-        double le = strstr(p->s[i].labels, "+Inf") ? INFINITY : strtod(p->s[i].labels + 4, NULL);
+        double le = strncmp(at, "+Inf", 4) == 0 ? INFINITY : strtod(at, NULL);
         inf = isinf(le);
         ck_assert_msg(le > last_le, "%s: bounds not ascending", name);
         ck_assert_msg(p->s[i].value >= last, "%s: buckets not cumulative", name);
@@ -133,12 +139,16 @@ static int check_histogram(const parsed *p, const char *name) {
         last = p->s[i].value;
         nb++;
     }
-    ck_assert_msg(inf, "%s: no +Inf bucket", name);
-    ck_assert(last == value_of(p, count, ""));
+    ck_assert_msg(inf, "%s{%s}: no +Inf bucket", name, with);
+    ck_assert(last == value_of(p, count, with));
     char sum[128];
     snprintf(sum, sizeof sum, "%s_sum", name);
-    (void)value_of(p, sum, "");
+    (void)value_of(p, sum, with);
     return nb;
+}
+
+static int check_histogram(const parsed *p, const char *name) {
+    return check_series(p, name, "");
 }
 
 static const char *const LABELS[] = {"/v1/attention", "/v2/models/:name/infer", "unknown"};
@@ -154,6 +164,9 @@ START_TEST(test_metrics_parse_back) {
     attnd_metrics_reject(&m, AERR_QUEUE_FULL);
     attnd_metrics_reject(&m, AERR_TIMEOUT);
     attnd_metrics_disconnect(&m);
+    attnd_hist_observe(&m.compute_seconds[ATTN_FP32], 300);
+    attnd_hist_observe(&m.compute_seconds[ATTN_FP32], 40000);
+    attnd_hist_observe(&m.compute_seconds[ATTN_BF16], 2000);
     attnd_hist_observe(&m.batch_size, 3);
     attnd_hist_observe(&m.batch_size, 1000); /* past every bound */
     attnd_sbuf b;
@@ -179,7 +192,14 @@ START_TEST(test_metrics_parse_back) {
     ck_assert(value_of(&p, "attnd_batch_size_bucket", "le=\"4\"") == 1);
     ck_assert(value_of(&p, "attnd_batch_size_bucket", "le=\"+Inf\"") == 2);
     check_histogram(&p, "attnd_queue_seconds");
-    check_histogram(&p, "attnd_compute_seconds");
+    /* compute by precision: both series, each observation in its own */
+    ck_assert_int_eq(check_series(&p, "attnd_compute_seconds", "precision=\"fp32\""), 17);
+    ck_assert_int_eq(check_series(&p, "attnd_compute_seconds", "precision=\"bf16\""), 17);
+    ck_assert(value_of(&p, "attnd_compute_seconds_count", "precision=\"fp32\"") == 2);
+    ck_assert(value_of(&p, "attnd_compute_seconds_count", "precision=\"bf16\"") == 1);
+    ck_assert(value_of(&p, "attnd_compute_seconds_bucket", "precision=\"bf16\",le=\"0.001\"") == 0);
+    ck_assert(value_of(&p, "attnd_compute_seconds_bucket", "precision=\"bf16\",le=\"0.0025\"") ==
+              1);
     check_histogram(&p, "attnd_batch_tokens");
     ck_assert(value_of(&p, "attnd_queue_depth", "model=\"default\"") == 7);
     ck_assert(value_of(&p, "attnd_queue_depth", "model=\"enc.1\"") == 0);

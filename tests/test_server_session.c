@@ -1,7 +1,8 @@
 /* test_server_session.c - the KV-cache session table (server/batch/session.c):
  * ids, steps that append and roll back, one step at a time per session,
  * deletion (also during a step), the idle timeout, the per-session and
- * total memory budgets with their statuses and Retry-After, the counters,
+ * total memory budgets with their statuses and Retry-After, caches of whole
+ * zeroed pages (bf16 models) counted in real bytes, the counters,
  * and many threads at once. Time is passed in, so nothing sleeps, except
  * the reaper's test, which waits for its thread on a clock it moves.
  */
@@ -18,6 +19,7 @@
 #include "check_run.h"
 
 enum { ROW = 4 }; /* floats per token in these tests: 16 bytes */
+static const attnd_cache_shape ROWS = {ROW * sizeof(float), 1}; /* rows of floats (fp32) */
 
 static attnd_sessions *table(int max_sessions, long long max_bytes, long long each, int idle) {
     attnd_session_limits lim = {max_sessions, max_bytes, each, idle};
@@ -34,15 +36,19 @@ static attnd_session_stats stats(attnd_sessions *st) {
 
 /* Writes token t's row as t, t+0.25, ... */
 static void fill(attnd_session_step *p) {
+    float *kv = p->kv;
+    size_t row = p->shape.row_bytes / sizeof(float);
     for (int t = p->len; t < p->len + p->add; t++)
-        for (size_t c = 0; c < p->row_floats; c++)
-            p->kv[(size_t)t * p->row_floats + c] = (float)t + 0.25f * (float)c;
+        for (size_t c = 0; c < row; c++)
+            kv[(size_t)t * row + c] = (float)t + 0.25f * (float)c;
 }
 
 static void check_rows(const attnd_session_step *p) {
+    const float *kv = p->kv;
+    size_t row = p->shape.row_bytes / sizeof(float);
     for (int t = 0; t < p->len; t++)
-        for (size_t c = 0; c < p->row_floats; c++)
-            ck_assert_msg(p->kv[(size_t)t * p->row_floats + c] == (float)t + 0.25f * (float)c,
+        for (size_t c = 0; c < row; c++)
+            ck_assert_msg(kv[(size_t)t * row + c] == (float)t + 0.25f * (float)c,
                           "row %d col %zu lost", t, c);
 }
 
@@ -50,7 +56,7 @@ static void check_rows(const attnd_session_step *p) {
 static void open_n(attnd_sessions *st, int n, double now, char id[ATTND_SESSION_ID_LEN + 1]) {
     attnd_session_step p;
     int retry = 0;
-    ck_assert_int_eq(attnd_session_open(st, 0, ROW, n, 1 << 20, now, NULL, id, &p, &retry),
+    ck_assert_int_eq(attnd_session_open(st, 0, &ROWS, n, 1 << 20, now, NULL, id, &p, &retry),
                      SESS_OK);
     fill(&p);
     attnd_session_end(st, &p, 1, now);
@@ -61,14 +67,15 @@ START_TEST(test_open_step_end) {
     char a[ATTND_SESSION_ID_LEN + 1], b[ATTND_SESSION_ID_LEN + 1];
     attnd_session_step p;
     int retry = 0;
-    ck_assert_int_eq(attnd_session_open(st, 3, ROW, 5, 1000, 0, NULL, a, &p, &retry), SESS_OK);
+    ck_assert_int_eq(attnd_session_open(st, 3, &ROWS, 5, 1000, 0, NULL, a, &p, &retry), SESS_OK);
     ck_assert_uint_eq(strlen(a), ATTND_SESSION_ID_LEN);
     for (const char *c = a; *c; c++)
         ck_assert(isxdigit((unsigned char)*c) && !isupper((unsigned char)*c));
     ck_assert_int_eq(p.model, 3);
     ck_assert_int_eq(p.len, 0);
     ck_assert_int_eq(p.add, 5);
-    ck_assert_uint_eq(p.row_floats, ROW);
+    ck_assert_uint_eq(p.shape.row_bytes, ROW * sizeof(float));
+    ck_assert_int_eq(p.shape.page, 1);
     fill(&p);
     attnd_session_end(st, &p, 1, 1);
     ck_assert_int_eq(attnd_session_model(st, a, 1), 3);
@@ -107,7 +114,8 @@ START_TEST(test_failed_open_leaves_nothing) {
     attnd_session_step p;
     int retry = 0;
     for (int i = 0; i < 3; i++) { /* one slot: each must give it back */
-        ck_assert_int_eq(attnd_session_open(st, 0, ROW, 5, 1000, i, NULL, a, &p, &retry), SESS_OK);
+        ck_assert_int_eq(attnd_session_open(st, 0, &ROWS, 5, 1000, i, NULL, a, &p, &retry),
+                         SESS_OK);
         ck_assert_int_eq(p.opening, 1);
         fill(&p);
         attnd_session_end(st, &p, 0, i);
@@ -126,7 +134,7 @@ START_TEST(test_failed_open_leaves_nothing) {
     ck_assert_int_eq(stats(st).tokens, 3);
     /* deleted during its opening step: freed once, at the end */
     ck_assert_int_eq(attnd_session_delete(st, b, 7), SESS_OK);
-    ck_assert_int_eq(attnd_session_open(st, 0, ROW, 2, 1000, 8, NULL, a, &p, &retry), SESS_OK);
+    ck_assert_int_eq(attnd_session_open(st, 0, &ROWS, 2, 1000, 8, NULL, a, &p, &retry), SESS_OK);
     ck_assert_int_eq(attnd_session_delete(st, a, 8), SESS_OK);
     attnd_session_end(st, &p, 0, 8);
     ck_assert_int_eq(stats(st).sessions, 0);
@@ -143,10 +151,10 @@ START_TEST(test_proposed_id) {
     char id[ATTND_SESSION_ID_LEN + 1];
     attnd_session_step p;
     int retry = 0;
-    ck_assert_int_eq(attnd_session_open(st, 0, ROW, 1, 100, 0, want, id, &p, &retry), SESS_OK);
+    ck_assert_int_eq(attnd_session_open(st, 0, &ROWS, 1, 100, 0, want, id, &p, &retry), SESS_OK);
     ck_assert_str_eq(id, want);
     attnd_session_end(st, &p, 1, 0);
-    ck_assert_int_eq(attnd_session_open(st, 0, ROW, 1, 100, 0, want, id, &p, &retry),
+    ck_assert_int_eq(attnd_session_open(st, 0, &ROWS, 1, 100, 0, want, id, &p, &retry),
                      SESS_ID_TAKEN);
     const char *bad[] = {"0123456789ABCDEF0123456789abcdef",
                          "0123456789abcdef",
@@ -156,13 +164,13 @@ START_TEST(test_proposed_id) {
                          "abababababababababababababababab",
                          "01234012340123401234012340123401"};
     for (int i = 0; i < 7; i++)
-        ck_assert_int_eq(attnd_session_open(st, 0, ROW, 1, 100, 0, bad[i], id, &p, &retry),
+        ck_assert_int_eq(attnd_session_open(st, 0, &ROWS, 1, 100, 0, bad[i], id, &p, &retry),
                          SESS_BAD_ID);
     /* six different digits pass: a random id has fewer once in 3e12 */
     ck_assert_int_eq(attnd_session_id_ok("01234501234501234501234501234501"), 1);
     ck_assert_int_eq(attnd_session_id_ok("0123401234012340123401234012340a"), 1);
     /* once it timed out, the id may be opened again */
-    ck_assert_int_eq(attnd_session_open(st, 0, ROW, 1, 100, 61, want, id, &p, &retry), SESS_OK);
+    ck_assert_int_eq(attnd_session_open(st, 0, &ROWS, 1, 100, 61, want, id, &p, &retry), SESS_OK);
     attnd_session_end(st, &p, 1, 61);
     ck_assert_int_eq(stats(st).sessions, 1);
     attnd_sessions_free(st);
@@ -174,7 +182,7 @@ START_TEST(test_one_step_at_a_time) {
     char a[ATTND_SESSION_ID_LEN + 1];
     attnd_session_step p, q;
     int retry = 0;
-    ck_assert_int_eq(attnd_session_open(st, 0, ROW, 2, 100, 0, NULL, a, &p, &retry), SESS_OK);
+    ck_assert_int_eq(attnd_session_open(st, 0, &ROWS, 2, 100, 0, NULL, a, &p, &retry), SESS_OK);
     ck_assert_int_eq(attnd_session_begin(st, a, 1, 0, &q, &retry), SESS_BUSY);
     fill(&p);
     attnd_session_end(st, &p, 1, 0);
@@ -315,7 +323,7 @@ START_TEST(test_per_session_limits) {
     char a[ATTND_SESSION_ID_LEN + 1], b[ATTND_SESSION_ID_LEN + 1];
     attnd_session_step p;
     int retry = 0;
-    ck_assert_int_eq(attnd_session_open(st, 0, ROW, 11, 1000, 0, NULL, a, &p, &retry),
+    ck_assert_int_eq(attnd_session_open(st, 0, &ROWS, 11, 1000, 0, NULL, a, &p, &retry),
                      SESS_TOO_BIG);
     says(SESS_TOO_BIG, &p,
          (const char *[]){"limits.max_session_bytes_each: ", "the prefix ", " 11 tokens",
@@ -329,7 +337,7 @@ START_TEST(test_per_session_limits) {
     attnd_session_end(st, &p, 1, 0);
     ck_assert_int_eq(stats(st).bytes, 160); /* doubling stops at the limit */
     /* max_len: the model's max_positions */
-    ck_assert_int_eq(attnd_session_open(st, 0, ROW, 3, 4, 0, NULL, b, &p, &retry), SESS_OK);
+    ck_assert_int_eq(attnd_session_open(st, 0, &ROWS, 3, 4, 0, NULL, b, &p, &retry), SESS_OK);
     attnd_session_end(st, &p, 1, 0);
     ck_assert_int_eq(attnd_session_begin(st, b, 2, 0, &p, &retry), SESS_TOO_LONG);
     says(SESS_TOO_LONG, &p,
@@ -353,7 +361,7 @@ START_TEST(test_total_budget) {
     open_n(st, 6, 10, b);
     ck_assert_int_eq(stats(st).bytes, 18 * 16);
     /* a new session over the total: refused, retry when a expires (t=30) */
-    ck_assert_int_eq(attnd_session_open(st, 0, ROW, 4, 100, 12, NULL, c, &p, &retry), SESS_FULL);
+    ck_assert_int_eq(attnd_session_open(st, 0, &ROWS, 4, 100, 12, NULL, c, &p, &retry), SESS_FULL);
     ck_assert_int_eq(retry, 18);
     says(SESS_FULL, &p,
          (const char *[]){"limits.max_session_bytes: the prefix needs a cache of 64 bytes (4 "
@@ -367,13 +375,53 @@ START_TEST(test_total_budget) {
     attnd_session_end(st, &p, 1, 12);
     ck_assert_int_eq(stats(st).bytes, 320);
     /* once a has timed out, its room is taken back for a new session */
-    ck_assert_int_eq(attnd_session_open(st, 0, ROW, 4, 100, 31, NULL, c, &p, &retry), SESS_OK);
+    ck_assert_int_eq(attnd_session_open(st, 0, &ROWS, 4, 100, 31, NULL, c, &p, &retry), SESS_OK);
     attnd_session_end(st, &p, 1, 31);
     attnd_session_stats s = stats(st);
     ck_assert_int_eq(s.refused_full, 2);
     ck_assert_int_eq(s.expired, 1);
     ck_assert_int_eq(s.sessions, 2);
     ck_assert_int_eq(s.tokens, 12);
+    attnd_sessions_free(st);
+}
+END_TEST
+
+/* A cache of pages (a bf16 model's: 32 tokens a page): the budgets count
+ * whole pages, the cache grows by whole pages, and every new page holds
+ * zeros, whatever the steps wrote before it. */
+START_TEST(test_paged_cache) {
+    /* 8 bytes a token, 256 a page: one session may hold 2 pages, all 3 */
+    const attnd_cache_shape pages = {8, 32};
+    attnd_sessions *st = table(8, 768, 512, 60);
+    char a[ATTND_SESSION_ID_LEN + 1], b[ATTND_SESSION_ID_LEN + 1];
+    attnd_session_step p;
+    int retry = 0;
+    ck_assert_int_eq(attnd_session_open(st, 0, &pages, 65, 1000, 0, NULL, a, &p, &retry),
+                     SESS_TOO_BIG); /* 65 tokens take 3 pages */
+    ck_assert_int_eq(attnd_session_open(st, 0, &pages, 5, 1000, 0, NULL, a, &p, &retry), SESS_OK);
+    ck_assert_int_eq(p.shape.page, 32);
+    ck_assert_int_eq(stats(st).bytes, 256); /* one whole page for 5 tokens */
+    for (size_t i = 0; i < 256; i++)        /* zeroed, then the step writes its slots */
+        ck_assert_int_eq(((unsigned char *)p.kv)[i], 0);
+    memset(p.kv, 0xAB, 5 * 8);
+    attnd_session_end(st, &p, 1, 0);
+    ck_assert_int_eq(attnd_session_begin(st, a, 27, 1, &p, &retry), SESS_OK); /* fits the page */
+    ck_assert_int_eq(stats(st).bytes, 256);
+    memset((char *)p.kv + 5 * 8, 0xCD, 27 * 8);
+    attnd_session_end(st, &p, 1, 1);
+    ck_assert_int_eq(attnd_session_begin(st, a, 1, 2, &p, &retry), SESS_OK); /* a second page */
+    ck_assert_int_eq(stats(st).bytes, 512);
+    for (size_t i = 256; i < 512; i++)
+        ck_assert_int_eq(((unsigned char *)p.kv)[i], 0);
+    ck_assert_int_eq(((unsigned char *)p.kv)[255], 0xCD); /* the first page kept */
+    attnd_session_end(st, &p, 1, 2);
+    ck_assert_int_eq(attnd_session_begin(st, a, 32, 3, &p, &retry), SESS_TOO_BIG);
+    /* another session: its page fits the total, a second one does not */
+    ck_assert_int_eq(attnd_session_open(st, 0, &pages, 1, 1000, 4, NULL, b, &p, &retry), SESS_OK);
+    attnd_session_end(st, &p, 1, 4);
+    ck_assert_int_eq(stats(st).bytes, 768);
+    ck_assert_int_eq(attnd_session_begin(st, b, 32, 5, &p, &retry), SESS_FULL);
+    ck_assert_int_eq(stats(st).tokens, 34);
     attnd_sessions_free(st);
 }
 END_TEST
@@ -385,12 +433,12 @@ START_TEST(test_session_count) {
     int retry = 0;
     open_n(st, 0, 0, a);
     open_n(st, 1, 5, b);
-    ck_assert_int_eq(attnd_session_open(st, 0, ROW, 0, 100, 6, NULL, c, &p, &retry), SESS_FULL);
+    ck_assert_int_eq(attnd_session_open(st, 0, &ROWS, 0, 100, 6, NULL, c, &p, &retry), SESS_FULL);
     ck_assert_int_eq(retry, 24);
     says(SESS_FULL, &p,
          (const char *[]){"limits.max_sessions: 2 sessions are open", "retry after 24 s", NULL});
     ck_assert_int_eq(attnd_session_delete(st, a, 7), SESS_OK);
-    ck_assert_int_eq(attnd_session_open(st, 0, ROW, 0, 100, 7, NULL, c, &p, &retry), SESS_OK);
+    ck_assert_int_eq(attnd_session_open(st, 0, &ROWS, 0, 100, 7, NULL, c, &p, &retry), SESS_OK);
     attnd_session_end(st, &p, 1, 7);
     attnd_sessions_free(st);
 }
@@ -409,7 +457,7 @@ static void *work(void *arg) {
         char id[ATTND_SESSION_ID_LEN + 1];
         attnd_session_step p;
         int retry;
-        if (attnd_session_open(w->st, 0, ROW, 3, 1 << 20, 0, NULL, id, &p, &retry) != SESS_OK)
+        if (attnd_session_open(w->st, 0, &ROWS, 3, 1 << 20, 0, NULL, id, &p, &retry) != SESS_OK)
             continue;
         fill(&p);
         attnd_session_end(w->st, &p, 1, 0);
@@ -460,7 +508,7 @@ START_TEST(test_look_up_and_grow) {
     char a[ATTND_SESSION_ID_LEN + 1], b[ATTND_SESSION_ID_LEN + 1];
     attnd_session_step p;
     int retry = 0;
-    ck_assert_int_eq(attnd_session_open(st, 3, ROW, 1, 100, 0, NULL, a, &p, &retry), SESS_OK);
+    ck_assert_int_eq(attnd_session_open(st, 3, &ROWS, 1, 100, 0, NULL, a, &p, &retry), SESS_OK);
     fill(&p);
     attnd_session_end(st, &p, 1, 0);
     open_n(st, 2, 0, b);
@@ -508,7 +556,7 @@ START_TEST(test_metrics_text) {
     attnd_session_step p;
     int retry = 0;
     open_n(st, 3, 0, a);
-    ck_assert_int_eq(attnd_session_open(st, 0, ROW, 1, 100, 0, NULL, b, &p, &retry), SESS_FULL);
+    ck_assert_int_eq(attnd_session_open(st, 0, &ROWS, 1, 100, 0, NULL, b, &p, &retry), SESS_FULL);
     attnd_sbuf t;
     attnd_sb_init(&t);
     attnd_sessions_metrics(st, &t);
@@ -541,6 +589,7 @@ static Suite *session_suite(void) {
     tcase_add_test(t, test_reaper);
     tcase_add_test(t, test_per_session_limits);
     tcase_add_test(t, test_total_budget);
+    tcase_add_test(t, test_paged_cache);
     tcase_add_test(t, test_session_count);
     tcase_add_test(t, test_threads);
     tcase_add_test(t, test_look_up_and_grow);

@@ -36,10 +36,11 @@ static int begin(const attnd_admit_env *a, attnd_req *r, int rows, const char *w
         s = attnd_session_begin(a->table, r->job.session_id, rows, now, &rs->st, retry);
     } else {
         int max_len = m->max_positions ? m->max_positions : ATTND_SESSION_MAX_LEN;
-        size_t row_floats = 2 * (size_t)hp->num_kv_heads * (size_t)hp->head_dim;
+        attnd_cache_shape shape =
+            attnd_session_cache_shape(hp->num_kv_heads, hp->head_dim, m->kv16);
         rs->opened = 1;
-        s = attnd_session_open(a->table, r->job.model, row_floats, rows, max_len, now, want_id,
-                               rs->id, &rs->st, retry);
+        s = attnd_session_open(a->table, r->job.model, &shape, rows, max_len, now, want_id, rs->id,
+                               &rs->st, retry);
     }
     if (s != SESS_OK) return attnd_session_refusal(s, r->job.session_id, &rs->st.over, e);
     rs->table = a->table; /* a step from here on */

@@ -98,13 +98,13 @@ static int state_model(const attnd_persist_env *p, const attnd_state *st, attnd_
 static int open_with(const attnd_persist_env *p, const attnd_state *st, int mi, const char *want_id,
                      double now, attnd_restored *out, attnd_error *e, int *retry) {
     const attnd_model_info *m = &p->env->models[mi];
-    size_t row_floats = 2 * (size_t)st->G * (size_t)st->D;
+    attnd_cache_shape shape = attnd_session_cache_shape(st->G, st->D, 0);
     int max_len = m->max_positions ? m->max_positions : ATTND_SESSION_MAX_LEN;
     attnd_session_step step;
-    attnd_session_status s = attnd_session_open(p->table, mi, row_floats, st->len, max_len, now,
+    attnd_session_status s = attnd_session_open(p->table, mi, &shape, st->len, max_len, now,
                                                 want_id, out->id, &step, retry);
     if (s != SESS_OK) return attnd_session_refusal(s, NULL, &step.over, e);
-    if (st->len) memcpy(step.kv, st->kv, (size_t)st->len * row_floats * sizeof(float));
+    if (st->len) memcpy(step.kv, st->kv, (size_t)st->len * shape.row_bytes);
     attnd_session_end(p->table, &step, 1, now);
     out->model = mi;
     out->tokens = st->len;

@@ -193,8 +193,10 @@ static void pack_task(void *arg, int i, int thread) {
 }
 
 /* The core's view of sequence bb of request r: lengths, masks, where its
- * weights go, and a session step's cache. */
-static void describe(attn_seq *q, const attnd_req *r, int bb, int H) {
+ * weights go, and a session step's cache (bf16 pages when the model's
+ * attention is bf16). */
+static void describe(attn_seq *q, const attnd_req *r, int bb, const attn_model *m) {
+    int H = m->hp.num_heads;
     const attnd_job *j = &r->job;
     size_t mo = j->mask_per_seq ? (size_t)bb * j->L * j->S : 0;
     *q = (attn_seq){.L = j->L, .S = j->S, .causal = j->causal, .weights = j->weights};
@@ -205,7 +207,10 @@ static void describe(attn_seq *q, const attnd_req *r, int bb, int H) {
     if (j->attn)
         q->attn = j->attn + (size_t)bb * attnd_attention_floats(1, j->L, j->S, j->weights, H);
     if (r->step.table) { /* a session step: its rows attend over the cache, causally */
-        q->kv = r->step.st.kv;
+        if (m->attn16)
+            q->kv16 = r->step.st.kv;
+        else
+            q->kv = r->step.st.kv;
         q->cached = r->step.st.len;
         q->causal = 0;
     }
@@ -215,7 +220,7 @@ static void describe_sequences(batch_run *br, attn_seq *seqs) {
     size_t si = 0;
     for (int i = 0; i < br->n; i++)
         for (int bb = 0; bb < br->rs[i]->job.B; bb++)
-            describe(&seqs[si++], br->rs[i], bb, br->m->hp.num_heads);
+            describe(&seqs[si++], br->rs[i], bb, br->m);
     br->b.B = (int)si;
     br->b.seqs = seqs;
 }
@@ -257,7 +262,7 @@ static void compute(batch_run *br) {
     br->t1 = attnd_mono_us();
     attnd_metrics *mt = br->mt;
     if (br->fail || !mt) return;
-    attnd_hist_observe(&mt->compute_seconds, br->t1 - br->t0);
+    attnd_hist_observe(&mt->compute_seconds[br->m->precision], br->t1 - br->t0);
     attnd_hist_observe(&mt->batch_size, (uint64_t)br->n);
     attnd_hist_observe(&mt->batch_tokens, (uint64_t)br->tokens);
     atomic_fetch_add_explicit(&mt->tokens, (uint64_t)br->tokens, memory_order_relaxed);

@@ -19,21 +19,22 @@
 #include <unistd.h>
 
 #include "../../config/enums.h" /* countof */
+#include "../../core/attn.h"    /* ATTN_KV16_PAGE */
 #include "../../core/sizes.h"
 #include "../obs/prom.h"
 
 struct attnd_session {
     char id[ATTND_SESSION_ID_LEN + 1];
-    int model;           /* the caller's model index */
-    size_t row_floats;   /* floats per cached token */
-    int max_len;         /* tokens it may ever hold */
-    float *kv;           /* (cap, row_floats), owned */
-    int len;             /* cached tokens */
-    int cap;             /* rows allocated */
-    double last_used;    /* monotonic seconds of the last open, step end or begin */
-    int busy;            /* 1 from a step's begin to its end: queued or computing */
-    int deleted;         /* 1: out of the table, freed when its step ends */
-    attnd_session *next; /* bucket chain */
+    int model;               /* the caller's model index */
+    attnd_cache_shape shape; /* how its cache holds tokens */
+    int max_len;             /* tokens it may ever hold */
+    void *kv;                /* (cap tokens in shape), owned */
+    int len;                 /* cached tokens */
+    int cap;                 /* tokens allocated: a multiple of shape.page */
+    double last_used;        /* monotonic seconds of the last open, step end or begin */
+    int busy;                /* 1 from a step's begin to its end: queued or computing */
+    int deleted;             /* 1: out of the table, freed when its step ends */
+    attnd_session *next;     /* bucket chain */
 };
 
 struct attnd_sessions {
@@ -54,8 +55,14 @@ struct attnd_sessions {
     double (*clock)(void);    /* the reaper's now, monotonic seconds */
 };
 
+attnd_cache_shape attnd_session_cache_shape(int G, int D, int kv16) {
+    size_t gd = 2 * (size_t)G * (size_t)D; /* a token's K and V */
+    return kv16 ? (attnd_cache_shape){gd * sizeof(uint16_t), ATTN_KV16_PAGE}
+                : (attnd_cache_shape){gd * sizeof(float), 1};
+}
+
 static size_t session_bytes(const attnd_session *s) {
-    return (size_t)s->cap * s->row_floats * sizeof(float);
+    return (size_t)s->cap * s->shape.row_bytes;
 }
 
 static size_t bucket_of(const attnd_sessions *st, const char *id) {
@@ -177,11 +184,17 @@ static long long rows_bytes(uint64_t n, uint64_t row) {
     return sz_mul(n, row, (uint64_t)LLONG_MAX, &b) == 0 ? (long long)b : LLONG_MAX;
 }
 
-/* need rows would pass a limit that no waiting lifts (413): its name and
- * numbers into over. */
+/* tokens rounded up to whole pages of s's shape. */
+static uint64_t whole_pages(const attnd_session *s, uint64_t tokens) {
+    uint64_t page = (uint64_t)s->shape.page;
+    return (tokens + page - 1) / page * page;
+}
+
+/* need tokens would pass a limit that no waiting lifts (413): its name and
+ * numbers into over (the bytes of the whole pages they take). */
 static attnd_session_status too_big(const attnd_sessions *st, const attnd_session *s, int need,
                                     attnd_session_over *over) {
-    uint64_t row = (uint64_t)s->row_floats * sizeof(float);
+    uint64_t row = (uint64_t)s->shape.row_bytes;
     over->tokens = need;
     over->row = (long long)row;
     if (need > s->max_len) {
@@ -192,29 +205,32 @@ static attnd_session_status too_big(const attnd_sessions *st, const attnd_sessio
     int each = st->lim.max_bytes_per_session <= st->lim.max_bytes;
     over->limit = each ? OVER_BYTES_EACH : OVER_BYTES;
     over->max = each ? st->lim.max_bytes_per_session : st->lim.max_bytes;
-    over->need = rows_bytes((uint64_t)need, row);
+    over->need = rows_bytes(whole_pages(s, (uint64_t)need), row);
     return SESS_TOO_BIG;
 }
 
-/* Makes room for need rows in the cache of s, doubling when the budget
- * allows. A refusal says which limit in over. */
+/* Makes room for need tokens in the cache of s, doubling when the budget
+ * allows, in whole pages; a paged cache's new pages are zeroed. A refusal
+ * says which limit in over. */
 static attnd_session_status grow_cache(attnd_sessions *st, attnd_session *s, int need, double now,
                                        attnd_session_over *over) {
     if (need > s->max_len) return too_big(st, s, need, over);
     if (need <= s->cap) return SESS_OK;
-    uint64_t row = (uint64_t)s->row_floats * sizeof(float), max_rows, want, bytes;
+    uint64_t row = (uint64_t)s->shape.row_bytes, page = (uint64_t)s->shape.page, max_rows, want,
+             bytes;
     uint64_t each =
         (uint64_t)(st->lim.max_bytes_per_session < st->lim.max_bytes ? st->lim.max_bytes_per_session
                                                                      : st->lim.max_bytes);
-    max_rows = row ? each / row : 0;
-    if ((uint64_t)need > max_rows) return too_big(st, s, need, over);
+    max_rows = row ? each / (row * page) * page : 0;
+    uint64_t need_up = whole_pages(s, (uint64_t)need);
+    if (need_up > max_rows) return too_big(st, s, need, over);
     want = 2 * (uint64_t)s->cap > max_rows ? max_rows : 2 * (uint64_t)s->cap;
-    if (want < (uint64_t)need) want = (uint64_t)need;
-    if (want > (uint64_t)s->max_len) want = (uint64_t)s->max_len;
+    if (want < need_up) want = need_up;
+    if (want > whole_pages(s, (uint64_t)s->max_len)) want = whole_pages(s, (uint64_t)s->max_len);
     long long have = (long long)session_bytes(s);
     for (int pass = 0; pass < 3; pass++) {
-        if (pass == 1) want = (uint64_t)need; /* no room to double: exactly what is needed */
-        if (pass == 2) sweep(st, now);        /* last: end the sessions past their timeout */
+        if (pass == 1) want = need_up; /* no room to double: exactly what is needed */
+        if (pass == 2) sweep(st, now); /* last: end the sessions past their timeout */
         if (sz_mul(want, row, (uint64_t)st->lim.max_bytes, &bytes) == 0 &&
             st->bytes - have + (long long)bytes <= st->lim.max_bytes)
             break;
@@ -222,7 +238,7 @@ static attnd_session_status grow_cache(attnd_sessions *st, attnd_session *s, int
             *over = (attnd_session_over){.limit = OVER_BYTES,
                                          .opening = over->opening,
                                          .tokens = need,
-                                         .need = rows_bytes((uint64_t)need, row),
+                                         .need = rows_bytes(need_up, row),
                                          .held = st->bytes - have,
                                          .max = st->lim.max_bytes,
                                          .row = (long long)row,
@@ -230,8 +246,9 @@ static attnd_session_status grow_cache(attnd_sessions *st, attnd_session *s, int
             return SESS_FULL;
         }
     }
-    float *kv = realloc(s->kv, (size_t)bytes);
+    char *kv = realloc(s->kv, (size_t)bytes);
     if (!kv) return SESS_NOMEM;
+    if (page > 1) memset(kv + have, 0, (size_t)bytes - (size_t)have); /* bf16.h: pages zeroed */
     s->kv = kv;
     s->cap = (int)want;
     st->bytes += (long long)bytes - have;
@@ -242,12 +259,8 @@ static attnd_session_status grow_cache(attnd_sessions *st, attnd_session *s, int
 static void start_step(attnd_session *s, int add, double now, attnd_session_step *step) {
     s->busy = 1;
     s->last_used = now;
-    *step = (attnd_session_step){.s = s,
-                                 .model = s->model,
-                                 .kv = s->kv,
-                                 .row_floats = s->row_floats,
-                                 .len = s->len,
-                                 .add = add};
+    *step = (attnd_session_step){
+        .s = s, .model = s->model, .kv = s->kv, .shape = s->shape, .len = s->len, .add = add};
 }
 
 static attnd_session_status refused(attnd_sessions *st, attnd_session_status r) {
@@ -286,8 +299,8 @@ int attnd_session_id_ok(const char *id) {
 
 /* A new session, not yet in the table: its id want_id, or a new one. NULL
  * when out of memory (or out of randomness). */
-static attnd_session *session_new(int model, size_t row_floats, int max_len, double now,
-                                  const char *want_id) {
+static attnd_session *session_new(int model, const attnd_cache_shape *shape, int max_len,
+                                  double now, const char *want_id) {
     attnd_session *s = calloc(1, sizeof *s);
     if (!s) return NULL;
     if (want_id)
@@ -297,7 +310,8 @@ static attnd_session *session_new(int model, size_t row_floats, int max_len, dou
         return NULL;
     }
     s->model = model;
-    s->row_floats = row_floats;
+    s->shape = *shape;
+    if (s->shape.page < 1) s->shape.page = 1;
     s->max_len = max_len;
     s->last_used = now;
     return s;
@@ -326,12 +340,13 @@ static attnd_session_status room_for(attnd_sessions *st, attnd_session *s, int t
     return grow_cache(st, s, tokens, now, over);
 }
 
-attnd_session_status attnd_session_open(attnd_sessions *st, int model, size_t row_floats,
-                                        int tokens, int max_len, double now, const char *want_id,
+attnd_session_status attnd_session_open(attnd_sessions *st, int model,
+                                        const attnd_cache_shape *shape, int tokens, int max_len,
+                                        double now, const char *want_id,
                                         char id[ATTND_SESSION_ID_LEN + 1], attnd_session_step *step,
                                         int *retry_after_s) {
     if (want_id && !attnd_session_id_ok(want_id)) return SESS_BAD_ID;
-    attnd_session *s = session_new(model, row_floats, max_len, now, want_id);
+    attnd_session *s = session_new(model, shape, max_len, now, want_id);
     if (!s) return SESS_NOMEM;
     attnd_session_over over = {.opening = 1};
     pthread_mutex_lock(&st->mu);

@@ -9,10 +9,13 @@
  * the table, never held while a step computes. Once started, a thread of
  * its own (the reaper) ends idle sessions without waiting for traffic.
  *
- * A session's cache is one allocation of `cap` rows, row-major; row t holds
- * token t's keys then its values, each (G, D) for G key/value heads of
- * width D: row_floats = 2 * G * D. Rows [0, len) are the cache; a step
- * appends rows [len, len + add).
+ * A session's cache is one allocation of `cap` tokens in its model's layout
+ * (attnd_cache_shape): for an fp32 model, rows, row t holding token t's
+ * keys then its values, each (G, D) for G key/value heads of width D
+ * (2 * G * D floats, attn_seq.kv); for a model that attends in bf16, pages
+ * of 32 tokens of 2 * G * D bf16 (attn_seq.kv16), half the bytes, each page
+ * zeroed when the cache grows to it. Tokens [0, len) are the cache; a step
+ * appends [len, len + add). The budgets count these real bytes.
  */
 #ifndef ATTND_SESSION_H
 #define ATTND_SESSION_H
@@ -59,6 +62,18 @@ typedef enum {
     SESS_BAD_ID     /* the proposed id is not 32 lowercase hex characters (400) */
 } attnd_session_status;
 
+/* How a model's cache holds its tokens. */
+typedef struct {
+    size_t row_bytes; /* bytes a token takes: 2*G*D floats, or 2*G*D bf16 */
+    int page;         /* tokens per page, >= 1: the cache grows by whole pages, zeroed (32 for
+                         bf16 pages: their slots past the last token must hold zeros) */
+} attnd_cache_shape;
+
+/* The cache shape of a model with G key/value heads of width D: bf16
+ * pages of ATTN_KV16_PAGE tokens when kv16 (the model attends in bf16),
+ * else fp32 rows. */
+attnd_cache_shape attnd_session_cache_shape(int G, int D, int kv16);
+
 typedef struct attnd_session attnd_session;
 typedef struct attnd_sessions attnd_sessions;
 
@@ -89,8 +104,9 @@ typedef struct {
 typedef struct {
     attnd_session *s;        /* pass to attnd_session_end */
     int model;               /* the index the session was opened with */
-    float *kv;               /* (cap, row_floats): rows [0, len) cached, [len, len+add) to fill */
-    size_t row_floats;       /* 2 * G * D */
+    void *kv;                /* the cache in shape's layout: tokens [0, len) cached,
+                                [len, len+add) to fill (attn_seq.kv or .kv16) */
+    attnd_cache_shape shape; /* the session's */
     int len;                 /* cached tokens before the step */
     int add;                 /* tokens the step appends */
     int opening;             /* 1: the step that opened the session; dropped, it takes the
@@ -111,13 +127,14 @@ void attnd_sessions_free(attnd_sessions *st);
  * when it is already started or the thread cannot start. */
 int attnd_sessions_reaper_start(attnd_sessions *st, double (*clock)(void));
 
-/* Opens a session for model (rows of row_floats floats) and begins its
+/* Opens a session for model (its cache of the given shape) and begins its
  * first step, which appends `tokens` (>= 0) prefix rows; with 0 the step
  * appends nothing and may be ended at once. id receives the new id (NUL
  * ended). max_len (>= 1) bounds the tokens the session may ever hold. now
  * is monotonic seconds. On SESS_FULL, *retry_after_s is when to retry. */
-attnd_session_status attnd_session_open(attnd_sessions *st, int model, size_t row_floats,
-                                        int tokens, int max_len, double now, const char *want_id,
+attnd_session_status attnd_session_open(attnd_sessions *st, int model,
+                                        const attnd_cache_shape *shape, int tokens, int max_len,
+                                        double now, const char *want_id,
                                         char id[ATTND_SESSION_ID_LEN + 1], attnd_session_step *step,
                                         int *retry_after_s);
 /* want_id, when not NULL, is the id to use: 32 lowercase hex characters,

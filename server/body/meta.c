@@ -50,12 +50,23 @@ static json_t *v2_tensor(const char *name, const char *datatype, int rank, int w
     return json_pack("{s:s, s:s, s:o}", "name", name, "datatype", datatype, "shape", shape);
 }
 
+/* A model's precision as its config asks (hp.precision) and as it
+ * computes (info->precision: fp32 on a CPU without bf16 kernels), into j. */
+static void precision_json(json_t *j, const attnd_model_info *info) {
+    json_object_set_new(j, "precision",
+                        json_string(attnd_enum_name(&attnd_precisions, info->hp.precision)));
+    json_object_set_new(j, "effective_precision",
+                        json_string(attnd_enum_name(&attnd_precisions, info->precision)));
+}
+
 /* GET /v2/models/{name}: the inputs this model accepts and the outputs it
  * gives (docs/api.md). A model with rotary positions takes positions and no
  * key or value (a key row would have no position); the others the reverse.
  * The platform follows the protocol's "<project>_<format>": the weights'
- * format, a safetensors file or the embedded default. */
-static json_t *v2_model_json(const char *name, const attn_hparams *hp, int from_file) {
+ * format, a safetensors file or the embedded default. Beside the protocol's
+ * fields, like /v2's blas_core: precision and effective_precision. */
+static json_t *v2_model_json(const attnd_model_info *info, int from_file) {
+    const attn_hparams *hp = &info->hp;
     json_t *in = json_array();
     json_array_append_new(in, v2_tensor("query", "FP32", 3, hp->embed_dim));
     if (!hp->rope.dim) {
@@ -65,10 +76,12 @@ static json_t *v2_model_json(const char *name, const attn_hparams *hp, int from_
     json_array_append_new(in, v2_tensor("key_padding_mask", "BOOL", 2, 0));
     json_array_append_new(in, v2_tensor("attn_mask", "BOOL", 3, 0));
     if (hp->rope.dim) json_array_append_new(in, v2_tensor("positions", "INT64", 2, 0));
-    return json_pack("{s:s, s:[s], s:s, s:o, s:[o, o]}", "name", name, "versions", "1", "platform",
-                     from_file ? "attnd_safetensors" : "attnd_embedded", "inputs", in, "outputs",
-                     v2_tensor("output", "FP32", 3, hp->embed_dim),
-                     v2_tensor("attention", "FP32", 4, 0));
+    json_t *j = json_pack("{s:s, s:[s], s:s, s:o, s:[o, o]}", "name", info->name, "versions", "1",
+                          "platform", from_file ? "attnd_safetensors" : "attnd_embedded", "inputs",
+                          in, "outputs", v2_tensor("output", "FP32", 3, hp->embed_dim),
+                          v2_tensor("attention", "FP32", 4, 0));
+    if (j) precision_json(j, info);
+    return j;
 }
 
 /* One model of GET /v1/models: its hyper-parameters as loaded. */
@@ -82,6 +95,8 @@ static json_t *model_json(const attnd_config *c, const attnd_model_info *info, i
         hp->bias, "causal", hp->causal, "weights", mc->weights ? "safetensors" : "embedded");
     if (hp->rope.dim) json_object_set_new(m, "rope", rope_json(&hp->rope));
     if (mc->max_positions) json_object_set_new(m, "max_positions", json_integer(mc->max_positions));
+    precision_json(m, &info[i]);
+    json_object_set_new(m, "weights_bytes", json_integer((json_int_t)info[i].bytes));
     return m;
 }
 
@@ -107,6 +122,8 @@ static json_t *models_json(const attnd_config *c, const attnd_model_info *info, 
         blas ? blas->core : "none", "blas_core_from_env", blas && blas->by_user, "cpu_features",
         blas ? blas->features : "");
     json_object_set_new(json_object_get(root, "compute"), "pinned", json_boolean(c->pin));
+    json_object_set_new(json_object_get(root, "compute"), "bf16_kernels",
+                        json_string(attn_bf16_kernels()));
     json_t *lim = json_object_get(root, "limits");
     json_object_set_new(lim, "max_sessions", json_integer(c->max_sessions));
     json_object_set_new(lim, "max_session_bytes", json_integer(c->max_session_bytes));
@@ -127,8 +144,7 @@ int attnd_meta_build(attnd_meta *m, const attnd_config *c, const attnd_model_inf
     m->n_models = m->v2_model ? n_models : 0;
     if (!m->models || !m->v2 || !m->v2_model) return -1;
     for (int i = 0; i < n_models; i++)
-        if (!(m->v2_model[i] =
-                  dump(v2_model_json(info[i].name, &info[i].hp, c->models[i].weights != NULL))))
+        if (!(m->v2_model[i] = dump(v2_model_json(&info[i], c->models[i].weights != NULL))))
             return -1;
     return 0;
 }

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "../../config/config.h" /* ATTND_VERSION, countof */
+#include "../../config/enums.h"  /* attnd_precisions */
 #include "../../core/attn.h"
 #include "prom.h"
 
@@ -37,8 +38,10 @@ void attnd_metrics_init(attnd_metrics *m, const char *const *route_label, int n_
               "Time from a request's arrival to its answer.", secs, countof(secs), 1e-6);
     hist_init(&m->queue_seconds, "attnd_queue_seconds",
               "Time a request waited between admission and compute.", secs, countof(secs), 1e-6);
-    hist_init(&m->compute_seconds, "attnd_compute_seconds", "Time of one batch's forward.", secs,
-              countof(secs), 1e-6);
+    for (int p = 0; p < 2; p++)
+        hist_init(&m->compute_seconds[p], "attnd_compute_seconds",
+                  "Time of one batch's forward, by the precision its model computes in.", secs,
+                  countof(secs), 1e-6);
     hist_init(&m->batch_size, "attnd_batch_size", "Requests per computed batch.", sizes,
               countof(sizes), 1);
     hist_init(&m->batch_tokens, "attnd_batch_tokens", "Query plus key tokens per computed batch.",
@@ -80,12 +83,31 @@ static uint64_t ld(const atomic_uint_least64_t *a) {
     return atomic_load_explicit((atomic_uint_least64_t *)a, memory_order_relaxed);
 }
 
-static void hist_write(const attnd_hist *h, attnd_sbuf *b) {
+/* h's series, with label l when given (else h is a family of its own). */
+static void hist_write_labeled(const attnd_hist *h, attnd_sbuf *b, const attnd_prom_label *l) {
     uint64_t counts[HIST_MAX_BUCKETS + 1];
     for (int i = 0; i <= h->nb; i++)
         counts[i] = ld(&h->count[i]);
-    attnd_prom_histogram(b, h->name, h->help, h->bounds, h->nb, counts,
-                         (double)ld(&h->sum) * h->scale);
+    if (l)
+        attnd_prom_histogram_series(b, h->name, l, 1, h->bounds, h->nb, counts,
+                                    (double)ld(&h->sum) * h->scale);
+    else
+        attnd_prom_histogram(b, h->name, h->help, h->bounds, h->nb, counts,
+                             (double)ld(&h->sum) * h->scale);
+}
+
+static void hist_write(const attnd_hist *h, attnd_sbuf *b) {
+    hist_write_labeled(h, b, NULL);
+}
+
+/* attnd_compute_seconds: one series per precision, both always there. */
+static void compute_write(const attnd_metrics *m, attnd_sbuf *b) {
+    const attnd_hist *h = &m->compute_seconds[ATTN_FP32];
+    attnd_prom_family(b, h->name, PROM_HISTOGRAM, h->help);
+    for (int p = ATTN_FP32; p <= ATTN_BF16; p++) {
+        const attnd_prom_label l = {"precision", attnd_enum_name(&attnd_precisions, p)};
+        hist_write_labeled(&m->compute_seconds[p], b, &l);
+    }
 }
 
 /* An info gauge (value 1): what runs, for dashboards and bug reports. */
@@ -93,10 +115,11 @@ static void build_info_write(attnd_sbuf *b) {
     const attn_blas_info *blas = attn_blas_get_info();
     const attnd_prom_label l[] = {{"version", ATTND_VERSION},
                                   {"blas_core", blas ? blas->core : "none"},
-                                  {"cpu_features", blas ? blas->features : ""}};
+                                  {"cpu_features", blas ? blas->features : ""},
+                                  {"bf16_kernels", attn_bf16_kernels()}};
     attnd_prom_family(b, "attnd_build_info", PROM_GAUGE,
-                      "attnd's version, the OpenBLAS kernels in use and the CPU features they "
-                      "were chosen from.");
+                      "attnd's version, the OpenBLAS kernels in use, the CPU features they "
+                      "were chosen from, and the bf16 kernels of bf16 models.");
     attnd_prom_sample(b, "attnd_build_info", l, countof(l), 1);
 }
 
@@ -135,7 +158,7 @@ void attnd_metrics_write(const attnd_metrics *m, attnd_sbuf *b, const char *cons
     requests_write(m, b);
     hist_write(&m->request_seconds, b);
     hist_write(&m->queue_seconds, b);
-    hist_write(&m->compute_seconds, b);
+    compute_write(m, b);
     hist_write(&m->batch_size, b);
     hist_write(&m->batch_tokens, b);
     attnd_prom_family(b, "attnd_queue_depth", PROM_GAUGE, "Requests waiting in a model's queue.");

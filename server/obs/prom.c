@@ -47,18 +47,36 @@ void attnd_prom_single(attnd_sbuf *b, const char *name, attnd_prom_type type, co
     attnd_prom_sample(b, name, NULL, 0, v);
 }
 
-void attnd_prom_histogram(attnd_sbuf *b, const char *name, const char *help, const double *bounds,
-                          int nb, const uint64_t *counts, double sum) {
-    attnd_prom_family(b, name, PROM_HISTOGRAM, help);
+void attnd_prom_histogram_series(attnd_sbuf *b, const char *name, const attnd_prom_label *labels,
+                                 int nlabels, const double *bounds, int nb, const uint64_t *counts,
+                                 double sum) {
+    attnd_prom_label with_le[PROM_MAX_LABELS + 1];
+    char n[128], le[32];
+    if (nlabels > PROM_MAX_LABELS) nlabels = PROM_MAX_LABELS;
+    for (int i = 0; i < nlabels; i++)
+        with_le[i] = labels[i];
+    with_le[nlabels] = (attnd_prom_label){"le", le};
+    snprintf(n, sizeof n, "%s_bucket", name);
     unsigned long long cum = 0;
     for (int i = 0; i <= nb; i++) {
-        char le[32];
         cum += counts[i];
         if (i < nb)
             snprintf(le, sizeof le, "%g", bounds[i]);
         else
             snprintf(le, sizeof le, "+Inf");
-        attnd_sb_printf(b, "%s_bucket{le=\"%s\"} %llu\n", name, le, cum);
+        sample_name(b, n, with_le, nlabels + 1);
+        attnd_sb_printf(b, " %llu\n", cum);
     }
-    attnd_sb_printf(b, "%s_sum %.9g\n%s_count %llu\n", name, sum, name, cum);
+    snprintf(n, sizeof n, "%s_sum", name);
+    sample_name(b, n, labels, nlabels);
+    attnd_sb_printf(b, " %.9g\n", sum);
+    snprintf(n, sizeof n, "%s_count", name);
+    sample_name(b, n, labels, nlabels);
+    attnd_sb_printf(b, " %llu\n", cum);
+}
+
+void attnd_prom_histogram(attnd_sbuf *b, const char *name, const char *help, const double *bounds,
+                          int nb, const uint64_t *counts, double sum) {
+    attnd_prom_family(b, name, PROM_HISTOGRAM, help);
+    attnd_prom_histogram_series(b, name, NULL, 0, bounds, nb, counts, sum);
 }

@@ -36,5 +36,11 @@ void attnd_prom_single(attnd_sbuf *b, const char *name, attnd_prom_type type, co
  * cumulative up to +Inf, name_sum and name_count. */
 void attnd_prom_histogram(attnd_sbuf *b, const char *name, const char *help, const double *bounds,
                           int nb, const uint64_t *counts, double sum);
+/* One series of a histogram family begun with attnd_prom_family: the same
+ * lines, each with labels (at most PROM_MAX_LABELS) before le. */
+enum { PROM_MAX_LABELS = 4 };
+void attnd_prom_histogram_series(attnd_sbuf *b, const char *name, const attnd_prom_label *labels,
+                                 int nlabels, const double *bounds, int nb, const uint64_t *counts,
+                                 double sum);
 
 #endif
