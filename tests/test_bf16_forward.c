@@ -225,9 +225,9 @@ typedef struct {
     float *mask_add;
     uint8_t *kpm, *mask_bool;
     int32_t *pos;
-    float *want, *want_attn;       /* float64 reference: (L,E), matrix or NULL */
-    float *want16, *want16_attn;   /* the bf16 formula's, or NULL (fp32 goldens) */
-    size_t nattn;                  /* floats of the matrix */
+    float *want, *want_attn;     /* float64 reference: (L,E), matrix or NULL */
+    float *want16, *want16_attn; /* the bf16 formula's, or NULL (fp32 goldens) */
+    size_t nattn;                /* floats of the matrix */
 } gseq;
 
 static uint8_t *bytes_of(const json_t *v, size_t *n) {
@@ -302,8 +302,9 @@ static void golden_load(golden *g, const char *path) {
     golden_model(g->root, path, &g->m);
     const char *asked = json_string_value(
         json_object_get(json_object_get(g->root, "config"), "precision")); /* forward goldens */
-    if (asked) ck_assert_msg(strcmp(asked, "bf16") == 0 && g->m.precision == ATTN_BF16,
-                             "%s: the config's \"precision\" did not make a bf16 model", path);
+    if (asked)
+        ck_assert_msg(strcmp(asked, "bf16") == 0 && g->m.precision == ATTN_BF16,
+                      "%s: the config's \"precision\" did not make a bf16 model", path);
     as_bf16(&g->m); /* the fp32 goldens: packed again, as bf16 */
     const json_t *arr = json_object_get(g->root, "sequences");
     g->n = (int)json_array_size(arr);
@@ -322,9 +323,9 @@ static void golden_free(golden *g) {
 
 /* Answers of some golden sequences in one batch. */
 typedef struct {
-    float *out;    /* (T,E) */
-    float **attn;  /* per sequence, its matrix or NULL */
-    size_t *off;   /* per sequence, its first output row */
+    float *out;   /* (T,E) */
+    float **attn; /* per sequence, its matrix or NULL */
+    size_t *off;  /* per sequence, its first output row */
 } gres;
 
 /* Runs sequences idx[0..n) of g as one batch on ctx: cross-attention when
@@ -418,8 +419,8 @@ static void golden_all(const golden *g, const char *path, const char *pathname) 
         }
         gres r = golden_run(g, idx, g->n, ctx[c]);
         for (int i = 0; i < g->n; i++) {
-            snprintf(what, sizeof what, "%s, %s, sequence %d of a batch of %d, %d thread(s)",
-                     path, pathname, i, g->n, attn_ctx_threads(ctx[c]));
+            snprintf(what, sizeof what, "%s, %s, sequence %d of a batch of %d, %d thread(s)", path,
+                     pathname, i, g->n, attn_ctx_threads(ctx[c]));
             golden_check(g, &g->seqs[i], r.out + r.off[i] * g->m.hp.embed_dim, r.attn[i], what);
         }
         gres_free(&r, g->n);
@@ -484,14 +485,27 @@ typedef struct {
 static const rmodel RMODELS[] = {
     {"mha d32", {.embed_dim = 128, .num_heads = 4, RBASE}, 0},
     {"mha d64", {.embed_dim = 256, .num_heads = 4, RBASE}, 0},
-    {"gqa d64 rope", {.embed_dim = 128, .num_heads = 8, .num_kv_heads = 2, .head_dim = 64,
-                      .rope = {.dim = 64, .theta = 10000}, RBASE}, 0},
-    {"mqa d128 scale rope3", {.embed_dim = 96, .num_heads = 4, .num_kv_heads = 1, .head_dim = 128,
-                              .scale = 0.07, .rope = {.dim = 32, .theta = 500000,
-                              .style = ATTN_ROPE_INTERLEAVED}, RBASE}, 0},
+    {"gqa d64 rope",
+     {.embed_dim = 128,
+      .num_heads = 8,
+      .num_kv_heads = 2,
+      .head_dim = 64,
+      .rope = {.dim = 64, .theta = 10000},
+      RBASE},
+     0},
+    {"mqa d128 scale rope3",
+     {.embed_dim = 96,
+      .num_heads = 4,
+      .num_kv_heads = 1,
+      .head_dim = 128,
+      .scale = 0.07,
+      .rope = {.dim = 32, .theta = 500000, .style = ATTN_ROPE_INTERLEAVED},
+      RBASE},
+     0},
     {"gqa d256", {.embed_dim = 64, .num_heads = 4, .num_kv_heads = 2, .head_dim = 256, RBASE}, 0},
-    {"cross d64", {.embed_dim = 128, .num_heads = 2, .kdim = 72, .vdim = 40, .bias = 1,
-                   .precision = ATTN_BF16}, 1},
+    {"cross d64",
+     {.embed_dim = 128, .num_heads = 2, .kdim = 72, .vdim = 40, .bias = 1, .precision = ATTN_BF16},
+     1},
     {"mha d48 (attention fp32)", {.embed_dim = 96, .num_heads = 2, RBASE}, 0},
     {"mha d8 (attention fp32)", {.embed_dim = 64, .num_heads = 8, RBASE}, 0},
 };
@@ -531,9 +545,9 @@ static void rbatch_free(rbatch *r) {
 /* Sequence lengths and options: (L, S, causal, masks: 1 kpm, 2 bool with a
  * hidden row, 4 float, weights). */
 static const int RSEQS[][5] = {
-    {1, 1, 0, 0, ATTN_WEIGHTS_NONE},      {37, 37, 1, 1, ATTN_WEIGHTS_HEADS},
-    {600, 600, 1, 0, ATTN_WEIGHTS_NONE},  {33, 70, 0, 4, ATTN_WEIGHTS_MEAN},
-    {130, 130, 0, 2, ATTN_WEIGHTS_NONE},  {64, 64, 1, 5, ATTN_WEIGHTS_HEADS},
+    {1, 1, 0, 0, ATTN_WEIGHTS_NONE},     {37, 37, 1, 1, ATTN_WEIGHTS_HEADS},
+    {600, 600, 1, 0, ATTN_WEIGHTS_NONE}, {33, 70, 0, 4, ATTN_WEIGHTS_MEAN},
+    {130, 130, 0, 2, ATTN_WEIGHTS_NONE}, {64, 64, 1, 5, ATTN_WEIGHTS_HEADS},
     {9, 200, 0, 1, ATTN_WEIGHTS_MEAN},
 };
 #define NRSEQS ((int)(sizeof RSEQS / sizeof RSEQS[0]))
@@ -569,14 +583,16 @@ static void rand_batch(rbatch *r, const attn_model *m, int cross) {
     for (int i = 0; i < NRSEQS; i++) {
         if (!cross && RSEQS[i][0] != RSEQS[i][1]) continue;
         attn_seq *s = &r->seqs[n++];
-        *s = (attn_seq){.L = RSEQS[i][0], .S = RSEQS[i][1], .causal = RSEQS[i][2],
-                        .weights = RSEQS[i][4]};
+        *s = (attn_seq){
+            .L = RSEQS[i][0], .S = RSEQS[i][1], .causal = RSEQS[i][2], .weights = RSEQS[i][4]};
         rand_masks(r, s, RSEQS[i][3]);
         if (attn_floats(m, s)) s->attn = own(r, xcalloc(attn_floats(m, s), sizeof(float)));
         T += (size_t)s->L;
         U += (size_t)s->S;
     }
-    r->b = (attn_batch){.B = n, .seqs = r->seqs, .query = own(r, rand_floats(T * E, 1.7f)),
+    r->b = (attn_batch){.B = n,
+                        .seqs = r->seqs,
+                        .query = own(r, rand_floats(T * E, 1.7f)),
                         .out = own(r, xcalloc(T * E, sizeof(float)))};
     if (cross) {
         r->b.key = own(r, rand_floats(U * m->hp.kdim, 1.7f));
@@ -750,9 +766,15 @@ START_TEST(test_steps_bitwise) {
             uint16_t *kv = NULL;
             for (int k = 0, len = 0; len < L; len += split[k], k++) {
                 kv = cache_grow(&m, kv, (size_t)len, (size_t)(len + split[k]));
-                attn_seq st = {.L = split[k], .S = len + split[k], .weights = w, .attn = sa,
-                               .kv16 = kv, .cached = len};
-                attn_batch sb = {.B = 1, .seqs = &st, .query = q + (size_t)len * E,
+                attn_seq st = {.L = split[k],
+                               .S = len + split[k],
+                               .weights = w,
+                               .attn = sa,
+                               .kv16 = kv,
+                               .cached = len};
+                attn_batch sb = {.B = 1,
+                                 .seqs = &st,
+                                 .query = q + (size_t)len * E,
                                  .out = stepped + (size_t)len * E};
                 forward_n(1 + k % 3, &m, &sb);
                 for (int h = 0; w && h < (w == ATTN_WEIGHTS_HEADS ? H : 1); h++)
@@ -806,8 +828,8 @@ START_TEST(test_steps_vs_reference) {
         size_t bytes = attn_kv_bytes(&m, C + N);
         uint16_t *kv2 = malloc(bytes);
         memcpy(kv2, kv, bytes);
-        attn_seq st = {.L = N, .S = C + N, .weights = ATTN_WEIGHTS_HEADS, .attn = a, .kv16 = kv,
-                       .cached = C};
+        attn_seq st = {
+            .L = N, .S = C + N, .weights = ATTN_WEIGHTS_HEADS, .attn = a, .kv16 = kv, .cached = C};
         attn_batch sb = {.B = 1, .seqs = &st, .query = x + (size_t)C * E, .out = out};
         forward_n(2, &m, &sb);
         st.kv16 = kv2;
@@ -816,8 +838,10 @@ START_TEST(test_steps_vs_reference) {
         char err[256] = "";
         ck_assert_msg(attn_forward_ref(&m, &sb, err, sizeof err) == 0, "%s", err);
         double e = rel_err(out, ref, (size_t)N * E), ea = rel_err(a, ra, (size_t)H * N * (C + N));
-        REQUIRE(e <= TIGHT_REF && ea <= TIGHT_REF, "%s on %s: a step %.3g (outputs), %.3g "
-                "(matrix) from the reference", rm->name, attn_bf16_kernels(), e, ea);
+        REQUIRE(e <= TIGHT_REF && ea <= TIGHT_REF,
+                "%s on %s: a step %.3g (outputs), %.3g "
+                "(matrix) from the reference",
+                rm->name, attn_bf16_kernels(), e, ea);
         float *k1 = xcalloc((size_t)GD, 4), *v1 = xcalloc((size_t)GD, 4);
         float *k2 = xcalloc((size_t)GD, 4), *v2 = xcalloc((size_t)GD, 4);
         for (int t = 0; t < C + N; t++) {
@@ -825,8 +849,8 @@ START_TEST(test_steps_vs_reference) {
             attn_kv_bf16_get(kv2, m.hp.num_kv_heads, m.hp.head_dim, (size_t)t, k2, v2);
             double ek = rel_err(k1, k2, (size_t)GD), ev = rel_err(v1, v2, (size_t)GD);
             REQUIRE(t < C ? ek == 0 && ev == 0 : ek <= 8e-3 && ev <= 8e-3,
-                    "%s: cache token %d: keys %.3g, values %.3g from the reference's", rm->name,
-                    t, ek, ev);
+                    "%s: cache token %d: keys %.3g, values %.3g from the reference's", rm->name, t,
+                    ek, ev);
         }
         printf("step %s on %s: %.3g (outputs), %.3g (matrix) from the reference\n", rm->name,
                attn_bf16_kernels(), e, ea);
@@ -855,7 +879,8 @@ START_TEST(test_steps_in_a_batch) {
         attn_model m;
         rand_model(&m, &RMODELS[2].hp); /* gqa d64 rope */
         int E = m.hp.embed_dim;
-        float *pre = rand_floats((size_t)70 * E, 1.7f), *x = rand_floats((size_t)(3 + 1 + 40) * E, 1.7f);
+        float *pre = rand_floats((size_t)70 * E, 1.7f),
+              *x = rand_floats((size_t)(3 + 1 + 40) * E, 1.7f);
         float *alone = xcalloc((size_t)44 * E, 4), *mixed = xcalloc((size_t)44 * E, 4);
         float *scratch = xcalloc((size_t)70 * E, 4);
         uint16_t *c1 = cache_grow(&m, NULL, 0, 70), *c2 = cache_grow(&m, NULL, 0, 40);
@@ -872,8 +897,8 @@ START_TEST(test_steps_in_a_batch) {
                          {.L = 1, .S = 40, .kv16 = c2, .cached = 39},
                          {.L = 40, .S = 40, .causal = 1}};
         for (int i = 0, t = 0; i < 3; t += s[i].L, i++) {
-            attn_batch b = {.B = 1, .seqs = &s[i], .query = x + (size_t)t * E,
-                            .out = alone + (size_t)t * E};
+            attn_batch b = {
+                .B = 1, .seqs = &s[i], .query = x + (size_t)t * E, .out = alone + (size_t)t * E};
             forward_n(1, &m, &b);
         }
         memcpy(c1, k1, bytes1);
@@ -981,7 +1006,8 @@ END_TEST
  * precision. */
 START_TEST(test_refused) {
     if (!attn_bf16_level()) {
-        printf("refusals of bf16 caches: no bf16 kernels on this CPU, its models compute in fp32\n");
+        printf(
+            "refusals of bf16 caches: no bf16 kernels on this CPU, its models compute in fp32\n");
         return;
     }
     attn_model m16, m32;
