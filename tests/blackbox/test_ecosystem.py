@@ -22,7 +22,10 @@ VENV_BIN = Path(sys.executable).parent
 
 @pytest.fixture(scope="module")
 def d(daemons):
-    return daemons({"models": [GOLDENS[MODEL][1].config()]}, env={"ATTND_API_KEY": KEY})
+    """The golden model, and the same weights as a bf16 model (so that both
+    series of the compute histogram, by precision, have samples)."""
+    bf16 = dict(GOLDENS[MODEL][1].config(), name=MODEL + "_bf16", precision="bf16")
+    return daemons({"models": [GOLDENS[MODEL][1].config(), bf16]}, env={"ATTND_API_KEY": KEY})
 
 
 def traffic(d):
@@ -30,9 +33,10 @@ def traffic(d):
     g, _ = GOLDENS[MODEL]
     s = g["sequences"][0]
     auth = {"Authorization": "Bearer " + KEY}
-    r = d.post("/v1/attention", {"query": s["query"]}, headers=auth)
-    assert r.status_code == 200, r.text[:200]
-    d.post("/v1/attention", {"query": [[1.0]]}, headers=auth)  # a 400
+    for model in (MODEL, MODEL + "_bf16"):
+        r = d.post("/v1/attention", {"model": model, "query": s["query"]}, headers=auth)
+        assert r.status_code == 200, r.text[:200]
+    d.post("/v1/attention", {"model": MODEL, "query": [[1.0]]}, headers=auth)  # a 400
     d.get("/v1/models")  # a 401
 
 
