@@ -3,7 +3,10 @@
 # body as curl or a web backend sends it: decimal numbers) over HTTP on
 # 127.0.0.1, printed as tables:
 #   1. attnd with batching on (the defaults) and off (max_batch_requests 1),
-#      and the plain FastAPI + torch way of serving the same layer
+#      a layer of the same shape drawn here as an fp32 model and as a bf16
+#      one ("precision": "bf16"; the same weights, so the two compare on the
+#      same numbers), batching on, and the plain FastAPI + torch way of
+#      serving the same layer
 #      (bench/fastapi_server.py, one uvicorn worker per core), each with wrk
 #      at 64 connections: requests/s, p50, p99; then the ratios;
 #   2. where attnd's CPU goes for those requests, by phase (HTTP, parse,
@@ -57,9 +60,15 @@ wait_up() {
     done
 }
 
+# start_attnd [VAR=value ...] [-- FLAG ...]: the daemon, its environment,
+# then its flags
 start_attnd() {
     PORT=$(free_port)
-    env "$@" "$BIN" --host 127.0.0.1 --port "$PORT" >"$TMP/server.log" 2>&1 &
+    vars=""
+    while [ $# -gt 0 ] && [ "$1" != "--" ]; do vars="$vars $1"; shift; done
+    [ $# -gt 0 ] && shift
+    # shellcheck disable=SC2086
+    env $vars "$BIN" --host 127.0.0.1 --port "$PORT" "$@" >"$TMP/server.log" 2>&1 &
     PID=$!
     wait_up
 }
@@ -82,6 +91,26 @@ import json, random, sys
 rnd = random.Random(1234)
 q = [[round(rnd.uniform(-1, 1), 6) for _ in range(512)] for _ in range(16)]
 open(sys.argv[1] + "/small.json", "w").write(json.dumps({"query": q}))
+EOF
+
+# a layer of the default model's shape (E=512, H=8), one config as fp32 and
+# one as bf16
+"$PY" - "$TMP" "$HERE/../config" <<'EOF'
+import json, sys
+import numpy as np
+sys.path.insert(0, sys.argv[2])
+from safetensors_header import safetensors_bytes
+rng = np.random.default_rng(5)
+E = 512
+t = [("in_proj_weight", rng.uniform(-1, 1, (3 * E, E)) * (1.5 / E) ** 0.5),
+     ("in_proj_bias", np.zeros(3 * E)), ("out_proj.weight", rng.uniform(-1, 1, (E, E)) / E ** 0.5),
+     ("out_proj.bias", np.zeros(E))]
+data = safetensors_bytes([(n, "F32", a.shape, a.astype("<f4").tobytes()) for n, a in t])
+open(sys.argv[1] + "/layer.safetensors", "wb").write(data)
+for p in ("bf16", "fp32"):
+    m = {"name": "layer", "embed_dim": E, "num_heads": 8, "weights": "layer.safetensors",
+         "precision": p}
+    open(sys.argv[1] + "/%s.json" % p, "w").write(json.dumps({"models": [m]}))
 EOF
 
 # run LABEL: warm-up, then the measured run; one table row
@@ -113,13 +142,21 @@ stop
 start_attnd ATTND_MAX_BATCH_REQUESTS=1
 run "attnd, batching off"
 stop
+start_attnd -- --config "$TMP/fp32.json"
+run "attnd, drawn layer, fp32"
+stop
+start_attnd -- --config "$TMP/bf16.json"
+KERNELS=$(grep -o 'on [a-z0-9-]* kernels' "$TMP/server.log" | head -1 | cut -d' ' -f2)
+run "attnd, drawn layer, bf16 (${KERNELS:-fp32})"
+stop
 start_fastapi
 run "FastAPI + torch ($(nproc) workers)"
 stop
 echo
 awk '{ gsub(/\|/, " "); r[NR] = $0; n = split($0, f, " "); v[NR] = f[n - 4] }
-     END { printf "attnd (batching on) / FastAPI + torch: %.1fx\n", v[1] / v[3];
-           printf "batching on / off: %.2fx\n", v[1] / v[2] }' "$TMP/rows"
+     END { printf "attnd (batching on) / FastAPI + torch: %.1fx\n", v[1] / v[5];
+           printf "batching on / off: %.2fx\n", v[1] / v[2];
+           printf "drawn layer, bf16 / fp32: %.2fx\n", v[4] / v[3] }' "$TMP/rows"
 
 if [ -f "$TMP/perf.data" ]; then
     echo
