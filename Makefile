@@ -182,17 +182,19 @@ asan: deps
 # The pool suite checks the core's own thread pool alone (1 to 4 threads),
 # the core suite uses it (2 and 3 threads), the answer suite writes answers
 # on it, the pipeline suite runs session steps and whole sequences through
-# one batch on it; the daemon's concurrency suite exercises the queue,
+# one batch on it, the bf16 forward suite's invariance cases run bf16 models
+# on 1 to 3 threads; the daemon's concurrency suite exercises the queue,
 # batcher and workers; the OTLP suites submit from several threads while the
 # exporter's thread sends, to a peer and to the real collector.
 tsan: deps
 	$(MAKE) BUILD=build-tsan OPT=-O1 SAN="-fsanitize=thread" all build-tsan/tests/test_pool build-tsan/tests/test_core build-tsan/tests/test_server_session build-tsan/tests/test_decoder \
 	  build-tsan/tests/test_server_guard build-tsan/tests/test_invariance build-tsan/tests/test_server_sched \
 	  build-tsan/tests/test_server_answer build-tsan/tests/test_server_pipeline build-tsan/tests/test_server_otlp \
-	  build-tsan/tests/test_server_otlp_collector $(OTELCOL)
+	  build-tsan/tests/test_server_otlp_collector build-tsan/tests/test_bf16_forward $(OTELCOL)
 	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no build-tsan/tests/test_pool
 	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no build-tsan/tests/test_core
 	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no build-tsan/tests/test_invariance
+	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no CK_RUN_CASE=invariance build-tsan/tests/test_bf16_forward
 	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no build-tsan/tests/test_server_sched
 	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no build-tsan/tests/test_server_answer
 	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no build-tsan/tests/test_server_pipeline
