@@ -26,7 +26,9 @@ inputs and weights:
                       exact one, from the float32 projections)
         out           bf16(out) @ bf16(W_o)^T + b_o
       which the C forward (fp32 sums in other orders) must stay within
-      TIGHT of (tests/test_bf16_forward.c; docs/performance.md says why).
+      TIGHT of (tests/test_bf16_forward.c; docs/performance.md says why);
+      each sequence checks that the formula without its roundings, or with
+      truncation in their place, lies beyond 5 x TIGHT from it.
 
 The models, one pair of files each (<name>.json and <name>.safetensors,
 float32 weights, torch or Llama names):
@@ -256,6 +258,29 @@ def masks(spec, L, S, rng):
     return h, kpm, am, kind
 
 
+TIGHT = 2e-4  # the bound tests/test_bf16_forward.c holds the forward to, against output_bf16
+
+
+def check_bound_sees_rounding(m, sd, xq, xk, xv, p, hidden, madd, out16):
+    """The formula with no rounding (an fp32 forward's numbers) and with
+    truncation instead of rounding to nearest are each far past TIGHT from
+    out16, so the bound tells a forward that skips or truncates its
+    roundings from one that keeps them."""
+    global b64
+    keep = b64
+    try:
+        for name, variant in (("unrounded", lambda x: f32(x).astype(np.float64)),
+                              ("truncated", lambda x: (f32(x).view(np.uint32) & 0xFFFF0000)
+                               .view(np.float32).astype(np.float64))):
+            b64 = variant
+            o, _ = layer(m, sd, xq, xk, xv, p, hidden, madd, True)
+            err = np.linalg.norm(o - out16) / np.linalg.norm(out16)
+            assert err > 5 * TIGHT, "%s: %s operands are %.2g from the formula" % (
+                m["name"], name, err)
+    finally:
+        b64 = keep
+
+
 def run_sequence(m, sd, spec, rng):
     L, S, cross = spec["L"], spec.get("S", spec["L"]), spec.get("cross", False)
     xq = randn(rng, (L, m["E"]))
@@ -270,6 +295,7 @@ def run_sequence(m, sd, spec, rng):
     if m["layout"] == "torch":
         check_torch(m, sd, xq, xk, xv, hidden, am, kind, out, att)
     out16, att16 = layer(m, sd, xq, xk, xv, p, hidden, madd, True)
+    check_bound_sees_rounding(m, sd, xq, xk, xv, p, hidden, madd, out16)
     attention = spec.get("attention", "none")
     pick = lambda a: a if attention == "heads" else a.mean(axis=0) if attention == "mean" else None
     aw, aw16 = pick(att), pick(att16)
