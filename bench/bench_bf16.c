@@ -264,8 +264,9 @@ static void attn_run_fp32(void *arg) {
     attn_bench *b = arg;
     for (int i0 = 0; i0 < b->L; i0 += ATTN_FUSED_ROWS) {
         int n = b->L - i0 < ATTN_FUSED_ROWS ? b->L - i0 : ATTN_FUSED_ROWS;
-        attn_fused_block(b->out + (size_t)i0 * b->D, b->D, b->q + (size_t)i0 * b->D, b->D, b->k,
-                         b->D, b->v, b->D, &b->seq, i0, n, b->D, b->scale, b->fused);
+        float *rows = b->out + (size_t)i0 * b->D; /* the block works in place: q in, out out */
+        memcpy(rows, b->q + (size_t)i0 * b->D, sizeof(float) * (size_t)n * b->D);
+        attn_fused_block(rows, b->D, 1, b->k, b->v, b->D, &b->seq, i0, n, b->D, b->scale, b->fused);
     }
 }
 
