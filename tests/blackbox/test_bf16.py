@@ -93,6 +93,32 @@ def test_models_show_precision(d, kernels):
     assert len(info) == 1 and info[0]["bf16_kernels"] == kernels, info
 
 
+def test_openapi_describes_the_fields(d):
+    """/openapi.json requires the precision fields of every model in
+    /v1/models and /v2/models/{name}, lists the words both can be, and the
+    daemon's answers (bf16 and fp32 models) validate against it."""
+    import jsonschema
+    doc = d.get("/openapi.json").json()
+    schemas = doc["components"]["schemas"]
+    item = schemas["ModelsResponse"]["properties"]["models"]["items"]
+    for fields, schema in ((("precision", "effective_precision", "weights_bytes"), item),
+                           (("precision", "effective_precision"), schemas["V2Model"])):
+        assert set(fields) <= set(schema["required"]), schema["required"]
+        for f in ("precision", "effective_precision"):
+            assert schema["properties"][f]["enum"] == ["fp32", "bf16"], schema["properties"][f]
+    kernels = schemas["ModelsResponse"]["properties"]["compute"]["properties"]["bf16_kernels"]
+    assert kernels["enum"] == ["amx-bf16", "avx512-bf16", "none"], kernels
+
+    def validator(name):  # OpenAPI 3.0's schemas are draft 4's dialect
+        return jsonschema.Draft4Validator({"$ref": "#/components/schemas/" + name,
+                                           "components": doc["components"]})
+    models = d.get("/v1/models").json()
+    validator("ModelsResponse").validate(models)
+    assert {m["precision"] for m in models["models"]} == {"fp32", "bf16"}
+    for m in models["models"]:
+        validator("V2Model").validate(d.get("/v2/models/" + m["name"]).json())
+
+
 def answer(d, model, s, b64=True):
     """The native answer of golden sequence s from model: output, attention."""
     body = golden_body(s, model_name=model, b64_inputs=b64, encoding="base64" if b64 else None)
