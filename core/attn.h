@@ -194,6 +194,16 @@ enum { ATTN_KV16_PAGE = 32 }; /* tokens per page of a bf16 cache (attn_seq.kv16)
  * bytes where they are (pages never move). */
 size_t attn_kv_bytes(const attn_model *m, size_t tokens);
 
+/* A bf16 cache (attn_seq.kv16) of G key/value heads of width D as rows and
+ * back, for a session's state file: rows (tokens, 2*G*D) bf16 bits, row t
+ * holding token t's key (G,D) then its value (G,D), as attn_seq.kv's rows
+ * hold floats. Bits are copied, never rounded, so rows taken out and put
+ * back give the very cache. attn_kv16_from_rows writes tokens [0, tokens)
+ * of a cache of attn_kv_bytes for them and zeroes the last page's slots
+ * past them. */
+void attn_kv16_to_rows(const uint16_t *kv16, int G, int D, size_t tokens, uint16_t *rows);
+void attn_kv16_from_rows(uint16_t *kv16, int G, int D, size_t tokens, const uint16_t *rows);
+
 /* A batch: packed tensors plus per-sequence lengths and options.
  * key == NULL makes every sequence self-attention (key = value = query,
  * which needs Kd == Vd == E). value == NULL makes value = key. */

@@ -226,6 +226,42 @@ void attn_kv_bf16_get(const attn_bf16 *kv, int G, int D, size_t t, float *k, flo
     }
 }
 
+/* Where token t's part of a page starts: the page's first element, and t's slot in it. */
+static inline size_t kv_page_of(int G, int D, size_t t, int *slot) {
+    *slot = (int)(t % ATTN_KV_PAGE);
+    return t / ATTN_KV_PAGE * attn_kv_bf16_elems(ATTN_KV_PAGE, G, D);
+}
+
+void attn_kv16_to_rows(const uint16_t *kv16, int G, int D, size_t tokens, uint16_t *rows) {
+    size_t gd = (size_t)G * D;
+    for (size_t t = 0; t < tokens; t++) {
+        int slot;
+        const attn_bf16 *page = kv16 + kv_page_of(G, D, t, &slot);
+        uint16_t *k = rows + t * 2 * gd, *v = k + gd; /* row t: keys (G,D), values (G,D) */
+        for (int g = 0; g < G; g++)
+            for (int d = 0; d < D; d++) {
+                k[(size_t)g * D + d] = page[(size_t)g * 64 * D + key_at(D, slot, d)];
+                v[(size_t)g * D + d] = page[(size_t)g * 64 * D + value_at(D, slot, d)];
+            }
+    }
+}
+
+void attn_kv16_from_rows(uint16_t *kv16, int G, int D, size_t tokens, const uint16_t *rows) {
+    size_t gd = (size_t)G * D, page_elems = attn_kv_bf16_elems(ATTN_KV_PAGE, G, D);
+    if (tokens % ATTN_KV_PAGE) /* the last page: zeros in the slots past tokens */
+        memset(kv16 + tokens / ATTN_KV_PAGE * page_elems, 0, sizeof(attn_bf16) * page_elems);
+    for (size_t t = 0; t < tokens; t++) {
+        int slot;
+        attn_bf16 *page = kv16 + kv_page_of(G, D, t, &slot);
+        const uint16_t *k = rows + t * 2 * gd, *v = k + gd;
+        for (int g = 0; g < G; g++)
+            for (int d = 0; d < D; d++) {
+                page[(size_t)g * 64 * D + key_at(D, slot, d)] = k[(size_t)g * D + d];
+                page[(size_t)g * 64 * D + value_at(D, slot, d)] = v[(size_t)g * D + d];
+            }
+    }
+}
+
 /* 16 widths of a row, from d: bf16 in the low halves of 16 32-bit lanes
  * (zeros for a row past the sequence: NULL). */
 BF16VEC static inline __m512i widths16(const float *row, int d) {

@@ -16,7 +16,7 @@
  *              grouped heads, a decoding step) within the file's bound, in
  *              calls of every size; random shapes against a float64 model
  *              of the same formula and bound; the reference too.
- *   layout     the page layout of bf16.h, token by token and packed.
+ *   layout     the page layout of bf16.h, token by token, packed, and as rows.
  *
  * Bounds, and why they are tight (fp32 accumulation order only):
  *   gemm: every path sums K+1 terms (bias and exact bf16 x bf16 products) in
@@ -839,6 +839,28 @@ END_TEST
 
 /* ------------------------------------------------------------ layout */
 
+/* A cache of S tokens (GL heads of width D, packed from k and v) as rows
+ * (attn_kv16_to_rows: token t's keys then values, the bits pack rounded)
+ * and back (attn_kv16_from_rows: the very pages, zeros past S included,
+ * whatever the buffer held). */
+static void kv_rows(const attn_bf16 *packed, const float *k, const float *v, int D, int S) {
+    enum { GL = 3 };
+    size_t n = attn_kv_bf16_elems((size_t)S, GL, D), gd = (size_t)GL * D;
+    uint16_t *rows = xcalloc((size_t)S * 2 * gd, sizeof(uint16_t));
+    attn_bf16 *back = xaligned(n * 2);
+    attn_kv16_to_rows(packed, GL, D, (size_t)S, rows);
+    for (size_t t = 0; t < (size_t)S; t++)
+        for (size_t i = 0; i < gd; i++)
+            REQUIRE(rows[t * 2 * gd + i] == attn_bf16_of(k[t * gd + i]) &&
+                        rows[t * 2 * gd + gd + i] == attn_bf16_of(v[t * gd + i]),
+                    "to_rows: D=%d token %zu value %zu", D, t, i);
+    memset(back, 0xCD, n * 2);
+    attn_kv16_from_rows(back, GL, D, (size_t)S, rows);
+    ck_assert_msg(memcmp(back, packed, n * 2) == 0, "from_rows: D=%d: not the packed pages", D);
+    free(rows);
+    free(back);
+}
+
 /* The page layout as bf16.h writes it, index by index; get returns what put
  * wrote; pack (on path p: the vector code, or the portable loop for NONE
  * and for widths that are not a multiple of 32) equals put token by token,
@@ -876,6 +898,7 @@ static void kv_layout(int D, int p) {
             REQUIRE(kb[i] == (float)rb(k[t * GL * D + i]) && vb[i] == (float)rb(v[t * GL * D + i]),
                     "get: D=%d token %zu value %d", D, t, i);
     }
+    kv_rows(packed, k, v, D, S);
     free(k);
     free(v);
     free(kb);

@@ -37,22 +37,40 @@ static int refuse(attnd_error *e, attnd_kind k, const char *sentence) {
 
 /* ---- one session -------------------------------------------------------------- */
 
+/* The state of held step's cache, of model m, into st: its float rows as
+ * they are, or a bf16 cache's pages as rows of bf16 bits (*rows, the
+ * caller's to free). -1 when out of memory. */
+static int state_of(const attnd_session_step *step, const attnd_model_info *m, attnd_state *st,
+                    uint16_t **rows) {
+    int G = m->hp.num_kv_heads, D = m->hp.head_dim;
+    *st = (attnd_state){.model = (char *)m->name,
+                        .fingerprint = (char *)m->fingerprint,
+                        .precision = m->kv16 ? ATTND_STATE_BF16 : ATTND_STATE_FP32,
+                        .len = step->len,
+                        .G = G,
+                        .D = D,
+                        .kv = step->kv};
+    *rows = NULL;
+    if (!m->kv16 || step->len == 0) return 0;
+    *rows = malloc((size_t)step->len * 2 * (size_t)G * (size_t)D * sizeof(uint16_t));
+    if (!*rows) return -1;
+    attn_kv16_to_rows(step->kv, G, D, (size_t)step->len, *rows);
+    st->kv = *rows;
+    return 0;
+}
+
 int attnd_session_export(const attnd_persist_env *p, const char *id, double now, attnd_sbuf *out,
                          attnd_error *e) {
     attnd_session_step step;
     attnd_session_status s = attnd_session_hold(p->table, id, now, &step);
     if (s != SESS_OK) return attnd_session_refusal(s, id, NULL, e);
-    const attnd_model_info *m = &p->env->models[step.model];
-    attnd_state st = {.model = (char *)m->name,
-                      .fingerprint = (char *)m->fingerprint,
-                      .precision = ATTND_STATE_FP32, /* the table holds float rows */
-                      .len = step.len,
-                      .G = m->hp.num_kv_heads,
-                      .D = m->hp.head_dim,
-                      .kv = step.kv};
-    char err[256];
-    int rc = attnd_state_write(out, &st, err, sizeof err);
+    attnd_state st;
+    uint16_t *rows;
+    char err[256] = "out of memory writing the state";
+    int rc = state_of(&step, &p->env->models[step.model], &st, &rows);
+    if (rc == 0) rc = attnd_state_write(out, &st, err, sizeof err);
     attnd_session_end(p->table, &step, 0, now); /* read only: nothing to keep */
+    free(rows);
     if (rc < 0) return refuse(e, AERR_INTERNAL, err);
     if (out->oom) return attnd_set_error(e, AERR_INTERNAL, "out of memory writing the state");
     return 0;
@@ -74,11 +92,13 @@ static int state_fits(const attnd_state *st, const attnd_model_info *m, attnd_er
                                "key/value heads of width %d: the file does not hold what its "
                                "fingerprint claims",
                                st->len, st->G, st->D, m->name, hp->num_kv_heads, hp->head_dim);
-    if (st->precision != ATTND_STATE_FP32)
+    attnd_state_precision here = m->kv16 ? ATTND_STATE_BF16 : ATTND_STATE_FP32;
+    if (st->precision != here)
         return attnd_set_error(e, AERR_CONFLICT,
-                               "the state's cache is bf16, and model '%s' keeps its sessions' "
-                               "caches in fp32 here",
-                               m->name);
+                               "the state's cache is %s, and model '%s' keeps its sessions' "
+                               "caches in %s here",
+                               st->precision == ATTND_STATE_BF16 ? "bf16" : "fp32", m->name,
+                               here == ATTND_STATE_BF16 ? "bf16" : "fp32");
     return attnd_model_sessions_refusal(m, e);
 }
 
@@ -98,13 +118,16 @@ static int state_model(const attnd_persist_env *p, const attnd_state *st, attnd_
 static int open_with(const attnd_persist_env *p, const attnd_state *st, int mi, const char *want_id,
                      double now, attnd_restored *out, attnd_error *e, int *retry) {
     const attnd_model_info *m = &p->env->models[mi];
-    attnd_cache_shape shape = attnd_session_cache_shape(st->G, st->D, 0);
+    attnd_cache_shape shape = attnd_session_cache_shape(st->G, st->D, m->kv16);
     int max_len = m->max_positions ? m->max_positions : ATTND_SESSION_MAX_LEN;
     attnd_session_step step;
     attnd_session_status s = attnd_session_open(p->table, mi, &shape, st->len, max_len, now,
                                                 want_id, out->id, &step, retry);
     if (s != SESS_OK) return attnd_session_refusal(s, NULL, &step.over, e);
-    if (st->len) memcpy(step.kv, st->kv, (size_t)st->len * shape.row_bytes);
+    if (st->len && m->kv16) /* the file's rows into the cache's zeroed pages */
+        attn_kv16_from_rows(step.kv, st->G, st->D, (size_t)st->len, st->kv);
+    else if (st->len)
+        memcpy(step.kv, st->kv, (size_t)st->len * shape.row_bytes);
     attnd_session_end(p->table, &step, 1, now);
     out->model = mi;
     out->tokens = st->len;

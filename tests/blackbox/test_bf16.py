@@ -14,11 +14,15 @@ goldens of tests/gen_golden_bf16_forward.py as bf16 models ("precision":
 - sessions of a bf16 model: steps equal to the whole sequence bit for bit,
   their cache in bf16 pages (attnd_session_bytes), the budgets in real
   bytes (twice an fp32 model's tokens in the same max_session_bytes_each);
+- session state files of a bf16 model: bf16 metadata and BF16 tensors,
+  restored bit for bit on another daemon;
 - workers.bf16_kernels: each path the CPU has, and "none": the model
   computes in fp32 (its answers the fp32 twin's bits) and the start-up log
   says so in one line.
 """
 import json
+import os
+import struct
 
 import numpy as np
 import pytest
@@ -307,3 +311,80 @@ def test_each_path_the_cpu_has(fresh_daemons, kernels, path):
             assert rel_err(out, s["output"]) <= LOOSE
             if att is not None:
                 assert rel_err(att, s["attn_weights_bf16"]) <= TIGHT
+
+
+def read_state(data):
+    """A session's state file read with struct, json and numpy: metadata,
+    each tensor's dtype, and the tensors (BF16 widened to float32 exactly:
+    its bits are a float32's upper half)."""
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + n])
+    meta = header.pop("__metadata__")
+    body = data[8 + n:]
+    tensors, dtypes = {}, {}
+    for name, t in header.items():
+        a, b = t["data_offsets"]
+        raw = body[a:b]
+        if t["dtype"] == "BF16":
+            x = (np.frombuffer(raw, "<u2").astype(np.uint32) << 16).view(np.float32)
+        else:
+            x = np.frombuffer(raw, {"F32": "<f4", "I32": "<i4"}[t["dtype"]])
+        tensors[name], dtypes[name] = x.reshape(t["shape"]), t["dtype"]
+    return meta, dtypes, tensors
+
+
+def session_rows(d, model, q, n_open):
+    """A session of model opened with q's first n_open rows; its id."""
+    r = d.post("/v1/sessions", {"model": model, "query": support.b64_tensor(q[:n_open])})
+    assert r.status_code == 201, r.text[:300]
+    return r.json()["session"]
+
+
+def step_bits(d, sid, q):
+    r = d.post("/v1/sessions/%s/attention" % sid, {"query": support.b64_tensor(q),
+                                                   "attention": "heads", "encoding": "base64"})
+    assert r.status_code == 200, r.text[:300]
+    a = r.json()
+    return a["cached_tokens"], a["output"]["b64"], a["attention"]["b64"]
+
+
+def test_session_state_bf16(d, daemons, fresh_daemons, kernels):
+    """A bf16 session's state file: precision bf16 and BF16 keys and values
+    (35 tokens: a whole page and part of the next), token by token the
+    fp32 twin's cache within bf16's error (a page's layout unscrambled);
+    restored on a second daemon its next steps give the uninterrupted
+    session's bits and its state the same bytes; a daemon computing the
+    model in fp32 refuses it (other weights as held: 409)."""
+    g = golden(STEPPED)
+    q = f32(g["sequences"][3]["query"])[:40]
+    sid = session_rows(d, STEPPED, q, 35)
+    twin = session_rows(d, STEPPED + "_fp32", q, 35)
+    r = d.get("/v1/sessions/%s/state" % sid)
+    assert r.status_code == 200, r.text[:300]
+    meta, dtypes, t = read_state(r.content)
+    bf16 = kernels != "none"
+    assert meta["precision"] == ("bf16" if bf16 else "fp32") and meta["length"] == "35", meta
+    assert dtypes["keys"] == dtypes["values"] == ("BF16" if bf16 else "F32"), dtypes
+    G, D = g["num_kv_heads"], g["head_dim"]
+    assert t["keys"].shape == t["values"].shape == (35, G, D)
+    assert t["positions"].tolist() == list(range(35))
+    _, _, t32 = read_state(d.get("/v1/sessions/%s/state" % twin).content)
+    for name in ("keys", "values"):
+        for i in range(35):  # every token where it belongs, not only the whole
+            assert rel_err(t[name][i], t32[name][i]) <= LOOSE, (name, i)
+    b = daemons(config())
+    moved = "%032x" % int.from_bytes(os.urandom(16), "big")
+    r2 = b.post("/v1/sessions", data=r.content, headers={
+        "Content-Type": "application/octet-stream", "X-Session-Id": moved})
+    assert r2.status_code == 201, r2.text[:300]
+    assert r2.json()["cached_tokens"] == 35
+    assert b.get("/v1/sessions/%s/state" % moved).content == r.content
+    for lo, hi in ((35, 36), (36, 40)):
+        assert step_bits(b, moved, q[lo:hi]) == step_bits(d, sid, q[lo:hi])
+    if bf16:
+        d0 = fresh_daemons(config(), env={"ATTND_BF16_KERNELS": "none"})
+        msg = check_error_body(d0.post("/v1/sessions", data=r.content, headers={
+            "Content-Type": "application/octet-stream"}), 409)
+        assert "fingerprint" in msg, msg
+    for x, s in ((d, sid), (d, twin), (b, moved)):
+        assert x.request("DELETE", "/v1/sessions/" + s).status_code == 204
