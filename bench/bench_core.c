@@ -345,7 +345,20 @@ static void print_table(const int *threads, int nt, const double *gemm, double b
     }
 }
 
-static void usage(void) {
+/* An option of two settings and "both": v one of them keeps set[] to that
+ * one (n 1), "both" runs the two (n 2). -1 for another word. */
+static int one_or_both(const char *v, const char *first, const char *second, int set[2], int *n) {
+    if (strcmp(v, first) == 0 || strcmp(v, second) == 0) {
+        set[0] = strcmp(v, first) == 0 ? set[0] : set[1];
+        *n = 1;
+        return 0;
+    }
+    if (strcmp(v, "both") != 0) return -1;
+    *n = 2;
+    return 0;
+}
+
+static int usage(void) { /* 2: the exit code of a bad command line */
     fprintf(stderr,
             "usage: bench_core [--threads 1,2,N] [--seconds S] [--fused on|off|both] "
             "[--no-memory]\n"
@@ -368,128 +381,149 @@ static void usage(void) {
             "              OpenBLAS kernels the core loads, and exit\n"
             "  --json FILE append one JSON line per cell (bench/compare.py reads them)\n"
             "  --no-memory skip the peak-memory measurement\n");
+    return 2;
+}
+
+/* What the command line asks for. */
+typedef struct {
+    int threads[MAX_THREADS], nt; /* thread counts to compare */
+    int fused[2], nf;             /* settings of attn_set_fused to run */
+    int owners[2], no;            /* settings of g_blas_owns to run */
+    int projs[2], np;             /* settings of attn_set_projections to run */
+    int precs[2], npr;            /* precisions: fp32, and bf16 where the CPU has it */
+    double budget;                /* seconds per table cell */
+    int memory;                   /* 1: measure one forward's memory */
+    const char *print_what;       /* --print: threads or blas-core, then exit */
+} bench_opts;
+
+/* --threads 1,2,N into o; -1 when it is not such a list. */
+static int parse_threads(char *p, bench_opts *o) {
+    o->nt = 0;
+    while (*p && o->nt < MAX_THREADS) {
+        o->threads[o->nt] = (int)strtol(p, &p, 10);
+        if (o->threads[o->nt] < 1 || (*p && *p != ',')) return -1;
+        o->nt++;
+        if (*p == ',') p++;
+    }
+    return o->nt ? 0 : -1;
+}
+
+/* argv[i] and its value into o (the clock and --json into their globals);
+ * the index of the last argument it took, or -1 for a bad one. */
+static int parse_arg(int argc, char **argv, int i, bench_opts *o) {
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    int bad = 0;
+    if (strcmp(a, "--no-memory") == 0) {
+        o->memory = 0;
+        return i;
+    }
+    if (!v) return -1;
+    if (strcmp(a, "--threads") == 0)
+        bad = parse_threads(argv[i + 1], o);
+    else if (strcmp(a, "--seconds") == 0)
+        o->budget = atof(v);
+    else if (strcmp(a, "--fused") == 0)
+        bad = one_or_both(v, "on", "off", o->fused, &o->nf);
+    else if (strcmp(a, "--owner") == 0)
+        bad = one_or_both(v, "core", "blas", o->owners, &o->no);
+    else if (strcmp(a, "--proj") == 0)
+        bad = one_or_both(v, "packed", "openblas", o->projs, &o->np);
+    else if (strcmp(a, "--precision") == 0)
+        bad = one_or_both(v, "fp32", "bf16", o->precs, &o->npr);
+    else if (strcmp(a, "--clock") == 0 && (strcmp(v, "cpu") == 0 || strcmp(v, "wall") == 0))
+        g_clock = strcmp(v, "cpu") == 0 ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_MONOTONIC;
+    else if (strcmp(a, "--bf16-kernels") == 0)
+        bad = attn_set_bf16_kernels(v);
+    else if (strcmp(a, "--print") == 0)
+        o->print_what = v; /* for make bench's other benchmarks */
+    else if (strcmp(a, "--json") != 0)
+        bad = -1;
+    else if ((g_json = fopen(v, "a")) == NULL) {
+        perror(v);
+        bad = -1;
+    }
+    return bad < 0 ? -1 : i + 1;
+}
+
+/* The command line into o: 0, or 2 (the exit code) after saying why. */
+static int parse_args(int argc, char **argv, bench_opts *o) {
+    attnd_cpus cpus; /* the daemon's count: affinity mask and cgroup quota */
+    attnd_cpus_count(&cpus);
+    int bf16 = strcmp(attn_bf16_kernels(), "none") != 0;
+    *o = (bench_opts){.threads = {1, 2},
+                      .nt = 2,
+                      .fused = {1, 0},
+                      .nf = 1,
+                      .owners = {0, 1},
+                      .no = 1,
+                      .projs = {ATTN_PROJ_PACKED, ATTN_PROJ_OPENBLAS},
+                      .np = 1,
+                      .precs = {ATTN_FP32, ATTN_BF16},
+                      .npr = bf16 ? 2 : 1,
+                      .budget = 1.5,
+                      .memory = 1};
+    if (cpus.n > 2 && cpus.n < 1024) o->threads[o->nt++] = cpus.n; /* 1, 2 and every CPU */
+    for (int i = 1; i < argc; i++)
+        if ((i = parse_arg(argc, argv, i, o)) < 0) return usage();
+    return o->budget > 0 ? 0 : usage();
+}
+
+/* The CPU's FMA peak and OpenBLAS's sgemm rate at each thread count (gemm). */
+static void print_rates(const bench_opts *o, double *gemm) {
+    attn_cpu cpu;
+    attn_cpu_detect(&cpu);
+    printf("FMA peak (%s, independent chains):", cpu.avx512f ? "AVX-512" : "AVX2");
+    for (int t = 0; t < o->nt; t++) {
+        double pk = fma_peak(o->threads[t]);
+        printf("  %d thread%s %.1f GFLOP/s", o->threads[t], o->threads[t] > 1 ? "s" : "", pk);
+    }
+    printf("\n");
+    printf("sgemm 2048^3 (OpenBLAS):");
+    for (int t = 0; t < o->nt; t++) {
+        gemm[t] = sgemm_rate(o->threads[t], 2048);
+        printf("  %d thread%s %.1f GFLOP/s", o->threads[t], o->threads[t] > 1 ? "s" : "", gemm[t]);
+    }
+    printf("\nFLOPs = 8*T*E^2 + 4*B*L^2*E; median ms over N runs; %% = share of sgemm's rate\n");
+}
+
+/* One table per setting asked for; only the first (default) table of each
+ * precision goes to the comparison (--json). */
+static void run_tables(const bench_opts *o, const double *gemm) {
+    FILE *json = g_json;
+    for (int pr = 0; pr < o->npr; pr++)
+        for (int pj = 0; pj < o->np; pj++)
+            for (int ow = 0; ow < o->no; ow++)
+                for (int f = 0; f < o->nf; f++) {
+                    g_precision = (attn_precision)o->precs[pr];
+                    g_blas_owns = o->owners[ow];
+                    attn_set_fused(o->fused[f]);
+                    attn_set_projections(o->projs[pj]);
+                    g_json = pj == 0 && ow == 0 && f == 0 ? json : NULL;
+                    const char *owner =
+                        g_blas_owns ? "OpenBLAS (one core thread)" : "the core (OpenBLAS at one)";
+                    if (g_precision == ATTN_BF16)
+                        printf("bf16 model (%s kernels), threads owned by %s:\n",
+                               attn_bf16_kernels(), owner);
+                    else
+                        printf("projections %s, threads owned by %s, fused kernel %s:\n",
+                               o->projs[pj] == ATTN_PROJ_PACKED ? "on packed weights"
+                                                                : "with OpenBLAS",
+                               owner, o->fused[f] ? "on" : "off");
+                    print_table(o->threads, o->nt, gemm, o->budget);
+                }
+    g_json = json;
 }
 
 int main(int argc, char **argv) {
-    int threads[MAX_THREADS] = {1, 2}, nt = 2, memory = 1;
-    const char *print_what = NULL;
-    attnd_cpus cpus; /* the daemon's count: affinity mask and cgroup quota */
-    attnd_cpus_count(&cpus);
-    if (cpus.n > 2 && cpus.n < 1024) threads[nt++] = cpus.n; /* 1, 2 and every CPU */
-    int fused[2] = {1, 0}, nf = 1;                           /* settings of attn_set_fused to run */
-    int owners[2] = {0, 1}, no = 1;                          /* settings of g_blas_owns to run */
-    int projs[2] = {ATTN_PROJ_PACKED, ATTN_PROJ_OPENBLAS}, np = 1; /* attn_set_projections */
-    int bf16 = strcmp(attn_bf16_kernels(), "none") != 0;
-    attn_precision precs[2] = {ATTN_FP32, ATTN_BF16};
-    int npr = bf16 ? 2 : 1; /* precisions to run: fp32, and bf16 where the CPU has it */
-    double budget = 1.5;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
-            char *p = argv[++i];
-            nt = 0;
-            while (*p && nt < MAX_THREADS) {
-                threads[nt] = (int)strtol(p, &p, 10);
-                if (threads[nt] < 1 || (*p && *p != ',')) {
-                    usage();
-                    return 2;
-                }
-                nt++;
-                if (*p == ',') p++;
-            }
-        } else if (strcmp(argv[i], "--seconds") == 0 && i + 1 < argc) {
-            budget = atof(argv[++i]);
-        } else if (strcmp(argv[i], "--fused") == 0 && i + 1 < argc) {
-            const char *v = argv[++i];
-            if (strcmp(v, "on") == 0) {
-                nf = 1;
-            } else if (strcmp(v, "off") == 0) {
-                fused[0] = 0;
-                nf = 1;
-            } else if (strcmp(v, "both") == 0) {
-                nf = 2;
-            } else {
-                usage();
-                return 2;
-            }
-        } else if (strcmp(argv[i], "--owner") == 0 && i + 1 < argc) {
-            const char *v = argv[++i];
-            if (strcmp(v, "core") == 0) {
-                no = 1;
-            } else if (strcmp(v, "blas") == 0) {
-                owners[0] = 1;
-                no = 1;
-            } else if (strcmp(v, "both") == 0) {
-                no = 2;
-            } else {
-                usage();
-                return 2;
-            }
-        } else if (strcmp(argv[i], "--proj") == 0 && i + 1 < argc) {
-            const char *v = argv[++i];
-            if (strcmp(v, "packed") == 0) {
-                np = 1;
-            } else if (strcmp(v, "openblas") == 0) {
-                projs[0] = ATTN_PROJ_OPENBLAS;
-                np = 1;
-            } else if (strcmp(v, "both") == 0) {
-                np = 2;
-            } else {
-                usage();
-                return 2;
-            }
-        } else if (strcmp(argv[i], "--clock") == 0 && i + 1 < argc) {
-            const char *v = argv[++i];
-            if (strcmp(v, "cpu") == 0) {
-                g_clock = CLOCK_PROCESS_CPUTIME_ID;
-            } else if (strcmp(v, "wall") != 0) {
-                usage();
-                return 2;
-            }
-        } else if (strcmp(argv[i], "--precision") == 0 && i + 1 < argc) {
-            const char *v = argv[++i];
-            if (strcmp(v, "fp32") == 0) {
-                npr = 1;
-            } else if (strcmp(v, "bf16") == 0) {
-                precs[0] = ATTN_BF16;
-                npr = 1;
-            } else if (strcmp(v, "both") == 0) {
-                npr = 2;
-            } else {
-                usage();
-                return 2;
-            }
-        } else if (strcmp(argv[i], "--bf16-kernels") == 0 && i + 1 < argc) {
-            if (attn_set_bf16_kernels(argv[++i]) < 0) {
-                usage();
-                return 2;
-            }
-        } else if (strcmp(argv[i], "--print") == 0 && i + 1 < argc) {
-            print_what = argv[++i]; /* for make bench's other benchmarks */
-        } else if (strcmp(argv[i], "--json") == 0 && i + 1 < argc) {
-            g_json = fopen(argv[++i], "a");
-            if (!g_json) {
-                perror(argv[i]);
-                return 2;
-            }
-        } else if (strcmp(argv[i], "--no-memory") == 0) {
-            memory = 0;
-        } else {
-            usage();
-            return 2;
-        }
-    }
-    if (nt == 0 || !(budget > 0)) {
-        usage();
-        return 2;
-    }
-
-    if (print_what && strcmp(print_what, "threads") == 0) {
-        for (int t = 0; t < nt; t++)
-            printf("%s%d", t ? "," : "", threads[t]);
+    bench_opts o;
+    if (parse_args(argc, argv, &o) != 0) return 2;
+    if (o.print_what && strcmp(o.print_what, "threads") == 0) {
+        for (int t = 0; t < o.nt; t++)
+            printf("%s%d", t ? "," : "", o.threads[t]);
         printf("\n");
         return 0;
     }
-    if (print_what) { /* blas-core */
+    if (o.print_what) { /* blas-core */
         printf("%s\n", attn_blas_corename());
         return 0;
     }
@@ -498,52 +532,15 @@ int main(int argc, char **argv) {
     mallopt(M_MMAP_THRESHOLD, 128 * 1024);
     printf("attnd core: self-attention, no attention matrix; OpenBLAS core %s; bf16 kernels %s\n",
            attn_blas_corename(), attn_bf16_kernels());
-    if (memory) {
+    if (o.memory) {
         printf("memory of one forward, B=%d L=%d E=%d H=%d:\n", g_mem_shape.B, g_mem_shape.L,
                g_mem_shape.E, g_mem_shape.H);
-        for (int t = 0; t < nt; t++)
-            measure_memory(threads[t]);
+        for (int t = 0; t < o.nt; t++)
+            measure_memory(o.threads[t]);
     }
-
     double gemm[MAX_THREADS];
-    attn_cpu cpu;
-    attn_cpu_detect(&cpu);
-    printf("FMA peak (%s, independent chains):", cpu.avx512f ? "AVX-512" : "AVX2");
-    for (int t = 0; t < nt; t++) {
-        double pk = fma_peak(threads[t]);
-        printf("  %d thread%s %.1f GFLOP/s", threads[t], threads[t] > 1 ? "s" : "", pk);
-    }
-    printf("\n");
-    printf("sgemm 2048^3 (OpenBLAS):");
-    for (int t = 0; t < nt; t++) {
-        gemm[t] = sgemm_rate(threads[t], 2048);
-        printf("  %d thread%s %.1f GFLOP/s", threads[t], threads[t] > 1 ? "s" : "", gemm[t]);
-    }
-    printf("\nFLOPs = 8*T*E^2 + 4*B*L^2*E; median ms over N runs; %% = share of sgemm's rate\n");
-    FILE *json = g_json;
-    for (int pr = 0; pr < npr; pr++)
-        for (int pj = 0; pj < np; pj++)
-            for (int o = 0; o < no; o++)
-                for (int f = 0; f < nf; f++) {
-                    g_precision = precs[pr];
-                    g_blas_owns = owners[o];
-                    attn_set_fused(fused[f]);
-                    attn_set_projections(projs[pj]);
-                    /* only the first (default) table of each precision goes to the comparison */
-                    g_json = pj == 0 && o == 0 && f == 0 ? json : NULL;
-                    if (g_precision == ATTN_BF16)
-                        printf("bf16 model (%s kernels), threads owned by %s:\n",
-                               attn_bf16_kernels(),
-                               owners[o] ? "OpenBLAS (one core thread)"
-                                         : "the core (OpenBLAS at one)");
-                    else
-                        printf(
-                            "projections %s, threads owned by %s, fused kernel %s:\n",
-                            projs[pj] == ATTN_PROJ_PACKED ? "on packed weights" : "with OpenBLAS",
-                            owners[o] ? "OpenBLAS (one core thread)" : "the core (OpenBLAS at one)",
-                            fused[f] ? "on" : "off");
-                    print_table(threads, nt, gemm, budget);
-                }
-    if (json) fclose(json);
+    print_rates(&o, gemm);
+    run_tables(&o, gemm);
+    if (g_json) fclose(g_json);
     return 0;
 }
