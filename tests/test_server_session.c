@@ -423,6 +423,16 @@ START_TEST(test_paged_cache) {
     ck_assert_int_eq(attnd_session_begin(st, b, 32, 5, &p, &retry), SESS_FULL);
     ck_assert_int_eq(stats(st).tokens, 34);
     attnd_sessions_free(st);
+    /* a limit between pages: the refusal names the tokens of its whole pages */
+    st = table(8, 4096, 600, 60);
+    ck_assert_int_eq(attnd_session_open(st, 0, &pages, 65, 1000, 0, NULL, a, &p, &retry),
+                     SESS_TOO_BIG);
+    attnd_error e;
+    ck_assert_int_eq(attnd_session_refusal(SESS_TOO_BIG, NULL, &p.over, &e), -1);
+    ck_assert_msg(strstr(e.msg, "a cache of 768 bytes (8 a token), past one session's limit of "
+                                "600 bytes (64 tokens)"),
+                  "%s", e.msg);
+    attnd_sessions_free(st);
 }
 END_TEST
 

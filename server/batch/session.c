@@ -206,6 +206,8 @@ static attnd_session_status too_big(const attnd_sessions *st, const attnd_sessio
     over->limit = each ? OVER_BYTES_EACH : OVER_BYTES;
     over->max = each ? st->lim.max_bytes_per_session : st->lim.max_bytes;
     over->need = rows_bytes(whole_pages(s, (uint64_t)need), row);
+    uint64_t page_bytes = row * (uint64_t)s->shape.page;
+    over->fit = page_bytes ? (long long)((uint64_t)over->max / page_bytes * s->shape.page) : 0;
     return SESS_TOO_BIG;
 }
 
@@ -588,7 +590,7 @@ static int over_too_big(const attnd_session_over *o, attnd_kind k, attnd_error *
         o->limit == OVER_BYTES_EACH ? "max_session_bytes_each" : "max_session_bytes", what,
         o->tokens, o->need, o->row,
         o->limit == OVER_BYTES_EACH ? "one session's limit of" : "all sessions' limit of", o->max,
-        o->row ? o->max / o->row : 0);
+        o->fit);
 }
 
 int attnd_session_refusal(attnd_session_status s, const char *id, const attnd_session_over *over,

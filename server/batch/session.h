@@ -97,6 +97,8 @@ typedef struct {
     long long held;    /* OVER_BYTES: bytes the caches hold now, this one's included */
     long long max;     /* the limit: bytes, sessions or tokens */
     long long row;     /* bytes a cached token takes */
+    long long fit;     /* OVER_BYTES_EACH, OVER_BYTES (413): the tokens max bytes hold, in
+                          whole pages */
     int retry_after_s; /* 429: seconds until the first idle session times out */
 } attnd_session_over;
 
