@@ -171,12 +171,10 @@ static double time_attend(bench_shape *bs, const attn_plan_task *k) {
     r.at.rows_alone = !attn_is_mha(hp);
     r.at.q = bs->qkv;
     r.at.ldq = (size_t)bs->W;
-    r.seq = (attn_seq_at){0,
-                          bs->qkv + H * D,
-                          bs->qkv + (H + G) * D,
-                          (size_t)bs->W,
-                          0,
-                          (attn_seq){.L = k->rows, .S = k->cols}};
+    r.seq = (attn_seq_at){.k = bs->qkv + H * D,
+                          .v = bs->qkv + (H + G) * D,
+                          .ldkv = (size_t)bs->W,
+                          .view = (attn_seq){.L = k->rows, .S = k->cols}};
     r.task = (attn_task){0, 0, 0, k->rows}; /* key/value head 0: no matrix asked for */
     r.at.seqs = &r.seq;
     r.at.tasks = &r.task;
