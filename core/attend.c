@@ -15,6 +15,11 @@
  *   full      a matrix asked for: whole rows of scores, written where the
  *             caller wants the weights (or summed into their mean).
  *
+ * A sequence that asks for a part of its matrices (attn_select: some heads,
+ * some rows, top-k) gets its output as with no matrix, and its weights from
+ * select.c's tasks, which run first (they read the queries these tasks
+ * overwrite).
+ *
  * An OpenBLAS call takes M query rows at one stride: for nn.MultiheadAttention
  * a block of up to QB rows of one head, as attnd has always computed it; for
  * decoder models the R heads of one row, so that a row's bits never depend
@@ -52,32 +57,17 @@ enum {
     FUSED_VECTOR = 16,     /* lanes of one vector: the fewest a fused task is cut to */
 };
 
-/* M query rows that one OpenBLAS call takes, and the key/value head they read. */
-typedef struct {
-    float *q; /* (M,D) at stride ldq: queries in, the rows' head outputs out */
-    size_t ldq;
-    int M;
-    int pos, dpos;  /* row m at position pos + m * dpos (causal and masks) */
-    const float *k; /* (S,D) at stride ldkv */
-    const float *v; /* (S,D) at stride ldkv */
-    size_t ldkv;
-    int jend; /* keys [jend, S) are hidden from every row (causal) */
-} qrows;
-
-/* Rows [i0, i1) of sequence sa that read key/value head g: a block of one
- * head's rows (i1 - i0 rows, R == 1), or the R heads of row i0 (rows_alone,
- * i1 == i0 + 1). */
-static qrows rows_of(const attn_attend *a, const attn_seq_at *sa, int g, int i0, int i1) {
+attn_qrows attn_rows_of(const attn_attend *a, const attn_seq_at *sa, int g, int i0, int i1) {
     int R = a->H / a->G, D = a->D, alone = a->rows_alone;
-    qrows r = {.q = a->q + (sa->q0 + (size_t)i0) * a->ldq + (size_t)g * R * D,
-               .ldq = alone ? (size_t)D : a->ldq,
-               .M = alone ? R : i1 - i0,
-               .pos = i0 + sa->shift,
-               .dpos = !alone,
-               .k = sa->k + (size_t)g * D,
-               .v = sa->v + (size_t)g * D,
-               .ldkv = sa->ldkv,
-               .jend = sa->view.S};
+    attn_qrows r = {.q = a->q + (sa->q0 + (size_t)i0) * a->ldq + (size_t)g * R * D,
+                    .ldq = alone ? (size_t)D : a->ldq,
+                    .M = alone ? R : i1 - i0,
+                    .pos = i0 + sa->shift,
+                    .dpos = !alone,
+                    .k = sa->k + (size_t)g * D,
+                    .v = sa->v + (size_t)g * D,
+                    .ldkv = sa->ldkv,
+                    .jend = sa->view.S};
     if (sa->view.causal && r.jend > i1 + sa->shift)
         r.jend = i1 + sa->shift; /* later keys are hidden from every row */
     return r;
@@ -86,7 +76,8 @@ static qrows rows_of(const attn_attend *a, const attn_seq_at *sa, int g, int i0,
 /* Hides masked scores of rows r x keys [j0, j0+Sb) (sc at stride ldsc):
  * -inf where hidden, the additive mask added elsewhere. Masks index rows by
  * position: a cache step has none. */
-static void mask_scores(float *sc, int ldsc, const attn_seq *s, const qrows *r, int j0, int Sb) {
+static void mask_scores(float *sc, int ldsc, const attn_seq *s, const attn_qrows *r, int j0,
+                        int Sb) {
     int causal = s->causal && j0 + Sb - 1 > r->pos;
     if (!causal && !s->key_padding_mask && !s->attn_mask_bool && !s->attn_mask_add) return;
     for (int m = 0; m < r->M; m++) {
@@ -116,7 +107,7 @@ static int tile_rows(const attn_attend *a) {
 
 /* The rows r over key tiles with an online softmax: never more than an
  * (M, KB) block of scores. */
-static void tiles(const attn_attend *a, const qrows *r, const attn_seq *s, float *scratch) {
+static void tiles(const attn_attend *a, const attn_qrows *r, const attn_seq *s, float *scratch) {
     int M = r->M, D = a->D, cap = tile_rows(a);
     float *sc = scratch;                /* (M,KB) scores, then probabilities */
     float *acc = sc + (size_t)cap * KB; /* (M,D) unnormalised output */
@@ -145,29 +136,38 @@ static void tiles(const attn_attend *a, const qrows *r, const attn_seq *s, float
     }
 }
 
+void attn_qk(const attn_attend *a, const attn_qrows *r, float *P, int ldP) {
+    // q (M,D) @ k^T (D,jend) * scale -> P (M,jend)
+    blas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r->M, r->jend, a->D, a->scale, r->q,
+               (int)r->ldq, r->k, (int)r->ldkv, 0.0f, P, ldP);
+}
+
+void attn_weigh(const attn_qrows *r, const attn_seq *s, float *P, int ldP, int m0, int m1) {
+    attn_qrows part = *r; /* rows m0..m1 of r */
+    part.q += (size_t)m0 * r->ldq;
+    part.M = m1 - m0;
+    part.pos += m0 * r->dpos;
+    float *rows = P + (size_t)m0 * ldP;
+    mask_scores(rows, ldP, s, &part, 0, r->jend);
+    attn_softmax_rows(rows, (size_t)ldP, m1 - m0, r->jend, s->S);
+}
+
 /* The rows r with whole rows of scores P (M, S) at stride ldP: P ends as the
  * rows' attention weights (zeros past jend), q as their outputs. */
-static void full(const attn_attend *a, const qrows *r, const attn_seq *s, float *P, int ldP) {
-    int M = r->M, D = a->D, jend = r->jend;
-    // q (M,D) @ k^T (D,jend) * scale -> P (M,jend)
-    blas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, jend, D, a->scale, r->q, (int)r->ldq,
-               r->k, (int)r->ldkv, 0.0f, P, ldP);
-    mask_scores(P, ldP, s, r, 0, jend);
-    attn_softmax_rows(P, (size_t)ldP, M, jend, s->S);
+static void full(const attn_attend *a, const attn_qrows *r, const attn_seq *s, float *P, int ldP) {
+    attn_qk(a, r, P, ldP);
+    attn_weigh(r, s, P, ldP, 0, r->M);
     // P (M,jend) @ v (jend,D) -> q's own rows (M,D): q is used up
-    blas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, D, jend, 1.0f, P, ldP, r->v,
+    blas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r->M, a->D, r->jend, 1.0f, P, ldP, r->v,
                (int)r->ldkv, 0.0f, r->q, (int)r->ldq);
 }
 
-/* mean (n) = P * invH, or += it after head 0. */
-static void mean_add(float *mean, const float *P, size_t n, float invH, int first) {
+void attn_mean_add(float *mean, const float *P, size_t n, float inv, int first) {
     for (size_t e = 0; e < n; e++)
-        mean[e] = first ? P[e] * invH : mean[e] + P[e] * invH;
+        mean[e] = first ? P[e] * inv : mean[e] + P[e] * inv;
 }
 
-/* Query rows per task on the weights path, so that a block of scores stays
- * near FULL_FLOATS. */
-static int full_rows(int S) {
+int attn_full_rows(int S) {
     int r = FULL_FLOATS / S;
     if (r > QB) r = QB;
     if (r < 8) r = 8;
@@ -183,22 +183,22 @@ static void attend_full(const attn_attend *a, const attn_task *tk, float *scratc
     int heads = s->weights == ATTN_WEIGHTS_HEADS, mean = s->weights == ATTN_WEIGHTS_MEAN;
     if (!a->rows_alone) { /* a block of rows per head (G == H) */
         for (int h = 0; h < H; h++) {
-            qrows r = rows_of(a, sa, h, i0, tk->i1);
+            attn_qrows r = attn_rows_of(a, sa, h, i0, tk->i1);
             float *P = heads ? s->attn + ((size_t)h * L + i0) * S : scratch; /* (Lb,S) */
             full(a, &r, s, P, S);
-            if (mean) mean_add(s->attn + (size_t)i0 * S, P, (size_t)Lb * S, invH, h == 0);
+            if (mean) attn_mean_add(s->attn + (size_t)i0 * S, P, (size_t)Lb * S, invH, h == 0);
         }
         return;
     }
     for (int g = 0; g < a->G; g++) /* the R heads of one row at a time */
         for (int i = i0; i < tk->i1; i++) {
-            qrows r = rows_of(a, sa, g, i, i + 1);
+            attn_qrows r = attn_rows_of(a, sa, g, i, i + 1);
             full(a, &r, s, scratch, S); /* (R,S) */
             for (int m = 0; m < R; m++) {
                 int h = g * R + m;
                 const float *P = scratch + (size_t)m * S;
                 if (heads) memcpy(s->attn + ((size_t)h * L + i) * S, P, sizeof(float) * S);
-                if (mean) mean_add(s->attn + (size_t)i * S, P, (size_t)S, invH, h == 0);
+                if (mean) attn_mean_add(s->attn + (size_t)i * S, P, (size_t)S, invH, h == 0);
             }
         }
 }
@@ -214,12 +214,12 @@ static void attend_tiled(const attn_attend *a, const attn_task *tk, float *scrat
         return;
     }
     if (!a->rows_alone) {
-        qrows r = rows_of(a, sa, g, i0, tk->i1);
+        attn_qrows r = attn_rows_of(a, sa, g, i0, tk->i1);
         tiles(a, &r, &sa->view, scratch);
         return;
     }
     for (int i = i0; i < tk->i1; i++) {
-        qrows r = rows_of(a, sa, g, i, i + 1);
+        attn_qrows r = attn_rows_of(a, sa, g, i, i + 1);
         tiles(a, &r, &sa->view, scratch);
     }
 }
@@ -227,7 +227,9 @@ static void attend_tiled(const attn_attend *a, const attn_task *tk, float *scrat
 void attn_attend_task(void *arg, int t, int tid) {
     const attn_attend *a = arg;
     const attn_task *tk = &a->tasks[t];
-    if (a->bf16)
+    if (tk->head == ATTN_TASK_SELECT)
+        attn_select_task(a, tk, a->tile[tid]);
+    else if (a->bf16)
         attn_attend16_task(a, tk, a->tile[tid]);
     else if (tk->head >= 0)
         attend_tiled(a, tk, a->tile[tid]);
@@ -235,10 +237,14 @@ void attn_attend_task(void *arg, int t, int tid) {
         attend_full(a, tk, a->tile[tid]);
 }
 
+int attn_full_weights(const attn_attend *a, const attn_seq *s) {
+    return s->weights != ATTN_WEIGHTS_NONE && !attn_seq_selects(s, a->H);
+}
+
 /* Query rows per task of sequence s. */
 static int task_rows(const attn_attend *a, const attn_seq *s) {
     if (a->bf16) return attn_attend16_rows(a, s);
-    if (s->weights != ATTN_WEIGHTS_NONE) return full_rows(s->S);
+    if (attn_full_weights(a, s)) return attn_full_rows(s->S);
     return a->fused ? a->fused_rows : QB;
 }
 
@@ -254,32 +260,43 @@ void attn_attend_cut(attn_attend *a, const attn_batch *b, int nthreads) {
     size_t want = (size_t)nthreads; /* a task each: smaller blocks run slower (fused.c) */
     a->fused_rows = lanes / R;
     if (!a->fused) return;
-    while (attn_attend_tasks(a, b, NULL) < want && (lanes = fewer_lanes(lanes)) >= R)
+    while (attn_attend_tasks(a, b, NULL, NULL) < want && (lanes = fewer_lanes(lanes)) >= R)
         a->fused_rows = lanes / R;
 }
 
 size_t attn_attend_floats(const attn_attend *a, const attn_seq *s) {
     int R = a->H / a->G;
-    if (a->bf16) return attn_attend16_floats(a, s);
-    if (s->weights != ATTN_WEIGHTS_NONE)
-        return (size_t)(a->rows_alone ? R : full_rows(s->S)) * s->S;
-    if (a->fused) return attn_fused_floats(a->D);
-    size_t cap = (size_t)tile_rows(a);
-    return cap * KB + cap * a->D + 2 * cap;
+    size_t n, sel = attn_seq_selects(s, a->H) ? attn_select_floats_of(a, s) : 0;
+    if (a->bf16)
+        n = attn_attend16_floats(a, s);
+    else if (attn_full_weights(a, s))
+        return (size_t)(a->rows_alone ? R : attn_full_rows(s->S)) * s->S;
+    else
+        n = a->fused ? attn_fused_floats(a->D) : (size_t)tile_rows(a) * (KB + (size_t)a->D + 2);
+    return n > sel ? n : sel;
 }
 
-/* Later row blocks first: they cost more under causal. */
-size_t attn_attend_tasks(const attn_attend *a, const attn_batch *b, attn_task *tasks) {
-    size_t n = 0;
-    for (int i = 0; i < b->B; i++) {
-        const attn_seq *s = &b->seqs[i];
-        int rows = task_rows(a, s), blocks = (s->L + rows - 1) / rows;
-        int none = s->weights == ATTN_WEIGHTS_NONE; /* a task per key/value head */
-        for (int blk = blocks - 1; blk >= 0; blk--) {
-            int i0 = blk * rows, i1 = i0 + rows < s->L ? i0 + rows : s->L;
-            for (int g = 0; g < (none ? a->G : 1); g++, n++)
-                if (tasks) tasks[n] = (attn_task){i, none ? g : -1, i0, i1};
-        }
+/* One sequence's output tasks, from tasks[n]; returns the next n. Later
+ * row blocks first: they cost more under causal. */
+static size_t output_tasks(const attn_attend *a, const attn_seq *s, int i, attn_task *tasks,
+                           size_t n) {
+    int rows = task_rows(a, s), blocks = (s->L + rows - 1) / rows;
+    int full = attn_full_weights(a, s); /* else a task per key/value head */
+    for (int blk = blocks - 1; blk >= 0; blk--) {
+        int i0 = blk * rows, i1 = i0 + rows < s->L ? i0 + rows : s->L;
+        for (int g = 0; g < (full ? 1 : a->G); g++, n++)
+            if (tasks) tasks[n] = (attn_task){i, full ? ATTN_TASK_FULL : g, i0, i1};
     }
+    return n;
+}
+
+size_t attn_attend_tasks(const attn_attend *a, const attn_batch *b, attn_task *tasks,
+                         size_t *nselect) {
+    size_t n = 0;
+    for (int i = 0; i < b->B; i++)
+        if (attn_seq_selects(&b->seqs[i], a->H)) n = attn_select_tasks(a, &b->seqs[i], i, tasks, n);
+    if (nselect) *nselect = n;
+    for (int i = 0; i < b->B; i++)
+        n = output_tasks(a, &b->seqs[i], i, tasks, n);
     return n;
 }

@@ -21,8 +21,9 @@
  * (attn_bf16_weights_row); so they differ from the p_j / l of the block's
  * output by fp32 rounding alone (its scores and sums in other orders). A row's
  * numbers depend on its own query and keys only: never on the rows beside
- * it, its block or its thread. It does not project, rotate or pack (attn.c
- * does, before). Legend: see attn.h.
+ * it, its block or its thread, so select.c computes a selection's rows
+ * alone by attn_attend16_weights and gets the whole matrix's bits. It does
+ * not project, rotate or pack (attn.c does, before). Legend: see attn.h.
  */
 #include <immintrin.h>
 #include <math.h>
@@ -35,11 +36,16 @@ enum {
     WEIGHT_FLOATS = 1 << 18, /* scores a task of the weights path holds at most */
 };
 
-int attn_attend16_rows(const attn_attend *a, const attn_seq *s) {
+int attn_attend16_weight_rows(const attn_attend *a, int S) {
     size_t R = (size_t)(a->H / a->G), rows = ATTN_BF16_ROWS / R;
-    if (s->weights != ATTN_WEIGHTS_NONE && WEIGHT_FLOATS / (R * (size_t)s->S) < rows)
-        rows = WEIGHT_FLOATS / (R * (size_t)s->S);
+    if (WEIGHT_FLOATS / (R * (size_t)S) < rows) rows = WEIGHT_FLOATS / (R * (size_t)S);
     return rows < 1 ? 1 : (int)rows;
+}
+
+int attn_attend16_rows(const attn_attend *a, const attn_seq *s) {
+    if (attn_full_weights(a, s)) return attn_attend16_weight_rows(a, s->S);
+    int rows = ATTN_BF16_ROWS / (a->H / a->G);
+    return rows < 1 ? 1 : rows;
 }
 
 /* Floats of the block's scratch, a multiple of 16 (64 bytes). */
@@ -47,11 +53,15 @@ static size_t block_floats(int D) {
     return (attn_bf16_scratch_bytes(D) + 63) / 64 * 16;
 }
 
+size_t attn_attend16_weight_floats(const attn_attend *a, int rows, int S) {
+    size_t n = (size_t)rows * (size_t)(a->H / a->G);
+    return n * a->D + (size_t)PAGE * a->D + n * S;
+}
+
 size_t attn_attend16_floats(const attn_attend *a, const attn_seq *s) {
     size_t n = block_floats(a->D);
-    if (s->weights == ATTN_WEIGHTS_NONE) return n;
-    size_t rows = (size_t)attn_attend16_rows(a, s) * (size_t)(a->H / a->G);
-    return n + rows * a->D + (size_t)PAGE * a->D + rows * s->S;
+    if (!attn_full_weights(a, s)) return n;
+    return n + attn_attend16_weight_floats(a, attn_attend16_rows(a, s), s->S);
 }
 
 /* Positions [i0, i1) of sequence sa, the R heads that read key/value head
@@ -127,18 +137,15 @@ static void weights_row(float *x, const attn_seq *s, int pos, int jend) {
     memset(x + jend, 0, sizeof(float) * (size_t)(s->S - jend));
 }
 
-/* The attention weights of positions [i0, i1) for the R heads that read
- * key/value head g, into the caller's matrix (heads or their mean; heads
- * come in order, g outer, so a mean adds them in order). */
-static void weights(const attn_attend *a, const attn_seq_at *sa, int g, int i0, int i1,
-                    float *scratch) {
+float *attn_attend16_weights(const attn_attend *a, const attn_seq_at *sa, int g, int i0, int i1,
+                             float *scratch) {
     const attn_seq *s = &sa->view;
     int R = a->H / a->G, D = a->D, S = s->S, n = (i1 - i0) * R;
     int jend = s->causal && S > i1 + sa->shift ? i1 + sa->shift : S; /* later keys: all hidden */
     float *qw = scratch;              /* (n, D) the rows' rounded queries, widened */
     float *kt = qw + (size_t)n * D;   /* (D, PAGE) one page's keys, widened */
     float *x = kt + (size_t)PAGE * D; /* (n, S) scores, then weights */
-    float qs = a->scale * ATTN_LOG2E, invH = 1.0f / (float)a->H;
+    float qs = a->scale * ATTN_LOG2E;
     for (int r = 0; r < n; r++) {
         const float *src =
             a->q + (sa->q0 + (size_t)(i0 + r / R)) * a->ldq + ((size_t)g * R + (size_t)(r % R)) * D;
@@ -150,15 +157,27 @@ static void weights(const attn_attend *a, const attn_seq_at *sa, int g, int i0, 
         widen_keys(kt, &kv, D, (size_t)(j0 / PAGE));
         scores_page(x + j0, (size_t)S, qw, n, kt, D, jend - j0 < PAGE ? jend - j0 : PAGE);
     }
+    for (int r = 0; r < n; r++)
+        weights_row(x + (size_t)r * S, s, i0 + r / R + sa->shift, jend);
+    return x;
+}
+
+/* The attention weights of positions [i0, i1) for the R heads that read
+ * key/value head g, into the caller's matrix (heads or their mean; heads
+ * come in order, g outer, so a mean adds them in order). */
+static void weights(const attn_attend *a, const attn_seq_at *sa, int g, int i0, int i1,
+                    float *scratch) {
+    const attn_seq *s = &sa->view;
+    int R = a->H / a->G, S = s->S, n = (i1 - i0) * R;
+    float invH = 1.0f / (float)a->H;
+    const float *x = attn_attend16_weights(a, sa, g, i0, i1, scratch); /* (n, S) */
     for (int r = 0; r < n; r++) {
         int i = i0 + r / R, h = g * R + r % R;
-        float *w = x + (size_t)r * S;
-        weights_row(w, s, i + sa->shift, jend);
+        const float *w = x + (size_t)r * S;
         if (s->weights == ATTN_WEIGHTS_HEADS)
             memcpy(s->attn + ((size_t)h * s->L + i) * S, w, sizeof(float) * (size_t)S);
-        float *mean = s->attn + (size_t)i * S;
-        for (int j = 0; s->weights == ATTN_WEIGHTS_MEAN && j < S; j++)
-            mean[j] = h == 0 ? w[j] * invH : mean[j] + w[j] * invH;
+        if (s->weights == ATTN_WEIGHTS_MEAN)
+            attn_mean_add(s->attn + (size_t)i * S, w, (size_t)S, invH, h == 0);
     }
 }
 

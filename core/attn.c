@@ -20,7 +20,10 @@
  *      (sequence, row block) when an attention matrix is asked for, on
  *      attend.c's kernels (the fused AVX-512 block, the OpenBLAS tiles, or
  *      whole rows), or attend_bf16.c's on bf16 pages; a step's rows read
- *      its cache, at positions cached .. cached+L-1, causally;
+ *      its cache, at positions cached .. cached+L-1, causally. A sequence
+ *      that selects a part of its matrices (attn_select) has its weights
+ *      computed first, by select.c's tasks in a loop of their own, then its
+ *      output as with no matrix;
  *   4. out projection over all tokens, the same way as 1.
  * A model that computes in bf16 (attn_model.precision, settled at load) is
  * no second forward: its projections take the bf16 kernels (proj.c), and
@@ -96,7 +99,7 @@ static void plan(fwd *f, const attn_model *m, const attn_batch *b, size_t T, siz
         size_t out = proj_rounded_elems(T, f->QW);
         f->need.a16 = in > out ? in : out;
     }
-    f->need.tasks = attn_attend_tasks(&f->at, b, NULL);
+    f->need.tasks = attn_attend_tasks(&f->at, b, NULL, NULL);
     f->need.seqs = (size_t)b->B;
     f->need.freqs = (size_t)hp->rope.dim / 2;
 }
@@ -279,8 +282,11 @@ int attn_forward(attn_ctx *ctx, const attn_model *m, attn_batch *b, char *err, s
     f.at.seqs = ws.seqs;
     f.at.tasks = ws.tasks;
     f.at.tile = ws.tile;
-    size_t ntasks = attn_attend_tasks(&f.at, b, ws.tasks);
-    attn_pool_run(pool, (int)ntasks, attn_attend_task, &f.at);
+    size_t nselect, ntasks = attn_attend_tasks(&f.at, b, ws.tasks, &nselect);
+    if (nselect) /* selected weights first: they read the queries the others overwrite */
+        attn_pool_run(pool, (int)nselect, attn_attend_task, &f.at);
+    f.at.tasks = ws.tasks + nselect;
+    attn_pool_run(pool, (int)(ntasks - nselect), attn_attend_task, &f.at);
     // heads (T,H*D) @ Wo^T (H*D,E) + bo -> out (T,E)
     proj_part out = proj_part_of(m, 3, b->out, m->hp.embed_dim, f.at.q, f.at.ldq, T);
     proj_run(pool, attn_ctx_threads(ctx), &out, 1, f.a16);
@@ -298,11 +304,13 @@ static int task_keys(const attn_seq *s, int i1) {
 }
 
 /* Step 3's n tasks (attn_attend_tasks, as the forward cuts them) into out
- * with their work. Returns 0, or -1 when out of memory. */
+ * with their work. The selected weights' tasks come first: the forward runs
+ * them as a loop of their own before the others; the plan counts them in
+ * the one attention loop. Returns 0, or -1 when out of memory. */
 static int describe_attend(attn_plan_task *out, const fwd *f, size_t n) {
     attn_task *tk = malloc(sizeof *tk * (n ? n : 1));
     if (!tk) return -1;
-    attn_attend_tasks(&f->at, f->b, tk);
+    attn_attend_tasks(&f->at, f->b, tk, NULL);
     int R = f->at.H / f->at.G;
     for (size_t t = 0; t < n; t++)
         out[t] = (attn_plan_task){ATTN_LOOP_ATTEND,

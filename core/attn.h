@@ -155,6 +155,23 @@ typedef enum {
     ATTN_WEIGHTS_HEADS = 2 /* (H,L,S): one matrix per head */
 } attn_weights_mode;
 
+/* A part of a sequence's attention matrices (attn_seq.sel): some heads,
+ * a range of query rows, and per row only its k largest weights. Zeroed, it
+ * is the whole matrix. A part is computed on its own (attend.c): the
+ * output by the no-weights path, the weights by tasks over the selected
+ * heads and the blocks of rows that hold the selected rows, never a whole
+ * (L,S) matrix per head; the weights are the bits the whole matrix would
+ * hold at the same (head, row). */
+typedef struct {
+    const int *heads; /* (n_heads) distinct query heads in [0,H), returned in this order;
+                         "mean" averages over them. NULL: every head, 0..H-1 */
+    int n_heads;      /* 1..H with heads; 0 without */
+    int row0, row1;   /* query rows [row0, row1), 0 <= row0 < row1 <= L; both 0: every row */
+    int top_k;        /* 1..S: each returned row's k largest weights in descending order (equal
+                         weights: the lower key index first), their key indices in
+                         attn_seq.attn_idx; 0: whole rows */
+} attn_select;
+
 /* One sequence of a batch: its lengths, masks and what it wants back.
  * Masks are the sequence's own (not packed); NULL means none. */
 typedef struct {
@@ -167,7 +184,13 @@ typedef struct {
     const int32_t *positions;   /* (L) rotary position of each row (self-attention: of
                                    query and key row alike), >= 0, or NULL: 0..L-1 */
     attn_weights_mode weights;  /* which attention matrix to return */
-    float *attn; /* out: (H,L,S) for HEADS, (L,S) for MEAN, else unused; caller-owned */
+    /* out: (H,L,S) for HEADS, (L,S) for MEAN, else unused; caller-owned. With
+     * a selection: (Hs,Ls,W) or (Ls,W), Hs = sel.n_heads (or H), Ls = sel.row1 -
+     * sel.row0 (or L), W = sel.top_k (or S): attn_select_floats of them. */
+    float *attn;
+    attn_select sel;   /* which part of the matrix; zeroed: all of it */
+    int32_t *attn_idx; /* out with sel.top_k: the key index of each weight in attn (the
+                          shape of attn), caller-owned; else unused */
     /* A KV-cache session step (self-attention batches only): the sequence's
      * L rows are the tokens at positions cached .. cached+L-1 of a session
      * whose earlier tokens' rotated keys and values are in kv. They attend
@@ -203,6 +226,11 @@ size_t attn_kv_bytes(const attn_model *m, size_t tokens);
  * past them. */
 void attn_kv16_to_rows(const uint16_t *kv16, int G, int D, size_t tokens, uint16_t *rows);
 void attn_kv16_from_rows(uint16_t *kv16, int G, int D, size_t tokens, const uint16_t *rows);
+
+/* Floats of s's attention answer for a model of H heads: the shape attn
+ * has (above), 0 for ATTN_WEIGHTS_NONE. Overflow is the caller's to rule
+ * out (a server bounds what it admits). */
+size_t attn_select_floats(const attn_seq *s, int H);
 
 /* A batch: packed tensors plus per-sequence lengths and options.
  * key == NULL makes every sequence self-attention (key = value = query,

@@ -43,6 +43,13 @@ float attn_scale(const attn_hparams *hp);
 /* 1 when hp (filled by attn_model_init) is plain nn.MultiheadAttention: no
  * grouped heads, head_dim, scale or rope. */
 int attn_is_mha(const attn_hparams *hp);
+/* 1 when s asks for a part of its attention matrices (attn_select), not all
+ * of them (heads 0..H-1 in order, every row and whole rows are all of
+ * them); 0 without weights. */
+int attn_seq_selects(const attn_seq *s, int H);
+/* The selected rows [*row0, *row1) and heads (n) of s, its selection's
+ * defaults filled in. */
+void attn_select_span(const attn_seq *s, int H, int *row0, int *row1, int *nheads);
 
 /* ---- pool.c: a fixed set of threads that run one parallel loop at a time.
  * The caller's thread takes part as tid 0; with one thread nothing is
@@ -73,10 +80,15 @@ void *attn_alloc_big(size_t bytes);
 /* ---- ctx.c: a context's threads and the scratch of its forwards --------- */
 
 /* One attention task: a block of query rows of one sequence, for one
- * key/value head and the query heads that read it, or for every head. */
+ * key/value head and the query heads that read it, or for every head, or
+ * the selected weights of the block (attn_select). */
+enum {
+    ATTN_TASK_FULL = -1,  /* every head: outputs and whole matrices */
+    ATTN_TASK_SELECT = -2 /* the selected heads' weights of the block's selected rows */
+};
 typedef struct {
     int seq;  /* index into the batch */
-    int head; /* key/value head, or -1: every head (the weights path) */
+    int head; /* key/value head (no matrix asked for), or ATTN_TASK_* */
     int i0;   /* first query row of the block */
     int i1;   /* one past the last */
 } attn_task;
@@ -225,6 +237,36 @@ typedef struct {
     float **tile; /* (threads) scratch */
 } attn_attend;
 
+/* M query rows that one OpenBLAS call takes, and the key/value head they read. */
+typedef struct {
+    float *q; /* (M,D) at stride ldq: queries in, the rows' head outputs out */
+    size_t ldq;
+    int M;
+    int pos, dpos;  /* row m at position pos + m * dpos (causal and masks) */
+    const float *k; /* (S,D) at stride ldkv */
+    const float *v; /* (S,D) at stride ldkv */
+    size_t ldkv;
+    int jend; /* keys [jend, S) are hidden from every row (causal) */
+} attn_qrows;
+
+/* Rows [i0, i1) of sequence sa that read key/value head g: a block of one
+ * head's rows (i1 - i0 rows, R == 1), or the R heads of row i0 (rows_alone,
+ * i1 == i0 + 1). */
+attn_qrows attn_rows_of(const attn_attend *a, const attn_seq_at *sa, int g, int i0, int i1);
+/* P (M, jend) at stride ldP = the scaled scores q k^T of the rows r. */
+void attn_qk(const attn_attend *a, const attn_qrows *r, float *P, int ldP);
+/* Rows [m0, m1) of P (scores of the rows r of sequence s) become their
+ * attention weights: masked, softmax, zeros from jend to S. Each row's bits
+ * are its own: they do not depend on the other rows. */
+void attn_weigh(const attn_qrows *r, const attn_seq *s, float *P, int ldP, int m0, int m1);
+/* mean (n) = P * inv, or += it when not first: a head's share of a mean. */
+void attn_mean_add(float *mean, const float *P, size_t n, float inv, int first);
+/* Query rows per task of the full (whole matrices) path for S keys: the
+ * grid of row blocks that selections keep too. */
+int attn_full_rows(int S);
+/* 1 when s's whole matrices come from its output tasks (the full path);
+ * a sequence that selects a part gets its output as with no matrix. */
+int attn_full_weights(const attn_attend *a, const attn_seq *s);
 /* Scratch floats one thread needs for sequence s. */
 size_t attn_attend_floats(const attn_attend *a, const attn_seq *s);
 /* Sets a's fused_rows for batch b on nthreads threads: ATTN_FUSED_ROWS
@@ -233,8 +275,11 @@ size_t attn_attend_floats(const attn_attend *a, const attn_seq *s);
  * attn_attend_tasks. */
 void attn_attend_cut(attn_attend *a, const attn_batch *b, int nthreads);
 /* Fills tasks (when not NULL) with the batch's attention tasks; returns
- * their count. */
-size_t attn_attend_tasks(const attn_attend *a, const attn_batch *b, attn_task *tasks);
+ * their count. The first *nselect of them (ATTN_TASK_SELECT; nselect may be
+ * NULL) read the queries that the others overwrite with head outputs: they
+ * run first, in a loop of their own. */
+size_t attn_attend_tasks(const attn_attend *a, const attn_batch *b, attn_task *tasks,
+                         size_t *nselect);
 /* Runs task t of a (an attn_attend) on thread tid: for attn_pool_run. */
 void attn_attend_task(void *a, int t, int tid);
 
@@ -244,8 +289,32 @@ void attn_attend_task(void *a, int t, int tid);
  * needs for it. */
 int attn_attend16_rows(const attn_attend *a, const attn_seq *s);
 size_t attn_attend16_floats(const attn_attend *a, const attn_seq *s);
+/* Query rows a task of weights over S keys takes (the R heads of each row
+ * within a bound), and the scratch floats attn_attend16_weights needs for
+ * `rows` rows of S keys. */
+int attn_attend16_weight_rows(const attn_attend *a, int S);
+size_t attn_attend16_weight_floats(const attn_attend *a, int rows, int S);
+/* The attention weights of positions [i0, i1) of sequence sa for the R
+ * heads that read key/value head g, by the block's formula (attend_bf16.c):
+ * returns them in scratch, (i1-i0)*R rows of S, row (i-i0)*R + m for head
+ * g*R + m at position i. A row's bits depend on its own query and keys
+ * alone, never on i0, i1 or the thread. */
+float *attn_attend16_weights(const attn_attend *a, const attn_seq_at *sa, int g, int i0, int i1,
+                             float *scratch);
 /* Task tk on scratch: no matrix asked for (tk->head >= 0), or every head
  * with its attention weights (tk->head == -1). */
 void attn_attend16_task(const attn_attend *a, const attn_task *tk, float *scratch);
+
+/* ---- select.c: the weights a sequence selects (attn_select) ------------- */
+
+/* Scratch floats one select task of s needs. */
+size_t attn_select_floats_of(const attn_attend *a, const attn_seq *s);
+/* Sequence i's (s) select tasks from tasks[n] (when tasks is not NULL);
+ * returns the next n. */
+size_t attn_select_tasks(const attn_attend *a, const attn_seq *s, int i, attn_task *tasks,
+                         size_t n);
+/* One select task: the selected heads' weights of the selected rows of
+ * its block, into the sequence's attn (and attn_idx). */
+void attn_select_task(const attn_attend *a, const attn_task *tk, float *scratch);
 
 #endif

@@ -243,6 +243,72 @@ void attn_model_free(attn_model *m) {
     memset(m, 0, sizeof *m);
 }
 
+void attn_select_span(const attn_seq *s, int H, int *row0, int *row1, int *nheads) {
+    int whole = s->sel.row0 == 0 && s->sel.row1 == 0;
+    *row0 = whole ? 0 : s->sel.row0;
+    *row1 = whole ? s->L : s->sel.row1;
+    *nheads = s->sel.heads ? s->sel.n_heads : H;
+}
+
+size_t attn_select_floats(const attn_seq *s, int H) {
+    int r0, r1, nh;
+    if (s->weights == ATTN_WEIGHTS_NONE) return 0;
+    attn_select_span(s, H, &r0, &r1, &nh);
+    size_t n = (size_t)(r1 - r0) * (size_t)(s->sel.top_k ? s->sel.top_k : s->S);
+    return s->weights == ATTN_WEIGHTS_HEADS ? n * (size_t)nh : n;
+}
+
+int attn_seq_selects(const attn_seq *s, int H) {
+    if (s->weights == ATTN_WEIGHTS_NONE) return 0;
+    if (s->sel.top_k || s->sel.row0 || s->sel.row1) return 1;
+    if (!s->sel.heads) return 0;
+    if (s->sel.n_heads != H) return 1;
+    for (int h = 0; h < H; h++)
+        if (s->sel.heads[h] != h) return 1;
+    return 0;
+}
+
+/* Sequence i's selection (attn_select) against H heads and its lengths. */
+static int check_select(const attn_seq *s, int i, int H, char *err, size_t errlen) {
+    const attn_select *sel = &s->sel;
+    int whole_rows = sel->row0 == 0 && sel->row1 == 0;
+    if (s->weights == ATTN_WEIGHTS_NONE && (sel->heads || sel->top_k || !whole_rows)) {
+        snprintf(err, errlen, "sequence %d: a selection of attention weights needs weights", i);
+        return -1;
+    }
+    if (!whole_rows && !(sel->row0 >= 0 && sel->row0 < sel->row1 && sel->row1 <= s->L)) {
+        snprintf(err, errlen, "sequence %d: selected rows [%d, %d) are not within [0, %d)", i,
+                 sel->row0, sel->row1, s->L);
+        return -1;
+    }
+    if (sel->top_k < 0 || sel->top_k > s->S || (sel->top_k && !s->attn_idx)) {
+        snprintf(err, errlen, "sequence %d: top-k %d needs 1 <= k <= S (%d) and an index buffer", i,
+                 sel->top_k, s->S);
+        return -1;
+    }
+    if (!sel->heads) return 0;
+    if (sel->n_heads < 1 || sel->n_heads > H) {
+        snprintf(err, errlen, "sequence %d: %d selected heads, the model has %d", i, sel->n_heads,
+                 H);
+        return -1;
+    }
+    uint8_t *seen = calloc((size_t)H, 1);
+    int rc = seen ? 0 : -1;
+    if (!seen) snprintf(err, errlen, "out of memory checking sequence %d's heads", i);
+    for (int a = 0; seen && a < sel->n_heads && rc == 0; a++) {
+        int h = sel->heads[a];
+        if (h < 0 || h >= H || seen[h]) {
+            snprintf(err, errlen, "sequence %d: selected head %d is out of [0, %d) or repeated", i,
+                     h, H);
+            rc = -1;
+        } else {
+            seen[h] = 1;
+        }
+    }
+    free(seen);
+    return rc;
+}
+
 int attn_check_batch(const attn_model *m, const attn_batch *b, size_t *T, size_t *U, char *err,
                      size_t errlen) {
     const attn_hparams *hp = &m->hp;
@@ -318,6 +384,7 @@ int attn_check_batch(const attn_model *m, const attn_batch *b, size_t *T, size_t
                      i);
             return -1;
         }
+        if (check_select(s, i, hp->num_heads, err, errlen) < 0) return -1;
         t += (size_t)s->L;
         u += (size_t)s->S;
     }

@@ -8,7 +8,9 @@
  * projection (and bias) at each row's position, angles in double. A cache
  * step (attn_seq.kv) reads its earlier keys and values from its cache,
  * appends its own rows there, and its row i (position cached + i) sees keys
- * 0 .. cached + i.
+ * 0 .. cached + i. A selection (attn_select) keeps the heads, rows and
+ * top-k it asks for out of the whole weights, which are computed for every
+ * head and row alike.
  *
  * A model that computes in bf16 (attn_model.precision) has the formula of
  * SPEC section 8 here, still with double sums: projection inputs and
@@ -150,26 +152,86 @@ static void softmax_ref(double *p, float *out, double mx, const float *v, size_t
         p[j] = sum > 0 ? p[j] / sum : 0.0;
 }
 
+/* out, idx (k) = the k largest of w (S), descending, the lower key first
+ * among equals: k passes over w, each taking the largest not yet taken. */
+static void top_k_ref(float *out, int32_t *idx, const float *w, int S, int k, uint8_t *taken) {
+    memset(taken, 0, (size_t)S);
+    for (int m = 0; m < k; m++) {
+        int best = -1;
+        for (int j = 0; j < S; j++)
+            if (!taken[j] && (best < 0 || w[j] > w[best])) best = j;
+        taken[best] = 1;
+        out[m] = w[best];
+        idx[m] = best;
+    }
+}
+
+/* The place of head h among s's selected heads, or -1. */
+static int head_slot(const attn_seq *s, int h) {
+    if (!s->sel.heads) return h;
+    for (int c = 0; c < s->sel.n_heads; c++)
+        if (s->sel.heads[c] == h) return c;
+    return -1;
+}
+
+/* Weights w (S) of head place `slot` (0 for a mean) at query row i into
+ * s's answer: whole, or its top-k; rows outside the selection are left. */
+static void answer_row_ref(const attn_seq *s, int H, int slot, int i, const float *w,
+                           uint8_t *taken) {
+    int row0, row1, nh, k = s->sel.top_k, W = k ? k : s->S;
+    attn_select_span(s, H, &row0, &row1, &nh);
+    if (i < row0 || i >= row1) return;
+    size_t at = ((size_t)slot * (row1 - row0) + (size_t)(i - row0)) * W;
+    if (k)
+        top_k_ref(s->attn + at, s->attn_idx + at, w, s->S, k, taken);
+    else
+        memcpy(s->attn + at, w, sizeof(float) * (size_t)s->S);
+}
+
+/* s's answer from its weights: mean (L,S) summed over its selected heads
+ * (or each head's rows, given one at a time by attend_ref). */
+static void answer_mean_ref(const attn_seq *s, int H, const double *mean, float *w,
+                            uint8_t *taken) {
+    int row0, row1, nh;
+    attn_select_span(s, H, &row0, &row1, &nh);
+    for (int i = row0; i < row1; i++) {
+        for (int j = 0; j < s->S; j++)
+            w[j] = (float)(mean[(size_t)i * s->S + j] / nh);
+        answer_row_ref(s, H, 0, i, w, taken);
+    }
+}
+
+/* Scratch of attend_ref for S keys and L query rows. */
+typedef struct {
+    double *p;      /* (S) one row of scores */
+    float *w;       /* (S) one row of weights in float */
+    uint8_t *taken; /* (S) top-k */
+    double *mean;   /* (L,S) a mean's sums */
+} ref_rows;
+
 /* One sequence: q (L,H*D), k (S,G*D), v (S,G*D) projected; ctx (L,H*D) out. */
 static void attend_ref(float *ctx, const float *q, const float *k, const float *v,
-                       const attn_seq *s, const attn_model *m, double *p) {
+                       const attn_seq *s, const attn_model *m, const ref_rows *rr) {
     const attn_hparams *hp = &m->hp;
     int H = hp->num_heads, G = hp->num_kv_heads, D = hp->head_dim, L = s->L, S = s->S;
     size_t qw = (size_t)H * D, kw = (size_t)G * D;
-    if (s->weights == ATTN_WEIGHTS_MEAN) memset(s->attn, 0, sizeof(float) * (size_t)L * S);
+    double *p = rr->p;
+    if (s->weights == ATTN_WEIGHTS_MEAN) memset(rr->mean, 0, sizeof(double) * (size_t)L * S);
     for (int h = 0; h < H; h++) {
         int g = h / (H / G); /* the key/value head this query head reads */
         for (int i = 0; i < L; i++) {
             double mx = scores_ref(p, q + i * qw + (size_t)h * D, k, kw, g, s, i, m);
             softmax_ref(p, ctx + i * qw + (size_t)h * D, mx, v, kw, g, S, m);
+            int slot = head_slot(s, h);
+            if (slot < 0) continue;
             for (int j = 0; j < S; j++) {
-                if (s->weights == ATTN_WEIGHTS_HEADS)
-                    s->attn[((size_t)h * L + i) * S + j] = (float)p[j];
-                else if (s->weights == ATTN_WEIGHTS_MEAN)
-                    s->attn[(size_t)i * S + j] += (float)(p[j] / H);
+                rr->w[j] = (float)p[j];
+                if (s->weights == ATTN_WEIGHTS_MEAN) rr->mean[(size_t)i * S + j] += p[j];
             }
+            if (s->weights == ATTN_WEIGHTS_HEADS) answer_row_ref(s, H, slot, i, rr->w, rr->taken);
         }
     }
+    if (s->weights == ATTN_WEIGHTS_MEAN) answer_mean_ref(s, H, rr->mean, rr->w, rr->taken);
 }
 
 /* Token j of a cache step s: its key and value rows read from the cache
@@ -225,8 +287,9 @@ int attn_forward_ref(const attn_model *m, attn_batch *b, char *err, size_t errle
     float *k = malloc(sizeof(float) * maxS * KW);   /* (S,G*D) */
     float *v = malloc(sizeof(float) * maxS * KW);   /* (S,G*D) */
     float *ctx = malloc(sizeof(float) * maxL * QW); /* (L,H*D) */
-    double *p = malloc(sizeof(double) * maxS);      /* (S) one row of scores */
-    if (!q || !k || !v || !ctx || !p) {
+    ref_rows rr = {malloc(sizeof(double) * maxS), malloc(sizeof(float) * maxS), malloc(maxS),
+                   malloc(sizeof(double) * maxL * maxS)};
+    if (!q || !k || !v || !ctx || !rr.p || !rr.w || !rr.taken || !rr.mean) {
         snprintf(err, errlen, "out of memory in the reference forward");
         goto cleanup;
     }
@@ -237,7 +300,7 @@ int attn_forward_ref(const attn_model *m, attn_batch *b, char *err, size_t errle
         const float *xk = b->key ? b->key + ko * Kd : xq;
         const float *xv = b->value ? b->value + ko * Vd : xk;
         project_ref(q, k, v, m, s, xq, xk, xv);
-        attend_ref(ctx, q, k, v, s, m, p);
+        attend_ref(ctx, q, k, v, s, m, &rr);
         linear_ref(b->out + qo * E, ctx, m, 3, (size_t)s->L);
         qo += s->L;
         ko += s->S;
@@ -248,6 +311,9 @@ cleanup:
     free(k);
     free(v);
     free(ctx);
-    free(p);
+    free(rr.p);
+    free(rr.w);
+    free(rr.taken);
+    free(rr.mean);
     return rc;
 }
