@@ -89,14 +89,42 @@ typedef struct {
 } scase;
 
 static const scase CASES[] = {
-    {"mha d16 self causal", {.embed_dim = 64, .num_heads = 4, .kdim = 64, .vdim = 64, .bias = 1},
-     300, 300, 0, 0, 1, 0, 1},
-    {"mha d16 self, tiles", {.embed_dim = 64, .num_heads = 4, .kdim = 64, .vdim = 64, .bias = 1},
-     300, 300, 0, 0, 0, 0, 0},
-    {"mha d24 cross masks", {.embed_dim = 48, .num_heads = 2, .kdim = 40, .vdim = 56, .bias = 1},
-     150, 700, 1, 1, 0, 0, 1},
-    {"mha small S", {.embed_dim = 32, .num_heads = 4, .kdim = 32, .vdim = 32, .bias = 0}, 200, 40, 1,
-     0, 0, 0, 1},
+    {"mha d16 self causal",
+     {.embed_dim = 64, .num_heads = 4, .kdim = 64, .vdim = 64, .bias = 1},
+     300,
+     300,
+     0,
+     0,
+     1,
+     0,
+     1},
+    {"mha d16 self, tiles",
+     {.embed_dim = 64, .num_heads = 4, .kdim = 64, .vdim = 64, .bias = 1},
+     300,
+     300,
+     0,
+     0,
+     0,
+     0,
+     0},
+    {"mha d24 cross masks",
+     {.embed_dim = 48, .num_heads = 2, .kdim = 40, .vdim = 56, .bias = 1},
+     150,
+     700,
+     1,
+     1,
+     0,
+     0,
+     1},
+    {"mha small S",
+     {.embed_dim = 32, .num_heads = 4, .kdim = 32, .vdim = 32, .bias = 0},
+     200,
+     40,
+     1,
+     0,
+     0,
+     0,
+     1},
     {"gqa rope d16",
      {.embed_dim = 64,
       .num_heads = 8,
@@ -106,9 +134,22 @@ static const scase CASES[] = {
       .num_kv_heads = 2,
       .head_dim = 16,
       .rope = {.dim = 16, .theta = 10000}},
-     200, 200, 0, 0, 1, 0, 1},
-    {"mha step", {.embed_dim = 32, .num_heads = 4, .kdim = 32, .vdim = 32, .bias = 1}, 20, 0, 0, 0, 0,
-     150, 1},
+     200,
+     200,
+     0,
+     0,
+     1,
+     0,
+     1},
+    {"mha step",
+     {.embed_dim = 32, .num_heads = 4, .kdim = 32, .vdim = 32, .bias = 1},
+     20,
+     0,
+     0,
+     0,
+     0,
+     150,
+     1},
 };
 #define NCASES ((int)(sizeof CASES / sizeof CASES[0]))
 
@@ -121,12 +162,9 @@ typedef struct {
 } ssel;
 
 static const ssel SELS[] = {
-    {ATTN_WEIGHTS_HEADS, {1, 0}, 2, 5, 140, 0},
-    {ATTN_WEIGHTS_HEADS, {0}, 0, 0, 0, 7},
-    {ATTN_WEIGHTS_MEAN, {3, 1}, 2, 0, 0, 0},
-    {ATTN_WEIGHTS_MEAN, {0}, 0, -1, 0, -1},
-    {ATTN_WEIGHTS_HEADS, {0}, 0, 127, 129, 1},
-    {ATTN_WEIGHTS_MEAN, {1}, 1, 3, 12, 5},
+    {ATTN_WEIGHTS_HEADS, {1, 0}, 2, 5, 140, 0}, {ATTN_WEIGHTS_HEADS, {0}, 0, 0, 0, 7},
+    {ATTN_WEIGHTS_MEAN, {3, 1}, 2, 0, 0, 0},    {ATTN_WEIGHTS_MEAN, {0}, 0, -1, 0, -1},
+    {ATTN_WEIGHTS_HEADS, {0}, 0, 127, 129, 1},  {ATTN_WEIGHTS_MEAN, {1}, 1, 3, 12, 5},
     {ATTN_WEIGHTS_HEADS, {0}, 0, 10, 20, 0},
 };
 #define NSELS ((int)(sizeof SELS / sizeof SELS[0]))
@@ -144,9 +182,9 @@ typedef struct {
 
 /* One forward's results. */
 typedef struct {
-    float *out;    /* (L,E) */
-    float *attn;   /* attn_select_floats */
-    int32_t *idx;  /* the same count, with top-k */
+    float *out;   /* (L,E) */
+    float *attn;  /* attn_select_floats */
+    int32_t *idx; /* the same count, with top-k */
     size_t nattn;
 } result;
 
@@ -189,8 +227,8 @@ static result run(const inputs *in, const scase *c, attn_weights_mode w, const a
     r.idx = xcalloc(r.nattn, sizeof(int32_t));
     s.attn = r.attn;
     s.attn_idx = r.idx;
-    attn_batch b = {.B = 1, .seqs = &s, .query = in->query, .key = in->key, .value = in->value,
-                    .out = r.out};
+    attn_batch b = {
+        .B = 1, .seqs = &s, .query = in->query, .key = in->key, .value = in->value, .out = r.out};
     char err[256] = "";
     int rc;
     if (nthreads == 0) {
@@ -476,8 +514,8 @@ START_TEST(test_workspace) {
         s.sel.top_k = 5;
         size_t topk = attn_workspace_bytes(&m, &b, t);
         ck_assert_uint_eq(attn_select_floats(&s, 8), 10 * 5);
-        printf("workspace at %d threads: none %zu, 1 head x 10 rows %zu, with top-5 %zu bytes\n",
-               t, none, sel, topk);
+        printf("workspace at %d threads: none %zu, 1 head x 10 rows %zu, with top-5 %zu bytes\n", t,
+               none, sel, topk);
         ck_assert_msg(sel >= none && sel - none < (size_t)L * L * sizeof(float),
                       "a selection's workspace grows by a whole (L,S) matrix");
         ck_assert(topk >= sel && topk - none < (size_t)L * L * sizeof(float));

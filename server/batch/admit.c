@@ -74,7 +74,7 @@ int attnd_admit(const attnd_admit_env *a, attnd_req *r, const char *x_session_id
     job->S = r->step.st.len + job->L;
     job->causal = 1;
     r->tokens = job->L;
-    if (attnd_attention_limit(a->env, job, 1, e) < 0) {
+    if (attnd_check_top_k(job, e) < 0 || attnd_attention_limit(a->env, job, 1, e) < 0) {
         attnd_req_end_step(r, 0); /* at once: the session's next step finds it free */
         return -1;
     }

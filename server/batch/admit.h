@@ -26,7 +26,8 @@ typedef struct {
  * not a step's shape (attnd_job_check_step) or not of the session's model;
  * else its step is begun in r->step (an open takes x_session_id, when not
  * NULL, as its id; a step ignores it), the job made causal over the cache
- * (S = cached + L), its attention matrices checked against the limit, and
+ * (S = cached + L), its attention_top_k checked against S and its
+ * attention answer against the limit, and
  * r->tokens = L (the batch limit counts new rows). now: monotonic seconds.
  * Returns 0 when r is ready to queue; 1 when it is answered already (an
  * open without a prefix: r->reply is its 201); -1 with e set (and

@@ -141,15 +141,19 @@ static void measure(batch_run *br, size_t *off) {
     br->need_value = any_value || any_self;
 }
 
-/* Each request's attention-matrix buffer, when it asked for one. */
+/* Each request's attention buffer (and its top-k indices), when it asked
+ * for one: what its answer holds, its selection's part. */
 static int alloc_attention(batch_run *br) {
     for (int i = 0; i < br->n; i++) {
         attnd_job *j = &br->rs[i]->job;
         if (j->weights == ATTN_WEIGHTS_NONE) continue;
         uint64_t na = attnd_job_attention_floats(j, br->m->hp.num_heads); /* admitted: it fits */
         free(j->attn);
-        j->attn = malloc(na * sizeof(float));
+        free(j->attn_idx);
+        j->attn_idx = NULL;
+        j->attn = malloc(na ? na * sizeof(float) : 1);
         if (!j->attn) return -1;
+        if (j->sel.top_k && !(j->attn_idx = malloc(na * sizeof(int32_t)))) return -1;
     }
     return 0;
 }
@@ -193,8 +197,8 @@ static void pack_task(void *arg, int i, int thread) {
 }
 
 /* The core's view of sequence bb of request r: lengths, masks, where its
- * weights go, and a session step's cache (bf16 pages when the model's
- * attention is bf16). */
+ * weights go (its selection's part), and a session step's cache (bf16
+ * pages when the model's attention is bf16). */
 static void describe(attn_seq *q, const attnd_req *r, int bb, const attn_model *m) {
     int H = m->hp.num_heads;
     const attnd_job *j = &r->job;
@@ -204,8 +208,14 @@ static void describe(attn_seq *q, const attnd_req *r, int bb, const attn_model *
     if (j->mask_bool) q->attn_mask_bool = j->mask_bool + mo;
     if (j->mask_add) q->attn_mask_add = j->mask_add + mo;
     if (j->positions) q->positions = j->positions + (size_t)bb * j->L;
-    if (j->attn)
-        q->attn = j->attn + (size_t)bb * attnd_attention_floats(1, j->L, j->S, j->weights, H);
+    q->sel = (attn_select){.heads = j->sel.heads,
+                           .n_heads = j->sel.heads ? j->sel.n_heads : 0,
+                           .row0 = j->sel.row0,
+                           .row1 = j->sel.row1,
+                           .top_k = j->sel.top_k};
+    size_t per_seq = (size_t)(attnd_job_attention_floats(j, H) / (uint64_t)j->B);
+    if (j->attn) q->attn = j->attn + (size_t)bb * per_seq;
+    if (j->attn_idx) q->attn_idx = j->attn_idx + (size_t)bb * per_seq;
     if (r->step.table) { /* a session step: its rows attend over the cache, causally */
         if (m->attn16)
             q->kv16 = r->step.st.kv;

@@ -15,6 +15,10 @@
  * A chunk of numbers prints each number with what comes before it (a comma,
  * or the brackets between two rows), so the chunks joined are the plain
  * writer's text byte for byte; tests hold the two to that.
+ *
+ * Tensors are float32 in memory; the attention answer's weights travel as
+ * its attention_dtype (float16 and bfloat16: 2 bytes an element in base64
+ * and binary, the rounded values as JSON numbers), top-k indices as int32.
  */
 #include "answer.h"
 
@@ -25,6 +29,7 @@
 #include "../base/utf8.h"
 #include "../codec/base64.h"
 #include "../codec/floattext.h"
+#include "../codec/half.h"
 
 /* ---- the sink: tensors written at once, or noted for later ---- */
 
@@ -32,17 +37,18 @@
 typedef enum {
     TK_NESTED, /* nested JSON arrays of its shape */
     TK_FLAT,   /* numbers and commas, no brackets (v2 "data") */
-    TK_B64,    /* base64 of its float32 bytes */
-    TK_RAW     /* its float32 bytes (v2 binary data extension) */
+    TK_B64,    /* base64 of its elements' bytes */
+    TK_RAW     /* its elements' bytes (v2 binary data extension) */
 } tkind;
 
-enum { MAX_TENSORS = 2 }; /* an answer holds the output and the attention */
+enum { MAX_TENSORS = 3 }; /* the output, and the attention or top-k's indices and values */
 
 /* A tensor noted by a plan. */
 typedef struct {
     tkind kind;
-    const float *x;
-    size_t n;           /* floats */
+    const void *x;      /* (n) floats, or int32_t for ATTND_ELEM_I32 */
+    attnd_elem elem;    /* what its elements are on the wire */
+    size_t n;           /* elements */
     int rank, shape[4]; /* TK_NESTED */
     size_t at;          /* offset in the plan's text where its bytes go */
     int c0, nc;         /* its chunks in the writing's list */
@@ -62,17 +68,16 @@ typedef struct {
     size_t *json_len; /* the plain writer's: set at the end of the JSON part */
 } sink;
 
-static void put_t(sink *s, tkind kind, const float *x, size_t n, int rank, const int *shape) {
-    if (!s->p) {
-        if (kind == TK_NESTED) attnd_sb_tensor_json(s->b, x, rank, shape);
-        if (kind == TK_FLAT) attnd_sb_floats(s->b, x, n);
-        if (kind == TK_B64) attnd_sb_b64(s->b, x, n * sizeof(float));
-        if (kind == TK_RAW) attnd_sb_put(s->b, x, n * sizeof(float));
-        return;
-    }
-    tensor_note *t = &s->p->t[s->p->nt++];
-    *t = (tensor_note){.kind = kind, .x = x, .n = n, .rank = rank, .at = s->b->len};
-    if (kind == TK_NESTED) memcpy(t->shape, shape, sizeof(int) * (size_t)rank);
+static void write_now(attnd_sbuf *b, const tensor_note *t);
+
+static void put_t(sink *s, tkind kind, const void *x, attnd_elem elem, size_t n, int rank,
+                  const int *shape) {
+    tensor_note note = {.kind = kind, .x = x, .elem = elem, .n = n, .rank = rank, .at = s->b->len};
+    if (kind == TK_NESTED) memcpy(note.shape, shape, sizeof(int) * (size_t)rank);
+    if (!s->p)
+        write_now(s->b, &note);
+    else
+        s->p->t[s->p->nt++] = note;
 }
 
 /* The JSON part ends here: the bytes that follow are binary tensors. */
@@ -94,19 +99,24 @@ static void put_shape(attnd_sbuf *b, int rank, const int *shape) {
     attnd_sb_putc(b, ']');
 }
 
+/* An element type's names: a native tensor object's dtype, a v2 datatype. */
+static const char *const DTYPE_NAME[] = {"float32", "float16", "bfloat16", "int32"};
+static const char *const DATATYPE_NAME[] = {"FP32", "FP16", "BF16", "INT32"};
+
 /* A tensor in the native encoding the client chose. */
-static void put_tensor(sink *s, const float *x, int rank, const int *shape, attnd_encoding enc) {
+static void put_tensor(sink *s, const void *x, attnd_elem elem, int rank, const int *shape,
+                       attnd_encoding enc) {
     size_t n = 1;
     for (int i = 0; i < rank; i++)
         n *= (size_t)shape[i];
     if (enc == ENC_BASE64) {
         attnd_sb_puts(s->b, "{\"shape\":");
         put_shape(s->b, rank, shape);
-        attnd_sb_puts(s->b, ",\"dtype\":\"float32\",\"b64\":\"");
-        put_t(s, TK_B64, x, n, 0, NULL);
+        attnd_sb_printf(s->b, ",\"dtype\":\"%s\",\"b64\":\"", DTYPE_NAME[elem]);
+        put_t(s, TK_B64, x, elem, n, 0, NULL);
         attnd_sb_puts(s->b, "\"}");
     } else {
-        put_t(s, TK_NESTED, x, n, rank, shape);
+        put_t(s, TK_NESTED, x, elem, n, rank, shape);
     }
 }
 
@@ -123,16 +133,19 @@ static int out_shape(const attnd_job *job, const attnd_model_info *m, int *shape
     return r;
 }
 
+/* The attention answer's shape: its selection's heads, rows and top_k (or
+ * all heads, L and S). */
 static int attn_shape(const attnd_job *job, const attnd_model_info *m, int *shape) {
+    const attnd_attn_select *sel = &job->sel;
     int r = 0;
     int v2 = job->api == API_V2;
     if (job->rank3 || v2) shape[r++] = job->B;
     if (job->weights == ATTN_WEIGHTS_HEADS)
-        shape[r++] = m->hp.num_heads;
+        shape[r++] = sel->heads ? sel->n_heads : m->hp.num_heads;
     else if (v2)
         shape[r++] = 1;
-    shape[r++] = job->L;
-    shape[r++] = job->S;
+    shape[r++] = sel->row1 ? sel->row1 - sel->row0 : job->L;
+    shape[r++] = sel->top_k ? sel->top_k : job->S;
     return r;
 }
 
@@ -145,20 +158,64 @@ static void put_session(attnd_sbuf *b, const attnd_job *job, const attnd_usage *
     attnd_sb_printf(b, ",\"cached_tokens\":%d,", u->cached_tokens);
 }
 
-/* One v2 output: its JSON, and its bytes after the JSON when binary. */
-static void put_v2_output(sink *s, const char *name, const float *x, size_t n, int rank,
-                          const int *shape, int binary, int first) {
+/* One v2 output: a tensor, its name and whether it goes in binary. */
+typedef struct {
+    const char *name;
+    const void *x;
+    attnd_elem elem;
+    size_t n;
+    int rank, shape[4];
+    int binary;
+} v2_out;
+
+/* One v2 output's JSON, and its bytes after the JSON when binary. */
+static void put_v2_output(sink *s, const v2_out *o, int first) {
     attnd_sb_puts(s->b, first ? "{\"name\":\"" : ",{\"name\":\"");
-    attnd_sb_puts(s->b, name);
-    attnd_sb_puts(s->b, "\",\"datatype\":\"FP32\",\"shape\":");
-    put_shape(s->b, rank, shape);
-    if (binary) {
-        attnd_sb_printf(s->b, ",\"parameters\":{\"binary_data_size\":%zu}}", n * sizeof(float));
+    attnd_sb_puts(s->b, o->name);
+    attnd_sb_printf(s->b, "\",\"datatype\":\"%s\",\"shape\":", DATATYPE_NAME[o->elem]);
+    put_shape(s->b, o->rank, o->shape);
+    if (o->binary) {
+        attnd_sb_printf(s->b, ",\"parameters\":{\"binary_data_size\":%zu}}",
+                        o->n * attnd_elem_size(o->elem));
     } else {
         attnd_sb_puts(s->b, ",\"data\":[");
-        put_t(s, TK_FLAT, x, n, 0, NULL);
+        put_t(s, TK_FLAT, o->x, o->elem, o->n, 0, NULL);
         attnd_sb_puts(s->b, "]}");
     }
+}
+
+/* The outputs of job's v2 answer, in order, into o: the ones it listed
+ * (all when it listed none) of output, and attention or top-k's indices
+ * and values; each binary as the request asked. Returns how many. */
+static int v2_outputs_of(const attnd_job *job, const attnd_model_info *m, const float *out,
+                         v2_out *o) {
+    int n = 0, want = job->v2_outputs ? job->v2_outputs : V2_OUT_ALL;
+    if (want & V2_OUT_OUTPUT) {
+        o[n] = (v2_out){.name = "output",
+                        .x = out,
+                        .elem = ATTND_ELEM_F32,
+                        .n = (size_t)job->B * job->L * m->hp.embed_dim,
+                        .binary = (job->v2_binary & V2_OUT_OUTPUT) != 0};
+        o[n].rank = out_shape(job, m, o[n].shape);
+        n++;
+    }
+    if (job->weights == ATTN_WEIGHTS_NONE || !job->attn) return n;
+    size_t nattn = (size_t)attnd_job_attention_floats(job, m->hp.num_heads); /* admitted */
+    int topk = job->sel.top_k > 0;
+    int bits[2] = {V2_OUT_TOPK_INDICES, topk ? V2_OUT_TOPK_VALUES : V2_OUT_ATTENTION};
+    for (int k = topk ? 0 : 1; k < 2; k++) {
+        if (!(want & bits[k])) continue;
+        o[n] = (v2_out){.name = k == 0 ? "attention_topk_indices"
+                                : topk ? "attention_topk_values"
+                                       : "attention",
+                        .x = k == 0 ? (const void *)job->attn_idx : job->attn,
+                        .elem = k == 0 ? ATTND_ELEM_I32 : job->sel.dtype,
+                        .n = nattn,
+                        .binary = (job->v2_binary & bits[k]) != 0};
+        o[n].rank = attn_shape(job, m, o[n].shape);
+        n++;
+    }
+    return n;
 }
 
 /* The v2 answer: the outputs the request listed (all when it listed none);
@@ -166,13 +223,10 @@ static void put_v2_output(sink *s, const char *name, const float *x, size_t n, i
 static void write_v2(sink *s, const attnd_job *job, const attnd_model_info *m, const float *out,
                      const attnd_usage *u) {
     attnd_sbuf *b = s->b;
-    int oshape[3], ashape[4];
-    int orank = out_shape(job, m, oshape), arank = attn_shape(job, m, ashape);
-    size_t nout = (size_t)job->B * job->L * m->hp.embed_dim;
-    uint64_t nattn = attnd_job_attention_floats(job, m->hp.num_heads); /* admitted: it fits */
-    int want_out = !job->v2_outputs || (job->v2_outputs & 1);
-    int want_attn = job->weights != ATTN_WEIGHTS_NONE && job->attn;
-    int bin_out = want_out && (job->v2_binary & 1), bin_attn = want_attn && (job->v2_binary & 2);
+    v2_out o[MAX_TENSORS];
+    int n = v2_outputs_of(job, m, out, o), any_bin = 0;
+    for (int k = 0; k < n; k++)
+        any_bin |= o[k].binary;
     attnd_sb_puts(b, "{\"model_name\":");
     attnd_sb_json_str(b, m->name);
     attnd_sb_puts(b, ",\"model_version\":\"1\"");
@@ -185,17 +239,16 @@ static void write_v2(sink *s, const attnd_job *job, const attnd_model_info *m, c
     attnd_sb_printf(b, "\"batch\":%d,\"queue_us\":%llu,\"compute_us\":%llu},\"outputs\":[",
                     u->batch_requests, (unsigned long long)u->queue_us,
                     (unsigned long long)u->compute_us);
-    if (want_out) put_v2_output(s, "output", out, nout, orank, oshape, bin_out, 1);
-    if (want_attn)
-        put_v2_output(s, "attention", job->attn, nattn, arank, ashape, bin_attn, !want_out);
-    if (bin_out || bin_attn) { /* binary data extension: the JSON, then the bytes */
-        attnd_sb_puts(b, "]}");
-        end_json(s);
-        if (bin_out) put_t(s, TK_RAW, out, nout, 0, NULL);
-        if (bin_attn) put_t(s, TK_RAW, job->attn, nattn, 0, NULL);
-    } else {
+    for (int k = 0; k < n; k++)
+        put_v2_output(s, &o[k], k == 0);
+    if (!any_bin) {
         attnd_sb_puts(b, "]}\n");
+        return;
     }
+    attnd_sb_puts(b, "]}"); /* binary data extension: the JSON, then the bytes */
+    end_json(s);
+    for (int k = 0; k < n; k++)
+        if (o[k].binary) put_t(s, TK_RAW, o[k].x, o[k].elem, o[k].n, 0, NULL);
 }
 
 /* The native answer, tensors in the encoding the client chose. */
@@ -209,10 +262,16 @@ static void write_native(sink *s, const attnd_job *job, const attnd_model_info *
     attnd_sb_puts(b, "\"model\":");
     attnd_sb_json_str(b, m->name);
     attnd_sb_puts(b, ",\"output\":");
-    put_tensor(s, out, orank, oshape, job->enc);
-    if (job->weights != ATTN_WEIGHTS_NONE && job->attn) {
+    put_tensor(s, out, ATTND_ELEM_F32, orank, oshape, job->enc);
+    if (job->weights != ATTN_WEIGHTS_NONE && job->attn && job->sel.top_k) {
+        attnd_sb_puts(b, ",\"attention\":{\"indices\":");
+        put_tensor(s, job->attn_idx, ATTND_ELEM_I32, arank, ashape, job->enc);
+        attnd_sb_puts(b, ",\"values\":");
+        put_tensor(s, job->attn, job->sel.dtype, arank, ashape, job->enc);
+        attnd_sb_putc(b, '}');
+    } else if (job->weights != ATTN_WEIGHTS_NONE && job->attn) {
         attnd_sb_puts(b, ",\"attention\":");
-        put_tensor(s, job->attn, arank, ashape, job->enc);
+        put_tensor(s, job->attn, job->sel.dtype, arank, ashape, job->enc);
     }
     attnd_sb_printf(b,
                     ",\"usage\":{\"batch\":%d,\"sequences\":%d,\"query_tokens\":%lld,"
@@ -234,7 +293,8 @@ int attnd_write_answer(attnd_sbuf *b, const attnd_job *job, const attnd_model_in
                        const float *out, const attnd_usage *u, size_t *json_len) {
     *json_len = 0;
     uint64_t nattn = attnd_job_attention_floats(job, m->hp.num_heads); /* admitted: it fits */
-    size_t floats = (size_t)job->B * job->L * m->hp.embed_dim + (job->attn ? nattn : 0);
+    size_t floats = (size_t)job->B * job->L * m->hp.embed_dim +
+                    (job->attn ? (job->sel.top_k ? 2 : 1) * nattn : 0);
     /* one allocation: at most 16 bytes a number as text, 6 as base64 */
     attnd_sb_reserve(b, 256 + floats * (job->enc == ENC_BASE64 && job->api == API_NATIVE ? 6 : 17));
     sink s = {b, NULL, json_len};
@@ -253,10 +313,75 @@ char *attnd_write_open_answer(const char *id, const char *model, int cached_toke
     return attnd_sb_take(&b, len);
 }
 
+/* ---- elements ---- */
+
+enum { WIRE_PIECE = 3 * 1024 }; /* 16-bit elements converted at a time: whole base64 groups */
+
+/* v in decimal at dst (11 bytes of room); returns the length. */
+static size_t fmt_i32(char *dst, int32_t v) {
+    char tmp[10];
+    uint32_t u = v < 0 ? 0u - (uint32_t)v : (uint32_t)v;
+    size_t n = 0, len = 0;
+    do {
+        tmp[n++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0) dst[len++] = '-';
+    while (n)
+        dst[len++] = tmp[--n];
+    return len;
+}
+
+/* Element f of t as JSON text: an int32's decimal, a float's "%.9g" (of
+ * the value rounded to float16 or bfloat16 when t is one). Returns the
+ * length. */
+static size_t fmt_elem(char *dst, const tensor_note *t, size_t f) {
+    if (t->elem == ATTND_ELEM_I32) return fmt_i32(dst, ((const int32_t *)t->x)[f]);
+    return attnd_fmt_f32(dst, attnd_elem_round(((const float *)t->x)[f], t->elem));
+}
+
+/* Bytes elements [f0, f1) of t take on the wire: base64 text (b64) or raw. */
+static size_t wire_len(const tensor_note *t, size_t f0, size_t f1, int b64) {
+    size_t bytes = (f1 - f0) * attnd_elem_size(t->elem);
+    return b64 ? (bytes + 2) / 3 * 4 : bytes;
+}
+
+/* Elements [f0, f1) of t on the wire into dst (wire_len bytes of room):
+ * base64 (b64) or raw little-endian bytes, 16-bit types converted a piece
+ * at a time. Returns the bytes written. */
+static size_t wire_write(char *dst, const tensor_note *t, size_t f0, size_t f1, int b64) {
+    size_t n = f1 - f0;
+    const float *x = (const float *)t->x + f0; /* int32 elements are 4 bytes too */
+    if (attnd_elem_size(t->elem) == 4) {
+        if (b64) return attnd_b64_encode(dst, x, n * 4);
+        memcpy(dst, x, n * 4);
+        return n * 4;
+    }
+    if (!b64) {
+        attnd_elems_of(dst, x, n, t->elem);
+        return 2 * n;
+    }
+    unsigned char piece[2 * WIRE_PIECE];
+    size_t at = 0;
+    for (size_t f = 0; f < n; f += WIRE_PIECE) {
+        size_t m = n - f < WIRE_PIECE ? n - f : WIRE_PIECE;
+        attnd_elems_of(piece, x + f, m, t->elem);
+        at += attnd_b64_encode(dst + at, piece, 2 * m);
+    }
+    return at;
+}
+
 /* ---- chunks of numbers ---- */
 
 static size_t chunk_floats(tkind k) {
     return k == TK_B64 ? ANSWER_B64_CHUNK : k == TK_RAW ? ANSWER_RAW_CHUNK : ANSWER_TEXT_CHUNK;
+}
+
+/* Room the printers need for nf numbers of t: 15 bytes a number at most, a
+ * comma and the brackets between rows; a printer may write F32_TEXT_MAX
+ * bytes at the last one. */
+static size_t text_room(const tensor_note *t, size_t nf) {
+    return nf * (16 + 2 * (size_t)t->rank) + 2 * (size_t)t->rank + F32_TEXT_MAX;
 }
 
 /* The brackets before the first number of row r of a nested tensor: all of
@@ -291,10 +416,10 @@ static char *print_nested(char *s, const tensor_note *t, size_t f0, size_t f1) {
             s = row_open(s, t, r);
         else
             *s++ = ',';
-        s += attnd_fmt_f32(s, t->x[f++]);
+        s += fmt_elem(s, t, f++);
         for (; f < end; f++) {
             *s++ = ',';
-            s += attnd_fmt_f32(s, t->x[f]);
+            s += fmt_elem(s, t, f);
         }
     }
     if (f1 == t->n) {
@@ -307,9 +432,33 @@ static char *print_nested(char *s, const tensor_note *t, size_t f0, size_t f1) {
 static char *print_flat(char *s, const tensor_note *t, size_t f0, size_t f1) {
     for (size_t f = f0; f < f1; f++) {
         if (f) *s++ = ',';
-        s += attnd_fmt_f32(s, t->x[f]);
+        s += fmt_elem(s, t, f);
     }
     return s;
+}
+
+/* The plain writer's tensor t, into b at once: float32 text by the codec's
+ * writers, everything else by the chunk printers over the whole tensor. */
+static void write_now(attnd_sbuf *b, const tensor_note *t) {
+    int f32 = t->elem == ATTND_ELEM_F32, wire = t->kind == TK_B64 || t->kind == TK_RAW;
+    if (t->kind == TK_NESTED && (f32 || t->n == 0)) {
+        attnd_sb_tensor_json(b, t->x, t->rank, t->shape);
+        return;
+    }
+    if (t->kind == TK_FLAT && f32) {
+        attnd_sb_floats(b, t->x, t->n);
+        return;
+    }
+    if (attnd_sb_reserve(b, wire ? wire_len(t, 0, t->n, t->kind == TK_B64) : text_room(t, t->n)) <
+        0)
+        return;
+    char *at = b->p + b->len, *end;
+    if (wire)
+        end = at + wire_write(at, t, 0, t->n, t->kind == TK_B64);
+    else
+        end = t->kind == TK_NESTED ? print_nested(at, t, 0, t->n) : print_flat(at, t, 0, t->n);
+    b->len += (size_t)(end - at);
+    b->p[b->len] = '\0';
 }
 
 /* ---- the parallel writer ---- */
@@ -435,8 +584,7 @@ static void print_task(void *arg, int k, int thread) {
     const tensor_note *t = &st->p.t[c->tensor];
     size_t nf = c->f1 - c->f0;
     if (t->kind == TK_B64 || t->kind == TK_RAW) {
-        size_t bytes = nf * sizeof(float);
-        c->len = t->kind == TK_RAW ? bytes : (bytes + 2) / 3 * 4;
+        c->len = wire_len(t, c->f0, c->f1, t->kind == TK_B64);
         return;
     }
     if (t->n == 0) { /* an empty tensor: its brackets, as the plain writer puts them */
@@ -445,10 +593,7 @@ static void print_task(void *arg, int k, int thread) {
         if (t->kind == TK_NESTED) attnd_sb_tensor_json(&b, t->x, t->rank, t->shape);
         c->text = attnd_sb_take(&b, &c->len);
     } else {
-        /* per number: 15 bytes at most, a comma and the brackets between
-         * rows; the printer may write F32_TEXT_MAX bytes at the last one */
-        size_t room = nf * (16 + 2 * (size_t)t->rank) + 2 * (size_t)t->rank + F32_TEXT_MAX;
-        c->text = malloc(room);
+        c->text = malloc(text_room(t, nf));
         if (c->text) {
             char *end = t->kind == TK_NESTED ? print_nested(c->text, t, c->f0, c->f1)
                                              : print_flat(c->text, t, c->f0, c->f1);
@@ -501,11 +646,8 @@ static void copy_task(void *arg, int k, int thread) {
     const tensor_note *t = &st->p.t[c->tensor];
     if (!atomic_load(&st->failed)) {
         char *dst = st->body + c->at;
-        const float *x = t->x + c->f0;
-        if (t->kind == TK_B64)
-            attnd_b64_encode(dst, x, (c->f1 - c->f0) * sizeof(float));
-        else if (t->kind == TK_RAW)
-            memcpy(dst, x, c->len);
+        if (t->kind == TK_B64 || t->kind == TK_RAW)
+            wire_write(dst, t, c->f0, c->f1, t->kind == TK_B64);
         else
             memcpy(dst, c->text, c->len);
     }

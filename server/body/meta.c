@@ -60,11 +60,13 @@ static void precision_json(json_t *j, const attnd_model_info *info) {
 }
 
 /* GET /v2/models/{name}: the inputs this model accepts and the outputs it
- * gives (docs/api.md). A model with rotary positions takes positions and no
- * key or value (a key row would have no position); the others the reverse.
- * The platform follows the protocol's "<project>_<format>": the weights'
- * format, a safetensors file or the embedded default. Beside the protocol's
- * fields, like /v2's blas_core: precision and effective_precision. */
+ * gives (docs/api.md): output, attention, and the top-k outputs that
+ * parameters.attention_top_k answers in its place. A model with rotary
+ * positions takes positions and no key or value (a key row would have no
+ * position); the others the reverse. The platform follows the protocol's
+ * "<project>_<format>": the weights' format, a safetensors file or the
+ * embedded default. Beside the protocol's fields, like /v2's blas_core:
+ * precision and effective_precision. */
 static json_t *v2_model_json(const attnd_model_info *info, int from_file) {
     const attn_hparams *hp = &info->hp;
     json_t *in = json_array();
@@ -76,10 +78,12 @@ static json_t *v2_model_json(const attnd_model_info *info, int from_file) {
     json_array_append_new(in, v2_tensor("key_padding_mask", "BOOL", 2, 0));
     json_array_append_new(in, v2_tensor("attn_mask", "BOOL", 3, 0));
     if (hp->rope.dim) json_array_append_new(in, v2_tensor("positions", "INT64", 2, 0));
-    json_t *j = json_pack("{s:s, s:[s], s:s, s:o, s:[o, o]}", "name", info->name, "versions", "1",
-                          "platform", from_file ? "attnd_safetensors" : "attnd_embedded", "inputs",
-                          in, "outputs", v2_tensor("output", "FP32", 3, hp->embed_dim),
-                          v2_tensor("attention", "FP32", 4, 0));
+    json_t *j = json_pack("{s:s, s:[s], s:s, s:o, s:[o, o, o, o]}", "name", info->name, "versions",
+                          "1", "platform", from_file ? "attnd_safetensors" : "attnd_embedded",
+                          "inputs", in, "outputs", v2_tensor("output", "FP32", 3, hp->embed_dim),
+                          v2_tensor("attention", "FP32", 4, 0),
+                          v2_tensor("attention_topk_indices", "INT32", 4, 0),
+                          v2_tensor("attention_topk_values", "FP32", 4, 0));
     if (j) precision_json(j, info);
     return j;
 }

@@ -29,11 +29,16 @@
 #include "../../core/sizes.h"
 #include "../codec/jsonin.h"
 #include "../codec/tensor.h"
+#include "selection.h"
 
 /* The tensors a body may carry, by role. */
 enum { T_QUERY, T_KEY, T_VALUE, T_KPM, T_MASK, T_POS, T_COUNT };
 static const char *const TNAME[T_COUNT] = {"query",     "key",      "value", "key_padding_mask",
                                            "attn_mask", "positions"};
+
+/* What a body is: a whole request, a session's open with a prefix, or a
+ * session step (whose keys are known at admission only). */
+typedef enum { BODY_WHOLE, BODY_OPEN, BODY_STEP } body_kind;
 
 /* What both parsers collect before the common checks. */
 typedef struct {
@@ -47,11 +52,13 @@ typedef struct {
     int enc;                  /* attnd_encoding */
     int timeout_ms;           /* timeout_ms, 0 when not given */
     const char *causal_label; /* how messages name causal: "causal", "parameters.causal" */
+    attnd_sel_in sel;         /* attention_heads, _rows, _top_k, _dtype as given */
 } collected;
 
 static void collected_free(collected *c) {
     for (int i = 0; i < T_COUNT; i++)
         attnd_tensor_free(&c->t[i]);
+    attnd_sel_in_free(&c->sel);
 }
 
 static const attnd_enum_row ATTENTION_MODES[] = {
@@ -81,7 +88,10 @@ uint64_t attnd_attention_floats(int B, int L, int S, attn_weights_mode mode, int
 }
 
 uint64_t attnd_job_attention_floats(const attnd_job *job, int H) {
-    return attnd_attention_floats(job->B, job->L, job->S, job->weights, H);
+    const attnd_attn_select *sel = &job->sel;
+    int rows = sel->row1 ? sel->row1 - sel->row0 : job->L;
+    int width = sel->top_k ? sel->top_k : job->S;
+    return attnd_attention_floats(job->B, rows, width, job->weights, sel->heads ? sel->n_heads : H);
 }
 
 int attnd_attention_limit(const attnd_parse_env *env, const attnd_job *job, int session,
@@ -91,11 +101,14 @@ int attnd_attention_limit(const attnd_parse_env *env, const attnd_job *job, int 
     if (n <= (uint64_t)max) return 0;
     if (session)
         return attnd_set_error(e, AERR_TOO_LARGE,
-                               "attention: %d rows over %d cached tokens ask for more than %lld "
-                               "floats (limits.max_attention_floats); ask for \"none\" or \"mean\"",
-                               job->L, job->S, max);
+                               "attention: %d rows over %d cached tokens ask for %llu floats, more "
+                               "than %lld (limits.max_attention_floats); ask for \"none\" or "
+                               "\"mean\", or select heads, rows or top-k",
+                               job->L, job->S, (unsigned long long)n, max);
     return attnd_set_error(e, AERR_TOO_LARGE,
-                           "attention matrix of %s%llu floats, the limit is %lld",
+                           "attention answer of %s%llu floats, the limit is %lld "
+                           "(limits.max_attention_floats); select heads, rows or top-k to ask "
+                           "for less",
                            n == UINT64_MAX ? "more than " : "", (unsigned long long)n, max);
 }
 
@@ -115,7 +128,9 @@ void attnd_job_free(attnd_job *job) {
     free(job->positions);
     free(job->v2_id);
     free(job->session_id);
+    free(job->sel.heads);
     free(job->attn);
+    free(job->attn_idx);
     memset(job, 0, sizeof(*job));
 }
 
@@ -407,24 +422,27 @@ static int check_session_body(const collected *c, const attnd_model_info *m, att
 }
 
 /* The checks both APIs share, in named steps: the model, the query, key and
- * value, the masks, the limits; then the tensors move into job. A session's
- * rows (session 1) are checked for what a session takes first. job holds
- * nothing to free after a failure. */
-static int build_job(const attnd_parse_env *env, const char *path_model, collected *c, int session,
-                     attnd_job *job, attnd_error *e) {
+ * value, the masks, the attention selection, the limits; then the tensors
+ * move into job. A session's rows (kind BODY_OPEN, BODY_STEP) are checked
+ * for what a session takes first; a step's top-k is checked against its
+ * keys at admission. job holds nothing to free after a failure. */
+static int build_job(const attnd_parse_env *env, const char *path_model, collected *c,
+                     body_kind kind, attnd_job *job, attnd_error *e) {
     memset(job, 0, sizeof(*job));
     int mi = resolve_model(env, path_model, c, e);
     if (mi < 0) return -1;
     const attnd_model_info *m = &env->models[mi];
-    if (session && check_session_body(c, m, e) < 0) return -1;
+    if (kind != BODY_WHOLE && check_session_body(c, m, e) < 0) return -1;
     job->model = mi;
     job->causal = c->causal < 0 ? m->hp.causal : c->causal;
     job->weights = c->weights;
     job->enc = c->enc;
     job->timeout_ms = c->timeout_ms;
     if (check_query(c, m, job, e) < 0 || check_key_value(c, m, job, e) < 0 ||
-        check_masks(c, m, job, e) < 0 || check_limits(env, job, e) < 0 ||
-        move_tensors(c, job, e) < 0) {
+        check_masks(c, m, job, e) < 0 ||
+        attnd_sel_check(&c->sel, m, job, kind == BODY_STEP, e) < 0 ||
+        check_limits(env, job, e) < 0 || move_tensors(c, job, e) < 0) {
+        free(job->sel.heads); /* move_tensors frees the whole job when it fails */
         memset(job, 0, sizeof(*job));
         return -1;
     }
@@ -506,19 +524,28 @@ static const jfield NATIVE_FIELDS[] = {
     {.name = "attention", .type = JF_WORD, .offset = COLLECTED(weights), .words = &attnd_attention_modes},
     {.name = "encoding", .type = JF_WORD, .offset = COLLECTED(enc), .words = &attnd_encodings},
     TIMEOUT_FIELD("timeout_ms", COLLECTED(timeout_ms)),
+    {.name = "attention_heads", .type = JF_CUSTOM, .read = attnd_sel_read_heads,
+     .offset = COLLECTED(sel), .accepts = 1u << JT_ARRAY, .expects = "an array of head indices"},
+    {.name = "attention_rows", .type = JF_CUSTOM, .read = attnd_sel_read_rows,
+     .offset = COLLECTED(sel), .accepts = 1u << JT_ARRAY, .expects = "[start, end]"},
+    {.name = "attention_top_k", .type = JF_SIZE, .offset = COLLECTED(sel.top_k),
+     .max = ATTND_SEL_MAX},
+    {.name = "attention_dtype", .type = JF_WORD, .offset = COLLECTED(sel.dtype),
+     .words = &attnd_attention_dtypes},
 };
 // clang-format on
 /* Unknown fields are refused: a typo like "atention" must not silently
  * return no attention. */
 static const jtable NATIVE = JTABLE("field", NATIVE_FIELDS, 0);
 
-static void collected_init(collected *c) {
+static void collected_init(collected *c, int v2) {
     memset(c, 0, sizeof(*c));
     c->causal = -1;
     c->weights = -1;
     for (int i = 0; i < T_COUNT; i++)
         c->label[i] = TNAME[i];
     c->causal_label = "causal";
+    attnd_sel_in_init(&c->sel, v2);
 }
 
 /* What a body that is not a JSON object looks like, when it is something
@@ -577,16 +604,16 @@ static int read_body(const char *body, size_t len, const jtable *t, void *dst, u
     return rc;
 }
 
-/* A native body; session 1: a session step's rows (check_session_body). */
-static int parse_native(const attnd_parse_env *env, const char *path_model, int session,
+/* A native body of a kind (BODY_STEP: a session step's rows). */
+static int parse_native(const attnd_parse_env *env, const char *path_model, body_kind kind,
                         const char *body, size_t len, attnd_job *job, attnd_error *e) {
     collected c;
-    collected_init(&c);
+    collected_init(&c, 0);
     memset(job, 0, sizeof(*job));
     int ret = -1;
     if (read_body(body, len, &NATIVE, &c, NULL, e) < 0) goto cleanup;
     if (c.weights < 0) c.weights = ATTN_WEIGHTS_NONE;
-    if (build_job(env, path_model, &c, session, job, e) < 0) goto cleanup;
+    if (build_job(env, path_model, &c, kind, job, e) < 0) goto cleanup;
     job->api = API_NATIVE;
     ret = 0;
 cleanup:
@@ -596,20 +623,20 @@ cleanup:
 
 int attnd_parse_native(const attnd_parse_env *env, const char *path_model, const char *body,
                        size_t len, attnd_job *job, attnd_error *e) {
-    return parse_native(env, path_model, 0, body, len, job, e);
+    return parse_native(env, path_model, BODY_WHOLE, body, len, job, e);
 }
 
 int attnd_parse_session_open(const attnd_parse_env *env, const char *body, size_t len,
                              attnd_job *job, attnd_error *e) {
     collected c;
-    collected_init(&c);
+    collected_init(&c, 0);
     memset(job, 0, sizeof(*job));
     unsigned given = 0;
     int ret = -1, mi;
     if (len > 0 && read_body(body, len, &NATIVE, &c, &given, e) < 0) goto cleanup;
     if (c.given[T_QUERY]) { /* the prefix: a native body like any other */
         if (c.weights < 0) c.weights = ATTN_WEIGHTS_NONE;
-        if (build_job(env, NULL, &c, 1, job, e) < 0) goto cleanup;
+        if (build_job(env, NULL, &c, BODY_OPEN, job, e) < 0) goto cleanup;
         job->api = API_NATIVE;
         ret = 1;
         goto cleanup;
@@ -637,7 +664,7 @@ cleanup:
 
 int attnd_parse_session_step(const attnd_parse_env *env, int model, const char *id,
                              const char *body, size_t len, attnd_job *job, attnd_error *e) {
-    if (parse_native(env, env->models[model].name, 1, body, len, job, e) < 0) return -1;
+    if (parse_native(env, env->models[model].name, BODY_STEP, body, len, job, e) < 0) return -1;
     if (!(job->session_id = strdup(id))) {
         attnd_job_free(job);
         return attnd_set_error(e, AERR_INTERNAL, "out of memory");
@@ -681,7 +708,7 @@ typedef struct {
 
 /* One element of "outputs". */
 typedef struct {
-    char name[32];
+    char name[40];
     int binary; /* parameters.binary_data */
 } v2_output;
 
@@ -690,8 +717,8 @@ typedef struct {
     collected c;
     char *id;     /* owned */
     int bin_all;  /* parameters.binary_data_output */
-    int out_bits; /* outputs listed: 1 output, 2 attention */
-    int bin_bits; /* of those, binary: 1 output, 2 attention */
+    int out_bits; /* outputs listed: V2_OUT_* bits */
+    int bin_bits; /* of those, the binary ones */
     v2_bin bin;
     char labels[T_COUNT][48];
     v2_input in;         /* the input being read; its data owned */
@@ -898,20 +925,29 @@ static int read_v2_input(jin *j, int idx, void *dst, jpath *path, attnd_error *e
     return 0;
 }
 
-/* An output asked for: "output" or "attention"; anything else is an output
- * this model cannot give. */
+/* The outputs a model gives, as V2_OUT_* bits. */
+static const attnd_enum_row V2_OUTPUT_NAMES[] = {
+    {"output", V2_OUT_OUTPUT},
+    {"attention", V2_OUT_ATTENTION},
+    {"attention_topk_indices", V2_OUT_TOPK_INDICES},
+    {"attention_topk_values", V2_OUT_TOPK_VALUES},
+};
+static const attnd_enum v2_output_names = ATTND_ENUM(V2_OUTPUT_NAMES);
+
+/* An output asked for, by one of v2_output_names; anything else is an
+ * output this model cannot give. */
 static int read_v2_output(jin *j, int idx, void *dst, jpath *path, attnd_error *e) {
     (void)idx;
     v2_body *v = dst;
     memset(&v->out, 0, sizeof(v->out));
     if (attnd_jin_object(j, &V2_OUTPUT, v, path, NULL, e) < 0) return -1;
-    int bit = strcmp(v->out.name, "output") == 0      ? 1
-              : strcmp(v->out.name, "attention") == 0 ? 2
-                                                      : 0;
-    if (!bit)
-        return attnd_set_error(e, AERR_BAD_REQUEST,
-                               "%s.name: unknown output '%s' (the model gives output, attention)",
-                               path->s, v->out.name);
+    int bit = 0;
+    if (attnd_enum_value(&v2_output_names, v->out.name, &bit) < 0) {
+        char names[160];
+        return attnd_set_error(
+            e, AERR_BAD_REQUEST, "%s.name: unknown output '%s' (the model gives %s)", path->s,
+            v->out.name, attnd_enum_words(&v2_output_names, ", ", names, sizeof names));
+    }
     if (v->out_bits & bit)
         return attnd_set_error(e, AERR_BAD_REQUEST, "%s.name: '%s' asked for twice", path->s,
                                v->out.name);
@@ -931,6 +967,15 @@ static const jfield V2_PARAMETER_FIELDS[] = {
      .size = sizeof(((v2_body *)0)->session_id)},
     {.name = "session_open", .type = JF_BOOL, .offset = V2(session_open)},
     TIMEOUT_FIELD("timeout_ms", V2(c.timeout_ms)),
+    {.name = "attention_heads", .type = JF_CUSTOM, .read = attnd_sel_read_v2_heads,
+     .offset = V2(c.sel), .accepts = 1u << JT_STRING | 1u << JT_NUMBER,
+     .expects = "a string of head indices such as \"0,3,5\""},
+    {.name = "attention_rows", .type = JF_CUSTOM, .read = attnd_sel_read_v2_rows,
+     .offset = V2(c.sel), .accepts = 1u << JT_STRING, .expects = "a string \"start:end\""},
+    {.name = "attention_top_k", .type = JF_SIZE, .offset = V2(c.sel.top_k),
+     .max = ATTND_SEL_MAX},
+    {.name = "attention_datatype", .type = JF_WORD, .offset = V2(c.sel.dtype),
+     .words = &attnd_attention_datatypes},
 };
 static const jtable V2_PARAMETERS = JTABLE("parameter", V2_PARAMETER_FIELDS, 1);
 
@@ -946,17 +991,32 @@ static const jfield V2_FIELDS[] = {
 static const jtable V2 = JTABLE("field", V2_FIELDS, 1);
 
 /* outputs and parameters.attention together: which outputs come back and
- * whether attention is computed. */
+ * whether attention is computed. With attention_top_k the attention comes
+ * as attention_topk_indices and attention_topk_values, not attention. */
 static int v2_outputs(v2_body *v, attnd_error *e) {
-    if (!(v->out_bits & 2)) {
+    int topk = v->c.sel.top_k >= 0;
+    int attn_bits = v->out_bits & (V2_OUT_ALL & ~V2_OUT_OUTPUT);
+    const char *listed = attn_bits & V2_OUT_ATTENTION      ? "attention"
+                         : attn_bits & V2_OUT_TOPK_INDICES ? "attention_topk_indices"
+                                                           : "attention_topk_values";
+    if (topk && (attn_bits & V2_OUT_ATTENTION))
+        return attnd_set_error(e, AERR_BAD_REQUEST,
+                               "outputs: 'attention' is asked for, but parameters.attention_top_k "
+                               "answers attention_topk_indices and attention_topk_values");
+    if (!topk && (attn_bits & ~V2_OUT_ATTENTION))
+        return attnd_set_error(e, AERR_BAD_REQUEST,
+                               "outputs: '%s' is asked for, but it needs "
+                               "parameters.attention_top_k",
+                               listed);
+    if (!attn_bits) {
         if (v->out_bits) v->c.weights = ATTN_WEIGHTS_NONE; /* attention not listed: not computed */
         if (v->c.weights < 0) v->c.weights = ATTN_WEIGHTS_NONE;
         return 0;
     }
     if (v->c.weights == ATTN_WEIGHTS_NONE)
         return attnd_set_error(e, AERR_BAD_REQUEST,
-                               "outputs: 'attention' is asked for, but parameters.attention is "
-                               "\"none\"");
+                               "outputs: '%s' is asked for, but parameters.attention is \"none\"",
+                               listed);
     if (v->c.weights < 0) v->c.weights = ATTN_WEIGHTS_MEAN;
     return 0;
 }
@@ -965,7 +1025,7 @@ int attnd_parse_v2(const attnd_parse_env *env, const char *path_model, const cha
                    size_t json_len, attnd_job *job, attnd_error *e) {
     v2_body v;
     memset(&v, 0, sizeof(v));
-    collected_init(&v.c);
+    collected_init(&v.c, 1);
     memset(job, 0, sizeof(*job));
     int ret = -1;
     if (json_len > len) {
@@ -992,11 +1052,11 @@ int attnd_parse_v2(const attnd_parse_env *env, const char *path_model, const cha
     }
     if (v2_outputs(&v, e) < 0) goto cleanup;
     v.c.causal_label = "parameters.causal";
-    if (build_job(env, path_model, &v.c, v.session_open || v.session_id[0], job, e) < 0)
-        goto cleanup;
+    body_kind kind = v.session_id[0] ? BODY_STEP : v.session_open ? BODY_OPEN : BODY_WHOLE;
+    if (build_job(env, path_model, &v.c, kind, job, e) < 0) goto cleanup;
     job->api = API_V2;
     job->v2_outputs = v.out_bits;
-    job->v2_binary = v.bin_all ? 3 : v.bin_bits;
+    job->v2_binary = v.bin_all ? V2_OUT_ALL : v.bin_bits;
     job->v2_id = v.id;
     v.id = NULL;
     job->session_open = v.session_open;

@@ -15,6 +15,7 @@
 #include "../../core/attn.h"
 #include "../base/buffer.h"
 #include "../base/reply.h"
+#include "../codec/half.h"
 
 /* What the parsers need to know about one served model. */
 typedef struct {
@@ -33,7 +34,8 @@ typedef struct {
     const attnd_model_info *models; /* (n_models), borrowed */
     int n_models;
     int max_tokens_per_request;     /* B*(L+S) above it -> 413 */
-    long long max_attention_floats; /* B*H*L*S (heads) or B*L*S (mean) above it -> 413 */
+    long long max_attention_floats; /* the attention answer's floats above it -> 413:
+                                       attnd_job_attention_floats */
 } attnd_parse_env;
 
 /* The index of the served model called name, or -1 with e set to the 404
@@ -44,9 +46,23 @@ typedef enum { API_NATIVE = 0, API_V2 = 1 } attnd_api;
 typedef enum { ENC_JSON = 0, ENC_BASE64 = 1 } attnd_encoding;
 
 /* The words of "attention" (attn_weights_mode: none, mean, heads) and of
- * "encoding" (attnd_encoding: json, base64), as the field tables read them. */
+ * "encoding" (attnd_encoding: json, base64), as the field tables read them;
+ * "attention_dtype" (float32, float16, bfloat16) and v2's
+ * "attention_datatype" (FP32, FP16, BF16) into attnd_elem. */
 extern const attnd_enum attnd_attention_modes;
 extern const attnd_enum attnd_encodings;
+extern const attnd_enum attnd_attention_dtypes;
+extern const attnd_enum attnd_attention_datatypes;
+
+/* The part of the attention matrices a request asks for (SPEC section 9;
+ * the core's attn_select). Zeroed: all of them, in float32. */
+typedef struct {
+    int *heads;       /* (n_heads) distinct heads, in the order given; owned; NULL: every head */
+    int n_heads;      /* with heads: 1..H */
+    int row0, row1;   /* query rows [row0, row1); both 0: every row */
+    int top_k;        /* 1..S: each answer row's k largest weights and their keys; 0: whole rows */
+    attnd_elem dtype; /* F32, F16 or BF16: the weights rounded to it, base64 and binary in it */
+} attnd_attn_select;
 
 /* One admitted request: B sequences of one model, all of query length L and
  * key length S. Buffers are owned and freed by attnd_job_free. */
@@ -66,19 +82,31 @@ typedef struct {
     int32_t *positions;        /* (B, L) rotary positions, or NULL: 0..L-1 */
     int causal;                /* 1: hide key j > query i */
     attn_weights_mode weights; /* none, mean or heads */
+    attnd_attn_select sel;     /* which part of the matrices (weights != none) */
     attnd_encoding enc;        /* how the answer carries tensors */
     char *v2_id;               /* the v2 "id" to echo, or NULL */
     char *session_id;          /* a step of this session (v2 parameters.session_id, or the
                                   native step's path), or NULL */
     int session_open;          /* 1: open a session (v2 parameters.session_open, or POST
                                   /v1/sessions), its prefix the query when there is one */
-    int v2_binary;             /* binary data extension for outputs: 1 output, 2 attention */
-    int v2_outputs;            /* outputs listed in the request: 1 output, 2 attention; 0 = all */
+    int v2_binary;             /* binary data extension for outputs: V2_OUT_* bits */
+    int v2_outputs;            /* outputs listed in the request: V2_OUT_* bits; 0 = all */
     int timeout_ms;            /* the body's own deadline (native timeout_ms, v2
                                   parameters.timeout_ms), ms >= 1; 0 = not given */
     /* results, written by the worker */
-    float *attn; /* (B,H,L,S) heads or (B,L,S) mean, owned, or NULL */
+    float *attn;       /* (B,H,L,S) heads or (B,L,S) mean, or the selection's part (sel), owned,
+                          or NULL */
+    int32_t *attn_idx; /* with sel.top_k: the key of each weight in attn (its shape), owned */
 } attnd_job;
+
+/* The outputs of a v2 answer, as bits of attnd_job.v2_outputs and .v2_binary. */
+enum {
+    V2_OUT_OUTPUT = 1,
+    V2_OUT_ATTENTION = 2,
+    V2_OUT_TOPK_INDICES = 4,
+    V2_OUT_TOPK_VALUES = 8,
+    V2_OUT_ALL = 15
+};
 
 /* Query plus key tokens: what the token limits count. */
 long long attnd_job_tokens(const attnd_job *job);
@@ -88,14 +116,20 @@ long long attnd_job_tokens(const attnd_job *job);
  * (only a request not yet admitted can). The one formula the parser's
  * limit, the batcher's buffers and the answer writers share. */
 uint64_t attnd_attention_floats(int B, int L, int S, attn_weights_mode mode, int H);
-/* The same for job (its B, L, S and weights) and a model of H heads. */
+/* The same for job's answer and a model of H heads: its selection's part
+ * (selected heads, rows, and top_k or S per row) of its B sequences. With
+ * top-k it counts the values; the indices are as many again. */
 uint64_t attnd_job_attention_floats(const attnd_job *job, int H);
 /* The one check of limits.max_attention_floats: 0 when job's attention
- * matrices (its model, B, L, S and weights set) fit, else -1 with e set
- * (413). A session step's sentence names the rows and the cached tokens
- * (session = 1). */
+ * answer (its model, B, L, S, weights and selection set) fits, else -1
+ * with e set (413). A session step's sentence names the rows and the
+ * cached tokens (session = 1). */
 int attnd_attention_limit(const attnd_parse_env *env, const attnd_job *job, int session,
                           attnd_error *e);
+/* job's attention_top_k against its S keys: 0, or -1 with the 400 naming
+ * the value. The parsers check it, but a session step's S is known at its
+ * admission (attnd_admit checks it then). */
+int attnd_check_top_k(const attnd_job *job, attnd_error *e);
 
 /* Reads a native body. path_model is the {name} of
  * /v1/models/{name}/attention or NULL. Returns 0, or -1 with e set

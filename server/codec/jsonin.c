@@ -513,8 +513,7 @@ static void number_text(jin *j, char *buf, size_t cap) {
     snprintf(buf, cap, "%.*s", (int)(q - j->p), j->p);
 }
 
-/* A whole number from min to max at the cursor (the path names it). */
-static int read_whole(jin *j, int64_t min, int64_t max, int64_t *out, jpath *path, attnd_error *e) {
+int attnd_jin_whole(jin *j, int64_t min, int64_t max, int64_t *out, jpath *path, attnd_error *e) {
     char text[32];
     double d;
     if (attnd_jin_next_type(j) != JT_NUMBER) {
@@ -550,7 +549,7 @@ static int read_shape(jin *j, const jfield *f, jshape *s, jpath *path, attnd_err
             return attnd_set_error(e, AERR_BAD_REQUEST, "%s: more than %d dimensions", path->s,
                                    JSHAPE_MAX);
         size_t mark = attnd_jpath_index(path, s->rank);
-        if (read_whole(j, 1, f->max, &s->dim[s->rank], path, e) < 0) return -1;
+        if (attnd_jin_whole(j, 1, f->max, &s->dim[s->rank], path, e) < 0) return -1;
         attnd_jpath_cut(path, mark);
         s->rank++;
         r = attnd_jin_next(j, ']');
@@ -638,7 +637,7 @@ static int read_field(jin *j, const jfield *f, void *dst, jpath *path, attnd_err
     case JF_WORD:
         return read_word(j, f, (int *)at, path, e);
     case JF_SIZE:
-        return read_whole(j, 0, f->max, (int64_t *)at, path, e);
+        return attnd_jin_whole(j, 0, f->max, (int64_t *)at, path, e);
     case JF_SHAPE:
         return read_shape(j, f, (jshape *)at, path, e);
     case JF_OBJECT:

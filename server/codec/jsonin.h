@@ -187,6 +187,11 @@ struct jtable {
 int attnd_jin_object(jin *j, const jtable *t, void *dst, jpath *path, unsigned *given,
                      attnd_error *e);
 
+/* A whole number from min to max at the cursor into *out (min >= 0, max
+ * below 2^53); the path names it in refusals: not a number or not whole or
+ * below min (400), past max (413, "too large"). */
+int attnd_jin_whole(jin *j, int64_t min, int64_t max, int64_t *out, jpath *path, attnd_error *e);
+
 /* e = "<path>: <attnd_jin_error>" (400): a syntax error where path says. */
 int attnd_jin_fail(jin *j, const jpath *path, attnd_error *e);
 
