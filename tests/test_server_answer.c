@@ -5,7 +5,9 @@
  * without attention matrices, at sizes on and across the chunk boundaries
  * (rows cut by a chunk, rows longer than a chunk, tensors of exactly one
  * chunk), alone and many at once, on 1, 2 and 3 threads and on none; every
- * answer is handed back exactly once. Session steps' fields are written in
+ * answer is handed back exactly once. Selections too: some rows and heads,
+ * top-k's int32 indices and values, float16 and bfloat16 weights (JSON,
+ * base64 and binary, across chunks). Session steps' fields are written in
  * place, where the session routes promise them.
  */
 #include <check.h>
@@ -27,43 +29,64 @@ typedef struct {
     attn_weights_mode weights;
     int v2_binary, v2_outputs;
     const char *session; /* usage.session, or NULL */
+    int top_k;           /* the selection: top-k, */
+    attnd_elem dtype;    /* the weights' type, */
+    int rows;            /* rows [1, 1 + rows) when > 0, */
+    int heads;           /* heads H-1 .. H-heads when > 0 */
 } acase;
 
 #define TXT ANSWER_TEXT_CHUNK
 static const acase CASES[] = {
-    {"native, 2 rows", API_NATIVE, ENC_JSON, 1, 2, 2, 8, 2, 0, ATTN_WEIGHTS_NONE, 0, 0, NULL},
+    {"native, 2 rows", API_NATIVE, ENC_JSON, 1, 2, 2, 8, 2, 0, ATTN_WEIGHTS_NONE, 0, 0, NULL, 0,
+     ATTND_ELEM_F32, 0, 0},
     {"native, exactly one chunk", API_NATIVE, ENC_JSON, 1, TXT / 32, TXT / 32, 32, 4, 0,
-     ATTN_WEIGHTS_NONE, 0, 0, NULL},
+     ATTN_WEIGHTS_NONE, 0, 0, NULL, 0, ATTND_ELEM_F32, 0, 0},
     {"native, one row past a chunk", API_NATIVE, ENC_JSON, 1, TXT / 32 + 1, TXT / 32 + 1, 32, 4, 0,
-     ATTN_WEIGHTS_NONE, 0, 0, NULL},
+     ATTN_WEIGHTS_NONE, 0, 0, NULL, 0, ATTND_ELEM_F32, 0, 0},
     {"native, chunks cut rows", API_NATIVE, ENC_JSON, 1, 683, 683, 24, 3, 0, ATTN_WEIGHTS_NONE, 0,
-     0, NULL},
+     0, NULL, 0, ATTND_ELEM_F32, 0, 0},
     {"native, rows longer than a chunk", API_NATIVE, ENC_JSON, 1, 3, 3, 20000, 4, 0,
-     ATTN_WEIGHTS_NONE, 0, 0, NULL},
+     ATTN_WEIGHTS_NONE, 0, 0, NULL, 0, ATTND_ELEM_F32, 0, 0},
     {"native batch, heads", API_NATIVE, ENC_JSON, 3, 229, 229, 24, 3, 1, ATTN_WEIGHTS_HEADS, 0, 0,
-     NULL},
+     NULL, 0, ATTND_ELEM_F32, 0, 0},
     {"native, mean over 1-key rows", API_NATIVE, ENC_JSON, 1, 2 * TXT + 1, 1, 8, 2, 0,
-     ATTN_WEIGHTS_MEAN, 0, 0, NULL},
+     ATTN_WEIGHTS_MEAN, 0, 0, NULL, 0, ATTND_ELEM_F32, 0, 0},
     {"native base64, one past a chunk", API_NATIVE, ENC_BASE64, 1, 2049, 30, 24, 3, 0,
-     ATTN_WEIGHTS_MEAN, 0, 0, NULL},
+     ATTN_WEIGHTS_MEAN, 0, 0, NULL, 0, ATTND_ELEM_F32, 0, 0},
     {"native base64 batch, heads", API_NATIVE, ENC_BASE64, 2, 300, 300, 40, 5, 1,
-     ATTN_WEIGHTS_HEADS, 0, 0, NULL},
+     ATTN_WEIGHTS_HEADS, 0, 0, NULL, 0, ATTND_ELEM_F32, 0, 0},
     {"native base64, exactly one chunk", API_NATIVE, ENC_BASE64, 1, ANSWER_B64_CHUNK / 24, 5, 24, 3,
-     0, ATTN_WEIGHTS_NONE, 0, 0, NULL},
-    {"v2 JSON, heads", API_V2, ENC_JSON, 2, 400, 50, 24, 3, 0, ATTN_WEIGHTS_HEADS, 0, 0, NULL},
+     0, ATTN_WEIGHTS_NONE, 0, 0, NULL, 0, ATTND_ELEM_F32, 0, 0},
+    {"v2 JSON, heads", API_V2, ENC_JSON, 2, 400, 50, 24, 3, 0, ATTN_WEIGHTS_HEADS, 0, 0, NULL, 0,
+     ATTND_ELEM_F32, 0, 0},
     {"v2 JSON, output only listed", API_V2, ENC_JSON, 1, 700, 700, 24, 3, 0, ATTN_WEIGHTS_MEAN, 0,
-     1, NULL},
+     1, NULL, 0, ATTND_ELEM_F32, 0, 0},
     {"v2 binary output, JSON attention", API_V2, ENC_JSON, 2, 5462, 8, 24, 3, 0, ATTN_WEIGHTS_MEAN,
-     1, 0, NULL},
-    {"v2 binary both", API_V2, ENC_JSON, 1, 3000, 200, 40, 4, 0, ATTN_WEIGHTS_HEADS, 3, 0, NULL},
+     1, 0, NULL, 0, ATTND_ELEM_F32, 0, 0},
+    {"v2 binary both", API_V2, ENC_JSON, 1, 3000, 200, 40, 4, 0, ATTN_WEIGHTS_HEADS, 3, 0, NULL, 0,
+     ATTND_ELEM_F32, 0, 0},
     {"v2 binary attention only listed", API_V2, ENC_JSON, 1, 1000, 400, 16, 2, 0,
-     ATTN_WEIGHTS_HEADS, 2, 2, NULL},
+     ATTN_WEIGHTS_HEADS, 2, 2, NULL, 0, ATTND_ELEM_F32, 0, 0},
     {"session step, native", API_NATIVE, ENC_JSON, 1, 900, 1200, 24, 3, 0, ATTN_WEIGHTS_MEAN, 0, 0,
-     "s-\"1\""},
+     "s-\"1\"", 0, ATTND_ELEM_F32, 0, 0},
     {"session step, native base64", API_NATIVE, ENC_BASE64, 1, 1, 5, 24, 3, 0, ATTN_WEIGHTS_NONE, 0,
-     0, "abc"},
+     0, "abc", 0, ATTND_ELEM_F32, 0, 0},
     {"session step, v2 binary", API_V2, ENC_JSON, 1, 12000, 12000, 24, 3, 0, ATTN_WEIGHTS_NONE, 1,
-     0, "abc"},
+     0, "abc", 0, ATTND_ELEM_F32, 0, 0},
+    {"native top-k float16, chunks cut rows", API_NATIVE, ENC_JSON, 2, 700, 900, 8, 4, 1,
+     ATTN_WEIGHTS_HEADS, 0, 0, NULL, 7, ATTND_ELEM_F16, 0, 0},
+    {"native base64 top-k bfloat16, past a chunk", API_NATIVE, ENC_BASE64, 1, 3000, 64, 8, 2, 0,
+     ATTN_WEIGHTS_MEAN, 0, 0, NULL, 37, ATTND_ELEM_BF16, 0, 0},
+    {"native base64 float16 heads and rows", API_NATIVE, ENC_BASE64, 2, 400, 300, 8, 4, 1,
+     ATTN_WEIGHTS_HEADS, 0, 0, NULL, 0, ATTND_ELEM_F16, 390, 3},
+    {"native JSON bfloat16 rows", API_NATIVE, ENC_JSON, 1, 900, 100, 8, 4, 0, ATTN_WEIGHTS_MEAN, 0,
+     0, NULL, 0, ATTND_ELEM_BF16, 500, 0},
+    {"v2 binary top-k FP16", API_V2, ENC_JSON, 1, 2000, 200, 8, 4, 0, ATTN_WEIGHTS_HEADS, 15, 0,
+     NULL, 50, ATTND_ELEM_F16, 0, 0},
+    {"v2 JSON top-k values listed", API_V2, ENC_JSON, 1, 3000, 40, 8, 2, 0, ATTN_WEIGHTS_MEAN, 0, 8,
+     NULL, 9, ATTND_ELEM_BF16, 0, 0},
+    {"v2 binary FP16 attention", API_V2, ENC_JSON, 1, 300, 300, 8, 4, 0, ATTN_WEIGHTS_HEADS, 2, 0,
+     NULL, 0, ATTND_ELEM_F16, 0, 0},
 };
 #define NCASES (int)(sizeof CASES / sizeof CASES[0])
 
@@ -116,13 +139,32 @@ static void fixture_init(fixture *f, const acase *c) {
     ck_assert_ptr_nonnull(f->out);
     for (size_t i = 0; i < nout; i++)
         f->out[i] = rnd();
-    uint64_t na = attnd_attention_floats(c->B, c->L, c->S, c->weights, c->H);
+    j->sel.top_k = c->top_k;
+    j->sel.dtype = c->dtype;
+    if (c->rows) {
+        j->sel.row0 = 1;
+        j->sel.row1 = 1 + c->rows;
+    }
+    if (c->heads) {
+        j->sel.heads = malloc(sizeof(int) * (size_t)c->heads);
+        ck_assert_ptr_nonnull(j->sel.heads);
+        for (int h = 0; h < c->heads; h++)
+            j->sel.heads[h] = c->H - 1 - h;
+        j->sel.n_heads = c->heads;
+    }
+    uint64_t na = attnd_job_attention_floats(j, c->H);
     ck_assert(na != UINT64_MAX);
     if (na) {
         j->attn = malloc(na * sizeof(float));
         ck_assert_ptr_nonnull(j->attn);
         for (size_t i = 0; i < na; i++)
             j->attn[i] = rnd();
+    }
+    if (na && c->top_k) {
+        j->attn_idx = malloc(na * sizeof(int32_t));
+        ck_assert_ptr_nonnull(j->attn_idx);
+        for (size_t i = 0; i < na; i++)
+            j->attn_idx[i] = (int32_t)(i * 7919 % (size_t)c->S);
     }
     f->usage = (attnd_usage){.batch_requests = 3,
                              .queue_us = 17,
@@ -229,7 +271,7 @@ END_TEST
 /* A session step's fields come first, in place: the id and the cached
  * tokens lead a native answer and a v2 answer's parameters. */
 START_TEST(test_session_fields_in_place) {
-    const acase *native = &CASES[NCASES - 3], *v2 = &CASES[NCASES - 1];
+    const acase *native = &CASES[15], *v2 = &CASES[17];
     ck_assert_ptr_nonnull(native->session);
     ck_assert_ptr_nonnull(v2->session);
     fixture f;
