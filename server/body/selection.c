@@ -54,8 +54,8 @@ static attnd_sel_in *sel_at(const jfield *f, void *dst) {
 /* Appends head h; -1 when out of memory or past MAX_LISTED (e set). */
 static int add_head(attnd_sel_in *s, int64_t h, const char *label, attnd_error *e) {
     if (s->n_heads == MAX_LISTED)
-        return attnd_set_error(e, AERR_BAD_REQUEST,
-                               "%s: more than %d heads (no model has more)", label, MAX_LISTED);
+        return attnd_set_error(e, AERR_BAD_REQUEST, "%s: more than %d heads (no model has more)",
+                               label, MAX_LISTED);
     if ((s->n_heads & (s->n_heads - 1)) == 0) { /* 0, 1, 2, 4, ...: double the room */
         int64_t *p = realloc(s->heads, sizeof(int64_t) * (size_t)(s->n_heads ? 2 * s->n_heads : 1));
         if (!p) return attnd_set_error(e, AERR_INTERNAL, "out of memory");
@@ -96,7 +96,9 @@ int attnd_sel_read_rows(jin *j, const jfield *f, void *dst, jpath *path, attnd_e
     if (r == 0 || n != 2)
         return attnd_set_error(e, AERR_BAD_REQUEST,
                                "%s: expected [start, end], two whole numbers, got %s", path->s,
-                               r == 0 ? "more than two" : n ? "one" : "none");
+                               r == 0 ? "more than two"
+                               : n    ? "one"
+                                      : "none");
     s->have_rows = 1;
     return 0;
 }
@@ -202,9 +204,10 @@ static int check_heads(const attnd_sel_in *s, const attnd_model_info *m, attnd_e
         else
             snprintf(at, sizeof at, "attention_heads[%d]", a);
         if (h >= H)
-            rc = attnd_set_error(e, AERR_BAD_REQUEST,
-                                 "%s: head %lld is out of range: model '%s' has %d head%s (0 to %d)",
-                                 at, (long long)h, m->name, H, H == 1 ? "" : "s", H - 1);
+            rc =
+                attnd_set_error(e, AERR_BAD_REQUEST,
+                                "%s: head %lld is out of range: model '%s' has %d head%s (0 to %d)",
+                                at, (long long)h, m->name, H, H == 1 ? "" : "s", H - 1);
         else if (seen[h])
             rc = attnd_set_error(e, AERR_BAD_REQUEST, "%s: head %lld is given twice", at,
                                  (long long)h);
@@ -266,8 +269,7 @@ int attnd_sel_check(attnd_sel_in *in, const attnd_model_info *m, attnd_job *job,
     const char *given = first_given(in);
     if (!given) return 0;
     if (job->weights == ATTN_WEIGHTS_NONE)
-        return attnd_set_error(e, AERR_BAD_REQUEST,
-                               "%s: given, but no attention is asked for (%s)",
+        return attnd_set_error(e, AERR_BAD_REQUEST, "%s: given, but no attention is asked for (%s)",
                                name_of(in, given, at, sizeof at),
                                in->v2 ? "parameters.attention \"mean\" or \"heads\", or an "
                                         "attention output"

@@ -23,14 +23,14 @@ uint16_t attnd_f16_of(float x) {
     memcpy(&u, &x, sizeof u);
     uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
     uint32_t a = u & 0x7fffffffu;
-    if (a > 0x7f800000u) return sign | 0x7e00u;   /* NaN: a quiet NaN */
-    if (a >= 0x477ff000u) return sign | 0x7c00u;  /* 65520 and up round past 65504: inf */
-    if (a >= 0x38800000u)                         /* a normal half: 2^-14 and up */
+    if (a > 0x7f800000u) return sign | 0x7e00u;  /* NaN: a quiet NaN */
+    if (a >= 0x477ff000u) return sign | 0x7c00u; /* 65520 and up round past 65504: inf */
+    if (a >= 0x38800000u)                        /* a normal half: 2^-14 and up */
         return sign | (uint16_t)shift_even(a - 0x38000000u, 13); /* exponent 127 -> 15 bias */
-    if (a < 0x33000000u) return sign;             /* at most half the least subnormal: 0 */
+    if (a < 0x33000000u) return sign; /* at most half the least subnormal: 0 */
     /* a subnormal half, m * 2^-24: the float's significand shifted into place */
-    int e = (int)(a >> 23);                       /* 102..112 here */
-    uint32_t m = (a & 0x7fffffu) | 0x800000u;     /* value = m * 2^(e - 150) */
+    int e = (int)(a >> 23);                   /* 102..112 here */
+    uint32_t m = (a & 0x7fffffu) | 0x800000u; /* value = m * 2^(e - 150) */
     return sign | (uint16_t)shift_even(m, 126 - e);
 }
 
