@@ -29,7 +29,15 @@ One model per pair of files:
       "causal": bool (hide key j > query i),
       "attention": "none" | "mean" | "heads",
       "output": L x E,
-      "attn_weights": H x L x S ("heads"), L x S ("mean"), or null ("none")}]}
+      "attn_weights": H x L x S ("heads"), L x S ("mean"), or null ("none"),
+      and, for the sequences that test selections of the attention matrices
+      (SPEC section 9):
+      "selections": [{"attention": "heads" | "mean", "attention_heads": [...],
+                      "attention_rows": [start, end], "attention_top_k": k}, ...]
+                    (each field but "attention" optional),
+      "torch_rows": [r0, r1], the query rows every selection stays within,
+      "torch_weights": H x (r1 - r0) x S, torch's weights of those rows, which
+                       the tests slice, average and argsort themselves}]}
 
 Floats are the shortest decimal that reads back as the same float32 (at most
 9 significant digits). A query row whose keys are all hidden has NaN in torch;
@@ -264,7 +272,7 @@ def run_sequence(mha, sd, E, H, spec, rng):
         aw = w.mean(axis=0)
     else:
         aw = None
-    return {
+    seq = {
         "query": tolist(q),
         "key": None if k is None else tolist(k),
         "value": None if v is None else tolist(v),
@@ -276,12 +284,41 @@ def run_sequence(mha, sd, E, H, spec, rng):
         "output": tolist(out.astype(np.float32)),
         "attn_weights": None if aw is None else tolist(aw.astype(np.float32)),
     }
+    if "selections" in spec:
+        r0, r1 = spec.get("torch_rows", [0, L])
+        for sel in spec["selections"]:
+            rows = sel.get("attention_rows", [r0, r1])
+            assert r0 <= rows[0] < rows[1] <= r1, (sel, r0, r1)
+        seq["selections"] = spec["selections"]
+        seq["torch_rows"] = [r0, r1]
+        seq["torch_weights"] = tolist(w[:, r0:r1].astype(np.float32))
+    return seq
 
 
 # Each model: hyper-parameters, a seed and its sequences. "cross" gives key
 # (and value unless "value_null"); "kpm" is "random" or a list; "mask" is
 # "bool" or "float"; "full_rows" forces bool-mask rows to all hidden;
-# "expect_full" is the number of fully hidden rows the spec must produce.
+# "expect_full" is the number of fully hidden rows the spec must produce;
+# "selections" and "torch_rows" (default: every row) as in the header.
+# select_e32_h4's long sequence crosses the core's blocks of 128 query rows.
+HEADS = "heads"
+SELECT_LONG = [
+    dict(attention=HEADS, attention_heads=[3, 0], attention_rows=[116, 136]),
+    dict(attention="mean", attention_heads=[1, 2], attention_rows=[126, 131], attention_top_k=5),
+    dict(attention=HEADS, attention_rows=[135, 136], attention_top_k=136),
+    dict(attention="mean", attention_rows=[120, 130]),
+    dict(attention=HEADS, attention_heads=[2], attention_rows=[127, 129], attention_top_k=1),
+]
+SELECT_CROSS = [
+    dict(attention=HEADS, attention_heads=[1], attention_top_k=40),
+    dict(attention="mean", attention_heads=[0, 3, 2], attention_top_k=7),
+    dict(attention=HEADS, attention_heads=[2, 1], attention_rows=[4, 5]),
+]
+SELECT_HIDDEN = [
+    dict(attention=HEADS, attention_heads=[0], attention_rows=[2, 5], attention_top_k=3),
+    dict(attention="mean", attention_rows=[3, 4]),
+    dict(attention=HEADS, attention_heads=[3, 2, 1, 0]),
+]
 MODELS = [
     dict(name="self_e64_h8", E=64, H=8, seed=1, seqs=[
         dict(L=5),
@@ -340,6 +377,11 @@ MODELS = [
              dict(L=5, S=3, cross=True, causal=True, kpm=[1, 0, 0], attention="mean",
                   expect_full=1),
          ]),
+    dict(name="select_e32_h4", E=32, H=4, seed=7, seqs=[
+        dict(L=136, causal=True, torch_rows=[116, 136], selections=SELECT_LONG),
+        dict(L=9, S=40, cross=True, kpm="random", mask="float", selections=SELECT_CROSS),
+        dict(L=10, mask="bool", full_rows=[3], expect_full=1, selections=SELECT_HIDDEN),
+    ]),
 ]
 
 
