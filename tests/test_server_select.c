@@ -61,8 +61,9 @@ static char *native_body(int L, const char *more) {
 static char *v2_body(int L, const char *params, const char *outputs) {
     attnd_sbuf b;
     attnd_sb_init(&b);
-    attnd_sb_printf(&b, "{\"inputs\": [{\"name\": \"query\", \"shape\": [1, %d, 4], "
-                        "\"datatype\": \"FP32\", \"data\": [",
+    attnd_sb_printf(&b,
+                    "{\"inputs\": [{\"name\": \"query\", \"shape\": [1, %d, 4], "
+                    "\"datatype\": \"FP32\", \"data\": [",
                     L);
     for (int i = 0; i < 4 * L; i++)
         attnd_sb_printf(&b, "%s%d", i ? ", " : "", i % 7);
@@ -133,9 +134,8 @@ START_TEST(test_native_fields) {
     ck_assert_int_eq(job.sel.dtype, ATTND_ELEM_F16);
     ck_assert_uint_eq(attnd_job_attention_floats(&job, 4), 2 * 3 * 4);
     attnd_job_free(&job);
-    ck_assert_int_eq(parse_native(6, "\"attention\": \"mean\", \"attention_dtype\": \"bfloat16\"",
-                                  &job, &e),
-                     0);
+    ck_assert_int_eq(
+        parse_native(6, "\"attention\": \"mean\", \"attention_dtype\": \"bfloat16\"", &job, &e), 0);
     ck_assert_ptr_null(job.sel.heads);
     ck_assert_int_eq(job.sel.row1, 0);
     ck_assert_int_eq(job.sel.top_k, 0);
@@ -370,8 +370,7 @@ START_TEST(test_session_steps) {
     /* an open without a prefix takes "model" alone */
     const char *open = "{\"attention_top_k\": 1}";
     ck_assert_int_eq(attnd_parse_session_open(&ENV, open, strlen(open), &r.job, &e), -1);
-    ck_assert_msg(strstr(e.msg, "attention_top_k: a session opened without a prefix"), "%s",
-                  e.msg);
+    ck_assert_msg(strstr(e.msg, "attention_top_k: a session opened without a prefix"), "%s", e.msg);
     attnd_sessions_free(table);
 }
 END_TEST
@@ -385,7 +384,7 @@ static float f32_of_bits(uint32_t u) {
 }
 
 START_TEST(test_float16_rounding) {
-    for (uint32_t h = 0; h < 0x10000; h++) { /* every float16 back to itself */
+    for (uint32_t h = 0; h < 0x10000; h++) {                 /* every float16 back to itself */
         if ((h & 0x7c00) == 0x7c00 && (h & 0x3ff)) continue; /* NaN */
         float x = st_f16_to_f32((uint16_t)h);
         ck_assert_msg(attnd_f16_of(x) == h, "%04x -> %g -> %04x", h, (double)x, attnd_f16_of(x));
@@ -404,9 +403,9 @@ START_TEST(test_float16_rounding) {
     ck_assert_int_eq(attnd_f16_of(65520.0f), 0x7c00); /* the tie past the largest: infinity */
     ck_assert_int_eq(attnd_f16_of(1e30f), 0x7c00);
     ck_assert_int_eq(attnd_f16_of(-INFINITY), 0xfc00);
-    ck_assert_int_eq(attnd_f16_of(f32_of_bits(0x33000000)), 0);      /* 2^-25: tie to 0 */
-    ck_assert_int_eq(attnd_f16_of(f32_of_bits(0x33000001)), 1);      /* above it: the least */
-    ck_assert_int_eq(attnd_f16_of(f32_of_bits(0x00000001)), 0);      /* a float32 subnormal */
+    ck_assert_int_eq(attnd_f16_of(f32_of_bits(0x33000000)), 0); /* 2^-25: tie to 0 */
+    ck_assert_int_eq(attnd_f16_of(f32_of_bits(0x33000001)), 1); /* above it: the least */
+    ck_assert_int_eq(attnd_f16_of(f32_of_bits(0x00000001)), 0); /* a float32 subnormal */
     ck_assert_int_eq(attnd_f16_of(-0.0f), 0x8000);
     ck_assert((attnd_f16_of(NAN) & 0x7c00) == 0x7c00 && (attnd_f16_of(NAN) & 0x3ff));
     ck_assert_float_eq(attnd_elem_round(0.1f, ATTND_ELEM_F16), 0.0999755859375f);
@@ -414,7 +413,7 @@ START_TEST(test_float16_rounding) {
 END_TEST
 
 START_TEST(test_bfloat16_rounding) {
-    for (uint32_t b = 0; b < 0x10000; b++) { /* every bfloat16 back to itself */
+    for (uint32_t b = 0; b < 0x10000; b++) {                /* every bfloat16 back to itself */
         if ((b & 0x7f80) == 0x7f80 && (b & 0x7f)) continue; /* NaN */
         float x = st_bf16_to_f32((uint16_t)b);
         ck_assert_int_eq(attnd_bf16_of(x), b);
