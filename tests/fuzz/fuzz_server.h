@@ -1,8 +1,9 @@
 /* fuzz_server.h - what the request-parser fuzz targets share: two small
  * models (one self-attention, one cross-attention with kdim != vdim != E),
  * limits the fuzzer can reach, and the checks every accepted job must pass:
- * sizes inside the limits, every buffer the job says it has, and an answer
- * written back from it that Jansson reads as JSON with the right shapes.
+ * sizes inside the limits, every buffer the job says it has, an attention
+ * selection inside the model and the request, and an answer written back
+ * from it that Jansson reads as JSON with the right shapes.
  * A refusal must carry a status and a sentence. A broken check aborts,
  * which libFuzzer reports as a finding.
  */
@@ -46,14 +47,47 @@ static long long fuzz_json_count(const json_t *a, int depth) {
     return n;
 }
 
+/* An accepted job's attention selection: only with attention asked for;
+ * heads distinct and of the model; rows within the query; top-k within
+ * the keys (a session step's once admitted: its S is known then). */
+static void fuzz_check_select(const attnd_job *job, int H) {
+    const attnd_attn_select *s = &job->sel;
+    if (job->weights == ATTN_WEIGHTS_NONE)
+        FUZZ_CHECK(!s->heads && !s->row1 && !s->top_k && s->dtype == ATTND_ELEM_F32);
+    FUZZ_CHECK(!s->heads || (s->n_heads >= 1 && s->n_heads <= H));
+    for (int a = 0; s->heads && a < s->n_heads; a++) {
+        FUZZ_CHECK(s->heads[a] >= 0 && s->heads[a] < H);
+        for (int c = 0; c < a; c++)
+            FUZZ_CHECK(s->heads[c] != s->heads[a]);
+    }
+    FUZZ_CHECK((s->row0 == 0 && s->row1 == 0) ||
+               (s->row0 >= 0 && s->row0 < s->row1 && s->row1 <= job->L));
+    FUZZ_CHECK(s->top_k >= 0 && (s->top_k <= job->S || job->session_id));
+    FUZZ_CHECK(s->dtype == ATTND_ELEM_F32 || s->dtype == ATTND_ELEM_F16 ||
+               s->dtype == ATTND_ELEM_BF16);
+}
+
+/* The outputs a v2 answer of job holds (floats: its attention floats). */
+static size_t fuzz_v2_outputs(const attnd_job *job, uint64_t floats) {
+    int all = !job->v2_outputs, o = job->v2_outputs;
+    size_t n = all || (o & V2_OUT_OUTPUT);
+    if (floats && !job->sel.top_k) n += 1;
+    if (floats && job->sel.top_k)
+        n += all ? 2 : !!(o & V2_OUT_TOPK_INDICES) + !!(o & V2_OUT_TOPK_VALUES);
+    return n;
+}
+
 /* An accepted job: limits, buffers, and the answer written back. */
 static void fuzz_check_job(const attnd_job *job) {
     const attnd_model_info *m = &FUZZ_MODELS[job->model];
     FUZZ_CHECK(job->model >= 0 && job->model < 2);
     FUZZ_CHECK(job->B >= 1 && job->L >= 1 && job->S >= 1);
     FUZZ_CHECK(attnd_job_tokens(job) <= FUZZ_ENV.max_tokens_per_request);
-    uint64_t floats = attnd_attention_floats(job->B, job->L, job->S, job->weights, m->hp.num_heads);
+    fuzz_check_select(job, m->hp.num_heads);
+    uint64_t floats = attnd_job_attention_floats(job, m->hp.num_heads);
     FUZZ_CHECK(floats <= (uint64_t)FUZZ_ENV.max_attention_floats);
+    FUZZ_CHECK(job->session_id || floats <= attnd_attention_floats(job->B, job->L, job->S,
+                                                                   job->weights, m->hp.num_heads));
     FUZZ_CHECK(job->query != NULL);
     FUZZ_CHECK(job->self ? job->key == NULL && job->value == NULL : job->key != NULL);
     FUZZ_CHECK(!(job->mask_bool && job->mask_add));
@@ -73,7 +107,8 @@ static void fuzz_check_job(const attnd_job *job) {
     attnd_job w = *job;
     float *out = calloc(nq, sizeof(float));
     w.attn = floats ? calloc(floats, sizeof(float)) : NULL;
-    FUZZ_CHECK(out && (!floats || w.attn));
+    w.attn_idx = floats && job->sel.top_k ? calloc(floats, sizeof(int32_t)) : NULL;
+    FUZZ_CHECK(out && (!floats || w.attn) && (!floats || !job->sel.top_k || w.attn_idx));
     attnd_usage u = {.batch_requests = 1, .queue_us = 2, .compute_us = 3};
     size_t json_len = 0;
     attnd_sbuf b;
@@ -84,21 +119,25 @@ static void fuzz_check_job(const attnd_job *job) {
     if (!doc) fprintf(stderr, "answer is not JSON (%s): %.300s\n", err.text, b.p);
     FUZZ_CHECK(doc != NULL);
     if (job->api == API_NATIVE) {
-        json_t *o = json_object_get(doc, "output");
+        json_t *o = json_object_get(doc, "output"), *a = json_object_get(doc, "attention");
         if (job->enc == ENC_JSON)
             FUZZ_CHECK(fuzz_json_count(o, job->rank3 ? 3 : 2) == (long long)nq);
         else
             FUZZ_CHECK(json_is_string(json_object_get(o, "b64")));
+        FUZZ_CHECK((a != NULL) == (floats > 0));
+        if (a && job->sel.top_k) /* {"indices": ..., "values": ...} */
+            FUZZ_CHECK(json_object_size(a) == 2 && json_object_get(a, "indices") &&
+                       json_object_get(a, "values"));
     } else { /* the outputs listed (all when none were), attention only when computed */
         json_t *outs = json_object_get(doc, "outputs");
-        size_t want = (!job->v2_outputs || (job->v2_outputs & 1)) + (floats > 0);
-        FUZZ_CHECK(json_is_array(outs) && json_array_size(outs) == want);
-        FUZZ_CHECK(!(job->v2_outputs && !(job->v2_outputs & 2)) || floats == 0);
+        FUZZ_CHECK(json_is_array(outs) && json_array_size(outs) == fuzz_v2_outputs(job, floats));
+        FUZZ_CHECK(!(job->v2_outputs && !(job->v2_outputs & ~V2_OUT_OUTPUT)) || floats == 0);
     }
     json_decref(doc);
     attnd_sb_free(&b);
     free(out);
     free(w.attn);
+    free(w.attn_idx);
 }
 
 #endif

@@ -79,6 +79,18 @@ def native():
     put(t, "multipart.txt", '--xyz\r\nContent-Disposition: form-data; name="query"\r\n\r\n'
                             '[[1,2,3,4]]\r\n--xyz--\r\n')
     put(t, "escapes.json", '{"m\\u006fdel": "sm\\u0061ll", "query": [[1,2,3,4]]}')
+    # selections of the attention matrices (SPEC section 9)
+    put(t, "select.json", json.dumps({"model": "small", "query": rows(3, 4), "attention": "heads",
+                                      "attention_heads": [1, 0], "attention_rows": [1, 3],
+                                      "attention_top_k": 2, "attention_dtype": "float16"}))
+    put(t, "select_b64.json", json.dumps({"model": "cross", "query": [rows(2, 4)] * 2,
+                                          "key": [rows(3, 3)] * 2, "attention": "mean",
+                                          "attention_heads": [1], "attention_dtype": "bfloat16",
+                                          "encoding": "base64"}))
+    put(t, "select_bad.json", json.dumps({"model": "small", "query": rows(2, 4),
+                                          "attention": "mean", "attention_heads": [0, 0, 2],
+                                          "attention_rows": [2, 1], "attention_top_k": 0}))
+    put(t, "select_none.json", json.dumps({"query": rows(2, 4), "attention_top_k": 1}))
 
 
 def v2_input(name, shape, dt, data=None, size=None):
@@ -113,6 +125,18 @@ def v2():
     put(t, "dup_params.json", '{"parameters": {"causal": true, "causal": false}, "inputs":'
                               ' [{"name": "query", "shape": [1, 4], "datatype": "FP32",'
                               ' "data": [1, 2, 3, 4]}]}')
+    put(t, "select.json", json.dumps({
+        "inputs": [v2_input("query", [1, 3, 4], "FP32", flat(3, 4))],
+        "parameters": {"attention": "heads", "attention_heads": "1,0", "attention_rows": "1:3",
+                       "attention_top_k": 2, "attention_datatype": "FP16"},
+        "outputs": [{"name": "attention_topk_indices"}, {"name": "attention_topk_values"}]}))
+    put(t, "select_mean.json", json.dumps({
+        "inputs": [v2_input("query", [2, 4], "FP32", flat(2, 4))],
+        "parameters": {"attention_heads": 1, "attention_datatype": "BF16"},
+        "outputs": [{"name": "output"}, {"name": "attention"}]}))
+    put(t, "select_bad.json", json.dumps({
+        "inputs": [v2_input("query", [2, 4], "FP32", flat(2, 4))],
+        "parameters": {"attention": "mean", "attention_heads": "0,,1", "attention_rows": "2-1"}}))
 
 
 def v2_binary():
@@ -126,6 +150,15 @@ def v2_binary():
                                 v2_input("attn_mask", [1, 2], "FP32", size=8)],
                      "parameters": {"binary_data_output": True, "attention": "mean"}})
     put(t, "cross.bin", js.encode() + b"\0" + struct.pack("<6f", *flat(1, 4), 0.5, -1))
+    js = json.dumps({"inputs": [v2_input("query", [1, 3, 4], "FP32", size=48)],
+                     "parameters": {"binary_data_output": True, "attention": "heads",
+                                    "attention_top_k": 2, "attention_datatype": "BF16",
+                                    "attention_rows": "0:2"}})
+    put(t, "select_topk.bin", js.encode() + b"\0" + struct.pack("<12f", *flat(3, 4)))
+    js = json.dumps({"inputs": [v2_input("query", [2, 4], "FP32", size=32)],
+                     "outputs": [{"name": "attention", "parameters": {"binary_data": True}}],
+                     "parameters": {"attention_heads": "1", "attention_datatype": "FP16"}})
+    put(t, "select_fp16.bin", js.encode() + b"\0" + struct.pack("<8f", *flat(2, 4)))
     for i, (name, shape, dt) in enumerate((("query", WRAP, "FP32"), ("attn_mask", WRAP, "FP32"),
                                            ("key_padding_mask", WRAP, "BOOL"))):
         ins = [] if name == "query" else [v2_input("query", [1, 4], "FP32", [1, 2, 3, 4])]
@@ -218,6 +251,14 @@ def session():
                                                                      "session_open": True}}))
     put(t, "v2_unknown.json", json.dumps({"inputs": [q], "parameters": {"session_id": "f" * 32}}))
     put(t, "v2_plain.json", json.dumps({"inputs": [q]}))
+    put(t, "step_select.json", json.dumps({"query": rows(2, 4), "attention": "heads",
+                                           "attention_heads": [1], "attention_rows": [1, 2],
+                                           "attention_top_k": 3, "attention_dtype": "float16"}))
+    put(t, "step_select_over.json", json.dumps({"query": rows(1, 4), "attention": "mean",
+                                                "attention_top_k": 4}))
+    put(t, "v2_step_select.json", json.dumps({"inputs": [q], "parameters": {
+        "session_id": sid, "attention": "mean", "attention_top_k": 4, "attention_rows": "0:1",
+        "attention_datatype": "BF16"}}))
 
 
 def state_file(length, G=2, D=3, precision="fp32", meta=None, positions=None, vals=None):
