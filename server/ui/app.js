@@ -349,12 +349,20 @@
    * attention (a run, a session's open, each step) goes through here, and
    * what it asks of the matrix is set here alone: the attention mode and
    * base64 answers (large matrices parse fast), unless a pasted body says
-   * otherwise. Fields that choose parts of the matrix (heads, rows, top-k)
-   * belong here too. */
-  function requestBody(fields) {
+   * otherwise. fit = {H, L, S} (a run of random rows) lets a matrix over
+   * limits.max_attention_floats be asked for in part: the last rows that
+   * fit (attention_rows; in a causal run they see every key), so a long
+   * sequence draws instead of a 413. */
+  function requestBody(fields, fit) {
     const body = Object.assign({}, fields);
     if (body.attention === undefined || body.attention === "none") body.attention = $("attention").value;
     if (body.encoding === undefined) body.encoding = "base64";
+    const max = st.limits.max_attention_floats;
+    if (fit && max && body.attention_rows === undefined) {
+      const perRow = (body.attention === "heads" ? fit.H : 1) * fit.S;
+      const rows = Math.floor(max / perRow);
+      if (rows >= 1 && rows < fit.L) body.attention_rows = [fit.L - rows, fit.L];
+    }
     return body;
   }
 
@@ -389,7 +397,7 @@
     f.causal = $("causal").checked;
     const hide = intField("hide", 0, L);
     if (hide > 0) f.key_padding_mask = Array.from({ length: L }, (_, j) => j >= L - hide);
-    return requestBody(f);
+    return requestBody(f, { H: m.num_heads, L: L, S: L });
   }
 
   /* ---- a run ---- */
@@ -483,7 +491,7 @@
       lo = Math.min(lo, it.lo);
       hi = Math.max(hi, it.hi);
     }
-    return { mats: mats, lo: lo, hi: hi, rows: mean.rows, cols: mean.cols, newRow: newRow, labels: tokenLabels() };
+    return { mats: mats, lo: lo, hi: hi, rows: mean.rows, cols: mean.cols, newRow: newRow, labels: tokenLabels(), row0: 0, of: 0 };
   }
 
   /* An answer of /v1/attention as a view of sequence b. */
@@ -499,7 +507,12 @@
     const base = b * H * L * S;
     const mats = [];
     for (let h = 0; h < H; h++) mats.push(matrix(t.data.subarray(base + h * L * S, base + (h + 1) * L * S), L, S));
-    return heads ? makeView(mats, meanOf(mats), -1) : makeView([], mats[0], -1);
+    const v = heads ? makeView(mats, meanOf(mats), -1) : makeView([], mats[0], -1);
+    if (req.attention_rows) {
+      v.row0 = req.attention_rows[0];
+      v.of = shapeOf(req.query).slice(-2)[0];
+    }
+    return v;
   }
 
   function seqSelector(B, b) {
@@ -558,13 +571,18 @@
   function draw() {
     const v = st.view;
     const pooled = v.mats.some((it) => it.d.fr > 1 || it.d.fc > 1);
-    const d0 = v.mats[0].d;
-    $("note").hidden = !pooled;
-    $("note").textContent = pooled
-      ? "Down-sampled: the " + v.rows + " × " + v.cols + " matrices are drawn as " + d0.rows + " × " + d0.cols +
+    const d0 = v.mats[0].d, part = v.of > 0;
+    const notes = [];
+    if (part)
+      notes.push("Rows " + v.row0 + "–" + (v.row0 + v.rows - 1) + " of " + v.of + ": all " + v.of +
+        " rows are over the daemon's limit on returned attention (limits.max_attention_floats = " +
+        st.limits.max_attention_floats + "), so only the last rows that fit were asked for (attention_rows).");
+    if (pooled)
+      notes.push("Down-sampled: the " + v.rows + " × " + v.cols + " matrices are drawn as " + d0.rows + " × " + d0.cols +
         " by max-pooling (each cell is the largest weight of a block of " + d0.fr + " rows × " + d0.fc +
-        " keys), as more than " + MAX_CELLS + " rows or keys do not fit a screen."
-      : "";
+        " keys), as more than " + MAX_CELLS + " rows or keys do not fit a screen.");
+    $("note").hidden = notes.length === 0;
+    $("note").textContent = notes.join(" ");
     const grid = $("grid");
     grid.replaceChildren();
     v.mats.forEach((it, idx) => grid.append(thumb(it, idx)));
@@ -645,10 +663,11 @@
     $("readout").textContent = "Point at a cell (or focus the picture and use the arrow keys) to read its weight.";
   }
 
-  /* The label of row or key index i of the drawn grid (a block when pooled). */
-  function axisLabel(i, f, n) {
+  /* The label of row or key index i of the drawn grid (a block when pooled);
+   * off: the index of its first row or key in the request. */
+  function axisLabel(i, f, n, off) {
     const lab = st.view.labels;
-    const a = i * f, b = Math.min(n, a + f) - 1;
+    const a = i * f + (off || 0), b = Math.min(n + (off || 0), a + f) - 1;
     const one = (k) => (lab[k] !== undefined ? lab[k] : String(k));
     return a === b ? one(a) : a + "–" + b;
   }
@@ -668,7 +687,7 @@
     ctx.textAlign = "right";
     ctx.textBaseline = "middle";
     for (let i = 0; i < d.rows; i += rstep)
-      ctx.fillText(clip(axisLabel(i, d.fr, it.m.rows)), g.x - 4, g.y + (i + 0.5) * g.ch);
+      ctx.fillText(clip(axisLabel(i, d.fr, it.m.rows, st.view.row0)), g.x - 4, g.y + (i + 0.5) * g.ch);
     for (let j = 0; j < d.cols; j += cstep) {
       ctx.save();
       ctx.translate(g.x + (j + 0.5) * g.cw, g.y + g.h + 4);
@@ -723,11 +742,11 @@
     const it = st.view.mats[st.large], d = it.d;
     const v = d.data[i * d.cols + j];
     const pooled = d.fr > 1 || d.fc > 1;
-    const r0 = i * d.fr, c0 = j * d.fc;
+    const r0 = i * d.fr + st.view.row0, c0 = j * d.fc;
     const lab = st.view.labels;
     const name = (k) => (lab[k] !== undefined ? " “" + lab[k] + "”" : "");
     const where = pooled
-      ? "query rows " + axisLabel(i, d.fr, it.m.rows) + " × keys " + axisLabel(j, d.fc, it.m.cols) + " (largest of the block)"
+      ? "query rows " + axisLabel(i, d.fr, it.m.rows, st.view.row0) + " × keys " + axisLabel(j, d.fc, it.m.cols) + " (largest of the block)"
       : "query row " + r0 + name(r0) + " × key " + c0 + name(c0);
     const out = $("readout");
     out.textContent = it.label + ", " + where + ": " + (v === v ? fmt(v) : "no weight (not computed yet)");

@@ -5,7 +5,8 @@ draws and shows is checked against the daemon's own answers: every head and
 the mean drawn and not blank, the weight under the cursor equal to the API's
 for the same body, no console error and no request to another host, the key
 prompt, a KV-cache session stepped row by row, down-sampling of long
-sequences, the 413 of a matrix over max_attention_floats, the load panel's
+sequences, the last rows of a matrix over max_attention_floats (and the
+413 when not one row fits), the load panel's
 reading of /metrics; and the routes themselves over plain HTTP (types,
 caching, the Content-Security-Policy, 304, server.ui: false)."""
 import base64
@@ -424,13 +425,57 @@ def test_long_sequence_is_down_sampled(browser, d):
 
 
 def test_too_large_is_said(browser, daemons):
-    """A full matrix over limits.max_attention_floats: the page says 413 and
-    names the limit."""
-    d = daemons({"limits": {"max_attention_floats": 1000}})
+    """Not even one row of every head under limits.max_attention_floats
+    (8 x 16 floats over 100): the page says 413 and names the limit."""
+    d = daemons({"limits": {"max_attention_floats": 100}})
     load(browser, d, "?len=16&seed=1&attention=heads&run=1")
     wait_drawn(browser, "error")
     msg = message(browser)
-    assert "413" in msg and "max_attention_floats" in msg and "1000" in msg, msg
+    assert "413" in msg and "max_attention_floats" in msg and "100" in msg, msg
+    assert "attention_rows" not in last_request(browser)
+
+
+def test_long_sequence_over_the_limit_draws_its_last_rows(browser, daemons):
+    """A matrix over limits.max_attention_floats is asked for in part: the
+    last rows that fit (attention_rows), drawn with their own indices, the
+    note saying so; the weights are the API's for those rows of the full
+    request, and the same body without the rows is the daemon's 413."""
+    limit = 200_000
+    d = daemons({"limits": {"max_attention_floats": limit}})
+    L, H = 600, 8
+    load(browser, d, "?len=%d&seed=9&causal=1&attention=heads&run=1" % L)
+    wait_drawn(browser)
+    req = last_request(browser)
+    rows = limit // (H * L)  # 41
+    assert req["attention_rows"] == [L - rows, L], req.get("attention_rows")
+    got = canvases(browser)
+    assert [g[0] for g in got] == [str(h) for h in range(H)] + ["mean"], got
+    assert all((w, h) == (300, rows) and colors > 1 for _, w, h, colors in got), got
+    note = browser.find_element("id", "note").text
+    assert "Rows %d–%d of %d" % (L - rows, L - 1, L) in note and str(limit) in note, note
+    assert "Down-sampled" in note, note
+    api = tensor(last_response(browser)["attention"])
+    assert api.shape == (H, rows, L)
+    # the rows drawn are rows L - rows .. L - 1 of the full matrix (causal:
+    # row r has weights over keys 0..r alone)
+    for i, r in ((0, L - rows), (rows - 1, L - 1)):
+        assert np.all(api[:, i, r + 1:] == 0) and np.all(api[:, i, :r + 1].sum(-1) > 0.999)
+    full = dict(req)
+    del full["attention_rows"]
+    r = requests.post(d.url + "/v1/attention", json=full, timeout=support.HTTP_TIMEOUT)
+    assert r.status_code == 413 and "max_attention_floats" in r.text, (r.status_code, r.text[:200])
+    browser.find_element("css selector", "canvas[data-head='3']").click()
+    head, row, col, shown = point_at(browser, 20, 100)
+    assert (head, row, col) == ("3", 20, 100)
+    assert same_printed(shown, api[3, 20, 200:202].max())
+    text = browser.find_element("id", "readout").text
+    assert "query rows %d" % (L - rows + 20) in text, text
+    # the daemon's mean fits more rows
+    load(browser, d, "?len=%d&seed=9&causal=1&attention=mean&run=1" % L)
+    wait_drawn(browser)
+    assert last_request(browser)["attention_rows"] == [L - limit // L, L]
+    assert tensor(last_response(browser)["attention"]).shape == (limit // L, L)
+    assert not console_errors(browser)
 
 
 def test_session_steps_row_by_row(browser, daemons):
