@@ -277,6 +277,7 @@ bench: deps-bench
 	rm -f $(BUILD)/bench/cells.json
 	env -u OPENBLAS_CORETYPE $(BUILD)/bench/bench_core --json $(BUILD)/bench/cells.json
 	env -u OPENBLAS_CORETYPE $(BUILD)/bench/bench_scale --measured $(BUILD)/bench/cells.json
+	env -u OPENBLAS_CORETYPE $(BUILD)/bench/bench_select
 	$(BENCH_VENV)/bin/python bench/bench_ort.py --json $(BUILD)/bench/cells.json \
 	  --threads $$(env -u OPENBLAS_CORETYPE $(BUILD)/bench/bench_core --print threads)
 	$(BENCH_VENV)/bin/python bench/bench_openvino.py --json $(BUILD)/bench/cells.json \
