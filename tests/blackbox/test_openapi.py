@@ -164,3 +164,40 @@ def test_key_padding_mask_schema_is_boolean_only(d):
         r = d.post("/v1/attention", {"query": q, "key_padding_mask": x},
                    headers={"Authorization": "Bearer " + KEY})
         assert (r.status_code == 200) == ok, (x, r.status_code, r.text[:200])
+
+
+def test_selection_schema_matches_the_server(d):
+    """The attention selection (docs/api.md): the request schemas of
+    /v1/attention, sessions and v2 parameters name its fields; what the
+    schema admits the server takes and what it refuses the server refuses
+    (the model has 1 head); every answer, top-k and 16-bit dtypes included,
+    is valid against the response schema."""
+    doc = d.get("/openapi.json", headers={"Authorization": "Bearer " + KEY}).json()
+    schemas = doc["components"]["schemas"]
+    fields = {"attention_heads", "attention_rows", "attention_top_k", "attention_dtype"}
+    for name in ("AttentionRequest", "SessionRequest"):
+        assert fields <= set(schemas[name]["properties"]), name
+    v2 = schemas["V2InferRequest"]["properties"]
+    assert {"attention_heads", "attention_rows", "attention_top_k", "attention_datatype"} <= set(
+        v2["parameters"]["properties"])
+    assert {"attention_topk_indices", "attention_topk_values"} <= set(
+        v2["outputs"]["items"]["properties"]["name"]["enum"])
+    req_v = _schema_validator(doc, "AttentionRequest")
+    res_v = _schema_validator(doc, "AttentionResponse")
+    q = [[0.1 * j for j in range(16)], [0.2] * 16, [-0.1 * j for j in range(16)]]
+    good = [{"attention_heads": [0]}, {"attention_rows": [1, 3]}, {"attention_top_k": 3},
+            {"attention_top_k": 2, "attention_dtype": "float16", "encoding": "base64"},
+            {"attention_dtype": "bfloat16", "encoding": "base64"},
+            {"attention_dtype": "bfloat16", "attention_rows": [0, 1]}]
+    bad = [{"attention_heads": []}, {"attention_heads": [0, 0]}, {"attention_heads": [-1]},
+           {"attention_rows": [1]}, {"attention_rows": [0, 1, 2]}, {"attention_rows": [-1, 1]},
+           {"attention_top_k": 0}, {"attention_dtype": "float64"}, {"attention_heads": "0"}]
+    auth = {"Authorization": "Bearer " + KEY}
+    for sel, ok in [(g, True) for g in good] + [(b, False) for b in bad]:
+        body = dict({"query": q, "attention": "heads"}, **sel)
+        assert req_v.is_valid(body) == ok, ("the schema", sel)
+        r = d.post("/v1/attention", body, headers=auth)
+        assert (r.status_code == 200) == ok, (sel, r.status_code, r.text[:200])
+        if ok:
+            errs = [e.message for e in res_v.iter_errors(r.json())]
+            assert not errs, (sel, errs, r.text[:300])
