@@ -399,15 +399,19 @@ def test_413_only_when_the_selection_is_over(daemons):
 def test_long_sequence_one_head_ten_rows(daemons):
     """8192 rows of 512 (the default model, H = 8): its whole matrices are
     413; one head of 10 rows is served. Under causal its first rows see only
-    the first keys, so they equal the same rows of a 10-row request."""
-    dd = daemons(None)
+    the first keys, so they equal the same rows of a 10-row request. A
+    sanitizer build computes each 8192-row forward for minutes: its daemon
+    and client wait 10 minutes (a bound on waiting, not a measure)."""
+    san = support.sanitized_build()
+    dd = daemons({"server": {"request_timeout_ms": 600_000}} if san else None)
+    wait = 600.0 if san else support.HTTP_TIMEOUT
     rng = np.random.default_rng(11)
     q = rng.standard_normal((8192, 512)).astype(np.float32)
     big = {"query": b64_tensor(q), "causal": True, "attention": "heads"}
-    r = dd.post("/v1/attention", big)
+    r = dd.post("/v1/attention", big, timeout=wait)
     assert r.status_code == 413, r.text[:300]
     r = dd.post("/v1/attention", dict(big, attention_heads=[5], attention_rows=[0, 10],
-                                      encoding="base64"))
+                                      encoding="base64"), timeout=wait)
     assert r.status_code == 200, r.text[:300]
     att = r.json()["attention"]
     assert att["shape"] == [1, 10, 8192]
@@ -419,7 +423,8 @@ def test_long_sequence_one_head_ten_rows(daemons):
     want = np.asarray(small.json()["attention"])[5]
     assert rel_err(a[0, :, :10], want) <= TOL
     r = dd.post("/v1/attention", dict(big, causal=False, attention_heads=[0],
-                                      attention_rows=[8182, 8192], attention_top_k=4))
+                                      attention_rows=[8182, 8192], attention_top_k=4),
+                timeout=wait)
     assert r.status_code == 200, r.text[:300]
     v = np.asarray(r.json()["attention"]["values"])
     assert v.shape == (1, 10, 4) and np.all(v > 0) and np.all(np.diff(v, axis=-1) <= 0)
