@@ -12,7 +12,16 @@
  *             the full weights; top-k is exactly the k largest of the
  *             selection's own rows (descending, the lower key first among
  *             equal weights); the output is the no-weights path's bits; and
- *             the reference forward agrees within 1e-5.
+ *             the reference forward agrees within 1e-5. The same for bf16
+ *             models on each bf16 path the CPU has (AVX512-BF16, AMX; one
+ *             it lacks is said and skipped): a model that attends in bf16
+ *             (head widths 32 and 64, grouped heads with rotary positions,
+ *             cross-attention with masks, a step on a cache of bf16 pages)
+ *             gives its own whole matrix's bits at the selected (head, row),
+ *             the whole mean's bits, top-k of those numbers, outputs of the
+ *             same bits with or without a matrix, and the reference's bf16
+ *             formula within 2e-3 (test_bf16_forward's bound); one whose
+ *             head width (8) keeps its attention in fp32 as an fp32 model.
  *   refusals  every bad selection is refused by the forward with a
  *             sentence: heads out of range or repeated, rows empty,
  *             reversed or past L, top-k of 0 or more than S or without its
@@ -22,6 +31,7 @@
  *             workspace by less than one head's matrix.
  */
 #include "../core/attn.h"
+#include "../core/bf16.h"
 
 #include "check_run.h"
 #include <check.h>
@@ -86,7 +96,24 @@ typedef struct {
     int causal; /* 1: causal */
     int step;   /* > 0: a KV-cache step of L rows after `step` cached tokens */
     int fused;  /* 0: the OpenBLAS tiles for the output */
+    int path;   /* a bf16 model (hp.precision): the bf16 path forced (bf16.h) */
 } scase;
+
+/* bf16 models (head widths the bf16 block takes, and one it does not). */
+#define B16 .bias = 1, .precision = ATTN_BF16
+#define B16_MHA                                                                                    \
+    { .embed_dim = 128, .num_heads = 4, .kdim = 128, .vdim = 128, B16 }
+#define B16_GQA                                                                                    \
+    {                                                                                              \
+        .embed_dim = 128, .num_heads = 8, .kdim = 128, .vdim = 128, .num_kv_heads = 2,             \
+        .head_dim = 64, .rope = {.dim = 64, .theta = 10000}, B16                                   \
+    }
+#define B16_CROSS                                                                                  \
+    { .embed_dim = 128, .num_heads = 2, .kdim = 72, .vdim = 40, B16 }
+#define B16_D8                                                                                     \
+    { .embed_dim = 64, .num_heads = 8, .kdim = 64, .vdim = 64, B16 }
+#define AVX ATTN_BF16_AVX512
+#define AMX ATTN_BF16_AMX
 
 static const scase CASES[] = {
     {"mha d16 self causal",
@@ -97,11 +124,13 @@ static const scase CASES[] = {
      0,
      1,
      0,
-     1},
+     1,
+     0},
     {"mha d16 self, tiles",
      {.embed_dim = 64, .num_heads = 4, .kdim = 64, .vdim = 64, .bias = 1},
      300,
      300,
+     0,
      0,
      0,
      0,
@@ -115,7 +144,8 @@ static const scase CASES[] = {
      1,
      0,
      0,
-     1},
+     1,
+     0},
     {"mha small S",
      {.embed_dim = 32, .num_heads = 4, .kdim = 32, .vdim = 32, .bias = 0},
      200,
@@ -124,7 +154,8 @@ static const scase CASES[] = {
      0,
      0,
      0,
-     1},
+     1,
+     0},
     {"gqa rope d16",
      {.embed_dim = 64,
       .num_heads = 8,
@@ -140,7 +171,8 @@ static const scase CASES[] = {
      0,
      1,
      0,
-     1},
+     1,
+     0},
     {"mha step",
      {.embed_dim = 32, .num_heads = 4, .kdim = 32, .vdim = 32, .bias = 1},
      20,
@@ -149,7 +181,17 @@ static const scase CASES[] = {
      0,
      0,
      150,
-     1},
+     1,
+     0},
+    {"bf16 d32 causal avx512", B16_MHA, 300, 300, 0, 0, 1, 0, 1, AVX},
+    {"bf16 d32 causal amx", B16_MHA, 300, 300, 0, 0, 1, 0, 1, AMX},
+    {"bf16 gqa rope avx512", B16_GQA, 200, 200, 0, 0, 1, 0, 1, AVX},
+    {"bf16 gqa rope amx", B16_GQA, 200, 200, 0, 0, 0, 0, 1, AMX},
+    {"bf16 cross masks avx512", B16_CROSS, 150, 700, 1, 1, 0, 0, 1, AVX},
+    {"bf16 cross masks amx", B16_CROSS, 150, 700, 1, 1, 0, 0, 1, AMX},
+    {"bf16 step avx512", B16_MHA, 20, 0, 0, 0, 0, 150, 1, AVX},
+    {"bf16 step amx", B16_MHA, 20, 0, 0, 0, 0, 150, 1, AMX},
+    {"bf16 d8 (attention fp32)", B16_D8, 100, 100, 0, 0, 1, 0, 1, AMX},
 };
 #define NCASES ((int)(sizeof CASES / sizeof CASES[0]))
 
@@ -176,8 +218,9 @@ typedef struct {
     float *query, *key, *value; /* (L,E), (S,Kd), (S,Vd): key NULL for self */
     uint8_t *kpm, *mask_bool;   /* (S), (L,S) or NULL */
     float *mask_add;            /* (L,S) or NULL */
-    float *kv0;                 /* a step's cache as the prefix left it, or NULL */
-    size_t kv_floats;
+    void *kv0;                  /* a step's cache as the prefix left it (floats, or bf16
+                                   pages for a model with attn16), or NULL */
+    size_t kv_bytes;
 } inputs;
 
 /* One forward's results. */
@@ -195,13 +238,16 @@ static void result_free(result *r) {
     memset(r, 0, sizeof *r);
 }
 
-static attn_seq seq_of(const inputs *in, const scase *c, float *kv) {
+static attn_seq seq_of(const inputs *in, const scase *c, void *kv) {
     attn_seq s = {.L = in->L, .S = in->S, .causal = c->causal};
     s.key_padding_mask = in->kpm;
     s.attn_mask_bool = in->mask_bool;
     s.attn_mask_add = in->mask_add;
     if (kv) {
-        s.kv = kv;
+        if (in->m.attn16)
+            s.kv16 = kv;
+        else
+            s.kv = kv;
         s.cached = c->step;
         s.causal = 0;
     }
@@ -213,10 +259,10 @@ static attn_seq seq_of(const inputs *in, const scase *c, float *kv) {
 static result run(const inputs *in, const scase *c, attn_weights_mode w, const attn_select *sel,
                   int nthreads) {
     result r = {0};
-    float *kv = NULL;
+    void *kv = NULL;
     if (in->kv0) { /* every run steps from the same cache */
-        kv = xcalloc(in->kv_floats, sizeof(float));
-        memcpy(kv, in->kv0, in->kv_floats * sizeof(float));
+        kv = xcalloc(in->kv_bytes, 1);
+        memcpy(kv, in->kv0, in->kv_bytes);
     }
     attn_seq s = seq_of(in, c, kv);
     s.weights = w;
@@ -270,12 +316,13 @@ static void inputs_make(inputs *in, const scase *c) {
         memset(in->mask_bool + 4 * (size_t)in->S, 1, (size_t)in->S); /* row 4 sees nothing */
     }
     if (c->step) { /* the prefix through a step of its own, from an empty cache */
-        size_t row = 2 * (size_t)hp->num_kv_heads * hp->head_dim;
-        in->kv_floats = (size_t)in->S * row;
-        in->kv0 = xcalloc(in->kv_floats, sizeof(float));
+        in->kv_bytes = attn_kv_bytes(&in->m, (size_t)in->S); /* pages zeroed, as a cache has them */
+        in->kv0 = xcalloc(in->kv_bytes, 1);
         float *prefix = rand_floats((size_t)c->step * hp->embed_dim, 1.0f);
         float *out = xcalloc((size_t)c->step * hp->embed_dim, sizeof(float));
-        attn_seq s = {.L = c->step, .S = c->step, .kv = in->kv0};
+        attn_seq s = seq_of(in, c, in->kv0);
+        s.L = s.S = c->step;
+        s.cached = 0;
         attn_batch b = {.B = 1, .seqs = &s, .query = prefix, .out = out};
         char err[256] = "";
         attn_ctx *ctx = attn_ctx_new(1);
@@ -394,8 +441,16 @@ static void check_answer(const scase *c, const attn_select *sel, const result *r
 START_TEST(test_bits) {
     const scase *c = &CASES[_i / NSELS];
     const ssel *sd = &SELS[_i % NSELS];
+    if (c->path && c->path > attn_bf16_level()) {
+        printf("%s: %s is not on this CPU: not run\n", c->name, attn_bf16_name(c->path));
+        return;
+    }
+    if (c->path) attn_bf16_force(c->path);
     inputs in;
     inputs_make(&in, c);
+    if (c->path) /* a bf16 model: its attention in bf16 unless its head width is not the block's */
+        REQUIRE(in.m.precision == ATTN_BF16 && in.m.attn16 == !strstr(c->name, "attention fp32"),
+                "%s: precision %d, attn16 %d", c->name, (int)in.m.precision, in.m.attn16);
     attn_select sel = select_of(sd, &in);
     if (sel.heads) /* a case with fewer heads keeps those it has */
         for (int a = 0; a < sel.n_heads; a++)
@@ -429,7 +484,8 @@ START_TEST(test_bits) {
     result ref = run(&in, c, sd->mode, &sel, 0);
     result got = run(&in, c, sd->mode, &sel, 1);
     double e = rel_err(got.attn, ref.attn, got.nattn);
-    REQUIRE(e < 1e-5, "%s: selection against the reference: %g", c->name, e);
+    double bound = in.m.attn16 ? 2e-3 : 1e-5; /* bf16: test_bf16_forward's TIGHT_REF */
+    REQUIRE(e < bound, "%s: selection against the reference: %g", c->name, e);
     printf("%-22s sel %d: %zu floats, reference %.2e\n", c->name, _i % NSELS, got.nattn, e);
     result_free(&ref);
     result_free(&got);
@@ -438,6 +494,7 @@ START_TEST(test_bits) {
     result_free(&full);
     result_free(&none);
     inputs_free(&in);
+    attn_bf16_force(-1);
 }
 END_TEST
 

@@ -11,6 +11,8 @@ goldens of tests/gen_golden_bf16_forward.py as bf16 models ("precision":
   models;
 - /metrics: attnd_compute_seconds counts each batch under the precision
   that computed it;
+- selections (attention_heads, _rows, _top_k) of a bf16 model: the bits of
+  its own whole matrix, sliced;
 - sessions of a bf16 model: steps equal to the whole sequence bit for bit,
   their cache in bf16 pages (attnd_session_bytes), the budgets in real
   bytes (twice an fp32 model's tokens in the same max_session_bytes_each);
@@ -20,6 +22,7 @@ goldens of tests/gen_golden_bf16_forward.py as bf16 models ("precision":
   computes in fp32 (its answers the fp32 twin's bits) and the start-up log
   says so in one line.
 """
+import base64
 import json
 import os
 import struct
@@ -170,6 +173,54 @@ def test_golden_through_v2(d, kernels):
     assert outs["attention"][0].tobytes() == att.tobytes()
     if kernels != "none":
         assert rel_err(outs["output"][0], s["output_bf16"]) <= TIGHT
+
+
+def selected(d, name, s, **sel):
+    """The attention of golden sequence s from model name with selection
+    fields sel, base64: an array, or (indices, values) for top-k."""
+    body = golden_body(s, model_name=name, b64_inputs=True, encoding="base64")
+    if s["positions"] is not None:
+        body["positions"] = s["positions"]
+    body.update(sel)
+    r = d.post("/v1/attention", body)
+    assert r.status_code == 200, r.text[:300]
+    a = r.json()["attention"]
+    if "attention_top_k" in sel:
+        i = a["indices"]
+        assert i["dtype"] == "int32", i["dtype"]
+        idx = np.frombuffer(base64.b64decode(i["b64"], validate=True), "<i4").reshape(i["shape"])
+        return idx, support.from_b64_tensor(a["values"])
+    return support.from_b64_tensor(a)
+
+
+def test_selection_is_the_whole_matrix_sliced(d, kernels):
+    """A bf16 model's selection (heads in a given order, rows, top-k, means)
+    over HTTP: the bits of the same model's whole matrix at those (head,
+    row), its top-k those numbers' largest (ties: the lower key first), a
+    mean over every head the whole mean's rows, one over some heads within
+    1e-6 of the mean of the whole matrix's rows."""
+    name = STEPPED  # 8 heads on 2 key/value heads, attention bf16 where the CPU has kernels
+    s = golden(name)["sequences"][0]  # 36 rows, causal, heads
+    heads = selected(d, name, s, attention="heads")
+    mean = selected(d, name, s, attention="mean")
+    assert heads.shape == (8, 36, 36), heads.shape
+    part = selected(d, name, s, attention="heads", attention_heads=[6, 1, 3],
+                    attention_rows=[5, 31])
+    assert part.tobytes() == heads[[6, 1, 3], 5:31].tobytes()
+    idx, val = selected(d, name, s, attention="heads", attention_heads=[2],
+                        attention_rows=[20, 36], attention_top_k=7)
+    rows = heads[2, 20:36].astype(np.float64)
+    order = np.lexsort((np.arange(36)[None, :].repeat(16, 0), -rows))[:, :7]  # ties: lower key
+    assert idx.shape == (1, 16, 7) and idx.dtype == np.int32, (idx.shape, idx.dtype)
+    assert np.array_equal(idx[0], order), (idx[0][:2], order[:2])
+    assert val[0].tobytes() == np.take_along_axis(heads[2, 20:36], order, 1).tobytes()
+    assert selected(d, name, s, attention="mean", attention_rows=[9, 30]).tobytes() == \
+        mean[9:30].tobytes()
+    some = selected(d, name, s, attention="mean", attention_heads=[7, 0, 4])
+    want = heads[[7, 0, 4]].astype(np.float64).mean(axis=0)
+    assert rel_err(some, want) <= 1e-6, rel_err(some, want)
+    if kernels != "none":
+        assert rel_err(part, np.asarray(s["attn_weights_bf16"])[[6, 1, 3], 5:31]) <= TIGHT
 
 
 def test_fp32_models_keep_every_bit(d, daemons):
