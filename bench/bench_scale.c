@@ -12,8 +12,11 @@
  *               time; and the pool on 2 threads: loops of n tasks of 2 us,
  *               fitted as a cost per loop plus one per task (--pool-us
  *               gives them instead, for a busy machine);
- *   simulation  each loop's tasks handed out in order to the first free
- *               thread, as core/pool.c does, the loop ending at a barrier;
+ *   simulation  each loop's tasks cut into one contiguous share per
+ *               thread, as core/pool.c does: the thread that is free first
+ *               takes the next task of its own share, or when that is done
+ *               the next of the first share after its own with one left;
+ *               the loop ends at a barrier;
  *               per-thread rates as at 1 thread: no shared bandwidth, no
  *               lower all-core clock, no cost of claiming a task that grows
  *               with the threads contending for it;
@@ -285,12 +288,15 @@ static pool_cost pool_fit(void) {
 
 static pool_cost g_pool;
 
-/* One loop of n tasks (costs sec[]) on T threads: each task to the thread
- * that is free first (the lowest on a tie), then the barrier. One thread or
- * one task runs inline (core/pool.c), with no hand-off. Returns the loop's
- * seconds; *busy is the threads' summed working time. */
+/* One loop of n tasks (costs sec[]) on T threads, in shares as core/pool.c
+ * cuts them: thread t's are [t n / T, (t+1) n / T). The thread that is free
+ * first (the lowest on a tie) takes its own share's next task, else the
+ * next of the first share after its own with one left; then the barrier.
+ * One thread or one task runs inline (core/pool.c), with no hand-off.
+ * Returns the loop's seconds; *busy is the threads' summed working time. */
 static double simulate_loop(const double *sec, size_t n, int T, double *busy) {
     double free_at[MAX_T] = {0}, end = 0;
+    size_t next[MAX_T], stop[MAX_T];
     *busy = 0;
     if (T == 1 || n == 1) {
         for (size_t i = 0; i < n; i++)
@@ -298,12 +304,20 @@ static double simulate_loop(const double *sec, size_t n, int T, double *busy) {
         *busy = end;
         return end;
     }
-    for (size_t i = 0; i < n; i++) {
+    for (int u = 0; u < T; u++) {
+        next[u] = (size_t)u * n / (size_t)T;
+        stop[u] = (size_t)(u + 1) * n / (size_t)T;
+    }
+    for (size_t done = 0; done < n; done++) {
         int t = 0;
         for (int u = 1; u < T; u++)
             if (free_at[u] < free_at[t]) t = u;
-        free_at[t] += g_pool.per_task + sec[i];
-        *busy += g_pool.per_task + sec[i];
+        int s = t;
+        for (int i = 0; i < T && next[s] == stop[s]; i++)
+            s = (t + i + 1) % T;
+        size_t k = next[s]++;
+        free_at[t] += g_pool.per_task + sec[k];
+        *busy += g_pool.per_task + sec[k];
         if (free_at[t] > end) end = free_at[t];
     }
     return g_pool.per_loop + end;

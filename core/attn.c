@@ -113,6 +113,17 @@ static void batch_tokens(const attn_batch *b, size_t *T, size_t *U) {
     }
 }
 
+/* Whether step 4's tiles go to the threads by bands of rows: when step 3
+ * gives every thread whole sequences (its tasks go sequence by sequence,
+ * and pool.c hands each thread a contiguous share), a thread's band of
+ * rows is then the rows its own attention tasks just wrote, still in its
+ * core's cache; with fewer sequences than threads, step 3 splits by heads
+ * and the default order (column blocks, weights shared by neighbours)
+ * stays. */
+static int out_by_rows(const attn_batch *b, int nthreads) {
+    return nthreads > 1 && b->B >= nthreads;
+}
+
 /* Tasks of step 2 for T query rows. */
 static size_t prep_tasks(size_t T) {
     return (T + PREP_ROWS - 1) / PREP_ROWS;
@@ -155,7 +166,7 @@ static void project(fwd *f, attn_ctx *ctx, float *proj) {
     }
     f->at.q = proj;
     f->v = f->k + f->KW;
-    proj_run(attn_ctx_pool(ctx), attn_ctx_threads(ctx), parts, 3, f->a16);
+    proj_run(attn_ctx_pool(ctx), attn_ctx_threads(ctx), parts, 3, 0, f->a16);
 }
 
 /* Where each sequence's rows are: a whole sequence's keys in the
@@ -289,7 +300,7 @@ int attn_forward(attn_ctx *ctx, const attn_model *m, attn_batch *b, char *err, s
     attn_pool_run(pool, (int)(ntasks - nselect), attn_attend_task, &f.at);
     // heads (T,H*D) @ Wo^T (H*D,E) + bo -> out (T,E)
     proj_part out = proj_part_of(m, 3, b->out, m->hp.embed_dim, f.at.q, f.at.ldq, T);
-    proj_run(pool, attn_ctx_threads(ctx), &out, 1, f.a16);
+    proj_run(pool, attn_ctx_threads(ctx), &out, 1, out_by_rows(b, attn_ctx_threads(ctx)), f.a16);
     return 0;
 }
 
@@ -344,9 +355,10 @@ int attn_plan_describe(attn_plan *out, const attn_model *m, const attn_batch *b,
     proj_part parts[PROJ_PARTS + 1] = {
         proj_part_of(m, 0, NULL, 0, NULL, 0, T), proj_part_of(m, 1, NULL, 0, NULL, 0, M),
         proj_part_of(m, 2, NULL, 0, NULL, 0, M), proj_part_of(m, 3, NULL, 0, NULL, 0, T)};
-    size_t nq = proj_describe(NULL, ATTN_LOOP_PROJ, nthreads, parts, PROJ_PARTS);
+    size_t nq = proj_describe(NULL, ATTN_LOOP_PROJ, nthreads, parts, PROJ_PARTS, 0);
     size_t np = f.prep ? prep_tasks(T) : 0, na = f.need.tasks;
-    size_t no = proj_describe(NULL, ATTN_LOOP_OUT, nthreads, parts + PROJ_PARTS, 1);
+    int rows = out_by_rows(b, nthreads);
+    size_t no = proj_describe(NULL, ATTN_LOOP_OUT, nthreads, parts + PROJ_PARTS, 1, rows);
     out->tasks = malloc(sizeof *out->tasks * (nq + np + na + no));
     if (!out->tasks || describe_attend(out->tasks + nq + np, &f, na) < 0) {
         attn_plan_free(out);
@@ -358,12 +370,12 @@ int attn_plan_describe(attn_plan *out, const attn_model *m, const attn_batch *b,
     add_loop(out, ATTN_LOOP_PREP, np);
     add_loop(out, ATTN_LOOP_ATTEND, na);
     add_loop(out, ATTN_LOOP_OUT, no);
-    proj_describe(out->tasks, ATTN_LOOP_PROJ, nthreads, parts, PROJ_PARTS);
+    proj_describe(out->tasks, ATTN_LOOP_PROJ, nthreads, parts, PROJ_PARTS, 0);
     for (size_t t = 0; t < np; t++) {
         size_t r0 = t * PREP_ROWS, rows = T - r0 < PREP_ROWS ? T - r0 : PREP_ROWS;
         out->tasks[nq + t] = (attn_plan_task){ATTN_LOOP_PREP, 0, (int)rows, 0, 0, 1};
     }
-    proj_describe(out->tasks + nq + np + na, ATTN_LOOP_OUT, nthreads, parts + PROJ_PARTS, 1);
+    proj_describe(out->tasks + nq + np + na, ATTN_LOOP_OUT, nthreads, parts + PROJ_PARTS, 1, rows);
     return 0;
 }
 

@@ -59,8 +59,11 @@ typedef void (*attn_task_fn)(void *arg, int task, int tid);
 
 attn_pool *attn_pool_new(int nthreads);
 void attn_pool_free(attn_pool *p);
-/* Runs fn(arg, i, tid) for every i in [0, ntasks), tasks taken in order,
- * and returns when all are done. */
+/* Runs fn(arg, i, tid) for every i in [0, ntasks) and returns when all
+ * are done. Thread t runs its own contiguous share [t n / P, (t+1) n / P)
+ * first, in order, then helps with the others' (pool.c): a loop's tasks
+ * are ordered so that a thread's share reads what its share of the loop
+ * before wrote. */
 void attn_pool_run(attn_pool *p, int ntasks, attn_task_fn fn, void *arg);
 /* No loop is coming soon: helpers stop spinning and sleep until the next
  * attn_pool_run (which ends the rest). */
@@ -178,14 +181,16 @@ proj_part proj_part_of(const attn_model *m, int which, float *C, size_t ldc, con
 /* bf16 elements of M rows of K inputs rounded for a bf16 part. */
 size_t proj_rounded_elems(size_t M, int K);
 /* Runs the parts' tiles on pool, or on the calling thread when pool is NULL.
- * bf16 parts first have their inputs rounded into a16 (proj_rounded_elems
- * of each distinct input, summed), which sets their A16; a16 is unused
- * (may be NULL) for fp32 parts. */
-void proj_run(attn_pool *pool, int nthreads, proj_part *parts, int nparts, attn_bf16 *a16);
+ * by_rows: each thread's share of the tiles is a band of the rows (else a
+ * band of the output columns). bf16 parts first have their inputs rounded
+ * into a16 (proj_rounded_elems of each distinct input, summed), which sets
+ * their A16; a16 is unused (may be NULL) for fp32 parts. */
+void proj_run(attn_pool *pool, int nthreads, proj_part *parts, int nparts, int by_rows,
+              attn_bf16 *a16);
 /* The tiles proj_run cuts the parts into on nthreads threads: their count,
  * and each one's shape in tasks (loop `loop`) when tasks is not NULL. */
 size_t proj_describe(attn_plan_task *tasks, attn_loop_kind loop, int nthreads,
-                     const proj_part *parts, int nparts);
+                     const proj_part *parts, int nparts, int by_rows);
 
 /* ---- rope.c: rotary positions -------------------------------------------- */
 

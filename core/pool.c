@@ -1,13 +1,23 @@
-/* pool.c - the core's own threads: one parallel loop at a time, tasks
- * claimed in order. This is all the threading the core does; OpenBLAS runs
- * single-threaded inside each task.
+/* pool.c - the core's own threads: one parallel loop at a time. This is
+ * all the threading the core does; OpenBLAS runs single-threaded inside
+ * each task.
+ *
+ * Each thread owns a contiguous share of a loop's tasks, the same share of
+ * every loop of the same size: thread t's are [t n / P, (t+1) n / P). It
+ * runs its own in order, then takes what is left of the others' (each
+ * share is claimed from its front, by its owner or by a thread that has
+ * finished its own). The forward orders its tasks so that a thread's
+ * share of one loop reads what its share of the loop before wrote (proj.c
+ * and attend.c): the data stays in the cache of the core that wrote it,
+ * and a thread's share of the weights is the same from one forward to the
+ * next. Which thread runs a task never changes a bit of its output.
  *
  * A loop is done when its tasks are done, not when every helper has looked
  * at it: a helper the OS has not scheduled yet (a busy machine, a cgroup
- * quota) delays nothing, it finds the loop claimed and goes back to wait.
- * To make that safe, the next task to claim and the loop's generation share
- * one 64-bit word, so a late helper can never claim a task of a newer loop
- * with an older loop's function.
+ * quota) delays nothing, the others take its share and it finds the loop
+ * claimed when it wakes. To make that safe, each share's next task and the
+ * loop's generation share one 64-bit word, so a late helper can never
+ * claim a task of a newer loop with an older loop's function.
  *
  * A forward runs three loops back to back (projections, attention, output
  * projection), so helpers spin for a short while before sleeping and the
@@ -32,15 +42,21 @@ enum {
     SPIN_CHECK = 64, /* pause instructions between two looks at the clock */
 };
 
+/* One thread's share of the current loop: gen << 32 | its next task. A
+ * cache line each: the owner claims from it at every task. */
+typedef struct {
+    _Alignas(64) atomic_uint_least64_t next;
+} pool_share;
+
 struct attn_pool {
     int nthreads;       /* including the caller's thread */
     pthread_t *threads; /* (nthreads - 1) */
     pthread_mutex_t mu;
-    pthread_cond_t go;          /* a new loop (generation) or shutdown */
-    pthread_cond_t done;        /* the current loop's last task finished */
-    atomic_uint gen;            /* loop generation; bumped (release) once the loop is set */
-    atomic_uint_least64_t next; /* gen << 32 | next task index of the current loop */
-    _Atomic(attn_task_fn) fn;   /* current loop, written before gen is bumped */
+    pthread_cond_t go;        /* a new loop (generation) or shutdown */
+    pthread_cond_t done;      /* the current loop's last task finished */
+    atomic_uint gen;          /* loop generation; bumped (release) once the loop is set */
+    pool_share *shares;       /* (nthreads) */
+    _Atomic(attn_task_fn) fn; /* current loop, written before gen is bumped */
     _Atomic(void *) arg;
     atomic_int ntasks;
     atomic_int finished; /* tasks of the current loop done */
@@ -83,24 +99,42 @@ static int spin_until(attn_pool *p, int (*done)(attn_pool *, unsigned), unsigned
     }
 }
 
-/* Claims and runs tasks of loop `gen` until none is left; returns how many
- * this thread ran. */
-static int run_tasks(attn_pool *p, unsigned gen, int tid) {
-    /* acquire: a helper still on an older loop that reads any of these from
-     * a newer loop then reads the newer loop's claim word below, and stops */
-    attn_task_fn fn = atomic_load_explicit(&p->fn, memory_order_acquire);
-    void *arg = atomic_load_explicit(&p->arg, memory_order_acquire);
-    int ntasks = atomic_load_explicit(&p->ntasks, memory_order_acquire);
+/* The first task of thread t's share of n tasks on P threads. */
+static int share_start(int t, int n, int P) {
+    return (int)((int64_t)t * n / P);
+}
+
+/* Claims and runs the tasks of loop `gen` left in share u, up to end;
+ * returns how many it ran. */
+static int run_share(attn_pool *p, int u, int end, unsigned gen, attn_task_fn fn, void *arg,
+                     int tid) {
+    atomic_uint_least64_t *next = &p->shares[u].next;
     int ran = 0;
-    uint64_t v = atomic_load_explicit(&p->next, memory_order_acquire);
+    uint64_t v = atomic_load_explicit(next, memory_order_acquire);
     for (;;) {
-        if ((unsigned)(v >> 32) != gen || (int)(uint32_t)v >= ntasks) break;
-        if (!atomic_compare_exchange_weak_explicit(&p->next, &v, v + 1, memory_order_acq_rel,
+        if ((unsigned)(v >> 32) != gen || (int)(uint32_t)v >= end) break;
+        if (!atomic_compare_exchange_weak_explicit(next, &v, v + 1, memory_order_acq_rel,
                                                    memory_order_acquire))
             continue; /* v reloaded */
         fn(arg, (int)(uint32_t)v, tid);
         ran++;
-        v = atomic_load_explicit(&p->next, memory_order_acquire);
+        v = atomic_load_explicit(next, memory_order_acquire);
+    }
+    return ran;
+}
+
+/* Runs tasks of loop `gen`: thread tid's own share, then what is left of
+ * the others'; returns how many this thread ran. */
+static int run_tasks(attn_pool *p, unsigned gen, int tid) {
+    /* acquire: a helper still on an older loop that reads any of these from
+     * a newer loop then reads the newer loop's claim words below, and stops */
+    attn_task_fn fn = atomic_load_explicit(&p->fn, memory_order_acquire);
+    void *arg = atomic_load_explicit(&p->arg, memory_order_acquire);
+    int ntasks = atomic_load_explicit(&p->ntasks, memory_order_acquire);
+    int P = p->nthreads, ran = 0;
+    for (int i = 0; i < P; i++) {
+        int u = (tid + i) % P;
+        ran += run_share(p, u, share_start(u + 1, ntasks, P), gen, fn, arg, tid);
     }
     return ran;
 }
@@ -161,7 +195,13 @@ attn_pool *attn_pool_new(int nthreads) {
     pthread_cond_init(&p->go, NULL);
     pthread_cond_init(&p->done, NULL);
     atomic_init(&p->gen, 0);
-    atomic_init(&p->next, 0);
+    p->shares = aligned_alloc(64, sizeof(pool_share) * (size_t)nthreads);
+    if (!p->shares) {
+        free(p);
+        return NULL;
+    }
+    for (int t = 0; t < nthreads; t++)
+        atomic_init(&p->shares[t].next, 0);
     atomic_init(&p->fn, NULL);
     atomic_init(&p->arg, NULL);
     atomic_init(&p->ntasks, 0);
@@ -201,6 +241,7 @@ void attn_pool_free(attn_pool *p) {
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->go);
     pthread_cond_destroy(&p->done);
+    free(p->shares);
     free(p);
 }
 
@@ -213,10 +254,13 @@ void attn_pool_run(attn_pool *p, int ntasks, attn_task_fn fn, void *arg) {
     }
     atomic_store_explicit(&p->resting, 0, memory_order_relaxed);
     unsigned gen = atomic_load_explicit(&p->gen, memory_order_relaxed) + 1;
-    /* The claim word first: a helper still holding the previous generation
-     * could otherwise pair its exhausted claim word with this loop's larger
+    /* The claim words first: a helper still holding the previous generation
+     * could otherwise pair an exhausted claim word with this loop's larger
      * ntasks, and run this loop's fn on a task before the loop is set. */
-    atomic_store_explicit(&p->next, (uint64_t)gen << 32, memory_order_relaxed);
+    for (int t = 0; t < p->nthreads; t++)
+        atomic_store_explicit(&p->shares[t].next,
+                              (uint64_t)gen << 32 | (uint32_t)share_start(t, ntasks, p->nthreads),
+                              memory_order_relaxed);
     atomic_store_explicit(&p->finished, 0, memory_order_relaxed);
     atomic_store_explicit(&p->fn, fn, memory_order_release);
     atomic_store_explicit(&p->arg, arg, memory_order_release);

@@ -37,6 +37,7 @@ int attn_set_projections(int mode) {
 typedef struct {
     const proj_part *parts;
     int nparts;
+    int by_rows;               /* tile order: 1 band of rows by band, 0 column block by block */
     int rows, panels;          /* tile shape */
     int first[PROJ_PARTS + 1]; /* first task of each part; first[nparts] = all tasks */
 } proj_job;
@@ -86,14 +87,18 @@ static void tile_openblas(const proj_part *p, size_t r0, size_t r1, int c0, int 
                p->C + r0 * p->ldc + c0, (int)p->ldc);
 }
 
-/* Task t of job j: part *i, rows [r0,r1) x panels [j0,j1) (past N clipped). */
+/* Task t of job j: part *i, rows [r0,r1) x panels [j0,j1) (past N clipped).
+ * Within a part, tiles go column block by column block (neighbours share
+ * weights), or with by_rows band of rows by band, so that a thread's share
+ * (pool.c) is a band of rows. */
 static void tile_at(const proj_job *j, int t, int *i, size_t *r0, size_t *r1, int *j0, int *j1) {
     for (*i = 0; t >= j->first[*i + 1];)
         (*i)++;
     const proj_part *p = &j->parts[*i];
     int local = t - j->first[*i];
     int rb = (int)((p->M + (size_t)j->rows - 1) / (size_t)j->rows);
-    int cb = local / rb, r = local % rb; /* column-block major: neighbours share weights */
+    int cbs = (panels_of(p) + j->panels - 1) / j->panels;
+    int cb = j->by_rows ? local % cbs : local / rb, r = j->by_rows ? local / cbs : local % rb;
     *r0 = (size_t)r * j->rows;
     *r1 = *r0 + (size_t)j->rows < p->M ? *r0 + j->rows : p->M;
     *j0 = cb * j->panels;
@@ -189,9 +194,10 @@ static void round_inputs(attn_pool *pool, proj_part *parts, int nparts, attn_bf1
         round_task(&j, t, 0);
 }
 
-void proj_run(attn_pool *pool, int nthreads, proj_part *parts, int nparts, attn_bf16 *a16) {
+void proj_run(attn_pool *pool, int nthreads, proj_part *parts, int nparts, int by_rows,
+              attn_bf16 *a16) {
     round_inputs(pool, parts, nparts, a16);
-    proj_job j = {.parts = parts, .nparts = nparts};
+    proj_job j = {.parts = parts, .nparts = nparts, .by_rows = by_rows};
     int n = plan_tiles(&j, pool ? nthreads : 1);
     if (!pool) {
         for (int t = 0; t < n; t++)
@@ -202,8 +208,8 @@ void proj_run(attn_pool *pool, int nthreads, proj_part *parts, int nparts, attn_
 }
 
 size_t proj_describe(attn_plan_task *tasks, attn_loop_kind loop, int nthreads,
-                     const proj_part *parts, int nparts) {
-    proj_job j = {.parts = parts, .nparts = nparts};
+                     const proj_part *parts, int nparts, int by_rows) {
+    proj_job j = {.parts = parts, .nparts = nparts, .by_rows = by_rows};
     int n = plan_tiles(&j, nthreads);
     for (int t = 0; tasks && t < n; t++) {
         int i, j0, j1;

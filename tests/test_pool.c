@@ -7,12 +7,16 @@
  * a count other than one. From 1 to 4 threads. Each task also writes a
  * plain (non-atomic) slot that the caller reads after the call: under
  * ThreadSanitizer (make tsan) that checks the pool's happens-before edges.
+ * Each thread owns a share of a loop's tasks; a task that holds its thread
+ * until every other task is done shows that no share waits for its owner.
  */
 #include <check.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "../core/attn.h"
 #include "check_run.h"
@@ -107,6 +111,51 @@ START_TEST(test_every_task_once) {
 }
 END_TEST
 
+/* A loop where one task, the first of the last thread's share, holds
+ * whichever thread runs it until all the others are done (or 20 s pass). */
+typedef struct {
+    int ntasks, held;
+    atomic_int done;     /* tasks finished, the held one aside */
+    atomic_int timedout; /* the held task gave up */
+} hold_loop;
+
+static void hold_task(void *arg, int task, int thread) {
+    (void)thread;
+    hold_loop *h = arg;
+    if (task != h->held) {
+        atomic_fetch_add(&h->done, 1);
+        return;
+    }
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    while (atomic_load(&h->done) < h->ntasks - 1) {
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        if (t.tv_sec - t0.tv_sec > 20) {
+            atomic_store(&h->timedout, 1);
+            return;
+        }
+        sched_yield();
+    }
+}
+
+START_TEST(test_share_not_left_to_its_owner) {
+    int nthreads = _i; /* 2 .. 4 */
+    attn_ctx *ctx = attn_ctx_new(nthreads);
+    ck_assert_ptr_nonnull(ctx);
+    for (int n = nthreads; n <= 8 * nthreads; n += nthreads + 1)
+        for (int rep = 0; rep < 20; rep++) {
+            hold_loop h = {.ntasks = n, .held = (int)((long)(nthreads - 1) * n / nthreads)};
+            attn_ctx_parallel(ctx, n, hold_task, &h);
+            REQUIRE(!atomic_load(&h.timedout),
+                    "%d threads, %d tasks: task %d waited 20 s for the others; %d of %d ran",
+                    nthreads, n, h.held, atomic_load(&h.done), n - 1);
+            REQUIRE(atomic_load(&h.done) == n - 1, "%d threads, %d tasks: %d of %d others ran",
+                    nthreads, n, atomic_load(&h.done), n - 1);
+        }
+    attn_ctx_free(ctx);
+}
+END_TEST
+
 /* Two contexts used from two threads at once do not share tasks. */
 typedef struct {
     attn_ctx *ctx;
@@ -149,6 +198,7 @@ int main(void) {
     TCase *tc = tcase_create("pool");
     tcase_set_timeout(tc, 300);
     tcase_add_loop_test(tc, test_every_task_once, 1, 5);
+    tcase_add_loop_test(tc, test_share_not_left_to_its_owner, 2, 5);
     tcase_add_test(tc, test_two_contexts_apart);
     suite_add_tcase(s, tc);
     return check_run(s);
