@@ -7,7 +7,10 @@
  * of OpenBLAS sgemm's own rate measured in the same run with as many threads.
  * FLOPs = 8 T E^2 (the four projections, T = B L) + 4 B L^2 E (QK^T and AV).
  * Then the peak memory of one long forward beyond its weights, inputs and
- * outputs, next to attn_workspace_bytes for the same batch.
+ * outputs, next to attn_workspace_bytes for the same batch. The tables are
+ * headed by the CPU's FMA peak, on a CPU with AVX512-BF16 also the peak of
+ * its vdpbf16ps (what the AVX512-BF16 kernels can reach at most: half the
+ * FMA peak on some CPUs, twice it on others), and OpenBLAS sgemm's rate.
  *
  *   build/bench/bench_core [--threads 1,2,N] [--seconds 1.5] [--fused on|off|both]
  *                          [--owner core|blas|both] [--proj packed|openblas|both]
@@ -21,6 +24,7 @@
 #include "../server/base/cpus.h"
 #include "bench_shapes.h"
 
+#include <immintrin.h>
 #include <malloc.h>
 #include <math.h>
 #include <stdio.h>
@@ -215,19 +219,37 @@ typedef float v8 __attribute__((vector_size(32)));
 PEAK_KERNEL(peak512, v16, __attribute__((target("avx512f,fma"))))
 PEAK_KERNEL(peak256, v8, __attribute__((target("avx2,fma"))))
 
-static int g_peak_lanes; /* 16, 8, or 0 when the CPU has no FMA */
+/* The same for vdpbf16ps: each instruction adds the products of 32 bf16
+ * pairs into 16 fp32 lanes (64 FLOPs), the AVX512-BF16 kernels' inner step. */
+__attribute__((target("avx512f,avx512bf16"))) static float peak_bf16(long iters) {
+    __m512 a[12];
+    __m512bh x = (__m512bh)_mm512_set1_epi16(0x3f80), y = (__m512bh)_mm512_set1_epi16(0x3380);
+    for (int i = 0; i < 12; i++)
+        a[i] = _mm512_set1_ps((float)i);
+    for (long k = 0; k < iters; k++)
+        _Pragma("GCC unroll 12") for (int i = 0; i < 12; i++) a[i] = _mm512_dpbf16_ps(a[i], x, y);
+    __m512 s = a[0];
+    for (int i = 1; i < 12; i++)
+        s = _mm512_add_ps(s, a[i]);
+    return _mm512_reduce_add_ps(s);
+}
+
+static int g_peak_lanes; /* 16, 8, or 0 when the CPU has no FMA; 32: vdpbf16ps */
 static volatile float g_peak_sink;
 
 static void peak_task(void *arg, int task, int thread) {
     (void)arg, (void)task, (void)thread;
-    g_peak_sink = g_peak_lanes == 16 ? peak512(PEAK_ITERS) : peak256(PEAK_ITERS);
+    g_peak_sink = g_peak_lanes == 32   ? peak_bf16(PEAK_ITERS)
+                  : g_peak_lanes == 16 ? peak512(PEAK_ITERS)
+                                       : peak256(PEAK_ITERS);
 }
 
-/* GFLOP/s of FMAs on `threads` threads at once (0 without FMA). */
-static double fma_peak(int threads) {
+/* GFLOP/s of FMAs on `threads` threads at once (0 without FMA); with bf16,
+ * of vdpbf16ps (0 without AVX512-BF16). */
+static double fma_peak(int threads, int bf16) {
     attn_cpu c;
     attn_cpu_detect(&c);
-    g_peak_lanes = c.avx512f ? 16 : c.avx2 && c.fma ? 8 : 0;
+    g_peak_lanes = bf16 ? (c.avx512bf16 ? 32 : 0) : c.avx512f ? 16 : c.avx2 && c.fma ? 8 : 0;
     if (!g_peak_lanes) return 0;
     attn_ctx *ctx = attn_ctx_new(threads);
     if (!ctx) return 0;
@@ -474,10 +496,17 @@ static void print_rates(const bench_opts *o, double *gemm) {
     attn_cpu_detect(&cpu);
     printf("FMA peak (%s, independent chains):", cpu.avx512f ? "AVX-512" : "AVX2");
     for (int t = 0; t < o->nt; t++) {
-        double pk = fma_peak(o->threads[t]);
+        double pk = fma_peak(o->threads[t], 0);
         printf("  %d thread%s %.1f GFLOP/s", o->threads[t], o->threads[t] > 1 ? "s" : "", pk);
     }
     printf("\n");
+    if (cpu.avx512bf16) { /* what the AVX512-BF16 kernels can reach at most */
+        printf("vdpbf16ps peak (AVX512-BF16, independent chains):");
+        for (int t = 0; t < o->nt; t++)
+            printf("  %d thread%s %.1f GFLOP/s", o->threads[t], o->threads[t] > 1 ? "s" : "",
+                   fma_peak(o->threads[t], 1));
+        printf("\n");
+    }
     printf("sgemm 2048^3 (OpenBLAS):");
     for (int t = 0; t < o->nt; t++) {
         gemm[t] = sgemm_rate(o->threads[t], 2048);
