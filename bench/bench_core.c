@@ -10,7 +10,8 @@
  * outputs, next to attn_workspace_bytes for the same batch. The tables are
  * headed by the CPU's FMA peak, on a CPU with AVX512-BF16 also the peak of
  * its vdpbf16ps (what the AVX512-BF16 kernels can reach at most: half the
- * FMA peak on some CPUs, twice it on others), and OpenBLAS sgemm's rate.
+ * FMA peak on the Intel Xeon of bench/RESULTS.md), and OpenBLAS sgemm's
+ * rate.
  *
  *   build/bench/bench_core [--threads 1,2,N] [--seconds 1.5] [--fused on|off|both]
  *                          [--owner core|blas|both] [--proj packed|openblas|both]
