@@ -26,32 +26,60 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "internal.h"
 
-#ifndef ATTN_GEMM_KC /* -DATTN_GEMM_KC=... and -DATTN_GEMM_MB=... for tuning builds */
-#define ATTN_GEMM_KC 128
-#endif
-#ifndef ATTN_GEMM_MB
+#ifndef ATTN_GEMM_MB /* -DATTN_GEMM_MB=... and -DATTN_GEMM_KC=... for tuning builds */
 #define ATTN_GEMM_MB 96
 #endif
 enum {
-    NP = ATTN_PANEL,   /* columns per panel */
-    KC = ATTN_GEMM_KC, /* K block: two panels of it (16 KiB) stay in L1 across a row tile */
-    MB = ATTN_GEMM_MB, /* row block: its K block of inputs stays in L2 across the panels */
-    LDA = KC + 16,     /* row stride of the copied inputs */
-    COPY_PANELS = 8,   /* a tile this wide copies its inputs (gemm_tile) */
+    NP = ATTN_PANEL,         /* columns per panel */
+    KC_SMALL = 128,          /* K block (gemm_kc): two panels of it take 16 KiB */
+    KC_LARGE = 256,          /* and 32 KiB, on CPUs whose L1 data cache holds 48 KiB or more */
+    MB = ATTN_GEMM_MB,       /* row block: its K block of inputs stays in L2 across the panels */
+    LDA_MAX = KC_LARGE + 16, /* row stride of the copied inputs: the K block + 16 */
+    COPY_PANELS = 8,         /* a tile this wide copies its inputs (gemm_tile) */
 };
 
-/* Offset of W[16j][k] in the packed layout (kb = k / KC). */
-static inline size_t panel_at(int K, int panels, int j, int k) {
-    size_t kb = (size_t)(k / KC), kw = (size_t)(K - kb * KC < KC ? K - kb * KC : KC);
-    return (kb * KC * panels + (size_t)j * kw + (size_t)(k % KC)) * NP;
+/* The K block of weights packed from now on. A K block ends by storing the
+ * tile's outputs and the next reloads them, so a larger block moves less;
+ * but two panels of it should stay in L1 across the rows of a tile. With
+ * 48 KiB of L1 (Intel since Ice Lake, AMD Zen 5), 256 inputs: on a Xeon
+ * with AMX that made the forwards of bench_core 2-7% faster than 128, at 1
+ * and 2 threads (docs/performance.md); with less, or where the size is not
+ * reported, 128. */
+static int g_kc; /* gemm_force_kc(); 0: the CPU's */
+
+static int gemm_kc(void) {
+    if (g_kc) return g_kc;
+#ifdef ATTN_GEMM_KC
+    return ATTN_GEMM_KC < KC_LARGE ? ATTN_GEMM_KC : KC_LARGE;
+#else
+    static int kc;
+    if (!kc) {
+        long l1 = sysconf(_SC_LEVEL1_DCACHE_SIZE);
+        kc = l1 >= 48 * 1024 ? KC_LARGE : KC_SMALL;
+    }
+    return kc;
+#endif
+}
+
+int gemm_force_kc(int kc) {
+    int was = g_kc;
+    g_kc = kc > 0 && kc <= KC_LARGE ? kc : 0;
+    return was;
+}
+
+/* Offset of W[16j][k] in the packed layout of K block kc (kb = k / kc). */
+static inline size_t panel_at(int K, int panels, int kc, int j, int k) {
+    size_t kb = (size_t)(k / kc), kw = (size_t)(K - (int)kb * kc < kc ? K - (int)kb * kc : kc);
+    return (kb * (size_t)kc * panels + (size_t)j * kw + (size_t)(k % kc)) * NP;
 }
 
 int attn_packed_init(attn_packed *pw, const float *W, const float *bias, int N, int K) {
     memset(pw, 0, sizeof *pw);
-    int panels = (N + NP - 1) / NP;
+    int panels = (N + NP - 1) / NP, kc = gemm_kc();
     size_t n = (size_t)panels * K * NP, bytes = (n ? n : 1) * sizeof(float);
     float *dst = attn_alloc_big(bytes); /* read on every call: huge pages (mem.c) */
     if (!dst) return -1;
@@ -59,9 +87,10 @@ int attn_packed_init(attn_packed *pw, const float *W, const float *bias, int N, 
         for (int k = 0; k < K; k++)
             for (int c = 0; c < NP; c++) {
                 int col = j * NP + c;
-                dst[panel_at(K, panels, j, k) + c] = col < N ? W[(size_t)col * K + k] : 0.0f;
+                dst[panel_at(K, panels, kc, j, k) + c] = col < N ? W[(size_t)col * K + k] : 0.0f;
             }
     pw->p = dst;
+    pw->kc = kc;
     pw->bias = bias;
     pw->N = N;
     pw->K = K;
@@ -83,7 +112,8 @@ void gemm_ref(float *C, size_t ldc, const float *A, size_t lda, const attn_packe
         for (int n = c0; n < c1; n++) {
             float c = pw->bias[n];
             for (int k = 0; k < K; k++)
-                c = fmaf(A[r * lda + k], pw->p[panel_at(K, pw->panels, n / NP, k) + n % NP], c);
+                c = fmaf(A[r * lda + k], pw->p[panel_at(K, pw->panels, pw->kc, n / NP, k) + n % NP],
+                         c);
             C[r * ldc + n] = c;
         }
 }
@@ -148,7 +178,7 @@ AVX512 static void tile512(float *C, size_t ldc, const float *A, size_t lda, con
         __mmask16 m1 = j + 1 >= j1 || left1 <= 0 ? 0
                        : left1 >= NP             ? 0xFFFF
                                                  : (__mmask16)((1u << left1) - 1);
-        const float *P0 = pw->p + panel_at(pw->K, pw->panels, j, k0);
+        const float *P0 = pw->p + panel_at(pw->K, pw->panels, pw->kc, j, k0);
         const float *P1 = m1 ? P0 + (size_t)kn * NP : P0; /* unread lanes: any valid panel */
         const float *b0 = pw->bias + n0, *b1 = m1 ? b0 + NP : b0;
         size_t r = 0;
@@ -211,7 +241,7 @@ AVX2 static void tile256(float *C, size_t ldc, const float *A, size_t lda, const
         int n0 = j * NP;
         __m256i mlo, mhi;
         masks256(N - n0, &mlo, &mhi);
-        const float *P = pw->p + panel_at(pw->K, pw->panels, j, k0), *b = pw->bias + n0;
+        const float *P = pw->p + panel_at(pw->K, pw->panels, pw->kc, j, k0), *b = pw->bias + n0;
         size_t r = 0;
         for (; r + 6 <= nr; r += 6)
             k256(C + r * ldc + n0, ldc, A + r * lda, lda, P, b, mlo, mhi, first, kn, 6);
@@ -230,7 +260,7 @@ static void tile_base(float *C, size_t ldc, const float *A, size_t lda, const at
             float c[NP];
             for (int i = 0; i < nc; i++)
                 c[i] = k0 ? C[r * ldc + n0 + i] : pw->bias[n0 + i];
-            const float *P = pw->p + panel_at(pw->K, pw->panels, j, k0);
+            const float *P = pw->p + panel_at(pw->K, pw->panels, pw->kc, j, k0);
             for (int k = k0; k < k1; k++) {
                 float a = A[r * lda + k - k0];
                 /* compiled for the baseline ISA: no fma to contract into */
@@ -268,11 +298,12 @@ void gemm_tile(float *C, size_t ldc, const float *A, size_t lda, const attn_pack
      * tiles of 4 panels on 2 threads spent 18% more than in its 2 tiles of
      * 16 on one, the copies of its inputs). */
     int copy = lda % (4096 / sizeof(float)) == 0 || j1 - j0 >= COPY_PANELS;
-    float abuf[MB * LDA] __attribute__((aligned(64)));
+    int kc = pw->kc, LDA = kc + 16;
+    float abuf[MB * LDA_MAX] __attribute__((aligned(64)));
     for (size_t rb = r0; rb < r1; rb += MB) {
         size_t re = r1 - rb < MB ? r1 : rb + MB;
-        for (int k0 = 0; k0 < pw->K; k0 += KC) {
-            int k1 = pw->K - k0 < KC ? pw->K : k0 + KC;
+        for (int k0 = 0; k0 < pw->K; k0 += kc) {
+            int k1 = pw->K - k0 < kc ? pw->K : k0 + kc;
             const float *a = A + rb * lda + k0;
             size_t ld = lda;
             if (copy) {

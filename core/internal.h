@@ -141,6 +141,7 @@ enum { ATTN_PANEL = 16 }; /* output columns per packed panel */
 typedef struct attn_packed {
     int N, K;          /* W is (N,K): N outputs, K inputs */
     int panels;        /* ceil(N / ATTN_PANEL) */
+    int kc;            /* K block of the layout (gemm.c) */
     float *p;          /* (panels, K, ATTN_PANEL), 64-byte aligned, zeros past N; owned */
     const float *bias; /* (N), borrowed from the model */
 } attn_packed;
@@ -157,6 +158,9 @@ void gemm_ref(float *C, size_t ldc, const float *A, size_t lda, const attn_packe
               size_t r1, int c0, int c1);
 int gemm_level(void);            /* ATTN_ISA_* of the kernel the CPU runs */
 int gemm_force_level(int level); /* tests: -1 = the CPU's; returns the previous */
+/* tests: weights packed from now on in K blocks of kc (at most 256; 0 =
+ * the CPU's choice, from its L1 size); returns the previous. */
+int gemm_force_kc(int kc);
 
 /* ---- proj.c: the projections of a forward as one parallel loop of tiles - */
 
