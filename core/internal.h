@@ -161,6 +161,10 @@ int gemm_force_level(int level); /* tests: -1 = the CPU's; returns the previous 
 /* tests: weights packed from now on in K blocks of kc (at most 256; 0 =
  * the CPU's choice, from its L1 size); returns the previous. */
 int gemm_force_kc(int kc);
+/* tests: 1 = rows 4 KiB apart copied before the kernel reads them, 0 = read
+ * where they are, -1 = as the CPU's L1 needs (gemm.c); returns the previous
+ * setting. */
+int gemm_force_copy(int copy);
 
 /* ---- proj.c: the projections of a forward as one parallel loop of tiles - */
 
