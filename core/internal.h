@@ -61,9 +61,9 @@ attn_pool *attn_pool_new(int nthreads);
 void attn_pool_free(attn_pool *p);
 /* Runs fn(arg, i, tid) for every i in [0, ntasks) and returns when all
  * are done. Thread t runs its own contiguous share [t n / P, (t+1) n / P)
- * first, in order, then helps with the others' (pool.c): a loop's tasks
- * are ordered so that a thread's share reads what its share of the loop
- * before wrote. */
+ * first, in order, then helps with the others' (pool.c): the same share
+ * of every loop of n tasks, so that tasks ordered alike in two loops run
+ * on the same thread. */
 void attn_pool_run(attn_pool *p, int ntasks, attn_task_fn fn, void *arg);
 /* No loop is coming soon: helpers stop spinning and sleep until the next
  * attn_pool_run (which ends the rest). */

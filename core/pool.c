@@ -6,11 +6,12 @@
  * every loop of the same size: thread t's are [t n / P, (t+1) n / P). It
  * runs its own in order, then takes what is left of the others' (each
  * share is claimed from its front, by its owner or by a thread that has
- * finished its own). The forward orders its tasks so that a thread's
- * share of one loop reads what its share of the loop before wrote (proj.c
- * and attend.c): the data stays in the cache of the core that wrote it,
- * and a thread's share of the weights is the same from one forward to the
- * next. Which thread runs a task never changes a bit of its output.
+ * finished its own). So a thread's share of a projection's weights is the
+ * same from one forward to the next, and where the forward orders two
+ * loops alike (attn.c: the output projection by bands of rows after the
+ * attention of whole sequences), a thread's share of the second reads
+ * what its share of the first wrote, still in its core's cache. Which
+ * thread runs a task never changes a bit of its output.
  *
  * A loop is done when its tasks are done, not when every helper has looked
  * at it: a helper the OS has not scheduled yet (a busy machine, a cgroup
