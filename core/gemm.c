@@ -46,9 +46,9 @@ enum {
  * tile's outputs and the next reloads them, so a larger block moves less;
  * but two panels of it should stay in L1 across the rows of a tile. With
  * 48 KiB of L1 (Intel since Ice Lake, AMD Zen 5), 256 inputs: on a Xeon
- * with AMX that made the forwards of bench_core 2-7% faster than 128, at 1
- * and 2 threads (docs/performance.md); with less, or where the size is not
- * reported, 128. */
+ * with AMX that made forwards 2-7% faster than 128, at 1 and 2 threads
+ * (bench/RESULTS.md, "What each change gave"); with less, or where the size
+ * is not reported, 128. */
 static int g_kc; /* gemm_force_kc(); 0: the CPU's */
 
 static int gemm_kc(void) {
