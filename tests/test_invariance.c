@@ -66,7 +66,7 @@ static void gcase_free(gcase *g) {
 
 /* Shapes with tails in every direction: rows past the 12- and 6-row
  * kernels, columns past a panel, K past a K block; and rows 4 KiB apart
- * (K = 1024), whose inputs gemm_tile copies before reading. */
+ * (K = 1024), whose inputs gemm_tile may copy before reading (gemm.c). */
 static const int SHAPES[][3] = {{1, 16, 8},    {29, 70, 300}, {13, 33, 129},
                                 {96, 512, 64}, {7, 5, 3},     {14, 40, 1024}};
 #define NSHAPES (int)(sizeof SHAPES / sizeof SHAPES[0])
