@@ -346,7 +346,9 @@ def json_logs(daemons):
     d = daemons(args=["--log-format", "json"])
     assert d.post("/v1/attention", {"query": [[0.25] * 512]}).status_code == 200
     assert d.get("/no/such/route").status_code == 404
-    assert support.wait_until(lambda: "/no/such/route" in d.stdout(), 10)
+    # each access line is written once its answer is sent: wait for both
+    assert support.wait_until(lambda: "/no/such/route" in d.stdout()
+                              and '"path":"/v1/attention"' in d.stdout(), 10), d.stdout()[-2000:]
     return d
 
 

@@ -422,7 +422,9 @@ def test_access_log_line_per_request(small):
     def lines():
         return [ln for ln in small.stdout().splitlines()
                 if "/v1/attention" in ln or "nope-log-probe" in ln]
-    assert support.wait_until(lambda: any("nope-log-probe" in ln for ln in lines()), 5), \
+    # Each line is written once its answer is sent, so wait for both.
+    assert support.wait_until(lambda: any("nope-log-probe" in ln for ln in lines())
+                              and any(rid in ln for ln in lines()), 5), \
         "no access log line on stdout:\n" + small.stdout()[-2000:]
     ok = [ln for ln in lines() if "POST" in ln and "/v1/attention" in ln and "200" in ln
           and rid in ln]

@@ -72,8 +72,10 @@ def d(daemons):
 ])
 def test_traceparent_continued_on_every_route(d, method, path, body, status):
     """The answer's traceparent keeps the caller's trace id and flags, with
-    a span id of the request's own; the access log line carries both ids."""
-    rid = "trace-%s-%d" % (method.lower(), status)
+    a span id of the request's own; the access log line carries both ids.
+    Each case has its own request id: the access line is written after the
+    answer is sent, so a shared id could find an earlier case's line."""
+    rid = "trace-%s%s-%d" % (method.lower(), path.replace("/", "-"), status)
     r = d.request(method, path, json=body, headers=dict(caller(), **{"X-Request-Id": rid}))
     assert r.status_code == status, r.text[:200]
     trace, span, flags = answer_trace(r)
