@@ -272,21 +272,29 @@ $(BENCH_VENV)/.stamp: bench/requirements-ort.txt
 deps-bench:
 	@sh tests/deps.sh test linux-perf
 
+# Every implementation times a shape before any times the next one: the
+# machine's speed drifts over the minutes of a run, and a row's ratios then
+# compare cells timed seconds apart, not minutes.
 bench: deps-bench
 	$(MAKE) all $(BENCHES) $(BENCH_VENV)/.stamp
 	rm -f $(BUILD)/bench/cells.json
-	env -u OPENBLAS_CORETYPE $(BUILD)/bench/bench_core --json $(BUILD)/bench/cells.json
+	@core="env -u OPENBLAS_CORETYPE $(BUILD)/bench/bench_core"; \
+	threads=$$($$core --print threads); blas=$$($$core --print blas-core); \
+	torch=$$(/usr/bin/python3 -c 'import torch' 2>/dev/null && echo yes); \
+	[ -n "$$torch" ] || echo "torch: not installed (apt-get install python3-torch), its column is left out"; \
+	for i in $$($$core --print shapes); do \
+	  once=$$([ $$i = 0 ] || echo --no-memory); \
+	  $$core --shape $$i $$once $$([ $$i = 0 ] || echo --no-rates) \
+	    --json $(BUILD)/bench/cells.json || exit 1; \
+	  $(BENCH_VENV)/bin/python bench/bench_ort.py --shape $$i --json $(BUILD)/bench/cells.json \
+	    --threads $$threads || exit 1; \
+	  $(BENCH_VENV)/bin/python bench/bench_openvino.py --shape $$i \
+	    --json $(BUILD)/bench/cells.json --threads $$threads || exit 1; \
+	  [ -z "$$torch" ] || OPENBLAS_CORETYPE=$$blas /usr/bin/python3 bench/bench_torch.py \
+	    --shape $$i $$once --json $(BUILD)/bench/cells.json --threads $$threads || exit 1; \
+	done
 	env -u OPENBLAS_CORETYPE $(BUILD)/bench/bench_scale --measured $(BUILD)/bench/cells.json
 	env -u OPENBLAS_CORETYPE $(BUILD)/bench/bench_select
-	$(BENCH_VENV)/bin/python bench/bench_ort.py --json $(BUILD)/bench/cells.json \
-	  --threads $$(env -u OPENBLAS_CORETYPE $(BUILD)/bench/bench_core --print threads)
-	$(BENCH_VENV)/bin/python bench/bench_openvino.py --json $(BUILD)/bench/cells.json \
-	  --threads $$(env -u OPENBLAS_CORETYPE $(BUILD)/bench/bench_core --print threads)
-	@if /usr/bin/python3 -c 'import torch' 2>/dev/null; then \
-	  OPENBLAS_CORETYPE=$$(env -u OPENBLAS_CORETYPE $(BUILD)/bench/bench_core --print blas-core) \
-	  /usr/bin/python3 bench/bench_torch.py --json $(BUILD)/bench/cells.json \
-	    --threads $$(env -u OPENBLAS_CORETYPE $(BUILD)/bench/bench_core --print threads); \
-	else echo "torch: not installed (apt-get install python3-torch), its column is left out"; fi
 	$(PYTHON) bench/compare.py $(BUILD)/bench/cells.json
 
 # The decoder goldens against Hugging Face transformers (LlamaAttention,

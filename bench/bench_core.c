@@ -336,6 +336,8 @@ cleanup:
     attn_model_free(&m);
 }
 
+static int g_only_shape = -1; /* --shape: the one shape to run; -1: all */
+
 /* One row per shape, one group of columns per thread count. */
 static void print_table(const int *threads, int nt, const double *gemm, double budget) {
     printf("%4s %5s %5s %3s", "B", "L", "E", "H");
@@ -343,6 +345,7 @@ static void print_table(const int *threads, int nt, const double *gemm, double b
         printf(" | %2dt %4s %9s %8s %5s", threads[t], "N", "ms", "GFLOP/s", "%");
     printf("\n");
     for (int i = 0; i < NSHAPES; i++) {
+        if (g_only_shape >= 0 && i != g_only_shape) continue;
         const shape *s = &g_shapes[i];
         printf("%4d %5d %5d %3d", s->B, s->L, s->E, s->H);
         fflush(stdout);
@@ -360,8 +363,11 @@ static void print_table(const int *threads, int nt, const double *gemm, double b
                         "\"ms\": %.4f}\n",
                         g_precision == ATTN_BF16 ? "attnd-bf16" : "attnd", s->B, s->L, s->E, s->H,
                         threads[t], sec * 1e3);
-            printf(" | %3s %4d %9.2f %8.1f %5.1f", "", runs, sec * 1e3, rate,
-                   gemm[t] > 0 ? 100.0 * rate / gemm[t] : 0.0);
+            if (gemm[t] > 0)
+                printf(" | %3s %4d %9.2f %8.1f %5.1f", "", runs, sec * 1e3, rate,
+                       100.0 * rate / gemm[t]);
+            else
+                printf(" | %3s %4d %9.2f %8.1f %5s", "", runs, sec * 1e3, rate, "-");
             fflush(stdout);
         }
         printf("\n");
@@ -384,7 +390,7 @@ static int one_or_both(const char *v, const char *first, const char *second, int
 static int usage(void) { /* 2: the exit code of a bad command line */
     fprintf(stderr,
             "usage: bench_core [--threads 1,2,N] [--seconds S] [--fused on|off|both] "
-            "[--no-memory]\n"
+            "[--shape I] [--no-memory]\n"
             "  --threads   thread counts to compare, comma separated (default 1, 2, all CPUs)\n"
             "  --seconds   time budget per table cell (default 1.5)\n"
             "  --fused     the fused attention kernel: on (default, where the CPU has\n"
@@ -400,10 +406,15 @@ static int usage(void) { /* 2: the exit code of a bad command line */
             "              (default: both when the CPU has bf16 kernels, else fp32)\n"
             "  --bf16-kernels amx-bf16|avx512-bf16  cap the bf16 kernels (default: the\n"
             "              best this CPU has), to compare them\n"
-            "  --print threads|blas-core  print the default thread counts or the\n"
-            "              OpenBLAS kernels the core loads, and exit\n"
+            "  --print threads|blas-core|shapes  print the default thread counts, the\n"
+            "              OpenBLAS kernels the core loads or the indexes of --shape,\n"
+            "              and exit\n"
             "  --json FILE append one JSON line per cell (bench/compare.py reads them)\n"
-            "  --no-memory skip the peak-memory measurement\n");
+            "  --shape I   run only shape I (0-%d) of bench_shapes.h, so that make bench\n"
+            "              can time every implementation on one shape before the next\n"
+            "  --no-rates  skip the FMA peak and sgemm rates (%% then shows -)\n"
+            "  --no-memory skip the peak-memory measurement\n",
+            NSHAPES - 1);
     return 2;
 }
 
@@ -416,6 +427,7 @@ typedef struct {
     int precs[2], npr;            /* precisions: fp32, and bf16 where the CPU has it */
     double budget;                /* seconds per table cell */
     int memory;                   /* 1: measure one forward's memory */
+    int rates;                    /* 1: measure the FMA peak and sgemm's rate */
     const char *print_what;       /* --print: threads or blas-core, then exit */
 } bench_opts;
 
@@ -440,10 +452,18 @@ static int parse_arg(int argc, char **argv, int i, bench_opts *o) {
         o->memory = 0;
         return i;
     }
+    if (strcmp(a, "--no-rates") == 0) {
+        o->rates = 0;
+        return i;
+    }
     if (!v) return -1;
     if (strcmp(a, "--threads") == 0)
         bad = parse_threads(argv[i + 1], o);
-    else if (strcmp(a, "--seconds") == 0)
+    else if (strcmp(a, "--shape") == 0) {
+        char *end;
+        g_only_shape = (int)strtol(v, &end, 10);
+        bad = *end || end == v || g_only_shape < 0 || g_only_shape >= NSHAPES ? -1 : 0;
+    } else if (strcmp(a, "--seconds") == 0)
         o->budget = atof(v);
     else if (strcmp(a, "--fused") == 0)
         bad = one_or_both(v, "on", "off", o->fused, &o->nf);
@@ -484,7 +504,8 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
                       .precs = {ATTN_FP32, ATTN_BF16},
                       .npr = bf16 ? 2 : 1,
                       .budget = 1.5,
-                      .memory = 1};
+                      .memory = 1,
+                      .rates = 1};
     if (cpus.n > 2 && cpus.n < 1024) o->threads[o->nt++] = cpus.n; /* 1, 2 and every CPU */
     for (int i = 1; i < argc; i++)
         if ((i = parse_arg(argc, argv, i, o)) < 0) return usage();
@@ -553,6 +574,12 @@ int main(int argc, char **argv) {
         printf("\n");
         return 0;
     }
+    if (o.print_what && strcmp(o.print_what, "shapes") == 0) {
+        for (int i = 0; i < NSHAPES; i++)
+            printf("%s%d", i ? " " : "", i);
+        printf("\n");
+        return 0;
+    }
     if (o.print_what) { /* blas-core */
         printf("%s\n", attn_blas_corename());
         return 0;
@@ -568,8 +595,11 @@ int main(int argc, char **argv) {
         for (int t = 0; t < o.nt; t++)
             measure_memory(o.threads[t]);
     }
-    double gemm[MAX_THREADS];
-    print_rates(&o, gemm);
+    double gemm[MAX_THREADS] = {0};
+    if (o.rates)
+        print_rates(&o, gemm);
+    else
+        printf("FLOPs = 8*T*E^2 + 4*B*L^2*E; median ms over N runs\n");
     run_tables(&o, gemm);
     if (g_json) fclose(g_json);
     return 0;

@@ -124,6 +124,9 @@ def main():
     ap.add_argument("--seconds", type=float, default=1.5)
     ap.add_argument("--json", help="append one JSON line per cell to this file")
     ap.add_argument("--clock", choices=("wall", "cpu"), default="wall")
+    ap.add_argument("--shape", type=int, choices=range(len(SHAPES)),
+                    help="run only this shape (an index into SHAPES): make bench times every "
+                         "implementation on one shape before the next")
     a = ap.parse_args()
     global CLOCK
     CLOCK = time.process_time if a.clock == "cpu" else time.perf_counter
@@ -138,6 +141,8 @@ def main():
         print("%4s %5s %5s %3s" % ("B", "L", "E", "H") +
               "".join(" | %2dt %4s %9s %8s %5s" % (t, "N", "ms", "GFLOP/s", "ran") for t in threads))
         for i, shape in enumerate(SHAPES):
+            if a.shape is not None and i != a.shape:
+                continue
             print("%4d %5d %5d %3d" % shape, end="", flush=True)
             for t in threads:
                 sec, n, ran, xy = time_shape(core, shape, t, precision, a.seconds)

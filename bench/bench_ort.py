@@ -90,13 +90,16 @@ def main():
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--seconds", type=float, default=1.5)
     ap.add_argument("--json", help="append one JSON line per cell to this file")
+    ap.add_argument("--shape", type=int, choices=range(len(SHAPES)),
+                    help="run only this shape (an index into SHAPES): make bench times every "
+                         "implementation on one shape before the next")
     a = ap.parse_args()
     threads = [int(t) for t in a.threads.split(",")]
     print("onnxruntime %s CPU: com.microsoft.Attention + out projection (MatMul, Add), "
           "self-attention" % ort.__version__)
     print("%4s %5s %5s %3s" % ("B", "L", "E", "H") +
           "".join(" | %2dt %4s %9s %8s" % (t, "N", "ms", "GFLOP/s") for t in threads))
-    for shape in SHAPES:
+    for shape in SHAPES if a.shape is None else [SHAPES[a.shape]]:
         print("%4d %5d %5d %3d" % shape, end="", flush=True)
         for t in threads:
             sec, n = time_shape(shape, t, a.seconds)

@@ -145,6 +145,9 @@ def main():
     ap.add_argument("--seconds", type=float, default=1.5, help="time budget per table cell")
     ap.add_argument("--no-memory", action="store_true", help="skip the peak-memory run")
     ap.add_argument("--json", help="append one JSON line per cell to this file")
+    ap.add_argument("--shape", type=int, choices=range(len(SHAPES)),
+                    help="run only this shape (an index into SHAPES): make bench times every "
+                         "implementation on one shape before the next")
     ap.add_argument("--memory-child", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.memory_child:
@@ -179,7 +182,7 @@ def main():
     for t in threads:
         head += " | %2dt %4s %9s %8s %5s" % (t, "N", "ms", "GFLOP/s", "%")
     print(head)
-    for shape in SHAPES:
+    for shape in SHAPES if args.shape is None else [SHAPES[args.shape]]:
         line = "%4d %5d %5d %3d" % shape
         for t, g in zip(threads, gemm):
             sec, n = time_forward(shape, t, args.seconds)
