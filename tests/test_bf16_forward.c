@@ -41,6 +41,8 @@
 #include "../core/bf16.h"
 
 #include "check_run.h"
+#define TEST_RAND_SEED 99
+#include "test_rand.h"
 #include <check.h>
 #include <dirent.h>
 #include <jansson.h>
@@ -66,26 +68,6 @@ static const int PATHS[] = {ATTN_BF16_AVX512, ATTN_BF16_AMX};
 static double g_worst_loose, g_worst_tight;
 
 /* ------------------------------------------------------------ helpers */
-
-static uint64_t g_rng = 99;
-
-static float frand(void) { /* uniform in [-1, 1) */
-    g_rng = g_rng * 6364136223846793005ull + 1442695040888963407ull;
-    return (float)((g_rng >> 40) / 8388608.0) - 1.0f;
-}
-
-static void *xcalloc(size_t n, size_t size) {
-    void *p = calloc(n ? n : 1, size);
-    ck_assert_msg(p != NULL, "out of memory");
-    return p;
-}
-
-static float *rand_floats(size_t n, float scale) {
-    float *p = xcalloc(n, sizeof(float));
-    for (size_t i = 0; i < n; i++)
-        p[i] = frand() * scale;
-    return p;
-}
 
 /* Forces bf16 path p when the CPU has it (returns 1), else says so. */
 static int use_path(int p, const char *test) {

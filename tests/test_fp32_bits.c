@@ -21,6 +21,7 @@
 #include "../core/internal.h" /* attn_isa */
 
 #include "check_run.h"
+#include "test_rand.h"
 #include <check.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -28,26 +29,6 @@
 #include <string.h>
 
 #define BITS_FILE "tests/data/fp32_bits.txt"
-
-static uint64_t g_rng;
-
-static float frand(void) { /* uniform in [-1, 1) */
-    g_rng = g_rng * 6364136223846793005ull + 1442695040888963407ull;
-    return (float)((g_rng >> 40) / 8388608.0) - 1.0f;
-}
-
-static void *xcalloc(size_t n, size_t size) {
-    void *p = calloc(n ? n : 1, size);
-    ck_assert_msg(p != NULL, "out of memory");
-    return p;
-}
-
-static float *rand_floats(size_t n, float scale) {
-    float *p = xcalloc(n, sizeof(float));
-    for (size_t i = 0; i < n; i++)
-        p[i] = frand() * scale;
-    return p;
-}
 
 static uint64_t fnv(uint64_t h, const void *p, size_t n) {
     const unsigned char *b = p;
