@@ -266,6 +266,12 @@ void attn_ctx_parallel(attn_ctx *ctx, int ntasks, void (*fn)(void *arg, int task
  * to run soon (a server whose queues are empty) says so, and they sleep at
  * once instead of taking CPU from other threads. The next loop wakes them. */
 void attn_ctx_rest(attn_ctx *ctx);
+/* A forward is coming soon, say a server that has just queued a request:
+ * resting threads wake now, while the caller's own thread is woken, and
+ * wait for the forward's first loop spinning (up to a millisecond, or
+ * until attn_ctx_rest). Any thread may call it, at any time; it does
+ * nothing unless the context rests. */
+void attn_ctx_wake(attn_ctx *ctx);
 /* Pins the context's threads, one CPU each: the calling thread, which must
  * be the one that runs this context's forwards, to cpus[0] and thread t to
  * cpus[t % n]. Unpinned, the OS may queue a woken thread on the CPU of the

@@ -96,6 +96,10 @@ void attn_ctx_parallel(attn_ctx *ctx, int ntasks, void (*fn)(void *arg, int task
     attn_pool_run(ctx->pool, ntasks, fn, arg);
 }
 
+void attn_ctx_wake(attn_ctx *ctx) {
+    attn_pool_wake(ctx->pool);
+}
+
 void attn_ctx_rest(attn_ctx *ctx) {
     attn_pool_rest(ctx->pool);
 }

@@ -68,6 +68,11 @@ void attn_pool_run(attn_pool *p, int ntasks, attn_task_fn fn, void *arg);
 /* No loop is coming soon: helpers stop spinning and sleep until the next
  * attn_pool_run (which ends the rest). */
 void attn_pool_rest(attn_pool *p);
+/* A loop is coming soon (any thread may say so): resting helpers wake and
+ * spin for it, up to a millisecond, then sleep again. No-op unless resting. */
+void attn_pool_wake(attn_pool *p);
+/* Tests: helpers asleep now, and how often one woke for attn_pool_wake. */
+void attn_pool_counts(attn_pool *p, int *sleeping, unsigned *woken);
 /* Pins the calling thread (the one that runs the loops) to cpus[0] and
  * helper t to cpus[t % n]. Returns 0, or an errno value. */
 int attn_pool_bind(attn_pool *p, const int *cpus, int n);

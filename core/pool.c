@@ -27,7 +27,12 @@
  * bounded by time (SPIN_NS), not by a count of pause instructions, whose
  * cost differs tenfold between CPUs; and the owner ends it at once with
  * attn_pool_rest() when it has no more loops coming (a server between
- * batches), so idle helpers never take CPU from threads that have work. */
+ * batches), so idle helpers never take CPU from threads that have work.
+ * A server that has just queued a request calls attn_pool_wake(): resting
+ * helpers wake while its batcher does, and spin for the forward's first
+ * loop up to WAKE_SPIN_NS, so that loop does not wait for them to be
+ * scheduled (after a second of idle that took 14% off a lone request's
+ * compute time; docs/performance.md). */
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
@@ -41,6 +46,7 @@
 enum {
     SPIN_NS = 30000, /* longest spin before sleeping: covers the gaps inside a batch */
     SPIN_CHECK = 64, /* pause instructions between two looks at the clock */
+    WAKE_SPIN_NS = 1000000, /* longest spin after attn_pool_wake: a batcher's wake-up and packing */
 };
 
 /* One thread's share of the current loop: gen << 32 | its next task. A
@@ -63,6 +69,9 @@ struct attn_pool {
     atomic_int finished; /* tasks of the current loop done */
     atomic_int stop;     /* shut down */
     atomic_int resting;  /* 1: no loop is coming soon, helpers sleep instead of spinning */
+    atomic_uint wakes;   /* attn_pool_wake calls that found the pool resting */
+    atomic_int sleeping; /* helpers waiting on go (for the tests) */
+    atomic_uint woken;   /* times a helper left go for a wake, not a loop (for the tests) */
 };
 
 typedef struct {
@@ -82,9 +91,10 @@ static uint64_t now_ns(void) {
     return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
 }
 
-/* Spins until done(p, x) holds, the pool rests (when `restless`), or SPIN_NS
- * pass; returns done's last answer. */
-static int spin_until(attn_pool *p, int (*done)(attn_pool *, unsigned), unsigned x, int restless) {
+/* Spins until done(p, x) holds, the pool rests (when `restless`), or
+ * spin_ns pass; returns done's last answer. */
+static int spin_until(attn_pool *p, int (*done)(attn_pool *, unsigned), unsigned x, int restless,
+                      uint64_t spin_ns) {
     uint64_t until = 0;
     for (;;) {
         for (int i = 0; i < SPIN_CHECK; i++) {
@@ -94,7 +104,7 @@ static int spin_until(attn_pool *p, int (*done)(attn_pool *, unsigned), unsigned
         }
         uint64_t t = now_ns();
         if (!until)
-            until = t + SPIN_NS;
+            until = t + spin_ns;
         else if (t >= until)
             return 0;
     }
@@ -160,16 +170,26 @@ static int loop_done(attn_pool *p, unsigned ntasks) {
     return (unsigned)atomic_load_explicit(&p->finished, memory_order_acquire) == ntasks;
 }
 
-/* Waits until gen differs from seen or the pool stops; returns the new gen. */
+/* Waits until gen differs from seen or the pool stops; returns the new
+ * gen. Sleeps after SPIN_NS; woken by attn_pool_wake, spins again. */
 static unsigned wait_loop(attn_pool *p, unsigned seen) {
     unsigned g = seen;
-    if (spin_until(p, new_loop, seen, 1))
+    if (spin_until(p, new_loop, seen, 1, SPIN_NS))
         return atomic_load_explicit(&p->gen, memory_order_acquire);
-    pthread_mutex_lock(&p->mu);
-    while (!atomic_load(&p->stop) && (g = atomic_load(&p->gen)) == seen)
-        pthread_cond_wait(&p->go, &p->mu);
-    pthread_mutex_unlock(&p->mu);
-    return g;
+    for (;;) {
+        pthread_mutex_lock(&p->mu);
+        unsigned w = atomic_load(&p->wakes);
+        atomic_fetch_add(&p->sleeping, 1);
+        while (!atomic_load(&p->stop) && (g = atomic_load(&p->gen)) == seen &&
+               atomic_load(&p->wakes) == w)
+            pthread_cond_wait(&p->go, &p->mu);
+        atomic_fetch_sub(&p->sleeping, 1);
+        pthread_mutex_unlock(&p->mu);
+        if (g != seen || atomic_load(&p->stop)) return g;
+        atomic_fetch_add(&p->woken, 1);
+        if (spin_until(p, new_loop, seen, 1, WAKE_SPIN_NS))
+            return atomic_load_explicit(&p->gen, memory_order_acquire);
+    }
 }
 
 static void *helper_main(void *a) {
@@ -209,6 +229,9 @@ attn_pool *attn_pool_new(int nthreads) {
     atomic_init(&p->finished, 0);
     atomic_init(&p->stop, 0);
     atomic_init(&p->resting, 1);
+    atomic_init(&p->wakes, 0);
+    atomic_init(&p->sleeping, 0);
+    atomic_init(&p->woken, 0);
     if (nthreads > 1) {
         p->threads = calloc((size_t)nthreads - 1, sizeof *p->threads);
         if (!p->threads) goto fail;
@@ -271,7 +294,7 @@ void attn_pool_run(attn_pool *p, int ntasks, attn_task_fn fn, void *arg) {
     pthread_cond_broadcast(&p->go);
     pthread_mutex_unlock(&p->mu);
     finish(p, run_tasks(p, gen, 0));
-    if (spin_until(p, loop_done, (unsigned)ntasks, 0)) return;
+    if (spin_until(p, loop_done, (unsigned)ntasks, 0, SPIN_NS)) return;
     pthread_mutex_lock(&p->mu);
     while (atomic_load(&p->finished) < ntasks)
         pthread_cond_wait(&p->done, &p->mu);
@@ -297,4 +320,18 @@ int attn_pool_bind(attn_pool *p, const int *cpus, int n) {
 
 void attn_pool_rest(attn_pool *p) {
     atomic_store_explicit(&p->resting, 1, memory_order_relaxed);
+}
+
+void attn_pool_wake(attn_pool *p) {
+    if (p->nthreads == 1 || !atomic_exchange_explicit(&p->resting, 0, memory_order_relaxed))
+        return;
+    pthread_mutex_lock(&p->mu);
+    atomic_fetch_add(&p->wakes, 1);
+    pthread_cond_broadcast(&p->go);
+    pthread_mutex_unlock(&p->mu);
+}
+
+void attn_pool_counts(attn_pool *p, int *sleeping, unsigned *woken) {
+    *sleeping = atomic_load(&p->sleeping);
+    *woken = atomic_load(&p->woken);
 }

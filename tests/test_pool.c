@@ -9,6 +9,8 @@
  * ThreadSanitizer (make tsan) that checks the pool's happens-before edges.
  * Each thread owns a share of a loop's tasks; a task that holds its thread
  * until every other task is done shows that no share waits for its owner.
+ * A resting pool told that a loop is coming (attn_ctx_wake) wakes every
+ * helper, from another thread too, and its loops then run as before.
  */
 #include <check.h>
 #include <pthread.h>
@@ -19,6 +21,7 @@
 #include <time.h>
 
 #include "../core/attn.h"
+#include "../core/internal.h" /* attn_pool_counts */
 #include "check_run.h"
 
 #define REQUIRE(cond, ...)                                                                         \
@@ -193,6 +196,71 @@ START_TEST(test_two_contexts_apart) {
 }
 END_TEST
 
+/* Polls until the pool has `sleeping` helpers asleep and at least `woken`
+ * wake-ups (the pool's own counters), for up to 20 s; 1 when it got there. */
+static int wait_counts(attn_ctx *ctx, int sleeping, unsigned woken) {
+    for (int i = 0; i < 20000; i++) {
+        int s;
+        unsigned w;
+        attn_pool_counts(attn_ctx_pool(ctx), &s, &w);
+        if (s == sleeping && w >= woken) return 1;
+        nanosleep(&(struct timespec){0, 1000000}, NULL);
+    }
+    return 0;
+}
+
+static void *wake_from_side(void *ctx) {
+    attn_ctx_wake(ctx);
+    return NULL;
+}
+
+/* A loop of one task per thread, each held until every thread has one: so
+ * every helper has left its sleep for the loop before the loop ends. */
+typedef struct {
+    int nthreads;
+    atomic_int arrived;
+    atomic_int timedout;
+} meet_loop;
+
+static void meet_task(void *arg, int task, int thread) {
+    (void)task;
+    (void)thread;
+    meet_loop *m = arg;
+    atomic_fetch_add(&m->arrived, 1);
+    for (int i = 0; i < 20000 && atomic_load(&m->arrived) < m->nthreads; i++)
+        nanosleep(&(struct timespec){0, 1000000}, NULL);
+    if (atomic_load(&m->arrived) < m->nthreads) atomic_store(&m->timedout, 1);
+}
+
+START_TEST(test_wake_rouses_resting_helpers) {
+    int nthreads = _i; /* 2 .. 4 */
+    attn_ctx *ctx = attn_ctx_new(nthreads);
+    ck_assert_ptr_nonnull(ctx);
+    unsigned woken = 0;
+    for (int round = 0; round < 3; round++) {
+        meet_loop m = {.nthreads = nthreads};
+        attn_ctx_parallel(ctx, nthreads, meet_task, &m);
+        REQUIRE(!atomic_load(&m.timedout), "round %d: a helper never came to the loop", round);
+        attn_ctx_rest(ctx);
+        REQUIRE(wait_counts(ctx, nthreads - 1, woken), "round %d: the helpers never slept",
+                round);
+        if (round == 1) { /* from a thread that runs no loops, as a server's HTTP thread */
+            pthread_t t;
+            ck_assert_int_eq(pthread_create(&t, NULL, wake_from_side, ctx), 0);
+            pthread_join(t, NULL);
+        } else {
+            attn_ctx_wake(ctx);
+        }
+        woken += (unsigned)nthreads - 1;
+        int s;
+        unsigned w;
+        REQUIRE(wait_counts(ctx, nthreads - 1, woken), "round %d: %d helpers, woken %u times of %u",
+                round, nthreads - 1, (attn_pool_counts(attn_ctx_pool(ctx), &s, &w), w), woken);
+    }
+    attn_ctx_free(ctx);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("pool");
     TCase *tc = tcase_create("pool");
@@ -200,6 +268,7 @@ int main(void) {
     tcase_add_loop_test(tc, test_every_task_once, 1, 5);
     tcase_add_loop_test(tc, test_share_not_left_to_its_owner, 2, 5);
     tcase_add_test(tc, test_two_contexts_apart);
+    tcase_add_loop_test(tc, test_wake_rouses_resting_helpers, 2, 5);
     suite_add_tcase(s, tc);
     return check_run(s);
 }

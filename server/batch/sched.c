@@ -62,7 +62,8 @@ struct attnd_sched {
     int stop;                /* 1: the batcher exits once the queues are empty */
     int sweep_stop;          /* 1: the sweeper exits */
     uint64_t sweep_wake;     /* when the sleeping sweeper wakes next (monotonic us) */
-    attn_ctx *ctx;           /* the one compute pool; used by the batcher only */
+    attn_ctx *ctx;           /* the one compute pool; used by the batcher only (and woken by
+                                attnd_sched_submit) */
     attnd_pipeline *pipe;    /* the batcher's road for every batch, on ctx */
     scratch w;               /* the batcher's */
     pthread_t batcher;
@@ -438,6 +439,7 @@ int attnd_sched_submit(attnd_sched *s, attnd_req *r, attnd_error *e) {
     pthread_cond_signal(&s->work_cv);
     if (r->deadline_us < s->sweep_wake) pthread_cond_signal(&s->sweep_cv); /* the next one */
     pthread_mutex_unlock(&s->mu);
+    attn_ctx_wake(s->ctx); /* a resting pool wakes while the batcher does */
     return 0;
 }
 
