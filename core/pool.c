@@ -44,8 +44,8 @@
 #include "internal.h"
 
 enum {
-    SPIN_NS = 30000, /* longest spin before sleeping: covers the gaps inside a batch */
-    SPIN_CHECK = 64, /* pause instructions between two looks at the clock */
+    SPIN_NS = 30000,        /* longest spin before sleeping: covers the gaps inside a batch */
+    SPIN_CHECK = 64,        /* pause instructions between two looks at the clock */
     WAKE_SPIN_NS = 1000000, /* longest spin after attn_pool_wake: a batcher's wake-up and packing */
 };
 
@@ -323,8 +323,7 @@ void attn_pool_rest(attn_pool *p) {
 }
 
 void attn_pool_wake(attn_pool *p) {
-    if (p->nthreads == 1 || !atomic_exchange_explicit(&p->resting, 0, memory_order_relaxed))
-        return;
+    if (p->nthreads == 1 || !atomic_exchange_explicit(&p->resting, 0, memory_order_relaxed)) return;
     pthread_mutex_lock(&p->mu);
     atomic_fetch_add(&p->wakes, 1);
     pthread_cond_broadcast(&p->go);

@@ -242,8 +242,7 @@ START_TEST(test_wake_rouses_resting_helpers) {
         attn_ctx_parallel(ctx, nthreads, meet_task, &m);
         REQUIRE(!atomic_load(&m.timedout), "round %d: a helper never came to the loop", round);
         attn_ctx_rest(ctx);
-        REQUIRE(wait_counts(ctx, nthreads - 1, woken), "round %d: the helpers never slept",
-                round);
+        REQUIRE(wait_counts(ctx, nthreads - 1, woken), "round %d: the helpers never slept", round);
         if (round == 1) { /* from a thread that runs no loops, as a server's HTTP thread */
             pthread_t t;
             ck_assert_int_eq(pthread_create(&t, NULL, wake_from_side, ctx), 0);
