@@ -31,7 +31,7 @@
  * A server that has just queued a request calls attn_pool_wake(): resting
  * helpers wake while its batcher does, and spin for the forward's first
  * loop up to WAKE_SPIN_NS, so that loop does not wait for them to be
- * scheduled (after a second of idle that took 14% off a lone request's
+ * scheduled (after a second of idle that took 7-14% off a lone request's
  * compute time; docs/performance.md). */
 #include <errno.h>
 #include <pthread.h>
