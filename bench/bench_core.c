@@ -428,7 +428,7 @@ typedef struct {
     double budget;                /* seconds per table cell */
     int memory;                   /* 1: measure one forward's memory */
     int rates;                    /* 1: measure the FMA peak and sgemm's rate */
-    const char *print_what;       /* --print: threads or blas-core, then exit */
+    const char *print_what;       /* --print: threads, blas-core or shapes, then exit */
 } bench_opts;
 
 /* --threads 1,2,N into o; -1 when it is not such a list. */
