@@ -254,8 +254,10 @@ run: deps-run
 	$(BUILD)/attnd --port 8080
 
 # attnd's core, onnxruntime's CPU attention, OpenVINO's (f32 and bf16) and
-# torch's on the same six shapes at 1 thread, 2 threads and every CPU, then
-# one comparison table (bench/RESULTS.md). Between them, bench_scale: the
+# torch's on the same six shapes at 1 thread, 2 threads and every CPU; a
+# lone forward after pauses of none, 10 ms and 1 s, in the core alone
+# (bench_core --pauses) and through the daemon (bench/bench_lone.py); then
+# the comparison tables (bench/RESULTS.md). Between them, bench_scale: the
 # core's six shapes at 1 to 64 threads simulated from the task graph, next
 # to what bench_core measured (docs/performance.md). onnxruntime and OpenVINO come
 # from PyPI, pinned in
@@ -292,7 +294,10 @@ bench: deps-bench
 	    --json $(BUILD)/bench/cells.json --threads $$threads || exit 1; \
 	  [ -z "$$torch" ] || OPENBLAS_CORETYPE=$$blas /usr/bin/python3 bench/bench_torch.py \
 	    --shape $$i $$once --json $(BUILD)/bench/cells.json --threads $$threads || exit 1; \
-	done
+	done; \
+	$$core --shape 0 --pauses 0,10,1000 --json $(BUILD)/bench/cells.json || exit 1; \
+	$(BENCH_VENV)/bin/python bench/bench_lone.py --attnd $(BUILD)/attnd --pauses 0,10,1000 \
+	  --json $(BUILD)/bench/cells.json
 	env -u OPENBLAS_CORETYPE $(BUILD)/bench/bench_scale --measured $(BUILD)/bench/cells.json
 	env -u OPENBLAS_CORETYPE $(BUILD)/bench/bench_select
 	$(PYTHON) bench/compare.py $(BUILD)/bench/cells.json

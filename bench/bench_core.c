@@ -17,6 +17,14 @@
  *                          [--owner core|blas|both] [--proj packed|openblas|both]
  *                          [--clock wall|cpu] [--precision fp32|bf16|both]
  *                          [--bf16-kernels amx-bf16|avx512-bf16] [--no-memory]
+ *   build/bench/bench_core --pauses 0,10,1000 [--shape I] [--threads N] [--json FILE]
+ *
+ * --pauses times a lone forward after each pause instead: the pool rested,
+ * the pause slept, attn_ctx_wake (what attnd does once a request is
+ * queued), then one forward, on the largest thread count, pinned as attnd
+ * pins a pool that owns its CPUs. bench/bench_lone.py times the daemon's
+ * lone requests after the same pauses (docs/performance.md, "A lone
+ * request after a pause").
  *
  * Never part of the tests: timings depend on the machine and its load.
  * bench/bench_torch.py prints the same table for torch.
@@ -338,6 +346,96 @@ cleanup:
 
 static int g_only_shape = -1; /* --shape: the one shape to run; -1: all */
 
+#define MAX_PAUSES 8
+
+/* Sleeps ms milliseconds (none for 0). */
+static void sleep_ms(double ms) {
+    if (ms <= 0) return;
+    struct timespec ts = {(time_t)(ms / 1e3), (long)(fmod(ms, 1e3) * 1e6)};
+    while (nanosleep(&ts, &ts) != 0) {
+    }
+}
+
+/* Pins ctx's threads as attnd does when its pool owns its CPUs: one thread
+ * per CPU of the affinity mask and no smaller quota. 1 when pinned. */
+static int pin_like_attnd(attn_ctx *ctx, int threads) {
+    attnd_cpus c;
+    int cpus[1024];
+    char err[256];
+    attnd_cpus_count(&c);
+    int n = attnd_cpus_list(cpus, 1024);
+    if (n != threads || (c.quota > 0 && c.quota < c.affinity)) return 0;
+    return attn_ctx_bind(ctx, cpus, n, err, sizeof(err)) == 0;
+}
+
+/* Median, min and max ms of `runs` lone forwards of shape s, each after the
+ * pool rested for pause_ms and was woken; -1 on error (message printed). */
+static double time_after_pause(attn_ctx *ctx, const shape *s, double pause_ms, int runs, double *lo,
+                               double *hi) {
+    char err[256] = "";
+    attn_model m = {0};
+    bench_batch bb;
+    double t[64], med = -1;
+    memset(&bb, 0, sizeof(bb));
+    if (make_model(&m, s->E, s->H, err, sizeof(err)) < 0 || batch_new(&bb, s) < 0) {
+        fprintf(stderr, "bench_core: setup failed: %s\n", err[0] ? err : "out of memory");
+        goto cleanup;
+    }
+    for (int r = -1; r < runs; r++) { /* r = -1: a warm-up */
+        attn_ctx_rest(ctx);
+        sleep_ms(pause_ms);
+        attn_ctx_wake(ctx);
+        double t0 = now_s();
+        if (attn_forward(ctx, &m, &bb.b, err, sizeof(err)) < 0) {
+            fprintf(stderr, "bench_core: %s\n", err);
+            goto cleanup;
+        }
+        if (r >= 0) t[r] = (now_s() - t0) * 1e3;
+    }
+    med = median(t, runs); /* sorts t */
+    *lo = t[0];
+    *hi = t[runs - 1];
+cleanup:
+    batch_free(&bb);
+    attn_model_free(&m);
+    return med;
+}
+
+/* --pauses: one line per shape and pause; 30 forwards per pause, 10 from
+ * a second up. */
+static int run_pauses(const double *pauses, int np, int threads) {
+    attn_ctx *ctx = attn_ctx_new(threads);
+    if (!ctx) return -1;
+    int pinned = pin_like_attnd(ctx, threads);
+    printf("a lone forward after a pause (pool rested, pause, attn_ctx_wake, forward), "
+           "%d threads%s; median ms (min, max) over N:\n",
+           threads, pinned ? ", pinned" : "");
+    printf("%4s %5s %5s %3s | %9s %4s %9s %9s %9s\n", "B", "L", "E", "H", "pause ms", "N", "ms",
+           "min", "max");
+    for (int i = 0; i < NSHAPES; i++) {
+        if (g_only_shape >= 0 && i != g_only_shape) continue;
+        const shape *s = &g_shapes[i];
+        for (int p = 0; p < np; p++) {
+            int runs = pauses[p] >= 1000 ? 10 : 30;
+            double lo, hi, med = time_after_pause(ctx, s, pauses[p], runs, &lo, &hi);
+            if (med < 0) {
+                attn_ctx_free(ctx);
+                return -1;
+            }
+            printf("%4d %5d %5d %3d | %9g %4d %9.2f %9.2f %9.2f\n", s->B, s->L, s->E, s->H,
+                   pauses[p], runs, med, lo, hi);
+            fflush(stdout);
+            if (g_json)
+                fprintf(g_json,
+                        "{\"impl\": \"attnd-core-paused\", \"shape\": [%d, %d, %d, %d], "
+                        "\"threads\": %d, \"pause_ms\": %g, \"ms\": %.4f}\n",
+                        s->B, s->L, s->E, s->H, threads, pauses[p], med);
+        }
+    }
+    attn_ctx_free(ctx);
+    return 0;
+}
+
 /* One row per shape, one group of columns per thread count. */
 static void print_table(const int *threads, int nt, const double *gemm, double budget) {
     printf("%4s %5s %5s %3s", "B", "L", "E", "H");
@@ -390,7 +488,7 @@ static int one_or_both(const char *v, const char *first, const char *second, int
 static int usage(void) { /* 2: the exit code of a bad command line */
     fprintf(stderr,
             "usage: bench_core [--threads 1,2,N] [--seconds S] [--fused on|off|both] "
-            "[--shape I] [--no-memory]\n"
+            "[--shape I] [--no-memory] [--pauses MS,MS]\n"
             "  --threads   thread counts to compare, comma separated (default 1, 2, all CPUs)\n"
             "  --seconds   time budget per table cell (default 1.5)\n"
             "  --fused     the fused attention kernel: on (default, where the CPU has\n"
@@ -413,7 +511,10 @@ static int usage(void) { /* 2: the exit code of a bad command line */
             "  --shape I   run only shape I (0-%d) of bench_shapes.h, so that make bench\n"
             "              can time every implementation on one shape before the next\n"
             "  --no-rates  skip the FMA peak and sgemm rates (%% then shows -)\n"
-            "  --no-memory skip the peak-memory measurement\n",
+            "  --no-memory skip the peak-memory measurement\n"
+            "  --pauses MS,MS,...  instead of the tables: a lone forward after each\n"
+            "              pause in ms (pool rested, pause, woken, forward) on the\n"
+            "              largest --threads count, pinned as attnd pins\n",
             NSHAPES - 1);
     return 2;
 }
@@ -429,6 +530,8 @@ typedef struct {
     int memory;                   /* 1: measure one forward's memory */
     int rates;                    /* 1: measure the FMA peak and sgemm's rate */
     const char *print_what;       /* --print: threads, blas-core or shapes, then exit */
+    double pauses[MAX_PAUSES];    /* --pauses: ms before each lone forward */
+    int npauses;                  /* 0: the tables */
 } bench_opts;
 
 /* --threads 1,2,N into o; -1 when it is not such a list. */
@@ -441,6 +544,19 @@ static int parse_threads(char *p, bench_opts *o) {
         if (*p == ',') p++;
     }
     return o->nt ? 0 : -1;
+}
+
+/* --pauses 0,10,1000 into o; -1 when it is not such a list. */
+static int parse_pauses(const char *p, bench_opts *o) {
+    char *end;
+    o->npauses = 0;
+    while (*p && o->npauses < MAX_PAUSES) {
+        double v = strtod(p, &end);
+        if (end == p || v < 0 || v > 60000 || (*end && *end != ',')) return -1;
+        o->pauses[o->npauses++] = v;
+        p = *end ? end + 1 : end;
+    }
+    return o->npauses && !*p ? 0 : -1;
 }
 
 /* argv[i] and its value into o (the clock and --json into their globals);
@@ -465,6 +581,8 @@ static int parse_arg(int argc, char **argv, int i, bench_opts *o) {
         bad = *end || end == v || g_only_shape < 0 || g_only_shape >= NSHAPES ? -1 : 0;
     } else if (strcmp(a, "--seconds") == 0)
         o->budget = atof(v);
+    else if (strcmp(a, "--pauses") == 0)
+        bad = parse_pauses(v, o);
     else if (strcmp(a, "--fused") == 0)
         bad = one_or_both(v, "on", "off", o->fused, &o->nf);
     else if (strcmp(a, "--owner") == 0)
@@ -589,6 +707,11 @@ int main(int argc, char **argv) {
     mallopt(M_MMAP_THRESHOLD, 128 * 1024);
     printf("attnd core: self-attention, no attention matrix; OpenBLAS core %s; bf16 kernels %s\n",
            attn_blas_corename(), attn_bf16_kernels());
+    if (o.npauses) {
+        int rc = run_pauses(o.pauses, o.npauses, o.threads[o.nt - 1]);
+        if (g_json) fclose(g_json);
+        return rc < 0 ? 1 : 0;
+    }
     if (o.memory) {
         printf("memory of one forward, B=%d L=%d E=%d H=%d:\n", g_mem_shape.B, g_mem_shape.L,
                g_mem_shape.E, g_mem_shape.H);

@@ -1,7 +1,10 @@
 """compare.py - one table from the JSON lines bench_core, bench_ort.py,
 bench_openvino.py and bench_torch.py wrote (make bench): per shape and thread count, each
 implementation's median ms and attnd's speed-up over the others (their ms
-over attnd's: above 1 means attnd is faster). Numbers only.
+over attnd's: above 1 means attnd is faster). Then, from `bench_core
+--pauses` and bench_lone.py, a lone forward after each pause (the core
+alone, and a request's compute_us through the daemon) over bench_core's
+back-to-back forward of the same shape and threads. Numbers only.
 
     python3 bench/compare.py FILE
 """
@@ -10,10 +13,13 @@ import sys
 
 
 def main(path):
-    cells = {}
+    cells, paused = {}, {}
     for line in open(path):
         r = json.loads(line)
-        cells[(r["impl"], tuple(r["shape"]), r["threads"])] = r["ms"]
+        if "pause_ms" in r:
+            paused[(r["impl"], tuple(r["shape"]), r["threads"], r["pause_ms"])] = r
+        else:
+            cells[(r["impl"], tuple(r["shape"]), r["threads"])] = r["ms"]
     shapes = sorted({k[1] for k in cells}, key=lambda s: [tuple(x[1]) for x in cells].index(s))
     threads = sorted({k[2] for k in cells})
     impls = [i for i in ("attnd", "attnd-bf16", "onnxruntime", "openvino-f32", "openvino-bf16", "torch")
@@ -41,6 +47,30 @@ def main(path):
                 m = cells.get((impl, s, t))
                 line += " %15s" % ("%.2f" % (m / b) if m and b else "-")
             print(line)
+    if paused:
+        print_paused(cells, paused)
+
+
+def print_paused(cells, paused):
+    """One row per shape, threads and pause: the back-to-back forward, the
+    core's lone forward after the pause and the daemon's lone request's
+    compute (and its server total), the last two over the first."""
+    print()
+    print("a lone forward after a pause, median ms; x = over attnd's back-to-back forward "
+          "(the lone request's target: at most 1.10)")
+    print("%-18s %3s %9s %13s %13s %9s %13s %9s %13s" %
+          ("B, L, E, H", "t", "pause ms", "back to back", "core alone", "x", "request",
+           "x", "server total"))
+    for s, t, pause in sorted({k[1:] for k in paused}):
+        b2b = cells.get(("attnd", s, t))
+        core = paused.get(("attnd-core-paused", s, t, pause), {}).get("ms")
+        req = paused.get(("attnd-lone", s, t, pause), {})
+        cols = ["%.2f" % b2b if b2b else "-"]
+        for m in (core, req.get("ms")):
+            cols += ["%.2f" % m if m else "-", "%.2f" % (m / b2b) if m and b2b else "-"]
+        cols.append("%.2f" % req["total_ms"] if "total_ms" in req else "-")
+        print("%-18s %3d %9g %13s %13s %9s %13s %9s %13s" %
+              ((", ".join(map(str, s)), t, pause) + tuple(cols)))
 
 
 if __name__ == "__main__":
