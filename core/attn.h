@@ -283,7 +283,8 @@ void attn_ctx_wake(attn_ctx *ctx);
 int attn_ctx_bind(attn_ctx *ctx, const int *cpus, int n, char *err, size_t errlen);
 
 /* Scratch bytes a forward of this batch needs beyond its inputs and outputs
- * (upper bound), so that a server can bound memory before admission. */
+ * (upper bound), as the core allocates them: buffers of 256 KiB and more in
+ * whole 2 MiB pages. A caller can bound memory with it before a batch runs. */
 size_t attn_workspace_bytes(const attn_model *m, const attn_batch *b, int nthreads);
 
 /* The forward, the one road of every batch: the projections of all tokens

@@ -113,9 +113,13 @@ int attn_ctx_bind(attn_ctx *ctx, const int *cpus, int n, char *err, size_t errle
 
 /* Each thread's tile holds at least need floats; the tiles are cut from one
  * block, each a whole number of cache lines. */
+static size_t tile_floats(size_t need) {
+    return (need + 15) / 16 * 16;
+}
+
 static int grow_tiles(attn_ctx *ctx, size_t need) {
     if (need <= ctx->tile_cap) return 0;
-    size_t each = (need + 15) / 16 * 16;
+    size_t each = tile_floats(need);
     float *mem = attn_alloc_big(each * sizeof(float) * (size_t)ctx->nthreads);
     if (!mem) return -1;
     free(ctx->tile_mem);
@@ -146,9 +150,25 @@ int attn_ctx_reserve(attn_ctx *ctx, const attn_ws_size *need, attn_ws *ws) {
     return 0;
 }
 
+size_t attn_ctx_scratch_bytes(const attn_ctx *ctx) {
+    size_t n = 0;
+    if (ctx->proj) n += attn_alloc_bytes(sizeof(float) * ctx->proj_cap);
+    if (ctx->tile_mem)
+        n += attn_alloc_bytes(sizeof(float) * (size_t)ctx->nthreads * tile_floats(ctx->tile_cap));
+    if (ctx->kv16) n += attn_alloc_bytes(sizeof(float) * ctx->kv16_cap);
+    if (ctx->a16) n += attn_alloc_bytes(sizeof(float) * ctx->a16_cap);
+    return n + sizeof(attn_task) * ctx->tasks_cap + sizeof(attn_seq_at) * ctx->seqs_cap +
+           sizeof(double) * ctx->freqs_cap;
+}
+
+/* What attn_ctx_reserve allocates for need, as the allocator rounds it
+ * (whole huge pages for the large buffers). */
 size_t attn_ws_bytes(const attn_ws_size *need, int nthreads) {
     if (nthreads < 1) nthreads = 1;
-    return sizeof(float) * (need->proj + (size_t)nthreads * need->tile) +
+    return attn_alloc_bytes(sizeof(float) * need->proj) +
+           attn_alloc_bytes(sizeof(float) * (size_t)nthreads * tile_floats(need->tile)) +
+           attn_alloc_bytes(sizeof(float) * ((need->kv16 + 1) / 2)) +
+           attn_alloc_bytes(sizeof(float) * ((need->a16 + 1) / 2)) +
            sizeof(attn_task) * need->tasks + sizeof(attn_seq_at) * need->seqs +
-           sizeof(double) * need->freqs + sizeof(attn_bf16) * (need->kv16 + need->a16);
+           sizeof(double) * need->freqs;
 }

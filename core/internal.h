@@ -84,6 +84,10 @@ enum { ATTN_HUGE_MIN = 256u << 10 }; /* bytes from which a buffer gets huge page
  * ATTN_HUGE_MIN bytes 2 MiB aligned on huge pages (mem.c says why); free()
  * releases it. NULL when out of memory. */
 void *attn_alloc_big(size_t bytes);
+/* The bytes attn_alloc_big(bytes) takes: bytes rounded up to its alignment
+ * (whole 2 MiB pages from ATTN_HUGE_MIN), which is what the process's
+ * memory grows by once the buffer is touched. */
+size_t attn_alloc_bytes(size_t bytes);
 
 /* ---- ctx.c: a context's threads and the scratch of its forwards --------- */
 
@@ -138,6 +142,9 @@ typedef struct {
  * out of memory (ctx stays usable). */
 int attn_ctx_reserve(attn_ctx *ctx, const attn_ws_size *need, attn_ws *ws);
 size_t attn_ws_bytes(const attn_ws_size *need, int nthreads); /* need's bytes */
+/* The bytes of scratch ctx holds now, as allocated: what attn_ws_bytes must
+ * bound for every forward it has run (tests/test_core.c holds it to that). */
+size_t attn_ctx_scratch_bytes(const attn_ctx *ctx);
 attn_pool *attn_ctx_pool(attn_ctx *ctx);
 
 /* ---- gemm.c: projections on weights packed once (see there) ------------ */

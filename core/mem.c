@@ -19,9 +19,17 @@
 
 enum { HUGE_PAGE = 2u << 20 };
 
+static size_t align_of(size_t bytes) {
+    return bytes >= ATTN_HUGE_MIN ? HUGE_PAGE : 64;
+}
+
+size_t attn_alloc_bytes(size_t bytes) {
+    size_t align = align_of(bytes);
+    return (bytes ? bytes + align - 1 : align) / align * align;
+}
+
 void *attn_alloc_big(size_t bytes) {
-    size_t align = bytes >= ATTN_HUGE_MIN ? HUGE_PAGE : 64;
-    size_t size = (bytes ? bytes + align - 1 : align) / align * align;
+    size_t align = align_of(bytes), size = attn_alloc_bytes(bytes);
     void *p = NULL;
     if (posix_memalign(&p, align, size) != 0) return NULL;
 #ifdef MADV_HUGEPAGE

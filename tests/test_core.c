@@ -188,6 +188,9 @@ static void tres_free(tres *r, int n) {
     free(r);
 }
 
+/* attn_workspace_bytes of the last batch run_batch ran on a context. */
+static size_t g_ws_bound;
+
 /* Packs seqs[idx[0..n)] into one ragged batch, runs the fast path (ctx) or
  * the reference (ctx == NULL), and returns each sequence's results. A self
  * sequence in a KV_EXPLICIT batch gets key = value = its query; a sequence
@@ -239,6 +242,7 @@ static tres *run_batch(const attn_model *m, const tseq *seqs, const int *idx, in
     }
     attn_batch b = {.B = n, .seqs = as, .query = q, .key = k, .value = v, .out = out};
     char err[256] = "";
+    if (ctx) g_ws_bound = attn_workspace_bytes(m, &b, attn_ctx_threads(ctx));
     int rc = ctx ? attn_forward(ctx, m, &b, err, sizeof(err))
                  : attn_forward_ref(m, &b, err, sizeof(err));
     ck_assert_msg(rc == 0, "%s: %s returned %d: %s", what,
@@ -788,6 +792,37 @@ START_TEST(test_random_case) {
 }
 END_TEST
 
+/* attn_workspace_bytes bounds the scratch a fresh context takes for the
+ * batch, as allocated: buffers of 256 KiB and more take whole 2 MiB pages
+ * (core/mem.c), which a bound of the bytes asked for alone falls short of. */
+START_TEST(test_workspace_bounds_scratch) {
+    const rcase *c = &g_cases[_i];
+    attn_model m;
+    tseq *seqs = make_case(_i, &m);
+    int *idx = xcalloc(c->B, sizeof(int));
+    for (int b = 0; b < c->B; b++)
+        idx[b] = b;
+    enum kv_mode kv = c->self ? KV_SELF : c->value_null ? KV_KEY_ONLY : KV_EXPLICIT;
+    for (int mode = 0; mode < 3; mode++) {
+        for (int b = 0; b < c->B; b++)
+            seqs[b].weights = (attn_weights_mode)mode;
+        for (int t = 1; t <= 3; t++) {
+            attn_ctx *ctx = attn_ctx_new(t);
+            ck_assert(ctx != NULL);
+            tres_free(run_batch(&m, seqs, idx, c->B, kv, ctx, c->name), c->B);
+            size_t held = attn_ctx_scratch_bytes(ctx);
+            ck_assert_msg(held > 0 && held <= g_ws_bound,
+                          "%s, mode %d, %d threads: the context holds %zu bytes of scratch, "
+                          "attn_workspace_bytes says %zu",
+                          c->name, mode, t, held, g_ws_bound);
+            attn_ctx_free(ctx);
+        }
+    }
+    free(idx);
+    free_case(_i, &m, seqs);
+}
+END_TEST
+
 /* The random masks must produce fully hidden rows somewhere, or the
  * hidden-row contract goes untested. */
 START_TEST(test_random_has_hidden_rows) {
@@ -937,6 +972,7 @@ static Suite *core_suite(void) {
     tcase_add_test(te, test_init_errors);
     tcase_add_test(te, test_forward_errors);
     tcase_add_test(te, test_workspace_tiled);
+    tcase_add_loop_test(te, test_workspace_bounds_scratch, 0, NCASES);
     suite_add_tcase(s, te);
     return s;
 }
