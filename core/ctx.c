@@ -111,12 +111,13 @@ int attn_ctx_bind(attn_ctx *ctx, const int *cpus, int n, char *err, size_t errle
     return -1;
 }
 
-/* Each thread's tile holds at least need floats; the tiles are cut from one
- * block, each a whole number of cache lines. */
+/* One thread's tile of need floats, rounded to whole cache lines. */
 static size_t tile_floats(size_t need) {
     return (need + 15) / 16 * 16;
 }
 
+/* Each thread's tile holds at least need floats; the tiles are cut from one
+ * block, each a whole number of cache lines. */
 static int grow_tiles(attn_ctx *ctx, size_t need) {
     if (need <= ctx->tile_cap) return 0;
     size_t each = tile_floats(need);

@@ -141,7 +141,7 @@ typedef struct {
 /* Grows ctx's scratch to need and says where it is. Returns 0, or -1 when
  * out of memory (ctx stays usable). */
 int attn_ctx_reserve(attn_ctx *ctx, const attn_ws_size *need, attn_ws *ws);
-size_t attn_ws_bytes(const attn_ws_size *need, int nthreads); /* need's bytes */
+size_t attn_ws_bytes(const attn_ws_size *need, int nthreads); /* need's bytes, allocated */
 /* The bytes of scratch ctx holds now, as allocated: what attn_ws_bytes must
  * bound for every forward it has run (tests/test_core.c holds it to that). */
 size_t attn_ctx_scratch_bytes(const attn_ctx *ctx);
