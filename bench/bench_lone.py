@@ -58,7 +58,8 @@ def start(binary, log):
             if c.getresponse().status == 200:
                 return p, port
         except OSError:
-            time.sleep(0.05)
+            pass
+        time.sleep(0.05)  # not listening yet, or not ready
     p.kill()
     sys.exit("attnd was not healthy within 60 s")
 
