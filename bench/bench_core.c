@@ -356,16 +356,17 @@ static void sleep_ms(double ms) {
     }
 }
 
-/* Pins ctx's threads as attnd does when its pool owns its CPUs: one thread
- * per CPU of the affinity mask and no smaller quota. 1 when pinned. */
+/* Pins ctx's threads as attnd does with workers.pin_threads at auto (its
+ * own rule: attnd_threads_resolve). 1 when pinned. */
 static int pin_like_attnd(attn_ctx *ctx, int threads) {
     attnd_cpus c;
+    attnd_config cfg = {.worker_threads = threads};
     int cpus[1024];
-    char err[256];
+    char note[256], err[256];
     attnd_cpus_count(&c);
-    int n = attnd_cpus_list(cpus, 1024);
-    if (n != threads || (c.quota > 0 && c.quota < c.affinity)) return 0;
-    return attn_ctx_bind(ctx, cpus, n, err, sizeof(err)) == 0;
+    attnd_threads_resolve(&cfg, &c, note, sizeof(note));
+    int n = cfg.pin ? attnd_cpus_list(cpus, 1024) : 0;
+    return n > 0 && attn_ctx_bind(ctx, cpus, n, err, sizeof(err)) == 0;
 }
 
 /* Median, min and max ms of `runs` lone forwards of shape s, each after the
