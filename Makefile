@@ -1,6 +1,7 @@
 # attnd - build, test, run, bench.
 #   make            build/attnd and the libraries
 #   make test       install missing packages, build, run every suite
+#   make layers-check  no cycle between files, no call up a layer, short functions
 #   make asan       the same suites under AddressSanitizer + UBSan
 #   make tsan       the core and concurrency suites under ThreadSanitizer
 #   make test-abuse the abuse suite alone; make soak  ten minutes of mixed load
@@ -47,7 +48,7 @@ TESTS      := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 BENCHES    := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
 .PHONY: all deps deps-run deps-bench test test-unit test-blackbox test-abuse soak asan tsan run bench bench-http bench-decode clean fuzz fuzz-smoke fuzz-long venv
-.PHONY: test-client bench-client
+.PHONY: test-client bench-client layers-check
 .PHONY: docker-test scaleout-test golden-decoder-check format format-check otelcol
 
 all: $(BUILD)/attnd $(LIBS)
@@ -134,10 +135,17 @@ $(VENV)/.client: $(CLIENT_WHEEL)/.stamp $(VENV)/.stamp
 
 test: deps
 	$(MAKE) all
+	$(MAKE) layers-check
 	$(MAKE) test-unit
 	$(MAKE) fuzz-smoke
 	$(MAKE) test-blackbox
 	$(MAKE) test-client
+
+# The shape of the code (tests/check_layers.py, docs/architecture.md): no
+# cycle of calls or includes between files, no call up a layer, no function
+# over 60 lines, no file over 900; read from the objects of $(BUILD).
+layers-check: $(CORE_OBJ) $(CONFIG_OBJ) $(SERVER_OBJ) $(BUILD)/server/main.o
+	$(PYTHON) tests/check_layers.py $(BUILD)
 
 # Check suites; CK_FORK=yes isolates a crashing test. The OTLP collector
 # suite runs the collector built above (ATTND_OTELCOL).
