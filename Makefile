@@ -32,7 +32,7 @@ LDLIBS   = $(PKG_LIBS) -ldl -lpthread -lm
 PYTHON  ?= python3
 VENV    ?= .venv
 
-CORE_SRC   := $(wildcard core/*.c)
+CORE_SRC   := $(wildcard core/*.c core/*/*.c)
 CONFIG_SRC := $(wildcard config/*.c)
 # server/ is folders by part (README.md, Layout); main.c alone at its top.
 SERVER_SRC := $(filter-out server/main.c,$(wildcard server/*.c server/*/*.c))

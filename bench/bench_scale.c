@@ -37,7 +37,11 @@
  * Legend: see core/attn.h.
  */
 #include "../core/attn.h"
-#include "../core/internal.h"
+#include "../core/kernels/block.h"
+#include "../core/ops/seq.h"
+#include "../core/tasks/attend.h"
+#include "../core/kernels/gemm.h"
+#include "../core/platform/mem.h"
 #include "bench_shapes.h"
 
 #include <math.h>
@@ -169,9 +173,11 @@ static void run_attend(void *arg) {
 static double time_attend(bench_shape *bs, const attn_plan_task *k) {
     const attn_hparams *hp = &bs->m.hp;
     int H = hp->num_heads, G = hp->num_kv_heads, D = hp->head_dim;
-    attend_run r = {.at = {.H = H, .G = G, .D = D, .scale = 1.0f / sqrtf((float)D)}};
-    r.at.fused = attn_fused_supported(D) && H / G <= ATTN_FUSED_ROWS;
+    attend_run r = {
+        .at = {.ops = bs->m.attend_ops, .H = H, .G = G, .D = D, .scale = 1.0f / sqrtf((float)D)}};
     r.at.rows_alone = !attn_is_mha(hp);
+    r.at.ops->prepare(&r.at);
+    r.at.cut_rows = k->rows;
     r.at.q = bs->qkv;
     r.at.ldq = (size_t)bs->W;
     r.seq = (attn_seq_at){.k = bs->qkv + H * D,
@@ -205,9 +211,9 @@ static void measure_costs(bench_shape *bs) {
     for (int r = 0; r < ROUNDS; r++)
         for (int i = 0; i < bs->ncosts; i++) {
             const attn_plan_task *k = &bs->costs[i].k;
-            bs->costs[i].round[r] = k->loop == ATTN_LOOP_PREP     ? 0
-                                    : k->loop == ATTN_LOOP_ATTEND ? time_attend(bs, k)
-                                                                  : time_tile(bs, k);
+            int tile = k->loop == ATTN_LOOP_PROJ || k->loop == ATTN_LOOP_OUT;
+            int attend = k->loop == ATTN_LOOP_ATTEND || k->loop == ATTN_LOOP_SELECT;
+            bs->costs[i].round[r] = attend ? time_attend(bs, k) : tile ? time_tile(bs, k) : 0;
         }
     for (int i = 0; i < bs->ncosts; i++) {
         qsort(bs->costs[i].round, ROUNDS, sizeof(double), cmp_double);
@@ -337,11 +343,13 @@ static double loop_bytes(const attn_hparams *hp, size_t T, attn_loop_kind kind) 
         return 4 * (T * W + T * HD);
     case ATTN_LOOP_OUT:
         return 4 * (E * HD + T * HD + T * E);
+    default: /* rounding and packing: no bench shape is bf16 */
+        return 0;
     }
-    return 0;
 }
 
-static const char *const LOOP_NAME[4] = {"proj", "prep", "attn", "out"};
+static const char *const LOOP_NAME[ATTN_LOOPS] = {"round", "proj", "prep",      "pack",
+                                                   "select", "attn", "out-round", "out"};
 
 /* One (shape, thread count): the plan's loops simulated. */
 typedef struct {
@@ -350,7 +358,7 @@ typedef struct {
     double worst_idle;   /* the largest share of thread time a loop idles */
     int worst;           /* that loop's kind */
     int dram;            /* bit per loop kind: DRAM time above its simulated time */
-    size_t ntasks[4];    /* tasks per loop kind */
+    size_t ntasks[ATTN_LOOPS]; /* tasks per loop kind */
     attn_plan_task tile; /* the plan's first projection tile */
     double tile_gflops;  /* its rate as measured */
     attn_plan_task task; /* the plan's first attention task */
@@ -476,7 +484,7 @@ static void shape_free(bench_shape *bs) {
 
 static void print_row(const shape *s, int threads, const sim_row *r, double t1) {
     char dram[32] = "";
-    for (int k = 0; k < 4; k++)
+    for (int k = 0; k < ATTN_LOOPS; k++)
         if (r->dram & 1 << k)
             snprintf(dram + strlen(dram), sizeof dram - strlen(dram), "%s%s", dram[0] ? "," : "",
                      LOOP_NAME[k]);

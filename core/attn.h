@@ -110,9 +110,9 @@ typedef struct {
     float *out_b;               /* (E) */
     float *mem;                 /* the one allocation; owned, freed by attn_model_free */
     size_t n_floats;            /* floats in mem */
-    struct attn_packed *packed; /* (4) q_w, k_w, v_w, out_w in the projection kernel's layout
-                                   (core/gemm.c): made by attn_model_pack for an FP32 model,
-                                   owned; NULL before, and for a BF16 one */
+    struct attn_packed *packed; /* (4) q_w, k_w, v_w, out_w in the fp32 projection kernel's
+                                   layout (core/kernels/gemm.h): made by attn_model_pack for an
+                                   FP32 model, owned; NULL before, and for a BF16 one */
 
     /* Set by attn_model_pack. What the forward computes in: BF16 when
      * hp.precision asks for it and the CPU has AVX512-BF16 or AMX-BF16
@@ -125,6 +125,10 @@ typedef struct {
      * of 32 up to 256, with H/G <= 512. 0: the attention and the caches are
      * fp32 (a BF16 model's projections are bf16 either way). */
     int attn16;
+    /* Set by attn_model_pack: the model's rows of the core's precision
+     * tables (core/ops/ops.h), which every step of a forward calls. */
+    const struct attn_proj_ops *proj_ops;
+    const struct attn_attend_ops *attend_ops;
 } attn_model;
 
 /* Checks hp and allocates zeroed weights. Returns 0, or -1 with a sentence
@@ -299,26 +303,34 @@ int attn_forward(attn_ctx *ctx, const attn_model *m, attn_batch *b, char *err, s
 
 /* ---- a forward's plan, as data: what its parallel loops would be -------- */
 
-/* The loops of a forward, in the order it runs them. */
+/* The loops of a forward, in the order it runs them; a loop with no task
+ * is left out. */
 typedef enum {
-    ATTN_LOOP_PROJ = 0,   /* the Q, K and V projections: tiles */
-    ATTN_LOOP_PREP = 1,   /* rotary positions and cache rows: blocks of rows */
-    ATTN_LOOP_ATTEND = 2, /* the attention: (sequence, key/value head, row block) */
-    ATTN_LOOP_OUT = 3     /* the output projection: tiles */
+    ATTN_LOOP_ROUND = 0,     /* the projections' inputs prepared once (a bf16 model: rounded) */
+    ATTN_LOOP_PROJ = 1,      /* the Q, K and V projections: tiles */
+    ATTN_LOOP_PREP = 2,      /* rotary positions and cache rows: blocks of rows */
+    ATTN_LOOP_PACK = 3,      /* whole sequences' keys and values into bf16 pages: pages */
+    ATTN_LOOP_SELECT = 4,    /* selected attention weights: (sequence, row block) */
+    ATTN_LOOP_ATTEND = 5,    /* the attention: (sequence, key/value head, row block) */
+    ATTN_LOOP_OUT_ROUND = 6, /* the output projection's inputs prepared once */
+    ATTN_LOOP_OUT = 7,       /* the output projection: tiles */
+    ATTN_LOOPS = 8
 } attn_loop_kind;
 
 /* One task of a loop and its work. A projection tile computes rows x cols
  * outputs over depth inputs (2 * rows * cols * depth FLOPs); an attention
- * task scores rows x heads queries against keys keys of width depth, then
- * sums as many values (4 * rows * heads * keys * depth FLOPs, the masked
- * keys of a causal block's last tile counted). */
+ * or selection task scores rows x heads queries against keys keys of width
+ * depth, then sums as many values (4 * rows * heads * keys * depth FLOPs,
+ * the masked keys of a causal block's last tile counted). A preparing task
+ * rounds rows x depth inputs; a packing task a page of rows tokens of depth
+ * keys and values; a PREP task rotates or caches rows rows. */
 typedef struct {
     attn_loop_kind loop;
-    int part;  /* PROJ: 0 q, 1 k, 2 v; OUT: 3; ATTEND: the sequence; PREP: 0 */
-    int rows;  /* tile rows, a task's query rows, or PREP's rows */
-    int cols;  /* tile output columns; ATTEND: keys the block reads; PREP: 0 */
-    int depth; /* tile inputs (K); ATTEND: head width D; PREP: 0 */
-    int heads; /* ATTEND: query heads per row (H/G, or H with a matrix asked for); else 1 */
+    int part;  /* PROJ: 0 q, 1 k, 2 v; OUT: 3; SELECT, ATTEND: the sequence; else 0 */
+    int rows;  /* tile rows, a task's query rows, PREP's or ROUND's rows, PACK's tokens */
+    int cols;  /* tile output columns; SELECT, ATTEND: keys the block reads; else 0 */
+    int depth; /* tile inputs (K); SELECT, ATTEND: head width D; ROUND: inputs; PACK: 2*G*D */
+    int heads; /* SELECT, ATTEND: query heads per row (H/G, or H with a matrix asked for); else 1 */
 } attn_plan_task;
 
 typedef struct {
@@ -326,15 +338,15 @@ typedef struct {
     struct {
         attn_loop_kind kind;
         size_t first, ntasks; /* its tasks: tasks[first .. first + ntasks) */
-    } loops[4];
+    } loops[ATTN_LOOPS];
     attn_plan_task *tasks; /* (ntasks) in the order the pool hands them out; owned */
     size_t ntasks;
 } attn_plan;
 
 /* The loops attn_forward would run for batch b on model m (packed) with
- * nthreads threads on this CPU, cut by the very functions the forward
- * calls; b's tensors are not read (b->key != NULL: cross-attention), nor
- * checked. For simulations of thread counts a machine does not have, and
+ * nthreads threads on this CPU: the list the forward builds and runs
+ * (core/forward/fwd.h), so the two cannot drift; b's tensors are not read
+ * (b->key != NULL: cross-attention), nor checked. For simulations of thread counts a machine does not have, and
  * for tests. Returns 0, or -1 with a sentence in err (model not packed, out
  * of memory). Fills out (nothing to free on failure); attn_plan_free
  * releases it. */

@@ -18,7 +18,8 @@
  * relative to the repository root, where `make test-unit` runs).
  */
 #include "../core/attn.h"
-#include "../core/internal.h" /* gemm_force_level: every projection kernel */
+#include "../core/kernels/gemm.h"
+#include "../core/platform/ctx.h"
 
 #include "check_run.h"
 #include <check.h>

@@ -18,7 +18,7 @@
  * forward to hold to; sections of other builds are appended by hand).
  */
 #include "../core/attn.h"
-#include "../core/internal.h" /* attn_isa */
+#include "../core/platform/cpu.h"
 
 #include "check_run.h"
 #include "test_rand.h"

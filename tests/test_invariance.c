@@ -13,7 +13,7 @@
  * memcmp, never a tolerance, for invariance.
  */
 #include "../core/attn.h"
-#include "../core/internal.h"
+#include "../core/kernels/gemm.h"
 
 #include "check_run.h"
 #include <check.h>

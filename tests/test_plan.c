@@ -14,7 +14,8 @@
  * tasks of the OpenBLAS tiles never depend on the thread count.
  */
 #include "../core/attn.h"
-#include "../core/internal.h"
+#include "../core/kernels/block.h"
+#include "../core/platform/ctx.h"
 
 #include "check_run.h"
 #include <check.h>

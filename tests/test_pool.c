@@ -21,7 +21,8 @@
 #include <time.h>
 
 #include "../core/attn.h"
-#include "../core/internal.h" /* attn_pool_counts */
+#include "../core/platform/ctx.h"
+#include "../core/platform/pool.h"
 #include "check_run.h"
 
 #define REQUIRE(cond, ...)                                                                         \

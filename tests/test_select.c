@@ -31,7 +31,8 @@
  *             workspace by less than one head's matrix.
  */
 #include "../core/attn.h"
-#include "../core/bf16.h"
+#include "../core/platform/cpu.h"
+#include "../core/kernels/kv_pages.h"
 
 #include "check_run.h"
 #include <check.h>
