@@ -28,14 +28,14 @@
  * at least S/7 seconds (S = 0.35 by default).
  * Never part of the tests: timings depend on the machine and its load.
  */
-#include "../core/platform/blas.h"
-#include "../core/platform/cpu.h"
-#include "../core/prim/bf16.h"
 #include "../core/kernels/block.h"
+#include "../core/kernels/block_bf16.h"
 #include "../core/kernels/gemm.h"
 #include "../core/kernels/gemm_bf16.h"
 #include "../core/kernels/kv_pages.h"
-#include "../core/kernels/block_bf16.h"
+#include "../core/platform/blas.h"
+#include "../core/platform/cpu.h"
+#include "../core/prim/bf16.h"
 
 #include <math.h>
 #include <stdio.h>

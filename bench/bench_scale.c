@@ -38,10 +38,10 @@
  */
 #include "../core/attn.h"
 #include "../core/kernels/block.h"
-#include "../core/ops/seq.h"
-#include "../core/tasks/attend.h"
 #include "../core/kernels/gemm.h"
+#include "../core/ops/seq.h"
 #include "../core/platform/mem.h"
+#include "../core/tasks/attend.h"
 #include "bench_shapes.h"
 
 #include <math.h>
@@ -348,21 +348,21 @@ static double loop_bytes(const attn_hparams *hp, size_t T, attn_loop_kind kind) 
     }
 }
 
-static const char *const LOOP_NAME[ATTN_LOOPS] = {"round", "proj", "prep",      "pack",
-                                                   "select", "attn", "out-round", "out"};
+static const char *const LOOP_NAME[ATTN_LOOPS] = {"round",  "proj", "prep",      "pack",
+                                                  "select", "attn", "out-round", "out"};
 
 /* One (shape, thread count): the plan's loops simulated. */
 typedef struct {
-    double sec;          /* simulated seconds of the forward */
-    double dram_sec;     /* the least time its loops' bytes take at the DRAM bandwidth */
-    double worst_idle;   /* the largest share of thread time a loop idles */
-    int worst;           /* that loop's kind */
-    int dram;            /* bit per loop kind: DRAM time above its simulated time */
+    double sec;                /* simulated seconds of the forward */
+    double dram_sec;           /* the least time its loops' bytes take at the DRAM bandwidth */
+    double worst_idle;         /* the largest share of thread time a loop idles */
+    int worst;                 /* that loop's kind */
+    int dram;                  /* bit per loop kind: DRAM time above its simulated time */
     size_t ntasks[ATTN_LOOPS]; /* tasks per loop kind */
-    attn_plan_task tile; /* the plan's first projection tile */
-    double tile_gflops;  /* its rate as measured */
-    attn_plan_task task; /* the plan's first attention task */
-    double task_gflops;  /* its rate */
+    attn_plan_task tile;       /* the plan's first projection tile */
+    double tile_gflops;        /* its rate as measured */
+    attn_plan_task task;       /* the plan's first attention task */
+    double task_gflops;        /* its rate */
 } sim_row;
 
 static double task_flops(const attn_plan_task *k) {

@@ -346,10 +346,9 @@ typedef struct {
 /* The loops attn_forward would run for batch b on model m (packed) with
  * nthreads threads on this CPU: the list the forward builds and runs
  * (core/forward/fwd.h), so the two cannot drift; b's tensors are not read
- * (b->key != NULL: cross-attention), nor checked. For simulations of thread counts a machine does not have, and
- * for tests. Returns 0, or -1 with a sentence in err (model not packed, out
- * of memory). Fills out (nothing to free on failure); attn_plan_free
- * releases it. */
+ * (b->key != NULL: cross-attention), nor checked. For simulations of thread counts a machine does
+ * not have, and for tests. Returns 0, or -1 with a sentence in err (model not packed, out of
+ * memory). Fills out (nothing to free on failure); attn_plan_free releases it. */
 int attn_plan_describe(attn_plan *out, const attn_model *m, const attn_batch *b, int nthreads,
                        char *err, size_t errlen);
 void attn_plan_free(attn_plan *plan); /* zeroed or freed: no-op */

@@ -35,11 +35,11 @@
  * ATTND_GOLDEN_DIR overrides the golden folder (default tests/data/golden;
  * the files are in its bf16/ folder).
  */
-#include "../core/platform/cpu.h"
-#include "../core/prim/bf16.h"
+#include "../core/kernels/block_bf16.h"
 #include "../core/kernels/gemm_bf16.h"
 #include "../core/kernels/kv_pages.h"
-#include "../core/kernels/block_bf16.h"
+#include "../core/platform/cpu.h"
+#include "../core/prim/bf16.h"
 
 #include "check_run.h"
 #include <check.h>

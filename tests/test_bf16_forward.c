@@ -38,8 +38,8 @@
  */
 #include "../config/config.h"
 #include "../core/attn.h"
-#include "../core/platform/cpu.h"
 #include "../core/kernels/kv_pages.h"
+#include "../core/platform/cpu.h"
 
 #include "check_run.h"
 #define TEST_RAND_SEED 99

@@ -31,8 +31,8 @@
  *             workspace by less than one head's matrix.
  */
 #include "../core/attn.h"
-#include "../core/platform/cpu.h"
 #include "../core/kernels/kv_pages.h"
+#include "../core/platform/cpu.h"
 
 #include "check_run.h"
 #include <check.h>

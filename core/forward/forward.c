@@ -29,6 +29,7 @@
 #include "../prim/rope.h"
 #include "check.h"
 #include "fwd.h"
+#include "model.h"
 
 void fwd_tokens(const attn_batch *b, size_t *T, size_t *U) {
     *T = *U = 0;
@@ -46,19 +47,20 @@ static void in_parts(const fwd *f, float *proj, proj_part parts[PROJ_PARTS]) {
     size_t T = f->T, ld2 = 2 * (size_t)f->KW;
     if (!b->key) {
         // query (T,E) @ [Wq;Wk;Wv]^T (E,W) + [bq;bk;bv] -> QKV (T,W)
-        parts[0] = proj_part_of(m, 0, proj, f->W, b->query, E, T);
-        parts[1] = proj_part_of(m, 1, proj ? proj + f->QW : NULL, f->W, b->query, E, T);
-        parts[2] = proj_part_of(m, 2, proj ? proj + f->QW + f->KW : NULL, f->W, b->query, E, T);
+        parts[0] = proj_part_of(f->proj, m, 0, proj, f->W, b->query, E, T);
+        parts[1] = proj_part_of(f->proj, m, 1, proj ? proj + f->QW : NULL, f->W, b->query, E, T);
+        parts[2] =
+            proj_part_of(f->proj, m, 2, proj ? proj + f->QW + f->KW : NULL, f->W, b->query, E, T);
         return;
     }
     float *kv = proj ? proj + T * f->QW : NULL;
     const float *value = b->value ? b->value : b->key; /* value = key */
     size_t ldv = b->value ? (size_t)m->hp.vdim : (size_t)m->hp.kdim;
     // query (T,E) @ Wq^T (E,H*D) + bq -> Q (T,H*D)
-    parts[0] = proj_part_of(m, 0, proj, f->QW, b->query, E, T);
+    parts[0] = proj_part_of(f->proj, m, 0, proj, f->QW, b->query, E, T);
     // key (U,Kd) @ Wk^T (Kd,G*D) + bk -> K (U,G*D); value (U,Vd) @ Wv^T + bv -> V
-    parts[1] = proj_part_of(m, 1, kv, ld2, b->key, m->hp.kdim, f->U);
-    parts[2] = proj_part_of(m, 2, kv ? kv + f->KW : NULL, ld2, value, ldv, f->U);
+    parts[1] = proj_part_of(f->proj, m, 1, kv, ld2, b->key, m->hp.kdim, f->U);
+    parts[2] = proj_part_of(f->proj, m, 2, kv ? kv + f->KW : NULL, ld2, value, ldv, f->U);
 }
 
 /* Scratch of the attention: per thread, and the tasks. */
@@ -80,14 +82,16 @@ void fwd_plan(fwd *f, const attn_model *m, const attn_batch *b, size_t T, size_t
     int H = hp->num_heads, G = hp->num_kv_heads, D = hp->head_dim;
     *f = (fwd){.m = m, .b = b, .nthreads = nthreads, .T = T, .U = U, .QW = H * D, .KW = G * D};
     f->W = f->QW + 2 * f->KW;
-    f->at = (attn_attend){.ops = m->attend_ops, .H = H, .G = G, .D = D, .scale = attn_scale(hp)};
+    f->at = (attn_attend){.H = H, .G = G, .D = D, .scale = attn_scale(hp)};
+    attn_model_rows(m, &f->proj, &f->at.ops);
     f->at.rows_alone = !attn_is_mha(hp);
     f->at.ops->prepare(&f->at);
     f->prep = hp->rope.dim > 0;
     plan_attention(f);
     proj_part parts[PROJ_PARTS];
     in_parts(f, NULL, parts);
-    proj_part out = proj_part_of(m, 3, NULL, (size_t)hp->embed_dim, NULL, (size_t)f->QW, T);
+    proj_part out =
+        proj_part_of(f->proj, m, 3, NULL, (size_t)hp->embed_dim, NULL, (size_t)f->QW, T);
     size_t in16 = proj_prepared_elems(parts, PROJ_PARTS), out16 = proj_prepared_elems(&out, 1);
     f->need = (attn_ws_size){
         .proj = b->key ? T * f->QW + U * 2 * (size_t)f->KW : T * f->W,
@@ -132,7 +136,7 @@ static void place(fwd *f) {
         if (attn_seq_step(s)) { /* causal over its cache, its row 0 at position cached */
             a->shift = s->cached;
             a->view.causal = 1;
-            a->kv16 = s->kv16; /* bf16 pages, written by the loop over rows */
+            a->kv16 = s->kv16;         /* bf16 pages, written by the loop over rows */
         } else if (f->at.ops->pages) { /* bf16 pages in the scratch, packed after that loop */
             a->kv16 = f->kv16 + page0 * page;
             page0 += attn_kv_pages((size_t)s->S);
@@ -164,7 +168,8 @@ void fwd_bind(fwd *f, const attn_ws *ws) {
     f->at.tasks = f->tasks + f->nselect;
     proj_job_init(&f->in_job, f->in, PROJ_PARTS, 0, f->nthreads, ws->a16);
     // heads (T,H*D) @ Wo^T (H*D,E) + bo -> out (T,E)
-    f->out = proj_part_of(f->m, 3, f->b->out, (size_t)f->m->hp.embed_dim, f->at.q, f->at.ldq, f->T);
+    f->out = proj_part_of(f->proj, f->m, 3, f->b->out, (size_t)f->m->hp.embed_dim, f->at.q,
+                          f->at.ldq, f->T);
     proj_job_init(&f->out_job, &f->out, 1, out_by_rows(f->b, f->nthreads), f->nthreads, ws->a16);
 }
 

@@ -26,14 +26,15 @@ typedef struct {
 /* One forward: its plan, then where its projections are. */
 typedef struct {
     const attn_model *m;
+    const attn_proj_ops *proj; /* the model's rows (attn_model_rows) */
     const attn_batch *b;
     int nthreads;
     size_t T, U;
-    int QW, KW, W;      /* widths: H*D, G*D, H*D + 2*G*D */
-    attn_attend at;     /* the attention: shape, then q and the tasks */
-    attn_ws_size need;  /* scratch */
-    int prep;           /* 1: rotary positions or steps: a loop over rows */
-    size_t pages;       /* bf16 pages of whole sequences' keys and values (a row with pages) */
+    int QW, KW, W;     /* widths: H*D, G*D, H*D + 2*G*D */
+    attn_attend at;    /* the attention: shape, then q and the tasks */
+    attn_ws_size need; /* scratch */
+    int prep;          /* 1: rotary positions or steps: a loop over rows */
+    size_t pages;      /* bf16 pages of whole sequences' keys and values (a row with pages) */
     /* bound to scratch (fwd_bind): */
     const float *k, *v; /* (U or T, G*D) at row stride ldkv: whole sequences' */
     size_t ldkv;        /* keys and values */

@@ -12,7 +12,7 @@
 #include "../kernels/kv_pages.h"
 #include "../ops/ops.h"
 #include "../sizes.h"
-#include "../attn.h"
+#include "model.h"
 
 /* Checks the decoder options of hp (rope, scale); hp's D is d. */
 static int check_rope(const attn_hparams *hp, int d, char *err, size_t errlen) {
@@ -146,6 +146,13 @@ static int precision_of(const attn_hparams *hp) {
             g_precisions[i].attend->runs(hp))
             return i;
     return NPRECISIONS - 1;
+}
+
+void attn_model_rows(const attn_model *m, const attn_proj_ops **proj,
+                     const attn_attend_ops **attend) {
+    int row = precision_of(&m->hp);
+    *proj = m->proj_ops ? m->proj_ops : g_precisions[row].proj;
+    *attend = m->attend_ops ? m->attend_ops : g_precisions[row].attend;
 }
 
 static void unpack(attn_model *m) {

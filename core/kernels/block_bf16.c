@@ -106,7 +106,8 @@ static bf16_scratch carve(void *scratch, int D) {
 
 /* The 16-key block of key `j` (a multiple of 16) in its page. */
 static inline const attn_bf16 *keys_at(const attn_kv_bf16 *kv, int D, int j) {
-    return kv->head + (size_t)(j / ATTN_KV_PAGE) * kv->page + attn_kv_key_at(D, j % ATTN_KV_PAGE, 0);
+    return kv->head + (size_t)(j / ATTN_KV_PAGE) * kv->page +
+           attn_kv_key_at(D, j % ATTN_KV_PAGE, 0);
 }
 /* Values of the token pair at key `j` (even), widths from d0. */
 static inline const attn_bf16 *values_at(const attn_kv_bf16 *kv, int D, int j, int d0) {
@@ -195,7 +196,7 @@ BF16K VINLINE __m512bh pair_of(const attn_bf16 *p) {
 /* sc rows [0, rows) x keys [kc, kc + 16 NV) of keys j0.. = qg @ K^T, 4 rows at
  * a time (rows a multiple of 4). */
 BF16K VINLINE void dot_scores(float *sc, const attn_bf16 *qg, int D, const attn_kv_bf16 *kv, int j0,
-                             int kc, int rows, const int NV) {
+                              int kc, int rows, const int NV) {
     const attn_bf16 *kb[4];
     _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) kb[v] = keys_at(kv, D, j0 + kc + 16 * v);
     for (int r = 0; r < rows; r += 4) {
@@ -219,8 +220,8 @@ BF16K VINLINE void dot_scores(float *sc, const attn_bf16 *qg, int D, const attn_
 }
 
 /* acc rows [0, rows) x widths [d0, d0 + 16 NV) += pb @ V over keys j0.. +nkp. */
-BF16K VINLINE void dot_values(float *acc, const attn_bf16 *pb, int D, const attn_kv_bf16 *kv, int j0,
-                             int nkp, int rows, int d0, const int NV) {
+BF16K VINLINE void dot_values(float *acc, const attn_bf16 *pb, int D, const attn_kv_bf16 *kv,
+                              int j0, int nkp, int rows, int d0, const int NV) {
     for (int r = 0; r < rows; r += 4) {
         __m512 a[4][4];
         _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++)
@@ -276,7 +277,7 @@ VEXP2_NEG_FUNCTION(exp2_neg, BF16K)
 /* p (nkp) = bf16(2^(x - c)) for the scores x of one row; returns the sum of
  * the unrounded values added to sum, and the largest score in *mx. */
 BF16K VINLINE __m512 exp_pass(const float *x, attn_bf16 *p, int nkp, float c, __m512 sum,
-                             __m512 *mx) {
+                              __m512 *mx) {
     __m512 neg = _mm512_set1_ps(-c), top = _mm512_set1_ps(HIDDEN);
     for (int v = 0; v < nkp; v += 32) {
         __m512 x0 = _mm512_loadu_ps(x + v), x1 = _mm512_loadu_ps(x + v + 16);

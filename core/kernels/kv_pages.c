@@ -49,8 +49,10 @@ void attn_kv16_to_rows(const uint16_t *kv16, int G, int D, size_t tokens, uint16
         uint16_t *k = rows + t * 2 * gd, *v = k + gd; /* row t: keys (G,D), values (G,D) */
         for (int g = 0; g < G; g++)
             for (int d = 0; d < D; d++) {
-                k[(size_t)g * D + d] = page[(size_t)g * attn_kv_head_elems(D) + attn_kv_key_at(D, slot, d)];
-                v[(size_t)g * D + d] = page[(size_t)g * attn_kv_head_elems(D) + attn_kv_value_at(D, slot, d)];
+                k[(size_t)g * D + d] =
+                    page[(size_t)g * attn_kv_head_elems(D) + attn_kv_key_at(D, slot, d)];
+                v[(size_t)g * D + d] =
+                    page[(size_t)g * attn_kv_head_elems(D) + attn_kv_value_at(D, slot, d)];
             }
     }
 }
@@ -65,8 +67,10 @@ void attn_kv16_from_rows(uint16_t *kv16, int G, int D, size_t tokens, const uint
         const uint16_t *k = rows + t * 2 * gd, *v = k + gd;
         for (int g = 0; g < G; g++)
             for (int d = 0; d < D; d++) {
-                page[(size_t)g * attn_kv_head_elems(D) + attn_kv_key_at(D, slot, d)] = k[(size_t)g * D + d];
-                page[(size_t)g * attn_kv_head_elems(D) + attn_kv_value_at(D, slot, d)] = v[(size_t)g * D + d];
+                page[(size_t)g * attn_kv_head_elems(D) + attn_kv_key_at(D, slot, d)] =
+                    k[(size_t)g * D + d];
+                page[(size_t)g * attn_kv_head_elems(D) + attn_kv_value_at(D, slot, d)] =
+                    v[(size_t)g * D + d];
             }
     }
 }

@@ -80,7 +80,8 @@ static int keep_biases(attn_model *m) {
 static int proj_pack(attn_model *m) {
     const attn_hparams *hp = &m->hp;
     int E = hp->embed_dim, HD = hp->num_heads * hp->head_dim, GD = hp->num_kv_heads * hp->head_dim;
-    const float *W[4] = {m->q_w, m->k_w, m->v_w, m->out_w}, *b[4] = {m->q_b, m->k_b, m->v_b, m->out_b};
+    const float *W[4] = {m->q_w, m->k_w, m->v_w, m->out_w},
+                *b[4] = {m->q_b, m->k_b, m->v_b, m->out_b};
     int N[4] = {HD, GD, GD, E}, K[4] = {E, hp->kdim, hp->vdim, HD};
     m->packed16 = calloc(4, sizeof *m->packed16);
     int bad = !m->packed16;
@@ -106,7 +107,8 @@ static void proj_shape(const void *w, int *N, int *K, int *panels) {
 
 static size_t proj_bytes(const void *w) {
     const attn_packed_bf16 *pw = w;
-    return (size_t)pw->panels * ATTN_PANEL * (2 * (size_t)pw->kp * sizeof(attn_bf16) + sizeof(float));
+    return (size_t)pw->panels * ATTN_PANEL *
+           (2 * (size_t)pw->kp * sizeof(attn_bf16) + sizeof(float));
 }
 
 static const void *proj_data(const void *w, size_t *n) {
@@ -120,7 +122,7 @@ static size_t proj_prepared_elems(size_t M, int K) {
 }
 
 static void proj_prepare(const proj_part *p, size_t r0, size_t r1) {
-    int K = ((const attn_packed_bf16 *)p->w)->K;
+    int K = p->K;
     for (size_t r = r0; r < r1 && r < p->M; r++) {
         attn_bf16 *dst = p->A16 + r * p->ld16;
         attn_bf16_round(dst, p->A + r * p->lda, (size_t)K);

@@ -63,7 +63,8 @@ static void proj_unpack(attn_model *m) {
 static int proj_pack(attn_model *m) {
     const attn_hparams *hp = &m->hp;
     int E = hp->embed_dim, HD = hp->num_heads * hp->head_dim, GD = hp->num_kv_heads * hp->head_dim;
-    const float *W[4] = {m->q_w, m->k_w, m->v_w, m->out_w}, *b[4] = {m->q_b, m->k_b, m->v_b, m->out_b};
+    const float *W[4] = {m->q_w, m->k_w, m->v_w, m->out_w},
+                *b[4] = {m->q_b, m->k_b, m->v_b, m->out_b};
     int N[4] = {HD, GD, GD, E}, K[4] = {E, hp->kdim, hp->vdim, HD};
     m->packed = calloc(4, sizeof *m->packed);
     for (int i = 0; m->packed && i < 4; i++)

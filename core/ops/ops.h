@@ -131,11 +131,12 @@ extern const attn_attend_ops attn_attend_bf16; /* ops/bf16.c */
 /* One projection of a forward: inputs (M,K), packed weights, outputs (M,N). */
 typedef struct {
     const struct attn_proj_ops *ops;
-    const void *w;   /* the row's packed weights of this projection */
-    const float *W;  /* (N,K) the weights unpacked, where the model keeps them, or NULL */
-    const float *A;  /* (M,K) inputs at row stride lda */
+    const void *w;  /* the row's packed weights of this projection (NULL: sizes only) */
+    int N, K;       /* outputs and inputs of the projection */
+    const float *W; /* (N,K) the weights unpacked, where the model keeps them, or NULL */
+    const float *A; /* (M,K) inputs at row stride lda */
     size_t lda;
-    uint16_t *A16;   /* prepared inputs (stride ld16) when the row prepares them, else NULL */
+    uint16_t *A16; /* prepared inputs (stride ld16) when the row prepares them, else NULL */
     size_t ld16;
     float *C; /* (M,N) outputs at row stride ldc */
     size_t ldc;

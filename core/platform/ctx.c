@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ctx.h"
 #include "blas.h"
+#include "ctx.h"
 #include "mem.h"
 
 struct attn_ctx {
@@ -18,8 +18,8 @@ struct attn_ctx {
     size_t proj_cap;
     float **tile; /* (nthreads) per-thread scratch, tile_cap floats each, in tile_mem */
     size_t tile_cap;
-    float *tile_mem;  /* one block for every thread's tile: one huge page, not one each */
-    void *tasks; /* (tasks_cap bytes) */
+    float *tile_mem; /* one block for every thread's tile: one huge page, not one each */
+    void *tasks;     /* (tasks_cap bytes) */
     size_t tasks_cap;
     void *seqs; /* (seqs_cap bytes) */
     size_t seqs_cap;
@@ -145,8 +145,8 @@ int attn_ctx_reserve(attn_ctx *ctx, const attn_ws_size *need, attn_ws *ws) {
     double *freqs = grow(ctx->freqs, &ctx->freqs_cap, need->freqs, sizeof *freqs);
     if (!freqs) return -1;
     ctx->freqs = freqs;
-    *ws = (attn_ws){
-        ctx->proj, ctx->tile, tasks, seqs, freqs, (uint16_t *)ctx->kv16, (uint16_t *)ctx->a16};
+    *ws = (attn_ws){ctx->proj,           ctx->tile, tasks, seqs, freqs, (uint16_t *)ctx->kv16,
+                    (uint16_t *)ctx->a16};
     return 0;
 }
 
@@ -167,8 +167,8 @@ size_t attn_ws_bytes(const attn_ws_size *need, int nthreads) {
     return attn_alloc_bytes(sizeof(float) * need->proj) +
            attn_alloc_bytes(sizeof(float) * (size_t)nthreads * tile_floats(need->tile)) +
            attn_alloc_bytes(sizeof(float) * ((need->kv16 + 1) / 2)) +
-           attn_alloc_bytes(sizeof(float) * ((need->a16 + 1) / 2)) +
-           need->tasks + need->seqs + sizeof(double) * need->freqs;
+           attn_alloc_bytes(sizeof(float) * ((need->a16 + 1) / 2)) + need->tasks + need->seqs +
+           sizeof(double) * need->freqs;
 }
 
 void attn_ctx_loops_clear(attn_ctx *ctx) {

@@ -71,7 +71,7 @@ VEXP_NEG_FUNCTION(vexp_neg, )
  * target `attr`. */
 #define VEXP2_NEG_FUNCTION(name, attr)                                                             \
     attr VINLINE __m512 name(__m512 t) {                                                           \
-        const __m512 magic = _mm512_set1_ps(12582912.0f); /* 1.5 * 2^23: rounds to an integer */  \
+        const __m512 magic = _mm512_set1_ps(12582912.0f); /* 1.5 * 2^23: rounds to an integer */   \
         __m512 n = _mm512_sub_ps(_mm512_add_ps(t, magic), magic);                                  \
         __m512 f = _mm512_sub_ps(t, n);                                                            \
         __m512 p = _mm512_set1_ps(1.321867225e-3f);                                                \

@@ -10,8 +10,8 @@
  * ThreadSanitizer).
  */
 #include <float.h>
-#include <math.h>
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 #include "../platform/cpu.h"

@@ -168,7 +168,8 @@ void attn_select_task(const attn_attend *a, const attn_task *tk, float *scratch)
         for (int m = 0; m < R; m++)
             any |= p.slot[g * R + m] >= 0;
         if (!any) continue;
-        const float *x = a->ops->weights(a, sa, g, tk->i0, tk->i1, r0, r1, p.P); /* ((r1-r0)*R, S) */
+        const float *x =
+            a->ops->weights(a, sa, g, tk->i0, tk->i1, r0, r1, p.P); /* ((r1-r0)*R, S) */
         for (int m = 0; m < R; m++) { /* heads ascending: a mean sums as the full path does */
             int slot = p.slot[g * R + m];
             if (slot < 0) continue;

@@ -115,11 +115,16 @@ void proj_tile_describe(const proj_job *j, int t, attn_loop_kind loop, attn_plan
         loop, loop == ATTN_LOOP_OUT ? 3 : i, (int)(r1 - r0), c1 - j0 * ATTN_PANEL, K, 1};
 }
 
-proj_part proj_part_of(const attn_model *m, int which, float *C, size_t ldc, const float *A,
-                       size_t lda, size_t M) {
+proj_part proj_part_of(const attn_proj_ops *ops, const attn_model *m, int which, float *C,
+                       size_t ldc, const float *A, size_t lda, size_t M) {
+    const attn_hparams *hp = &m->hp;
+    int E = hp->embed_dim, HD = hp->num_heads * hp->head_dim, GD = hp->num_kv_heads * hp->head_dim;
+    const int N[4] = {HD, GD, GD, E}, K[4] = {E, hp->kdim, hp->vdim, HD};
     const float *W[4] = {m->q_w, m->k_w, m->v_w, m->out_w};
-    return (proj_part){.ops = m->proj_ops,
-                       .w = m->proj_ops->weights(m, which),
+    return (proj_part){.ops = ops,
+                       .w = ops->weights(m, which),
+                       .N = N[which],
+                       .K = K[which],
                        .W = W[which],
                        .A = A,
                        .lda = lda,
@@ -137,11 +142,9 @@ static const proj_part *same_input(const proj_part *parts, const proj_part *p) {
 
 size_t proj_prepared_elems(const proj_part *parts, int nparts) {
     size_t n = 0;
-    for (int i = 0; i < nparts; i++) {
-        int N, K, panels;
-        parts[i].ops->shape(parts[i].w, &N, &K, &panels);
-        if (!same_input(parts, &parts[i])) n += parts[i].ops->prepared_elems(parts[i].M, K);
-    }
+    for (int i = 0; i < nparts; i++)
+        if (!same_input(parts, &parts[i]))
+            n += parts[i].ops->prepared_elems(parts[i].M, parts[i].K);
     return n;
 }
 
@@ -152,8 +155,6 @@ static void lay_inputs(proj_job *j, uint16_t *a16) {
     j->ifirst[0] = 0;
     for (int i = 0; i < j->nparts; i++) {
         proj_part *p = &j->parts[i];
-        int N, K, panels;
-        p->ops->shape(p->w, &N, &K, &panels);
         if (!p->ops->prepare) continue;
         const proj_part *q = same_input(j->parts, p);
         if (q) { /* prepared already for an earlier part */
@@ -161,9 +162,9 @@ static void lay_inputs(proj_job *j, uint16_t *a16) {
             p->ld16 = q->ld16;
             continue;
         }
-        p->ld16 = p->ops->prepared_elems(1, K);
+        p->ld16 = p->ops->prepared_elems(1, p->K);
         p->A16 = a16;
-        if (a16) a16 += p->ops->prepared_elems(p->M, K);
+        if (a16) a16 += p->ops->prepared_elems(p->M, p->K);
         j->inputs[j->ninputs++] = p;
         j->ifirst[j->ninputs] =
             j->ifirst[j->ninputs - 1] + (int)((p->M + ROUND_ROWS - 1) / ROUND_ROWS);
@@ -200,7 +201,6 @@ void proj_prepare_task(void *job, int t, int tid) {
 void proj_prepare_describe(const proj_job *j, int t, attn_plan_task *out) {
     size_t r0;
     const proj_part *p = prepare_at(j, t, &r0);
-    int N, K, panels, rows = (int)(p->M - r0 < ROUND_ROWS ? p->M - r0 : ROUND_ROWS);
-    p->ops->shape(p->w, &N, &K, &panels);
-    *out = (attn_plan_task){ATTN_LOOP_ROUND, 0, rows, 0, K, 1};
+    int rows = (int)(p->M - r0 < ROUND_ROWS ? p->M - r0 : ROUND_ROWS);
+    *out = (attn_plan_task){ATTN_LOOP_ROUND, 0, rows, 0, p->K, 1};
 }

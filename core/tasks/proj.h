@@ -12,18 +12,19 @@
 
 enum { PROJ_PARTS = 3 }; /* at most Q, K and V at once */
 
-/* Part `which` (0 q, 1 k, 2 v, 3 out) of model m: outputs C at row stride
- * ldc from M rows of A at stride lda, on m's packed weights. */
-proj_part proj_part_of(const attn_model *m, int which, float *C, size_t ldc, const float *A,
-                       size_t lda, size_t M);
+/* Part `which` (0 q, 1 k, 2 v, 3 out) of model m on its projection row
+ * ops: outputs C at row stride ldc from M rows of A at stride lda, on m's
+ * packed weights (none yet when m is not packed: sizes only). */
+proj_part proj_part_of(const attn_proj_ops *ops, const attn_model *m, int which, float *C,
+                       size_t ldc, const float *A, size_t lda, size_t M);
 
 /* One projection loop (or two: preparing, then tiles) over some parts. */
 typedef struct {
     proj_part *parts;
     int nparts;
-    int by_rows;               /* tile order: 1 band of rows by band, 0 column block by block */
-    int rows, panels;          /* tile shape */
-    int first[PROJ_PARTS + 1]; /* first tile of each part; first[nparts] = all tiles */
+    int by_rows;                   /* tile order: 1 band of rows by band, 0 column block by block */
+    int rows, panels;              /* tile shape */
+    int first[PROJ_PARTS + 1];     /* first tile of each part; first[nparts] = all tiles */
     proj_part *inputs[PROJ_PARTS]; /* parts whose distinct inputs are prepared */
     int ninputs;
     int ifirst[PROJ_PARTS + 1]; /* first preparing task of each; ifirst[ninputs] = all */
