@@ -114,9 +114,12 @@ venv: $(VENV)/.stamp
 # tests/requirements-client.txt, where tests/client, the docs' torch blocks
 # and bench/bench_client.py run. The wheel's folder is emptied first, and
 # so is the in-tree build folder, so that no removed file lingers in it.
+# CLIENT_SRC is all the wheel is built from: clients/python holds its own
+# files (config/export_safetensors.py and config/safetensors_header.py load
+# the package's modules from there, not the other way round).
 CLIENT_VENV ?= .venv-client
-CLIENT_SRC  := clients/python/pyproject.toml $(wildcard clients/python/attnd/*) \
-               config/export_safetensors.py config/safetensors_header.py
+CLIENT_SRC  := clients/python/pyproject.toml clients/python/README.md \
+               $(wildcard clients/python/attnd/*)
 CLIENT_WHEEL = build/client-wheel
 $(CLIENT_VENV)/.stamp: tests/requirements-client.txt bench/requirements.txt
 	/usr/bin/python3 -m venv --system-site-packages $(CLIENT_VENV)

@@ -1,32 +1,28 @@
 """safetensors_header.py - the head of a .safetensors file, in the Python
-standard library alone: 8 bytes of little-endian header length, then the
-JSON header padded with spaces to a multiple of 8. The tensors' raw
-little-endian bytes follow it, in the order given.
+standard library alone (safetensors_header, safetensors_bytes), for the
+scripts that import it with config/ on sys.path: the tests' and benches'
+weight writers.
 
-config/safetensors.c reads this layout; config/export_safetensors.py and
-the tests' weight writers write it through this one function, so that a
-file written anywhere in the project has the same bytes.
+The code is the Python client's, clients/python/attnd/_safetensors_header.py,
+so that every .safetensors file written in the project has the same bytes
+and the package holds its own files. This file loads it by its path, as
+config/export_safetensors.py does its module (a package of its own named
+attnd_source whose folder is clients/python/attnd), without running the
+package's __init__: it needs no numpy, httpx or torch.
 """
-import json
-import struct
+import importlib
+import os
+import sys
+import types
 
+ATTND = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                      os.pardir, "clients", "python", "attnd"))
 
-def safetensors_header(entries, metadata=None):
-    """entries: (name, dtype, shape, nbytes) per tensor, in file order.
-    Returns the bytes that precede the first tensor's data."""
-    header, off = {}, 0
-    if metadata is not None:
-        header["__metadata__"] = dict(metadata)
-    for name, dtype, shape, nbytes in entries:
-        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [off, off + nbytes]}
-        off += nbytes
-    h = json.dumps(header, separators=(",", ":")).encode()
-    h += b" " * (-len(h) % 8)
-    return struct.pack("<Q", len(h)) + h
+if "attnd_source" not in sys.modules:
+    _package = types.ModuleType("attnd_source", "clients/python/attnd, loaded by path")
+    _package.__path__ = [ATTND]
+    sys.modules["attnd_source"] = _package
+_impl = importlib.import_module("attnd_source._safetensors_header")
 
-
-def safetensors_bytes(tensors, metadata=None):
-    """tensors: (name, dtype, shape, data) per tensor, data its raw bytes.
-    Returns the whole file."""
-    head = safetensors_header([(n, d, s, len(b)) for n, d, s, b in tensors], metadata)
-    return head + b"".join(b for _, _, _, b in tensors)
+safetensors_header = _impl.safetensors_header
+safetensors_bytes = _impl.safetensors_bytes

@@ -15,5 +15,6 @@ from ._async import AsyncClient, AsyncSession
 from ._client import Client, Session
 from ._wire import Error, Result
 
+# the package's version, and only here: pyproject.toml reads it (dynamic)
 __version__ = "0.1.0"
 __all__ = ["Client", "AsyncClient", "Session", "AsyncSession", "Error", "Result"]
