@@ -139,14 +139,6 @@ static const bcase CASES[] = {
 };
 enum { NCASES = sizeof CASES / sizeof CASES[0] };
 
-static void fill_model(attn_model *m, const attn_hparams *hp) {
-    char err[256] = "";
-    ck_assert_msg(attn_model_init(m, hp, err, sizeof err) == 0, "%s", err);
-    for (size_t i = 0; i < m->n_floats; i++)
-        m->mem[i] = frand() * 0.25f;
-    ck_assert_msg(attn_model_pack(m, err, sizeof err) == 0, "%s", err);
-}
-
 /* A case's batch, its buffers owned here. */
 typedef struct {
     attn_seq seqs[4];
@@ -223,7 +215,7 @@ static void run_free(run_t *r) {
 static uint64_t case_hash(const bcase *c, int threads) {
     g_rng = 0x5eed0000u + (uint64_t)(c - CASES);
     attn_model m;
-    fill_model(&m, &c->hp);
+    rand_model(&m, &c->hp, 0.25f); /* biases drawn too, bias 0 or not */
     run_t r;
     build(&r, c, &m);
     attn_ctx *ctx = attn_ctx_new(threads);
