@@ -534,9 +534,8 @@ static void rand_masks(rbatch *r, attn_seq *s, int masks) {
         s->key_padding_mask = k;
     }
     if (masks & 2) {
-        uint8_t *b = own(r, xcalloc(LS, 1));
-        for (size_t e = 0; e < LS; e++)
-            b[e] = frand() > 0.6f || e / s->S == 2; /* row 2: every key hidden */
+        uint8_t *b = own(r, rand_bools(LS, 0.6f));
+        if (s->L > 2) memset(b + 2 * (size_t)s->S, 1, (size_t)s->S); /* row 2: every key hidden */
         s->attn_mask_bool = b;
     }
     if (masks & 4) {

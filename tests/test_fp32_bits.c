@@ -157,11 +157,9 @@ static void *keep(run_t *r, void *p) {
 static void masks_of(run_t *r, const bcase *c, attn_seq *s) {
     if (c->masks == 1) {
         uint8_t *kpm = keep(r, xcalloc((size_t)s->S, 1)),
-                *mb = keep(r, xcalloc((size_t)s->L * s->S, 1));
+                *mb = keep(r, rand_bools((size_t)s->L * s->S, 0.6f));
         for (int j = 1; j < s->S; j += 3)
             kpm[j] = 1;
-        for (size_t e = 0; e < (size_t)s->L * s->S; e++)
-            mb[e] = frand() > 0.6f;
         s->key_padding_mask = kpm;
         s->attn_mask_bool = mb;
     } else if (c->masks == 2) {

@@ -1,10 +1,11 @@
 /* test_rand.h - random inputs and models for the Check suites, drawn from
  * one 64-bit linear congruential stream (Knuth's MMIX constants):
- *   frand        uniform in [-1, 1), 24 bits of the state's top
+ *   frand        uniform in [-1, 1), from the state's top 24 bits
  *   urand        uniform in [0, 1), the same draw
  *   rand_u32     the state's high 32 bits; rand_int(lo, hi) uniform in [lo, hi]
  *   RAND_UNIT    sqrt(3): frand() * RAND_UNIT has variance 1
  *   rand_floats  n draws frand() * scale, in a new buffer
+ *   rand_bools   n bytes, each 1 when its draw frand() > above (a mask)
  *   rand_model   attn_model_init, every float of the model's mem drawn in
  *                mem's order (attn.h: q_w | k_w | v_w | q_b | k_b | v_b |
  *                out_w | out_b), then attn_model_pack; rand_model_biases
@@ -13,7 +14,8 @@
  * Each test binary has its own stream, seeded with TEST_RAND_SEED (0 unless
  * defined before this header); a suite reseeds it by setting g_rng.
  * test_fp32_bits pins the bits of forwards on these inputs and models: a
- * change to frand, rand_floats or rand_model's order changes its hashes. */
+ * change to frand, rand_floats, rand_bools or rand_model's order changes its
+ * hashes. */
 #ifndef ATTND_TESTS_TEST_RAND_H
 #define ATTND_TESTS_TEST_RAND_H
 
@@ -61,6 +63,13 @@ static inline float *rand_floats(size_t n, float scale) {
     float *p = xcalloc(n, sizeof(float));
     for (size_t i = 0; i < n; i++)
         p[i] = frand() * scale;
+    return p;
+}
+
+static inline uint8_t *rand_bools(size_t n, float above) {
+    uint8_t *p = xcalloc(n, 1);
+    for (size_t i = 0; i < n; i++)
+        p[i] = frand() > above;
     return p;
 }
 
