@@ -494,17 +494,8 @@ static const rmodel RMODELS[] = {
 };
 #define NRMODELS ((int)(sizeof RMODELS / sizeof RMODELS[0]))
 
-/* Initialises and fills m (unit-scale projections), packs it. */
-static void rand_model(attn_model *m, const attn_hparams *hp0) {
-    attn_hparams hp = *hp0;
-    if (!hp.kdim) hp.kdim = hp.embed_dim;
-    if (!hp.vdim) hp.vdim = hp.embed_dim;
-    char err[256] = "";
-    ck_assert_msg(attn_model_init(m, &hp, err, sizeof err) == 0, "%s", err);
-    for (size_t i = 0; i < m->n_floats; i++)
-        m->mem[i] = frand() * 0.17f;
-    ck_assert_msg(attn_model_pack(m, err, sizeof err) == 0, "%s", err);
-}
+/* The scale of every weight and bias of the random models (rand_model). */
+#define RM_SCALE 0.17f
 
 /* A batch of random sequences with every option, buffers owned. */
 typedef struct {
@@ -544,9 +535,8 @@ static void rand_masks(rbatch *r, attn_seq *s, int masks) {
         s->key_padding_mask = k;
     }
     if (masks & 2) {
-        uint8_t *b = own(r, xcalloc(LS, 1));
-        for (size_t e = 0; e < LS; e++)
-            b[e] = frand() > 0.6f || e / s->S == 2; /* row 2: every key hidden */
+        uint8_t *b = own(r, rand_bools(LS, 0.6f));
+        if (s->L > 2) memset(b + 2 * (size_t)s->S, 1, (size_t)s->S); /* row 2: every key hidden */
         s->attn_mask_bool = b;
     }
     if (masks & 4) {
@@ -607,7 +597,7 @@ START_TEST(test_random_vs_reference) {
     for (int p = 0; p < NPATHS; p++) {
         if (!use_path(PATHS[p], rm->name)) continue;
         attn_model m;
-        rand_model(&m, &rm->hp);
+        rand_model(&m, &rm->hp, RM_SCALE);
         rbatch r;
         rand_batch(&r, &m, rm->cross);
         char err[256] = "", what[256];
@@ -659,7 +649,7 @@ START_TEST(test_batch_invariance) {
     for (int p = 0; p < NPATHS; p++) {
         if (!use_path(PATHS[p], rm->name)) continue;
         attn_model m;
-        rand_model(&m, &rm->hp);
+        rand_model(&m, &rm->hp, RM_SCALE);
         rbatch r;
         rand_batch(&r, &m, rm->cross);
         forward_n(1, &m, &r.b);
@@ -726,7 +716,7 @@ START_TEST(test_steps_bitwise) {
         if (!use_path(PATHS[p], rm->name)) continue;
         if (rm->cross) return; /* steps are self-attention */
         attn_model m;
-        rand_model(&m, &rm->hp);
+        rand_model(&m, &rm->hp, RM_SCALE);
         if (!m.attn16) { /* test_decoder holds fp32 caches to the same */
             printf("steps %s: attention and cache in fp32 (head width %d)\n", rm->name,
                    m.hp.head_dim);
@@ -794,7 +784,7 @@ START_TEST(test_steps_vs_reference) {
     for (int p = 0; p < NPATHS; p++) {
         if (rm->cross || !use_path(PATHS[p], rm->name)) return;
         attn_model m;
-        rand_model(&m, &rm->hp);
+        rand_model(&m, &rm->hp, RM_SCALE);
         if (!m.attn16) {
             attn_model_free(&m);
             return;
@@ -860,7 +850,7 @@ START_TEST(test_steps_in_a_batch) {
     for (int p = 0; p < NPATHS; p++) {
         if (!use_path(PATHS[p], "steps in a batch")) continue;
         attn_model m;
-        rand_model(&m, &RMODELS[2].hp); /* gqa d64 rope */
+        rand_model(&m, &RMODELS[2].hp, RM_SCALE); /* gqa d64 rope */
         int E = m.hp.embed_dim;
         float *pre = rand_floats((size_t)70 * E, 1.7f),
               *x = rand_floats((size_t)(3 + 1 + 40) * E, 1.7f);
@@ -923,9 +913,9 @@ START_TEST(test_fallback_fp32) {
     ck_assert_int_eq(attn_set_bf16_kernels("none"), 0);
     ck_assert_str_eq(attn_bf16_kernels(), "none");
     uint64_t seed = g_rng;
-    rand_model(&m16, &rm->hp);
+    rand_model(&m16, &rm->hp, RM_SCALE);
     g_rng = seed;
-    rand_model(&m32, &hp32);
+    rand_model(&m32, &hp32, RM_SCALE);
     ck_assert_int_eq(m16.hp.precision, ATTN_BF16);
     ck_assert_int_eq(m16.precision, ATTN_FP32);
     ck_assert_int_eq(m16.attn16, 0);
@@ -956,8 +946,8 @@ START_TEST(test_model_settled) {
         attn_model m16, m32;
         attn_hparams hp32 = RMODELS[i].hp;
         hp32.precision = ATTN_FP32;
-        rand_model(&m16, &RMODELS[i].hp);
-        rand_model(&m32, &hp32);
+        rand_model(&m16, &RMODELS[i].hp, RM_SCALE);
+        rand_model(&m32, &hp32, RM_SCALE);
         int D = m16.hp.head_dim, G = m16.hp.num_kv_heads;
         ck_assert_int_eq(m32.precision, ATTN_FP32);
         ck_assert_int_eq(m32.attn16, 0);
@@ -996,8 +986,8 @@ START_TEST(test_refused) {
     attn_model m16, m32;
     attn_hparams hp32 = RMODELS[1].hp;
     hp32.precision = ATTN_FP32;
-    rand_model(&m16, &RMODELS[1].hp);
-    rand_model(&m32, &hp32);
+    rand_model(&m16, &RMODELS[1].hp, RM_SCALE);
+    rand_model(&m32, &hp32, RM_SCALE);
     int E = m16.hp.embed_dim;
     float *q = rand_floats((size_t)4 * E, 1), *out = xcalloc((size_t)4 * E, 4);
     float *kvf = xcalloc(attn_kv_bytes(&m32, 4), 1);

@@ -22,6 +22,7 @@
 #include "../core/platform/ctx.h"
 
 #include "check_run.h"
+#include "test_rand.h"
 #include <check.h>
 #include <dirent.h>
 #include <jansson.h>
@@ -79,12 +80,6 @@ static size_t attn_floats(const attn_model *m, const tseq *s) {
     if (s->weights == ATTN_WEIGHTS_HEADS) return (size_t)m->hp.num_heads * s->L * s->S;
     if (s->weights == ATTN_WEIGHTS_MEAN) return (size_t)s->L * s->S;
     return 0;
-}
-
-static void *xcalloc(size_t n, size_t size) {
-    void *p = calloc(n ? n : 1, size);
-    ck_assert_msg(p != NULL, "out of memory");
-    return p;
 }
 
 static float *nan_filled(size_t n) {
@@ -564,62 +559,6 @@ END_TEST
 
 /* ------------------------------------------------------------ random tests */
 
-static uint64_t g_rng;
-
-static uint64_t rng_next(void) { /* splitmix64 */
-    uint64_t z = (g_rng += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
-static double rng_unif(void) {
-    return (double)(rng_next() >> 11) / 9007199254740992.0;
-}
-
-static int rng_int(int lo, int hi) { /* [lo, hi] */
-    return lo + (int)(rng_next() % (uint64_t)(hi - lo + 1));
-}
-
-static float rng_normal(void) {
-    double u = rng_unif(), v = rng_unif();
-    return (float)(sqrt(-2.0 * log(u + 1e-300)) * cos(6.283185307179586 * v));
-}
-
-static float *rand_floats(size_t n, float scale) {
-    float *p = xcalloc(n, sizeof(float));
-    for (size_t i = 0; i < n; i++)
-        p[i] = rng_normal() * scale;
-    return p;
-}
-
-static void rand_model(attn_model *m, const attn_hparams *hp) {
-    char err[256] = "";
-    ck_assert_msg(attn_model_init(m, hp, err, sizeof(err)) == 0, "%s", err);
-    int E = hp->embed_dim;
-    struct {
-        float *p;
-        size_t n;
-        float scale;
-        int is_bias;
-    } t[] = {
-        {m->q_w, (size_t)E * E, 1.0f / sqrtf(E), 0},
-        {m->k_w, (size_t)E * hp->kdim, 1.0f / sqrtf(hp->kdim), 0},
-        {m->v_w, (size_t)E * hp->vdim, 1.0f / sqrtf(hp->vdim), 0},
-        {m->q_b, (size_t)E, 0.5f, 1},
-        {m->k_b, (size_t)E, 0.5f, 1},
-        {m->v_b, (size_t)E, 0.5f, 1},
-        {m->out_w, (size_t)E * E, 1.0f / sqrtf(E), 0},
-        {m->out_b, (size_t)E, 0.5f, 1},
-    };
-    for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
-        if (t[i].is_bias && !hp->bias) continue; /* attn.h: biases are zeros when bias == 0 */
-        for (size_t j = 0; j < t[i].n; j++)
-            t[i].p[j] = rng_normal() * t[i].scale;
-    }
-    ck_assert_msg(attn_model_pack(m, err, sizeof(err)) == 0, "%s", err);
-}
-
 /* A random shape: fixed lengths when lo == hi. */
 typedef struct {
     const char *name;
@@ -669,27 +608,27 @@ static const rcase g_cases[] = {
 /* Random masks for one sequence, some with fully hidden rows. */
 static void rand_masks(tseq *s) {
     int L = s->L, S = s->S;
-    s->causal = rng_int(0, 2) == 0;
-    int r = rng_int(0, 5);
+    s->causal = rand_int(0, 2) == 0;
+    int r = rand_int(0, 5);
     if (r >= 3) {
         s->kpm = xcalloc(S, 1);
-        int all = rng_int(0, 9) == 0;
+        int all = rand_int(0, 9) == 0;
         for (int j = 0; j < S; j++)
-            s->kpm[j] = all || rng_unif() < 0.25;
+            s->kpm[j] = all || urand() < 0.25f;
     }
-    r = rng_int(0, 5);
+    r = rand_int(0, 5);
     if (r == 1 || r == 3) {
         s->mask_bool = xcalloc((size_t)L * S, 1);
         for (size_t i = 0; i < (size_t)L * S; i++)
-            s->mask_bool[i] = rng_unif() < 0.25;
-        if (rng_int(0, 1)) memset(s->mask_bool + (size_t)rng_int(0, L - 1) * S, 1, S);
+            s->mask_bool[i] = urand() < 0.25f;
+        if (rand_int(0, 1)) memset(s->mask_bool + (size_t)rand_int(0, L - 1) * S, 1, S);
     }
     if (r == 2 || r == 3) {
-        s->mask_add = rand_floats((size_t)L * S, 1.5f);
+        s->mask_add = rand_floats((size_t)L * S, 1.5f * RAND_UNIT);
         for (size_t i = 0; i < (size_t)L * S; i++)
-            if (rng_unif() < 0.1) s->mask_add[i] = -INFINITY;
-        if (rng_int(0, 1)) {
-            float *row = s->mask_add + (size_t)rng_int(0, L - 1) * S;
+            if (urand() < 0.1f) s->mask_add[i] = -INFINITY;
+        if (rand_int(0, 1)) {
+            float *row = s->mask_add + (size_t)rand_int(0, L - 1) * S;
             for (int j = 0; j < S; j++)
                 row[j] = -INFINITY;
         }
@@ -702,16 +641,17 @@ static tseq *make_case(int i, attn_model *m) {
     g_rng = 0x5eed0000ULL + (uint64_t)i;
     attn_hparams hp = {
         .embed_dim = c->E, .num_heads = c->H, .kdim = c->Kd, .vdim = c->Vd, .bias = c->bias};
-    rand_model(m, &hp);
+    /* weights of variance 1/E, biases of variance 1/4 (zeros without bias) */
+    rand_model_biases(m, &hp, RAND_UNIT / sqrtf((float)c->E), c->bias ? 0.5f * RAND_UNIT : 0.0f);
     tseq *seqs = xcalloc(c->B, sizeof(tseq));
     for (int b = 0; b < c->B; b++) {
         tseq *s = &seqs[b];
-        s->L = c->edges ? g_edges[b % NEDGES] : rng_int(c->Lmin, c->Lmax);
-        s->S = c->self ? s->L : c->edges ? g_edges[(b + 5) % NEDGES] : rng_int(c->Smin, c->Smax);
-        s->query = rand_floats((size_t)s->L * c->E, 1.0f);
+        s->L = c->edges ? g_edges[b % NEDGES] : rand_int(c->Lmin, c->Lmax);
+        s->S = c->self ? s->L : c->edges ? g_edges[(b + 5) % NEDGES] : rand_int(c->Smin, c->Smax);
+        s->query = rand_floats((size_t)s->L * c->E, RAND_UNIT);
         if (!c->self) {
-            s->key = rand_floats((size_t)s->S * c->Kd, 1.0f);
-            if (!c->value_null) s->value = rand_floats((size_t)s->S * c->Vd, 1.0f);
+            s->key = rand_floats((size_t)s->S * c->Kd, RAND_UNIT);
+            if (!c->value_null) s->value = rand_floats((size_t)s->S * c->Vd, RAND_UNIT);
         }
         if (c->masks) rand_masks(s);
         if (c->causal) s->causal = 1;
@@ -760,7 +700,8 @@ START_TEST(test_random_case) {
     int fused_default = attn_set_fused(1);
     for (int mode = 0; mode < 4; mode++) {
         for (int b = 0; b < c->B; b++)
-            seqs[b].weights = mode < 3 ? (attn_weights_mode)mode : (attn_weights_mode)rng_int(0, 2);
+            seqs[b].weights =
+                mode < 3 ? (attn_weights_mode)mode : (attn_weights_mode)rand_int(0, 2);
         tres *ref = run_batch(&m, seqs, idx, c->B, kv, NULL, c->name);
         for (int b = 0; b < c->B; b++) {
             snprintf(what, sizeof(what), "%s, mode %d, reference, sequence %d", c->name, mode, b);

@@ -30,6 +30,7 @@
 #include "../core/attn.h"
 
 #include "check_run.h"
+#include "test_rand.h"
 #include <check.h>
 #include <dirent.h>
 #include <jansson.h>
@@ -48,48 +49,9 @@
 
 /* ------------------------------------------------------------ helpers */
 
-static uint64_t g_rng;
-
-static double rng_unif(void) {
-    g_rng = g_rng * 6364136223846793005ULL + 1442695040888963407ULL;
-    return (double)(g_rng >> 11) * 0x1.0p-53;
-}
-
-static float rng_normal(void) {
-    double u = rng_unif(), v = rng_unif();
-    return (float)(sqrt(-2.0 * log(u + 1e-300)) * cos(6.283185307179586 * v));
-}
-
-static void *xcalloc(size_t n, size_t size) {
-    void *p = calloc(n ? n : 1, size);
-    ck_assert_msg(p != NULL, "out of memory");
-    return p;
-}
-
-static float *rand_floats(size_t n, float scale) {
-    float *p = xcalloc(n, sizeof(float));
-    for (size_t i = 0; i < n; i++)
-        p[i] = rng_normal() * scale;
-    return p;
-}
-
-/* Initialises m for hp and fills every weight (biases when hp->bias). */
-static void rand_model(attn_model *m, const attn_hparams *hp) {
-    char err[256] = "";
-    ck_assert_msg(attn_model_init(m, hp, err, sizeof err) == 0, "%s", err);
-    size_t nb = (size_t)(m->out_w - m->q_b); /* q_b, k_b, v_b */
-    for (float *p = m->mem; p < m->q_b; p++)
-        *p = rng_normal() * 0.3f;
-    for (float *p = m->out_w; p < m->out_b; p++)
-        *p = rng_normal() * 0.3f;
-    if (hp->bias) {
-        for (size_t i = 0; i < nb; i++)
-            m->q_b[i] = rng_normal() * 0.5f;
-        for (int i = 0; i < hp->embed_dim; i++)
-            m->out_b[i] = rng_normal() * 0.5f;
-    }
-    ck_assert_msg(attn_model_pack(m, err, sizeof err) == 0, "%s", err);
-}
+/* The scale of every weight and bias of the random models (rand_model):
+ * variance 0.09, the weights' of the normal draws this suite once made. */
+#define RM_SCALE (0.3f * RAND_UNIT)
 
 /* ||a - ref|| / ||ref|| in double. */
 static double rel_err(const float *a, const float *ref, size_t n) {
@@ -226,8 +188,8 @@ START_TEST(test_batch_refused) {
     attn_model m;
     attn_hparams hp = {BASE, .num_kv_heads = 2, .rope = {.dim = 4, .theta = 10000}};
     g_rng = 7;
-    rand_model(&m, &hp);
-    float *x = rand_floats(3 * 16, 1), out[3 * 16];
+    rand_model(&m, &hp, RM_SCALE);
+    float *x = rand_floats(3 * 16, RAND_UNIT), out[3 * 16];
     attn_seq s = {.L = 3, .S = 3};
     attn_batch b = {.B = 1, .seqs = &s, .query = x, .key = x, .out = out};
     ck_assert(attn_forward_ref(&m, &b, err, sizeof err) == -1);
@@ -264,8 +226,8 @@ START_TEST(test_gqa_is_repeated_heads) {
     hf.num_kv_heads = H;
     attn_model g, f;
     g_rng = 11;
-    rand_model(&g, &hp);
-    rand_model(&f, &hf);
+    rand_model(&g, &hp, RM_SCALE);
+    rand_model(&f, &hf, RM_SCALE);
     memcpy(f.q_w, g.q_w, sizeof(float) * H * D * E);
     memcpy(f.q_b, g.q_b, sizeof(float) * H * D);
     memcpy(f.out_w, g.out_w, sizeof(float) * E * H * D);
@@ -277,7 +239,7 @@ START_TEST(test_gqa_is_repeated_heads) {
         memcpy(f.k_b + (size_t)h * D, g.k_b + (size_t)src * D, sizeof(float) * D);
         memcpy(f.v_b + (size_t)h * D, g.v_b + (size_t)src * D, sizeof(float) * D);
     }
-    float *x = rand_floats((size_t)L * E, 1), a[9 * 24], b[9 * 24];
+    float *x = rand_floats((size_t)L * E, RAND_UNIT), a[9 * 24], b[9 * 24];
     for (int causal = 0; causal < 2; causal++) {
         ref_self(&g, x, L, causal, NULL, a);
         ref_self(&f, x, L, causal, NULL, b);
@@ -305,11 +267,11 @@ START_TEST(test_rope_at_zero_is_identity) {
         plain.rope.dim = 0;
         attn_model r, p;
         g_rng = 21;
-        rand_model(&r, &hp);
+        rand_model(&r, &hp, RM_SCALE);
         ck_assert(attn_model_init(&p, &plain, (char[64]){0}, 64) == 0);
         memcpy(p.mem, r.mem, sizeof(float) * r.n_floats);
         int32_t zero[7] = {0};
-        float *x = rand_floats((size_t)L * E, 1), a[7 * 32], b[7 * 32];
+        float *x = rand_floats((size_t)L * E, RAND_UNIT), a[7 * 32], b[7 * 32];
         ref_self(&r, x, L, 1, zero, a);
         ref_self(&p, x, L, 1, NULL, b);
         ck_assert_msg(rel_err(a, b, (size_t)L * E) < 1e-7, "style %d", style);
@@ -352,13 +314,13 @@ START_TEST(test_rope_shift_invariant) {
                            .rope = ropes[c]};
         attn_model m;
         g_rng = 31 + c;
-        rand_model(&m, &hp);
+        rand_model(&m, &hp, RM_SCALE);
         int32_t pos[10], far[10];
         for (int i = 0; i < L; i++) {
             pos[i] = i;
             far[i] = 1000 + i;
         }
-        float *x = rand_floats((size_t)L * E, 1), a[10 * 48], b[10 * 48];
+        float *x = rand_floats((size_t)L * E, RAND_UNIT), a[10 * 48], b[10 * 48];
         ref_self(&m, x, L, 1, pos, a);
         ref_self(&m, x, L, 1, far, b);
         double e = rel_err(b, a, (size_t)L * E);
@@ -378,7 +340,7 @@ START_TEST(test_scale_is_query_scaling) {
     hd.scale = 0;
     attn_model s, d;
     g_rng = 41;
-    rand_model(&s, &hs);
+    rand_model(&s, &hs, RM_SCALE);
     ck_assert(attn_model_init(&d, &hd, (char[64]){0}, 64) == 0);
     memcpy(d.mem, s.mem, sizeof(float) * s.n_floats);
     double k = 0.05 * sqrt(8.0);
@@ -386,7 +348,7 @@ START_TEST(test_scale_is_query_scaling) {
         *p = (float)(*p * k);
     for (float *p = d.q_b; p < d.k_b; p++)
         *p = (float)(*p * k);
-    float *x = rand_floats((size_t)L * E, 1), a[6 * 16], b[6 * 16];
+    float *x = rand_floats((size_t)L * E, RAND_UNIT), a[6 * 16], b[6 * 16];
     ref_self(&s, x, L, 0, NULL, a);
     ref_self(&d, x, L, 0, NULL, b);
     double e = rel_err(a, b, (size_t)L * E);
@@ -424,7 +386,7 @@ START_TEST(test_decoder_vs_ref) {
         if (k->rope) hp.rope = (attn_rope){.dim = k->D - 2, .theta = 1000, .style = c % 2};
         attn_model m;
         g_rng = 100 + c;
-        rand_model(&m, &hp);
+        rand_model(&m, &hp, RM_SCALE);
         enum { B = 4 };
         attn_seq seqs[B], ref[B];
         int L[B] = {1, 7, 13, 5}, S[B] = {3, 7, 20, 5};
@@ -435,15 +397,15 @@ START_TEST(test_decoder_vs_ref) {
             T += (size_t)L[i];
             U += (size_t)S[i];
         }
-        float *q = rand_floats(T * k->E, 1), *key = rand_floats(U * k->Kd, 1);
-        float *val = rand_floats(U * k->Vd, 1);
+        float *q = rand_floats(T * k->E, RAND_UNIT), *key = rand_floats(U * k->Kd, RAND_UNIT);
+        float *val = rand_floats(U * k->Vd, RAND_UNIT);
         float *o1 = xcalloc(T * k->E, sizeof(float)), *o2 = xcalloc(T * k->E, sizeof(float));
         for (int i = 0; i < B; i++) {
             attn_seq *s = &seqs[i];
             *s = (attn_seq){
                 .L = L[i], .S = S[i], .causal = i % 2, .weights = (attn_weights_mode)(i % 3)};
             uint8_t *kpm = xcalloc(S[i], 1), *mb = xcalloc((size_t)L[i] * S[i], 1);
-            float *ma = rand_floats((size_t)L[i] * S[i], 1);
+            float *ma = rand_floats((size_t)L[i] * S[i], RAND_UNIT);
             int32_t *pos = xcalloc(L[i], sizeof(int32_t));
             for (int j = 0; j < S[i]; j++)
                 kpm[j] = j % 4 == 3;
@@ -527,7 +489,7 @@ static void invariance_model(attn_model *m, int which) {
     if (which < 2)
         hp.rope = (attn_rope){.dim = 8, .theta = 10000, .style = which ? ATTN_ROPE_INTERLEAVED : 0};
     g_rng = 77 + which;
-    rand_model(m, &hp);
+    rand_model(m, &hp, RM_SCALE);
 }
 
 /* Loop test _i of n models: model _i % n, the fused kernel on for the first
@@ -558,7 +520,7 @@ START_TEST(test_decoder_batch_invariant) {
         seqs[i] = (attn_seq){.L = L[i], .S = L[i], .causal = i % 2, .weights = w[i]};
         T += (size_t)L[i];
     }
-    float *q = rand_floats(T * E, 1), *all = xcalloc(T * E, sizeof(float));
+    float *q = rand_floats(T * E, RAND_UNIT), *all = xcalloc(T * E, sizeof(float));
     float *one = xcalloc(T * E, sizeof(float));
     for (int i = 0; i < B; i++)
         seqs[i].attn = attn[i][0];
@@ -600,7 +562,8 @@ START_TEST(test_steps_bitwise) {
     const int E = m.hp.embed_dim;
     const int row = 2 * m.hp.num_kv_heads * m.hp.head_dim;
     const int split[] = {13, 1, 2, 1, 7, 16};
-    float *q = rand_floats((size_t)L * E, 1), *whole = xcalloc((size_t)L * E, sizeof(float));
+    float *q = rand_floats((size_t)L * E, RAND_UNIT),
+          *whole = xcalloc((size_t)L * E, sizeof(float));
     float *stepped = xcalloc((size_t)L * E, sizeof(float));
     float *kv = xcalloc((size_t)L * row, sizeof(float));
     float *wmean = xcalloc((size_t)L * L, sizeof(float)), *smean = xcalloc((size_t)L * L, 4);
@@ -652,7 +615,8 @@ START_TEST(test_steps_in_a_batch) {
     const int E = m.hp.embed_dim, row = 2 * m.hp.num_kv_heads * m.hp.head_dim;
     enum { B = 4, CACHED = 9 };
     const int L[B] = {3, 11, 1, 5}; /* step, whole, step, whole */
-    float *q = rand_floats(20 * (size_t)E, 1), *prefix = rand_floats(2 * CACHED * (size_t)E, 1);
+    float *q = rand_floats(20 * (size_t)E, RAND_UNIT),
+          *prefix = rand_floats(2 * CACHED * (size_t)E, RAND_UNIT);
     float *out = xcalloc(20 * (size_t)E, sizeof(float)), *alone = xcalloc(20 * (size_t)E, 4);
     float *kv[2], *kv_alone[2], attn[B][20 * 20], attn_alone[20 * 20];
     char err[256];
@@ -742,7 +706,7 @@ static void vs_init(vs_batch *v, const attn_model *m, const attn_weights_mode *w
         for (int k = 0; k < 2; k++)
             v->kv[c][k] = xcalloc((VS_CACHED + VS_L[0]) * (size_t)row, sizeof(float));
     }
-    float *prefix = rand_floats(VS_CACHED * (size_t)E, 1);
+    float *prefix = rand_floats(VS_CACHED * (size_t)E, RAND_UNIT);
     prefill(m, v->kv[0][0], prefix, VS_CACHED);
     memcpy(v->kv[1][0], v->kv[0][0], sizeof(float) * VS_CACHED * row);
     free(prefix);
@@ -789,7 +753,7 @@ START_TEST(test_steps_vs_ref) {
     const int E = m.hp.embed_dim, row = 2 * m.hp.num_kv_heads * m.hp.head_dim;
     vs_batch v;
     vs_init(&v, &m, modes[_i / 6]);
-    float *q = rand_floats(VS_T * (size_t)E, 1);
+    float *q = rand_floats(VS_T * (size_t)E, RAND_UNIT);
     vs_run(&v, &m, q, 0);
     vs_run(&v, &m, q, 1);
     for (int i = 0; i < VS_B; i++)
@@ -1179,7 +1143,7 @@ static void long_model(attn_model *m) {
                                 .high_freq_factor = 4,
                                 .original_max_position = 128}};
     g_rng = 1000;
-    rand_model(m, &hp);
+    rand_model(m, &hp, RM_SCALE);
 }
 
 /* A long cache: 1000 tokens of a grouped-head, rotary (llama3-scaled)
@@ -1194,7 +1158,7 @@ START_TEST(test_long_cache_replay) {
     attn_model m;
     long_model(&m);
     const int row = 2 * LONG_G * LONG_D;
-    float *x = rand_floats((size_t)L * E, 1);
+    float *x = rand_floats((size_t)L * E, RAND_UNIT);
     float *want = xcalloc((size_t)L * E, sizeof(float)),
           *want_attn = xcalloc((size_t)L * L, sizeof(float));
     char err[256];

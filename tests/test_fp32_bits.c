@@ -139,14 +139,6 @@ static const bcase CASES[] = {
 };
 enum { NCASES = sizeof CASES / sizeof CASES[0] };
 
-static void fill_model(attn_model *m, const attn_hparams *hp) {
-    char err[256] = "";
-    ck_assert_msg(attn_model_init(m, hp, err, sizeof err) == 0, "%s", err);
-    for (size_t i = 0; i < m->n_floats; i++)
-        m->mem[i] = frand() * 0.25f;
-    ck_assert_msg(attn_model_pack(m, err, sizeof err) == 0, "%s", err);
-}
-
 /* A case's batch, its buffers owned here. */
 typedef struct {
     attn_seq seqs[4];
@@ -165,11 +157,9 @@ static void *keep(run_t *r, void *p) {
 static void masks_of(run_t *r, const bcase *c, attn_seq *s) {
     if (c->masks == 1) {
         uint8_t *kpm = keep(r, xcalloc((size_t)s->S, 1)),
-                *mb = keep(r, xcalloc((size_t)s->L * s->S, 1));
+                *mb = keep(r, rand_bools((size_t)s->L * s->S, 0.6f));
         for (int j = 1; j < s->S; j += 3)
             kpm[j] = 1;
-        for (size_t e = 0; e < (size_t)s->L * s->S; e++)
-            mb[e] = frand() > 0.6f;
         s->key_padding_mask = kpm;
         s->attn_mask_bool = mb;
     } else if (c->masks == 2) {
@@ -223,7 +213,7 @@ static void run_free(run_t *r) {
 static uint64_t case_hash(const bcase *c, int threads) {
     g_rng = 0x5eed0000u + (uint64_t)(c - CASES);
     attn_model m;
-    fill_model(&m, &c->hp);
+    rand_model(&m, &c->hp, 0.25f); /* biases drawn too, bias 0 or not */
     run_t r;
     build(&r, c, &m);
     attn_ctx *ctx = attn_ctx_new(threads);

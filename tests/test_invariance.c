@@ -16,27 +16,14 @@
 #include "../core/kernels/gemm.h"
 
 #include "check_run.h"
+#define TEST_RAND_SEED 42
+#include "test_rand.h"
 #include <check.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static uint64_t g_rng = 42;
-
-static float frand(void) { /* uniform in [-1, 1) */
-    g_rng = g_rng * 6364136223846793005ull + 1442695040888963407ull;
-    return (float)((g_rng >> 40) / 8388608.0) - 1.0f;
-}
-
-static float *rand_floats(size_t n) {
-    float *p = malloc((n ? n : 1) * sizeof(float));
-    ck_assert_ptr_nonnull(p);
-    for (size_t i = 0; i < n; i++)
-        p[i] = frand();
-    return p;
-}
 
 /* ---- the kernel --------------------------------------------------------------- */
 
@@ -51,9 +38,9 @@ static void gcase_new(gcase *g, size_t M, int N, int K) {
     g->M = M;
     g->N = N;
     g->K = K;
-    g->W = rand_floats((size_t)N * K);
-    g->bias = rand_floats((size_t)N);
-    g->A = rand_floats(M * (size_t)K);
+    g->W = rand_floats((size_t)N * K, 1.0f);
+    g->bias = rand_floats((size_t)N, 1.0f);
+    g->A = rand_floats(M * (size_t)K, 1.0f);
     ck_assert_int_eq(attn_packed_init(&g->pw, g->W, g->bias, N, K), 0);
 }
 
@@ -165,16 +152,12 @@ static attn_model g_model;
 
 static void make_model(int E, int H) {
     attn_hparams hp = {.embed_dim = E, .num_heads = H, .kdim = E, .vdim = E, .bias = 1};
-    char err[256];
-    ck_assert_int_eq(attn_model_init(&g_model, &hp, err, sizeof(err)), 0);
-    for (size_t i = 0; i < g_model.n_floats; i++)
-        g_model.mem[i] = frand() / sqrtf((float)E);
-    ck_assert_msg(attn_model_pack(&g_model, err, sizeof(err)) == 0, "%s", err);
+    rand_model(&g_model, &hp, 1.0f / sqrtf((float)E));
 }
 
 static void iseq_new(iseq *s, int L, int E, int masked) {
     s->L = L;
-    s->query = rand_floats((size_t)L * E);
+    s->query = rand_floats((size_t)L * E, 1.0f);
     s->kpm = NULL;
     s->causal = masked && L % 2;
     if (masked && L > 2) {

@@ -18,6 +18,7 @@
 #include "../core/platform/ctx.h"
 
 #include "check_run.h"
+#include "test_rand.h"
 #include <check.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -26,13 +27,6 @@
 
 static const int g_threads[] = {1, 2, 3, 8, 16, 64};
 #define NTHREADS ((int)(sizeof(g_threads) / sizeof(g_threads[0])))
-
-/* A model of zero weights, packed (the plan reads shapes, not weights). */
-static void model_new(attn_model *m, const attn_hparams *hp) {
-    char err[256] = "";
-    ck_assert_msg(attn_model_init(m, hp, err, sizeof err) == 0, "%s", err);
-    ck_assert_msg(attn_model_pack(m, err, sizeof err) == 0, "%s", err);
-}
 
 /* The batch's work per loop, from its shape alone. */
 typedef struct {
@@ -181,7 +175,7 @@ static void check_all(const attn_model *m, const attn_batch *b) {
 START_TEST(test_plan_mha) {
     attn_hparams hp = {.embed_dim = 512, .num_heads = 8, .kdim = 512, .vdim = 512, .bias = 1};
     attn_model m = {0};
-    model_new(&m, &hp);
+    rand_model(&m, &hp, 1.0f); /* the plan reads shapes, not weights */
     int Ls[] = {1, 5, 128, 700, 4096};
     for (int i = 0; i < 5; i++) {
         attn_seq s = {.L = Ls[i], .S = Ls[i]};
@@ -211,7 +205,7 @@ START_TEST(test_plan_decoder) {
                        .head_dim = 48,
                        .rope = {.dim = 48, .theta = 10000}};
     attn_model m = {0};
-    model_new(&m, &hp);
+    rand_model(&m, &hp, 1.0f); /* the plan reads shapes, not weights */
     float kv[(40 + 7) * 2 * 2 * 48];
     attn_seq s[3] = {{.L = 300, .S = 300, .causal = 1},
                      {.L = 7, .S = 47, .kv = kv, .cached = 40},
@@ -228,7 +222,7 @@ END_TEST
 START_TEST(test_plan_cross) {
     attn_hparams hp = {.embed_dim = 96, .num_heads = 6, .kdim = 40, .vdim = 72, .bias = 1};
     attn_model m = {0};
-    model_new(&m, &hp);
+    rand_model(&m, &hp, 1.0f); /* the plan reads shapes, not weights */
     attn_seq s[2] = {{.L = 50, .S = 333}, {.L = 9, .S = 2}};
     float key = 0, value = 0; /* not read: marks cross-attention with its own value */
     attn_batch b = {.B = 2, .seqs = s, .key = &key, .value = &value};

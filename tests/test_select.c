@@ -35,6 +35,7 @@
 #include "../core/platform/cpu.h"
 
 #include "check_run.h"
+#include "test_rand.h"
 #include <check.h>
 #include <math.h>
 #include <stdint.h>
@@ -47,43 +48,6 @@
     do {                                                                                           \
         if (!(cond)) ck_abort_msg(__VA_ARGS__);                                                    \
     } while (0)
-
-static uint64_t g_rng;
-
-static uint64_t rng_next(void) { /* splitmix64 */
-    uint64_t z = (g_rng += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
-static float rng_normal(void) {
-    double u = (double)(rng_next() >> 11) / 9007199254740992.0;
-    double v = (double)(rng_next() >> 11) / 9007199254740992.0;
-    return (float)(sqrt(-2.0 * log(u + 1e-300)) * cos(6.283185307179586 * v));
-}
-
-static void *xcalloc(size_t n, size_t size) {
-    void *p = calloc(n ? n : 1, size);
-    ck_assert_msg(p != NULL, "out of memory");
-    return p;
-}
-
-static float *rand_floats(size_t n, float scale) {
-    float *p = xcalloc(n, sizeof(float));
-    for (size_t i = 0; i < n; i++)
-        p[i] = rng_normal() * scale;
-    return p;
-}
-
-/* A model with every weight and bias drawn at 1/sqrt(E). */
-static void rand_model(attn_model *m, const attn_hparams *hp) {
-    char err[256] = "";
-    ck_assert_msg(attn_model_init(m, hp, err, sizeof err) == 0, "%s", err);
-    for (size_t i = 0; i < m->n_floats; i++)
-        m->mem[i] = rng_normal() / sqrtf((float)hp->embed_dim);
-    ck_assert_msg(attn_model_pack(m, err, sizeof err) == 0, "%s", err);
-}
 
 /* ------------------------------------------------------------ the cases */
 
@@ -296,30 +260,28 @@ static result run(const inputs *in, const scase *c, attn_weights_mode w, const a
 static void inputs_make(inputs *in, const scase *c) {
     memset(in, 0, sizeof *in);
     g_rng = 0x5e1ec7ULL + (uint64_t)(c - CASES);
-    rand_model(&in->m, &c->hp);
+    rand_model(&in->m, &c->hp, RAND_UNIT / sqrtf((float)c->hp.embed_dim)); /* variance 1/E */
     const attn_hparams *hp = &in->m.hp;
     in->H = hp->num_heads;
     in->L = c->L;
     in->S = c->step ? c->step + c->L : c->cross ? c->S : c->L;
-    in->query = rand_floats((size_t)c->L * hp->embed_dim, 1.0f);
+    in->query = rand_floats((size_t)c->L * hp->embed_dim, RAND_UNIT);
     if (c->cross) {
-        in->key = rand_floats((size_t)in->S * hp->kdim, 1.0f);
-        in->value = rand_floats((size_t)in->S * hp->vdim, 1.0f);
+        in->key = rand_floats((size_t)in->S * hp->kdim, RAND_UNIT);
+        in->value = rand_floats((size_t)in->S * hp->vdim, RAND_UNIT);
     }
     if (c->masks) {
         in->kpm = xcalloc((size_t)in->S, 1);
-        in->mask_bool = xcalloc((size_t)in->L * in->S, 1);
-        in->mask_add = rand_floats((size_t)in->L * in->S, 0.5f);
+        in->mask_add = rand_floats((size_t)in->L * in->S, 0.5f * RAND_UNIT);
+        in->mask_bool = rand_bools((size_t)in->L * in->S, 0.6f); /* a fifth hidden */
         for (int j = 0; j < in->S; j++)
             in->kpm[j] = j % 7 == 3;
-        for (size_t e = 0; e < (size_t)in->L * in->S; e++)
-            in->mask_bool[e] = rng_next() % 5 == 0;
         memset(in->mask_bool + 4 * (size_t)in->S, 1, (size_t)in->S); /* row 4 sees nothing */
     }
     if (c->step) { /* the prefix through a step of its own, from an empty cache */
         in->kv_bytes = attn_kv_bytes(&in->m, (size_t)in->S); /* pages zeroed, as a cache has them */
         in->kv0 = xcalloc(in->kv_bytes, 1);
-        float *prefix = rand_floats((size_t)c->step * hp->embed_dim, 1.0f);
+        float *prefix = rand_floats((size_t)c->step * hp->embed_dim, RAND_UNIT);
         float *out = xcalloc((size_t)c->step * hp->embed_dim, sizeof(float));
         attn_seq s = seq_of(in, c, in->kv0);
         s.L = s.S = c->step;
