@@ -1,35 +1,18 @@
 /* block_bf16.c - the online-softmax attention block with bf16 operands
- * (block_bf16.h), on AMX tiles or AVX512-BF16, and its plain reference. It
- * computes what the fp32 block (block.c) computes, with
- * q (scaled) and P rounded to bf16 and K and V read in bf16 from their pages.
+ * (block_bf16.h), on AMX tiles or AVX512-BF16, and its plain reference: what
+ * the fp32 block computes, with q (scaled) and P rounded to bf16 and K and
+ * V read in bf16 from their pages.
  *
- * A call takes up to 512 rows (positions x grouped query heads), rounds
- * their scaled queries to bf16 once (qb), and takes the rows in groups of
- * 32 (two AMX tile rows); each group walks the keys in blocks of NK:
- *   scores  sc (32, NK) = qb (32, D) @ K^T (D, NK)          fp32 sums
- *   softmax masks, running integer maximum c and sum l,
- *           pb (32, NK) = bf16(2^(sc - c))                  fp32, then rounded
- *   values  acc (32, D) += pb (32, NK) @ V (NK, D)          fp32 sums
- * and at the end out = acc / l. Scores are in log2 units (q is scaled by
- * scale * log2(e)) and kept row by row (keys in the lanes), so the rounded
- * probabilities are already the rows an AMX A tile or a 32-bit broadcast
- * reads. A group's rows of qb and acc stay in L1 while it walks the keys,
- * which come from L2 (docs/performance.md: faster than keeping a key block
- * in L1 across the groups). The next block's scores are computed before this
- * block's softmax (two score buffers), so that tile work is in flight while
- * the vector unit runs the softmax. The softmax makes one pass with the
- * row's c so far, and a second only when a score of the block passes it.
- * When c grows, acc and l are scaled by 2^(c_old - c_new), exactly; so P is
- * the same whatever the block sizes (block_bf16.h).
- *
- * AMX: scores in four C tiles (32 rows x 32 keys), A tiles from qb (16 rows
- * x 32 widths), B tiles from the key pages (32 widths x 16 keys, 1 KiB
- * contiguous); values in four C tiles loaded from acc (32 rows x 32 widths),
- * A tiles from pb (16 rows x 32 keys), B tiles from the value pages (16
- * token pairs x 16 widths at a stride of 4D bytes).
- * AVX512-BF16: 4 rows x 64 keys (scores) or x 64 widths (values) in 16
- * registers, one VDPBF16PS per pair of widths (or keys) and 16 lanes.
- * The softmax is AVX-512 for both, with exp.h's 2^t.
+ * A call rounds its rows' scaled queries once (qb) and takes the rows in
+ * groups of 32, each walking the keys in blocks of NK: scores (fp32 sums),
+ * masks, a running integer maximum c and sum l, pb = bf16(2^(sc - c)), and
+ * acc += pb V; out = acc / l at the end. Scores are in log2 units, row by
+ * row, so pb is already what an AMX A tile or a broadcast reads. The next
+ * block's scores are computed before this block's softmax (two buffers), so
+ * tile work is in flight while the vector unit runs the softmax. When c
+ * grows, acc and l scale by 2^(c_old - c_new), exactly: P is the same
+ * whatever the block sizes. docs/performance.md ("bf16 kernels") gives the
+ * tile layouts and what was measured.
  * Legend: see attn.h.
  */
 #include <float.h>

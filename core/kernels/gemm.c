@@ -47,10 +47,9 @@ enum {
 /* The K block of weights packed from now on. A K block ends by storing the
  * tile's outputs and the next reloads them, so a larger block moves less;
  * but two panels of it should stay in L1 across the rows of a tile. With
- * 48 KiB of L1 (Intel since Ice Lake, AMD Zen 5), 256 inputs: on a Xeon
- * with AMX that made forwards 2-7% faster than 128, at 1 and 2 threads
- * (bench/RESULTS.md, "What each change gave"); with less, or where the size
- * is not reported, 128. */
+ * 48 KiB of L1 (Intel since Ice Lake, AMD Zen 5), 256 inputs, measured
+ * faster (docs/performance.md, "Weights are constants"); with less, or
+ * where the size is not reported, 128. */
 static int g_kc; /* gemm_force_kc(); 0: the CPU's */
 
 static int gemm_kc(void) {
@@ -72,11 +71,8 @@ int gemm_force_kc(int kc) {
  * even when they all fall in one set: rows 4 KiB apart (K = 1024) do. With
  * fewer than 12 ways (or none reported), gemm_tile copies such rows into a
  * buffer at a stride that is not a multiple of 4 KiB; every other tile
- * reads its inputs where they are, since the copy cost more than it saved:
- * on a Xeon with a 12-way L1, 128 x 1536 x 512 products ran at 180 GFLOP/s
- * with the copy and 190 without, 512 x 3072 x 1024 at 159-161 and 165-168,
- * and a narrow tile (an output projection cut into 8 tiles of 4 panels on
- * 2 threads) copied all its rows' inputs for a quarter of the work. */
+ * reads its inputs where they are, since the copy cost more than it saved
+ * (docs/performance.md, "Weights are constants", has the measurements). */
 static atomic_int g_holds = -1; /* gemm_force_copy(); -1: not asked yet */
 
 static int gemm_l1_holds_rows(void) {

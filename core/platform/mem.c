@@ -2,14 +2,11 @@
  * weights and a context's scratch. It does not know what they hold.
  *
  * A buffer of ATTN_HUGE_MIN bytes or more is 2 MiB aligned, its size rounded
- * up to whole 2 MiB pages, and advised to use transparent huge pages. Not
- * for the first-touch faults alone: on a virtual machine an idle process's
- * page-table entries and cache lines are evicted by other work, and the
- * first forward after a pause then pays a two-level page walk from memory
- * for every 4 KiB page it reads (measured here: reading 8 MiB after a one
- * second pause took 6.6 ms on 4 KiB pages and 0.5 ms on 2 MiB pages, and a
- * lone small forward after one second of idle ran 3 to 4 times slower than
- * back to back). docs/performance.md has the numbers. Smaller buffers are
+ * up to whole 2 MiB pages, and advised to use transparent huge pages: on a
+ * virtual machine an idle process's page-table entries are evicted by other
+ * work, and the first forward after a pause then pays a page walk from
+ * memory for every 4 KiB page it reads (docs/performance.md, "A lone
+ * request after a pause", has the measurements). Smaller buffers are
  * 64-byte aligned.
  */
 #include <stdlib.h>

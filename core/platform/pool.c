@@ -1,38 +1,18 @@
-/* pool.c - the core's own threads: one parallel loop at a time. This is
- * all the threading the core does; OpenBLAS runs single-threaded inside
- * each task.
+/* pool.c - the core's own threads: one parallel loop at a time, the only
+ * threading the core does (OpenBLAS runs single-threaded inside a task).
  *
- * Each thread owns a contiguous share of a loop's tasks, the same share of
- * every loop of the same size: thread t's are [t n / P, (t+1) n / P). It
- * runs its own in order, then takes what is left of the others' (each
- * share is claimed from its front, by its owner or by a thread that has
- * finished its own). So a thread's share of a projection's weights is the
- * same from one forward to the next, and where the forward orders two
- * loops alike (attn.c: the output projection by bands of rows after the
- * attention of whole sequences), a thread's share of the second reads
- * what its share of the first wrote, still in its core's cache. Which
- * thread runs a task never changes a bit of its output.
- *
- * A loop is done when its tasks are done, not when every helper has looked
- * at it: a helper the OS has not scheduled yet (a busy machine, a cgroup
- * quota) delays nothing, the others take its share and it finds the loop
- * claimed when it wakes. To make that safe, each share's next task and the
- * loop's generation share one 64-bit word, so a late helper can never
- * claim a task of a newer loop with an older loop's function.
- *
- * A forward runs three loops back to back (projections, attention, output
- * projection), so helpers spin for a short while before sleeping and the
- * caller spins before waiting: a futex wake-up on a virtual machine costs
- * tens of microseconds, which is most of a small forward. The spin is
- * bounded by time (SPIN_NS), not by a count of pause instructions, whose
- * cost differs tenfold between CPUs; and the owner ends it at once with
- * attn_pool_rest() when it has no more loops coming (a server between
- * batches), so idle helpers never take CPU from threads that have work.
- * A server that has just queued a request calls attn_pool_wake(): resting
- * helpers wake while its batcher does, and spin for the forward's first
- * loop up to WAKE_SPIN_NS, so that loop does not wait for them to be
- * scheduled (after a second of idle that took 7-14% off a lone request's
- * compute time; docs/performance.md). */
+ * Thread t owns the contiguous share [t n / P, (t+1) n / P) of a loop of n
+ * tasks, runs it in order, then takes what is left of the others', so
+ * loops ordered alike run on the same threads (the output projection reads
+ * what the same thread's attention wrote). A loop is done when its tasks
+ * are: a helper the OS has not scheduled delays nothing; each share's next
+ * task and the loop's generation share one 64-bit word, so a late helper
+ * never claims a newer loop's task. Helpers spin a bounded time between
+ * loops (a futex wake-up on a virtual machine costs most of a small
+ * forward), stop at once on attn_pool_rest, and wake early on
+ * attn_pool_wake (docs/performance.md, "A lone request after a pause").
+ * Which thread runs a task never changes a bit of its output.
+ */
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
