@@ -4,6 +4,9 @@
  * weights (attnd_model_load), so the server needs only this header.
  * It reads files and the environment; it never listens, computes attention
  * or exits (only main() exits).
+ * Three files define it, each calling only the ones before it: keys.c (the
+ * table of keys, the defaults, attnd_config_free), read.c (the file) and
+ * env.c (the variables and flags over it, attnd_config_from_args, --help).
  */
 #ifndef ATTND_CONFIG_H
 #define ATTND_CONFIG_H

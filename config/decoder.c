@@ -3,7 +3,7 @@
  * the checks that tie num_kv_heads, head_dim, scale, rope, max_positions and
  * the layout together, each refusal naming the key and the reason. It also
  * settles the defaults that depend on the layout (bias, causal).
- * It reads no files; config.c calls it for each model (docs/config.md,
+ * It reads no files; read.c calls it for each model (docs/config.md,
  * "Decoder models").
  */
 #include <jansson.h>

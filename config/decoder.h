@@ -1,6 +1,6 @@
 /* decoder.h - the decoder options of a model in the config file: the
  * "rope" object, and the checks (and layout-dependent defaults) that run
- * once every key of a model is read. config.c calls both for each model.
+ * once every key of a model is read. read.c calls both for each model.
  */
 #ifndef ATTND_CONFIG_DECODER_H
 #define ATTND_CONFIG_DECODER_H

@@ -2,8 +2,9 @@
  * loading its weights into an attn_model: from a safetensors file, by
  * layout, "tensors" map and prefix, or from the embedded default seed when
  * it names no file. Errors name the file and the tensor.
- * It reads weights files; it never parses the config file (config.c fills
- * attnd_model_config, decoder.c checks its decoder options).
+ * It reads weights files; it never parses the config file (read.c fills
+ * attnd_model_config by the rows of keys.c, decoder.c checks its decoder
+ * options).
  */
 #ifndef ATTND_CONFIG_WEIGHTS_H
 #define ATTND_CONFIG_WEIGHTS_H

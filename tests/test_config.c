@@ -1,5 +1,5 @@
 /* test_config.c - the config file, the ATTND_* variables and the flags
- * (config/config.c).
+ * (config/keys.c, config/read.c, config/env.c).
  *
  *   defaults     every key has its documented default; no config gives one
  *                model "default" with weights == NULL.
