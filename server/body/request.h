@@ -23,7 +23,7 @@ typedef struct {
     attn_hparams hp;         /* E, H, kdim, vdim, bias, causal default, decoder options */
     int max_positions;       /* rotary positions must stay below it; 0 = 2^24 */
     const char *fingerprint; /* its weights' fingerprint as loaded (session state files,
-                                batch/state.h), borrowed; NULL when not computed */
+                                session/state.h), borrowed; NULL when not computed */
     /* what computes, settled at load (attn_model_pack): */
     attn_precision precision; /* BF16, or FP32 (a bf16 model too on a CPU without bf16 kernels) */
     int kv16;                 /* 1: a session's cache is bf16 pages (attn_model.attn16) */

@@ -13,8 +13,8 @@
 
 #include "../base/clock.h"
 #include "../batch/admit.h"
-#include "../batch/persist.h"
 #include "../body/answer.h"
+#include "../session/persist.h"
 #include "hreq.h"
 
 extern const char attnd_openapi_json[];

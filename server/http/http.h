@@ -19,11 +19,11 @@
 #include "../../config/config.h"
 #include "../batch/req.h"
 #include "../batch/sched.h"
-#include "../batch/session.h"
 #include "../body/meta.h"
 #include "../body/request.h"
 #include "../obs/metrics.h"
 #include "../obs/otlp.h"
+#include "../session/session.h"
 #include "guard.h"
 
 enum { S_STARTING = 0, S_READY = 1, S_DRAINING = 2 };

@@ -162,7 +162,7 @@ attnd_session_status attnd_session_begin(attnd_sessions *st, const char *id, int
  * timeout. */
 void attnd_session_end(attnd_sessions *st, attnd_session_step *step, int commit, double now);
 
-/* Holds session id to read its cache (its state file, batch/persist.c):
+/* Holds session id to read its cache (its state file, session/persist.c):
  * busy, as during a step, until attnd_session_end (commit 0: nothing
  * changes). The step adds nothing (add 0); kv holds its len cached rows.
  * SESS_NOT_FOUND, or SESS_BUSY while a step is queued or computing. */
