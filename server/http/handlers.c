@@ -1,6 +1,6 @@
 /* handlers.c - the route handlers of the table (routes.c), one function
  * per route or pair of routes: each answers into h->r.reply, or parses
- * its body (server/body/request.c), admits the job (server/batch/admit.c:
+ * its body (server/body/request.c, v2.c), admits the job (server/batch/admit.c:
  * the session dispatch of every API, X-Session-Id passed on as a plain
  * string) and queues it, and returns 0; or returns -1 with h->err set.
  * glue.c sends either, through send.c.
@@ -14,6 +14,7 @@
 #include "../base/clock.h"
 #include "../batch/admit.h"
 #include "../body/answer.h"
+#include "../body/v2.h"
 #include "../session/persist.h"
 #include "hreq.h"
 
