@@ -2,8 +2,12 @@
  * tensors and fields a native or v2 body gave to one checked attnd_job:
  * the model, the query, key and value, the masks and positions, the
  * attention selection, the limits, in the order the refusals are given;
- * and reading a body that must be one JSON object. The readers' field
- * tables are request.c's and v2.c's.
+ * and reading a body that must be one JSON object. Where the contract is
+ * silent (docs/api.md repeats it): key_padding_mask is booleans only (a
+ * tokenizer's attention_mask means the opposite); key_padding_mask (S) and
+ * attn_mask (L,S) apply to every sequence of a batch, (B,S) and (B,L,S)
+ * give one per sequence; value without key is refused, key without value
+ * means value = key.
  */
 #include "collect.h"
 

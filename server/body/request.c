@@ -2,21 +2,9 @@
  * session's open and steps (the v2 reader is v2.c, the checks both share
  * collect.c, the answers answer.c). See request.h. The body is a field
  * table below (NATIVE; the tensor object is tensor.c's), walked by
- * jsonin.c's attnd_jin_object; what is checked across fields is
- * collect.c's.
- *
- * Choices where the contract is silent (docs/api.md repeats them):
- * - unknown fields of a native body are refused (a typo like "atention"
- *   must not silently return no attention); a v2 body's unknown top-level
- *   fields and parameters are ignored, as the protocol allows extensions;
- *   an unknown key of a v2 input is refused;
- * - a key given twice is refused in every object;
- * - a v2 request that lists outputs gets only those;
- * - key_padding_mask is booleans only (0/1 numbers are refused: a
- *   tokenizer's attention_mask means the opposite);
- * - key_padding_mask (S) and attn_mask (L,S) apply to every sequence of a
- *   batched query; (B,S) and (B,L,S) give one per sequence;
- * - value without key is refused; key without value means value = key.
+ * jsonin.c's attnd_jin_object. Unknown fields are refused (a typo like
+ * "atention" must not silently return no attention), and so is a key
+ * given twice (docs/api.md lists every such choice).
  */
 #include "request.h"
 

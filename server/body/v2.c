@@ -4,7 +4,8 @@
  * attnd_jin_object; inputs are filed under their roles (query, key, ...)
  * and the checks both APIs share are collect.c's. A body's unknown
  * top-level fields and parameters are ignored, as the protocol allows
- * extensions; an unknown key of an input is refused (docs/api.md).
+ * extensions; an unknown key of an input is refused; a request that lists
+ * outputs gets only those (docs/api.md).
  */
 #include "v2.h"
 

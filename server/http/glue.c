@@ -1,20 +1,12 @@
-/* glue.c - libmicrohttpd's callbacks: one access handler walks every
- * request through route -> auth -> body -> handler (the row's of the route
- * table, routes.c: a CORS preflight is a row too), and every answer goes
- * out through send.c's one function. The top of the HTTP side: it calls
- * the table, send.c and hreq.c, and nothing calls it back. A refusal is an
- * attnd_error in the request, made into its reply by attnd_reply_error.
- *
- * A request that needs compute is parsed by its handler, its connection
- * suspended, and it is handed to the scheduler; the worker that answers
- * it resumes the connection and the handler, called again, sends the
- * answer it wrote.
- *
- * Also here: each connection's record in the guard (guard.c: read
- * deadlines and slots) follows its request's phase; request bodies are
- * counted against server.max_buffered_body_bytes as their bytes arrive;
- * the access log line and the request's metrics at its end; the
- * scheduler's two callbacks; and starting and stopping libmicrohttpd.
+/* glue.c - libmicrohttpd's callbacks, the top of the HTTP side: one access
+ * handler walks every request through route -> auth -> body -> handler
+ * (the row's of the route table, routes.c; a CORS preflight is a row too)
+ * and every answer goes out through send.c. A refusal is an attnd_error in
+ * the request, made into its reply by attnd_reply_error. Also here: each
+ * connection's record in the guard, the body budget
+ * (server.max_buffered_body_bytes), the access log line and metrics at a
+ * request's end, the scheduler's two callbacks, start and stop. It calls
+ * the table, send.c and hreq.c; nothing calls it back.
  */
 #include <microhttpd.h>
 #include <netdb.h>
@@ -299,7 +291,10 @@ static enum MHD_Result take_body(hreq *h, const char *data, size_t n) {
 
 /* libmicrohttpd's access handler, called for each request: first with its
  * header lines, then with each piece of its body, then once the body is
- * in, and again when the scheduler resumes a queued request. */
+ * in, and again when the scheduler resumes a queued request. A request
+ * that needs compute is parsed by its handler, its connection suspended,
+ * and it is handed to the scheduler; the worker that answers it resumes
+ * the connection, and this handler, called again, sends the answer. */
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version, const char *upload_data,
                                   size_t *upload_size, void **con_cls) {
