@@ -12,10 +12,7 @@
 
 #include "../core/attn.h"
 #include "base/clock.h"
-#include "batch/persist.h"
 #include "batch/sched.h"
-#include "batch/session.h"
-#include "batch/state.h"
 #include "body/meta.h"
 #include "body/request.h"
 #include "http/http.h"
@@ -23,6 +20,9 @@
 #include "obs/log.h"
 #include "obs/metrics.h"
 #include "obs/otlp.h"
+#include "session/persist.h"
+#include "session/session.h"
+#include "session/state.h"
 
 struct attnd_server {
     const attnd_config *cfg; /* borrowed; outlives the server */

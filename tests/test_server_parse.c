@@ -9,6 +9,7 @@
 
 #include "../server/base/buffer.h"
 #include "../server/body/request.h"
+#include "../server/body/v2.h"
 #include "../server/codec/base64.h"
 #include "../server/codec/jsonin.h"
 #include "../server/codec/tensor.h"

@@ -20,6 +20,7 @@
 #include "../server/batch/admit.h"
 #include "../server/batch/pipeline.h"
 #include "../server/body/request.h"
+#include "../server/body/v2.h"
 #include "check_run.h"
 
 enum { E = 8 };

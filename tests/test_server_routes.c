@@ -13,6 +13,7 @@ START_TEST(test_every_route_matches_itself) {
     for (int i = 0; i < R_COUNT; i++) {
         const attnd_route *r = &attnd_routes[i];
         ck_assert_int_eq(r->id, i);
+        if (strcmp(r->pattern, "*") == 0) continue; /* the preflight: test_head_and_options */
         char path[256];
         const char *p = r->pattern;
         size_t k = 0;
@@ -29,6 +30,7 @@ START_TEST(test_every_route_matches_itself) {
         attnd_route_match m;
         ck_assert_int_eq(attnd_route_find(r->method, path, 0, &m), 0);
         ck_assert_ptr_eq(m.route, r);
+        ck_assert_ptr_eq(m.path, r);
         if (strstr(r->pattern, "{name}")) ck_assert_str_eq(m.name, "m1");
         if (strstr(r->pattern, "{version}")) ck_assert_str_eq(m.version, "1");
         /* the other method is 405 with Allow naming the right one */
@@ -65,8 +67,19 @@ START_TEST(test_head_and_options) {
     ck_assert_int_eq(attnd_route_find("HEAD", "/health", 0, &m), 0);
     ck_assert_int_eq(attnd_route_find("HEAD", "/v1/attention", 0, &m), 405);
     ck_assert_int_eq(attnd_route_find("OPTIONS", "/v1/attention", 0, &m), 405);
+    ck_assert_ptr_null(m.route);
     ck_assert_int_eq(attnd_route_find("OPTIONS", "/v1/attention", 1, &m), 0);
     ck_assert_str_eq(m.allow, "POST, OPTIONS");
+    /* the preflight row answers; the path's route names the request */
+    ck_assert_ptr_eq(m.route, &attnd_routes[R_PREFLIGHT]);
+    ck_assert_int_eq(m.path->id, R_ATTENTION);
+    ck_assert_int_eq(attnd_route_find("OPTIONS", "/v2/models/m1/ready", 1, &m), 0);
+    ck_assert_ptr_eq(m.route, &attnd_routes[R_PREFLIGHT]);
+    ck_assert_int_eq(m.path->id, R_V2_MODEL_READY);
+    ck_assert_str_eq(m.name, "m1");
+    ck_assert_int_eq(attnd_route_find("OPTIONS", "/nowhere", 1, &m), 404);
+    ck_assert_int_eq(attnd_route_find("OPTIONS", "*", 1, &m), 404);
+    ck_assert_int_eq(attnd_route_find("GET", "*", 1, &m), 404);
     ck_assert_int_eq(attnd_route_find("DELETE", "/v1/models", 1, &m), 405);
     ck_assert_str_eq(m.allow, "GET, HEAD, OPTIONS");
     ck_assert_int_eq(attnd_route_find("GET", "/v2/models/enc.0-x_y/ready", 0, &m), 0);

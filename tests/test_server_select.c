@@ -30,6 +30,7 @@
 #include "../server/batch/admit.h"
 #include "../server/body/answer.h"
 #include "../server/body/request.h"
+#include "../server/body/v2.h"
 #include "../server/codec/base64.h"
 #include "../server/codec/half.h"
 #include "check_run.h"

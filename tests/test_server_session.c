@@ -1,4 +1,4 @@
-/* test_server_session.c - the KV-cache session table (server/batch/session.c):
+/* test_server_session.c - the KV-cache session table (server/session/session.c):
  * ids, steps that append and roll back, one step at a time per session,
  * deletion (also during a step), the idle timeout, the per-session and
  * total memory budgets with their statuses and Retry-After, caches of whole
@@ -15,7 +15,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "../server/batch/session.h"
+#include "../server/session/session.h"
 #include "check_run.h"
 
 enum { ROW = 4 }; /* floats per token in these tests: 16 bytes */

@@ -1,4 +1,4 @@
-/* test_server_state.c - session state files (server/batch/state.c): write
+/* test_server_state.c - session state files (server/session/state.c): write
  * then read, bit for bit, in fp32 and bf16 and with no tokens; the file's
  * header as the format and docs/api.md describe it; every refusal of the
  * reader, each made by changing one thing of a good file (its header
@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../server/batch/state.h"
+#include "../server/session/state.h"
 #include "check_run.h"
 
 enum { LEN = 5, G = 2, D = 3, GD = G * D };

@@ -6,6 +6,7 @@
 #include <stdio.h>
 
 #include "../body/answer.h"
+#include "../body/selection.h"
 
 /* The session job's model against its session's: 0, or -1 with e set. */
 static int check_session(const attnd_admit_env *a, const attnd_job *job, double now,

@@ -11,8 +11,8 @@
 
 #include "../base/reply.h"
 #include "../body/request.h"
+#include "../session/session.h"
 #include "req.h"
-#include "session.h"
 
 /* What admission reads. */
 typedef struct {

@@ -7,14 +7,6 @@
  * attn_forward, then check and answer each request (JSON, base64 or
  * binary: answer.c, which cuts a large answer into chunks for every
  * thread). Nothing goes through one thread.
- *
- * Mixed batches: a batch may hold self-attention and cross-attention
- * requests of the same model. When every request is self-attention the
- * batch goes to the core with key == NULL (one QKV projection); otherwise
- * the self-attention queries are copied in as their own keys and values
- * (the core's numbers are the same either way: docs/performance.md). A
- * KV-cache session step is a self-attention sequence whose attn_seq
- * carries its session's cache; such batches are all self-attention.
  */
 #include "pipeline.h"
 
@@ -235,6 +227,14 @@ static void describe_sequences(batch_run *br, attn_seq *seqs) {
     br->b.seqs = seqs;
 }
 
+/* Mixed batches: a batch may hold self-attention and cross-attention
+ * requests of the same model. When every request is self-attention the
+ * batch goes to the core with key == NULL (one QKV projection); otherwise
+ * the self-attention queries are copied in as their own keys and values
+ * (the core's numbers are the same either way: docs/performance.md). A
+ * KV-cache session step is a self-attention sequence whose attn_seq
+ * carries its session's cache; such batches are all self-attention.
+ */
 /* Packs the requests into one attn_batch; on failure br->fail and err. */
 static void pack(batch_run *br) {
     attnd_pipeline *p = br->p;

@@ -14,7 +14,7 @@
 
 #include "../base/reply.h"
 #include "../body/request.h"
-#include "session.h"
+#include "../session/session.h"
 
 typedef enum {
     RQ_NEW = 0, /* not admitted */

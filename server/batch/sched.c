@@ -8,16 +8,6 @@
  * a batch computes form the next one), drops those whose client left, and
  * runs the rest through the pipeline (pipeline.c: pack, compute, answer,
  * every step over the whole pool).
- *
- * Locking: one mutex guards every queue and every attnd_req's scheduling
- * fields. The batcher and the sweeper take requests out under it and
- * answer them outside it. finish() is never called with the mutex held;
- * departed() is asked with it held by the sweeper, without it by the
- * batcher.
- *
- * No HTTP in here: a request is a job, an answer a reply of some kind
- * (base/reply.h), whose status is the HTTP side's to derive; whether a
- * client left is the HTTP side's to say (attnd_sched_opts.departed).
  */
 #include "sched.h"
 
@@ -50,6 +40,16 @@ typedef struct {
     char *left;          /* (max_batch_requests) 1: batch[i]'s client left */
 } scratch;
 
+/* Locking: one mutex guards every queue and every attnd_req's scheduling
+ * fields. The batcher and the sweeper take requests out under it and
+ * answer them outside it. finish() is never called with the mutex held;
+ * departed() is asked with it held by the sweeper, without it by the
+ * batcher.
+ *
+ * No HTTP in here: a request is a job, an answer a reply of some kind
+ * (base/reply.h), whose status is the HTTP side's to derive; whether a
+ * client left is the HTTP side's to say (attnd_sched_opts.departed).
+ */
 struct attnd_sched {
     attnd_sched_opts o;
     pthread_mutex_t mu;

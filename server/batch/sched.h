@@ -12,12 +12,7 @@
  * request of it is self-attention.
  * A sweeper thread answers queued requests whose deadline passed and drops
  * those whose client left.
- *
- * It knows no HTTP: a request comes in as a job (attnd_req, req.h), admitted
- * (admit.h), its answer goes out as a reply of some kind (base/reply.h)
- * through the finish callback, and
- * whether a client left is the caller's to say, through the departed
- * callback. The HTTP side embeds attnd_req in its own per-request struct.
+
  */
 #ifndef ATTND_SCHED_H
 #define ATTND_SCHED_H
@@ -33,6 +28,11 @@
 #include "../obs/metrics.h"
 #include "req.h"
 
+/* It knows no HTTP: a request comes in as a job (attnd_req, req.h), admitted
+ * (admit.h), its answer goes out as a reply of some kind (base/reply.h)
+ * through the finish callback, and whether a client left is the caller's
+ * to say, through the departed callback. The HTTP side embeds attnd_req in
+ * its own per-request struct. */
 typedef void (*attnd_finish_fn)(attnd_req *r, void *arg);
 
 typedef struct {

@@ -1,24 +1,7 @@
-/* answer.c - the 200 bodies of computed requests (request.h, answer.h).
- *
- * The layouts of the native and the v2 answer are written once, below, to a
- * sink. The plain writer (attnd_write_answer) gives the sink a buffer and
- * the tensors are written into it as they come. The parallel writer
- * (attnd_write_answers) gives it a plan instead: the layout's text goes to
- * the buffer, each tensor is only noted with the offset it belongs at, and
- * then, over the pool, in named phases:
- *   plan    each answer's text and tensors; answers of one chunk or less
- *           are written whole there, by the plain writer;
- *   print   every chunk of JSON numbers of every answer into its own buffer;
- *   place   each answer's size and body, with its text copied in;
- *   copy    every chunk into place (base64 encoded and binary copied there);
- *   finish  each answer handed back.
- * A chunk of numbers prints each number with what comes before it (a comma,
- * or the brackets between two rows), so the chunks joined are the plain
- * writer's text byte for byte; tests hold the two to that.
- *
- * Tensors are float32 in memory; the attention answer's weights travel as
- * its attention_dtype (float16 and bfloat16: 2 bytes an element in base64
- * and binary, the rounded values as JSON numbers), top-k indices as int32.
+/* answer.c - the 200 bodies of computed requests (request.h, answer.h):
+ * the native and the v2 layouts, written once to a sink, by the plain
+ * writer on one thread or by the parallel writer over the pool (how: above
+ * attnd_write_answers), byte for byte the same text.
  */
 #include "answer.h"
 
@@ -675,6 +658,26 @@ static void finish_task(void *arg, int j, int thread) {
     w->done(w->arg, i);
 }
 
+/* The layouts of the native and the v2 answer are written once, below, to a
+ * sink. The plain writer (attnd_write_answer) gives the sink a buffer and
+ * the tensors are written into it as they come. The parallel writer
+ * (attnd_write_answers) gives it a plan instead: the layout's text goes to
+ * the buffer, each tensor is only noted with the offset it belongs at, and
+ * then, over the pool, in named phases:
+ *   plan    each answer's text and tensors; answers of one chunk or less
+ *           are written whole there, by the plain writer;
+ *   print   every chunk of JSON numbers of every answer into its own buffer;
+ *   place   each answer's size and body, with its text copied in;
+ *   copy    every chunk into place (base64 encoded and binary copied there);
+ *   finish  each answer handed back.
+ * A chunk of numbers prints each number with what comes before it (a comma,
+ * or the brackets between two rows), so the chunks joined are the plain
+ * writer's text byte for byte; tests hold the two to that.
+ *
+ * Tensors are float32 in memory; the attention answer's weights travel as
+ * its attention_dtype (float16 and bfloat16: 2 bytes an element in base64
+ * and binary, the rounded values as JSON numbers), top-k indices as int32.
+ */
 void attnd_write_answers(attn_ctx *ctx, attnd_answer *a, int n, void (*done)(void *arg, int i),
                          void *arg) {
     if (n <= 0) return;

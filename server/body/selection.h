@@ -4,8 +4,8 @@
  * `parameters` (attention_heads "0,3,5", attention_rows "start:end",
  * attention_top_k, attention_datatype), read as the body gives them, then
  * checked once against the model and the request's rows and keys into
- * attnd_job.sel (request.h). The field tables that hold these readers are
- * request.c's. No HTTP.
+ * attnd_job.sel (job.h). The field tables that hold these readers are
+ * request.c's and v2.c's. No HTTP.
  */
 #ifndef ATTND_SELECTION_H
 #define ATTND_SELECTION_H
@@ -13,7 +13,7 @@
 #include <stdint.h>
 
 #include "../codec/jsonin.h"
-#include "request.h"
+#include "job.h"
 
 /* The largest number a selection field reads (2^53, exact in a double);
  * past it a number is 413 "too large", like every size. */
@@ -30,6 +30,11 @@ typedef struct {
     int dtype;     /* attnd_elem, or -1: not given */
     int v2;        /* 1: v2 parameters: messages name them "parameters.attention_..." */
 } attnd_sel_in;
+
+/* The words of "attention_dtype" (float32, float16, bfloat16) and of v2's
+ * "attention_datatype" (FP32, FP16, BF16), into attnd_elem. */
+extern const attnd_enum attnd_attention_dtypes;
+extern const attnd_enum attnd_attention_datatypes;
 
 void attnd_sel_in_init(attnd_sel_in *s, int v2);
 void attnd_sel_in_free(attnd_sel_in *s);
@@ -53,5 +58,10 @@ int attnd_sel_read_v2_rows(jin *j, const jfield *f, void *dst, jpath *path, attn
  * attnd_check_top_k then). Returns 0, or -1 with e set. */
 int attnd_sel_check(attnd_sel_in *in, const attnd_model_info *m, attnd_job *job, int step,
                     attnd_error *e);
+
+/* job's attention_top_k against its S keys: 0, or -1 with the 400 naming
+ * the value. The parsers check it, but a session step's S is known at its
+ * admission (attnd_admit checks it then). */
+int attnd_check_top_k(const attnd_job *job, attnd_error *e);
 
 #endif

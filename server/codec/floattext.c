@@ -3,8 +3,9 @@
  * nearest the decimal, as strtof does. Both compute in double with one
  * multiplication by a power of ten and know the size of their error; when
  * the result is too close to a rounding boundary for that error to be
- * ruled out, they ask the C library, which is exact but slow (about one
- * number in ten million). No allocation except an over-long number's copy.
+ * ruled out, they ask the C library, which is exact but slow, and rare
+ * (how rare: docs/performance.md, "Answers written on every thread"). No
+ * allocation except an over-long number's copy.
  *
  * Why one double multiplication is enough: a float32 has 24 significant
  * bits and a double 53, so a product that carries at most a few double

@@ -8,16 +8,7 @@
  * commas, no NaN. Its cursor is private to jsonin.c; nesting depth is
  * counted in one place (attnd_jin_open, attnd_jin_next) and refused past
  * JIN_MAX_DEPTH. Every failure leaves one sentence (attnd_jin_error) with the
- * byte offset.
- *
- * The field table: one jtable per kind of object (native request, v2
- * request, v2 input, tensor object, parameters, outputs) says each field's
- * name, JSON type, whether it is required, and where it lands in a
- * destination struct. attnd_jin_object walks an object against its table; it
- * alone refuses unknown keys (or skips them, where a table allows
- * extensions), keys given twice, wrong types and missing fields, and its
- * messages name the path ("inputs[2].shape[1]: ..."). Adding a field is
- * one line in a table. It does not know HTTP or what a tensor means.
+ * byte offset. The field table that attnd_jin_object walks: above jfield.
  */
 #ifndef ATTND_JSONIN_H
 #define ATTND_JSONIN_H
@@ -144,6 +135,15 @@ typedef struct {
     int64_t dim[JSHAPE_MAX]; /* each 1..max */
 } jshape;
 
+/* The field table: one jtable per kind of object (native request, v2
+ * request, v2 input, tensor object, parameters, outputs) says each field's
+ * name, JSON type, whether it is required, and where it lands in a
+ * destination struct. attnd_jin_object walks an object against its table; it
+ * alone refuses unknown keys (or skips them, where a table allows
+ * extensions), keys given twice, wrong types and missing fields, and its
+ * messages name the path ("inputs[2].shape[1]: ..."). Adding a field is
+ * one line in a table. It does not know HTTP or what a tensor means.
+ */
 typedef struct jfield jfield;
 typedef struct jtable jtable;
 /* Reads the value (its type already checked) into dst; path names it. */

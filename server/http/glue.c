@@ -1,18 +1,12 @@
-/* glue.c - libmicrohttpd's callbacks: one access handler walks every
- * request through route -> auth -> body -> handler (handlers.c), and every
- * answer goes out through send.c's one function. A refusal is an
- * attnd_error in the request, made into its reply by attnd_reply_error.
- *
- * A request that needs compute is parsed by its handler, its connection
- * suspended, and it is handed to the scheduler; the worker that answers
- * it resumes the connection and the handler, called again, sends the
- * answer it wrote.
- *
- * Also here: each connection's record in the guard (guard.c: read
- * deadlines and slots) follows its request's phase; request bodies are
- * counted against server.max_buffered_body_bytes as their bytes arrive;
- * the access log line and the request's metrics at its end; the
- * scheduler's two callbacks; and starting and stopping libmicrohttpd.
+/* glue.c - libmicrohttpd's callbacks, the top of the HTTP side: one access
+ * handler walks every request through route -> auth -> body -> handler
+ * (the row's of the route table, routes.c; a CORS preflight is a row too)
+ * and every answer goes out through send.c. A refusal is an attnd_error in
+ * the request, made into its reply by attnd_reply_error. Also here: each
+ * connection's record in the guard, the body budget
+ * (server.max_buffered_body_bytes), the access log line and metrics at a
+ * request's end, the scheduler's two callbacks, start and stop. It calls
+ * the table, send.c and hreq.c; nothing calls it back.
  */
 #include <microhttpd.h>
 #include <netdb.h>
@@ -26,20 +20,14 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "../../core/sizes.h"
 #include "../base/clock.h"
 #include "../obs/log.h"
 #include "../obs/otlp.h"
 #include "hreq.h"
+#include "routes.h"
 #include "status.h"
 
 /* ---- small helpers ---- */
-
-void attnd_http_drop_body(hreq *h) {
-    atomic_fetch_sub(&h->srv->buffered, h->in_held);
-    h->in_held = 0;
-    attnd_sb_free(&h->in);
-}
 
 /* Counts n more body bytes in the budget; 0 when they fit, -1 when not. */
 static int budget_take(attnd_http *s, long long n) {
@@ -61,22 +49,6 @@ static int hexval(char c) {
     if (c >= 'a' && c <= 'f') return c - 'a' + 10;
     if (c >= 'A' && c <= 'F') return c - 'A' + 10;
     return -1;
-}
-
-int attnd_http_size(const char *s, uint64_t limit, uint64_t *v) {
-    uint64_t r = 0;
-    if (!*s) return -1;
-    for (; *s; s++) {
-        if (*s < '0' || *s > '9') return -1;
-        if (sz_mul(r, 10, limit, &r) < 0 || sz_add(r, (uint64_t)(*s - '0'), limit, &r) < 0)
-            return -1;
-    }
-    *v = r;
-    return 0;
-}
-
-const char *attnd_http_header(const hreq *h, const char *name) {
-    return MHD_lookup_connection_value(h->conn, MHD_HEADER_KIND, name);
 }
 
 static int key_ok(const attnd_http *s, const char *hdr) {
@@ -113,13 +85,8 @@ static int route_has(const hreq *h, unsigned flag) {
 /* The body is in (or there was none), or a refusal goes out before it:
  * answer, or queue. */
 static enum MHD_Result dispatch(hreq *h) {
-    int rc = -1;
-    if (h->err.code != AOK)
-        rc = -1; /* refused before its handler */
-    else if (strcmp(h->method, "OPTIONS") == 0)
-        rc = attnd_handle_preflight(h);
-    else
-        rc = h->rm.route->handle(h);
+    int rc = -1; /* refused before its handler */
+    if (h->err.code == AOK) rc = h->rm.route->handle(h);
     if (rc < 0)
         attnd_reply_error(&h->r.reply, &h->err);
     else if (h->phase == P_WAIT)
@@ -199,7 +166,7 @@ static void examine(hreq *h, const char *url) {
     attnd_http *s = h->srv;
     struct MHD_Connection *c = h->conn;
     attnd_route_find(h->method, url, s->cfg->n_cors_origins > 0, &h->rm);
-    h->rid = h->rm.route ? h->rm.route->id : R_UNKNOWN;
+    h->rid = h->rm.path ? h->rm.path->id : R_UNKNOWN; /* a preflight counts under its path's */
     h->origin = cors_origin(s, c);
     if (h->rm.status == 404) {
         attnd_set_error(&h->err, AERR_NOT_FOUND, "no route %s %.100s", h->method, h->path);
@@ -210,7 +177,7 @@ static void examine(hreq *h, const char *url) {
                         h->method, h->path, h->rm.allow);
         return;
     }
-    if (strcmp(h->method, "OPTIONS") == 0) return; /* preflights carry no credentials */
+    if (route_has(h, ROUTE_PREFLIGHT)) return; /* preflights carry no credentials */
     if (s->api_key && !route_has(h, ROUTE_OPEN) &&
         !key_ok(s, MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization"))) {
         attnd_set_error(&h->err, AERR_UNAUTHORIZED,
@@ -324,7 +291,10 @@ static enum MHD_Result take_body(hreq *h, const char *data, size_t n) {
 
 /* libmicrohttpd's access handler, called for each request: first with its
  * header lines, then with each piece of its body, then once the body is
- * in, and again when the scheduler resumes a queued request. */
+ * in, and again when the scheduler resumes a queued request. A request
+ * that needs compute is parsed by its handler, its connection suspended,
+ * and it is handed to the scheduler; the worker that answers it resumes
+ * the connection, and this handler, called again, sends the answer. */
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version, const char *upload_data,
                                   size_t *upload_size, void **con_cls) {
@@ -394,7 +364,7 @@ static void export_spans(const hreq *h, int status, uint64_t now_us) {
         .trace = &h->trace,
         .method = h->method,
         .path = h->path,
-        .route = h->rm.route ? attnd_route_template(h->rm.route, route, sizeof route) : NULL,
+        .route = h->rm.path ? attnd_route_template(h->rm.path, route, sizeof route) : NULL,
         .model = h->model >= 0 ? s->env->models[h->model].name : NULL,
         .request_id = h->id,
         .status = status,

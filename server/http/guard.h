@@ -1,8 +1,14 @@
 /* guard.h - connection slots and read deadlines, against clients that are
  * slow on purpose (slowloris) or that hold connections without finishing a
- * request.
- *
- * Every open connection has a record with a phase:
+ * request: each connection's phase, its deadline and eviction (above
+ * guard_phase).
+ */
+#ifndef ATTND_GUARD_H
+#define ATTND_GUARD_H
+
+#include <stddef.h>
+
+/* Every open connection has a record with a phase:
  *   GUARD_HEADER  waiting for a request's header lines; deadline
  *                 header_timeout_ms from the connection's start or from its
  *                 last answer (so an idle keep-alive connection has it too);
@@ -22,11 +28,6 @@
  *
  * No HTTP library in here: descriptors, one mutex and one thread.
  */
-#ifndef ATTND_GUARD_H
-#define ATTND_GUARD_H
-
-#include <stddef.h>
-
 typedef enum { GUARD_HEADER = 0, GUARD_BODY, GUARD_BUSY } guard_phase;
 
 typedef struct attnd_guard attnd_guard;

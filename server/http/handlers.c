@@ -1,9 +1,9 @@
 /* handlers.c - the route handlers of the table (routes.c), one function
  * per route or pair of routes: each answers into h->r.reply, or parses
- * its body (server/body/request.c), admits the job (server/batch/admit.c:
+ * its body (server/body/request.c, v2.c), admits the job (server/batch/admit.c:
  * the session dispatch of every API, X-Session-Id passed on as a plain
  * string) and queues it, and returns 0; or returns -1 with h->err set.
- * glue.c sends either, through send.c.
+ * glue.c sends either, through send.c. Below the table, above hreq.c.
  */
 #include <limits.h>
 #include <microhttpd.h>
@@ -13,8 +13,10 @@
 
 #include "../base/clock.h"
 #include "../batch/admit.h"
-#include "../batch/persist.h"
 #include "../body/answer.h"
+#include "../body/v2.h"
+#include "../session/persist.h"
+#include "handlers.h"
 #include "hreq.h"
 
 extern const char attnd_openapi_json[];
@@ -146,8 +148,9 @@ int attnd_handle_ui(hreq *h) {
     return 0;
 }
 
-/* OPTIONS on a route, with CORS on: the route's methods (Allow), and the
- * preflight's headers when the origin is allowed. */
+/* OPTIONS on a route's path, with CORS on (the preflight row): the
+ * route's methods (Allow), and the preflight's headers when the origin is
+ * allowed. */
 int attnd_handle_preflight(hreq *h) {
     attnd_reply_borrow(&h->r.reply, AOK_PREFLIGHT, "", 0);
     return 0;

@@ -1,6 +1,7 @@
-/* hreq.h - one HTTP request inside the HTTP side, and what glue.c,
- * handlers.c and send.c share about it. Not for other parts: they see
- * attnd_req (batch/req.h), which is its first member.
+/* hreq.h - one HTTP request inside the HTTP side, and the helpers on it
+ * (hreq.c: its headers, a header's size, its body's bytes) that glue.c,
+ * handlers.c and send.c share. Not for other parts: they see attnd_req
+ * (batch/req.h), which is its first member.
  */
 #ifndef ATTND_HREQ_H
 #define ATTND_HREQ_H
@@ -15,7 +16,7 @@
 #include "../ui/ui.h"
 #include "guard.h"
 #include "http.h"
-#include "routes.h"
+#include "route.h"
 
 enum { P_HEADERS = 0, P_BODY, P_WAIT, P_SENT };
 
@@ -69,16 +70,13 @@ enum MHD_Result attnd_http_send(hreq *h);
  * Returns 1 when the client's was taken. given may be NULL. */
 int attnd_http_request_id(const char *given, char out[ATTND_REQUEST_ID_MAX]);
 
-/* glue.c: frees the body read so far and gives its bytes back to the
+/* hreq.c: frees the body read so far and gives its bytes back to the
  * budget. */
 void attnd_http_drop_body(hreq *h);
-/* glue.c: a header's decimal size: digits only (no sign, no spaces), at
+/* hreq.c: a header's decimal size: digits only (no sign, no spaces), at
  * most limit. Returns 0, or -1 with *v untouched. */
 int attnd_http_size(const char *s, uint64_t limit, uint64_t *v);
-/* glue.c: the value of request header name, or NULL. */
+/* hreq.c: the value of request header name, or NULL. */
 const char *attnd_http_header(const hreq *h, const char *name);
-
-/* handlers.c: OPTIONS on a route, with CORS on (not a row of the table). */
-int attnd_handle_preflight(hreq *h);
 
 #endif

@@ -5,10 +5,12 @@
  *
  * HTTP threads parse, check and queue; they never compute and never wait
  * for a worker: a request waiting for compute has its connection
- * suspended. Inside: glue.c (libmicrohttpd's callbacks: a request walks
- * route -> auth -> body -> handler), handlers.c (one function per route),
- * send.c (the one function every answer leaves through), status.c,
- * routes.c, guard.c.
+ * suspended. Inside, top down (calls only go down): glue.c
+ * (libmicrohttpd's callbacks: a request walks route -> auth -> body ->
+ * handler), routes.c (the route table and its matcher), handlers.c (one
+ * function per route), send.c (the one function every answer leaves
+ * through), hreq.c (helpers on a request), then route.h (the route types),
+ * status.c and guard.c.
  */
 #ifndef ATTND_HTTP_H
 #define ATTND_HTTP_H
@@ -19,11 +21,11 @@
 #include "../../config/config.h"
 #include "../batch/req.h"
 #include "../batch/sched.h"
-#include "../batch/session.h"
 #include "../body/meta.h"
 #include "../body/request.h"
 #include "../obs/metrics.h"
 #include "../obs/otlp.h"
+#include "../session/session.h"
 #include "guard.h"
 
 enum { S_STARTING = 0, S_READY = 1, S_DRAINING = 2 };

@@ -5,33 +5,36 @@
 #include <string.h>
 #include <strings.h>
 
+#include "handlers.h"
+
 /* compute whose model the header lines tell */
 #define MODEL_COMPUTE (ROUTE_COMPUTE | ROUTE_QUEUE_FIRST)
 
 // clang-format off
 const attnd_route attnd_routes[R_COUNT] = {
-/*   id                  method    pattern                                      handler                      label                                       flags */
-    {R_ATTENTION,       "POST",   "/v1/attention",                              attnd_handle_attention,      "/v1/attention",                            MODEL_COMPUTE},
-    {R_MODEL_ATTENTION, "POST",   "/v1/models/{name}/attention",                attnd_handle_attention,      "/v1/models/:name/attention",               MODEL_COMPUTE},
-    {R_V1_MODELS,       "GET",    "/v1/models",                                 attnd_handle_models,         "/v1/models",                               0},
-    {R_HEALTH,          "GET",    "/health",                                    attnd_handle_health,         "/health",                                  ROUTE_OPEN},
-    {R_METRICS,         "GET",    "/metrics",                                   attnd_handle_metrics,        "/metrics",                                 ROUTE_OPEN},
-    {R_OPENAPI,         "GET",    "/openapi.json",                              attnd_handle_openapi,        "/openapi.json",                            0},
-    {R_V2,              "GET",    "/v2",                                        attnd_handle_v2,             "/v2",                                      0},
-    {R_V2_LIVE,         "GET",    "/v2/health/live",                            attnd_handle_v2_live,        "/v2/health/live",                          ROUTE_OPEN},
-    {R_V2_READY,        "GET",    "/v2/health/ready",                           attnd_handle_v2_ready,       "/v2/health/ready",                         ROUTE_OPEN},
-    {R_V2_MODEL,        "GET",    "/v2/models/{name}",                          attnd_handle_v2_model,       "/v2/models/:name",                         0},
-    {R_V2_MODEL_READY,  "GET",    "/v2/models/{name}/ready",                    attnd_handle_v2_model_ready, "/v2/models/:name/ready",                   0},
-    {R_V2_INFER,        "POST",   "/v2/models/{name}/infer",                    attnd_handle_v2_infer,       "/v2/models/:name/infer",                   MODEL_COMPUTE},
-    {R_V2_VMODEL,       "GET",    "/v2/models/{name}/versions/{version}",       attnd_handle_v2_model,       "/v2/models/:name/versions/:version",       0},
-    {R_V2_VMODEL_READY, "GET",    "/v2/models/{name}/versions/{version}/ready", attnd_handle_v2_model_ready, "/v2/models/:name/versions/:version/ready", 0},
-    {R_V2_VINFER,       "POST",   "/v2/models/{name}/versions/{version}/infer", attnd_handle_v2_infer,       "/v2/models/:name/versions/:version/infer", MODEL_COMPUTE},
-    {R_SESSIONS,        "POST",   "/v1/sessions",                               attnd_handle_session_open,   "/v1/sessions",                             ROUTE_COMPUTE},
-    {R_SESSION_STEP,    "POST",   "/v1/sessions/{name}/attention",              attnd_handle_session_step,   "/v1/sessions/:id/attention",               ROUTE_COMPUTE},
-    {R_SESSION,         "DELETE", "/v1/sessions/{name}",                        attnd_handle_session_delete, "/v1/sessions/:id",                         0},
-    {R_SESSION_STATE,   "GET",    "/v1/sessions/{name}/state",                  attnd_handle_session_state,  "/v1/sessions/:id/state",                   0},
-    {R_UI,              "GET",    "/ui",                                        attnd_handle_ui,             "/ui",                                      ROUTE_OPEN},
-    {R_UI_FILE,         "GET",    "/ui/{name}",                                 attnd_handle_ui,             "/ui/:name",                                ROUTE_OPEN},
+/*   id                  method     pattern                                      handler                      label                                       flags */
+    {R_ATTENTION,       "POST",    "/v1/attention",                              attnd_handle_attention,      "/v1/attention",                            MODEL_COMPUTE},
+    {R_MODEL_ATTENTION, "POST",    "/v1/models/{name}/attention",                attnd_handle_attention,      "/v1/models/:name/attention",               MODEL_COMPUTE},
+    {R_V1_MODELS,       "GET",     "/v1/models",                                 attnd_handle_models,         "/v1/models",                               0},
+    {R_HEALTH,          "GET",     "/health",                                    attnd_handle_health,         "/health",                                  ROUTE_OPEN},
+    {R_METRICS,         "GET",     "/metrics",                                   attnd_handle_metrics,        "/metrics",                                 ROUTE_OPEN},
+    {R_OPENAPI,         "GET",     "/openapi.json",                              attnd_handle_openapi,        "/openapi.json",                            0},
+    {R_V2,              "GET",     "/v2",                                        attnd_handle_v2,             "/v2",                                      0},
+    {R_V2_LIVE,         "GET",     "/v2/health/live",                            attnd_handle_v2_live,        "/v2/health/live",                          ROUTE_OPEN},
+    {R_V2_READY,        "GET",     "/v2/health/ready",                           attnd_handle_v2_ready,       "/v2/health/ready",                         ROUTE_OPEN},
+    {R_V2_MODEL,        "GET",     "/v2/models/{name}",                          attnd_handle_v2_model,       "/v2/models/:name",                         0},
+    {R_V2_MODEL_READY,  "GET",     "/v2/models/{name}/ready",                    attnd_handle_v2_model_ready, "/v2/models/:name/ready",                   0},
+    {R_V2_INFER,        "POST",    "/v2/models/{name}/infer",                    attnd_handle_v2_infer,       "/v2/models/:name/infer",                   MODEL_COMPUTE},
+    {R_V2_VMODEL,       "GET",     "/v2/models/{name}/versions/{version}",       attnd_handle_v2_model,       "/v2/models/:name/versions/:version",       0},
+    {R_V2_VMODEL_READY, "GET",     "/v2/models/{name}/versions/{version}/ready", attnd_handle_v2_model_ready, "/v2/models/:name/versions/:version/ready", 0},
+    {R_V2_VINFER,       "POST",    "/v2/models/{name}/versions/{version}/infer", attnd_handle_v2_infer,       "/v2/models/:name/versions/:version/infer", MODEL_COMPUTE},
+    {R_SESSIONS,        "POST",    "/v1/sessions",                               attnd_handle_session_open,   "/v1/sessions",                             ROUTE_COMPUTE},
+    {R_SESSION_STEP,    "POST",    "/v1/sessions/{name}/attention",              attnd_handle_session_step,   "/v1/sessions/:id/attention",               ROUTE_COMPUTE},
+    {R_SESSION,         "DELETE",  "/v1/sessions/{name}",                        attnd_handle_session_delete, "/v1/sessions/:id",                         0},
+    {R_SESSION_STATE,   "GET",     "/v1/sessions/{name}/state",                  attnd_handle_session_state,  "/v1/sessions/:id/state",                   0},
+    {R_UI,              "GET",     "/ui",                                        attnd_handle_ui,             "/ui",                                      ROUTE_OPEN},
+    {R_UI_FILE,         "GET",     "/ui/{name}",                                 attnd_handle_ui,             "/ui/:name",                                ROUTE_OPEN},
+    {R_PREFLIGHT,       "OPTIONS", "*",                                          attnd_handle_preflight,      "*",                                        ROUTE_PREFLIGHT},
 };
 // clang-format on
 
@@ -89,21 +92,38 @@ static int match(const char *pat, const char *path, attnd_route_match *m) {
     return 1;
 }
 
+/* The first row whose pattern the path matches (the preflight's "*"
+ * matches no path of its own), its captures in m; NULL when none. */
+static const attnd_route *path_row(const char *path, attnd_route_match *m) {
+    for (int i = 0; i < R_COUNT; i++)
+        if (strcmp(attnd_routes[i].pattern, "*") != 0 && match(attnd_routes[i].pattern, path, m))
+            return &attnd_routes[i];
+    return NULL;
+}
+
+/* The row that answers method on every path another row has, when the
+ * table holds one for it (with options set: the preflight); or NULL. */
+static const attnd_route *any_path_row(const char *method, int options) {
+    for (int i = 0; i < R_COUNT; i++) {
+        const attnd_route *r = &attnd_routes[i];
+        if (strcmp(r->pattern, "*") == 0 && strcmp(r->method, method) == 0 &&
+            (options || !(r->flags & ROUTE_PREFLIGHT)))
+            return r;
+    }
+    return NULL;
+}
+
 int attnd_route_find(const char *method, const char *path, int options, attnd_route_match *m) {
     memset(m, 0, sizeof(*m));
-    const attnd_route *hit = NULL;
-    for (int i = 0; i < R_COUNT; i++)
-        if (match(attnd_routes[i].pattern, path, m)) {
-            hit = &attnd_routes[i];
-            break;
-        }
+    const attnd_route *hit = path_row(path, m);
     if (!hit) return m->status = 404;
     int get = strcmp(hit->method, "GET") == 0;
     snprintf(m->allow, sizeof(m->allow), "%s%s", get ? "GET, HEAD" : hit->method,
              options ? ", OPTIONS" : "");
-    m->route = hit;
-    if (strcmp(method, hit->method) == 0 || (options && strcmp(method, "OPTIONS") == 0) ||
-        (get && strcmp(method, "HEAD") == 0))
-        return m->status = 0;
-    return m->status = 405;
+    m->path = hit;
+    if (strcmp(method, hit->method) == 0 || (get && strcmp(method, "HEAD") == 0))
+        m->route = hit;
+    else
+        m->route = any_path_row(method, options);
+    return m->status = m->route ? 0 : 405;
 }

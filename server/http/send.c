@@ -1,29 +1,8 @@
 /* send.c - the one function every answer leaves through (send_answer): its
  * status, the headers status.c lists for it, and its body, handed to
- * libmicrohttpd for every answer attnd makes (attnd_http_send), or written
- * straight to the socket for the refusals libmicrohttpd makes itself
- * before any route (below). Also the one maker of request ids.
- *
- * libmicrohttpd's own refusals: some requests never reach attnd's handler,
- * refused while libmicrohttpd reads the request line, the header lines or
- * a chunked body (a request line or header block over its memory limit, a
- * line that is not HTTP, an unsupported version, a bad chunk size, a
- * Content-Length that is not a number). It answers those itself with a
- * small HTML page, and in 0.9.75 the Content-Length refusals even go out
- * with two status lines. Its API has no option to supply these pages, so
- * attnd catches them where they are made: libmicrohttpd builds each one
- * with MHD_create_response_from_buffer() and queues it with
- * MHD_queue_response(), both exported functions that it calls through the
- * dynamic linker, and an executable's definition of an exported function
- * comes first in symbol lookup. The two definitions below hand every call
- * to the library's own (found with dlsym(RTLD_NEXT)); only a page
- * libmicrohttpd made for an error is replaced: attnd's {"error": "..."}
- * with the same status goes out through send_answer, straight to the
- * socket, and libmicrohttpd is told the queueing failed, which makes it
- * close the connection as it does after any such error. attnd itself
- * never answers with HTML, so a persistent buffer that starts with
- * "<html>" can only be one of those pages. tests/blackbox/test_abuse.py
- * sends every such request and checks the answers; docs/api.md lists them.
+ * libmicrohttpd (attnd_http_send), or written straight to the socket for
+ * the refusals libmicrohttpd makes itself before any route (the last
+ * section says how). Also the one maker of request ids.
  */
 #include <dlfcn.h>
 #include <pthread.h>
@@ -188,7 +167,29 @@ enum MHD_Result attnd_http_send(hreq *h) {
     return ret;
 }
 
-/* ---- libmicrohttpd's own refusals, in attnd's form (see the top) ---- */
+/* ---- libmicrohttpd's own refusals, in attnd's form ---- */
+
+/* Some requests never reach attnd's handler,
+ * refused while libmicrohttpd reads the request line, the header lines or
+ * a chunked body (a request line or header block over its memory limit, a
+ * line that is not HTTP, an unsupported version, a bad chunk size, a
+ * Content-Length that is not a number). It answers those itself with a
+ * small HTML page, and in 0.9.75 the Content-Length refusals even go out
+ * with two status lines. Its API has no option to supply these pages, so
+ * attnd catches them where they are made: libmicrohttpd builds each one
+ * with MHD_create_response_from_buffer() and queues it with
+ * MHD_queue_response(), both exported functions that it calls through the
+ * dynamic linker, and an executable's definition of an exported function
+ * comes first in symbol lookup. The two definitions below hand every call
+ * to the library's own (found with dlsym(RTLD_NEXT)); only a page
+ * libmicrohttpd made for an error is replaced: attnd's {"error": "..."}
+ * with the same status goes out through send_answer, straight to the
+ * socket, and libmicrohttpd is told the queueing failed, which makes it
+ * close the connection as it does after any such error. attnd itself
+ * never answers with HTML, so a persistent buffer that starts with
+ * "<html>" can only be one of those pages. tests/blackbox/test_abuse.py
+ * sends every such request and checks the answers; docs/api.md lists them.
+ */
 
 /* The page libmicrohttpd is building on this thread, and what it means. */
 static _Thread_local struct MHD_Response *page;

@@ -17,6 +17,7 @@
 
 #include "../../server/base/buffer.h"
 #include "../../server/body/request.h"
+#include "../../server/body/v2.h"
 #include "fuzz_check.h"
 
 static const attnd_model_info FUZZ_MODELS[2] = {

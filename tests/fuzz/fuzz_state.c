@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../server/batch/state.h"
+#include "../../server/session/state.h"
 #include "fuzz_check.h"
 
 static const attnd_state_limits LIMITS = {1 << 20, 4096};

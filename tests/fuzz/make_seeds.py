@@ -262,7 +262,7 @@ def session():
 
 
 def state_file(length, G=2, D=3, precision="fp32", meta=None, positions=None, vals=None):
-    """A session state file (server/batch/state.h) of `length` tokens."""
+    """A session state file (server/session/state.h) of `length` tokens."""
     dt, fmt = ("BF16", "<%dH") if precision == "bf16" else ("F32", "<%df")
     n = length * G * D
     if vals is None:

@@ -8,14 +8,6 @@
  * into the rows it hands out, and end the step. Thread-safe: one mutex over
  * the table, never held while a step computes. Once started, a thread of
  * its own (the reaper) ends idle sessions without waiting for traffic.
- *
- * A session's cache is one allocation of `cap` tokens in its model's layout
- * (attnd_cache_shape): for an fp32 model, rows, row t holding token t's
- * keys then its values, each (G, D) for G key/value heads of width D
- * (2 * G * D floats, attn_seq.kv); for a model that attends in bf16, pages
- * of 32 tokens of 2 * G * D bf16 (attn_seq.kv16), half the bytes, each page
- * zeroed when the cache grows to it. Tokens [0, len) are the cache; a step
- * appends [len, len + add). The budgets count these real bytes.
  */
 #ifndef ATTND_SESSION_H
 #define ATTND_SESSION_H
@@ -62,6 +54,14 @@ typedef enum {
     SESS_BAD_ID     /* the proposed id is not 32 lowercase hex characters (400) */
 } attnd_session_status;
 
+/* A session's cache is one allocation of `cap` tokens in its model's layout
+ * (attnd_cache_shape): for an fp32 model, rows, row t holding token t's
+ * keys then its values, each (G, D) for G key/value heads of width D
+ * (2 * G * D floats, attn_seq.kv); for a model that attends in bf16, pages
+ * of 32 tokens of 2 * G * D bf16 (attn_seq.kv16), half the bytes, each page
+ * zeroed when the cache grows to it. Tokens [0, len) are the cache; a step
+ * appends [len, len + add). The budgets count these real bytes.
+ */
 /* How a model's cache holds its tokens. */
 typedef struct {
     size_t row_bytes; /* bytes a token takes: 2*G*D floats, or 2*G*D bf16 */
@@ -162,7 +162,7 @@ attnd_session_status attnd_session_begin(attnd_sessions *st, const char *id, int
  * timeout. */
 void attnd_session_end(attnd_sessions *st, attnd_session_step *step, int commit, double now);
 
-/* Holds session id to read its cache (its state file, batch/persist.c):
+/* Holds session id to read its cache (its state file, session/persist.c):
  * busy, as during a step, until attnd_session_end (commit 0: nothing
  * changes). The step adds nothing (add 0); kv holds its len cached rows.
  * SESS_NOT_FOUND, or SESS_BUSY while a step is queued or computing. */

@@ -9,8 +9,17 @@
  * config/safetensors.c's header parser) and gives a cache back, refusing
  * with one sentence whatever is wrong. Whether the model and fingerprint
  * are the ones a replica serves is the caller's question.
- *
- * The file (docs/api.md, "Session state files"):
+ */
+#ifndef ATTND_SESSION_STATE_H
+#define ATTND_SESSION_STATE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../../core/attn.h"
+#include "../base/buffer.h"
+
+/* The file (docs/api.md, "Session state files"):
  *   keys      (len, G, D)  F32, or BF16 with precision "bf16"
  *   values    (len, G, D)  same dtype
  *   positions (len)        I32, token t's rotary position: t
@@ -21,15 +30,6 @@
  * value (G, D): the codec splits rows into the two tensors and joins them
  * back, bit for bit.
  */
-#ifndef ATTND_BATCH_STATE_H
-#define ATTND_BATCH_STATE_H
-
-#include <stddef.h>
-#include <stdint.h>
-
-#include "../../core/attn.h"
-#include "../base/buffer.h"
-
 #define ATTND_STATE_FORMAT "attnd-session-state"
 #define ATTND_STATE_VERSION "1"
 /* "fnv1a64:" and 16 lowercase hex digits */
@@ -91,7 +91,8 @@ void attnd_state_free(attnd_state *st);
  * bf16 matrices (attn_model_weight_blocks).
  * FNV-1a needs no library; it tells one model from another, not one from
  * a forgery (a state file is its caller's own data anyway). Computed once
- * per model at load: about a byte a cycle. */
+ * per model at load (its cost: docs/performance.md, "Weights are
+ * constants"). */
 void attnd_weights_fingerprint(const attn_model *m, char out[ATTND_FINGERPRINT_LEN + 1]);
 
 #endif
