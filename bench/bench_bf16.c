@@ -1,4 +1,4 @@
-/* bench_bf16.c - the bf16 kernels (core/bf16.h) against the fp32 ones, on one
+/* bench_bf16.c - the bf16 kernels (core/kernels/block_bf16.h) against the fp32 ones, on one
  * thread, printed as tables of median milliseconds and GFLOP/s:
  *
  *   projections  C (M,N) = A (M,K) @ W^T + bias for M in 128..4096, K = E

@@ -13,7 +13,7 @@
  *               fitted as a cost per loop plus one per task (--pool-us
  *               gives them instead, for a busy machine);
  *   simulation  each loop's tasks cut into one contiguous share per
- *               thread, as core/pool.c does: the thread that is free first
+ *               thread, as core/platform/pool.c does: the thread that is free first
  *               takes the next task of its own share, or when that is done
  *               the next of the first share after its own with one left;
  *               the loop ends at a barrier;
@@ -294,11 +294,11 @@ static pool_cost pool_fit(void) {
 
 static pool_cost g_pool;
 
-/* One loop of n tasks (costs sec[]) on T threads, in shares as core/pool.c
+/* One loop of n tasks (costs sec[]) on T threads, in shares as core/platform/pool.c
  * cuts them: thread t's are [t n / T, (t+1) n / T). The thread that is free
  * first (the lowest on a tie) takes its own share's next task, else the
  * next of the first share after its own with one left; then the barrier.
- * One thread or one task runs inline (core/pool.c), with no hand-off.
+ * One thread or one task runs inline (core/platform/pool.c), with no hand-off.
  * Returns the loop's seconds; *busy is the threads' summed working time. */
 static double simulate_loop(const double *sec, size_t n, int T, double *busy) {
     double free_at[MAX_T] = {0}, end = 0;

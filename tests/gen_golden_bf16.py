@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""gen_golden_bf16.py - golden numbers for attnd's bf16 kernels (core/bf16.h),
+"""gen_golden_bf16.py - golden numbers for attnd's bf16 kernels (core/kernels/block_bf16.h),
 computed here from the numbers, never from the C code: operands rounded to
 bf16 with numpy (the rule below, checked against torch's own rounding),
 products and sums in float64.
@@ -48,7 +48,7 @@ import torch
 OUT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "golden", "bf16")
 U = 2.0 ** -24  # unit roundoff of float32
 LOG2E = np.float32(1.44269504088896341)  # the kernels' float32 log2(e)
-E_EXP = 4e-7  # the kernels' 2^t: 1.8e-7 measured (core/bf16_attn.c), doubled
+E_EXP = 4e-7  # the kernels' 2^t: 1.8e-7 measured (core/kernels/block_bf16.c), doubled
 
 
 # ---------------------------------------------------------------- rounding

@@ -11,7 +11,7 @@ inputs and weights:
   "output", "attn_weights"            the exact layer (SPEC sections 1 and 7),
       what a bf16 model must stay within 1e-2 of (relative error in norm);
   "output_bf16", "attn_weights_bf16"  the bf16 formula, every operand rounded
-      as SPEC section 8 and core/bf16.h say, every sum in float64:
+      as SPEC section 8 and core/kernels/block_bf16.h say, every sum in float64:
         projections   bf16(x) @ bf16(W)^T + b, then float32 (then rotated)
         attention     q~ = bf16(f32(q * f32(scale * log2e))), k~ = bf16(k),
                       v~ = bf16(v); x_j = q~ . k~_j (+ the additive mask in

@@ -1,4 +1,4 @@
-/* test_bf16.c - Check suite for the bf16 kernels (core/bf16.h).
+/* test_bf16.c - Check suite for the bf16 kernels (core/kernels/block_bf16.h).
  *
  * Every test runs each path the CPU has: AMX-BF16, AVX512-BF16, and the
  * plain loops of a CPU with neither (forced with attn_bf16_force); a path

@@ -1,4 +1,4 @@
-/* test_blas.c - Check suite for core/blas.c: the choice of OpenBLAS's
+/* test_blas.c - Check suite for core/platform/blas.c: the choice of OpenBLAS's
  * kernels from CPU features.
  *
  *   rule     made-up feature sets map to the kernel sets the rule names, and

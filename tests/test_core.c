@@ -736,7 +736,7 @@ END_TEST
 
 /* attn_workspace_bytes bounds the scratch a fresh context takes for the
  * batch, as allocated: buffers of 256 KiB and more take whole 2 MiB pages
- * (core/mem.c), which a bound of the bytes asked for alone falls short of. */
+ * (core/platform/mem.c), which a bound of the bytes asked for alone falls short of. */
 START_TEST(test_workspace_bounds_scratch) {
     const rcase *c = &g_cases[_i];
     attn_model m;

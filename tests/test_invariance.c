@@ -1,4 +1,4 @@
-/* test_invariance.c - Check suite for the projection kernel (core/gemm.c)
+/* test_invariance.c - Check suite for the projection kernel (core/kernels/gemm.c)
  * and for batch invariance (docs/performance.md):
  *
  *   kernel     every kernel the CPU runs (AVX-512, AVX2 + FMA) equals the

@@ -1,4 +1,4 @@
-/* test_pool.c - Check suite for the core's compute pool (core/pool.c), seen
+/* test_pool.c - Check suite for the core's compute pool (core/platform/pool.c), seen
  * through attn_ctx_parallel: every task of a loop runs exactly once, on a
  * thread index in range, and is done when the call returns; loops follow
  * each other for many generations with fewer, as many and more tasks than

@@ -1,5 +1,5 @@
 /* test_select.c - Check suite for selections of the attention matrices in
- * core/ (attn_select: some heads, a range of rows, top-k; core/select.c).
+ * core/ (attn_select: some heads, a range of rows, top-k; core/select/select.c).
  *
  *   bits      on random models (nn.MultiheadAttention with the fused kernel
  *             and with the OpenBLAS tiles, cross-attention with masks,
