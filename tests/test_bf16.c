@@ -90,7 +90,7 @@ static uint32_t f32_bits(float f) {
 }
 
 static double rb(float x) { /* x rounded to bf16, widened */
-    return attn_bf16_to_f32(attn_bf16_of(x));
+    return attn_bf16_to_f32(attn_bf16_of_ftz(x));
 }
 
 /* Forces path p when the CPU has it (returns 1); else says so (returns 0). */
@@ -177,7 +177,7 @@ START_TEST(test_rounding_golden) {
         const json_t *c = json_array_get(cases, i);
         src[i] = bits_f32((uint32_t)json_integer_value(json_array_get(c, 0)));
         want[i] = (attn_bf16)json_integer_value(json_array_get(c, 1));
-        attn_bf16 b = attn_bf16_of(src[i]);
+        attn_bf16 b = attn_bf16_of_ftz(src[i]);
         REQUIRE(b == want[i], "%#010x (%s): %#06x, want %#06x", f32_bits(src[i]),
                 json_string_value(json_array_get(c, 2)), b, want[i]);
     }
@@ -215,7 +215,7 @@ START_TEST(test_rounding_random) {
         if (i % 64 == 2) u &= 0x807FFFFFu;               /* subnormals */
         if (i % 64 == 3) u |= 0x7F800000u;               /* infinities and NaNs */
         src[i] = bits_f32(u);
-        want[i] = attn_bf16_of(src[i]);
+        want[i] = attn_bf16_of_ftz(src[i]);
     }
     for (int p = 0; p < NPATHS; p++) {
         if (!use_path(PATHS[p], "rounding")) continue;
@@ -228,7 +228,7 @@ START_TEST(test_rounding_random) {
     attn_bf16_widen(back, want, N);
     for (size_t i = 0; i < N; i++) {
         REQUIRE(f32_bits(back[i]) == (uint32_t)want[i] << 16, "widening %#06x", want[i]);
-        REQUIRE(attn_bf16_of(back[i]) == want[i], "%#06x is not kept", want[i]);
+        REQUIRE(attn_bf16_of_ftz(back[i]) == want[i], "%#06x is not kept", want[i]);
     }
     free(src);
     free(back);
@@ -681,7 +681,7 @@ static void model_row(const acase *a, const float *kh, const float *vh, int pos,
 }
 
 /* want and tol of a random case from its pages (the layout test holds them
- * to attn_bf16_of of the inputs). */
+ * to attn_bf16_of_ftz of the inputs). */
 static void model_case(acase *a) {
     size_t D = (size_t)a->D, S = (size_t)a->S, w = (size_t)a->R * D;
     float *kh = xcalloc(S * D, sizeof(float)), *vh = xcalloc(S * D, sizeof(float));
@@ -838,8 +838,8 @@ static void kv_rows(const attn_bf16 *packed, const float *k, const float *v, int
     attn_kv16_to_rows(packed, GL, D, (size_t)S, rows);
     for (size_t t = 0; t < (size_t)S; t++)
         for (size_t i = 0; i < gd; i++)
-            REQUIRE(rows[t * 2 * gd + i] == attn_bf16_of(k[t * gd + i]) &&
-                        rows[t * 2 * gd + gd + i] == attn_bf16_of(v[t * gd + i]),
+            REQUIRE(rows[t * 2 * gd + i] == attn_bf16_of_ftz(k[t * gd + i]) &&
+                        rows[t * 2 * gd + gd + i] == attn_bf16_of_ftz(v[t * gd + i]),
                     "to_rows: D=%d token %zu value %zu", D, t, i);
     memset(back, 0xCD, n * 2);
     attn_kv16_from_rows(back, GL, D, (size_t)S, rows);
@@ -875,7 +875,8 @@ static void kv_layout(int D, int p) {
                 const attn_bf16 *h = packed + t / 32 * page + (size_t)g * 64 * D;
                 size_t s = t % 32, kat = ((s / 16 * (D / 2) + d / 2) * 16 + s % 16) * 2 + d % 2;
                 size_t vat = 32 * D + ((s / 2) * D + d) * 2 + s % 2, x = (t * GL + g) * D + d;
-                attn_bf16 wk = t < S ? attn_bf16_of(k[x]) : 0, wv = t < S ? attn_bf16_of(v[x]) : 0;
+                attn_bf16 wk = t < S ? attn_bf16_of_ftz(k[x]) : 0,
+                          wv = t < S ? attn_bf16_of_ftz(v[x]) : 0;
                 REQUIRE(h[kat] == wk && h[vat] == wv, "D=%d token %zu head %d width %d", D, t, g,
                         d);
             }

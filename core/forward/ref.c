@@ -32,7 +32,7 @@
 
 /* x, or x rounded to bf16 (bf16 != 0), widened. */
 static double op(float x, int bf16) {
-    return bf16 ? (double)attn_bf16_to_f32(attn_bf16_of(x)) : (double)x;
+    return bf16 ? (double)attn_bf16_to_f32(attn_bf16_of_ftz(x)) : (double)x;
 }
 
 /* y (n, out) = x (n, in) @ w^T (in, out) + b (out) for projection `which`

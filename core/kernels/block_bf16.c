@@ -467,13 +467,13 @@ void attn_bf16_block_ref(float *out, size_t ldo, const float *q, size_t ldq, con
         float *dst = out + (size_t)(r / R) * ldo + (size_t)(r % R) * D;
         float qh[256], acc[256] = {0}, m = -INFINITY, l = 0.0f;
         for (int d = 0; d < D; d++)
-            qh[d] = attn_bf16_to_f32(attn_bf16_of(src[d] * (scale * LOG2E)));
+            qh[d] = attn_bf16_to_f32(attn_bf16_of_ftz(src[d] * (scale * LOG2E)));
         for (int j = 0; j < s->S; j++)
             m = fmaxf(m, ref_score(qh, kv, s, pos, j, D));
         float c = ceilf(m);
         for (int j = 0; m != -INFINITY && j < s->S; j++) {
             float p = exp2f(ref_score(qh, kv, s, pos, j, D) - c);
-            float pb = attn_bf16_to_f32(attn_bf16_of(p));
+            float pb = attn_bf16_to_f32(attn_bf16_of_ftz(p));
             l += p;
             for (int d = 0; d < D; d++)
                 acc[d] += pb * attn_kv_value(kv, D, j, d);

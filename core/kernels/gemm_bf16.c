@@ -44,7 +44,7 @@ int attn_packed_bf16_init(attn_packed_bf16 *pw, const float *W, const float *bia
                 for (int e = 0; e < 2; e++) {
                     int col = j * ATTN_PANEL + c, k = 2 * kk + e;
                     float w = col < N && k < K ? W[(size_t)col * K + k] : 0.0f;
-                    p[(((size_t)j * kp + kk) * ATTN_PANEL + c) * 2 + e] = attn_bf16_of(w);
+                    p[(((size_t)j * kp + kk) * ATTN_PANEL + c) * 2 + e] = attn_bf16_of_ftz(w);
                 }
     pw->bias16 = (float *)(mem + n * sizeof(attn_bf16));
     for (int c = 0; c < panels * ATTN_PANEL; c++)
@@ -90,7 +90,7 @@ void gemm_bf16_ref(float *C, size_t ldc, const float *A, size_t lda, const attn_
         for (int n = c0; n < c1; n++) {
             float c = pw->bias[n];
             for (int k = 0; k < pw->K; k++) /* the product is exact: one rounding per step */
-                c += attn_bf16_to_f32(attn_bf16_of(A[r * lda + k])) *
+                c += attn_bf16_to_f32(attn_bf16_of_ftz(A[r * lda + k])) *
                      attn_bf16_to_f32(attn_packed_bf16_at(pw, n, k));
             C[r * ldc + n] = c;
         }

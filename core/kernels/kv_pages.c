@@ -17,8 +17,8 @@ void attn_kv_bf16_put(attn_bf16 *kv, int G, int D, size_t t, const float *k, con
     for (int g = 0; g < G; g++) {
         attn_bf16 *h = page + (size_t)g * attn_kv_head_elems(D);
         for (int d = 0; d < D; d++) {
-            h[attn_kv_key_at(D, slot, d)] = attn_bf16_of(k[(size_t)g * D + d]);
-            h[attn_kv_value_at(D, slot, d)] = attn_bf16_of(v[(size_t)g * D + d]);
+            h[attn_kv_key_at(D, slot, d)] = attn_bf16_of_ftz(k[(size_t)g * D + d]);
+            h[attn_kv_value_at(D, slot, d)] = attn_bf16_of_ftz(v[(size_t)g * D + d]);
         }
     }
 }

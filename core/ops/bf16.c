@@ -269,7 +269,7 @@ static float *weights(const attn_attend *a, const attn_seq_at *sa, int g, int i0
         const float *src =
             a->q + (sa->q0 + (size_t)(i0 + r / R)) * a->ldq + ((size_t)g * R + (size_t)(r % R)) * D;
         for (int d = 0; d < D; d++) /* as the block rounds its queries */
-            qw[(size_t)r * D + d] = attn_bf16_to_f32(attn_bf16_of(src[d] * qs));
+            qw[(size_t)r * D + d] = attn_bf16_to_f32(attn_bf16_of_ftz(src[d] * qs));
     }
     attn_kv_bf16 kv = attn_kv_bf16_head(sa->kv16, a->G, D, g, S);
     for (int j0 = 0; j0 < jend; j0 += PAGE) {

@@ -18,7 +18,7 @@ static inline attn_bf16 round_bits(uint32_t u) {
     return (attn_bf16)r;
 }
 
-attn_bf16 attn_bf16_of(float x) {
+attn_bf16 attn_bf16_of_ftz(float x) {
     uint32_t u;
     memcpy(&u, &x, sizeof u);
     return round_bits(u);

@@ -5,8 +5,9 @@
  *     payload bits kept); a subnormal fp32 becomes a zero of its sign, as
  *     AVX512-BF16's vcvtne2ps2bf16 does (the portable code does the same, so
  *     every path gives the same bits); a finite value that rounds past the
- *     largest bf16 becomes infinity. The server's own rounder for answers
- *     in bf16 (server/codec/half.c) keeps subnormals instead: its name says so.
+ *     largest bf16 becomes infinity. Hence attn_bf16_of_ftz: the server's
+ *     rounder for answers in bf16 (server/codec/half.c, attnd_bf16_of_keep)
+ *     keeps subnormals instead.
  *   - products take bf16 operands; the product of two bf16 is exact in fp32;
  *     the products are summed in fp32 (the order depends on the path: the
  *     tests bound the difference, tests/test_bf16.c).
@@ -21,7 +22,7 @@
 
 typedef uint16_t attn_bf16; /* the upper half of a float32's bits */
 
-attn_bf16 attn_bf16_of(float x); /* the rounding above, one value */
+attn_bf16 attn_bf16_of_ftz(float x); /* the rounding above, one value: subnormals to zero */
 static inline float attn_bf16_to_f32(attn_bf16 b) {
     union {
         uint32_t u;

@@ -34,7 +34,7 @@ uint16_t attnd_f16_of(float x) {
     return sign | (uint16_t)shift_even(m, 126 - e);
 }
 
-uint16_t attnd_bf16_of(float x) {
+uint16_t attnd_bf16_of_keep(float x) {
     uint32_t u;
     memcpy(&u, &x, sizeof u);
     if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u); /* quiet NaN */
@@ -43,7 +43,7 @@ uint16_t attnd_bf16_of(float x) {
 
 float attnd_elem_round(float x, attnd_elem e) {
     if (e == ATTND_ELEM_F16) return st_f16_to_f32(attnd_f16_of(x));
-    if (e == ATTND_ELEM_BF16) return st_bf16_to_f32(attnd_bf16_of(x));
+    if (e == ATTND_ELEM_BF16) return st_bf16_to_f32(attnd_bf16_of_keep(x));
     return x;
 }
 
@@ -54,7 +54,7 @@ void attnd_elems_of(void *dst, const float *src, size_t n, attnd_elem e) {
     }
     unsigned char *d = dst;
     for (size_t i = 0; i < n; i++) {
-        uint16_t h = e == ATTND_ELEM_F16 ? attnd_f16_of(src[i]) : attnd_bf16_of(src[i]);
+        uint16_t h = e == ATTND_ELEM_F16 ? attnd_f16_of(src[i]) : attnd_bf16_of_keep(src[i]);
         d[2 * i] = (unsigned char)(h & 0xff);
         d[2 * i + 1] = (unsigned char)(h >> 8);
     }

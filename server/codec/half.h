@@ -19,8 +19,10 @@ typedef enum { ATTND_ELEM_F32 = 0, ATTND_ELEM_F16, ATTND_ELEM_BF16, ATTND_ELEM_I
 
 size_t attnd_elem_size(attnd_elem e); /* 4, 2, 2, 4 */
 
-uint16_t attnd_f16_of(float x);  /* binary16 bits of x, rounded to nearest even */
-uint16_t attnd_bf16_of(float x); /* bfloat16 bits of x, rounded to nearest even */
+uint16_t attnd_f16_of(float x); /* binary16 bits of x, rounded to nearest even */
+/* bfloat16 bits of x, rounded to nearest even; a subnormal x keeps its
+ * subnormal bf16 (the core's attn_bf16_of_ftz flushes it to zero). */
+uint16_t attnd_bf16_of_keep(float x);
 /* x rounded to e's precision, as a float (F32 and I32: x itself). */
 float attnd_elem_round(float x, attnd_elem e);
 /* dst (n elements of e, attnd_elem_size(e) bytes each) = src (n floats)
