@@ -15,24 +15,16 @@ From Python, with config/ on sys.path:
 The code is the Python client's (clients/python/attnd/_export_safetensors.py,
 where the options are described), so that attnd.torch.export and this
 script are one function and the package holds its own files. This script
-loads that file by its path, as a module of a package of its own named
-attnd_source whose folder is clients/python/attnd: the module's relative
-import of _safetensors_header then resolves as it does in the package,
-without running the package's __init__ (which needs numpy and httpx).
+loads that file by its path with safetensors_header.load, without running
+the package's __init__ (which needs numpy and httpx).
 """
-import importlib
 import os
 import sys
-import types
 
-ATTND = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                      os.pardir, "clients", "python", "attnd"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from safetensors_header import load  # noqa: E402  (its neighbour: the one loader)
 
-if "attnd_source" not in sys.modules:
-    _package = types.ModuleType("attnd_source", "clients/python/attnd, loaded by path")
-    _package.__path__ = [ATTND]
-    sys.modules["attnd_source"] = _package
-_impl = importlib.import_module("attnd_source._export_safetensors")
+_impl = load("_export_safetensors")
 
 export = _impl.export
 write_safetensors = _impl.write_safetensors

@@ -78,15 +78,12 @@ static int keep_biases(attn_model *m) {
 }
 
 static int proj_pack(attn_model *m) {
-    const attn_hparams *hp = &m->hp;
-    int E = hp->embed_dim, HD = hp->num_heads * hp->head_dim, GD = hp->num_kv_heads * hp->head_dim;
-    const float *W[4] = {m->q_w, m->k_w, m->v_w, m->out_w},
-                *b[4] = {m->q_b, m->k_b, m->v_b, m->out_b};
-    int N[4] = {HD, GD, GD, E}, K[4] = {E, hp->kdim, hp->vdim, HD};
     m->packed16 = calloc(4, sizeof *m->packed16);
     int bad = !m->packed16;
-    for (int i = 0; !bad && i < 4; i++)
-        bad = attn_packed_bf16_init(&m->packed16[i], W[i], b[i], N[i], K[i]) < 0;
+    for (int i = 0; !bad && i < 4; i++) {
+        attn_proj_shape p = attn_proj_shape_of(m, i);
+        bad = attn_packed_bf16_init(&m->packed16[i], p.W, p.bias, p.N, p.K) < 0;
+    }
     if (bad || keep_biases(m) < 0) {
         proj_unpack(m);
         return -1;
@@ -96,13 +93,6 @@ static int proj_pack(attn_model *m) {
 
 static const void *proj_weights(const attn_model *m, int which) {
     return m->packed16 ? &m->packed16[which] : NULL;
-}
-
-static void proj_shape(const void *w, int *N, int *K, int *panels) {
-    const attn_packed_bf16 *pw = w;
-    *N = pw->N;
-    *K = pw->K;
-    *panels = pw->panels;
 }
 
 static size_t proj_bytes(const void *w) {
@@ -142,7 +132,6 @@ const attn_proj_ops attn_proj_bf16 = {
     .pack = proj_pack,
     .unpack = proj_unpack,
     .weights = proj_weights,
-    .shape = proj_shape,
     .bytes = proj_bytes,
     .data = proj_data,
     .prepared_elems = proj_prepared_elems,

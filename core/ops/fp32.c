@@ -61,29 +61,19 @@ static void proj_unpack(attn_model *m) {
 }
 
 static int proj_pack(attn_model *m) {
-    const attn_hparams *hp = &m->hp;
-    int E = hp->embed_dim, HD = hp->num_heads * hp->head_dim, GD = hp->num_kv_heads * hp->head_dim;
-    const float *W[4] = {m->q_w, m->k_w, m->v_w, m->out_w},
-                *b[4] = {m->q_b, m->k_b, m->v_b, m->out_b};
-    int N[4] = {HD, GD, GD, E}, K[4] = {E, hp->kdim, hp->vdim, HD};
     m->packed = calloc(4, sizeof *m->packed);
-    for (int i = 0; m->packed && i < 4; i++)
-        if (attn_packed_init(&m->packed[i], W[i], b[i], N[i], K[i]) < 0) {
+    for (int i = 0; m->packed && i < 4; i++) {
+        attn_proj_shape p = attn_proj_shape_of(m, i);
+        if (attn_packed_init(&m->packed[i], p.W, p.bias, p.N, p.K) < 0) {
             proj_unpack(m);
             return -1;
         }
+    }
     return m->packed ? 0 : -1;
 }
 
 static const void *proj_weights(const attn_model *m, int which) {
     return m->packed ? &m->packed[which] : NULL;
-}
-
-static void proj_shape(const void *w, int *N, int *K, int *panels) {
-    const attn_packed *pw = w;
-    *N = pw->N;
-    *K = pw->K;
-    *panels = pw->panels;
 }
 
 static size_t proj_bytes(const void *w) {
@@ -132,7 +122,6 @@ const attn_proj_ops attn_proj_fp32 = {
     .pack = proj_pack,
     .unpack = proj_unpack,
     .weights = proj_weights,
-    .shape = proj_shape,
     .bytes = proj_bytes,
     .data = proj_data,
     .prepared_elems = proj_prepared_elems,

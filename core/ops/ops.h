@@ -128,6 +128,28 @@ extern const attn_attend_ops attn_attend_bf16; /* ops/bf16.c */
 
 /* ---- the projections' row ----------------------------------------------------- */
 
+/* Projection `which` of m (0 q, 1 k, 2 v, 3 out) as attn.h lays it out:
+ * weights W (N,K), NULL once a row has freed them, and bias (N). */
+typedef struct {
+    const float *W, *bias;
+    int N, K;
+} attn_proj_shape;
+
+static inline attn_proj_shape attn_proj_shape_of(const attn_model *m, int which) {
+    const attn_hparams *hp = &m->hp;
+    int E = hp->embed_dim, HD = hp->num_heads * hp->head_dim, GD = hp->num_kv_heads * hp->head_dim;
+    switch (which) {
+    case 0: /* (H*D, E) */
+        return (attn_proj_shape){m->q_w, m->q_b, HD, E};
+    case 1: /* (G*D, Kd) */
+        return (attn_proj_shape){m->k_w, m->k_b, GD, hp->kdim};
+    case 2: /* (G*D, Vd) */
+        return (attn_proj_shape){m->v_w, m->v_b, GD, hp->vdim};
+    default: /* (E, H*D) */
+        return (attn_proj_shape){m->out_w, m->out_b, E, HD};
+    }
+}
+
 /* One projection of a forward: inputs (M,K), packed weights, outputs (M,N). */
 typedef struct {
     const struct attn_proj_ops *ops;
@@ -156,7 +178,6 @@ typedef struct attn_proj_ops {
     void (*unpack)(attn_model *m); /* frees what pack made; safe when nothing was */
     /* The packed weights of projection `which` (0 q, 1 k, 2 v, 3 out), NULL before packing. */
     const void *(*weights)(const attn_model *m, int which);
-    void (*shape)(const void *w, int *N, int *K, int *panels); /* outputs, inputs, panels */
     size_t (*bytes)(const void *w);                            /* bytes the packed weights hold */
     const void *(*data)(const void *w, size_t *n); /* the weights' bytes as computed with */
     /* 16-bit elements of M rows of K inputs prepared (0: tiles read A as it

@@ -22,10 +22,9 @@ enum {
     TASKS_PER_THREAD = 3,
 };
 
+/* Panels of ATTN_PANEL output columns: every row packs its weights so. */
 static int panels_of(const proj_part *p) {
-    int N, K, panels;
-    p->ops->shape(p->w, &N, &K, &panels);
-    return panels;
+    return (p->N + ATTN_PANEL - 1) / ATTN_PANEL;
 }
 
 static int tiles_of(const proj_part *p, int rows, int panels) {
@@ -106,26 +105,23 @@ int proj_tile_tasks(const proj_job *j) {
 }
 
 void proj_tile_describe(const proj_job *j, int t, attn_loop_kind loop, attn_plan_task *out) {
-    int i, j0, j1, N, K, panels;
+    int i, j0, j1;
     size_t r0, r1;
     tile_at(j, t, &i, &r0, &r1, &j0, &j1);
-    j->parts[i].ops->shape(j->parts[i].w, &N, &K, &panels);
-    int c1 = j1 * ATTN_PANEL < N ? j1 * ATTN_PANEL : N;
+    const proj_part *p = &j->parts[i];
+    int c1 = j1 * ATTN_PANEL < p->N ? j1 * ATTN_PANEL : p->N;
     *out = (attn_plan_task){
-        loop, loop == ATTN_LOOP_OUT ? 3 : i, (int)(r1 - r0), c1 - j0 * ATTN_PANEL, K, 1};
+        loop, loop == ATTN_LOOP_OUT ? 3 : i, (int)(r1 - r0), c1 - j0 * ATTN_PANEL, p->K, 1};
 }
 
 proj_part proj_part_of(const attn_proj_ops *ops, const attn_model *m, int which, float *C,
                        size_t ldc, const float *A, size_t lda, size_t M) {
-    const attn_hparams *hp = &m->hp;
-    int E = hp->embed_dim, HD = hp->num_heads * hp->head_dim, GD = hp->num_kv_heads * hp->head_dim;
-    const int N[4] = {HD, GD, GD, E}, K[4] = {E, hp->kdim, hp->vdim, HD};
-    const float *W[4] = {m->q_w, m->k_w, m->v_w, m->out_w};
+    attn_proj_shape s = attn_proj_shape_of(m, which);
     return (proj_part){.ops = ops,
                        .w = ops->weights(m, which),
-                       .N = N[which],
-                       .K = K[which],
-                       .W = W[which],
+                       .N = s.N,
+                       .K = s.K,
+                       .W = s.W,
                        .A = A,
                        .lda = lda,
                        .C = C,
