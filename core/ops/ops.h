@@ -178,7 +178,7 @@ typedef struct attn_proj_ops {
     void (*unpack)(attn_model *m); /* frees what pack made; safe when nothing was */
     /* The packed weights of projection `which` (0 q, 1 k, 2 v, 3 out), NULL before packing. */
     const void *(*weights)(const attn_model *m, int which);
-    size_t (*bytes)(const void *w);                            /* bytes the packed weights hold */
+    size_t (*bytes)(const void *w);                /* bytes the packed weights hold */
     const void *(*data)(const void *w, size_t *n); /* the weights' bytes as computed with */
     /* 16-bit elements of M rows of K inputs prepared (0: tiles read A as it
      * is), and rows [r0, r1) of part p prepared into p->A16 (zeros past K). */
