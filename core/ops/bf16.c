@@ -150,8 +150,14 @@ static int attend_runs(const attn_hparams *hp) {
 }
 
 static void attend_prepare(attn_attend *a) {
-    a->fused = 0;
-    a->cut = 0;
+    a->kernel = 0;
+}
+
+/* Tasks are never cut: a block takes its rows in one pass. */
+static int fewer_lanes(const attn_attend *a, int lanes) {
+    (void)a;
+    (void)lanes;
+    return 0;
 }
 
 static int weight_rows(const attn_attend *a, int S) {
@@ -283,6 +289,7 @@ const attn_attend_ops attn_attend_bf16 = {
     .runs = attend_runs,
     .prepare = attend_prepare,
     .block_lanes = block_lanes,
+    .fewer_lanes = fewer_lanes,
     .weight_rows = weight_rows,
     .block_floats = block_floats,
     .full_floats = full_floats,

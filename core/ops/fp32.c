@@ -36,6 +36,8 @@
 enum {
     QB = ATTN_QB,          /* query rows per OpenBLAS task (online softmax path) */
     FULL_FLOATS = 1 << 18, /* score floats per task on the weights path */
+    FUSED_BLOCK = 64,      /* lanes (rows x heads) the AVX-512 block computes together */
+    FUSED_VECTOR = 16,     /* lanes of one vector: the fewest a cut task takes */
 };
 
 /* ---- projections ------------------------------------------------------------ */
@@ -137,8 +139,7 @@ static int attend_runs(const attn_hparams *hp) {
 }
 
 static void attend_prepare(attn_attend *a) {
-    a->fused = attn_fused_supported(a->D) && a->H / a->G <= ATTN_FUSED_ROWS;
-    a->cut = a->fused;
+    a->kernel = attn_fused_supported(a->D) && a->H / a->G <= ATTN_FUSED_ROWS;
 }
 
 /* Rows [i0, i1) of sequence sa that read key/value head g: a block of one
@@ -161,7 +162,16 @@ static attn_qrows rows_of(const attn_attend *a, const attn_seq_at *sa, int g, in
 }
 
 static int block_lanes(const attn_attend *a) {
-    return a->fused ? ATTN_FUSED_ROWS : QB * (a->H / a->G);
+    return a->kernel ? ATTN_FUSED_ROWS : QB * (a->H / a->G);
+}
+
+/* The AVX-512 block's rows do not depend on their block: halved down to one
+ * block of FUSED_BLOCK lanes, then one vector (it runs 17 to 63 lanes at
+ * the cost of 64, and 16 or fewer alone); 0 past that. OpenBLAS rows are
+ * never cut. */
+static int fewer_lanes(const attn_attend *a, int lanes) {
+    if (!a->kernel) return 0;
+    return lanes > FUSED_BLOCK ? lanes / 2 : lanes > FUSED_VECTOR ? FUSED_VECTOR : 0;
 }
 
 /* Query rows per weights task: a block of one head's rows for S keys
@@ -180,7 +190,7 @@ static int tile_rows(const attn_attend *a) {
 }
 
 static size_t block_floats(const attn_attend *a) {
-    return a->fused ? attn_fused_floats(a->D) : attn_rows_online_floats(tile_rows(a), a->D);
+    return a->kernel ? attn_fused_floats(a->D) : attn_rows_online_floats(tile_rows(a), a->D);
 }
 
 static size_t weight_floats(const attn_attend *a, int rows, int S) {
@@ -194,7 +204,7 @@ static size_t full_floats(const attn_attend *a, int rows, int S) {
 
 static void block(const attn_attend *a, const attn_seq_at *sa, int g, int i0, int i1,
                   float *scratch) {
-    if (a->fused) {
+    if (a->kernel) {
         float *q = a->q + (sa->q0 + (size_t)i0) * a->ldq + (size_t)g * (a->H / a->G) * a->D;
         attn_fused_block(q, a->ldq, a->H / a->G, sa->k + (size_t)g * a->D, sa->v + (size_t)g * a->D,
                          sa->ldkv, &sa->view, i0 + sa->shift, i1 - i0, a->D, a->scale, scratch);
@@ -253,6 +263,7 @@ const attn_attend_ops attn_attend_fp32 = {
     .runs = attend_runs,
     .prepare = attend_prepare,
     .block_lanes = block_lanes,
+    .fewer_lanes = fewer_lanes,
     .weight_rows = weight_rows,
     .block_floats = block_floats,
     .full_floats = full_floats,

@@ -63,11 +63,9 @@ typedef struct {
     float scale;
     int rows_alone; /* 1: decoder options (not plain MHA): a kernel call takes one row's R heads,
                        so that a row's bits never depend on its block */
-    int fused;      /* the fp32 row's choice for this forward: the AVX-512 block (1) or
-                       OpenBLAS rows (0) */
-    int cut;        /* 1: a row's bits do not depend on its block, so no-matrix tasks may take
-                       fewer rows when the batch leaves threads idle (tasks/attend.c) */
-    int cut_rows;   /* query rows per no-matrix task (after that cut, if any) */
+    int kernel;     /* the row's own choice of kernel for this forward (prepare); the fp32
+                       row: 1 the AVX-512 block, 0 OpenBLAS rows */
+    int cut_rows;   /* query rows per no-matrix task, after any cut (tasks/attend.c) */
     float *q;       /* (T, H*D) at row stride ldq: queries in, head outputs out */
     size_t ldq;
     const attn_seq_at *seqs; /* (B) */
@@ -89,11 +87,15 @@ typedef struct attn_attend_ops {
                   are packed before the attention, and a step's cache is pages (attn_seq.kv16) */
     /* 1 when this CPU runs this row for a model of hp (attn_model_init's). */
     int (*runs)(const attn_hparams *hp);
-    /* Settles the row's own choices for one forward (a's shape set): fused, cut. */
+    /* Settles the row's own choice of kernel for one forward (a's shape set). */
     void (*prepare)(attn_attend *a);
     /* Lanes (query rows x the R heads of a row) per no-matrix task, before
      * any cut: a task takes lanes / R rows, at least one. */
     int (*block_lanes)(const attn_attend *a);
+    /* The lanes of the next smaller task, where a row's bits do not depend
+     * on its block, for a batch that leaves threads without a task; 0: no
+     * smaller task (or no cut at all). */
+    int (*fewer_lanes)(const attn_attend *a, int lanes);
     /* Query rows whose weights over S keys are computed at once: the grid of
      * full and select tasks. */
     int (*weight_rows)(const attn_attend *a, int S);

@@ -9,7 +9,7 @@
  * Tasks are cut from each sequence alone, never from the batch or the
  * thread count, so a sequence's bits do not depend on what shares its batch
  * (docs/performance.md, batch invariance); except where the row's bits do
- * not depend on their block (a->cut): there no-matrix tasks take fewer rows
+ * not depend on their block (the row's fewer_lanes): there no-matrix tasks take fewer rows
  * while the batch would leave threads without one. Later row blocks come
  * first: they cost more under causal. Nothing here computes attention, nor
  * projects, rotates or touches a cache.
@@ -20,11 +20,6 @@
 #include "../ops/seq.h"
 #include "../select/select.h"
 #include "attend.h"
-
-enum {
-    ROWS_BLOCK = 64, /* lanes (rows x heads) the fp32 block computes together */
-    ROWS_VECTOR = 16 /* lanes of one vector: the fewest a cut task takes */
-};
 
 /* 1 when s's whole matrices come from its output tasks (the full path);
  * a sequence that selects a part gets its output as with no matrix. */
@@ -80,19 +75,12 @@ static int task_rows(const attn_attend *a, const attn_seq *s) {
     return a->cut_rows;
 }
 
-/* Lanes of the next smaller cut: halved down to one block of ROWS_BLOCK,
- * then one vector (the fp32 block runs 17 to 63 lanes at the cost of 64,
- * and 16 or fewer alone); 0 past that. */
-static int fewer_lanes(int lanes) {
-    return lanes > ROWS_BLOCK ? lanes / 2 : lanes > ROWS_VECTOR ? ROWS_VECTOR : 0;
-}
-
 void attn_attend_cut(attn_attend *a, const attn_batch *b, int nthreads) {
     int R = a->H / a->G, lanes = a->ops->block_lanes(a);
     size_t want = (size_t)nthreads; /* a task each: smaller blocks run slower */
     a->cut_rows = rows_of_lanes(a, lanes);
-    if (!a->cut) return;
-    while (attn_attend_tasks(a, b, NULL, NULL) < want && (lanes = fewer_lanes(lanes)) >= R)
+    while (attn_attend_tasks(a, b, NULL, NULL) < want &&
+           (lanes = a->ops->fewer_lanes(a, lanes)) >= R)
         a->cut_rows = lanes / R;
 }
 

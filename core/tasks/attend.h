@@ -10,7 +10,7 @@
 
 /* Sets a's cut_rows for batch b on nthreads threads (a's row prepared):
  * the row's block of rows a task, fewer while the batch gives fewer tasks
- * than threads, where the row allows (a->cut). Call before
+ * than threads, where the row allows (its fewer_lanes). Call before
  * attn_attend_tasks. */
 void attn_attend_cut(attn_attend *a, const attn_batch *b, int nthreads);
 /* Scratch floats one thread needs for sequence s. */
