@@ -167,7 +167,8 @@ START_TEST(confine_refused) {
     expect_outside(g_models, "dir_out/outside.safetensors", "through a symbolic link");
     expect_outside(g_models, "nope.safetensors", "No such file");
     expect_outside(g_models, "nope.safetensors", "cannot open");
-    expect_outside(g_models, "...", "cannot open"); /* a name, not ".." */
+    expect_outside(g_models, "...", "cannot open");                  /* a name, not ".." */
+    expect_outside(g_models, "..data/w.safetensors", "cannot open"); /* Kubernetes' volumes */
     expect_outside(g_models, ".", "names the model folder");
     expect_outside(g_models, "sub/x.safetensors/", "cannot open"); /* not a folder */
     expect_outside("/nonexistent/models", "w.safetensors", "cannot be opened");
