@@ -60,11 +60,15 @@ attnd_version *attnd_resolve_model(const attnd_parse_env *env, const char *path_
     }
     if (name) return attnd_models_get(env->models, name, e);
     attnd_version *one = attnd_models_sole(env->models);
-    if (!one)
+    if (one) return one;
+    if (attnd_models_serving(env->models, NULL, 0) == 0)
+        attnd_set_error(e, AERR_NOT_FOUND, "no model is loaded (POST /v2/repository/index lists "
+                                           "what the server knows)");
+    else
         attnd_set_error(e, AERR_BAD_REQUEST,
                         "model: required when more than one model is loaded (loaded: %s)",
                         attnd_models_names(env->models, names, sizeof(names)));
-    return one;
+    return NULL;
 }
 
 static float *take_f(attnd_tensor *t) {
