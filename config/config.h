@@ -4,9 +4,12 @@
  * weights (attnd_model_load), so the server needs only this header.
  * It reads files and the environment; it never listens, computes attention
  * or exits (only main() exits).
- * Three files define it, each calling only the ones before it: keys.c (the
- * table of keys, the defaults, attnd_config_free), read.c (the file) and
- * env.c (the variables and flags over it, attnd_config_from_args, --help).
+ * Four files define it, each calling only the ones before it: keys.c (the
+ * table of keys, the defaults, attnd_config_free, a model entry's copy,
+ * comparison and freeing, the keys that differ between two configs),
+ * confine.c (paths kept inside the model folder), read.c (the file, and
+ * one model entry given as JSON text) and env.c (the variables and flags
+ * over it, attnd_config_from_args, attnd_config_reread, --help).
  */
 #ifndef ATTND_CONFIG_H
 #define ATTND_CONFIG_H
@@ -36,10 +39,18 @@ typedef struct {
     char *api_key_env;                 /* name of the env variable holding the API key */
     char **cors_origins;               /* allowed origins; n_cors_origins == 0 = CORS off */
     int n_cors_origins;
-    char *log_format; /* "text" | "json" */
-    char *log_level;  /* "debug" | "info" | "warn" | "error": the least level logged */
-    int access_log;   /* 1: one line per request */
-    int ui;           /* 1: GET /ui serves the attention viewer (docs/ui.md); 0: 404 */
+    char *log_format;     /* "text" | "json" */
+    char *log_level;      /* "debug" | "info" | "warn" | "error": the least level logged */
+    int access_log;       /* 1: one line per request */
+    int ui;               /* 1: GET /ui serves the attention viewer (docs/ui.md); 0: 404 */
+    char *model_control;  /* "none" | "explicit": whether the repository routes may load
+                             and unload models (SPEC section 12) */
+    int explicit_control; /* model_control resolved by attnd_config_from_args and
+                             attnd_config_reread: 1 = "explicit"; 0 otherwise */
+    char *model_dir;      /* the folder a repository load's weights must lie in
+                             (attnd_path_confine). Set by attnd_config_from_args and
+                             attnd_config_reread always: absolute, symbolic links resolved;
+                             the config file's folder (cwd without one) when not given */
     /* batching */
     int max_batch_tokens;   /* query + key tokens per batch */
     int max_batch_requests; /* 1 = batching off */
@@ -59,6 +70,8 @@ typedef struct {
     long long max_session_bytes;      /* all sessions' caches, bytes -> 429 */
     long long max_session_bytes_each; /* one session's cache, bytes -> 413 */
     int session_idle_s;               /* a session unused this long ends, seconds */
+    long long max_model_bytes;        /* weights held, every model and every version still
+                                         loaded, bytes; 0 = no limit (the registry holds it) */
     /* tracing */
     char *otlp_endpoint;  /* the collector's OTLP/HTTP traces URL; NULL = no span export */
     int otlp_queue_spans; /* spans held for export; what does not fit is dropped, counted */
@@ -70,6 +83,9 @@ typedef struct {
     int n_models;
     /* where it came from */
     char *config_path; /* NULL when no config file */
+    int argc;          /* main()'s arguments as attnd_config_from_args saw them, for
+                          attnd_config_reread; borrowed (they live as long as the process) */
+    char **argv;       /* 0 and NULL for a config made otherwise */
 } attnd_config;
 
 /* Fills every default (and no models). Returns 0 or -1 (out of memory). */
@@ -97,6 +113,52 @@ enum { ATTND_WANT_RUN = 0, ATTND_WANT_HELP = 1, ATTND_WANT_VERSION = 2 };
  * file cannot be opened (the config itself is sound). */
 int attnd_config_from_args(attnd_config *c, int argc, char **argv, int *want_help, char *err,
                            size_t errlen);
+
+/* The start-up road again, for SIGHUP and for a repository load without a
+ * body: defaults, the config file running was read from (none: the
+ * embedded default model, as at start), the ATTND_* variables and
+ * running's flags, into fresh (zeroed by the caller), without opening any
+ * weights file (a missing one is its model's failure, not the config's).
+ * Returns 0, or -1 with err set as attnd_config_from_args sets it (fresh
+ * then holds nothing). */
+int attnd_config_reread(const attnd_config *running, attnd_config *fresh, char *err, size_t errlen);
+
+/* Calls each(section, key, arg) for every key of the sections "server" to
+ * "sessions" (not "models") whose value differs between a and b, in the
+ * table's order: what a reload leaves as it was and the log names. */
+void attnd_config_changed_keys(const attnd_config *a, const attnd_config *b,
+                               void (*each)(const char *section, const char *key, void *arg),
+                               void *arg);
+
+/* path confined to the folder dir: a relative path is taken from dir; a
+ * path with a ".." component is refused outright; then the file it names,
+ * symbolic links resolved, must exist inside dir (symbolic links in dir
+ * resolved too). On success *resolved is that file's absolute path
+ * (malloc'd, the caller frees it). Returns 0, or -1 with err one sentence
+ * naming the path and the folder (server.model_dir) and *resolved NULL. */
+int attnd_path_confine(const char *dir, const char *path, char **resolved, char *err,
+                       size_t errlen);
+
+/* One entry of "models" given as JSON text (a repository load's
+ * parameters.config, SPEC section 12): the keys and checks of the config
+ * file's entries. "name" may be left out (it is then name, the {name} of
+ * the route) and must equal name when given. The weights path is confined
+ * to model_dir (attnd_path_confine: a relative path is taken from it) and
+ * the file must open. mc is zeroed by the caller. Returns 0, or -1 with
+ * err naming "parameters.config", the key and the reason, and mc emptied. */
+int attnd_model_entry_parse(const char *text, size_t len, const char *name, const char *model_dir,
+                            attnd_model_config *mc, char *err, size_t errlen);
+
+/* A deep copy of src into dst (whose old contents are not freed). Returns
+ * 0, or -1 when out of memory (dst then holds nothing to free). */
+int attnd_model_config_copy(attnd_model_config *dst, const attnd_model_config *src);
+/* 1 when a and b describe the same model: every key (hyper-parameters with
+ * the decoder options, weights path, prefix, layout, precision, tensors
+ * map, max_positions) equal after resolution; 0 otherwise. The weights
+ * file's bytes are not compared. */
+int attnd_model_config_equal(const attnd_model_config *a, const attnd_model_config *b);
+/* Frees one entry's strings and zeroes it (a zeroed entry is fine). */
+void attnd_model_config_free(attnd_model_config *mc);
 
 /* log_format and log_level as --log-format / --log-level or
  * ATTND_LOG_FORMAT / ATTND_LOG_LEVEL give them, before anything else is

@@ -181,7 +181,8 @@ static void layout_defaults(attnd_model_config *mc, int layout) {
     if (mc->hp.causal < 0) mc->hp.causal = llama;
 }
 
-int attnd_model_check(attnd_model_config *mc, int idx, const char *src, char *err, size_t errlen) {
+int attnd_model_check(attnd_model_config *mc, const char *at, const char *src, char *err,
+                      size_t errlen) {
     attn_hparams *hp = &mc->hp;
     int E = hp->embed_dim, H = hp->num_heads, layout = ATTND_LAYOUT_TORCH;
     if (mc->layout) attnd_enum_value(&attnd_layouts, mc->layout, &layout); /* checked when read */
@@ -193,35 +194,33 @@ int attnd_model_check(attnd_model_config *mc, int idx, const char *src, char *er
     if (hp->vdim == 0) hp->vdim = E;
     if (hp->head_dim == 0 && E % H != 0)
         return cfg_fail(err, errlen,
-                        "%s: models[%d].num_heads: %d does not divide embed_dim %d (E must be "
+                        "%s: %snum_heads: %d does not divide embed_dim %d (E must be "
                         "divisible by H, or give head_dim).",
-                        src, idx, H, E);
+                        src, at, H, E);
     int D = attn_hparams_head_dim(hp);
     if (hp->num_kv_heads && H % hp->num_kv_heads != 0)
         return cfg_fail(err, errlen,
-                        "%s: models[%d].num_kv_heads: %d does not divide num_heads %d (each "
+                        "%s: %snum_kv_heads: %d does not divide num_heads %d (each "
                         "key/value head serves num_heads / num_kv_heads query heads).",
-                        src, idx, hp->num_kv_heads, H);
+                        src, at, hp->num_kv_heads, H);
     int G = attn_hparams_kv_heads(hp);
     if ((G != H || D * H != E) && layout == ATTND_LAYOUT_TORCH)
         return cfg_fail(err, errlen,
-                        "%s: models[%d].layout: \"torch\" reads nn.MultiheadAttention's "
+                        "%s: %slayout: \"torch\" reads nn.MultiheadAttention's "
                         "tensors, which have num_kv_heads = num_heads and head_dim = "
                         "embed_dim / num_heads; use \"llama\", \"hf_proj\" or a tensors map.",
-                        src, idx);
+                        src, at);
     if (hp->rope.dim == -1) hp->rope.dim = D;
     if (hp->rope.dim > D)
-        return cfg_fail(err, errlen,
-                        "%s: models[%d].rope.dim: %d is wider than a head (%d columns).", src, idx,
-                        hp->rope.dim, D);
+        return cfg_fail(err, errlen, "%s: %srope.dim: %d is wider than a head (%d columns).", src,
+                        at, hp->rope.dim, D);
     if (hp->rope.dim && (hp->kdim != E || hp->vdim != E))
         return cfg_fail(err, errlen,
-                        "%s: models[%d].rope: rotary positions need self-attention, so kdim "
+                        "%s: %srope: rotary positions need self-attention, so kdim "
                         "and vdim must equal embed_dim (%d, %d, %d).",
-                        src, idx, hp->kdim, hp->vdim, E);
+                        src, at, hp->kdim, hp->vdim, E);
     if (mc->max_positions && !hp->rope.dim)
-        return cfg_fail(err, errlen,
-                        "%s: models[%d].max_positions: only a model with rope has positions.", src,
-                        idx);
+        return cfg_fail(err, errlen, "%s: %smax_positions: only a model with rope has positions.",
+                        src, at);
     return 0;
 }

@@ -16,9 +16,11 @@
 int attnd_rope_parse(attnd_model_config *mc, json_t *obj, const char *src, const char *path,
                      char *err, size_t errlen);
 
-/* After every key of models[idx] is read: settles the defaults that depend
+/* After every key of a model is read: settles the defaults that depend
  * on other keys (kdim, vdim, bias and causal by layout, rope.dim) and
- * refuses every bad combination, naming the key and the reason. */
-int attnd_model_check(attnd_model_config *mc, int idx, const char *src, char *err, size_t errlen);
+ * refuses every bad combination, naming the key (under at: "models[3]."
+ * in the file, "" for an entry on its own) and the reason. */
+int attnd_model_check(attnd_model_config *mc, const char *at, const char *src, char *err,
+                      size_t errlen);
 
 #endif

@@ -97,3 +97,9 @@ static const attnd_enum_row PINS[] = {
     {"off", ATTND_PIN_OFF},
 };
 const attnd_enum attnd_pins = ATTND_ENUM(PINS);
+
+static const attnd_enum_row MODEL_CONTROLS[] = {
+    {"none", ATTND_CONTROL_NONE},
+    {"explicit", ATTND_CONTROL_EXPLICIT},
+};
+const attnd_enum attnd_model_controls = ATTND_ENUM(MODEL_CONTROLS);

@@ -6,8 +6,9 @@
  * length of any table. Plain data and lookups: no I/O.
  *
  * The tables of the config's own words live here (layouts, rotary styles
- * and their scaling types, precisions, log formats and levels); a request's words
- * (attention modes, encodings) are server/body/job.h's, with the same type.
+ * and their scaling types, precisions, log formats and levels, model
+ * control); a request's words (attention modes, encodings) are
+ * server/body/job.h's, with the same type.
  */
 #ifndef ATTND_CONFIG_ENUMS_H
 #define ATTND_CONFIG_ENUMS_H
@@ -76,5 +77,10 @@ extern const attnd_enum attnd_log_levels;
  * (server/base/cpus.c resolves AUTO). */
 typedef enum { ATTND_PIN_AUTO = 0, ATTND_PIN_ON, ATTND_PIN_OFF } attnd_pin;
 extern const attnd_enum attnd_pins;
+
+/* server.model_control: whether the model repository routes may load and
+ * unload models (SPEC section 12; Triton's --model-control-mode). */
+typedef enum { ATTND_CONTROL_NONE = 0, ATTND_CONTROL_EXPLICIT } attnd_model_control;
+extern const attnd_enum attnd_model_controls;
 
 #endif

@@ -2,7 +2,10 @@
  * the --flags that override the config file, read by the rows of the key
  * table (keys.c), and the start-up road that layers them: defaults < config
  * file (read.c) < variables < flags, then the embedded default model when
- * none is configured. Also --help's text, printed from the same table.
+ * none is configured, and the settling of what the server reads resolved
+ * (server.model_dir's folder, server.model_control); the same road again
+ * for a reload (attnd_config_reread). Also --help's text, printed from the
+ * same table.
  * It parses no JSON and never exits: main() decides what a refusal means.
  */
 #include <errno.h>
@@ -219,6 +222,48 @@ static int apply_flags(attnd_config *c, int argc, char **argv, char *err, size_t
     return 0;
 }
 
+/* server.model_dir made absolute, symbolic links resolved, so that
+ * attnd_path_confine compares resolved paths; when not given, the config
+ * file's folder (the working directory without a file). */
+static int settle_model_dir(attnd_config *c, const char *config_file, char *err, size_t errlen) {
+    char *folder = NULL;
+    if (!c->model_dir) {
+        folder = config_file ? cfg_folder_of(config_file) : strdup(".");
+        if (!folder) return cfg_fail(err, errlen, "server.model_dir: out of memory.");
+    }
+    const char *want = c->model_dir ? c->model_dir : folder[0] ? folder : ".";
+    char *real = realpath(want, NULL);
+    if (!real) {
+        int rc = cfg_fail(err, errlen,
+                          "server.model_dir: the model folder \"%s\"%s cannot be "
+                          "opened: %s.",
+                          want, c->model_dir ? "" : " (the config file's folder)", strerror(errno));
+        free(folder);
+        return rc;
+    }
+    free(folder);
+    free(c->model_dir);
+    c->model_dir = real;
+    return 0;
+}
+
+/* The road after the defaults: defaults < config file < ATTND_* variables
+ * < flags, then the embedded default model when none is configured, and
+ * what the server reads resolved from the keys. No weights file is opened. */
+static int layer(attnd_config *c, const char *config_file, int argc, char **argv, char *err,
+                 size_t errlen) {
+    if (config_file && cfg_load_file(c, config_file, 0, err, errlen) != 0) return -1;
+    if (apply_env(c, err, errlen) != 0 || apply_flags(c, argc, argv, err, errlen) != 0) return -1;
+    if (c->n_models == 0 && add_default_model(c, err, errlen) != 0) return -1;
+    if (settle_model_dir(c, config_file, err, errlen) != 0) return -1;
+    int control = ATTND_CONTROL_NONE;
+    attnd_enum_value(&attnd_model_controls, c->model_control, &control); /* checked when stored */
+    c->explicit_control = control == ATTND_CONTROL_EXPLICIT;
+    c->argc = argc;
+    c->argv = argv;
+    return 0;
+}
+
 int attnd_config_from_args(attnd_config *c, int argc, char **argv, int *want_help, char *err,
                            size_t errlen) {
     const char *config_file = NULL;
@@ -230,10 +275,7 @@ int attnd_config_from_args(attnd_config *c, int argc, char **argv, int *want_hel
         const char *env = getenv("ATTND_CONFIG");
         if (env && *env) config_file = env;
     }
-    /* defaults < config file < ATTND_* variables < flags */
-    if (config_file && cfg_load_file(c, config_file, 0, err, errlen) != 0) goto fail;
-    if (apply_env(c, err, errlen) != 0 || apply_flags(c, argc, argv, err, errlen) != 0) goto fail;
-    if (c->n_models == 0 && add_default_model(c, err, errlen) != 0) goto fail;
+    if (layer(c, config_file, argc, argv, err, errlen) != 0) goto fail;
     /* the config is sound; what is left is the weights files' business */
     if (cfg_models_readable(c, config_file, err, errlen) != 0) {
         attnd_config_free(c);
@@ -243,6 +285,18 @@ int attnd_config_from_args(attnd_config *c, int argc, char **argv, int *want_hel
 fail:
     attnd_config_free(c);
     return -1;
+}
+
+int attnd_config_reread(const attnd_config *running, attnd_config *fresh, char *err,
+                        size_t errlen) {
+    if (attnd_config_defaults(fresh) != 0) return cfg_fail(err, errlen, "out of memory.");
+    /* the file read at start, by the name it was read under: --config or
+     * ATTND_CONFIG as they were then (scan_args checked running's flags) */
+    if (layer(fresh, running->config_path, running->argc, running->argv, err, errlen) != 0) {
+        attnd_config_free(fresh);
+        return -1;
+    }
+    return 0;
 }
 
 void attnd_config_usage(FILE *f, const char *argv0) {
@@ -276,7 +330,9 @@ void attnd_config_usage(FILE *f, const char *argv0) {
         const cfg_key *k = &cfg_config_keys[i];
         if (!k->env) continue;
         char def[64];
-        if (k->type == K_STR && !k->def_str)
+        if (k->def_words)
+            snprintf(def, sizeof def, "%s", k->def_words);
+        else if (k->type == K_STR && !k->def_str)
             snprintf(def, sizeof def, "none");
         else if (k->type == K_STR)
             snprintf(def, sizeof def, "\"%s\"", k->def_str);

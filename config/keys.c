@@ -1,16 +1,20 @@
 /* keys.c - the table of config keys: every server setting and every key
  * of a model is one row (name, type, range, default, where it lands, its
  * env variable and flag, its --help line), so a key is added by adding a
- * row. Also the stores that check a value against its row and land it, and
- * the defaults and the freeing of an attnd_config.
+ * row. Also the stores that check a value against its row and land it, the
+ * defaults and the freeing of an attnd_config, and what walks the rows of a
+ * struct: a model entry's copy, comparison and freeing, and the server keys
+ * that differ between two configs.
  * It parses no JSON and reads no file, variable or flag: read.c and env.c
  * hand it values already taken apart.
  */
 #include <ctype.h>
+#include <errno.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "config.h"
 #include "enums.h"
@@ -49,6 +53,15 @@
     {                                                                                              \
         .section = sec, .key = name, .type = K_STR, .min = 1, .max = 32, .def_str = dflt,          \
         .choices = &table, .off = C_OFF(field), .flag = flag_, .env = env_, .help = help_          \
+    }
+/* A folder's path of 1 to 4096 bytes that must name a folder when given; a
+ * relative one in the file is taken from the file's folder. dflt says in
+ * words what holds when it is not given. */
+#define CFG_FOLDER(sec, name, dflt, field, flag_, env_, help_)                                     \
+    {                                                                                              \
+        .section = sec, .key = name, .type = K_STR, .min = 1, .max = 4096, .def_words = dflt,      \
+        .valid = valid_folder, .file_relative = 1, .off = C_OFF(field), .flag = flag_,             \
+        .env = env_, .help = help_                                                                 \
     }
 /* At most `most` strings of 1 to 1024 bytes; their count lands in count_field. */
 #define CFG_STRLIST(sec, name, most, field, count_field, flag_, env_, help_)                       \
@@ -121,6 +134,18 @@ static const char *valid_url(const char *s) {
     return NULL;
 }
 
+/* A folder that exists: refused at start-up, with the file, variable or flag
+ * that gave it, rather than at the first model load. */
+static const char *valid_folder(const char *s) {
+    struct stat st;
+    if (stat(s, &st) != 0)
+        return errno == ENOENT    ? "does not exist"
+               : errno == EACCES  ? "cannot be entered (permission denied)"
+               : errno == ENOTDIR ? "is not a folder"
+                                  : "cannot be opened as a folder";
+    return S_ISDIR(st.st_mode) ? NULL : "is not a folder";
+}
+
 /* The server settings. Ranges and defaults are documented in docs/config.md. */
 const cfg_key cfg_config_keys[] = {
     CFG_STR("server", "host", 1, 255, "0.0.0.0", NULL, host, "--host", "ATTND_HOST",
@@ -161,6 +186,11 @@ const cfg_key cfg_config_keys[] = {
              "one line per request (true | false)"),
     CFG_BOOL("server", "ui", 1, ui, NULL, "ATTND_UI",
              "the attention viewer page at GET /ui (true | false)"),
+    CFG_WORD("server", "model_control", attnd_model_controls, "none", model_control,
+             "--model-control", "ATTND_MODEL_CONTROL",
+             "whether POST /v2/repository/models/{name}/load and /unload may change the models"),
+    CFG_FOLDER("server", "model_dir", "the config file's folder", model_dir, "--model-dir",
+               "ATTND_MODEL_DIR", "the folder a repository load's weights must lie in"),
     CFG_INT("batching", "max_batch_tokens", 1, 1 << 24, 16384, max_batch_tokens,
             "--max-batch-tokens", "ATTND_MAX_BATCH_TOKENS", "query + key tokens per batch"),
     CFG_INT("batching", "max_batch_requests", 1, 4096, 64, max_batch_requests,
@@ -196,6 +226,10 @@ const cfg_key cfg_config_keys[] = {
            NULL, "ATTND_MAX_SESSION_BYTES_EACH", "bytes of one session's cache (413 past it)"),
     CFG_INT("limits", "session_idle_s", 1, 86400 * 7, 300, session_idle_s, NULL,
             "ATTND_SESSION_IDLE_S", "a session unused this long ends, s"),
+    CFG_LL("limits", "max_model_bytes", 0, 1LL << 50, 0, max_model_bytes, NULL,
+           "ATTND_MAX_MODEL_BYTES",
+           "bytes of weights held, every model and old versions still serving; 0 = no limit "
+           "(a load past it is refused)"),
     CFG_STR("tracing", "otlp_endpoint", 1, 2048, NULL, valid_url, otlp_endpoint, NULL,
             "ATTND_OTLP_ENDPOINT",
             "OTLP/HTTP traces URL of a collector (http://collector:4318/v1/traces); none = no "
@@ -372,11 +406,11 @@ int cfg_set_default(void *base, const cfg_key *k) {
     }
 }
 
-static void model_config_free(attnd_model_config *mc) {
-    free(mc->weights);
-    free(mc->prefix);
-    free(mc->layout);
-    free(mc->precision);
+/* A model entry's strings are its K_STR rows and its tensors map: the
+ * table says which, so a string key added is freed, copied and compared. */
+void attnd_model_config_free(attnd_model_config *mc) {
+    for (int i = 0; i < cfg_n_model_keys; i++)
+        if (cfg_model_keys[i].type == K_STR) free(*FIELD(char *, mc, cfg_model_keys[i].off));
     for (int r = 0; r < ROLE_COUNT; r++)
         free(mc->tensors[r]);
     memset(mc, 0, sizeof *mc);
@@ -384,8 +418,92 @@ static void model_config_free(attnd_model_config *mc) {
 
 void cfg_models_free(attnd_model_config *models, int n) {
     for (int i = 0; i < n; i++)
-        model_config_free(&models[i]);
+        attnd_model_config_free(&models[i]);
     free(models);
+}
+
+/* A copy of s, NULL staying NULL; -1 when out of memory. */
+static int dup_or_null(char **dst, const char *s) {
+    *dst = s ? strdup(s) : NULL;
+    return s && !*dst ? -1 : 0;
+}
+
+int attnd_model_config_copy(attnd_model_config *dst, const attnd_model_config *src) {
+    *dst = *src;
+    /* dst shares src's strings until each is copied: forget them first, so
+     * that a failure part way frees only dst's own */
+    for (int i = 0; i < cfg_n_model_keys; i++)
+        if (cfg_model_keys[i].type == K_STR) *FIELD(char *, dst, cfg_model_keys[i].off) = NULL;
+    memset(dst->tensors, 0, sizeof dst->tensors);
+    int bad = 0;
+    for (int i = 0; i < cfg_n_model_keys && !bad; i++)
+        if (cfg_model_keys[i].type == K_STR)
+            bad = dup_or_null(FIELD(char *, dst, cfg_model_keys[i].off),
+                              *FIELD(char *, src, cfg_model_keys[i].off));
+    for (int r = 0; r < ROLE_COUNT && !bad; r++)
+        bad = dup_or_null(&dst->tensors[r], src->tensors[r]);
+    if (bad) attnd_model_config_free(dst);
+    return bad ? -1 : 0;
+}
+
+static int str_equal(const char *a, const char *b) {
+    return a == b || (a && b && strcmp(a, b) == 0);
+}
+
+/* 1 when row k's value is the same in the structs at a and b, compared by
+ * the row's type (the objects K_ROLEMAP and K_ROPE have no offset: their
+ * owners compare them). */
+static int row_equal(const void *a, const void *b, const cfg_key *k) {
+    switch (k->type) {
+    case K_STR:
+        return str_equal(*FIELD(char *, a, k->off), *FIELD(char *, b, k->off));
+    case K_NAME:
+        return strcmp(FIELD(char, a, k->off), FIELD(char, b, k->off)) == 0;
+    case K_INT:
+    case K_BOOL:
+        return *FIELD(int, a, k->off) == *FIELD(int, b, k->off);
+    case K_LL:
+        return *FIELD(long long, a, k->off) == *FIELD(long long, b, k->off);
+    case K_NUM:
+        return *FIELD(double, a, k->off) == *FIELD(double, b, k->off);
+    case K_STRLIST: {
+        int n = *FIELD(int, a, k->off_n);
+        if (n != *FIELD(int, b, k->off_n)) return 0;
+        for (int i = 0; i < n; i++)
+            if (!str_equal((*FIELD(char **, a, k->off))[i], (*FIELD(char **, b, k->off))[i]))
+                return 0;
+        return 1;
+    }
+    default:
+        return 0; /* never asked: an object is not a row's field */
+    }
+}
+
+static int rope_equal(const attn_rope *a, const attn_rope *b) {
+    return a->dim == b->dim && a->theta == b->theta && a->style == b->style &&
+           a->scaling == b->scaling && a->factor == b->factor &&
+           a->low_freq_factor == b->low_freq_factor && a->high_freq_factor == b->high_freq_factor &&
+           a->original_max_position == b->original_max_position;
+}
+
+int attnd_model_config_equal(const attnd_model_config *a, const attnd_model_config *b) {
+    for (int i = 0; i < cfg_n_model_keys; i++) {
+        const cfg_key *k = &cfg_model_keys[i];
+        if (k->type != K_ROLEMAP && k->type != K_ROPE && !row_equal(a, b, k)) return 0;
+    }
+    for (int r = 0; r < ROLE_COUNT; r++)
+        if (!str_equal(a->tensors[r], b->tensors[r])) return 0;
+    /* what attnd_model_check settles from the keys, compared too: a config
+     * made by hand (the embedded default) may hold them alone */
+    return rope_equal(&a->hp.rope, &b->hp.rope) && a->hp.precision == b->hp.precision;
+}
+
+void attnd_config_changed_keys(const attnd_config *a, const attnd_config *b,
+                               void (*each)(const char *section, const char *key, void *arg),
+                               void *arg) {
+    for (int i = 0; i < cfg_n_config_keys; i++)
+        if (!row_equal(a, b, &cfg_config_keys[i]))
+            each(cfg_config_keys[i].section, cfg_config_keys[i].key, arg);
 }
 
 int attnd_config_defaults(attnd_config *c) {
@@ -401,15 +519,13 @@ int attnd_config_defaults(attnd_config *c) {
 
 void attnd_config_free(attnd_config *c) {
     if (!c) return;
-    free(c->host);
-    free(c->api_key_env);
-    free(c->log_format);
-    free(c->bf16_kernels);
-    free(c->log_level);
-    free(c->pin_threads);
-    free(c->otlp_endpoint);
-    free(c->save_dir);
-    cfg_free_strlist(&c->cors_origins, &c->n_cors_origins);
+    /* by the table, so that a string key added is freed */
+    for (int i = 0; i < cfg_n_config_keys; i++) {
+        const cfg_key *k = &cfg_config_keys[i];
+        if (k->type == K_STR) free(*FIELD(char *, c, k->off));
+        if (k->type == K_STRLIST)
+            cfg_free_strlist(FIELD(char **, c, k->off), FIELD(int, c, k->off_n));
+    }
     cfg_models_free(c->models, c->n_models);
     free(c->config_path);
     memset(c, 0, sizeof *c);

@@ -41,6 +41,7 @@ typedef struct {
     long long min, max;        /* value range for numbers, length range for strings */
     long long def;             /* default number or boolean */
     const char *def_str;       /* default string (NULL = none) */
+    const char *def_words;     /* --help's default when it is no value (NULL: def or def_str) */
     size_t off;                /* where it lands in attnd_config / attnd_model_config */
     size_t off_n;              /* K_STRLIST: where the count lands */
     const char *flag;          /* --flag that overrides it, or NULL */
@@ -48,6 +49,8 @@ typedef struct {
     string_rule valid;         /* K_STR, K_NAME: the rule on the content, or NULL */
     const attnd_enum *choices; /* K_STR: the words it may be (enums.h), or NULL */
     int required;              /* models only: REQUIRED = must be given */
+    int file_relative;         /* K_STR, a path: a relative value in the config file is
+                                  taken from the file's folder (read.c), as weights are */
     const char *help;          /* one line for --help; docs/config.md says the same */
 } cfg_key;
 

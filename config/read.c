@@ -1,7 +1,10 @@
 /* read.c - the config file: reading it (at most 16 MiB), parsing its JSON
  * and walking the document, section by section and model by model, each
  * value handed to its row of the key table (keys.c). Also where a model's
- * weights path is resolved against the config's folder, and checked to open.
+ * weights path is resolved against the config's folder, and checked to open,
+ * and where one entry given on its own (a repository load's
+ * parameters.config) is read by the same code, its weights path confined to
+ * the model folder (confine.c).
  * It knows no key by itself (the table does) and never looks at the
  * environment or the flags (env.c does, after it).
  */
@@ -186,8 +189,7 @@ static int store_json(void *base, const cfg_key *k, json_t *v, const char *src, 
                     json_type_name(v));
 }
 
-/* The folder part of path with a trailing '/', or "" when it has none. */
-static char *folder_of(const char *path) {
+char *cfg_folder_of(const char *path) {
     const char *slash = strrchr(path, '/');
     return strndup(path, slash ? (size_t)(slash - path + 1) : 0);
 }
@@ -208,18 +210,25 @@ static int weights_readable(const attnd_model_config *mc, const char *src, const
     return 0;
 }
 
+/* A relative path in *slot taken from dir (the config file's folder, with
+ * its '/'; "" leaves it as it is). Returns 0, or -1 when out of memory. */
+static int from_folder(char **slot, const char *dir) {
+    if ((*slot)[0] == '/' || !dir[0]) return 0;
+    size_t n = strlen(dir) + strlen(*slot) + 1;
+    char *full = malloc(n);
+    if (!full) return -1;
+    snprintf(full, n, "%s%s", dir, *slot);
+    free(*slot);
+    *slot = full;
+    return 0;
+}
+
 /* Resolves mc->weights against dir and, with check_files, checks that it
  * can be read. */
 static int resolve_weights(attnd_model_config *mc, const char *dir, int check_files,
                            const char *src, const char *key, char *err, size_t errlen) {
-    if (mc->weights[0] != '/' && dir[0]) {
-        size_t n = strlen(dir) + strlen(mc->weights) + 1;
-        char *full = malloc(n);
-        if (!full) return cfg_fail(err, errlen, "%s: %s: out of memory.", src, key);
-        snprintf(full, n, "%s%s", dir, mc->weights);
-        free(mc->weights);
-        mc->weights = full;
-    }
+    if (from_folder(&mc->weights, dir) != 0)
+        return cfg_fail(err, errlen, "%s: %s: out of memory.", src, key);
     return check_files ? weights_readable(mc, src, key, err, errlen) : 0;
 }
 
@@ -233,25 +242,23 @@ static int in_model(const json_t *obj, char *err, size_t errlen) {
     return -1;
 }
 
-/* Reads one entry of "models" into mc (zeroed by the caller). */
-static int parse_model(attnd_model_config *mc, json_t *obj, int idx, const char *dir,
+/* Reads one model entry, the object obj, into mc (zeroed by the caller).
+ * at is what its keys are named under: "models[3]." in the file, "" for
+ * an entry on its own (a repository load). */
+static int parse_model(attnd_model_config *mc, json_t *obj, const char *at, const char *dir,
                        int check_files, const char *src, char *err, size_t errlen) {
     char key[160];
     int given[CFG_MODEL_KEYS_MAX] = {0};
-    snprintf(key, sizeof key, "models[%d]", idx);
-    if (!json_is_object(obj))
-        return cfg_fail(err, errlen, "%s: %s: must be an object, not %s.", src, key,
-                        json_type_name(obj));
     for (int i = 0; i < cfg_n_model_keys; i++)
         if (cfg_set_default(mc, &cfg_model_keys[i]) != 0)
-            return cfg_fail(err, errlen, "%s: %s: out of memory.", src, key);
+            return cfg_fail(err, errlen, "%s: out of memory.", src);
     const char *name;
     json_t *v;
     json_object_foreach(obj, name, v) {
         int i = 0;
         while (i < cfg_n_model_keys && strcmp(cfg_model_keys[i].key, name) != 0)
             i++;
-        snprintf(key, sizeof key, "models[%d].%.100s", idx, name);
+        snprintf(key, sizeof key, "%s%.100s", at, name);
         if (i == cfg_n_model_keys) return no_such_key(NULL, name, src, key, err, errlen);
         if (store_json(mc, &cfg_model_keys[i], v, src, key, err, errlen) != 0)
             return in_model(obj, err, errlen);
@@ -259,10 +266,10 @@ static int parse_model(attnd_model_config *mc, json_t *obj, int idx, const char 
     }
     for (int i = 0; i < cfg_n_model_keys; i++)
         if (cfg_model_keys[i].required && !given[i])
-            return cfg_fail(err, errlen, "%s: models[%d].%s: missing; every model needs it.", src,
-                            idx, cfg_model_keys[i].key);
-    if (attnd_model_check(mc, idx, src, err, errlen) != 0) return -1;
-    snprintf(key, sizeof key, "models[%d].weights", idx);
+            return cfg_fail(err, errlen, "%s: %s%s: missing; every model needs it.", src, at,
+                            cfg_model_keys[i].key);
+    if (attnd_model_check(mc, at, src, err, errlen) != 0) return -1;
+    snprintf(key, sizeof key, "%sweights", at);
     return resolve_weights(mc, dir, check_files, src, key, err, errlen);
 }
 
@@ -287,8 +294,15 @@ static int parse_models(attnd_config *c, json_t *arr, const char *dir, int check
     }
     for (; n < (int)want; n++) {
         attnd_model_config *mc = &models[n];
-        if (parse_model(mc, json_array_get(arr, (size_t)n), n, dir, check_files, src, err,
-                        errlen) != 0) {
+        json_t *obj = json_array_get(arr, (size_t)n);
+        char at[32];
+        snprintf(at, sizeof at, "models[%d].", n);
+        if (!json_is_object(obj)) {
+            cfg_fail(err, errlen, "%s: models[%d]: must be an object, not %s.", src, n,
+                     json_type_name(obj));
+            goto cleanup;
+        }
+        if (parse_model(mc, obj, at, dir, check_files, src, err, errlen) != 0) {
             n++; /* free the partly filled one too */
             goto cleanup;
         }
@@ -313,8 +327,21 @@ cleanup:
     return rc;
 }
 
-static int parse_section(attnd_config *c, const char *section, json_t *obj, const char *src,
-                         char *err, size_t errlen) {
+/* v, or, for a path key (file_relative) holding a relative path, that path
+ * taken from dir, the file's folder: a new reference either way (NULL when
+ * out of memory). */
+static json_t *in_file_folder(const cfg_key *k, json_t *v, const char *dir) {
+    const char *s = json_string_value(v);
+    if (!k->file_relative || !s || !s[0]) return json_incref(v);
+    char *path = strdup(s);
+    json_t *j = NULL;
+    if (path && from_folder(&path, dir) == 0) j = json_stringn_nocheck(path, strlen(path));
+    free(path);
+    return j;
+}
+
+static int parse_section(attnd_config *c, const char *section, json_t *obj, const char *dir,
+                         const char *src, char *err, size_t errlen) {
     if (!json_is_object(obj))
         return cfg_fail(err, errlen, "%s: %s: must be an object, not %s.", src, section,
                         json_type_name(obj));
@@ -329,7 +356,11 @@ static int parse_section(attnd_config *c, const char *section, json_t *obj, cons
                 strcmp(cfg_config_keys[i].key, name) == 0)
                 k = &cfg_config_keys[i];
         if (!k) return no_such_key(section, name, src, key, err, errlen);
-        if (store_json(c, k, v, src, key, err, errlen) != 0) return -1;
+        json_t *value = in_file_folder(k, v, dir);
+        if (!value) return cfg_fail(err, errlen, "%s: %s: out of memory.", src, key);
+        int bad = store_json(c, k, value, src, key, err, errlen);
+        json_decref(value);
+        if (bad) return -1;
     }
     return 0;
 }
@@ -351,7 +382,7 @@ int attnd_config_load_mem(attnd_config *c, const char *text, size_t len, const c
                  json_type_name(root));
         goto cleanup;
     }
-    dir = folder_of(file);
+    dir = cfg_folder_of(file);
     if (!dir || cfg_set_str(&c->config_path, file) != 0) {
         cfg_fail(err, errlen, "%s: out of memory.", file);
         goto cleanup;
@@ -369,7 +400,7 @@ int attnd_config_load_mem(attnd_config *c, const char *text, size_t len, const c
         }
         int bad = strcmp(name, "models") == 0
                       ? parse_models(c, v, dir, check_files, file, err, errlen)
-                      : parse_section(c, name, v, file, err, errlen);
+                      : parse_section(c, name, v, dir, file, err, errlen);
         if (bad) goto cleanup;
     }
     rc = 0;
@@ -424,4 +455,60 @@ int cfg_models_readable(const attnd_config *c, const char *config_file, char *er
             return -1;
     }
     return 0;
+}
+
+/* The entry's "name": the route's name when left out; refused when it
+ * differs from it. */
+static int entry_name(json_t *obj, const char *name, const char *src, char *err, size_t errlen) {
+    json_t *v = json_object_get(obj, "name");
+    if (!v) {
+        if (json_object_set_new(obj, "name", json_stringn_nocheck(name, strlen(name))) != 0)
+            return cfg_fail(err, errlen, "%s: name: out of memory.", src);
+        return 0;
+    }
+    if (json_is_string(v) && strcmp(json_string_value(v), name) != 0)
+        return cfg_fail(err, errlen,
+                        "%s: name: '%.64s' does not match the name in the path '%.64s'.", src,
+                        json_string_value(v), name);
+    return 0; /* not a string: parse_model says so */
+}
+
+/* mc->weights confined to model_dir, and readable. */
+static int confine_weights(attnd_model_config *mc, const char *model_dir, const char *src,
+                           char *err, size_t errlen) {
+    char why[480];
+    char *real = NULL;
+    if (attnd_path_confine(model_dir, mc->weights, &real, why, sizeof why) != 0)
+        return cfg_fail(err, errlen, "%s: weights: %s", src, why);
+    free(mc->weights);
+    mc->weights = real;
+    return weights_readable(mc, src, "weights", err, errlen);
+}
+
+int attnd_model_entry_parse(const char *text, size_t len, const char *name, const char *model_dir,
+                            attnd_model_config *mc, char *err, size_t errlen) {
+    static const char src[] = "parameters.config";
+    json_error_t jerr;
+    int rc = -1;
+    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
+    if (!root) {
+        cfg_fail(err, errlen, "%s: not valid JSON (line %d, column %d): %s.", src, jerr.line,
+                 jerr.column, jerr.text);
+        goto cleanup;
+    }
+    if (!json_is_object(root)) {
+        cfg_fail(err, errlen, "%s: must be a JSON object (one entry of \"models\"), not %s.", src,
+                 json_type_name(root));
+        goto cleanup;
+    }
+    /* the folder is model_dir, by attnd_path_confine, not the config file's */
+    if (entry_name(root, name, src, err, errlen) != 0 ||
+        parse_model(mc, root, "", "", 0, src, err, errlen) != 0 ||
+        confine_weights(mc, model_dir, src, err, errlen) != 0)
+        goto cleanup;
+    rc = 0;
+cleanup:
+    json_decref(root);
+    if (rc != 0) attnd_model_config_free(mc);
+    return rc;
 }

@@ -18,4 +18,8 @@ int cfg_load_file(attnd_config *c, const char *path, int check_files, char *err,
  * file; config_file names where the models came from. 0 or -1. */
 int cfg_models_readable(const attnd_config *c, const char *config_file, char *err, size_t errlen);
 
+/* The folder part of path with a trailing '/', or "" when it has none
+ * (malloc'd; NULL when out of memory). */
+char *cfg_folder_of(const char *path);
+
 #endif

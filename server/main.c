@@ -6,9 +6,10 @@
  *   SIGTERM, SIGINT, SIGQUIT  drain: stop accepting, answer every admitted
  *                             request, exit 0; exit 5 when server.drain_grace_s
  *                             passed with answers unfinished
- *   SIGHUP, SIGUSR1, SIGUSR2  logged and ignored: attnd does not reload its
- *                             config or weights in place (restart it, which
- *                             is what a rolling update does anyway)
+ *   SIGHUP                    the config file read again and its models
+ *                             applied (server/reload.h); the other sections
+ *                             need a restart
+ *   SIGUSR1, SIGUSR2          logged and ignored
  *   SIGPIPE                   ignored (a client that left is seen as such)
  *   SIGCONT, SIGWINCH         left to their default: no effect on a running
  *                             daemon (systemd sends SIGCONT after SIGTERM)
@@ -35,14 +36,19 @@ static void stop_signals(sigset_t *set) {
     sigaddset(set, SIGUSR2);
 }
 
-/* Waits for a signal that stops the daemon; logs and ignores the others. */
-static int wait_for_stop(const sigset_t *set) {
+/* Waits for a signal that stops the daemon; applies the config on SIGHUP,
+ * logs and ignores the others. */
+static int wait_for_stop(attnd_server *srv, const sigset_t *set) {
     for (;;) {
         int sig = 0;
         if (sigwait(set, &sig) != 0) continue;
         if (sig == SIGTERM || sig == SIGINT || sig == SIGQUIT) return sig;
-        attnd_log(LOG_WARN,
-                  "SIG%s: ignored (attnd does not reload in place; restart it to apply a change)",
+        if (sig == SIGHUP) {
+            attnd_log(LOG_INFO, "SIGHUP: reading the config file again");
+            attnd_server_reload(srv);
+            continue;
+        }
+        attnd_log(LOG_WARN, "SIG%s: ignored (SIGHUP applies the config file's models)",
                   sigabbrev_np(sig));
     }
 }
@@ -110,7 +116,7 @@ static int serve(attnd_config *cfg, const sigset_t *set) {
     int v6 = strchr(host, ':') != NULL;
     attnd_log(LOG_INFO, "listening on %s%s%s:%d", v6 ? "[" : "", host, v6 ? "]" : "",
               attnd_server_port(srv));
-    int sig = wait_for_stop(set);
+    int sig = wait_for_stop(srv, set);
     attnd_log(LOG_INFO, "SIG%s: draining", sigabbrev_np(sig));
     int cut = attnd_server_drain(srv);
     attnd_server_free(srv);

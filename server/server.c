@@ -20,16 +20,15 @@
 #include "obs/log.h"
 #include "obs/metrics.h"
 #include "obs/otlp.h"
+#include "reload.h"
 #include "session/persist.h"
 #include "session/session.h"
 #include "session/state.h"
 
 struct attnd_server {
     const attnd_config *cfg; /* borrowed; outlives the server */
-    attn_model *models;      /* (n_models) loaded weights, owned */
-    attnd_model_info *info;  /* (n_models) names and hyper-parameters as loaded */
-    char (*fingerprints)[ATTND_FINGERPRINT_LEN + 1]; /* (n_models) info's fingerprints */
-    int n_models;
+    attnd_models *models;    /* the models and their versions */
+    attnd_applied applied;   /* the config file's models as last applied (SIGHUP) */
     attnd_parse_env env;      /* what the readers check bodies against */
     attnd_meta meta;          /* the bodies of the routes that describe the server */
     attnd_sessions *sessions; /* KV-cache sessions */
@@ -39,62 +38,40 @@ struct attnd_server {
     attnd_http http;  /* libmicrohttpd and the routes */
 };
 
-/* For a model that asks for bf16, one line: the kernels it computes with,
- * or why it computes in fp32. */
-static void log_precision(const attnd_model_config *mc, const attn_model *m) {
-    if (m->hp.precision != ATTN_BF16) return;
-    if (m->precision == ATTN_BF16)
-        attnd_log(LOG_INFO, "model %s: precision bf16 on %s kernels, attention in %s%s", mc->name,
-                  attn_bf16_kernels(), m->attn16 ? "bf16" : "fp32",
-                  m->attn16 ? "" : " (its head width has no bf16 attention kernel)");
-    else if (strcmp(attn_bf16_cpu_kernels(), "none") == 0)
-        attnd_log(LOG_WARN,
-                  "model %s: precision bf16 asked for, but this CPU has neither AVX512-BF16 nor "
-                  "AMX-BF16: it computes in fp32",
-                  mc->name);
-    else
-        attnd_log(LOG_WARN,
-                  "model %s: precision bf16 asked for, but workers.bf16_kernels is \"none\": it "
-                  "computes in fp32",
-                  mc->name);
-}
-
-/* Loads every model of the config, logging each. */
+/* Loads every model of the config (the registry logs each). */
 static int load_models(attnd_server *s, char *err, size_t errlen) {
     const attnd_config *c = s->cfg;
     if (attn_set_bf16_kernels(c->bf16_kernels) < 0) { /* a word of the config's table */
         snprintf(err, errlen, "unknown bf16 kernels \"%s\"", c->bf16_kernels);
         return -1;
     }
-    s->n_models = c->n_models; /* zeroed models are safe to free */
-    s->models = calloc((size_t)c->n_models, sizeof(attn_model));
-    s->info = calloc((size_t)c->n_models, sizeof(attnd_model_info));
-    s->fingerprints = calloc((size_t)c->n_models, sizeof *s->fingerprints);
-    if (!s->models || !s->info || !s->fingerprints) {
+    if (!(s->models = attnd_models_new(c->max_model_bytes))) {
         snprintf(err, errlen, "out of memory loading models");
         return -1;
     }
     for (int i = 0; i < c->n_models; i++) {
-        const attnd_model_config *mc = &c->models[i];
-        if (attnd_model_load(&s->models[i], mc, err, errlen) < 0) return -1;
-        const attn_model *m = &s->models[i];
-        const attn_hparams *hp = &m->hp;
-        attnd_weights_fingerprint(m, s->fingerprints[i]); /* for state files */
-        s->info[i] =
-            (attnd_model_info){mc->name,     *hp,       mc->max_positions,  s->fingerprints[i],
-                               m->precision, m->attn16, attn_model_bytes(m)};
-        attnd_log(LOG_INFO,
-                  "model %s: embed_dim=%d num_heads=%d kdim=%d vdim=%d bias=%s causal=%s "
-                  "precision=%s weights=%s (%zu bytes)",
-                  mc->name, hp->embed_dim, hp->num_heads, hp->kdim, hp->vdim,
-                  hp->bias ? "true" : "false", hp->causal ? "true" : "false",
-                  attnd_enum_name(&attnd_precisions, hp->precision),
-                  mc->weights ? mc->weights : "embedded default (fixed seed)", attn_model_bytes(m));
-        log_precision(mc, m);
+        attnd_error e = {AOK, ""};
+        int version;
+        if (attnd_models_load(s->models, &c->models[i], 0, &version, &e) < 0) {
+            snprintf(err, errlen, "%s", e.msg);
+            return -1;
+        }
     }
-    s->env =
-        (attnd_parse_env){s->info, s->n_models, c->max_tokens_per_request, c->max_attention_floats};
+    s->env = (attnd_parse_env){s->models, c->max_tokens_per_request, c->max_attention_floats};
+    if (attnd_applied_init(&s->applied, c) < 0) {
+        snprintf(err, errlen, "out of memory loading models");
+        return -1;
+    }
     return 0;
+}
+
+/* A session holds the version it was opened on (session.h's hooks). */
+static void hold_version(void *v) {
+    attnd_version_ref(v);
+}
+
+static void drop_version(void *v) {
+    attnd_version_unref(v);
 }
 
 /* The session table with its reaper, and the scheduler whose callbacks
@@ -108,9 +85,9 @@ static int start_compute(attnd_server *s, char *err, size_t errlen) {
         snprintf(err, errlen, "out of memory");
         return -1;
     }
-    attnd_sched_opts o = {c,           s->models,           s->info,
-                          s->n_models, &s->metrics,         attnd_http_answer_ready,
-                          &s->http,    attnd_http_departed, &s->http};
+    attnd_sessions_hooks(s->sessions, hold_version, drop_version);
+    attnd_sched_opts o = {c,         &s->metrics,         attnd_http_answer_ready,
+                          &s->http,  attnd_http_departed, &s->http};
     s->sched = attnd_sched_new(&o, err, errlen);
     return s->sched ? 0 : -1;
 }
@@ -152,7 +129,7 @@ attnd_server *attnd_server_new(const attnd_config *cfg, attnd_exit *why, char *e
         *why = ATTND_EXIT_WEIGHTS;
         goto fail;
     }
-    if (attnd_meta_build(&s->meta, cfg, s->info, s->n_models) < 0) {
+    if (attnd_meta_build(&s->meta) < 0 || attnd_models_start(s->models) < 0) {
         snprintf(err, errlen, "out of memory");
         goto fail;
     }
@@ -182,6 +159,10 @@ fail:
     return NULL;
 }
 
+void attnd_server_reload(attnd_server *s) {
+    attnd_reload(s->cfg, s->models, &s->applied);
+}
+
 int attnd_server_port(const attnd_server *s) {
     return s->http.port;
 }
@@ -206,7 +187,9 @@ int attnd_server_drain(attnd_server *s) {
                   s->cfg->drain_grace_s, active, active == 1 ? "" : "s");
         attnd_sched_abort_queued(s->sched);
     }
-    /* suspended connections must all be resumed before libmicrohttpd stops */
+    /* suspended connections must all be resumed before libmicrohttpd stops:
+     * the loads asked for over HTTP are answered, the queues emptied */
+    attnd_models_stop(s->models);
     attnd_sched_stop(s->sched);
     attnd_http_stop(&s->http);
     /* no request left, no step running: every session is as its last answer left it */
@@ -219,16 +202,14 @@ int attnd_server_drain(attnd_server *s) {
 void attnd_server_free(attnd_server *s) {
     if (!s) return;
     atomic_store(&s->http.state, S_DRAINING);
+    attnd_models_stop(s->models);
     attnd_sched_stop(s->sched);
     attnd_http_free(&s->http); /* every connection closed */
     attnd_otlp_free(s->otlp);  /* after the last request's spans: sends what is queued */
     attnd_sched_free(s->sched);
     attnd_sessions_free(s->sessions); /* after the HTTP side: no request holds a step */
-    for (int i = 0; i < s->n_models; i++)
-        attn_model_free(&s->models[i]);
-    free(s->models);
-    free(s->info);
-    free(s->fingerprints);
+    attnd_models_free(s->models);     /* after the sessions: none holds a version */
+    attnd_applied_free(&s->applied);
     attnd_meta_free(&s->meta);
     free(s);
 }

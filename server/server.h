@@ -28,6 +28,10 @@ typedef struct attnd_server attnd_server;
  * saying which kind of failure it was. */
 attnd_server *attnd_server_new(const attnd_config *cfg, attnd_exit *why, char *err, size_t errlen);
 
+/* SIGHUP: the config file read again and its models applied while
+ * serving (reload.h). */
+void attnd_server_reload(attnd_server *s);
+
 /* The port it listens on (the chosen one when cfg->port is 0). */
 int attnd_server_port(const attnd_server *s);
 

@@ -26,6 +26,8 @@ static const char *const REASONS[ATTND_KINDS] = {
     [AERR_UNAVAILABLE] = "unavailable",
     [AERR_TIMEOUT] = "timeout",
     [AERR_CONFLICT] = "conflict",
+    [AERR_FORBIDDEN] = "forbidden",
+    [AERR_NO_ROOM] = "no_room",
 };
 
 /* Anything out of range is an internal failure. */

@@ -30,6 +30,8 @@ typedef enum {
     AERR_TIMEOUT,      /* 504: not done within request_timeout_ms */
     AERR_CONFLICT,     /* 409: a session's previous step is still queued or computing, or its id is
                           taken */
+    AERR_FORBIDDEN,    /* 403: a model control route while server.model_control is "none" */
+    AERR_NO_ROOM,      /* 507: a model load would pass limits.max_model_bytes */
     ATTND_KINDS
 } attnd_kind;
 

@@ -4,31 +4,52 @@
 
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "../body/answer.h"
 #include "../body/selection.h"
 
+/* A step's job on its session's version: the one the session was opened
+ * on, which a v2 step named by its model's path only learns here (it was
+ * read against the version serving). 0, or -1 with e set. */
+static int on_session_version(attnd_job *job, attnd_version *sv, attnd_error *e) {
+    if (sv->slot != job->model)
+        return attnd_set_error(e, AERR_BAD_REQUEST,
+                               "session '%.40s' belongs to model '%s', not '%s'", job->session_id,
+                               sv->name, job->ver->name);
+    if (sv == job->ver) return 0;
+    if (memcmp(&sv->info.hp, &job->ver->info.hp, sizeof sv->info.hp) != 0)
+        return attnd_set_error(e, AERR_CONFLICT,
+                               "session '%.40s' was opened on version %d of model '%s', whose "
+                               "shape differs from version %d serving now; step it at "
+                               "/v1/sessions/%.40s/attention",
+                               job->session_id, sv->info.version, sv->name,
+                               job->ver->info.version, job->session_id);
+    attnd_version_ref(sv);
+    attnd_version_unref(job->ver);
+    job->ver = sv;
+    return 0;
+}
+
 /* The session job's model against its session's: 0, or -1 with e set. */
-static int check_session(const attnd_admit_env *a, const attnd_job *job, double now,
-                         attnd_error *e) {
+static int check_session(const attnd_admit_env *a, attnd_job *job, double now, attnd_error *e) {
     if (job->session_id && job->session_open)
         return attnd_set_error(e, AERR_BAD_REQUEST,
                                "parameters: give session_id (a step) or session_open, not both");
     attnd_sessions_expire(a->table, now);
-    int mi = job->session_id ? attnd_session_model(a->table, job->session_id, now) : job->model;
-    if (mi < 0) return attnd_session_refusal(SESS_NOT_FOUND, job->session_id, NULL, e);
-    if (job->query && attnd_job_check_step(job, &a->env->models[job->model], e) < 0) return -1;
-    if (mi != job->model)
-        return attnd_set_error(e, AERR_BAD_REQUEST,
-                               "session '%.40s' belongs to model '%s', not '%s'", job->session_id,
-                               a->env->models[mi].name, a->env->models[job->model].name);
-    return 0;
+    if (job->query && attnd_job_check_step(job, &job->ver->info, e) < 0) return -1;
+    if (!job->session_id) return 0;
+    attnd_version *sv = attnd_session_model(a->table, job->session_id, now);
+    if (!sv) return attnd_session_refusal(SESS_NOT_FOUND, job->session_id, NULL, e);
+    int rc = on_session_version(job, sv, e);
+    attnd_version_unref(sv);
+    return rc;
 }
 
 /* Begins the open (with want_id) or the step of `rows` rows in r->step. */
 static int begin(const attnd_admit_env *a, attnd_req *r, int rows, const char *want_id, double now,
                  attnd_error *e, int *retry) {
-    const attnd_model_info *m = &a->env->models[r->job.model];
+    const attnd_model_info *m = &r->job.ver->info;
     const attn_hparams *hp = &m->hp; /* num_kv_heads and head_dim filled by the core */
     attnd_req_step *rs = &r->step;
     attnd_session_status s;
@@ -40,7 +61,7 @@ static int begin(const attnd_admit_env *a, attnd_req *r, int rows, const char *w
         attnd_cache_shape shape =
             attnd_session_cache_shape(hp->num_kv_heads, hp->head_dim, m->kv16);
         rs->opened = 1;
-        s = attnd_session_open(a->table, r->job.model, &shape, rows, max_len, now, want_id, rs->id,
+        s = attnd_session_open(a->table, r->job.ver, &shape, rows, max_len, now, want_id, rs->id,
                                &rs->st, retry);
     }
     if (s != SESS_OK) return attnd_session_refusal(s, r->job.session_id, &rs->st.over, e);
@@ -54,7 +75,7 @@ static int open_empty(const attnd_admit_env *a, attnd_req *r, const char *want_i
     if (begin(a, r, 0, want_id, now, e, retry) < 0) return -1;
     attnd_req_end_step(r, 1);
     size_t len = 0;
-    char *body = attnd_write_open_answer(r->step.id, a->env->models[r->job.model].name, 0, &len);
+    char *body = attnd_write_open_answer(r->step.id, r->job.ver->name, 0, &len);
     if (!body) return attnd_set_error(e, AERR_INTERNAL, "out of memory");
     attnd_reply_set(&r->reply, AOK_CREATED, body, len, 0);
     return 1;

@@ -55,7 +55,9 @@ struct attnd_sched {
     pthread_mutex_t mu;
     pthread_cond_t work_cv;  /* the batcher waits for work */
     pthread_cond_t sweep_cv; /* the sweeper waits for deadlines */
-    squeue *q;               /* (n_models) */
+    squeue *q;               /* (nq) one per model slot (models/registry.h), grown as models
+                                are added; a request's job.model is its index */
+    int nq;
     int rr;                  /* queue the next pick starts at (fairness) */
     int running;             /* requests taken by the batcher, not yet answered */
     int draining;            /* 1: no waiting for company */
@@ -164,9 +166,9 @@ static void release(attnd_sched *s, int taken) {
 static void run_batch(attnd_sched *s, attnd_req **rs, int taken) {
     int n = drop_departed(s, rs, taken);
     if (n > 0) {
-        int mi = rs[0]->job.model;
-        attnd_pipeline_run(s->pipe, &s->o.models[mi], &s->o.info[mi], s->o.metrics, rs, n,
-                           pipeline_answered, s);
+        attnd_version *v = rs[0]->job.ver; /* every request of a batch is on it: take() */
+        attnd_pipeline_run(s->pipe, &v->model, &v->info, s->o.metrics, rs, n, pipeline_answered,
+                           s);
     }
     release(s, taken);
 }
@@ -190,6 +192,7 @@ static int take(attnd_sched *s, squeue *q, attnd_req **batch, int cap, attnd_req
         attnd_req *r = q->head;
         if (n > 0 && tokens + r->tokens > s->o.cfg->max_batch_tokens) break;
         if (!joins(r, steps, cross)) break;
+        if (n > 0 && r->job.ver != batch[0]->job.ver) break; /* a batch never mixes versions */
         q_remove(q, r);
         if (now >= r->deadline_us) {
             expired[(*nexp)++] = r;
@@ -212,8 +215,8 @@ static int pick(attnd_sched *s, attnd_req **batch, int cap, attnd_req **expired,
     const attnd_config *c = s->o.cfg;
     uint64_t now = attnd_mono_us();
     *wake = UINT64_MAX;
-    for (int t = 0; t < s->o.n_models; t++) {
-        int qi = (s->rr + t) % s->o.n_models;
+    for (int t = 0; t < s->nq; t++) {
+        int qi = (s->rr + t) % s->nq;
         squeue *q = &s->q[qi];
         if (!q->count) continue;
         uint64_t ready_at = q->head->t_admit_us + (uint64_t)c->max_queue_delay_us;
@@ -225,7 +228,7 @@ static int pick(attnd_sched *s, attnd_req **batch, int cap, attnd_req **expired,
         }
         int n = take(s, q, batch, cap, expired, nexp, now);
         s->running += n;
-        s->rr = (qi + 1) % s->o.n_models;
+        s->rr = (qi + 1) % s->nq;
         if (n || *nexp) return n;
     }
     return 0;
@@ -268,7 +271,7 @@ static void *batcher_main(void *arg) {
         int n = pick(s, s->w.batch, cap, s->w.expired, &nexp, &wake);
         if (n == 0 && nexp == 0) {
             int queued = 0;
-            for (int i = 0; i < s->o.n_models; i++)
+            for (int i = 0; i < s->nq; i++)
                 queued += s->q[i].count;
             if (s->stop && queued == 0) break;
             attn_ctx_rest(s->ctx); /* nothing to compute: the pool's threads sleep */
@@ -317,7 +320,7 @@ static void sweep_bufs_free(sweep_bufs *b) {
  * buffers keep their size and a sweep looks at fewer requests. */
 static void grow_sweep_bufs(attnd_sched *s, sweep_bufs *b) {
     size_t queued = 0;
-    for (int i = 0; i < s->o.n_models; i++)
+    for (int i = 0; i < s->nq; i++)
         queued += (size_t)s->q[i].count;
     if (queued <= b->cap) return;
     size_t c = b->cap;
@@ -340,7 +343,7 @@ static void grow_sweep_bufs(attnd_sched *s, sweep_bufs *b) {
  * Request-Timeout-Ms header) may end it before older ones. */
 static void collect_expired(attnd_sched *s, sweep_bufs *b, uint64_t now, size_t *n,
                             uint64_t *wake) {
-    for (int i = 0; i < s->o.n_models; i++) {
+    for (int i = 0; i < s->nq; i++) {
         attnd_req *r = s->q[i].head;
         while (r) {
             attnd_req *next = r->next;
@@ -361,7 +364,7 @@ static void collect_expired(attnd_sched *s, sweep_bufs *b, uint64_t now, size_t 
 static size_t collect_hangups(attnd_sched *s, sweep_bufs *b, size_t *n) {
     size_t na = 0;
     if (!s->o.departed) return 0;
-    for (int i = 0; i < s->o.n_models; i++)
+    for (int i = 0; i < s->nq; i++)
         for (attnd_req *r = s->q[i].head; r && na < b->cap; r = r->next)
             b->asked[na++] = r;
     find_departed(s, b->asked, (int)na, b->left);
@@ -419,9 +422,28 @@ cleanup:
 
 /* ---- public ---- */
 
+/* Queues up to slot exist (mutex held): a model loaded while serving gets
+ * its queue with its first request. 0, or -1 when out of memory. */
+static int grow_queues(attnd_sched *s, int slot) {
+    if (slot < s->nq) return 0;
+    squeue *q = realloc(s->q, (size_t)(slot + 1) * sizeof *q);
+    if (!q) return -1;
+    memset(q + s->nq, 0, (size_t)(slot + 1 - s->nq) * sizeof *q);
+    /* the queues moved: their requests' links point at requests, not
+     * queues, so only the heads and tails moved with them */
+    s->q = q;
+    s->nq = slot + 1;
+    return 0;
+}
+
 int attnd_sched_submit(attnd_sched *s, attnd_req *r, attnd_error *e) {
     const attnd_config *c = s->o.cfg;
     pthread_mutex_lock(&s->mu);
+    if (grow_queues(s, r->job.model) < 0) {
+        pthread_mutex_unlock(&s->mu);
+        attnd_req_end_step(r, 0);
+        return attnd_set_error(e, AERR_INTERNAL, "out of memory queueing the request");
+    }
     squeue *q = &s->q[r->job.model];
     if (s->stop || q->count >= c->max_queue_requests) {
         pthread_mutex_unlock(&s->mu);
@@ -429,7 +451,7 @@ int attnd_sched_submit(attnd_sched *s, attnd_req *r, attnd_error *e) {
         if (s->stop) return attnd_set_error(e, AERR_UNAVAILABLE, "the server is shutting down");
         return attnd_set_error(e, AERR_QUEUE_FULL,
                                "the queue of model '%s' is full (%d requests); retry later",
-                               s->o.info[r->job.model].name, c->max_queue_requests);
+                               r->job.ver->name, c->max_queue_requests);
     }
     attnd_req_ref(r);
     r->state = RQ_QUEUED;
@@ -466,7 +488,7 @@ void attnd_sched_drain(attnd_sched *s) {
 static void answer_queued(attnd_sched *s, const char *msg) {
     attnd_error e;
     attnd_set_error(&e, AERR_UNAVAILABLE, "%s", msg);
-    for (int i = 0; i < s->o.n_models; i++) {
+    for (int i = 0; i < s->nq; i++) {
         for (;;) {
             pthread_mutex_lock(&s->mu);
             attnd_req *r = s->q[i].head;
@@ -485,17 +507,17 @@ void attnd_sched_abort_queued(attnd_sched *s) {
 int attnd_sched_pending(attnd_sched *s) {
     pthread_mutex_lock(&s->mu);
     int n = s->running;
-    for (int i = 0; i < s->o.n_models; i++)
+    for (int i = 0; i < s->nq; i++)
         n += s->q[i].count;
     pthread_mutex_unlock(&s->mu);
     return n;
 }
 
-void attnd_sched_depths(attnd_sched *s, int *depth) {
+int attnd_sched_depth(attnd_sched *s, int slot) {
     pthread_mutex_lock(&s->mu);
-    for (int i = 0; i < s->o.n_models; i++)
-        depth[i] = s->q[i].count;
+    int n = slot >= 0 && slot < s->nq ? s->q[slot].count : 0;
     pthread_mutex_unlock(&s->mu);
+    return n;
 }
 
 void attnd_sched_metrics(attnd_sched *s, attnd_sbuf *b) {
@@ -554,7 +576,8 @@ attnd_sched *attnd_sched_new(const attnd_sched_opts *o, char *err, size_t errlen
     pthread_cond_init(&s->work_cv, &ca);
     pthread_cond_init(&s->sweep_cv, &ca);
     pthread_condattr_destroy(&ca);
-    s->q = calloc((size_t)o->n_models, sizeof(*s->q));
+    s->q = calloc(1, sizeof(*s->q));
+    s->nq = 1;
     int cap = o->cfg->max_batch_requests;
     s->w.batch = calloc((size_t)cap, sizeof(*s->w.batch));
     s->w.expired = calloc((size_t)cap, sizeof(*s->w.expired));

@@ -1,6 +1,7 @@
 /* sched.h - admission, batching and the one compute pool.
  *
- * Each model has a FIFO queue. One batcher thread owns the process's compute
+ * Each model has a FIFO queue (by its slot, models/registry.h; a batch
+ * holds requests of one version of it: weights never mix in a batch). One batcher thread owns the process's compute
  * pool (an attn_ctx of cfg->worker_threads threads). As soon as compute is
  * free and a queue holds work it takes a batch of up to max_batch_requests
  * requests and max_batch_tokens tokens (waiting up to max_queue_delay_us
@@ -37,9 +38,6 @@ typedef void (*attnd_finish_fn)(attnd_req *r, void *arg);
 
 typedef struct {
     const attnd_config *cfg;      /* limits, batching and worker counts; borrowed */
-    const attn_model *models;     /* (n_models) weights; borrowed */
-    const attnd_model_info *info; /* (n_models) names and hyper-parameters; borrowed */
-    int n_models;
     attnd_metrics *metrics; /* borrowed */
     attnd_finish_fn finish; /* r's reply is ready, or its client left; must not block */
     void *finish_arg;
@@ -70,8 +68,8 @@ void attnd_sched_drain(attnd_sched *s);
 void attnd_sched_abort_queued(attnd_sched *s);
 /* Requests queued or running right now. */
 int attnd_sched_pending(attnd_sched *s);
-/* Queue depth per model into depth[n_models]. */
-void attnd_sched_depths(attnd_sched *s, int *depth);
+/* Requests in the queue of a model's slot (job.model) now. */
+int attnd_sched_depth(attnd_sched *s, int slot);
 /* The scheduler's gauges for GET /metrics: attnd_compute_threads (the
  * pool's size) and attnd_requests_running (taken from the queues, not yet
  * answered). */

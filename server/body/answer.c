@@ -212,7 +212,7 @@ static void write_v2(sink *s, const attnd_job *job, const attnd_model_info *m, c
         any_bin |= o[k].binary;
     attnd_sb_puts(b, "{\"model_name\":");
     attnd_sb_json_str(b, m->name);
-    attnd_sb_puts(b, ",\"model_version\":\"1\"");
+    attnd_sb_printf(b, ",\"model_version\":\"%d\"", m->version);
     if (job->v2_id) {
         attnd_sb_puts(b, ",\"id\":");
         attnd_sb_json_str(b, job->v2_id);
@@ -258,10 +258,11 @@ static void write_native(sink *s, const attnd_job *job, const attnd_model_info *
     }
     attnd_sb_printf(b,
                     ",\"usage\":{\"batch\":%d,\"sequences\":%d,\"query_tokens\":%lld,"
-                    "\"key_tokens\":%lld,\"queue_us\":%llu,\"compute_us\":%llu}}\n",
+                    "\"key_tokens\":%lld,\"queue_us\":%llu,\"compute_us\":%llu,"
+                    "\"model_version\":%d}}\n",
                     u->batch_requests, job->B, (long long)job->B * job->L,
                     (long long)job->B * job->S, (unsigned long long)u->queue_us,
-                    (unsigned long long)u->compute_us);
+                    (unsigned long long)u->compute_us, m->version);
 }
 
 static void write_layout(sink *s, const attnd_job *job, const attnd_model_info *m, const float *out,

@@ -38,24 +38,33 @@ void attnd_collected_free(collected *c) {
     attnd_sel_in_free(&c->sel);
 }
 
-/* Picks the model from the path and the body. */
-int attnd_resolve_model(const attnd_parse_env *env, const char *path_model, const collected *c,
-                        attnd_error *e) {
+/* Picks the model from the path and the body: its version serving now,
+ * or the one the caller pinned (a session's). */
+attnd_version *attnd_resolve_model(const attnd_parse_env *env, const char *path_model,
+                                   const collected *c, attnd_error *e) {
     char names[160];
-    if (path_model) {
-        int m = attnd_find_model(env, path_model, e);
-        if (m < 0) return -1;
-        if (c->have_model && strcmp(c->model, path_model) != 0)
-            return attnd_set_error(e, AERR_BAD_REQUEST,
-                                   "model: '%s' does not match '%s' in the path", c->model,
-                                   path_model);
-        return m;
+    const char *name = path_model ? path_model : c->have_model ? c->model : NULL;
+    if (path_model && c->have_model && strcmp(c->model, path_model) != 0) {
+        attnd_set_error(e, AERR_BAD_REQUEST, "model: '%s' does not match '%s' in the path",
+                        c->model, path_model);
+        return NULL;
     }
-    if (c->have_model) return attnd_find_model(env, c->model, e);
-    if (env->n_models == 1) return 0;
-    return attnd_set_error(e, AERR_BAD_REQUEST,
-                           "model: required when more than one model is loaded (loaded: %s)",
-                           attnd_loaded_names(env, names, sizeof(names)));
+    if (c->pin) {
+        if (name && strcmp(name, c->pin->name) != 0) {
+            attnd_set_error(e, AERR_BAD_REQUEST, "model: '%.64s' is not the session's, '%s'",
+                            name, c->pin->name);
+            return NULL;
+        }
+        attnd_version_ref(c->pin);
+        return c->pin;
+    }
+    if (name) return attnd_models_get(env->models, name, e);
+    attnd_version *one = attnd_models_sole(env->models);
+    if (!one)
+        attnd_set_error(e, AERR_BAD_REQUEST,
+                        "model: required when more than one model is loaded (loaded: %s)",
+                        attnd_models_names(env->models, names, sizeof(names)));
+    return one;
 }
 
 static float *take_f(attnd_tensor *t) {
@@ -292,11 +301,15 @@ static int check_session_body(const collected *c, const attnd_model_info *m, att
 int attnd_build_job(const attnd_parse_env *env, const char *path_model, collected *c,
                     body_kind kind, attnd_job *job, attnd_error *e) {
     memset(job, 0, sizeof(*job));
-    int mi = attnd_resolve_model(env, path_model, c, e);
-    if (mi < 0) return -1;
-    const attnd_model_info *m = &env->models[mi];
-    if (kind != BODY_WHOLE && check_session_body(c, m, e) < 0) return -1;
-    job->model = mi;
+    attnd_version *v = attnd_resolve_model(env, path_model, c, e);
+    if (!v) return -1;
+    const attnd_model_info *m = &v->info;
+    job->model = v->slot;
+    job->ver = v; /* held from here: attnd_job_free lets it go */
+    if (kind != BODY_WHOLE && check_session_body(c, m, e) < 0) {
+        attnd_job_free(job);
+        return -1;
+    }
     job->causal = c->causal < 0 ? m->hp.causal : c->causal;
     job->weights = c->weights;
     job->enc = c->enc;
@@ -305,8 +318,11 @@ int attnd_build_job(const attnd_parse_env *env, const char *path_model, collecte
         check_masks(c, m, job, e) < 0 ||
         attnd_sel_check(&c->sel, m, job, kind == BODY_STEP, e) < 0 ||
         check_limits(env, job, e) < 0 || move_tensors(c, job, e) < 0) {
-        free(job->sel.heads); /* move_tensors frees the whole job when it fails */
-        memset(job, 0, sizeof(*job));
+        if (job->ver) { /* move_tensors frees the whole job when it fails */
+            free(job->sel.heads);
+            attnd_version_unref(job->ver);
+            memset(job, 0, sizeof(*job));
+        }
         return -1;
     }
     return 0;

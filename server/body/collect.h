@@ -35,6 +35,8 @@ typedef struct {
     int timeout_ms;           /* timeout_ms, 0 when not given */
     const char *causal_label; /* how messages name causal: "causal", "parameters.causal" */
     attnd_sel_in sel;         /* attention_heads, _rows, _top_k, _dtype as given */
+    attnd_version *pin;       /* a session step's: the version its session was opened on,
+                                 borrowed; NULL: the model's version serving now */
 } collected;
 
 /* c emptied: nothing given, causal and weights -1 (not said), the roles'
@@ -43,10 +45,11 @@ void attnd_collected_init(collected *c, int v2);
 void attnd_collected_free(collected *c);
 
 /* The model from the path (path_model, or NULL) and the body's "model":
- * its index, or -1 with e set (404 unknown, 400 a mismatch or none named
- * while several are served). */
-int attnd_resolve_model(const attnd_parse_env *env, const char *path_model, const collected *c,
-                        attnd_error *e);
+ * its version serving now, or c->pin when set, with a reference for the
+ * caller; or NULL with e set (404 unknown or not loaded, 400 a mismatch or
+ * none named while several are served). */
+attnd_version *attnd_resolve_model(const attnd_parse_env *env, const char *path_model,
+                                   const collected *c, attnd_error *e);
 
 /* What c holds, checked against the model and the limits, into job (kind:
  * a whole request, a session's open or its step). Returns 0, or -1 with e

@@ -45,7 +45,7 @@ uint64_t attnd_job_attention_floats(const attnd_job *job, int H) {
 
 int attnd_attention_limit(const attnd_parse_env *env, const attnd_job *job, int session,
                           attnd_error *e) {
-    uint64_t n = attnd_job_attention_floats(job, env->models[job->model].hp.num_heads);
+    uint64_t n = attnd_job_attention_floats(job, job->ver->info.hp.num_heads);
     long long max = env->max_attention_floats;
     if (n <= (uint64_t)max) return 0;
     if (session)
@@ -80,27 +80,8 @@ void attnd_job_free(attnd_job *job) {
     free(job->sel.heads);
     free(job->attn);
     free(job->attn_idx);
+    attnd_version_unref(job->ver);
     memset(job, 0, sizeof(*job));
-}
-
-/* "a, b, c": the loaded models' names, for messages (cut to fit). */
-const char *attnd_loaded_names(const attnd_parse_env *env, char *buf, size_t cap) {
-    size_t n = 0;
-    buf[0] = '\0';
-    for (int i = 0; i < env->n_models && n < cap; i++) {
-        int k = snprintf(buf + n, cap - n, "%s%s", i ? ", " : "", env->models[i].name);
-        n += k > 0 ? (size_t)k : 0;
-    }
-    if (n >= cap && cap > 4) memcpy(buf + cap - 4, "...", 4);
-    return buf;
-}
-
-int attnd_find_model(const attnd_parse_env *env, const char *name, attnd_error *e) {
-    for (int i = 0; i < env->n_models; i++)
-        if (strcmp(env->models[i].name, name) == 0) return i;
-    char names[160];
-    return attnd_set_error(e, AERR_NOT_FOUND, "unknown model '%.64s' (loaded: %s)", name,
-                           attnd_loaded_names(env, names, sizeof(names)));
 }
 
 int attnd_model_sessions_refusal(const attnd_model_info *m, attnd_error *e) {

@@ -16,34 +16,17 @@
 #include "../../core/attn.h"
 #include "../base/reply.h"
 #include "../codec/half.h"
+#include "../models/registry.h"
+#include "../models/version.h"
 
-/* What the parsers need to know about one served model. */
-typedef struct {
-    const char *name;        /* borrowed from the config */
-    attn_hparams hp;         /* E, H, kdim, vdim, bias, causal default, decoder options */
-    int max_positions;       /* rotary positions must stay below it; 0 = 2^24 */
-    const char *fingerprint; /* its weights' fingerprint as loaded (session state files,
-                                session/state.h), borrowed; NULL when not computed */
-    /* what computes, settled at load (attn_model_pack): */
-    attn_precision precision; /* BF16, or FP32 (a bf16 model too on a CPU without bf16 kernels) */
-    int kv16;                 /* 1: a session's cache is bf16 pages (attn_model.attn16) */
-    size_t bytes;             /* the model's memory (attn_model_bytes) */
-} attnd_model_info;
 
 typedef struct {
-    const attnd_model_info *models; /* (n_models), borrowed */
-    int n_models;
+    attnd_models *models;           /* the models served and their versions; borrowed */
     int max_tokens_per_request;     /* B*(L+S) above it -> 413 */
     long long max_attention_floats; /* the attention answer's floats above it -> 413:
                                        attnd_job_attention_floats */
 } attnd_parse_env;
 
-/* The index of the served model called name, or -1 with e set to the 404
- * every route gives: "unknown model 'x' (loaded: a, b)". */
-int attnd_find_model(const attnd_parse_env *env, const char *name, attnd_error *e);
-/* "a, b, c": the served models' names, for messages, into buf (cut to fit,
- * ending "..."); returns buf. */
-const char *attnd_loaded_names(const attnd_parse_env *env, char *buf, size_t cap);
 
 typedef enum { API_NATIVE = 0, API_V2 = 1 } attnd_api;
 typedef enum { ENC_JSON = 0, ENC_BASE64 = 1 } attnd_encoding;
@@ -67,7 +50,9 @@ typedef struct {
 /* One admitted request: B sequences of one model, all of query length L and
  * key length S. Buffers are owned and freed by attnd_job_free. */
 typedef struct {
-    int model; /* index into the served models */
+    int model;          /* its model's slot (registry.h): the queue it joins */
+    attnd_version *ver; /* the version it computes on, held from the moment its model was
+                           named: a reload after that does not change it */
     attnd_api api;
     int B, L, S;               /* sequences, query length, key length (S == L for self) */
     int rank3;                 /* 1: query came as B×L×E and answers keep the leading B */

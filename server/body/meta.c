@@ -1,8 +1,10 @@
 /* meta.c - the bodies of the routes that only describe the server (meta.h):
- * JSON trees built with Jansson once at start-up, then kept as text. */
+ * JSON trees built with Jansson, then kept as text: GET /v2's once at
+ * start-up, the models' on each call (they change as models load). */
 #include "meta.h"
 
 #include <jansson.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -67,7 +69,7 @@ static void precision_json(json_t *j, const attnd_model_info *info) {
  * "<project>_<format>": the weights' format, a safetensors file or the
  * embedded default. Beside the protocol's fields, like /v2's blas_core:
  * precision and effective_precision. */
-static json_t *v2_model_json(const attnd_model_info *info, int from_file) {
+static json_t *v2_model_json(const attnd_model_info *info) {
     const attn_hparams *hp = &info->hp;
     json_t *in = json_array();
     json_array_append_new(in, v2_tensor("query", "FP32", 3, hp->embed_dim));
@@ -78,8 +80,11 @@ static json_t *v2_model_json(const attnd_model_info *info, int from_file) {
     json_array_append_new(in, v2_tensor("key_padding_mask", "BOOL", 2, 0));
     json_array_append_new(in, v2_tensor("attn_mask", "BOOL", 3, 0));
     if (hp->rope.dim) json_array_append_new(in, v2_tensor("positions", "INT64", 2, 0));
+    char version[16];
+    snprintf(version, sizeof version, "%d", info->version);
     json_t *j = json_pack("{s:s, s:[s], s:s, s:o, s:[o, o, o, o]}", "name", info->name, "versions",
-                          "1", "platform", from_file ? "attnd_safetensors" : "attnd_embedded",
+                          version, "platform",
+                          info->from_file ? "attnd_safetensors" : "attnd_embedded",
                           "inputs", in, "outputs", v2_tensor("output", "FP32", 3, hp->embed_dim),
                           v2_tensor("attention", "FP32", 4, 0),
                           v2_tensor("attention_topk_indices", "INT32", 4, 0),
@@ -89,26 +94,27 @@ static json_t *v2_model_json(const attnd_model_info *info, int from_file) {
 }
 
 /* One model of GET /v1/models: its hyper-parameters as loaded. */
-static json_t *model_json(const attnd_config *c, const attnd_model_info *info, int i) {
-    const attnd_model_config *mc = &c->models[i];
-    const attn_hparams *hp = &info[i].hp; /* filled in by attn_model_init */
+static json_t *model_json(const attnd_model_info *info) {
+    const attn_hparams *hp = &info->hp; /* filled in by attn_model_init */
     json_t *m = json_pack(
-        "{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:b, s:b, s:s}", "name", info[i].name,
+        "{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:b, s:b, s:s}", "name", info->name,
+        "version", info->version,
         "embed_dim", hp->embed_dim, "num_heads", hp->num_heads, "num_kv_heads", hp->num_kv_heads,
         "head_dim", hp->head_dim, "kdim", hp->kdim, "vdim", hp->vdim, "scale", hp->scale, "bias",
-        hp->bias, "causal", hp->causal, "weights", mc->weights ? "safetensors" : "embedded");
+        hp->bias, "causal", hp->causal, "weights", info->from_file ? "safetensors" : "embedded");
     if (hp->rope.dim) json_object_set_new(m, "rope", rope_json(&hp->rope));
-    if (mc->max_positions) json_object_set_new(m, "max_positions", json_integer(mc->max_positions));
-    precision_json(m, &info[i]);
-    json_object_set_new(m, "weights_bytes", json_integer((json_int_t)info[i].bytes));
+    if (info->max_positions)
+        json_object_set_new(m, "max_positions", json_integer(info->max_positions));
+    precision_json(m, info);
+    json_object_set_new(m, "weights_bytes", json_integer((json_int_t)info->bytes));
     return m;
 }
 
 /* GET /v1/models: the models, the limits, batching, and what computes. */
-static json_t *models_json(const attnd_config *c, const attnd_model_info *info, int n_models) {
+static json_t *models_json(const attnd_config *c, attnd_version *const *vs, int n) {
     json_t *models = json_array();
-    for (int i = 0; i < n_models; i++)
-        json_array_append_new(models, model_json(c, info, i));
+    for (int i = 0; i < n; i++)
+        json_array_append_new(models, model_json(&vs[i]->info));
     const attn_blas_info *blas = attn_blas_get_info();
     attnd_cpus cpus;
     attnd_cpus_count(&cpus);
@@ -136,28 +142,25 @@ static json_t *models_json(const attnd_config *c, const attnd_model_info *info, 
     return root;
 }
 
-int attnd_meta_build(attnd_meta *m, const attnd_config *c, const attnd_model_info *info,
-                     int n_models) {
+char *attnd_meta_models(const attnd_config *c, attnd_version *const *vs, int n) {
+    return dump(models_json(c, vs, n));
+}
+
+char *attnd_meta_v2_model(const attnd_model_info *info) {
+    return dump(v2_model_json(info));
+}
+
+int attnd_meta_build(attnd_meta *m) {
     const attn_blas_info *blas = attn_blas_get_info();
     memset(m, 0, sizeof *m);
-    m->models = dump(models_json(c, info, n_models));
-    m->v2 = dump(json_pack("{s:s, s:s, s:[s], s:s, s:s}", "name", "attnd", "version", ATTND_VERSION,
-                           "extensions", "binary_tensor_data", "blas_core",
-                           blas ? blas->core : "none", "cpu_features", blas ? blas->features : ""));
-    m->v2_model = calloc((size_t)n_models, sizeof(char *));
-    m->n_models = m->v2_model ? n_models : 0;
-    if (!m->models || !m->v2 || !m->v2_model) return -1;
-    for (int i = 0; i < n_models; i++)
-        if (!(m->v2_model[i] = dump(v2_model_json(&info[i], c->models[i].weights != NULL))))
-            return -1;
-    return 0;
+    m->v2 = dump(json_pack("{s:s, s:s, s:[s, s], s:s, s:s}", "name", "attnd", "version",
+                           ATTND_VERSION, "extensions", "binary_tensor_data", "model_repository",
+                           "blas_core", blas ? blas->core : "none", "cpu_features",
+                           blas ? blas->features : ""));
+    return m->v2 ? 0 : -1;
 }
 
 void attnd_meta_free(attnd_meta *m) {
-    free(m->models);
     free(m->v2);
-    for (int i = 0; i < m->n_models; i++)
-        free(m->v2_model[i]);
-    free(m->v2_model);
     memset(m, 0, sizeof *m);
 }

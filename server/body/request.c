@@ -81,10 +81,12 @@ static const jfield NATIVE_FIELDS[] = {
 static const jtable NATIVE = JTABLE("field", NATIVE_FIELDS, 0);
 
 /* A native body of a kind (BODY_STEP: a session step's rows). */
-static int parse_native(const attnd_parse_env *env, const char *path_model, body_kind kind,
-                        const char *body, size_t len, attnd_job *job, attnd_error *e) {
+static int parse_native(const attnd_parse_env *env, const char *path_model, attnd_version *pin,
+                        body_kind kind, const char *body, size_t len, attnd_job *job,
+                        attnd_error *e) {
     collected c;
     attnd_collected_init(&c, 0);
+    c.pin = pin;
     memset(job, 0, sizeof(*job));
     int ret = -1;
     if (attnd_read_body(body, len, &NATIVE, &c, NULL, e) < 0) goto cleanup;
@@ -99,7 +101,7 @@ cleanup:
 
 int attnd_parse_native(const attnd_parse_env *env, const char *path_model, const char *body,
                        size_t len, attnd_job *job, attnd_error *e) {
-    return parse_native(env, path_model, BODY_WHOLE, body, len, job, e);
+    return parse_native(env, path_model, NULL, BODY_WHOLE, body, len, job, e);
 }
 
 int attnd_parse_session_open(const attnd_parse_env *env, const char *body, size_t len,
@@ -108,7 +110,8 @@ int attnd_parse_session_open(const attnd_parse_env *env, const char *body, size_
     attnd_collected_init(&c, 0);
     memset(job, 0, sizeof(*job));
     unsigned given = 0;
-    int ret = -1, mi;
+    int ret = -1;
+    attnd_version *v = NULL;
     if (len > 0 && attnd_read_body(body, len, &NATIVE, &c, &given, e) < 0) goto cleanup;
     if (c.given[T_QUERY]) { /* the prefix: a native body like any other */
         if (c.weights < 0) c.weights = ATTN_WEIGHTS_NONE;
@@ -126,10 +129,13 @@ int attnd_parse_session_open(const attnd_parse_env *env, const char *body, size_
                             NATIVE.fields[i].name);
             goto cleanup;
         }
-    if ((mi = attnd_resolve_model(env, NULL, &c, e)) < 0 ||
-        attnd_model_sessions_refusal(&env->models[mi], e) < 0)
+    if (!(v = attnd_resolve_model(env, NULL, &c, e))) goto cleanup;
+    job->model = v->slot;
+    job->ver = v;
+    if (attnd_model_sessions_refusal(&v->info, e) < 0) {
+        attnd_job_free(job);
         goto cleanup;
-    job->model = mi;
+    }
     job->api = API_NATIVE;
     ret = 0;
 cleanup:
@@ -138,9 +144,9 @@ cleanup:
     return ret;
 }
 
-int attnd_parse_session_step(const attnd_parse_env *env, int model, const char *id,
+int attnd_parse_session_step(const attnd_parse_env *env, attnd_version *ver, const char *id,
                              const char *body, size_t len, attnd_job *job, attnd_error *e) {
-    if (parse_native(env, env->models[model].name, BODY_STEP, body, len, job, e) < 0) return -1;
+    if (parse_native(env, NULL, ver, BODY_STEP, body, len, job, e) < 0) return -1;
     if (!(job->session_id = strdup(id))) {
         attnd_job_free(job);
         return attnd_set_error(e, AERR_INTERNAL, "out of memory");

@@ -24,15 +24,16 @@ int attnd_parse_native(const attnd_parse_env *env, const char *path_model, const
  * session's prefix, may be left out (an empty body gives nothing).
  * job->session_open is set. Returns 1 when it holds a query: job is then
  * as attnd_parse_native makes it. Returns 0 when it does not: only "model"
- * may be given then, and job holds nothing but job->model. Returns -1 with
+ * may be given then, and job holds nothing but job->model and job->ver. Returns -1 with
  * e set (400, 404, 413, 500); job holds nothing to free after a failure. */
 int attnd_parse_session_open(const attnd_parse_env *env, const char *body, size_t len,
                              attnd_job *job, attnd_error *e);
 
 /* Reads the body of POST /v1/sessions/{id}/attention: a native body for
- * the session's model (the index the session table holds), job->session_id
- * set to id. Same returns as attnd_parse_native. */
-int attnd_parse_session_step(const attnd_parse_env *env, int model, const char *id,
+ * the version of the model the session was opened on (ver, borrowed: the
+ * job takes its own reference), job->session_id set to id. Same returns
+ * as attnd_parse_native. */
+int attnd_parse_session_step(const attnd_parse_env *env, attnd_version *ver, const char *id,
                              const char *body, size_t len, attnd_job *job, attnd_error *e);
 
 /* The 400 of a result that is not finite: the input's magnitudes did it

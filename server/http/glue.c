@@ -98,27 +98,28 @@ static enum MHD_Result dispatch(hreq *h) {
  * more of it has arrived, bytes. */
 #define BODY_RESERVE_MAX (64 << 10)
 
-/* The model an attention request is for, when its header lines tell (the
- * path names it, or only one is served); -1 when only its body can. */
-static int target_model(const attnd_http *s, const hreq *h) {
+/* The slot of the model an attention request is for, when its header
+ * lines tell (the path names it, or only one is served), its name into
+ * name; -1 when only its body can. */
+static int target_model(const attnd_http *s, const hreq *h, char name[ATTND_NAME_MAX]) {
     if (!route_has(h, ROUTE_QUEUE_FIRST)) return -1;
-    if (!h->rm.name[0]) return s->env->n_models == 1 ? 0 : -1;
-    attnd_error later; /* an unknown model is refused once the body is read */
-    return attnd_find_model(s->env, h->rm.name, &later);
+    if (h->rm.name[0]) { /* an unknown model is refused once the body is read */
+        snprintf(name, ATTND_NAME_MAX, "%.63s", h->rm.name);
+        return attnd_models_slot(s->env->models, h->rm.name);
+    }
+    attnd_version *one = attnd_models_sole(s->env->models);
+    int slot = one ? one->slot : -1;
+    if (one) snprintf(name, ATTND_NAME_MAX, "%s", one->name);
+    attnd_version_unref(one);
+    return slot;
 }
 
 /* 1 when the request's model is known and its queue is full now: the 429 it
  * would get after parsing goes out before its body is read or decoded. The
  * scheduler checks again at admission. */
-static int queue_full(attnd_http *s, const hreq *h) {
-    int mi = target_model(s, h);
-    if (mi < 0) return 0;
-    int *depth = calloc((size_t)s->env->n_models, sizeof(int));
-    if (!depth) return 0;
-    attnd_sched_depths(s->sched, depth);
-    int full = depth[mi] >= s->cfg->max_queue_requests;
-    free(depth);
-    return full;
+static int queue_full(attnd_http *s, const hreq *h, char name[ATTND_NAME_MAX]) {
+    int slot = target_model(s, h, name);
+    return slot >= 0 && attnd_sched_depth(s->sched, slot) >= s->cfg->max_queue_requests;
 }
 
 /* The 429 of a body that would pass server.max_buffered_body_bytes (the
@@ -188,10 +189,11 @@ static void examine(hreq *h, const char *url) {
         attnd_set_error(&h->err, AERR_UNAVAILABLE, "the server is draining");
         return;
     }
-    if (queue_full(s, h)) {
+    char name[ATTND_NAME_MAX];
+    if (queue_full(s, h, name)) {
         attnd_set_error(&h->err, AERR_QUEUE_FULL,
-                        "the queue of model '%s' is full (%d requests); retry later",
-                        s->env->models[target_model(s, h)].name, s->cfg->max_queue_requests);
+                        "the queue of model '%s' is full (%d requests); retry later", name,
+                        s->cfg->max_queue_requests);
         h->refuse_now = 1;
         return;
     }
@@ -246,7 +248,6 @@ static hreq *hreq_new(attnd_http *s, struct MHD_Connection *conn, const char *ur
     h->conn = conn;
     h->t_recv_us = attnd_mono_us();
     h->t_recv_unix_ns = attnd_unix_ns();
-    h->model = -1;
     snprintf(h->method, sizeof(h->method), "%s", method);
     snprintf(h->path, sizeof(h->path), "%s", url);
     for (char *p = h->path; *p; p++)
@@ -365,7 +366,7 @@ static void export_spans(const hreq *h, int status, uint64_t now_us) {
         .method = h->method,
         .path = h->path,
         .route = h->rm.path ? attnd_route_template(h->rm.path, route, sizeof route) : NULL,
-        .model = h->model >= 0 ? s->env->models[h->model].name : NULL,
+        .model = h->model[0] ? h->model : NULL,
         .request_id = h->id,
         .status = status,
         .batch_size = r->batch_requests,

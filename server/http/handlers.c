@@ -7,6 +7,7 @@
  */
 #include <limits.h>
 #include <microhttpd.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -27,19 +28,21 @@ static const char *body_of(const hreq *h) {
     return h->in.p ? h->in.p : "";
 }
 
-/* 0 when a v2 route's {version} is absent or 1, else the 404. */
-static int version_ok(hreq *h) {
-    if (!h->rm.version[0] || strcmp(h->rm.version, "1") == 0) return 0;
-    return attnd_set_error(&h->err, AERR_NOT_FOUND,
-                           "unknown model version '%s' (attnd serves version 1)", h->rm.version);
-}
-
-/* A v2 route's {name} and {version}: the model's index, or -1 with the 404
- * of an unknown model or version. */
-static int path_model(hreq *h) {
-    int mi = attnd_find_model(h->srv->env, h->rm.name, &h->err);
-    if (mi < 0 || version_ok(h) < 0) return -1;
-    return mi;
+/* A v2 route's {name} and {version}: the version of the model serving,
+ * with a reference, or NULL with the 404 of an unknown model, or of a
+ * {version} that is not the one serving. */
+static attnd_version *path_model(hreq *h) {
+    attnd_version *v = attnd_models_get(h->srv->env->models, h->rm.name, &h->err);
+    if (!v || !h->rm.version[0]) return v;
+    char serving[16];
+    snprintf(serving, sizeof serving, "%d", v->info.version);
+    if (strcmp(h->rm.version, serving) == 0) return v;
+    attnd_set_error(&h->err, AERR_NOT_FOUND,
+                    "unknown version '%.40s' of model '%s' (version %s serves; a reload replaces "
+                    "a version, POST /v2/repository/index lists them)",
+                    h->rm.version, v->name, serving);
+    attnd_version_unref(v);
+    return NULL;
 }
 
 /* 503 unless the server is ready: "draining", or "starting" where the
@@ -78,27 +81,59 @@ int attnd_handle_v2_ready(hreq *h) {
     return borrowed(h, "");
 }
 
-/* GET /v1/models */
-int attnd_handle_models(hreq *h) {
-    return borrowed(h, h->srv->meta->models);
+/* A body written for this answer, or the 500 of none. */
+static int owned(hreq *h, char *body) {
+    if (!body) return attnd_set_error(&h->err, AERR_INTERNAL, "out of memory");
+    attnd_reply_set(&h->r.reply, AOK, body, strlen(body), 0);
+    return 0;
 }
 
-/* GET /metrics: the counters, the scheduler's gauges, the sessions'. */
+/* The versions serving now, each held: *n of them in a malloc'd array
+ * (NULL with *n 0 when none or out of memory). */
+static attnd_version **serving(attnd_http *s, int *n) {
+    int k = attnd_models_serving(s->env->models, NULL, 0);
+    attnd_version **vs = calloc((size_t)(k ? k : 1), sizeof *vs);
+    *n = vs ? attnd_models_serving(s->env->models, vs, k) : 0;
+    if (*n > k) *n = k; /* one loaded meanwhile: left out of this answer */
+    return vs;
+}
+
+static void unhold(attnd_version **vs, int n) {
+    for (int i = 0; i < n; i++)
+        attnd_version_unref(vs[i]);
+    free(vs);
+}
+
+/* GET /v1/models */
+int attnd_handle_models(hreq *h) {
+    int n = 0;
+    attnd_version **vs = serving(h->srv, &n);
+    char *body = vs ? attnd_meta_models(h->srv->cfg, vs, n) : NULL;
+    unhold(vs, n);
+    return owned(h, body);
+}
+
+/* GET /metrics: the counters, the scheduler's gauges, the sessions', the
+ * models'. */
 int attnd_handle_metrics(hreq *h) {
     attnd_http *s = h->srv;
-    int n = s->env->n_models, *depth = calloc((size_t)n, sizeof(int));
-    const char **names = calloc((size_t)n, sizeof(char *));
+    int n = 0;
+    attnd_version **vs = serving(s, &n);
+    int *depth = calloc((size_t)(n ? n : 1), sizeof(int));
+    const char **names = calloc((size_t)(n ? n : 1), sizeof(char *));
     attnd_sbuf b;
     attnd_sb_init(&b);
-    if (depth && names) {
-        attnd_sched_depths(s->sched, depth);
-        for (int i = 0; i < n; i++)
-            names[i] = s->env->models[i].name;
+    int k = depth && names ? n : 0;
+    for (int i = 0; i < k; i++) {
+        depth[i] = attnd_sched_depth(s->sched, vs[i]->slot);
+        names[i] = vs[i]->name;
     }
-    attnd_metrics_write(s->metrics, &b, names, depth, depth && names ? n : 0);
+    attnd_metrics_write(s->metrics, &b, names, depth, k);
     attnd_sched_metrics(s->sched, &b);
     attnd_sessions_metrics(s->sessions, &b);
+    attnd_models_metrics(s->env->models, &b);
     attnd_otlp_metrics(s->otlp, &b);
+    unhold(vs, n);
     free(depth);
     free(names);
     size_t len = 0;
@@ -122,13 +157,18 @@ int attnd_handle_v2(hreq *h) {
 
 /* GET /v2/models/{name} and /v2/models/{name}/versions/{version} */
 int attnd_handle_v2_model(hreq *h) {
-    int mi = path_model(h);
-    return mi < 0 ? -1 : borrowed(h, h->srv->meta->v2_model[mi]);
+    attnd_version *v = path_model(h);
+    if (!v) return -1;
+    char *body = attnd_meta_v2_model(&v->info);
+    attnd_version_unref(v);
+    return owned(h, body);
 }
 
 /* GET /v2/models/{name}/ready and its versions/{version} form */
 int attnd_handle_v2_model_ready(hreq *h) {
-    if (path_model(h) < 0 || ready(h, 0) < 0) return -1;
+    attnd_version *v = path_model(h);
+    attnd_version_unref(v);
+    if (!v || ready(h, 0) < 0) return -1;
     return borrowed(h, "");
 }
 
@@ -205,7 +245,8 @@ static int admit(hreq *h, int rc) {
     attnd_http *s = h->srv;
     attnd_http_drop_body(h);
     if (rc < 0 || asked_timeout(h) < 0) return -1;
-    h->model = h->r.job.model; /* for its span */
+    if (h->r.job.ver) /* for its span */
+        snprintf(h->model, sizeof h->model, "%s", h->r.job.ver->name);
     attnd_admit_env a = {s->sessions, s->env};
     rc = attnd_admit(&a, &h->r, attnd_http_header(h, "X-Session-Id"), attnd_mono_s(), &h->err,
                      &h->retry_after);
@@ -224,7 +265,11 @@ int attnd_handle_attention(hreq *h) {
  * may carry the binary data extension (Inference-Header-Content-Length:
  * its JSON part's length); its parameters may open or step a session. */
 int attnd_handle_v2_infer(hreq *h) {
-    if (version_ok(h) < 0) return -1;
+    if (h->rm.version[0]) { /* {version}: the one serving, or 404 */
+        attnd_version *v = path_model(h);
+        if (!v) return -1;
+        attnd_version_unref(v);
+    }
     const char *hl = attnd_http_header(h, "Inference-Header-Content-Length");
     uint64_t json_len = 0;
     if (hl && (attnd_http_size(hl, (uint64_t)h->in.len, &json_len) < 0 || json_len == 0))
@@ -256,9 +301,9 @@ static int restore(hreq *h) {
                                    &h->err, &h->retry_after);
     attnd_http_drop_body(h);
     if (rc < 0) return -1;
-    h->model = r.model;
+    snprintf(h->model, sizeof h->model, "%s", r.name);
     size_t len = 0;
-    char *body = attnd_write_open_answer(r.id, s->env->models[r.model].name, r.tokens, &len);
+    char *body = attnd_write_open_answer(r.id, r.name, r.tokens, &len);
     if (!body) return attnd_set_error(&h->err, AERR_INTERNAL, "out of memory");
     attnd_reply_set(&h->r.reply, AOK_CREATED, body, len, 0);
     return 0;
@@ -292,10 +337,12 @@ int attnd_handle_session_state(hreq *h) {
 /* POST /v1/sessions/{id}/attention: the session's model reads the body. */
 int attnd_handle_session_step(hreq *h) {
     const char *id = h->rm.name;
-    int mi = attnd_session_model(h->srv->sessions, id, attnd_mono_s());
-    if (mi < 0) return attnd_session_refusal(SESS_NOT_FOUND, id, NULL, &h->err);
-    return admit(h, attnd_parse_session_step(h->srv->env, mi, id, body_of(h), h->in.len, &h->r.job,
-                                             &h->err));
+    attnd_version *v = attnd_session_model(h->srv->sessions, id, attnd_mono_s());
+    if (!v) return attnd_session_refusal(SESS_NOT_FOUND, id, NULL, &h->err);
+    int rc =
+        attnd_parse_session_step(h->srv->env, v, id, body_of(h), h->in.len, &h->r.job, &h->err);
+    attnd_version_unref(v);
+    return admit(h, rc);
 }
 
 /* DELETE /v1/sessions/{id} */

@@ -25,6 +25,12 @@ int attnd_handle_session_delete(attnd_http_req *h);
 int attnd_handle_session_state(attnd_http_req *h);
 int attnd_handle_ui(attnd_http_req *h); /* the viewer's files; 404 when server.ui is off */
 
+/* The model repository (control.c): 403 unless server.model_control is
+ * "explicit". */
+int attnd_handle_repo_index(attnd_http_req *h);
+int attnd_handle_repo_load(attnd_http_req *h); /* answered from the loader thread */
+int attnd_handle_repo_unload(attnd_http_req *h);
+
 /* OPTIONS on a route's path, with CORS on: the preflight row. */
 int attnd_handle_preflight(attnd_http_req *h);
 

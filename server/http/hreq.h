@@ -59,7 +59,7 @@ typedef struct attnd_http_req {
     attnd_trace trace;       /* its place in a trace: the caller's traceparent continued, or a
                                 new trace; its own span id (obs/trace.h) */
     uint64_t t_recv_unix_ns; /* Unix time of t_recv_us, for its spans */
-    int model;               /* the model its body named, once parsed; -1 before or none */
+    char model[ATTND_NAME_MAX]; /* the model its body named, once parsed; "" before or none */
 } hreq;
 
 /* send.c: every answer leaves through here, h->r.reply with the status of

@@ -22,6 +22,9 @@ typedef enum {
     R_V2_VMODEL,       /* GET  /v2/models/{name}/versions/{version} */
     R_V2_VMODEL_READY, /* GET  /v2/models/{name}/versions/{version}/ready */
     R_V2_VINFER,       /* POST /v2/models/{name}/versions/{version}/infer */
+    R_REPO_INDEX,      /* POST /v2/repository/index */
+    R_REPO_LOAD,       /* POST /v2/repository/models/{name}/load */
+    R_REPO_UNLOAD,     /* POST /v2/repository/models/{name}/unload */
     R_SESSIONS,        /* POST /v1/sessions: open a KV-cache session */
     R_SESSION_STEP,    /* POST /v1/sessions/{name}/attention: a step ({name} is the id) */
     R_SESSION,         /* DELETE /v1/sessions/{name} */

@@ -25,6 +25,8 @@ static const struct {
     [AERR_UNAVAILABLE]  = {503, ATTND_HDR_RETRY_AFTER},
     [AERR_TIMEOUT]      = {504, 0},
     [AERR_CONFLICT]     = {409, 0},
+    [AERR_FORBIDDEN]    = {403, 0},
+    [AERR_NO_ROOM]      = {507, 0},
 };
 // clang-format on
 

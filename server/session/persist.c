@@ -67,7 +67,7 @@ int attnd_session_export(const attnd_persist_env *p, const char *id, double now,
     attnd_state st;
     uint16_t *rows;
     char err[256] = "out of memory writing the state";
-    int rc = state_of(&step, &p->env->models[step.model], &st, &rows);
+    int rc = state_of(&step, &((attnd_version *)step.model)->info, &st, &rows);
     if (rc == 0) rc = attnd_state_write(out, &st, err, sizeof err);
     attnd_session_end(p->table, &step, 0, now); /* read only: nothing to keep */
     free(rows);
@@ -102,26 +102,32 @@ static int state_fits(const attnd_state *st, const attnd_model_info *m, attnd_er
     return attnd_model_sessions_refusal(m, e);
 }
 
-/* The served model st names, by its index; -1 with the 409 when none. */
-static int state_model(const attnd_persist_env *p, const attnd_state *st, attnd_error *e) {
+/* The version of the model st names that it was saved on (its
+ * fingerprint), with a reference: the one serving, or an older one still
+ * held by sessions; else the one serving, which state_fits refuses by its
+ * fingerprint. NULL with the 409 when the model is not served. */
+static attnd_version *state_model(const attnd_persist_env *p, const attnd_state *st,
+                                  attnd_error *e) {
+    attnd_version *v = attnd_models_find(p->env->models, st->model, st->fingerprint);
+    if (v) return v;
     attnd_error unknown;
-    int mi = attnd_find_model(p->env, st->model, &unknown);
+    if ((v = attnd_models_get(p->env->models, st->model, &unknown))) return v;
     const char *loaded = strstr(unknown.msg, " (loaded: ");
-    if (mi < 0)
-        return attnd_set_error(e, AERR_CONFLICT,
-                               "the state is of model '%.64s', which this server does not serve%s",
-                               st->model, loaded ? loaded : "");
-    return mi;
+    attnd_set_error(e, AERR_CONFLICT,
+                    "the state is of model '%.64s', which this server does not serve%s", st->model,
+                    loaded ? loaded : "");
+    return NULL;
 }
 
-/* Opens the session of st for model mi, its rows kept at once. */
-static int open_with(const attnd_persist_env *p, const attnd_state *st, int mi, const char *want_id,
-                     double now, attnd_restored *out, attnd_error *e, int *retry) {
-    const attnd_model_info *m = &p->env->models[mi];
+/* Opens the session of st on version v, its rows kept at once. */
+static int open_with(const attnd_persist_env *p, const attnd_state *st, attnd_version *v,
+                     const char *want_id, double now, attnd_restored *out, attnd_error *e,
+                     int *retry) {
+    const attnd_model_info *m = &v->info;
     attnd_cache_shape shape = attnd_session_cache_shape(st->G, st->D, m->kv16);
     int max_len = m->max_positions ? m->max_positions : ATTND_SESSION_MAX_LEN;
     attnd_session_step step;
-    attnd_session_status s = attnd_session_open(p->table, mi, &shape, st->len, max_len, now,
+    attnd_session_status s = attnd_session_open(p->table, v, &shape, st->len, max_len, now,
                                                 want_id, out->id, &step, retry);
     if (s != SESS_OK) return attnd_session_refusal(s, NULL, &step.over, e);
     if (st->len && m->kv16) /* the file's rows into the cache's zeroed pages */
@@ -129,7 +135,9 @@ static int open_with(const attnd_persist_env *p, const attnd_state *st, int mi, 
     else if (st->len)
         memcpy(step.kv, st->kv, (size_t)st->len * shape.row_bytes);
     attnd_session_end(p->table, &step, 1, now);
-    out->model = mi;
+    out->model = v->slot;
+    snprintf(out->name, sizeof out->name, "%s", v->name);
+    out->version = v->info.version;
     out->tokens = st->len;
     return 0;
 }
@@ -140,14 +148,15 @@ int attnd_session_restore(const attnd_persist_env *p, const unsigned char *bytes
     attnd_state st;
     attnd_state_limits lim = {.max_bytes = n, .max_tokens = ATTND_SESSION_MAX_LEN};
     char err[256];
-    int rc = -1, mi;
+    int rc = -1;
+    attnd_version *v = NULL;
     *retry_after_s = 0;
     if (attnd_state_read(bytes, n, &lim, &st, err, sizeof err) < 0)
         return refuse(e, AERR_BAD_REQUEST, err);
-    if ((mi = state_model(p, &st, e)) < 0 || state_fits(&st, &p->env->models[mi], e) < 0)
-        goto cleanup;
-    rc = open_with(p, &st, mi, want_id, now, out, e, retry_after_s);
+    if (!(v = state_model(p, &st, e)) || state_fits(&st, &v->info, e) < 0) goto cleanup;
+    rc = open_with(p, &st, v, want_id, now, out, e, retry_after_s);
 cleanup:
+    attnd_version_unref(v);
     attnd_state_free(&st);
     return rc;
 }

@@ -35,8 +35,10 @@ int attnd_session_export(const attnd_persist_env *p, const char *id, double now,
 /* What a restore made. */
 typedef struct {
     char id[ATTND_SESSION_ID_LEN + 1];
-    int model;  /* its index */
-    int tokens; /* cached tokens */
+    int model;                 /* its model's slot (models/registry.h) */
+    char name[ATTND_NAME_MAX]; /* its model's name */
+    int version;               /* the version it was restored on */
+    int tokens;                /* cached tokens */
 } attnd_restored;
 
 /* Restores the state file bytes[0..n) as a new session whose id is want_id

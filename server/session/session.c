@@ -25,7 +25,9 @@
 
 struct attnd_session {
     char id[ATTND_SESSION_ID_LEN + 1];
-    int model;               /* the caller's model index */
+    void *model;             /* the caller's handle on the model it was opened for, held
+                                (the table's hold hook) until the session is freed */
+    void (*drop)(void *model); /* lets model go; NULL: nothing to let go */
     attnd_cache_shape shape; /* how its cache holds tokens */
     int max_len;             /* tokens it may ever hold */
     void *kv;                /* (cap tokens in shape), owned */
@@ -53,6 +55,8 @@ struct attnd_sessions {
     int reaper_stop;          /* 1: the reaper exits; under mu */
     pthread_cond_t reaper_cv; /* on CLOCK_MONOTONIC; signalled to stop it */
     double (*clock)(void);    /* the reaper's now, monotonic seconds */
+    void (*hold)(void *model); /* attnd_sessions_hooks: takes a reference on a model */
+    void (*drop)(void *model); /* lets one go */
 };
 
 attnd_cache_shape attnd_session_cache_shape(int G, int D, int kv16) {
@@ -90,6 +94,7 @@ attnd_sessions *attnd_sessions_new(const attnd_session_limits *lim) {
 
 static void session_free(attnd_session *s) {
     if (!s) return;
+    if (s->drop) s->drop(s->model);
     free(s->kv);
     free(s);
 }
@@ -301,7 +306,7 @@ int attnd_session_id_ok(const char *id) {
 
 /* A new session, not yet in the table: its id want_id, or a new one. NULL
  * when out of memory (or out of randomness). */
-static attnd_session *session_new(int model, const attnd_cache_shape *shape, int max_len,
+static attnd_session *session_new(void *model, const attnd_cache_shape *shape, int max_len,
                                   double now, const char *want_id) {
     attnd_session *s = calloc(1, sizeof *s);
     if (!s) return NULL;
@@ -342,7 +347,7 @@ static attnd_session_status room_for(attnd_sessions *st, attnd_session *s, int t
     return grow_cache(st, s, tokens, now, over);
 }
 
-attnd_session_status attnd_session_open(attnd_sessions *st, int model,
+attnd_session_status attnd_session_open(attnd_sessions *st, void *model,
                                         const attnd_cache_shape *shape, int tokens, int max_len,
                                         double now, const char *want_id,
                                         char id[ATTND_SESSION_ID_LEN + 1], attnd_session_step *step,
@@ -350,6 +355,8 @@ attnd_session_status attnd_session_open(attnd_sessions *st, int model,
     if (want_id && !attnd_session_id_ok(want_id)) return SESS_BAD_ID;
     attnd_session *s = session_new(model, shape, max_len, now, want_id);
     if (!s) return SESS_NOMEM;
+    if (st->hold && model) st->hold(model); /* the session's own, let go when it is freed */
+    s->drop = model ? st->drop : NULL;
     attnd_session_over over = {.opening = 1};
     pthread_mutex_lock(&st->mu);
     attnd_session_status r = room_for(st, s, tokens, now, &over);
@@ -510,10 +517,17 @@ int attnd_sessions_reaper_start(attnd_sessions *st, double (*clock)(void)) {
     return 0;
 }
 
-int attnd_session_model(attnd_sessions *st, const char *id, double now) {
+void attnd_sessions_hooks(attnd_sessions *st, void (*hold)(void *model),
+                         void (*drop)(void *model)) {
+    st->hold = hold;
+    st->drop = drop;
+}
+
+void *attnd_session_model(attnd_sessions *st, const char *id, double now) {
     pthread_mutex_lock(&st->mu);
     attnd_session *s = find(st, id);
-    int model = s && !expired(st, s, now) ? s->model : -1;
+    void *model = s && !expired(st, s, now) ? s->model : NULL;
+    if (model && st->hold) st->hold(model);
     pthread_mutex_unlock(&st->mu);
     return model;
 }

@@ -105,7 +105,8 @@ typedef struct {
 /* What a step works on, valid from a successful open or begin to its end. */
 typedef struct {
     attnd_session *s;        /* pass to attnd_session_end */
-    int model;               /* the index the session was opened with */
+    void *model;             /* the model handle the session was opened with (borrowed:
+                                the session holds it while the step is held) */
     void *kv;                /* the cache in shape's layout: tokens [0, len) cached,
                                 [len, len+add) to fill (attn_seq.kv or .kv16) */
     attnd_cache_shape shape; /* the session's */
@@ -134,7 +135,7 @@ int attnd_sessions_reaper_start(attnd_sessions *st, double (*clock)(void));
  * appends nothing and may be ended at once. id receives the new id (NUL
  * ended). max_len (>= 1) bounds the tokens the session may ever hold. now
  * is monotonic seconds. On SESS_FULL, *retry_after_s is when to retry. */
-attnd_session_status attnd_session_open(attnd_sessions *st, int model,
+attnd_session_status attnd_session_open(attnd_sessions *st, void *model,
                                         const attnd_cache_shape *shape, int tokens, int max_len,
                                         double now, const char *want_id,
                                         char id[ATTND_SESSION_ID_LEN + 1], attnd_session_step *step,
@@ -183,8 +184,16 @@ attnd_session_status attnd_session_delete(attnd_sessions *st, const char *id, do
  * a second. */
 int attnd_sessions_expire(attnd_sessions *st, double now);
 
-/* The model index of session id, or -1 when there is none (or it expired). */
-int attnd_session_model(attnd_sessions *st, const char *id, double now);
+/* A session holds the handle of the model it was opened for (a model
+ * version, server/models/version.h) from its open to its end: hold takes a
+ * reference on a handle, drop lets one go. Set once, before any open;
+ * without them handles are plain values. */
+void attnd_sessions_hooks(attnd_sessions *st, void (*hold)(void *model),
+                          void (*drop)(void *model));
+
+/* The model handle of session id with a reference (hold) for the caller,
+ * or NULL when there is none (or it expired). */
+void *attnd_session_model(attnd_sessions *st, const char *id, double now);
 
 void attnd_sessions_stats(attnd_sessions *st, attnd_session_stats *out);
 /* The limits the table was made with. */
