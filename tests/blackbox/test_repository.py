@@ -1167,3 +1167,47 @@ def test_old_version_memory_returns(fresh_daemons, tmp_path):
     assert rss_end < rss_one + (rss_two - rss_one) / 2, \
         "RSS %.0f MiB at the end, %.0f with one version, %.0f with two: a version kept" % (
             rss_end / MiB, rss_one / MiB, rss_two / MiB)
+
+
+def test_a_load_makes_nobody_wait(fresh_daemons, tmp_path):
+    """While an E=2048 layer's new version loads (a fraction of a second),
+    requests to it are answered by the version serving, and the load
+    changes nothing until it answers; a model loading for the first time is
+    LOADING in the index until it is READY."""
+    save_big(tmp_path / "big.safetensors", 161)
+    big = {"name": "big", "embed_dim": BIG_E, "num_heads": BIG_H,
+           "weights": str(tmp_path / "big.safetensors")}
+    rel = dict(big, weights="big.safetensors")
+    dd = fresh_daemons(explicit(tmp_path, [big]))
+    q = rows(2, seed=1, width=BIG_E)
+    assert answer(dd, "big", q)[1] == 1
+    done = {}
+
+    def load(name):
+        done[name] = repo_load(dd, name, dict(rel, name=name))
+
+    t = threading.Thread(target=load, args=("big",))
+    t.start()
+    during = []
+    while t.is_alive():
+        v = answer(dd, "big", q)[1]
+        during.append((v, t.is_alive()))
+    t.join()
+    assert done["big"].status_code == 200 and check_load_answer(done["big"], "big") == 2
+    versions = [v for v, _ in during]
+    assert versions == sorted(versions) and set(versions) <= {1, 2}, during
+    assert any(v == 1 and alive for v, alive in during), \
+        "no request was answered by version 1 while the load ran: %s" % during
+    assert answer(dd, "big", q)[1] == 2
+    t = threading.Thread(target=load, args=("other",))
+    t.start()
+    states = []
+    while t.is_alive():
+        e = index_entry(dd, "other")
+        states.append(e and (e["state"], e.get("version")))
+    t.join()
+    assert done["other"].status_code == 200 and check_load_answer(done["other"], "other") == 1
+    assert ("LOADING", None) in states, "the first load was never seen LOADING: %s" % states
+    assert all(st in (None, ("LOADING", None), ("READY", "1")) for st in states), states
+    e = index_entry(dd, "other")
+    assert (e["state"], e["version"]) == ("READY", "1"), e
