@@ -1074,7 +1074,9 @@ def test_sighup_with_explicit_control(fresh_daemons, tmp_path):
     """SIGHUP works with model_control "explicit" too: a broken weights file
     leaves the model READY on its version with the reason in the index;
     fixed, the next SIGHUP reloads it and loads a new entry; an empty-body
-    load afterwards reads the same file."""
+    load afterwards reads the same file; a config that does not parse
+    leaves every model READY with the reason; an entry removed is
+    UNAVAILABLE "unloaded"."""
     a1 = save(tmp_path, "a1.safetensors", "a", 141)
     a2 = save(tmp_path, "a2.safetensors", "a", 142)
     n1 = save(tmp_path, "n1.safetensors", "n", 143)
@@ -1098,6 +1100,21 @@ def test_sighup_with_explicit_control(fresh_daemons, tmp_path):
     r = repo_load(dd, "n")
     assert r.status_code == 200 and check_load_answer(r, "n") == 2
     served(dd, "n", n1, 2)
+    # a config that does not parse: both keep serving, the index says why
+    dd.config_path.write_text("{\"models\": [")
+    hup(dd)
+    for e in index(dd):
+        assert e["state"] == "READY" and e.get("reason"), e
+    served(dd, "a", a2, 2)
+    served(dd, "n", n1, 2)
+    # an entry removed: unloaded, listed UNAVAILABLE "unloaded"
+    cfg["models"] = [entry(a2)]
+    write_config(dd, cfg)
+    hup(dd)
+    e = index_entry(dd, "n")
+    assert e["state"] == "UNAVAILABLE" and e["reason"] == "unloaded", e
+    not_served(dd, "n")
+    served(dd, "a", a2, 2)
 
 
 # ---------------------------------------------------------------- memory
