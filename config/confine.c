@@ -82,8 +82,10 @@ int attnd_path_confine(const char *dir, const char *path, char **resolved, char 
     }
     rdir = realpath(dir, NULL);
     if (!rdir) {
-        cfg_fail(err, errlen, "the model folder %s (server.model_dir) cannot be opened: %s.", dir,
-                 strerror(errno));
+        cfg_fail(
+            err, errlen,
+            "cannot look for '%s': the model folder %s (server.model_dir) cannot be opened: %s.",
+            path, dir, strerror(errno));
         goto cleanup;
     }
     full = joined(rdir, path);

@@ -77,9 +77,9 @@ void attnd_reload(const attnd_config *running, attnd_models *ms, attnd_applied *
     char err[1024];
     memset(&fresh, 0, sizeof fresh);
     if (attnd_config_reread(running, &fresh, err, sizeof err) < 0) {
-        char reason[300];
+        char reason[1024];
         attnd_log(LOG_ERROR, "SIGHUP: config not applied, every model keeps its version: %s", err);
-        snprintf(reason, sizeof reason, "the config file failed to read at the last SIGHUP: %.200s",
+        snprintf(reason, sizeof reason, "the config file failed to read at the last SIGHUP: %.900s",
                  err);
         attnd_models_reason_serving(ms, reason);
         attnd_models_count_reload(ms, 0);

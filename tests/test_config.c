@@ -10,6 +10,12 @@
  *                unknown key, E not divisible by H, duplicate names, missing
  *                weights file, ...), checking that each message names the
  *                file, the key and the reason.
+ *   model folder server.model_dir: its default (the config's folder, or the
+ *                working directory), a relative value from the file, a
+ *                variable or a flag, resolved to an absolute path; a
+ *                missing folder refused; server.model_control resolved.
+ * The model entries on their own, attnd_path_confine and the reload road
+ * are test_config_repo.c's.
  */
 #include <check.h>
 #include <stdio.h>
@@ -27,9 +33,13 @@ static char g_cfg[512];     /* g_dir/sub/c.json */
 
 /* Variables a test may set; cleared around every test. */
 static const char *const env_vars[] = {
-    "ATTND_CONFIG",       "ATTND_HOST",         "ATTND_PORT",         "ATTND_WORKERS",
-    "ATTND_HTTP_THREADS", "ATTND_BLAS_THREADS", "ATTND_CORS_ORIGINS", "ATTND_MAX_BATCH_REQUESTS",
-    "ATTND_LOG_FORMAT",   "ATTND_LOG_LEVEL",    "ATTND_BF16_KERNELS",
+    "ATTND_CONFIG",       "ATTND_HOST",
+    "ATTND_PORT",         "ATTND_WORKERS",
+    "ATTND_HTTP_THREADS", "ATTND_BLAS_THREADS",
+    "ATTND_CORS_ORIGINS", "ATTND_MAX_BATCH_REQUESTS",
+    "ATTND_LOG_FORMAT",   "ATTND_LOG_LEVEL",
+    "ATTND_BF16_KERNELS", "ATTND_MODEL_CONTROL",
+    "ATTND_MODEL_DIR",    "ATTND_MAX_MODEL_BYTES",
 };
 
 static void clear_env(void) {
@@ -120,6 +130,10 @@ START_TEST(defaults) {
     ck_assert(c.max_session_bytes == 1LL << 30);
     ck_assert(c.max_session_bytes_each == 1LL << 28);
     ck_assert_int_eq(c.session_idle_s, 300);
+    ck_assert_str_eq(c.model_control, "none");
+    ck_assert_int_eq(c.explicit_control, 0);
+    ck_assert(c.model_dir == NULL); /* settled by attnd_config_from_args */
+    ck_assert(c.max_model_bytes == 0);
     ck_assert_int_eq(c.n_models, 0);
     ck_assert(c.config_path == NULL);
     attnd_config_free(&c);
@@ -180,6 +194,8 @@ START_TEST(usage_lists_everything) {
         "--max-batch-requests",
         "--max-batch-tokens",
         "--max-queue-delay-us",
+        "--model-control",
+        "--model-dir",
         "--help",
         "ATTND_CONFIG",
         "ATTND_HOST",
@@ -199,6 +215,11 @@ START_TEST(usage_lists_everything) {
         "ATTND_MAX_TOKENS_PER_REQUEST",
         "ATTND_MAX_ATTENTION_FLOATS",
         "ATTND_BF16_KERNELS",
+        "ATTND_MODEL_CONTROL",
+        "ATTND_MODEL_DIR",
+        "ATTND_MAX_MODEL_BYTES",
+        "explicit",
+        "the config file's folder",
         "ATTND_API_KEY",
         "default",
     };
@@ -216,13 +237,14 @@ START_TEST(every_key_lands) {
         "{\"server\":{\"host\":\"127.0.0.1\",\"port\":0,\"http_threads\":3,"
         "\"max_body_bytes\":1000,\"request_timeout_ms\":5,\"max_connections\":7,"
         "\"connection_timeout_s\":0,\"api_key_env\":\"MY_KEY\","
-        "\"cors_origins\":[\"http://a\",\"https://b.example\"]},"
+        "\"cors_origins\":[\"http://a\",\"https://b.example\"],"
+        "\"model_control\":\"explicit\",\"model_dir\":\".\"},"
         "\"batching\":{\"max_batch_tokens\":11,\"max_batch_requests\":1,"
         "\"max_queue_delay_us\":0,\"max_queue_requests\":13},"
         "\"workers\":{\"threads\":4,\"blas_threads\":3,\"bf16_kernels\":\"avx512-bf16\"},"
         "\"limits\":{\"max_tokens_per_request\":17,\"max_attention_floats\":4294967296,"
         "\"max_sessions\":5,\"max_session_bytes\":9000,\"max_session_bytes_each\":3000,"
-        "\"session_idle_s\":2},"
+        "\"session_idle_s\":2,\"max_model_bytes\":1048576},"
         "\"models\":[{\"name\":\"enc.0\",\"embed_dim\":12,\"num_heads\":3,\"kdim\":8,"
         "\"vdim\":10,\"bias\":false,\"causal\":true,\"weights\":\"w.safetensors\","
         "\"prefix\":\"encoder.layers.3.self_attn.\",\"layout\":\"hf_proj\","
@@ -253,6 +275,9 @@ START_TEST(every_key_lands) {
     ck_assert_int_eq(c.max_sessions, 5);
     ck_assert(c.max_session_bytes == 9000 && c.max_session_bytes_each == 3000);
     ck_assert_int_eq(c.session_idle_s, 2);
+    ck_assert_str_eq(c.model_control, "explicit");
+    ck_assert(c.max_model_bytes == 1048576);
+    ck_assert(c.model_dir && strstr(c.model_dir, "/sub/.")); /* from the config's folder */
     ck_assert_str_eq(c.config_path, g_cfg);
     ck_assert_int_eq(c.n_models, 2);
     attnd_model_config *m = &c.models[0];
@@ -777,6 +802,151 @@ START_TEST(refusal_keeps_config_consistent) {
 }
 END_TEST
 
+/* ------------------------------------------------------------ model folder */
+
+/* realpath of path into out (the tests compare resolved folders). */
+static void real(const char *path, char *out) {
+    char *r = realpath(path, NULL);
+    ck_assert_msg(r != NULL, "%s", path);
+    snprintf(out, 512, "%s", r);
+    free(r);
+}
+
+/* server.model_dir when not given: the config file's folder, absolute;
+ * the working directory without a config file. */
+START_TEST(model_dir_default) {
+    char err[512], want[512], sub[300];
+    attnd_config c;
+    write_cfg("{\"models\":[" MODEL("m", 4, 2) "]}");
+    char *argv[] = {"attnd", "--config", g_cfg, NULL};
+    ck_assert_msg(from_args(&c, 3, argv, err, sizeof err) == 0, "%s", err);
+    snprintf(sub, sizeof sub, "%s/sub", g_dir);
+    real(sub, want);
+    ck_assert_str_eq(c.model_dir, want);
+    ck_assert_int_eq(c.explicit_control, 0);
+    attnd_config_free(&c);
+
+    char *bare[] = {"attnd", NULL};
+    ck_assert_msg(from_args(&c, 1, bare, err, sizeof err) == 0, "%s", err);
+    real(".", want);
+    ck_assert_str_eq(c.model_dir, want);
+    attnd_config_free(&c);
+
+    /* a config file given by a relative name: its folder, made absolute */
+    char cwd[512];
+    ck_assert(getcwd(cwd, sizeof cwd) != NULL);
+    ck_assert(chdir(g_dir) == 0);
+    char *rel[] = {"attnd", "--config", "sub/c.json", NULL};
+    int rc = from_args(&c, 3, rel, err, sizeof err);
+    ck_assert(chdir(cwd) == 0);
+    ck_assert_msg(rc == 0, "%s", err);
+    real(sub, want);
+    ck_assert_str_eq(c.model_dir, want);
+    attnd_config_free(&c);
+}
+END_TEST
+
+/* A value: relative in the file, from the file's folder; from a variable or
+ * a flag, from the working directory; symbolic links resolved; the last
+ * source wins, as for every key. */
+START_TEST(model_dir_given) {
+    char err[512], want[512], path[600], link[600];
+    attnd_config c;
+    snprintf(path, sizeof path, "%s/models", g_dir);
+    ck_assert(mkdir(path, 0700) == 0);
+    snprintf(link, sizeof link, "%s/sub/to_models", g_dir);
+    ck_assert(symlink(path, link) == 0);
+    real(path, want);
+    write_cfg("{\"server\":{\"model_dir\":\"to_models\"},\"models\":[" MODEL("m", 4, 2) "]}");
+    char *argv[] = {"attnd", "--config", g_cfg, NULL};
+    ck_assert_msg(from_args(&c, 3, argv, err, sizeof err) == 0, "%s", err);
+    ck_assert_str_eq(c.model_dir, want); /* the link resolved */
+    attnd_config_free(&c);
+
+    char cwd[512];
+    ck_assert(getcwd(cwd, sizeof cwd) != NULL);
+    ck_assert(chdir(g_dir) == 0);
+    setenv("ATTND_MODEL_DIR", "models", 1);
+    int rc = from_args(&c, 3, argv, err, sizeof err);
+    ck_assert_msg(rc == 0, "%s", err);
+    ck_assert_str_eq(c.model_dir, want);
+    attnd_config_free(&c);
+    char *flag[] = {"attnd", "--config", g_cfg, "--model-dir", "sub", NULL};
+    rc = from_args(&c, 5, flag, err, sizeof err);
+    ck_assert(chdir(cwd) == 0);
+    ck_assert_msg(rc == 0, "%s", err);
+    snprintf(path, sizeof path, "%s/sub", g_dir); /* the flag's "sub", from the cwd */
+    real(path, want);
+    ck_assert_str_eq(c.model_dir, want);
+    attnd_config_free(&c);
+    unlink(link);
+    snprintf(path, sizeof path, "%s/models", g_dir);
+    rmdir(path);
+}
+END_TEST
+
+/* A folder that does not exist, or a file, is refused at start (exit 2),
+ * naming server.model_dir and where the value came from. */
+START_TEST(model_dir_refused) {
+    char err[512];
+    attnd_config c;
+    expect_refused("{\"server\":{\"model_dir\":\"nope\"}}", "server.model_dir",
+                   "/sub/nope\" does not exist");
+    expect_refused("{\"server\":{\"model_dir\":\"w.safetensors\"}}", "server.model_dir",
+                   "is not a folder");
+    expect_refused("{\"server\":{\"model_dir\":\"\"}}", "server.model_dir", "length 0");
+    expect_refused("{\"server\":{\"model_dir\":7}}", "server.model_dir", "must be a string");
+    setenv("ATTND_MODEL_DIR", "/nonexistent/models", 1);
+    char *argv[] = {"attnd", NULL};
+    ck_assert(from_args(&c, 1, argv, err, sizeof err) == -1);
+    ck_assert_msg(strstr(err, "environment variable ATTND_MODEL_DIR: server.model_dir: "
+                              "\"/nonexistent/models\" does not exist"),
+                  "%s", err);
+    unsetenv("ATTND_MODEL_DIR");
+    char *flag[] = {"attnd", "--model-dir", g_weights, NULL};
+    ck_assert(from_args(&c, 3, flag, err, sizeof err) == -1);
+    ck_assert_msg(strstr(err, "flag --model-dir: server.model_dir") &&
+                      strstr(err, "is not a folder"),
+                  "%s", err);
+    attnd_config_free(&c);
+}
+END_TEST
+
+/* server.model_control: "none" by default, "explicit" resolved into
+ * explicit_control; other words refused with the list. The byte bound
+ * lands; a negative one is refused. main()'s arguments are remembered. */
+START_TEST(model_control_and_bytes) {
+    char err[512];
+    attnd_config c;
+    char *argv[] = {"attnd", "--model-control", "explicit", NULL};
+    ck_assert_msg(from_args(&c, 3, argv, err, sizeof err) == 0, "%s", err);
+    ck_assert_str_eq(c.model_control, "explicit");
+    ck_assert_int_eq(c.explicit_control, 1);
+    ck_assert_int_eq(c.argc, 3);
+    ck_assert(c.argv == argv);
+    attnd_config_free(&c);
+    setenv("ATTND_MODEL_CONTROL", "none", 1);
+    setenv("ATTND_MAX_MODEL_BYTES", "4096", 1);
+    char *bare[] = {"attnd", NULL};
+    ck_assert_msg(from_args(&c, 1, bare, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(c.explicit_control, 0);
+    ck_assert(c.max_model_bytes == 4096);
+    attnd_config_free(&c);
+    setenv("ATTND_MODEL_CONTROL", "poll", 1);
+    ck_assert(from_args(&c, 1, bare, err, sizeof err) == -1);
+    ck_assert_msg(strstr(err, "ATTND_MODEL_CONTROL: server.model_control: \"poll\" must be "
+                              "\"none\" or \"explicit\""),
+                  "%s", err);
+    unsetenv("ATTND_MODEL_CONTROL");
+    expect_refused("{\"server\":{\"model_control\":\"Explicit\"}}", "server.model_control",
+                   "must be \"none\" or \"explicit\"");
+    expect_refused("{\"limits\":{\"max_model_bytes\":-1}}", "limits.max_model_bytes",
+                   "out of range");
+    expect_refused("{\"server\":{\"max_model_bytes\":1}}", "server.max_model_bytes",
+                   "belongs in \"limits\"");
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("config");
     TCase *t = tcase_create("config");
@@ -806,6 +976,10 @@ static Suite *suite(void) {
     tcase_add_test(t, refuse_bad_json);
     tcase_add_test(t, missing_config_file);
     tcase_add_test(t, refusal_keeps_config_consistent);
+    tcase_add_test(t, model_dir_default);
+    tcase_add_test(t, model_dir_given);
+    tcase_add_test(t, model_dir_refused);
+    tcase_add_test(t, model_control_and_bytes);
     suite_add_tcase(s, t);
     return s;
 }

@@ -24,7 +24,7 @@ typedef struct {
     attnd_version *held;    /* every version of it still alive, newest first (older) */
     attnd_model_state state;
     int last_version; /* versions given so far */
-    char reason[256]; /* why the last load or unload left it as it is; "" when fine */
+    char reason[1024]; /* why the last load or unload left it as it is; "" when fine */
     long long loads_ok, loads_failed, unloads_ok;
 } slot;
 
@@ -144,7 +144,7 @@ static void log_loaded(const attnd_version *v, double ms) {
 /* A new version of mc read from its file and packed; NULL with e set. */
 static attnd_version *read_version(const attnd_model_config *mc, attnd_error *e) {
     attnd_version *v = calloc(1, sizeof *v);
-    char err[256];
+    char err[sizeof e->msg - ATTND_NAME_MAX - 8];
     if (!v || attnd_model_config_copy(&v->mc, mc) < 0) {
         if (v) attnd_model_config_free(&v->mc);
         free(v);

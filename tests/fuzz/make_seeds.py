@@ -4,7 +4,8 @@ under tests/fuzz/seeds/<target>/: real request bodies for the fuzz models
 (fuzz_server.h: "small" E=4 H=2; "cross" E=4 kdim=3 vdim=2), session
 bodies (fuzz_session), route and header lines (fuzz_routes), the shapes
 whose element counts wrap 64 bits, and the odd corners (NaN literals,
-wrapped base64, duplicate keys, deep nesting). Run from anywhere; the files
+wrapped base64, duplicate keys, deep nesting), and the model repository's
+bodies and paths (fuzz_repo). Run from anywhere; the files
 are checked in, so run it only to change them:
     python3 tests/fuzz/make_seeds.py
 Seed files this script does not write are past findings of the fuzzers,
@@ -299,6 +300,46 @@ def state():
     put(t, "header_lies", struct.pack("<Q", 1 << 40) + state_file(1)[8:])
 
 
+def repo():
+    """Bodies of the model repository routes and paths (fuzz_repo.c): the
+    first byte picks the reader (0 index, 1 unload, 2 load in the fuzzer's
+    model folder, 3 load with no folder, 4 a path confined to the folder)."""
+    t = "fuzz_repo"
+    entry = {"embed_dim": 4, "num_heads": 2, "weights": "w.safetensors"}
+    decoder = {"name": "enc", "embed_dim": 64, "num_heads": 8, "num_kv_heads": 2,
+               "layout": "llama", "precision": "bf16", "max_positions": 128,
+               "rope": {"theta": 500000, "scaling": {"type": "linear", "factor": 2}},
+               "tensors": {"q_weight": "wq"}, "weights": "sub/x.safetensors"}
+
+    def load(sel, name, cfg):
+        put(t, name, bytes([sel]) + json.dumps({"parameters": {"config": json.dumps(cfg)}})
+            .encode())
+
+    put(t, "index_empty", b"\0")
+    put(t, "index_ready", b"\0" + b'{"ready": true}')
+    put(t, "index_bad", b"\0" + b'{"ready": 1, "x": []}')
+    put(t, "unload_plain", b"\1{}")
+    put(t, "unload_dependents", b"\1" + b'{"parameters": {"unload_dependents": false}}')
+    put(t, "unload_bad", b"\1" + b'{"parameters": {"force": true}}')
+    put(t, "load_empty", b"\2")
+    put(t, "load_no_entry", b"\2" + b'{"parameters": {}}')
+    load(2, "load_entry", entry)
+    load(2, "load_decoder", decoder)
+    load(2, "load_link_in", dict(entry, weights="in"))
+    load(2, "load_link_out", dict(entry, weights="out.safetensors"))
+    load(2, "load_dotdot", dict(entry, weights="../w.safetensors"))
+    load(2, "load_up", dict(entry, weights="up/w.safetensors"))
+    load(2, "load_absolute", dict(entry, weights="/etc/passwd"))
+    load(2, "load_other_name", dict(entry, name="dec"))
+    load(2, "load_bad_entry", dict(entry, num_heads=3, dropout=0.1))
+    load(3, "load_no_folder", entry)
+    put(t, "load_file_param", b"\2" + b'{"parameters": {"file:1/model.onnx": "AAAA"}}')
+    put(t, "load_config_object", b"\2" + b'{"parameters": {"config": {"embed_dim": 4}}}')
+    for i, path in enumerate(("w.safetensors", "./sub//x.safetensors", "in", "out.safetensors",
+                              "up/x", "sub/../w.safetensors", "..", "/tmp", ".", "")):
+        put(t, "path%d" % i, b"\4" + path.encode())
+
+
 if __name__ == "__main__":
     native()
     v2()
@@ -308,3 +349,4 @@ if __name__ == "__main__":
     routes()
     session()
     state()
+    repo()
