@@ -12,6 +12,7 @@
 #   make bench-http     wrk against the daemon, and codec costs
 #   make bench-decode   KV-cache session steps against re-sending the prefix
 #   make bench-client   the Python client's round trips against raw HTTP
+#   make bench-reload   a steady load's latency while a large layer reloads every second
 #   make docker-test, make scaleout-test   the image, and replicas behind nginx
 #   make golden-decoder-check  the decoder goldens against Hugging Face transformers
 #   make format-check, make format   clang-format over every tracked .c and .h
@@ -48,7 +49,7 @@ TESTS      := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 BENCHES    := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
 .PHONY: all deps deps-run deps-bench test test-unit test-blackbox test-abuse soak asan tsan run bench bench-http bench-decode clean fuzz fuzz-smoke fuzz-long venv
-.PHONY: test-client bench-client layers-check
+.PHONY: test-client bench-client bench-reload layers-check
 .PHONY: docker-test scaleout-test golden-decoder-check format format-check otelcol
 
 all: $(BUILD)/attnd $(LIBS)
@@ -345,6 +346,18 @@ BENCH_CLIENT_ARGS ?=
 bench-client: deps-bench
 	$(MAKE) $(BUILD)/attnd $(CLIENT_VENV)/.client
 	ATTND_BIN=$(abspath $(BUILD)/attnd) $(CLIENT_VENV)/bin/python bench/bench_client.py $(BENCH_CLIENT_ARGS)
+
+# A steady open-loop load (100 small requests a second) on one model while
+# another, a large layer (E=2048, fp32, 64 MiB), is reloaded every second
+# through POST /v2/repository/models/{name}/load, against the same load with
+# no reloads: p50, p99, max and errors per phase, the ratio of the p99s and
+# the load calls' times (bench/bench_reload.py, which starts the daemon;
+# numpy from the black-box suites' venv). BENCH_RELOAD_ARGS passes options,
+# e.g. "--seconds 5 --rate 50" for a short run.
+BENCH_RELOAD_ARGS ?=
+bench-reload: deps-bench
+	$(MAKE) $(BUILD)/attnd $(VENV)/.stamp
+	$(VENV)/bin/python bench/bench_reload.py --attnd $(BUILD)/attnd $(BENCH_RELOAD_ARGS)
 
 # HTTP throughput and latency with wrk, batching on and off, the large
 # request's round trip, and the codec costs (bench/bench_http.sh).

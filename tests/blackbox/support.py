@@ -214,6 +214,14 @@ class DaemonFactory:
         d.start(wait=wait, timeout=timeout)
         return d
 
+    def next_workdir(self):
+        """The folder the next daemon started here will run in and write its
+        config to (the config's folder: where relative weight paths resolve),
+        made now so that files can be put there before it starts."""
+        w = self.tmpdir / ("d%d" % len(self.daemons))
+        w.mkdir(parents=True, exist_ok=True)
+        return w
+
     def finish(self):
         problems = []
         for d in self.daemons:
@@ -489,6 +497,15 @@ def check_error_body(r, status):
     assert r.headers.get("X-Request-Id"), "error response without X-Request-Id"
     assert r.headers.get("Server-Timing"), "error response without Server-Timing"
     return msg
+
+
+def vm_rss_bytes(pid):
+    """Resident memory of a process now (VmRSS), in bytes."""
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS for pid %d" % pid)
 
 
 def vm_hwm_bytes(pid):
