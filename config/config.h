@@ -134,8 +134,10 @@ void attnd_config_changed_keys(const attnd_config *a, const attnd_config *b,
  * path with a ".." component is refused outright; then the file it names,
  * symbolic links resolved, must exist inside dir (symbolic links in dir
  * resolved too). On success *resolved is that file's absolute path
- * (malloc'd, the caller frees it). Returns 0, or -1 with err one sentence
- * naming the path and the folder (server.model_dir) and *resolved NULL. */
+ * (malloc'd, the caller frees it). Returns 0; -1 with err one sentence
+ * naming the path and the folder (server.model_dir) and *resolved NULL
+ * when the path leaves the folder; -2 the same when it stays inside but
+ * names no file that opens. */
 int attnd_path_confine(const char *dir, const char *path, char **resolved, char *err,
                        size_t errlen);
 
@@ -145,7 +147,10 @@ int attnd_path_confine(const char *dir, const char *path, char **resolved, char 
  * the route) and must equal name when given. The weights path is confined
  * to model_dir (attnd_path_confine: a relative path is taken from it) and
  * the file must open. mc is zeroed by the caller. Returns 0, or -1 with
- * err naming "parameters.config", the key and the reason, and mc emptied. */
+ * err naming "parameters.config", the key and the reason, and mc emptied;
+ * -2 the same when only the weights file failed: the entry is sound, its
+ * path inside model_dir, and its file missing or unreadable (a load that
+ * fails, where -1 asks for nothing that could load). */
 int attnd_model_entry_parse(const char *text, size_t len, const char *name, const char *model_dir,
                             attnd_model_config *mc, char *err, size_t errlen);
 

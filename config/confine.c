@@ -94,9 +94,10 @@ int attnd_path_confine(const char *dir, const char *path, char **resolved, char 
         goto cleanup;
     }
     real = realpath(full, NULL);
-    if (!real) {
+    if (!real) { /* the path stays inside, but names no file it can open */
         cfg_fail(err, errlen, "cannot open '%s' in the model folder %s (server.model_dir): %s.",
                  path, dir, strerror(errno));
+        rc = -2;
         goto cleanup;
     }
     if (!inside(rdir, real)) {

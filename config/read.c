@@ -473,16 +473,20 @@ static int entry_name(json_t *obj, const char *name, const char *src, char *err,
     return 0; /* not a string: parse_model says so */
 }
 
-/* mc->weights confined to model_dir, and readable. */
+/* mc->weights confined to model_dir, and readable: 0, -1 (the path leaves
+ * the folder), or -2 (it stays inside but its file cannot be read). */
 static int confine_weights(attnd_model_config *mc, const char *model_dir, const char *src,
                            char *err, size_t errlen) {
     char why[480];
     char *real = NULL;
-    if (attnd_path_confine(model_dir, mc->weights, &real, why, sizeof why) != 0)
-        return cfg_fail(err, errlen, "%s: weights: %s", src, why);
+    int rc = attnd_path_confine(model_dir, mc->weights, &real, why, sizeof why);
+    if (rc != 0) {
+        cfg_fail(err, errlen, "%s: weights: %s", src, why);
+        return rc;
+    }
     free(mc->weights);
     mc->weights = real;
-    return weights_readable(mc, src, "weights", err, errlen);
+    return weights_readable(mc, src, "weights", err, errlen) != 0 ? -2 : 0;
 }
 
 int attnd_model_entry_parse(const char *text, size_t len, const char *name, const char *model_dir,
@@ -503,10 +507,9 @@ int attnd_model_entry_parse(const char *text, size_t len, const char *name, cons
     }
     /* the folder is model_dir, by attnd_path_confine, not the config file's */
     if (entry_name(root, name, src, err, errlen) != 0 ||
-        parse_model(mc, root, "", "", 0, src, err, errlen) != 0 ||
-        confine_weights(mc, model_dir, src, err, errlen) != 0)
+        parse_model(mc, root, "", "", 0, src, err, errlen) != 0)
         goto cleanup;
-    rc = 0;
+    rc = confine_weights(mc, model_dir, src, err, errlen);
 cleanup:
     json_decref(root);
     if (rc != 0) attnd_model_config_free(mc);

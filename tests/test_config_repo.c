@@ -118,17 +118,27 @@ static void expect_inside(const char *dir, const char *path, const char *want) {
 
 /* path confined to dir is refused; the message names the path, the
  * folder as given, server.model_dir and why. */
-static void expect_outside(const char *dir, const char *path, const char *why) {
+static void expect_refused_rc(const char *dir, const char *path, const char *why, int want) {
     char err[512];
     char *res = (char *)1;
     int rc = attnd_path_confine(dir, path, &res, err, sizeof err);
-    ck_assert_msg(rc == -1, "'%s' accepted", path);
+    ck_assert_msg(rc == want, "'%s': %d, not %d", path, rc, want);
     ck_assert(res == NULL);
     char quoted[600];
     snprintf(quoted, sizeof quoted, "'%s'", path);
     ck_assert_msg(strstr(err, quoted) && strstr(err, dir) && strstr(err, "(server.model_dir)") &&
                       strstr(err, why),
                   "'%s': message \"%s\" lacks \"%s\"", path, err, why);
+}
+
+/* A path that leaves the folder: -1. */
+static void expect_outside(const char *dir, const char *path, const char *why) {
+    expect_refused_rc(dir, path, why, -1);
+}
+
+/* A path inside that names no file to open: -2 (a load that fails). */
+static void expect_missing(const char *dir, const char *path, const char *why) {
+    expect_refused_rc(dir, path, why, -2);
 }
 
 START_TEST(confine_inside) {
@@ -165,12 +175,12 @@ START_TEST(confine_refused) {
     expect_outside(g_models, "link_out", "leaves the model folder");
     expect_outside(g_models, "link_out", "through a symbolic link");
     expect_outside(g_models, "dir_out/outside.safetensors", "through a symbolic link");
-    expect_outside(g_models, "nope.safetensors", "No such file");
-    expect_outside(g_models, "nope.safetensors", "cannot open");
-    expect_outside(g_models, "...", "cannot open");                  /* a name, not ".." */
-    expect_outside(g_models, "..data/w.safetensors", "cannot open"); /* Kubernetes' volumes */
+    expect_missing(g_models, "nope.safetensors", "No such file");
+    expect_missing(g_models, "nope.safetensors", "cannot open");
+    expect_missing(g_models, "...", "cannot open");                  /* a name, not ".." */
+    expect_missing(g_models, "..data/w.safetensors", "cannot open"); /* Kubernetes' volumes */
     expect_outside(g_models, ".", "names the model folder");
-    expect_outside(g_models, "sub/x.safetensors/", "cannot open"); /* not a folder */
+    expect_missing(g_models, "sub/x.safetensors/", "cannot open"); /* not a folder */
     expect_outside("/nonexistent/models", "w.safetensors", "cannot be opened");
     char err[512];
     char *res = NULL;
@@ -186,17 +196,23 @@ END_TEST
 
 /* Parses text for the route's name; expects a refusal whose message starts
  * "parameters.config: ", holds why, never a "models[" index, and mc empty. */
-static void expect_entry_refused(const char *text, const char *name, const char *why) {
+static void expect_entry_refused_as(const char *text, const char *name, const char *why,
+                                    int want) {
     char err[512];
     attnd_model_config mc, zero;
     memset(&mc, 0, sizeof mc);
     memset(&zero, 0, sizeof zero);
     int rc = attnd_model_entry_parse(text, strlen(text), name, g_models, &mc, err, sizeof err);
-    ck_assert_msg(rc == -1, "accepted: %s", text);
+    ck_assert_msg(rc == want, "%s: %d, not %d", text, rc, want);
     ck_assert_msg(strncmp(err, "parameters.config: ", 19) == 0, "%s", err);
     ck_assert_msg(strstr(err, why), "message \"%s\" lacks \"%s\"", err, why);
     ck_assert_msg(!strstr(err, "models["), "%s", err);
     ck_assert_msg(memcmp(&mc, &zero, sizeof mc) == 0, "a refused entry holds something");
+}
+
+/* A refused entry: -1, it asks for nothing that could load. */
+static void expect_entry_refused(const char *text, const char *name, const char *why) {
+    expect_entry_refused_as(text, name, why, -1);
 }
 
 static void entry_ok(const char *text, const char *name, attnd_model_config *mc) {
@@ -268,12 +284,13 @@ START_TEST(entry_refused) {
                          "through a symbolic link");
     expect_entry_refused("{\"embed_dim\":4,\"num_heads\":2,\"weights\":\"/etc/passwd\"}", "enc",
                          "weights: '/etc/passwd' is outside the model folder");
-    expect_entry_refused("{\"embed_dim\":4,\"num_heads\":2,\"weights\":\"nope.safetensors\"}",
-                         "enc", "weights: cannot open 'nope.safetensors'");
-    expect_entry_refused("{\"embed_dim\":4,\"num_heads\":2,\"weights\":\"sub\"}", "enc",
-                         "weights: weights \"");
-    expect_entry_refused("{\"embed_dim\":4,\"num_heads\":2,\"weights\":\"sub\"}", "enc",
-                         "is not a regular file");
+    /* a sound entry whose file inside is missing: -2, a load that fails */
+    expect_entry_refused_as("{\"embed_dim\":4,\"num_heads\":2,\"weights\":\"nope.safetensors\"}",
+                            "enc", "weights: cannot open 'nope.safetensors'", -2);
+    expect_entry_refused_as("{\"embed_dim\":4,\"num_heads\":2,\"weights\":\"sub\"}", "enc",
+                            "weights: weights \"", -2);
+    expect_entry_refused_as("{\"embed_dim\":4,\"num_heads\":2,\"weights\":\"sub\"}", "enc",
+                            "is not a regular file", -2);
     expect_entry_refused("{\"embed_dim\":4,", "enc", "parameters.config: not valid JSON");
     expect_entry_refused("", "enc", "not valid JSON");
     expect_entry_refused("[]", "enc",

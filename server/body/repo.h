@@ -23,7 +23,9 @@ int attnd_repo_parse_index(const char *body, size_t len, int *ready_only, attnd_
  * entry as JSON text>"}} sets *given to 1 and fills mc (zeroed by the
  * caller; attnd_model_entry_parse, its weights confined to model_dir).
  * Returns 0, or -1 with e set (400, a weights path that leaves model_dir
- * too) and mc holding nothing. */
+ * too) and mc holding nothing; *given is then 1 when the entry was sound
+ * but its weights file, inside model_dir, cannot be read (a load that
+ * failed), else 0. */
 int attnd_repo_parse_load(const char *body, size_t len, const char *name, const char *model_dir,
                           attnd_model_config *mc, int *given, attnd_error *e);
 

@@ -105,10 +105,16 @@ int attnd_handle_repo_load(hreq *h) {
     attnd_model_config mc;
     int given = 0;
     memset(&mc, 0, sizeof mc);
-    if (allowed(h) < 0 || attnd_repo_parse_load(body_of(h), h->in.len, h->rm.name,
-                                                s->cfg->model_dir, &mc, &given, &h->err) < 0)
+    if (allowed(h) < 0) return -1;
+    if (attnd_repo_parse_load(body_of(h), h->in.len, h->rm.name, s->cfg->model_dir, &mc, &given,
+                              &h->err) < 0 ||
+        (!given && file_entry(h, h->rm.name, &mc) < 0)) {
+        /* an entry whose weights file cannot be read is a load that failed,
+         * as one whose file does not fit; a bad body or a path that leaves
+         * the model folder asked for nothing that could load */
+        if (given) attnd_models_refused(s->env->models, h->rm.name, &h->err);
         return -1;
-    if (!given && file_entry(h, h->rm.name, &mc) < 0) return -1;
+    }
     snprintf(h->model, sizeof h->model, "%s", mc.name);
     attnd_req_ref(&h->r); /* the loader's, let go by load_done */
     h->phase = P_WAIT;    /* suspended first: the load may finish before we return */

@@ -273,6 +273,17 @@ done:
     return rc;
 }
 
+void attnd_models_refused(attnd_models *ms, const char *name, const attnd_error *e) {
+    size_t n = strlen(name);
+    if (n == 0 || n >= ATTND_NAME_MAX ||
+        strspn(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") != n)
+        return; /* not a model's name: it could never load */
+    pthread_mutex_lock(&ms->mu);
+    slot *s = add_slot(ms, name);
+    pthread_mutex_unlock(&ms->mu);
+    if (s) load_failed(ms, s, e);
+}
+
 int attnd_models_unload(attnd_models *ms, const char *name, attnd_error *e) {
     pthread_mutex_lock(&ms->mu);
     slot *s = find_slot(ms, name);

@@ -51,6 +51,10 @@ enum { LOAD_IF_CHANGED = 1 };
  * was; its sentence becomes the index's reason. */
 int attnd_models_load(attnd_models *ms, const attnd_model_config *mc, int flags, int *version,
                       attnd_error *e);
+/* A load of name refused before it reached the table (its entry or its
+ * weights path did not pass): counted and shown as the reason, as a load
+ * that failed here is; a name that is not a model's is left out. */
+void attnd_models_refused(attnd_models *ms, const char *name, const attnd_error *e);
 /* Stops serving model name: new requests no longer find it, those holding
  * a version finish on it. 0 (a model already unloaded too), or -1 with the
  * 404 of a name never loaded. */
