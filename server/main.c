@@ -14,6 +14,7 @@
  *   SIGCONT, SIGWINCH         left to their default: no effect on a running
  *                             daemon (systemd sends SIGCONT after SIGTERM)
  */
+#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -131,6 +132,12 @@ static int serve(attnd_config *cfg, const sigset_t *set) {
 
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
+    /* Buffers of 1 MiB and more get mappings of their own, always: glibc
+     * otherwise raises this threshold after the first such free, and the
+     * weights of a model unloaded or replaced would then stay in the heap,
+     * counted in the process's memory, until a malloc_trim that locks every
+     * arena while it walks them (requests wait behind it). */
+    mallopt(M_MMAP_THRESHOLD, 1 << 20);
     attnd_config cfg;
     memset(&cfg, 0, sizeof(cfg));
     char err[1024] = "";

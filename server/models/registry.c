@@ -5,7 +5,6 @@
 #include "registry.h"
 
 #include <jansson.h>
-#include <malloc.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -82,14 +81,14 @@ static slot *add_slot(attnd_models *ms, const char *name) {
 
 /* ---- the end of a version ---- */
 
-/* Frees what v holds, and gives the heap's free pages back to the system:
- * a version's weights are megabytes, and an operator watching the memory
- * of a daemon that unloaded a model expects it to drop. */
+/* Frees what v holds. Its weights are buffers of a mebibyte or more, which
+ * the allocator maps on their own (main.c sets the threshold) and so gives
+ * back to the system here: the memory of a daemon that unloaded a model
+ * drops. */
 static void destroy(attnd_version *v) {
     attn_model_free(&v->model);
     attnd_model_config_free(&v->mc);
     free(v);
-    malloc_trim(0);
 }
 
 static void destroy_task(void *v) {
