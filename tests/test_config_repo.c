@@ -196,8 +196,7 @@ END_TEST
 
 /* Parses text for the route's name; expects a refusal whose message starts
  * "parameters.config: ", holds why, never a "models[" index, and mc empty. */
-static void expect_entry_refused_as(const char *text, const char *name, const char *why,
-                                    int want) {
+static void expect_entry_refused_as(const char *text, const char *name, const char *why, int want) {
     char err[512];
     attnd_model_config mc, zero;
     memset(&mc, 0, sizeof mc);

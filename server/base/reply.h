@@ -40,7 +40,7 @@ typedef enum {
 /* A refusal on its way to the client: the kind and its sentence. */
 typedef struct {
     attnd_kind code; /* AOK while nothing is refused */
-    char msg[1024]; /* room for a weights file's refusal, which names every tensor */
+    char msg[1024];  /* room for a weights file's refusal, which names every tensor */
 } attnd_error;
 
 /* An answer, success or refusal, as its holder keeps it until it is sent. */

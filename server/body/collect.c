@@ -51,8 +51,8 @@ attnd_version *attnd_resolve_model(const attnd_parse_env *env, const char *path_
     }
     if (c->pin) {
         if (name && strcmp(name, c->pin->name) != 0) {
-            attnd_set_error(e, AERR_BAD_REQUEST, "model: '%.64s' is not the session's, '%s'",
-                            name, c->pin->name);
+            attnd_set_error(e, AERR_BAD_REQUEST, "model: '%.64s' is not the session's, '%s'", name,
+                            c->pin->name);
             return NULL;
         }
         attnd_version_ref(c->pin);
@@ -62,8 +62,9 @@ attnd_version *attnd_resolve_model(const attnd_parse_env *env, const char *path_
     attnd_version *one = attnd_models_sole(env->models);
     if (one) return one;
     if (attnd_models_serving(env->models, NULL, 0) == 0)
-        attnd_set_error(e, AERR_NOT_FOUND, "no model is loaded (POST /v2/repository/index lists "
-                                           "what the server knows)");
+        attnd_set_error(e, AERR_NOT_FOUND,
+                        "no model is loaded (POST /v2/repository/index lists "
+                        "what the server knows)");
     else
         attnd_set_error(e, AERR_BAD_REQUEST,
                         "model: required when more than one model is loaded (loaded: %s)",

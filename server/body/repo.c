@@ -130,8 +130,8 @@ int attnd_repo_parse_load(const char *body, size_t len, const char *name, const 
     }
     if (rc == 0 && config) {
         char err[sizeof e->msg];
-        int r = attnd_model_entry_parse(json_string_value(config), json_string_length(config),
-                                        name, model_dir, mc, err, sizeof err);
+        int r = attnd_model_entry_parse(json_string_value(config), json_string_length(config), name,
+                                        model_dir, mc, err, sizeof err);
         if (r != 0) rc = entry_refused(err, e);
         *given = r == 0 || r == -2; /* -2: its weights file, inside, cannot be read */
     }

@@ -22,7 +22,7 @@ typedef struct {
     attnd_version *serving; /* holds one reference; NULL when none serves */
     attnd_version *held;    /* every version of it still alive, newest first (older) */
     attnd_model_state state;
-    int last_version; /* versions given so far */
+    int last_version;  /* versions given so far */
     char reason[1024]; /* why the last load or unload left it as it is; "" when fine */
     long long loads_ok, loads_failed, unloads_ok;
 } slot;
@@ -133,8 +133,8 @@ static void log_loaded(const attnd_version *v, double ms) {
                   attn_bf16_kernels(), v->model.attn16 ? "bf16" : "fp32",
                   v->model.attn16 ? "" : " (its head width has no bf16 attention kernel)");
     else
-        attnd_log(LOG_WARN,
-                  "model %s: precision bf16 asked for, but %s: it computes in fp32", v->name,
+        attnd_log(LOG_WARN, "model %s: precision bf16 asked for, but %s: it computes in fp32",
+                  v->name,
                   strcmp(attn_bf16_cpu_kernels(), "none") == 0
                       ? "this CPU has neither AVX512-BF16 nor AMX-BF16"
                       : "workers.bf16_kernels is \"none\"");
@@ -159,8 +159,14 @@ static attnd_version *read_version(const attnd_model_config *mc, attnd_error *e)
     snprintf(v->name, sizeof v->name, "%s", mc->name);
     attnd_weights_fingerprint(&v->model, v->fingerprint);
     const attn_model *m = &v->model;
-    v->info = (attnd_model_info){v->name,     m->hp,     mc->max_positions,    v->fingerprint,
-                                 m->precision, m->attn16, attn_model_bytes(m), 0,
+    v->info = (attnd_model_info){v->name,
+                                 m->hp,
+                                 mc->max_positions,
+                                 v->fingerprint,
+                                 m->precision,
+                                 m->attn16,
+                                 attn_model_bytes(m),
+                                 0,
                                  mc->weights != NULL};
     v->release = release;
     return v;
@@ -601,8 +607,7 @@ void attnd_models_metrics(attnd_models *ms, attnd_sbuf *b) {
     for (int i = 0; i < ms->n; i++)
         if (ms->slots[i]->serving) {
             attnd_prom_label l = {"model", ms->slots[i]->name};
-            attnd_prom_sample(b, "attnd_model_version", &l, 1,
-                              ms->slots[i]->serving->info.version);
+            attnd_prom_sample(b, "attnd_model_version", &l, 1, ms->slots[i]->serving->info.version);
         }
     attnd_prom_single(b, "attnd_model_weights_bytes", PROM_GAUGE,
                       "Bytes of weights held, every version still in use included.", ms->bytes);
