@@ -197,7 +197,9 @@ asan: deps
 # one batch on it, the bf16 forward suite's invariance cases run bf16 models
 # on 1 to 3 threads; the daemon's concurrency suite exercises the queue,
 # batcher and workers; the OTLP suites submit from several threads while the
-# exporter's thread sends, to a peer and to the real collector.
+# exporter's thread sends, to a peer and to the real collector; the
+# repository suite's reloads under load, sessions across reloads and SIGHUP
+# change models while requests hold their versions.
 tsan: deps
 	$(MAKE) BUILD=build-tsan OPT=-O1 SAN="-fsanitize=thread" all build-tsan/tests/test_pool build-tsan/tests/test_core build-tsan/tests/test_server_session build-tsan/tests/test_decoder \
 	  build-tsan/tests/test_server_guard build-tsan/tests/test_invariance build-tsan/tests/test_server_sched \
@@ -215,7 +217,7 @@ tsan: deps
 	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no build-tsan/tests/test_server_guard
 	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no build-tsan/tests/test_server_otlp
 	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no ATTND_OTELCOL=$(abspath $(OTELCOL)) build-tsan/tests/test_server_otlp_collector
-	TSAN_OPTIONS="halt_on_error=1" $(MAKE) BUILD=build-tsan OPT=-O1 SAN="-fsanitize=thread" test-blackbox PYTEST_ARGS="-k 'concurrency or perf or slowloris or flood or drain_deadline or isolation'"
+	TSAN_OPTIONS="halt_on_error=1" $(MAKE) BUILD=build-tsan OPT=-O1 SAN="-fsanitize=thread" test-blackbox PYTEST_ARGS="-k 'concurrency or perf or slowloris or flood or drain_deadline or isolation or reload_under_steady_load or admitted_requests_finish or sessions_keep_their_version or sighup_applies'"
 
 # libFuzzer targets (clang): tests/fuzz/fuzz_*.c, each linked with one archive
 # of the core, config and server objects built for fuzzing. ASan and UBSan
