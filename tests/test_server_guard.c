@@ -1,5 +1,6 @@
 /* test_server_guard.c - the connection guard on socket pairs: whole-phase
- * header and body deadlines that a trickle does not move, no deadline while
+ * header and body deadlines that a trickle does not move, the linger
+ * deadline of a refused body (the shorter of its own and the body's), no deadline while
  * a request is busy, and eviction of the connection that has waited
  * longest when a new one would take a reserved slot. */
 #include <check.h>
@@ -23,7 +24,7 @@ static int shut_within(int client, int ms) {
 
 START_TEST(test_header_deadline_is_whole_phase) {
     char err[128];
-    attnd_guard *g = attnd_guard_new(64, 300, 5000, err, sizeof(err));
+    attnd_guard *g = attnd_guard_new(64, 300, 5000, 3000, err, sizeof(err));
     ck_assert_ptr_nonnull(g);
     int sv[2];
     ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
@@ -46,7 +47,7 @@ END_TEST
 
 START_TEST(test_body_deadline_and_busy) {
     char err[128];
-    attnd_guard *g = attnd_guard_new(64, 5000, 200, err, sizeof(err));
+    attnd_guard *g = attnd_guard_new(64, 5000, 200, 3000, err, sizeof(err));
     int a[2], b[2];
     ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, a), 0);
     ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, b), 0);
@@ -69,10 +70,33 @@ START_TEST(test_body_deadline_and_busy) {
 }
 END_TEST
 
+START_TEST(test_linger_deadline_is_the_shorter) {
+    char err[128];
+    /* linger 200 ms within a body deadline of 5 s; then linger 5 s within a
+     * body deadline of 200 ms: a refused body gets no more than an accepted
+     * one */
+    for (int k = 0; k < 2; k++) {
+        attnd_guard *g =
+            attnd_guard_new(64, 60000, k ? 200 : 5000, k ? 5000 : 200, err, sizeof(err));
+        ck_assert_ptr_nonnull(g);
+        int sv[2];
+        ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+        guard_conn *c = attnd_guard_open(g, sv[0]);
+        attnd_guard_phase(g, c, GUARD_LINGER);
+        ck_assert_int_eq(shut_within(sv[1], 2000), 1);
+        ck_assert_str_eq(attnd_guard_cut(g, c), "linger_timeout");
+        attnd_guard_close(g, c);
+        close(sv[0]);
+        close(sv[1]);
+        attnd_guard_free(g);
+    }
+}
+END_TEST
+
 START_TEST(test_eviction_takes_the_longest_waiting) {
     enum { MAX = 16, N = 15 }; /* the reserve of 16 slots is 1 */
     char err[128];
-    attnd_guard *g = attnd_guard_new(MAX, 60000, 60000, err, sizeof(err));
+    attnd_guard *g = attnd_guard_new(MAX, 60000, 60000, 3000, err, sizeof(err));
     int sv[N + 1][2];
     guard_conn *c[N + 1];
     for (int i = 0; i <= N; i++) {
@@ -105,6 +129,7 @@ int main(void) {
     tcase_set_timeout(tc, 30);
     tcase_add_test(tc, test_header_deadline_is_whole_phase);
     tcase_add_test(tc, test_body_deadline_and_busy);
+    tcase_add_test(tc, test_linger_deadline_is_the_shorter);
     tcase_add_test(tc, test_eviction_takes_the_longest_waiting);
     suite_add_tcase(s, tc);
     return check_run(s);

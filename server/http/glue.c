@@ -98,6 +98,19 @@ static enum MHD_Result dispatch(hreq *h) {
  * more of it has arrived, bytes. */
 #define BODY_RESERVE_MAX (64 << 10)
 
+/* Lingering, as nginx's lingering_time and lingering_timeout: a request
+ * refused at its header lines (413, 429) has the rest of its body read and
+ * dropped, at most LINGER_BYTES of it within LINGER_MS (or body_timeout_ms
+ * when shorter: the guard's GUARD_LINGER), before its answer goes out and
+ * the connection closes. Closing with the body unread resets the
+ * connection, and a client that sends its whole body before it reads
+ * (Python's http.client, so urllib) then fails with a broken pipe and never
+ * sees the 429 or its Retry-After. The dropped bytes are neither held nor
+ * counted in the body budget; the bounds keep a slow or endless sender
+ * from holding the connection (docs/config.md, "Connections"). */
+#define LINGER_BYTES (16LL << 20)
+#define LINGER_MS 3000
+
 /* The slot of the model an attention request is for, when its header
  * lines tell (the path names it, or only one is served), its name into
  * name; -1 when only its body can. */
@@ -115,8 +128,8 @@ static int target_model(const attnd_http *s, const hreq *h, char name[ATTND_NAME
 }
 
 /* 1 when the request's model is known and its queue is full now: the 429 it
- * would get after parsing goes out before its body is read or decoded. The
- * scheduler checks again at admission. */
+ * would get after parsing is decided before its body is kept or decoded.
+ * The scheduler checks again at admission. */
 static int queue_full(attnd_http *s, const hreq *h, char name[ATTND_NAME_MAX]) {
     int slot = target_model(s, h, name);
     return slot >= 0 && attnd_sched_depth(s->sched, slot) >= s->cfg->max_queue_requests;
@@ -160,9 +173,10 @@ static void examine_length(hreq *h, const char *cl) {
 }
 
 /* First call: route, method, key, draining, a full queue, declared body
- * size. 413 and 429 (queue full, body budget) go out at once, before the
- * body is read, and close the connection; other refusals wait for the body
- * so the connection stays usable. */
+ * size. 413 and 429 (queue full, body budget) are decided before the body
+ * is read, which is never kept, and close the connection (lingers() says
+ * when they go out); other refusals wait for the body so the connection
+ * stays usable. */
 static void examine(hreq *h, const char *url) {
     attnd_http *s = h->srv;
     struct MHD_Connection *c = h->conn;
@@ -261,9 +275,23 @@ static hreq *hreq_new(attnd_http *s, struct MHD_Connection *conn, const char *ur
     return h;
 }
 
+/* 1 when a request refused at its header lines has its body read and
+ * dropped before the answer (LINGER_BYTES above). Not when the client waits
+ * for "100 Continue" before it sends (it hears the answer at once and sends
+ * nothing), nor when it declares more than the linger would read (the
+ * answer goes out at once, the connection closes unread). */
+static int lingers(const hreq *h) {
+    const char *expect = attnd_http_header(h, "Expect");
+    if (expect && strcasecmp(expect, "100-continue") == 0) return 0;
+    const char *cl = attnd_http_header(h, "Content-Length");
+    uint64_t n;
+    return !cl || attnd_http_size(cl, (uint64_t)LINGER_BYTES, &n) == 0;
+}
+
 /* n more bytes of the body: kept while the request is not refused and
  * they fit max_body_bytes and the body budget; read and dropped after a
- * refusal, but not without end. */
+ * refusal, but not without end (after a refusal at the header lines,
+ * LINGER_BYTES: only a chunked body, with no size declared, can pass it). */
 static enum MHD_Result take_body(hreq *h, const char *data, size_t n) {
     attnd_http *s = h->srv;
     h->in_total += (long long)n;
@@ -286,6 +314,7 @@ static enum MHD_Result take_body(hreq *h, const char *data, size_t n) {
             }
         }
     }
+    if (h->refuse_now) return h->in_total > LINGER_BYTES ? MHD_NO : MHD_YES;
     if (h->err.code != AOK && h->in_total > 2 * s->cfg->max_body_bytes + (1 << 20)) return MHD_NO;
     return MHD_YES;
 }
@@ -307,11 +336,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         *con_cls = h;
         atomic_fetch_add(&s->active, 1);
         examine(h, url);
-        if (h->refuse_now) { /* 413 or 429 now, before the body is read */
+        if (h->refuse_now && !lingers(h)) { /* 413 or 429 now, before the body */
             attnd_guard_phase(s->guard, h->gc, GUARD_BUSY);
             return dispatch(h);
         }
-        attnd_guard_phase(s->guard, h->gc, GUARD_BODY);
+        /* a body to read (kept), or to drop before the 413 or 429 goes out */
+        attnd_guard_phase(s->guard, h->gc, h->refuse_now ? GUARD_LINGER : GUARD_BODY);
         h->phase = P_BODY;
         return MHD_YES;
     }
@@ -567,8 +597,8 @@ int attnd_http_start(attnd_http *s, int *listen_failed, char *err, size_t errlen
         snprintf(err, errlen, "out of memory");
         return -1;
     }
-    s->guard =
-        attnd_guard_new(c->max_connections, c->header_timeout_ms, c->body_timeout_ms, err, errlen);
+    s->guard = attnd_guard_new(c->max_connections, c->header_timeout_ms, c->body_timeout_ms,
+                               LINGER_MS, err, errlen);
     if (!s->guard) return -1;
     if (start_mhd(s, err, errlen) < 0) {
         *listen_failed = 1;

@@ -42,18 +42,20 @@ struct attnd_guard {
     int count;        /* records in the list */
     int ncut;         /* of which shut down and not yet closed */
     int max_conns, reserve;
-    int closed[3]; /* since the last report: header_timeout, body_timeout, evicted */
+    int closed[4]; /* since the last report: header_timeout, body_timeout, linger_timeout,
+                      evicted */
     uint64_t reported_us;
-    uint64_t header_us, body_us;
+    uint64_t header_us, body_us, linger_us; /* linger_us: at most body_us */
 };
 
 /* Mutex held. */
 static void set_phase(attnd_guard *g, guard_conn *c, guard_phase p) {
     c->phase = p;
     c->since_us = attnd_mono_us();
-    c->deadline_us = p == GUARD_HEADER ? c->since_us + g->header_us
-                     : p == GUARD_BODY ? c->since_us + g->body_us
-                                       : 0;
+    c->deadline_us = p == GUARD_HEADER   ? c->since_us + g->header_us
+                     : p == GUARD_BODY   ? c->since_us + g->body_us
+                     : p == GUARD_LINGER ? c->since_us + g->linger_us
+                                         : 0;
 }
 
 /* Mutex held. The descriptor is still open: records leave the list before
@@ -62,7 +64,7 @@ static void cut(attnd_guard *g, guard_conn *c, const char *why) {
     if (c->cut) return;
     c->cut = why;
     g->ncut++;
-    g->closed[why[0] == 'h' ? 0 : why[0] == 'b' ? 1 : 2]++;
+    g->closed[why[0] == 'h' ? 0 : why[0] == 'b' ? 1 : why[0] == 'l' ? 2 : 3]++;
     shutdown(c->fd, SHUT_RDWR);
 }
 
@@ -82,12 +84,14 @@ static guard_conn *slowest(attnd_guard *g, const guard_conn *except) {
  * flooding it. */
 static void report(attnd_guard *g, uint64_t now) {
     if (now - g->reported_us < GUARD_REPORT_US) return;
-    if (g->closed[0] + g->closed[1] + g->closed[2] == 0) return;
+    if (g->closed[0] + g->closed[1] + g->closed[2] + g->closed[3] == 0) return;
     attnd_log(LOG_WARN,
               "connections closed by the guard in the last %.0f s: %d past the header deadline, "
-              "%d past the body deadline, %d evicted for a slot",
-              (double)(now - g->reported_us) / 1e6, g->closed[0], g->closed[1], g->closed[2]);
-    g->closed[0] = g->closed[1] = g->closed[2] = 0;
+              "%d past the body deadline, %d evicted for a slot, %d still sending a refused "
+              "body at the linger deadline",
+              (double)(now - g->reported_us) / 1e6, g->closed[0], g->closed[1], g->closed[3],
+              g->closed[2]);
+    g->closed[0] = g->closed[1] = g->closed[2] = g->closed[3] = 0;
     g->reported_us = now;
 }
 
@@ -98,7 +102,10 @@ static void *guard_main(void *arg) {
         uint64_t now = attnd_mono_us();
         for (guard_conn *c = g->head; c; c = c->next)
             if (c->deadline_us && now >= c->deadline_us)
-                cut(g, c, c->phase == GUARD_HEADER ? "header_timeout" : "body_timeout");
+                cut(g, c,
+                    c->phase == GUARD_HEADER   ? "header_timeout"
+                    : c->phase == GUARD_LINGER ? "linger_timeout"
+                                               : "body_timeout");
         report(g, now);
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -113,7 +120,8 @@ static void *guard_main(void *arg) {
     return NULL;
 }
 
-attnd_guard *attnd_guard_new(int max_conns, int header_ms, int body_ms, char *err, size_t errlen) {
+attnd_guard *attnd_guard_new(int max_conns, int header_ms, int body_ms, int linger_ms, char *err,
+                             size_t errlen) {
     attnd_guard *g = calloc(1, sizeof(*g));
     if (!g) {
         snprintf(err, errlen, "out of memory");
@@ -129,6 +137,7 @@ attnd_guard *attnd_guard_new(int max_conns, int header_ms, int body_ms, char *er
     g->reserve = max_conns / 16 > 1 ? max_conns / 16 : 1;
     g->header_us = (uint64_t)header_ms * 1000u;
     g->body_us = (uint64_t)body_ms * 1000u;
+    g->linger_us = (uint64_t)(linger_ms < body_ms ? linger_ms : body_ms) * 1000u;
     g->reported_us = attnd_mono_us();
     if (pthread_create(&g->thread, NULL, guard_main, g) != 0) {
         snprintf(err, errlen, "cannot start the connection guard thread");

@@ -14,6 +14,11 @@
  *                 last answer (so an idle keep-alive connection has it too);
  *   GUARD_BODY    header lines in, body arriving; deadline body_timeout_ms
  *                 from the last header line;
+ *   GUARD_LINGER  refused at its header lines (413, 429), its body read
+ *                 and dropped so that a client that reads only after it has
+ *                 sent everything still hears the answer; deadline the
+ *                 shorter of linger_ms and body_timeout_ms from the refusal:
+ *                 a refused body gets no more time than an accepted one;
  *   GUARD_BUSY    the whole request is in (parsing, queued, computing or
  *                 being answered): no read deadline.
  * These are whole-phase deadlines, not idle timeouts: a byte that arrives
@@ -22,20 +27,22 @@
  * descriptor is never closed under its owner.
  *
  * Slots: when a new connection leaves fewer than `reserve` of max_conns
- * slots free, the connection in GUARD_HEADER or GUARD_BODY that has waited
+ * slots free, the connection not in GUARD_BUSY that has waited
  * longest is shut down the same way (evicted). Slow clients so cannot keep
  * every slot, and a connection whose request is complete is never evicted.
  *
  * No HTTP library in here: descriptors, one mutex and one thread.
  */
-typedef enum { GUARD_HEADER = 0, GUARD_BODY, GUARD_BUSY } guard_phase;
+typedef enum { GUARD_HEADER = 0, GUARD_BODY, GUARD_LINGER, GUARD_BUSY } guard_phase;
 
 typedef struct attnd_guard attnd_guard;
 typedef struct guard_conn guard_conn;
 
 /* Starts the deadline thread. max_conns: the connection limit; the reserve
- * is max_conns / 16, at least 1. Returns NULL with err set. */
-attnd_guard *attnd_guard_new(int max_conns, int header_ms, int body_ms, char *err, size_t errlen);
+ * is max_conns / 16, at least 1. Deadlines in ms (above). Returns NULL with
+ * err set. */
+attnd_guard *attnd_guard_new(int max_conns, int header_ms, int body_ms, int linger_ms, char *err,
+                             size_t errlen);
 /* Stops the thread and frees every record still held. NULL is fine. */
 void attnd_guard_free(attnd_guard *g);
 
@@ -48,7 +55,7 @@ void attnd_guard_close(attnd_guard *g, guard_conn *c);
 /* The connection entered phase p; its deadline starts now. NULL is fine. */
 void attnd_guard_phase(attnd_guard *g, guard_conn *c, guard_phase p);
 /* Why the guard shut the connection down ("header_timeout", "body_timeout",
- * "evicted"), or NULL when it did not. */
+ * "linger_timeout", "evicted"), or NULL when it did not. */
 const char *attnd_guard_cut(attnd_guard *g, guard_conn *c);
 
 #endif

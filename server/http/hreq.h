@@ -42,8 +42,10 @@ typedef struct attnd_http_req {
                                       handler; AOK while there is none */
     attnd_sbuf in;                 /* the body */
     long long in_held;             /* bytes of it counted in srv->buffered */
-    int refuse_now;                /* 1: err is answered before the body is read, then the
-                                      connection closes (413, 429 for the body budget) */
+    int refuse_now;                /* 1: err was decided at the header lines (413, 429): the
+                                      body is never kept, and the connection closes after
+                                      the answer, sent at once or once the body was read
+                                      and dropped (glue.c, LINGER_BYTES) */
     long long in_total;            /* body bytes received, kept or not */
     int submitted;                 /* 1: handed to the scheduler */
     int sock;                /* client socket while queued (asked whether the client left), or -1 */

@@ -42,7 +42,7 @@ enum {
     ROUTE_COMPUTE = 2,     /* its body becomes a job: refused while draining, counted against
                               the body budget as it arrives */
     ROUTE_QUEUE_FIRST = 4, /* its model ({name}, or the only one) is known before the body:
-                              a full queue refuses it before the body is read */
+                              a full queue refuses it before the body is kept */
     ROUTE_PREFLIGHT = 8    /* a CORS preflight: in the table only with CORS on, on every path
                               another row has (pattern "*"); answered from its header lines
                               alone: no credentials, no body checks */

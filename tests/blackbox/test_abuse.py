@@ -6,6 +6,7 @@ daemon alive and answering a known request exactly (`assert_serving`).
 "Within seconds" is a generous bounded wait that fails the test if the
 answer never comes; nothing here measures a latency.
 """
+import http.client
 import json
 import os
 import re
@@ -1078,3 +1079,125 @@ def test_full_queue_refused_before_the_body_is_read(fresh_daemons, tmp_path):
         t.join(60)
     assert results == [200], results
     assert code == 0
+
+
+# ---------------------------------------------------------------- lingering
+
+def send_whole_then_read(port, body, out):
+    """One client as Python's http.client is: it sends its whole body, and
+    only then reads. Appends (status, Retry-After) or the exception's name."""
+    try:
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        c.request("POST", "/v1/attention", body=body,
+                  headers={"Content-Type": "application/json"})
+        r = c.getresponse()
+        r.read()
+        out.append((r.status, r.getheader("Retry-After")))
+        c.close()
+    except Exception as e:  # noqa: BLE001 - the kind of failure is the finding
+        out.append(type(e).__name__)
+
+
+def burst(port, body, n):
+    out, go = [], threading.Barrier(n)
+
+    def one():
+        go.wait(30)
+        send_whole_then_read(port, body, out)
+    ts = [threading.Thread(target=one) for _ in range(n)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(120)
+    return out
+
+
+def padded_body(mb):
+    """A valid small request for the golden model, padded with JSON
+    whitespace to `mb` MiB: what it costs to send, not to compute."""
+    body, _ = known_request()
+    text = json.dumps(body).encode()
+    return text[:-1] + b" " * ((mb << 20) - len(text)) + b"}"
+
+
+# Refusals at the header lines, each with what makes it: a model's queue
+# held full (two requests waiting for company in batches of 3), the body
+# budget smaller than one body, a body limit smaller than one body.
+EARLY_REFUSALS = [
+    ("queue_full", {"server": {"request_timeout_ms": 300000},
+                    "batching": {"max_batch_requests": 3, "max_queue_delay_us": 10000000,
+                                 "max_queue_requests": 2}}, {200, 429}),
+    ("body_budget", {"server": {"max_buffered_body_bytes": 1 << 20}}, {429}),
+    ("too_large", {"server": {"max_body_bytes": 1 << 20}}, {413}),
+]
+
+
+@pytest.mark.parametrize("case", EARLY_REFUSALS, ids=[c[0] for c in EARLY_REFUSALS])
+def test_early_refusal_heard_by_clients_that_send_before_reading(fresh_daemons, case):
+    """40 clients at once, each as Python's http.client (send the whole
+    5 MiB body, then read), against a daemon that refuses them at their
+    header lines: each one reads a status line (429 with Retry-After, or
+    413), none gets a broken pipe or a reset. Closing with the body unread
+    resets the connection under a client still sending; attnd reads and
+    drops the rest of the body first (docs/config.md, "Connections")."""
+    _, sections, want = case
+    cfg = small_config()
+    for k, v in sections.items():
+        cfg.setdefault(k, {}).update(v)
+    d = fresh_daemons(cfg)
+    held, hs = [], []
+    if "batching" in sections:
+        small = json.dumps(known_request()[0]).encode()
+        hs = [threading.Thread(target=send_whole_then_read, args=(d.port, small, held))
+              for _ in range(2)]
+        for t in hs:
+            t.start()
+        assert support.wait_until(lambda: queue_depth(d) >= 2, 30), "the queue never filled"
+    try:
+        out = burst(d.port, padded_body(5), 40)
+    finally:
+        code = d.stop()  # a draining daemon waits for no company: the held two are answered
+        for t in hs:
+            t.join(60)
+    assert code == 0
+    assert held == [(200, None)] * len(hs), held
+    failed = [r for r in out if not isinstance(r, tuple)]
+    assert not failed, "%d of 40 clients got no answer: %s" % (len(failed), sorted(set(failed)))
+    assert {s for s, _ in out} <= want, out
+    assert all(ra for s, ra in out if s == 429), "a 429 without Retry-After: %s" % out
+    if want != {200, 429}:
+        return
+    assert sum(s == 429 for s, _ in out) >= 30, "the queue was not full for the burst: %s" % out
+    assert re.search(r"status=429 .* end=ok", d.stdout()), d.stdout()[-2000:]
+
+
+def test_refused_body_is_read_only_within_the_linger_bounds(fresh_daemons):
+    """After a refusal at the header lines, the body is read for a bounded
+    time only: a client that stops sending is cut within seconds (the
+    60 s body deadline never comes into it), logged status=408
+    end=linger_timeout; a client that asks `Expect: 100-continue` gets its
+    429 at once, with no 100 Continue; one that declares more than the
+    linger reads gets it at once too; the daemon serves on."""
+    d = fresh_daemons(small_config(max_buffered_body_bytes=1 << 20, body_timeout_ms=60000))
+    head = (b"POST /v1/attention HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n")
+    slow = socket.create_connection(("127.0.0.1", d.port), timeout=30)
+    slow.sendall(head % (4 << 20) + b"\r\n" + b" " * 100000)
+    assert closed_by_server(slow, 20), "a stalled refused body held its connection 20 s"
+    slow.close()
+    assert support.wait_until(lambda: "end=linger_timeout" in d.stdout(), 10), d.stdout()[-2000:]
+    assert re.search(r"status=408 .*end=linger_timeout", d.stdout()), d.stdout()[-2000:]
+    for extra in (b"Expect: 100-continue\r\n", b""):
+        size = (4 << 20) if extra else (32 << 20)  # past the 16 MiB the linger reads
+        s = socket.create_connection(("127.0.0.1", d.port), timeout=10)
+        s.sendall(head % size + extra + b"\r\n")
+        blob = b""
+        while b"\r\n\r\n" not in blob:
+            c = s.recv(65536)
+            if not c:
+                break
+            blob += c
+        s.close()
+        assert blob.startswith(b"HTTP/1.1 429"), blob[:200]
+        assert re.search(rb"(?im)^retry-after:", blob), blob[:300]
+    assert_serving(d)

@@ -278,16 +278,39 @@ def test_save_dir_keeps_sessions_across_a_restart(fresh_daemons, tmp_path):
     assert "3 sessions loaded, 0 refused" in d3.stdout(), d3.stdout()[-2000:]
 
 
-@pytest.mark.parametrize("case", ["group", "others", "owner", "file"])
+def test_save_dir_in_a_0777_volume(fresh_daemons, tmp_path):
+    """As Kubernetes mounts an emptyDir (mode 0777) and docs/deploy.md and
+    docker/k8s/deployment.yaml set it up: save_dir a subfolder of the volume
+    that does not exist yet. attnd makes it 0700 and starts, and a session
+    saved there on SIGTERM steps on after the restart, bit for bit."""
+    volume = tmp_path / "volume"
+    volume.mkdir()
+    os.chmod(volume, 0o777)
+    save = volume / "sessions"
+    cfg = config(["gqa_half"], sessions={"save_dir": str(save)})
+    ref = fresh_daemons(config(["gqa_half"]))
+    d = fresh_daemons(cfg)
+    assert (save.stat().st_mode & 0o7777) == 0o700
+    q = rows("gqa_half", 6, seed=5)
+    rs, ds = open_session(ref, "gqa_half", q[:4]), open_session(d, "gqa_half", q[:4])
+    assert d.stop() == 0
+    assert [f.name for f in save.iterdir()] == [ds + ".safetensors"]
+    d2 = fresh_daemons(cfg)
+    for i in range(4, 6):
+        assert step_b64(ref, rs, q[i:i + 1]) == step_b64(d2, ds, q[i:i + 1])
+
+
+@pytest.mark.parametrize("case", ["group", "others", "owner", "file", "emptydir"])
 def test_save_dir_refused_when_not_private(fresh_daemons, tmp_path, case):
-    """A save_dir another user owns, that its group or others may enter,
-    or that is no folder: attnd refuses to start (exit 2) and says why."""
+    """A save_dir another user owns, that its group or others may enter (an
+    emptyDir volume's own folder is 0777), or that is no folder: attnd
+    refuses to start (exit 2) and says why."""
     save = tmp_path / "saved"
     if case == "file":
         save.write_text("x")
     else:
         save.mkdir(mode=0o700)
-        os.chmod(save, {"group": 0o750, "others": 0o701, "owner": 0o700}[case])
+        os.chmod(save, {"group": 0o750, "others": 0o701, "owner": 0o700, "emptydir": 0o777}[case])
         if case == "owner":
             if os.geteuid() != 0:
                 pytest.skip("giving a folder to another user needs root")
@@ -296,5 +319,6 @@ def test_save_dir_refused_when_not_private(fresh_daemons, tmp_path, case):
     assert d.wait_exit(60) == 2, d.logs()
     err = d.stderr()
     words = {"group": "open to its group or others", "others": "open to its group or others",
-             "owner": "owned by another user", "file": "is not a folder"}[case]
+             "emptydir": "open to its group or others", "owner": "owned by another user",
+             "file": "is not a folder"}[case]
     assert "sessions.save_dir" in err and words in err and str(save) in err, err

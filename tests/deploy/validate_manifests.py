@@ -5,12 +5,17 @@
    newest Kubernetes versions we claim; KServe objects against
    kserve.schema.json, with their containers checked as Kubernetes Containers.
 2. References: selectors, names, ports, mounts and timeouts agree across files
-   and with docker/Dockerfile.
+   and with docker/Dockerfile; sessions.save_dir, wherever a manifest sets it,
+   is a subfolder of a writable volume, never the volume's mount path (an
+   emptyDir is mounted 0777, which attnd refuses as a save_dir).
 3. The daemon: build/attnd is started with the configs the manifests ship
-   (their weights written here) and every probe path answers 200; the KServe
-   runtime's container args are run as KServe would, and /v2 inference
-   answers under the InferenceService's name; nginx's body limit equals
-   attnd's.
+   (their weights written here) and every probe path answers 200; with the
+   Deployment's save_dir in a 0777 folder standing for its emptyDir, it makes
+   the subfolder 0700, saves a session there on SIGTERM and the next start
+   steps it on, while the volume's own folder as save_dir is refused (exit 2);
+   the KServe runtime's container args are run as KServe would, and /v2
+   inference answers under the InferenceService's name; nginx's body limit
+   equals attnd's.
 """
 
 import copy
@@ -103,6 +108,74 @@ def help_default(text, env):
     return int(m.group(1)) if m else None
 
 
+SAVE_ENV = "ATTND_SESSIONS_SAVE_DIR"
+
+
+def save_dir_of(env, cfg):
+    """Where attnd saves its sessions: ATTND_SESSIONS_SAVE_DIR over the
+    config's sessions.save_dir (variables override the file); None: nowhere."""
+    return env.get(SAVE_ENV) or ((cfg or {}).get("sessions") or {}).get("save_dir")
+
+
+def holding_mount(path, mounts):
+    """The mount ({name, mountPath, readOnly}) whose folder is path or holds
+    it, the deepest; None when none does."""
+    p = os.path.normpath(path)
+    held = [m for m in mounts if p == os.path.normpath(m["mountPath"])
+            or p.startswith(os.path.normpath(m["mountPath"]).rstrip("/") + "/")]
+    return max(held, key=lambda m: len(os.path.normpath(m["mountPath"])), default=None)
+
+
+def volume_kind(vol):
+    """emptyDir, persistentVolumeClaim, configMap, ...: a volume's source."""
+    return next((k for k in vol if k != "name"), "unknown")
+
+
+def check_save_dir(c, where, save, mounts, kinds):
+    """sessions.save_dir lies in a writable volume, strictly below its mount
+    path. A volume's own folder has the platform's owner and mode (Kubernetes
+    mounts an emptyDir 0777; a fresh claim's folder is root's), which attnd
+    refuses as a save_dir (exit 2); a subfolder it makes itself, 0700."""
+    m = holding_mount(save, mounts)
+    c.check(m is not None and not m.get("readOnly"),
+            f"{where}: sessions.save_dir {save} lies in a writable volume", str(mounts))
+    if m is None:
+        return None
+    kind = kinds.get(m["name"], "unknown")
+    c.check(os.path.normpath(save) != os.path.normpath(m["mountPath"]),
+            f"{where}: sessions.save_dir is a subfolder of volume {m['name']} ({kind}), "
+            "not its mount path",
+            f"{save} is where volume {m['name']} is mounted: attnd refuses a folder another user "
+            "owns or its group or others may enter"
+            f"{' (an emptyDir is mounted 0777)' if kind == 'emptyDir' else ''}")
+    return m
+
+
+def compose_mounts(service):
+    """A compose service's volumes as mounts: short ("src:dst[:ro]") and long
+    syntax; kinds by name: "bind" or "volume"."""
+    mounts, kinds = [], {}
+    for v in service.get("volumes", []):
+        if isinstance(v, str):
+            parts = v.split(":")
+            src, dst, mode = parts[0], parts[1] if len(parts) > 1 else parts[0], parts[2:]
+            ro = "ro" in ",".join(mode).split(",")
+            kind = "bind" if src.startswith((".", "/", "~")) else "volume"
+        else:
+            src, dst, ro, kind = v.get("source", ""), v.get("target", ""), \
+                bool(v.get("read_only")), v.get("type", "volume")
+        mounts.append({"name": src, "mountPath": dst, "readOnly": ro})
+        kinds[src] = kind
+    return mounts, kinds
+
+
+def compose_env(service):
+    e = service.get("environment") or {}
+    if isinstance(e, list):
+        e = dict(x.split("=", 1) if "=" in x else (x, None) for x in e)
+    return {k: (str(v) if v is not None else None) for k, v in e.items()}
+
+
 def serve_config(c, what, cfg, folder, args=None, env=None):
     """Writes weights for every model of cfg into folder (at the path the
     config names, moved under folder when absolute), starts build/attnd with
@@ -129,6 +202,65 @@ def serve_config(c, what, cfg, folder, args=None, env=None):
         return None, None, cfg
     c.check(True, f"{what}: build/attnd starts with it")
     return p, port, cfg
+
+
+def refused_save_dir(cfg_path, save):
+    """(exit code, output) of build/attnd started with save as its save_dir;
+    None for the code when it was still running after 30 s."""
+    e = {k: v for k, v in os.environ.items() if not k.startswith("ATTND_")}
+    e.update({SAVE_ENV: save, "ATTND_HOST": "127.0.0.1", "ATTND_PORT": str(dl.free_port())})
+    p = subprocess.Popen([dl.attnd_bin(), "--config", cfg_path], env=e, text=True,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        out, _ = p.communicate(timeout=30)
+        return p.returncode, out
+    except subprocess.TimeoutExpired:
+        dl.stop(p)
+        return None, ""
+
+
+def check_sessions_kept(c, folder, cfg, save, mount):
+    """The Deployment's save_dir, run here: a folder of mode 0777 stands for
+    its volume (Kubernetes mounts an emptyDir so) and save_dir maps into it.
+    attnd makes the subfolder 0700, saves an open session there on SIGTERM,
+    and the next start steps it on; the volume's own folder is refused."""
+    vol = os.path.join(folder, "volume")
+    os.makedirs(vol)
+    os.chmod(vol, 0o777)
+    rel = os.path.relpath(os.path.normpath(save), os.path.normpath(mount["mountPath"]))
+    local = os.path.normpath(os.path.join(vol, rel))
+    env = {SAVE_ENV: local}
+    p, port, cfg = serve_config(c, f"Deployment's save_dir {save}, its volume 0777", cfg,
+                                os.path.join(folder, "models"), env=env)
+    if not p:
+        return
+    cfg_path = os.path.join(folder, "models", "config.json")
+    try:
+        mode = os.stat(local).st_mode & 0o777 if os.path.isdir(local) else None
+        c.check(mode == 0o700, "attnd made save_dir, mode 0700, in the 0777 volume",
+                oct(mode) if mode else "missing")
+        m = cfg["models"][0]
+        url = f"http://127.0.0.1:{port}"
+        st, body, _ = dl.http("POST", url + "/v1/sessions",
+                              {"model": m["name"], "query": dl.query(3, m["embed_dim"], seed=7)})
+        sid = body.get("session") if isinstance(body, dict) else None
+        c.check(st == 201 and bool(sid), "a session opens", f"{st} {str(body)[:200]}")
+        rc = dl.stop(p)
+        files = sorted(os.listdir(local)) if os.path.isdir(local) else []
+        c.check(rc == 0 and files == [f"{sid}.safetensors"], "SIGTERM saves it into save_dir",
+                f"exit {rc}, files {files}")
+        p = dl.start_attnd(port, ["--config", cfg_path], env)
+        st, body, _ = dl.http("POST", f"{url}/v1/sessions/{sid}/attention",
+                              {"query": dl.query(1, m["embed_dim"], seed=8)})
+        c.check(st == 200 and body.get("cached_tokens") == 4,
+                "the next start steps the saved session on", f"{st} {str(body)[:200]}")
+    except RuntimeError as e:
+        c.check(False, "attnd starts again with the saved session", str(e))
+    finally:
+        dl.stop(p)
+    rc, out = refused_save_dir(cfg_path, vol)
+    c.check(rc == 2 and "open to its group or others" in out,
+            "the volume's own 0777 folder as save_dir is refused (exit 2)", f"exit {rc}: {out[-300:]}")
 
 
 def main():
@@ -217,6 +349,13 @@ def main():
                 for m in kcfg["models"]),
             "every weights path of the ConfigMap lies in the weights volume", str(wmount))
 
+    kinds = {n: volume_kind(v) for n, v in vols.items()}
+    dsave = save_dir_of(env, kcfg)
+    c.check(dsave is not None, "the Deployment keeps sessions across a container restart "
+            "(sessions.save_dir set)")
+    dmount = check_save_dir(c, "Deployment", dsave, ct.get("volumeMounts", []), kinds) \
+        if dsave else None
+
     timeout_s = kcfg.get("server", {}).get("request_timeout_ms", 30000) / 1000
     pre = (ct.get("lifecycle", {}).get("preStop", {}).get("exec", {}).get("command") or [])
     sleep_s = int(pre[1]) if len(pre) == 2 and pre[0] == "sleep" else 0
@@ -243,6 +382,14 @@ def main():
             "runtime containerPort is the port attnd listens on", str(src["ports"]))
     c.check(isvc["spec"]["predictor"].get("timeout", 0) > timeout_s,
             "InferenceService timeout exceeds attnd's request timeout")
+    # KServe mounts the model's folder read-only at /mnt/models
+    scfg = json.load(open(os.path.join(DOCKER, "kserve", "config.json")))
+    srmounts = src.get("volumeMounts", []) + [{"name": "kserve-provision-location",
+                                               "mountPath": "/mnt/models", "readOnly": True}]
+    srkinds = {v["name"]: volume_kind(v) for v in sr["spec"].get("volumes", [])}
+    ssave = save_dir_of(srenv, scfg)
+    if ssave:
+        check_save_dir(c, "ServingRuntime", ssave, srmounts, srkinds)
 
     # compose and nginx
     comp = yaml.safe_load(open(os.path.join(DOCKER, "compose.yaml")))
@@ -258,6 +405,9 @@ def main():
     c.check(bool(g) and int(g.group(1)) >= timeout_s + 5, "compose stop_grace_period covers a drain")
     c.check("/health" in " ".join(a.get("healthcheck", {}).get("test", [])),
             "compose healthcheck is on /health")
+    csave = save_dir_of(compose_env(a), None)
+    if csave:
+        check_save_dir(c, "compose", csave, *compose_mounts(a))
     nginx = open(os.path.join(DOCKER, "nginx.conf")).read()
     m = re.search(r"^\s*client_max_body_size\s+(\d+)([kmg]?);", nginx, re.M)
     mult = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
@@ -287,8 +437,10 @@ def main():
             c.check(names == [x["name"] for x in kcfg["models"]],
                     "attnd serves the ConfigMap's models", str(body))
 
+        if dmount:
+            check_sessions_kept(c, os.path.join(tmp, "k8s-sessions"), kcfg, dsave, dmount)
+
         # KServe: /mnt/models is the storage folder; run the runtime's args.
-        scfg = json.load(open(os.path.join(DOCKER, "kserve", "config.json")))
         mnt = os.path.join(tmp, "mnt-models")
         args = [x.replace("/mnt/models", mnt) for x in src.get("args", [])]
         senv = {k: v for k, v in srenv.items() if k != "ATTND_PORT"}
