@@ -237,7 +237,7 @@ build-fuzz/obj/server/http/openapi.o: server/http/openapi.json
 build-fuzz/obj/server/ui/ui.o: $(wildcard server/ui/*.html server/ui/*.js server/ui/*.css)
 build-fuzz/libattnd_fuzz.a: $(FUZZ_OBJ)
 	rm -f $@; ar rcs $@ $^
-build-fuzz/%: tests/fuzz/%.c build-fuzz/libattnd_fuzz.a $(wildcard tests/fuzz/*.h)
+build-fuzz/%: tests/fuzz/%.c build-fuzz/libattnd_fuzz.a $(wildcard tests/fuzz/*.h) tests/test_models.h
 	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer $(PKG_CFLAGS) -o $@ $< build-fuzz/libattnd_fuzz.a \
 	  $(PKG_LIBS) -ldl -lm -lpthread
 fuzz: $(FUZZERS)
