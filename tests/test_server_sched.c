@@ -4,8 +4,9 @@
  * deadline is answered 504 without compute (its own deadline before an
  * older request's), a lone request on idle compute
  * is taken at once, requests that arrive while a batch computes form the
- * next batch together, and a request whose client left (the departed
- * callback, the HTTP side's answer) is dropped without compute.
+ * next batch together, a request whose client left (the departed
+ * callback, the HTTP side's answer) is dropped without compute, and a
+ * batch never mixes two versions of a model (a reload while it queues).
  * The model is loaded into a real table (server/models/) from weights
  * drawn here; each request holds the version it computes on. */
 #include <check.h>
@@ -401,10 +402,12 @@ START_TEST(test_cancel_drops_queued_work) {
 }
 END_TEST
 
-/* A self-attention request of 2 rows, submitted (after *slot = it, when
- * slot is given: the callback may run before this returns). */
-static treq *small_req(attnd_sched *s, treq **slot) {
+/* A self-attention request of 2 rows on version v, submitted (after
+ * *slot = it, when slot is given: the callback may run before this
+ * returns). */
+static treq *small_req_on(attnd_sched *s, attnd_version *v, treq **slot) {
     treq *t = treq_new();
+    set_version(t, v);
     t->r.job.B = 1, t->r.job.L = 2, t->r.job.S = 2, t->r.job.self = 1;
     t->r.job.query = rnd_floats(16);
     t->r.tokens = 4;
@@ -416,6 +419,11 @@ static treq *small_req(attnd_sched *s, treq **slot) {
     attnd_error e;
     ck_assert_int_eq(attnd_sched_submit(s, &t->r, &e), 0);
     return t;
+}
+
+/* small_req_on the version of every test. */
+static treq *small_req(attnd_sched *s, treq **slot) {
+    return small_req_on(s, ver, slot);
 }
 
 /* The scheduler's question to the HTTP side, answered from the requests'
@@ -580,6 +588,80 @@ START_TEST(test_requests_during_a_batch_form_the_next) {
 }
 END_TEST
 
+/* The "model_version" of a native answer's usage. */
+static int answer_version(const treq *t) {
+    json_t *root = json_loads(t->r.reply.body, 0, NULL);
+    ck_assert_ptr_nonnull(root);
+    json_t *u = json_object_get(root, "usage");
+    ck_assert_msg(json_is_integer(json_object_get(u, "model_version")), "%s", t->r.reply.body);
+    int v = (int)json_integer_value(json_object_get(u, "model_version"));
+    json_decref(root);
+    return v;
+}
+
+/* A model reloaded while its queue holds requests: those admitted on the
+ * old version and those on the new one wait in the one queue of its slot,
+ * and a batch never mixes them. Queued A A B B A behind a running batch,
+ * with room for 8 in a batch, they leave as A A, then B B, then A, each
+ * answered on its own version's weights and saying which. */
+START_TEST(test_batch_never_mixes_versions) {
+    setup_model();
+    attnd_version *a = ver, *b = load_drawn(); /* versions 1 and 2 of "m" */
+    ck_assert_int_eq(a->info.version, 1);
+    ck_assert_int_eq(b->info.version, 2);
+    ck_assert_int_eq(a->slot, b->slot); /* one queue */
+    ck_assert_str_ne(a->fingerprint, b->fingerprint);
+    attnd_config c;
+    config(&c, 8, default_delay(), 32, 60000);
+    attnd_metrics mt;
+    attnd_sched *s = sched_of(&c, &mt);
+    pthread_mutex_lock(&mu);
+    g_held = g_release = 0;
+    pthread_mutex_unlock(&mu);
+    small_req(s, &g_hold);
+    pthread_mutex_lock(&mu); /* the batcher is inside the first batch, held there */
+    while (!g_held)
+        pthread_cond_wait(&cv, &mu);
+    pthread_mutex_unlock(&mu);
+    enum { N = 5 };
+    attnd_version *on[N] = {a, a, b, b, a};
+    const int batch[N] = {2, 2, 2, 2, 1};
+    treq *t[N];
+    float *q[N];
+    for (int i = 0; i < N; i++) {
+        t[i] = small_req_on(s, on[i], NULL);
+        q[i] = malloc(16 * sizeof(float));
+        memcpy(q[i], t[i]->r.job.query, 16 * sizeof(float));
+    }
+    ck_assert_int_eq(attnd_sched_depth(s, a->slot), N); /* all queued behind the running batch */
+    pthread_mutex_lock(&mu);
+    g_release = 1;
+    pthread_cond_broadcast(&cv);
+    pthread_mutex_unlock(&mu);
+    for (int i = 0; i < N; i++) {
+        wait_done(t[i]);
+        ck_assert_msg(t[i]->r.batch_requests == batch[i], "request %d: a batch of %d, wanted %d", i,
+                      t[i]->r.batch_requests, batch[i]);
+        ck_assert_int_eq(answer_version(t[i]), on[i]->info.version);
+        check_against_reference(t[i], q[i], NULL, NULL);
+    }
+    ck_assert_uint_eq(atomic_load(&mt.batch_size.count[0]), 2); /* le=1: the held one, the last A */
+    ck_assert_uint_eq(atomic_load(&mt.batch_size.count[1]), 2); /* le=2: A A, then B B */
+    attnd_sched_free(s);
+    attnd_req_unref(&g_hold->r);
+    pthread_mutex_lock(&mu);
+    g_hold = NULL;
+    pthread_mutex_unlock(&mu);
+    for (int i = 0; i < N; i++) {
+        attnd_req_unref(&t[i]->r);
+        free(q[i]);
+    }
+    attnd_version_unref(b);
+    free_model();
+    attnd_config_free(&c);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("server_sched");
     TCase *tc = tcase_create("sched");
@@ -591,6 +673,7 @@ int main(void) {
     tcase_add_test(tc, test_departed_client_dropped_without_compute);
     tcase_add_test(tc, test_lone_request_starts_at_once);
     tcase_add_test(tc, test_requests_during_a_batch_form_the_next);
+    tcase_add_test(tc, test_batch_never_mixes_versions);
     suite_add_tcase(s, tc);
     return check_run(s);
 }
