@@ -10,6 +10,7 @@
 #include <ctype.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -558,6 +559,120 @@ START_TEST(test_look_up_and_grow) {
 }
 END_TEST
 
+/* ---- the hooks: a session holds its model's handle from open to end ---- */
+
+/* References the hooks hold on each of MODELS, and calls in all. */
+static int g_refs[4], g_holds, g_drops;
+
+static int handle_of(void *model) {
+    ptrdiff_t i = (int *)model - MODELS;
+    ck_assert_msg(i >= 0 && i < 4, "a hook got %p, no model handle", model);
+    return (int)i;
+}
+
+static void hook_hold(void *model) {
+    g_refs[handle_of(model)]++;
+    g_holds++;
+}
+
+static void hook_drop(void *model) {
+    int i = handle_of(model);
+    ck_assert_msg(g_refs[i] > 0, "model %d dropped more often than held", i);
+    g_refs[i]--;
+    g_drops++;
+}
+
+/* The references on MODELS[0..3] are r0..r3, and the hooks were called
+ * holds and drops times since the table was made. */
+static void refs_are(int r0, int r1, int r2, int r3, int holds, int drops) {
+    ck_assert_int_eq(g_refs[0], r0);
+    ck_assert_int_eq(g_refs[1], r1);
+    ck_assert_int_eq(g_refs[2], r2);
+    ck_assert_int_eq(g_refs[3], r3);
+    ck_assert_int_eq(g_holds, holds);
+    ck_assert_int_eq(g_drops, drops);
+}
+
+/* hold at every open, drop when its session ends: a refused open, a
+ * failed opening step, a delete (at its step's end when one runs), the
+ * idle timeout, the table freed; a look-up holds one for its caller; a
+ * NULL handle is never passed to a hook. */
+START_TEST(test_hooks_hold_and_drop) {
+    /* 16 bytes a token: 10 tokens per session, 2 sessions, idle 10 s */
+    attnd_sessions *st = table(2, 1 << 20, 160, 10);
+    memset(g_refs, 0, sizeof g_refs);
+    g_holds = g_drops = 0;
+    attnd_sessions_hooks(st, hook_hold, hook_drop);
+    char a[ATTND_SESSION_ID_LEN + 1], b[ATTND_SESSION_ID_LEN + 1], c[ATTND_SESSION_ID_LEN + 1];
+    attnd_session_step p;
+    int retry = 0;
+    ck_assert_int_eq(attnd_session_open(st, &MODELS[1], &ROWS, 3, 100, 0, NULL, a, &p, &retry),
+                     SESS_OK);
+    refs_are(0, 1, 0, 0, 1, 0); /* held while its opening step runs */
+    ck_assert_ptr_eq(p.model, &MODELS[1]);
+    attnd_session_end(st, &p, 1, 0);
+    refs_are(0, 1, 0, 0, 1, 0);
+    /* a look-up: one more, the caller's to drop */
+    ck_assert_ptr_eq(attnd_session_model(st, a, 1), &MODELS[1]);
+    refs_are(0, 2, 0, 0, 2, 0);
+    hook_drop(&MODELS[1]);
+    ck_assert_ptr_null(attnd_session_model(st, "0123456789abcdef0123456789abcdef", 1));
+    refs_are(0, 1, 0, 0, 2, 1);
+    /* refused opens let their hold go at once; a malformed id never takes one */
+    ck_assert_int_eq(attnd_session_open(st, &MODELS[2], &ROWS, 11, 100, 1, NULL, b, &p, &retry),
+                     SESS_TOO_BIG);
+    refs_are(0, 1, 0, 0, 3, 2);
+    ck_assert_int_eq(attnd_session_open(st, &MODELS[2], &ROWS, 1, 100, 1, a, b, &p, &retry),
+                     SESS_ID_TAKEN);
+    refs_are(0, 1, 0, 0, 4, 3);
+    ck_assert_int_eq(attnd_session_open(st, &MODELS[2], &ROWS, 1, 100, 1, "x", b, &p, &retry),
+                     SESS_BAD_ID);
+    refs_are(0, 1, 0, 0, 4, 3);
+    /* an opening step that fails ends its session */
+    ck_assert_int_eq(attnd_session_open(st, &MODELS[2], &ROWS, 2, 100, 1, NULL, b, &p, &retry),
+                     SESS_OK);
+    refs_are(0, 1, 1, 0, 5, 3);
+    attnd_session_end(st, &p, 0, 1);
+    refs_are(0, 1, 0, 0, 5, 4);
+    /* the table full: refused, nothing kept */
+    open_n(st, 1, 1, b); /* MODELS[0] */
+    refs_are(1, 1, 0, 0, 6, 4);
+    ck_assert_int_eq(attnd_session_open(st, &MODELS[3], &ROWS, 1, 100, 1, NULL, c, &p, &retry),
+                     SESS_FULL);
+    refs_are(1, 1, 0, 0, 7, 5);
+    /* a delete; during a step, the drop waits for the step's end */
+    ck_assert_int_eq(attnd_session_delete(st, b, 2), SESS_OK);
+    refs_are(0, 1, 0, 0, 7, 6);
+    ck_assert_int_eq(attnd_session_open(st, &MODELS[3], &ROWS, 1, 100, 2, NULL, c, &p, &retry),
+                     SESS_OK);
+    attnd_session_end(st, &p, 1, 2);
+    ck_assert_int_eq(attnd_session_begin(st, c, 1, 3, &p, &retry), SESS_OK);
+    ck_assert_int_eq(attnd_session_delete(st, c, 3), SESS_OK);
+    refs_are(0, 1, 0, 1, 8, 6);
+    attnd_session_end(st, &p, 1, 3);
+    refs_are(0, 1, 0, 0, 8, 7);
+    /* the idle timeout: a (last used at 0) ends at 10 */
+    ck_assert_int_eq(attnd_sessions_expire(st, 9.5), 0);
+    refs_are(0, 1, 0, 0, 8, 7);
+    ck_assert_int_eq(attnd_sessions_expire(st, 12), 1);
+    refs_are(0, 0, 0, 0, 8, 8);
+    /* a NULL handle: no hook is called for it */
+    ck_assert_int_eq(attnd_session_open(st, NULL, &ROWS, 1, 100, 12, NULL, a, &p, &retry), SESS_OK);
+    attnd_session_end(st, &p, 1, 12);
+    ck_assert_ptr_null(attnd_session_model(st, a, 12));
+    refs_are(0, 0, 0, 0, 8, 8);
+    /* the table freed with its sessions */
+    ck_assert_int_eq(attnd_session_delete(st, a, 12), SESS_OK);
+    open_n(st, 2, 12, a);
+    ck_assert_int_eq(attnd_session_open(st, &MODELS[3], &ROWS, 1, 100, 12, NULL, b, &p, &retry),
+                     SESS_OK);
+    attnd_session_end(st, &p, 1, 12);
+    refs_are(1, 0, 0, 1, 10, 8);
+    attnd_sessions_free(st);
+    refs_are(0, 0, 0, 0, 10, 10);
+}
+END_TEST
+
 /* Each refusal's kind and sentence; a missing session's names its id. */
 START_TEST(test_refusals) {
     static const struct {
@@ -622,6 +737,7 @@ static Suite *session_suite(void) {
     tcase_add_test(t, test_session_count);
     tcase_add_test(t, test_threads);
     tcase_add_test(t, test_look_up_and_grow);
+    tcase_add_test(t, test_hooks_hold_and_drop);
     tcase_add_test(t, test_refusals);
     tcase_add_test(t, test_metrics_text);
     suite_add_tcase(s, t);
