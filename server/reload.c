@@ -31,8 +31,9 @@ void attnd_applied_free(attnd_applied *a) {
 
 static void needs_restart(const char *section, const char *key, void *arg) {
     (void)arg;
-    attnd_log(LOG_WARN, "SIGHUP: %s.%s changed in the config file; it needs a restart and is left "
-                        "as it was",
+    attnd_log(LOG_WARN,
+              "SIGHUP: %s.%s changed in the config file; it needs a restart and is left "
+              "as it was",
               section, key);
 }
 

@@ -26,9 +26,9 @@
 #include "session/state.h"
 
 struct attnd_server {
-    const attnd_config *cfg; /* borrowed; outlives the server */
-    attnd_models *models;    /* the models and their versions */
-    attnd_applied applied;   /* the config file's models as last applied (SIGHUP) */
+    const attnd_config *cfg;  /* borrowed; outlives the server */
+    attnd_models *models;     /* the models and their versions */
+    attnd_applied applied;    /* the config file's models as last applied (SIGHUP) */
     attnd_parse_env env;      /* what the readers check bodies against */
     attnd_meta meta;          /* the bodies of the routes that describe the server */
     attnd_sessions *sessions; /* KV-cache sessions */
@@ -86,8 +86,8 @@ static int start_compute(attnd_server *s, char *err, size_t errlen) {
         return -1;
     }
     attnd_sessions_hooks(s->sessions, hold_version, drop_version);
-    attnd_sched_opts o = {c,         &s->metrics,         attnd_http_answer_ready,
-                          &s->http,  attnd_http_departed, &s->http};
+    attnd_sched_opts o = {c,        &s->metrics,         attnd_http_answer_ready,
+                          &s->http, attnd_http_departed, &s->http};
     s->sched = attnd_sched_new(&o, err, errlen);
     return s->sched ? 0 : -1;
 }

@@ -23,8 +23,8 @@ static int on_session_version(attnd_job *job, attnd_version *sv, attnd_error *e)
                                "session '%.40s' was opened on version %d of model '%s', whose "
                                "shape differs from version %d serving now; step it at "
                                "/v1/sessions/%.40s/attention",
-                               job->session_id, sv->info.version, sv->name,
-                               job->ver->info.version, job->session_id);
+                               job->session_id, sv->info.version, sv->name, job->ver->info.version,
+                               job->session_id);
     attnd_version_ref(sv);
     attnd_version_unref(job->ver);
     job->ver = sv;

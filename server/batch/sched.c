@@ -58,16 +58,16 @@ struct attnd_sched {
     squeue *q;               /* (nq) one per model slot (models/registry.h), grown as models
                                 are added; a request's job.model is its index */
     int nq;
-    int rr;                  /* queue the next pick starts at (fairness) */
-    int running;             /* requests taken by the batcher, not yet answered */
-    int draining;            /* 1: no waiting for company */
-    int stop;                /* 1: the batcher exits once the queues are empty */
-    int sweep_stop;          /* 1: the sweeper exits */
-    uint64_t sweep_wake;     /* when the sleeping sweeper wakes next (monotonic us) */
-    attn_ctx *ctx;           /* the one compute pool; used by the batcher only (and woken by
-                                attnd_sched_submit) */
-    attnd_pipeline *pipe;    /* the batcher's road for every batch, on ctx */
-    scratch w;               /* the batcher's */
+    int rr;               /* queue the next pick starts at (fairness) */
+    int running;          /* requests taken by the batcher, not yet answered */
+    int draining;         /* 1: no waiting for company */
+    int stop;             /* 1: the batcher exits once the queues are empty */
+    int sweep_stop;       /* 1: the sweeper exits */
+    uint64_t sweep_wake;  /* when the sleeping sweeper wakes next (monotonic us) */
+    attn_ctx *ctx;        /* the one compute pool; used by the batcher only (and woken by
+                             attnd_sched_submit) */
+    attnd_pipeline *pipe; /* the batcher's road for every batch, on ctx */
+    scratch w;            /* the batcher's */
     pthread_t batcher;
     int batcher_started;
     pthread_t sweeper;
@@ -167,8 +167,7 @@ static void run_batch(attnd_sched *s, attnd_req **rs, int taken) {
     int n = drop_departed(s, rs, taken);
     if (n > 0) {
         attnd_version *v = rs[0]->job.ver; /* every request of a batch is on it: take() */
-        attnd_pipeline_run(s->pipe, &v->model, &v->info, s->o.metrics, rs, n, pipeline_answered,
-                           s);
+        attnd_pipeline_run(s->pipe, &v->model, &v->info, s->o.metrics, rs, n, pipeline_answered, s);
     }
     release(s, taken);
 }

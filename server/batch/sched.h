@@ -1,8 +1,9 @@
 /* sched.h - admission, batching and the one compute pool.
  *
  * Each model has a FIFO queue (by its slot, models/registry.h; a batch
- * holds requests of one version of it: weights never mix in a batch). One batcher thread owns the process's compute
- * pool (an attn_ctx of cfg->worker_threads threads). As soon as compute is
+ * holds requests of one version of it: weights never mix in a batch). One
+ * batcher thread owns the process's compute pool (an attn_ctx of
+ * cfg->worker_threads threads). As soon as compute is
  * free and a queue holds work it takes a batch of up to max_batch_requests
  * requests and max_batch_tokens tokens (waiting up to max_queue_delay_us
  * for company first, when that is set), packs the sequences without padding
@@ -37,9 +38,9 @@
 typedef void (*attnd_finish_fn)(attnd_req *r, void *arg);
 
 typedef struct {
-    const attnd_config *cfg;      /* limits, batching and worker counts; borrowed */
-    attnd_metrics *metrics; /* borrowed */
-    attnd_finish_fn finish; /* r's reply is ready, or its client left; must not block */
+    const attnd_config *cfg; /* limits, batching and worker counts; borrowed */
+    attnd_metrics *metrics;  /* borrowed */
+    attnd_finish_fn finish;  /* r's reply is ready, or its client left; must not block */
     void *finish_arg;
     /* Which of n requests lost their client: sets left[i] = 1 for each, and
      * those are finished without a reply. Asked about queued requests by

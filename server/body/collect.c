@@ -51,8 +51,8 @@ attnd_version *attnd_resolve_model(const attnd_parse_env *env, const char *path_
     }
     if (c->pin) {
         if (name && strcmp(name, c->pin->name) != 0) {
-            attnd_set_error(e, AERR_BAD_REQUEST, "model: '%.64s' is not the session's, '%s'",
-                            name, c->pin->name);
+            attnd_set_error(e, AERR_BAD_REQUEST, "model: '%.64s' is not the session's, '%s'", name,
+                            c->pin->name);
             return NULL;
         }
         attnd_version_ref(c->pin);

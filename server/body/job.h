@@ -19,14 +19,12 @@
 #include "../models/registry.h"
 #include "../models/version.h"
 
-
 typedef struct {
     attnd_models *models;           /* the models served and their versions; borrowed */
     int max_tokens_per_request;     /* B*(L+S) above it -> 413 */
     long long max_attention_floats; /* the attention answer's floats above it -> 413:
                                        attnd_job_attention_floats */
 } attnd_parse_env;
-
 
 typedef enum { API_NATIVE = 0, API_V2 = 1 } attnd_api;
 typedef enum { ENC_JSON = 0, ENC_BASE64 = 1 } attnd_encoding;

@@ -82,13 +82,12 @@ static json_t *v2_model_json(const attnd_model_info *info) {
     if (hp->rope.dim) json_array_append_new(in, v2_tensor("positions", "INT64", 2, 0));
     char version[16];
     snprintf(version, sizeof version, "%d", info->version);
-    json_t *j = json_pack("{s:s, s:[s], s:s, s:o, s:[o, o, o, o]}", "name", info->name, "versions",
-                          version, "platform",
-                          info->from_file ? "attnd_safetensors" : "attnd_embedded",
-                          "inputs", in, "outputs", v2_tensor("output", "FP32", 3, hp->embed_dim),
-                          v2_tensor("attention", "FP32", 4, 0),
-                          v2_tensor("attention_topk_indices", "INT32", 4, 0),
-                          v2_tensor("attention_topk_values", "FP32", 4, 0));
+    json_t *j = json_pack(
+        "{s:s, s:[s], s:s, s:o, s:[o, o, o, o]}", "name", info->name, "versions", version,
+        "platform", info->from_file ? "attnd_safetensors" : "attnd_embedded", "inputs", in,
+        "outputs", v2_tensor("output", "FP32", 3, hp->embed_dim),
+        v2_tensor("attention", "FP32", 4, 0), v2_tensor("attention_topk_indices", "INT32", 4, 0),
+        v2_tensor("attention_topk_values", "FP32", 4, 0));
     if (j) precision_json(j, info);
     return j;
 }
@@ -96,12 +95,12 @@ static json_t *v2_model_json(const attnd_model_info *info) {
 /* One model of GET /v1/models: its hyper-parameters as loaded. */
 static json_t *model_json(const attnd_model_info *info) {
     const attn_hparams *hp = &info->hp; /* filled in by attn_model_init */
-    json_t *m = json_pack(
-        "{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:b, s:b, s:s}", "name", info->name,
-        "version", info->version,
-        "embed_dim", hp->embed_dim, "num_heads", hp->num_heads, "num_kv_heads", hp->num_kv_heads,
-        "head_dim", hp->head_dim, "kdim", hp->kdim, "vdim", hp->vdim, "scale", hp->scale, "bias",
-        hp->bias, "causal", hp->causal, "weights", info->from_file ? "safetensors" : "embedded");
+    json_t *m =
+        json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:b, s:b, s:s}", "name",
+                  info->name, "version", info->version, "embed_dim", hp->embed_dim, "num_heads",
+                  hp->num_heads, "num_kv_heads", hp->num_kv_heads, "head_dim", hp->head_dim, "kdim",
+                  hp->kdim, "vdim", hp->vdim, "scale", hp->scale, "bias", hp->bias, "causal",
+                  hp->causal, "weights", info->from_file ? "safetensors" : "embedded");
     if (hp->rope.dim) json_object_set_new(m, "rope", rope_json(&hp->rope));
     if (info->max_positions)
         json_object_set_new(m, "max_positions", json_integer(info->max_positions));
@@ -153,10 +152,10 @@ char *attnd_meta_v2_model(const attnd_model_info *info) {
 int attnd_meta_build(attnd_meta *m) {
     const attn_blas_info *blas = attn_blas_get_info();
     memset(m, 0, sizeof *m);
-    m->v2 = dump(json_pack("{s:s, s:s, s:[s, s], s:s, s:s}", "name", "attnd", "version",
-                           ATTND_VERSION, "extensions", "binary_tensor_data", "model_repository",
-                           "blas_core", blas ? blas->core : "none", "cpu_features",
-                           blas ? blas->features : ""));
+    m->v2 =
+        dump(json_pack("{s:s, s:s, s:[s, s], s:s, s:s}", "name", "attnd", "version", ATTND_VERSION,
+                       "extensions", "binary_tensor_data", "model_repository", "blas_core",
+                       blas ? blas->core : "none", "cpu_features", blas ? blas->features : ""));
     return m->v2 ? 0 : -1;
 }
 

@@ -42,8 +42,7 @@ static int answer(hreq *h, char *body, size_t len) {
 /* POST /v2/repository/index */
 int attnd_handle_repo_index(hreq *h) {
     int ready_only = 0;
-    if (allowed(h) < 0 ||
-        attnd_repo_parse_index(body_of(h), h->in.len, &ready_only, &h->err) < 0)
+    if (allowed(h) < 0 || attnd_repo_parse_index(body_of(h), h->in.len, &ready_only, &h->err) < 0)
         return -1;
     size_t len = 0;
     char *body = attnd_models_index(h->srv->env->models, ready_only, &len);

@@ -134,8 +134,8 @@ static void log_loaded(const attnd_version *v, double ms) {
                   attn_bf16_kernels(), v->model.attn16 ? "bf16" : "fp32",
                   v->model.attn16 ? "" : " (its head width has no bf16 attention kernel)");
     else
-        attnd_log(LOG_WARN,
-                  "model %s: precision bf16 asked for, but %s: it computes in fp32", v->name,
+        attnd_log(LOG_WARN, "model %s: precision bf16 asked for, but %s: it computes in fp32",
+                  v->name,
                   strcmp(attn_bf16_cpu_kernels(), "none") == 0
                       ? "this CPU has neither AVX512-BF16 nor AMX-BF16"
                       : "workers.bf16_kernels is \"none\"");
@@ -160,9 +160,15 @@ static attnd_version *read_version(const attnd_model_config *mc, attnd_error *e)
     snprintf(v->name, sizeof v->name, "%s", mc->name);
     attnd_weights_fingerprint(&v->model, v->fingerprint);
     const attn_model *m = &v->model;
-    v->info = (attnd_model_info){v->name,     m->hp,     mc->max_positions,    v->fingerprint,
-                                 m->precision, m->attn16, attn_model_bytes(m), 0,
-                                 mc->weights != NULL};
+    v->info = (attnd_model_info){.name = v->name,
+                                 .hp = m->hp,
+                                 .max_positions = mc->max_positions,
+                                 .fingerprint = v->fingerprint,
+                                 .precision = m->precision,
+                                 .kv16 = m->attn16,
+                                 .bytes = attn_model_bytes(m),
+                                 .version = 0, /* switch_to numbers it */
+                                 .from_file = mc->weights != NULL};
     v->release = release;
     return v;
 }
@@ -591,8 +597,7 @@ void attnd_models_metrics(attnd_models *ms, attnd_sbuf *b) {
     for (int i = 0; i < ms->n; i++)
         if (ms->slots[i]->serving) {
             attnd_prom_label l = {"model", ms->slots[i]->name};
-            attnd_prom_sample(b, "attnd_model_version", &l, 1,
-                              ms->slots[i]->serving->info.version);
+            attnd_prom_sample(b, "attnd_model_version", &l, 1, ms->slots[i]->serving->info.version);
         }
     attnd_prom_single(b, "attnd_model_weights_bytes", PROM_GAUGE,
                       "Bytes of weights held, every version still in use included.", ms->bytes);

@@ -21,6 +21,5 @@ void attnd_file_identify(const char *path, attnd_file_id *id) {
 }
 
 int attnd_file_same(const attnd_file_id *a, const attnd_file_id *b) {
-    return a->dev == b->dev && a->ino == b->ino && a->size == b->size &&
-           a->mtime_ns == b->mtime_ns;
+    return a->dev == b->dev && a->ino == b->ino && a->size == b->size && a->mtime_ns == b->mtime_ns;
 }

@@ -46,14 +46,14 @@ typedef struct attnd_version attnd_version;
 
 struct attnd_version {
     atomic_int refs;
-    int slot;                   /* its model's place in the table: the queue it joins */
-    attnd_model_info info;      /* name and fingerprint point into this struct */
-    char name[ATTND_NAME_MAX];  /* the model's name */
+    int slot;                  /* its model's place in the table: the queue it joins */
+    attnd_model_info info;     /* name and fingerprint point into this struct */
+    char name[ATTND_NAME_MAX]; /* the model's name */
     char fingerprint[ATTND_FINGERPRINT_LEN + 1];
-    attn_model model;           /* the weights, packed */
-    attnd_model_config mc;      /* the entry it was loaded from; owned */
-    attnd_file_id file;         /* its weights file at load; zeroed for the embedded default */
-    attnd_version *older;       /* the table's list of its model's versions still held */
+    attn_model model;      /* the weights, packed */
+    attnd_model_config mc; /* the entry it was loaded from; owned */
+    attnd_file_id file;    /* its weights file at load; zeroed for the embedded default */
+    attnd_version *older;  /* the table's list of its model's versions still held */
     void (*release)(attnd_version *v, void *arg); /* the last reference went: free v */
     void *release_arg;
 };

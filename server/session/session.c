@@ -25,18 +25,18 @@
 
 struct attnd_session {
     char id[ATTND_SESSION_ID_LEN + 1];
-    void *model;             /* the caller's handle on the model it was opened for, held
-                                (the table's hold hook) until the session is freed */
+    void *model;               /* the caller's handle on the model it was opened for, held
+                                  (the table's hold hook) until the session is freed */
     void (*drop)(void *model); /* lets model go; NULL: nothing to let go */
-    attnd_cache_shape shape; /* how its cache holds tokens */
-    int max_len;             /* tokens it may ever hold */
-    void *kv;                /* (cap tokens in shape), owned */
-    int len;                 /* cached tokens */
-    int cap;                 /* tokens allocated: a multiple of shape.page */
-    double last_used;        /* monotonic seconds of the last open, step end or begin */
-    int busy;                /* 1 from a step's begin to its end: queued or computing */
-    int deleted;             /* 1: out of the table, freed when its step ends */
-    attnd_session *next;     /* bucket chain */
+    attnd_cache_shape shape;   /* how its cache holds tokens */
+    int max_len;               /* tokens it may ever hold */
+    void *kv;                  /* (cap tokens in shape), owned */
+    int len;                   /* cached tokens */
+    int cap;                   /* tokens allocated: a multiple of shape.page */
+    double last_used;          /* monotonic seconds of the last open, step end or begin */
+    int busy;                  /* 1 from a step's begin to its end: queued or computing */
+    int deleted;               /* 1: out of the table, freed when its step ends */
+    attnd_session *next;       /* bucket chain */
 };
 
 struct attnd_sessions {
@@ -51,10 +51,10 @@ struct attnd_sessions {
     attnd_session_stats totals;
     /* the reaper (attnd_sessions_reaper_start): sweeps once a second */
     pthread_t reaper;
-    int reaper_on;            /* 1: started, to be joined by attnd_sessions_free */
-    int reaper_stop;          /* 1: the reaper exits; under mu */
-    pthread_cond_t reaper_cv; /* on CLOCK_MONOTONIC; signalled to stop it */
-    double (*clock)(void);    /* the reaper's now, monotonic seconds */
+    int reaper_on;             /* 1: started, to be joined by attnd_sessions_free */
+    int reaper_stop;           /* 1: the reaper exits; under mu */
+    pthread_cond_t reaper_cv;  /* on CLOCK_MONOTONIC; signalled to stop it */
+    double (*clock)(void);     /* the reaper's now, monotonic seconds */
     void (*hold)(void *model); /* attnd_sessions_hooks: takes a reference on a model */
     void (*drop)(void *model); /* lets one go */
 };
@@ -518,7 +518,7 @@ int attnd_sessions_reaper_start(attnd_sessions *st, double (*clock)(void)) {
 }
 
 void attnd_sessions_hooks(attnd_sessions *st, void (*hold)(void *model),
-                         void (*drop)(void *model)) {
+                          void (*drop)(void *model)) {
     st->hold = hold;
     st->drop = drop;
 }

@@ -188,8 +188,7 @@ int attnd_sessions_expire(attnd_sessions *st, double now);
  * version, server/models/version.h) from its open to its end: hold takes a
  * reference on a handle, drop lets one go. Set once, before any open;
  * without them handles are plain values. */
-void attnd_sessions_hooks(attnd_sessions *st, void (*hold)(void *model),
-                          void (*drop)(void *model));
+void attnd_sessions_hooks(attnd_sessions *st, void (*hold)(void *model), void (*drop)(void *model));
 
 /* The model handle of session id with a reference (hold) for the caller,
  * or NULL when there is none (or it expired). */
