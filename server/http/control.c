@@ -74,7 +74,9 @@ static int file_entry(hreq *h, const char *name, attnd_model_config *mc) {
 }
 
 /* The loader thread finished h's load: its answer, then the connection
- * resumes (attnd_http_answer_ready) and sends it. */
+ * resumes and glue.c, called again, sends it (what attnd_http_answer_ready
+ * does for the scheduler: glue.c sits above this file, which must not
+ * call up to it). */
 static void load_done(void *arg, int rc, int version, const attnd_error *e) {
     hreq *h = arg;
     if (rc < 0) {
@@ -91,7 +93,7 @@ static void load_done(void *arg, int rc, int version, const attnd_error *e) {
             attnd_reply_error(&h->r.reply, &oom);
         }
     }
-    attnd_http_answer_ready(&h->r, h->srv);
+    MHD_resume_connection(h->conn);
     attnd_req_unref(&h->r);
 }
 
