@@ -335,13 +335,22 @@ attnd_version *attnd_models_sole(attnd_models *ms) {
     return one;
 }
 
+/* One more reference on v, unless its last one went (mutex held): such a
+ * version is still on its slot's list, its release waiting for the mutex
+ * to take it off and free it. 1 when taken. */
+static int ref_if_held(attnd_version *v) {
+    int n = atomic_load(&v->refs);
+    while (n > 0 && !atomic_compare_exchange_weak(&v->refs, &n, n + 1))
+        ;
+    return n > 0;
+}
+
 attnd_version *attnd_models_find(attnd_models *ms, const char *name, const char *fingerprint) {
     attnd_version *hit = NULL;
     pthread_mutex_lock(&ms->mu);
     slot *s = find_slot(ms, name);
     for (attnd_version *v = s ? s->held : NULL; v && !hit; v = v->older)
-        if (strcmp(v->fingerprint, fingerprint) == 0) hit = v;
-    attnd_version_ref(hit);
+        if (strcmp(v->fingerprint, fingerprint) == 0 && ref_if_held(v)) hit = v;
     pthread_mutex_unlock(&ms->mu);
     return hit;
 }
