@@ -184,7 +184,8 @@ static int load_failed(attnd_models *ms, slot *s, const attnd_error *e) {
     pthread_mutex_lock(&ms->mu);
     s->loads_failed++;
     snprintf(s->reason, sizeof s->reason, "%s", e->msg);
-    if (!s->serving && s->state == MODEL_LOADING) s->state = MODEL_UNAVAILABLE;
+    if (!s->serving && s->state == MODEL_LOADING) /* old versions may still be held */
+        s->state = s->held ? MODEL_UNLOADING : MODEL_UNAVAILABLE;
     pthread_mutex_unlock(&ms->mu);
     attnd_log(LOG_ERROR, "%s%s", e->msg, s->serving ? " (the version serving keeps serving)" : "");
     return -1;
