@@ -186,8 +186,9 @@ static int load_failed(attnd_models *ms, slot *s, const attnd_error *e) {
     snprintf(s->reason, sizeof s->reason, "%s", e->msg);
     if (!s->serving && s->state == MODEL_LOADING) /* old versions may still be held */
         s->state = s->held ? MODEL_UNLOADING : MODEL_UNAVAILABLE;
+    int serving = s->serving != NULL;
     pthread_mutex_unlock(&ms->mu);
-    attnd_log(LOG_ERROR, "%s%s", e->msg, s->serving ? " (the version serving keeps serving)" : "");
+    attnd_log(LOG_ERROR, "%s%s", e->msg, serving ? " (the version serving keeps serving)" : "");
     return -1;
 }
 
@@ -305,17 +306,19 @@ int attnd_models_unload(attnd_models *ms, const char *name, attnd_error *e) {
 /* ---- lookups ---- */
 
 attnd_version *attnd_models_get(attnd_models *ms, const char *name, attnd_error *e) {
+    char why[256] = "unloaded"; /* s->reason copied under the mutex: a load rewrites it */
     pthread_mutex_lock(&ms->mu);
     slot *s = find_slot(ms, name);
     attnd_version *v = s ? s->serving : NULL;
     attnd_version_ref(v);
+    if (s && !v && s->reason[0]) snprintf(why, sizeof why, "%s", s->reason);
     pthread_mutex_unlock(&ms->mu);
     if (v) return v;
     char names[160];
     attnd_models_names(ms, names, sizeof names);
     if (s)
         attnd_set_error(e, AERR_NOT_FOUND, "model '%.64s' is not loaded (%s; loaded: %s)", name,
-                        s->reason[0] ? s->reason : "unloaded", names);
+                        why, names);
     else
         attnd_set_error(e, AERR_NOT_FOUND, "unknown model '%.64s' (loaded: %s)", name, names);
     return NULL;
