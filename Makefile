@@ -196,12 +196,15 @@ asan: deps
 # one batch on it, the bf16 forward suite's invariance cases run bf16 models
 # on 1 to 3 threads; the daemon's concurrency suite exercises the queue,
 # batcher and workers; the OTLP suites submit from several threads while the
-# exporter's thread sends, to a peer and to the real collector.
+# exporter's thread sends, to a peer and to the real collector; the model
+# table's suite gets and finds versions on threads while another reloads,
+# and the loader thread loads and frees them.
 tsan: deps
 	$(MAKE) BUILD=build-tsan OPT=-O1 SAN="-fsanitize=thread" all build-tsan/tests/test_pool build-tsan/tests/test_core build-tsan/tests/test_server_session build-tsan/tests/test_decoder \
 	  build-tsan/tests/test_server_guard build-tsan/tests/test_invariance build-tsan/tests/test_server_sched \
 	  build-tsan/tests/test_server_answer build-tsan/tests/test_server_pipeline build-tsan/tests/test_server_otlp \
-	  build-tsan/tests/test_server_otlp_collector build-tsan/tests/test_bf16_forward $(OTELCOL)
+	  build-tsan/tests/test_server_otlp_collector build-tsan/tests/test_bf16_forward \
+	  build-tsan/tests/test_server_models $(OTELCOL)
 	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no build-tsan/tests/test_pool
 	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no build-tsan/tests/test_core
 	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no build-tsan/tests/test_invariance
@@ -210,6 +213,7 @@ tsan: deps
 	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no build-tsan/tests/test_server_answer
 	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no build-tsan/tests/test_server_pipeline
 	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no build-tsan/tests/test_server_session
+	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no build-tsan/tests/test_server_models
 	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no build-tsan/tests/test_decoder
 	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no build-tsan/tests/test_server_guard
 	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no build-tsan/tests/test_server_otlp
