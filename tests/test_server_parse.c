@@ -190,7 +190,21 @@ static void tables_new(void) {
     load_into(g_both, "cross", &CROSS);
 }
 
+/* Every version is held by its table alone (and by this look-up): no job
+ * kept one. */
+static void tables_let_go(attnd_models *ms) {
+    attnd_version *vs[2];
+    int n = attnd_models_serving(ms, vs, 2);
+    for (int i = 0; i < n; i++) {
+        ck_assert_msg(atomic_load(&vs[i]->refs) == 2, "%s: %d references besides the table's",
+                      vs[i]->name, atomic_load(&vs[i]->refs) - 2);
+        attnd_version_unref(vs[i]);
+    }
+}
+
 static void tables_free(void) {
+    tables_let_go(g_one);
+    tables_let_go(g_both);
     attnd_models_free(g_one);
     attnd_models_free(g_both);
     g_one = g_both = NULL;
@@ -736,11 +750,16 @@ START_TEST(test_session_open_bodies) {
     /* no query: the model alone (the only one, when one is served) */
     ck_assert_int_eq(open_body("", 1, &job, &e), 0);
     ck_assert_int_eq(job.model, 0);
+    ck_assert_str_eq(job.ver->name, "small"); /* held: the job lets it go */
     ck_assert_ptr_null(job.query);
+    attnd_job_free(&job);
     ck_assert_int_eq(open_body("{\"model\": \"small\"}", 2, &job, &e), 0);
     ck_assert_int_eq(job.model, 0);
+    ck_assert_str_eq(job.ver->name, "small");
+    attnd_job_free(&job);
     ck_assert_int_eq(open_body(" {\"model\": null} ", 1, &job, &e), 0);
     ck_assert_int_eq(job.model, 0);
+    attnd_job_free(&job);
     /* a query: the prefix, read once into the job */
     ck_assert_int_eq(open_body("{\"model\": \"small\", \"query\": [[1,2,3,4],[5,6,7,8]],"
                                " \"attention\": \"mean\", \"encoding\": \"base64\"}",
@@ -793,6 +812,7 @@ START_TEST(test_session_open_bodies) {
         ck_assert_msg(strncmp(e.msg, bad[i].starts, strlen(bad[i].starts)) == 0,
                       "%s: '%s' does not start with '%s'", bad[i].body, e.msg, bad[i].starts);
         ck_assert_ptr_null(job.query);
+        ck_assert_ptr_null(job.ver); /* no version kept */
     }
 }
 END_TEST
@@ -877,7 +897,7 @@ int main(void) {
     tcase_add_test(tc, test_base64_tensors);
     suite_add_tcase(s, tc);
     TCase *tr = tcase_create("requests");
-    tcase_add_unchecked_fixture(tr, tables_new, tables_free);
+    tcase_add_checked_fixture(tr, tables_new, tables_free); /* each test: its own tables */
     tcase_add_test(tr, test_native_self_attention);
     tcase_add_test(tr, test_native_batched_cross);
     tcase_add_test(tr, test_native_refusals);
