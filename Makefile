@@ -197,14 +197,17 @@ asan: deps
 # one batch on it, the bf16 forward suite's invariance cases run bf16 models
 # on 1 to 3 threads; the daemon's concurrency suite exercises the queue,
 # batcher and workers; the OTLP suites submit from several threads while the
-# exporter's thread sends, to a peer and to the real collector; the
-# repository suite's reloads under load, sessions across reloads and SIGHUP
-# change models while requests hold their versions.
+# exporter's thread sends, to a peer and to the real collector; the model
+# table's suite gets and finds versions on threads while another reloads,
+# and the loader thread loads and frees them; the repository suite's
+# reloads under load, sessions across reloads and SIGHUP change models
+# while requests hold their versions.
 tsan: deps
 	$(MAKE) BUILD=build-tsan OPT=-O1 SAN="-fsanitize=thread" all build-tsan/tests/test_pool build-tsan/tests/test_core build-tsan/tests/test_server_session build-tsan/tests/test_decoder \
 	  build-tsan/tests/test_server_guard build-tsan/tests/test_invariance build-tsan/tests/test_server_sched \
 	  build-tsan/tests/test_server_answer build-tsan/tests/test_server_pipeline build-tsan/tests/test_server_otlp \
-	  build-tsan/tests/test_server_otlp_collector build-tsan/tests/test_bf16_forward $(OTELCOL)
+	  build-tsan/tests/test_server_otlp_collector build-tsan/tests/test_bf16_forward \
+	  build-tsan/tests/test_server_models $(OTELCOL)
 	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no build-tsan/tests/test_pool
 	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no build-tsan/tests/test_core
 	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no build-tsan/tests/test_invariance
@@ -213,6 +216,7 @@ tsan: deps
 	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no build-tsan/tests/test_server_answer
 	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no build-tsan/tests/test_server_pipeline
 	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no build-tsan/tests/test_server_session
+	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no build-tsan/tests/test_server_models
 	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no build-tsan/tests/test_decoder
 	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no build-tsan/tests/test_server_guard
 	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no build-tsan/tests/test_server_otlp
@@ -240,7 +244,7 @@ build-fuzz/obj/server/http/openapi.o: server/http/openapi.json
 build-fuzz/obj/server/ui/ui.o: $(wildcard server/ui/*.html server/ui/*.js server/ui/*.css)
 build-fuzz/libattnd_fuzz.a: $(FUZZ_OBJ)
 	rm -f $@; ar rcs $@ $^
-build-fuzz/%: tests/fuzz/%.c build-fuzz/libattnd_fuzz.a $(wildcard tests/fuzz/*.h)
+build-fuzz/%: tests/fuzz/%.c build-fuzz/libattnd_fuzz.a $(wildcard tests/fuzz/*.h) tests/test_models.h
 	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer $(PKG_CFLAGS) -o $@ $< build-fuzz/libattnd_fuzz.a \
 	  $(PKG_LIBS) -ldl -lm -lpthread
 fuzz: $(FUZZERS)

@@ -34,6 +34,8 @@ static const struct {
     {AERR_UNAVAILABLE, 503, "unavailable", ATTND_HDR_RETRY_AFTER},
     {AERR_TIMEOUT, 504, "timeout", 0},
     {AERR_CONFLICT, 409, "conflict", 0},
+    {AERR_FORBIDDEN, 403, "forbidden", 0},
+    {AERR_NO_ROOM, 507, "no_room", 0},
 };
 
 START_TEST(test_every_kind) {

@@ -14,6 +14,7 @@
 #include "../server/codec/jsonin.h"
 #include "../server/codec/tensor.h"
 #include "check_run.h"
+#include "test_models.h"
 
 /* ---- tensors ---- */
 
@@ -162,14 +163,55 @@ END_TEST
 
 /* ---- requests ---- */
 
-static attnd_model_info MODELS[2] = {
-    {.name = "small", .hp = {.embed_dim = 4, .num_heads = 2, .kdim = 4, .vdim = 4, .bias = 1}},
-    {.name = "cross",
-     .hp = {.embed_dim = 4, .num_heads = 2, .kdim = 3, .vdim = 2, .bias = 1, .causal = 1}},
-};
+/* The models, loaded as the daemon loads them (embedded default weights):
+ * "small", and "cross" whose kdim and vdim differ from embed_dim and whose
+ * requests are causal unless they say. */
+static const attn_hparams SMALL = {.embed_dim = 4, .num_heads = 2, .kdim = 4, .vdim = 4, .bias = 1};
+static const attn_hparams CROSS = {
+    .embed_dim = 4, .num_heads = 2, .kdim = 3, .vdim = 2, .bias = 1, .causal = 1};
+
+/* Two tables: "small" alone, and "small" then "cross" (slots 0 and 1). */
+static attnd_models *g_one, *g_both;
+
+static void load_into(attnd_models *ms, const char *name, const attn_hparams *hp) {
+    char err[512];
+    attnd_model_config mc = test_model_entry(name, hp, NULL);
+    attnd_version *v = test_models_add(ms, &mc, err, sizeof err);
+    ck_assert_msg(v != NULL, "%s", err);
+    attnd_version_unref(v); /* the table holds it */
+}
+
+static void tables_new(void) {
+    g_one = attnd_models_new(0);
+    g_both = attnd_models_new(0);
+    ck_assert(g_one && g_both);
+    load_into(g_one, "small", &SMALL);
+    load_into(g_both, "small", &SMALL);
+    load_into(g_both, "cross", &CROSS);
+}
+
+/* Every version is held by its table alone (and by this look-up): no job
+ * kept one. */
+static void tables_let_go(attnd_models *ms) {
+    attnd_version *vs[2];
+    int n = attnd_models_serving(ms, vs, 2);
+    for (int i = 0; i < n; i++) {
+        ck_assert_msg(atomic_load(&vs[i]->refs) == 2, "%s: %d references besides the table's",
+                      vs[i]->name, atomic_load(&vs[i]->refs) - 2);
+        attnd_version_unref(vs[i]);
+    }
+}
+
+static void tables_free(void) {
+    tables_let_go(g_one);
+    tables_let_go(g_both);
+    attnd_models_free(g_one);
+    attnd_models_free(g_both);
+    g_one = g_both = NULL;
+}
 
 static attnd_parse_env env_of(int n_models) {
-    attnd_parse_env env = {MODELS, n_models, 64, 100};
+    attnd_parse_env env = {n_models == 1 ? g_one : g_both, 64, 100};
     return env;
 }
 
@@ -429,7 +471,7 @@ START_TEST(test_v2_binary_extension) {
     size_t jl = 0;
     attnd_sbuf b;
     attnd_sb_init(&b);
-    ck_assert_int_eq(attnd_write_answer(&b, &job, &MODELS[0], out, &u, &jl), 0);
+    ck_assert_int_eq(attnd_write_answer(&b, &job, &job.ver->info, out, &u, &jl), 0);
     ck_assert_uint_eq(b.len, jl + sizeof(out));
     ck_assert(memcmp(b.p + jl, out, sizeof(out)) == 0);
     ck_assert_ptr_nonnull(strstr(b.p, "\"binary_data_size\":32"));
@@ -624,7 +666,7 @@ START_TEST(test_v2_outputs_listed_are_returned) {
     job.attn = malloc(sizeof(attn));
     memcpy(job.attn, attn, sizeof(attn));
     attnd_sb_init(&b);
-    ck_assert_int_eq(attnd_write_answer(&b, &job, &MODELS[0], out, &u, &jl), 0);
+    ck_assert_int_eq(attnd_write_answer(&b, &job, &job.ver->info, out, &u, &jl), 0);
     ck_assert_ptr_null(strstr(b.p, "\"name\":\"output\""));
     ck_assert_ptr_nonnull(strstr(b.p, "\"outputs\":[{\"name\":\"attention\""));
     attnd_sb_free(&b);
@@ -708,11 +750,16 @@ START_TEST(test_session_open_bodies) {
     /* no query: the model alone (the only one, when one is served) */
     ck_assert_int_eq(open_body("", 1, &job, &e), 0);
     ck_assert_int_eq(job.model, 0);
+    ck_assert_str_eq(job.ver->name, "small"); /* held: the job lets it go */
     ck_assert_ptr_null(job.query);
+    attnd_job_free(&job);
     ck_assert_int_eq(open_body("{\"model\": \"small\"}", 2, &job, &e), 0);
     ck_assert_int_eq(job.model, 0);
+    ck_assert_str_eq(job.ver->name, "small");
+    attnd_job_free(&job);
     ck_assert_int_eq(open_body(" {\"model\": null} ", 1, &job, &e), 0);
     ck_assert_int_eq(job.model, 0);
+    attnd_job_free(&job);
     /* a query: the prefix, read once into the job */
     ck_assert_int_eq(open_body("{\"model\": \"small\", \"query\": [[1,2,3,4],[5,6,7,8]],"
                                " \"attention\": \"mean\", \"encoding\": \"base64\"}",
@@ -765,6 +812,7 @@ START_TEST(test_session_open_bodies) {
         ck_assert_msg(strncmp(e.msg, bad[i].starts, strlen(bad[i].starts)) == 0,
                       "%s: '%s' does not start with '%s'", bad[i].body, e.msg, bad[i].starts);
         ck_assert_ptr_null(job.query);
+        ck_assert_ptr_null(job.ver); /* no version kept */
     }
 }
 END_TEST
@@ -816,16 +864,16 @@ START_TEST(test_answers_written_back) {
     size_t jl = 99;
     attnd_sbuf b;
     attnd_sb_init(&b);
-    ck_assert_int_eq(attnd_write_answer(&b, &job, &MODELS[0], out, &u, &jl), 0);
+    ck_assert_int_eq(attnd_write_answer(&b, &job, &job.ver->info, out, &u, &jl), 0);
     ck_assert_str_eq(b.p, "{\"model\":\"small\",\"output\":[[0.5,-1,2,3],[4,5,6,0.100000001]],"
                           "\"attention\":[[0.25,0.75],[1,0]],\"usage\":{\"batch\":3,"
                           "\"sequences\":1,\"query_tokens\":2,\"key_tokens\":2,\"queue_us\":10,"
-                          "\"compute_us\":20}}\n");
+                          "\"compute_us\":20,\"model_version\":1}}\n");
     attnd_sb_free(&b);
     /* base64 answers decode to the same floats */
     job.enc = ENC_BASE64;
     attnd_sb_init(&b);
-    ck_assert_int_eq(attnd_write_answer(&b, &job, &MODELS[0], out, &u, &jl), 0);
+    ck_assert_int_eq(attnd_write_answer(&b, &job, &job.ver->info, out, &u, &jl), 0);
     const char *p = strstr(b.p, "\"output\":{\"shape\":[2,4],\"dtype\":\"float32\",\"b64\":\"");
     ck_assert_ptr_nonnull(p);
     p = strstr(p, "\"b64\":\"") + 7;
@@ -849,6 +897,7 @@ int main(void) {
     tcase_add_test(tc, test_base64_tensors);
     suite_add_tcase(s, tc);
     TCase *tr = tcase_create("requests");
+    tcase_add_checked_fixture(tr, tables_new, tables_free); /* each test: its own tables */
     tcase_add_test(tr, test_native_self_attention);
     tcase_add_test(tr, test_native_batched_cross);
     tcase_add_test(tr, test_native_refusals);

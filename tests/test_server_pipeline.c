@@ -22,11 +22,12 @@
 #include "../server/body/request.h"
 #include "../server/body/v2.h"
 #include "check_run.h"
+#include "test_models.h"
 
 enum { E = 8 };
 
-static attn_model model;
-static attnd_model_info info;
+static attnd_models *models;
+static attnd_version *ver; /* model "m", held: what every request here computes on */
 static attnd_parse_env env;
 static attnd_sessions *table;
 static attn_ctx *ctx;
@@ -38,7 +39,9 @@ static float rnd(void) {
     return (float)(seed >> 8) / 16777216.0f - 0.5f;
 }
 
-/* A decoder layer: 2 query heads over 1 key/value head of width 4. */
+/* A decoder layer: 2 query heads over 1 key/value head of width 4, its
+ * weights drawn here, written to a safetensors file and loaded as the
+ * daemon loads a model. */
 static void setup(void) {
     attn_hparams hp = {.embed_dim = E,
                        .num_heads = 2,
@@ -47,25 +50,35 @@ static void setup(void) {
                        .bias = 1,
                        .num_kv_heads = 1,
                        .head_dim = 4};
-    char err[256];
-    ck_assert_msg(attn_model_init(&model, &hp, err, sizeof err) == 0, "%s", err);
-    for (size_t i = 0; i < model.n_floats; i++)
-        model.mem[i] = rnd();
-    ck_assert_msg(attn_model_pack(&model, err, sizeof err) == 0, "%s", err);
-    info = (attnd_model_info){.name = "m", .hp = model.hp};
-    env = (attnd_parse_env){&info, 1, 4096, 1 << 20};
+    attn_model drawn;
+    char err[512], path[64];
+    ck_assert_msg(attn_model_init(&drawn, &hp, err, sizeof err) == 0, "%s", err);
+    for (size_t i = 0; i < drawn.n_floats; i++)
+        drawn.mem[i] = rnd();
+    ck_assert_msg(test_weights_temp(&drawn, path, sizeof path, err, sizeof err) == 0, "%s", err);
+    attnd_model_config mc = test_model_entry("m", &hp, path);
+    models = attnd_models_new(0);
+    ck_assert(models != NULL);
+    ver = test_models_add(models, &mc, err, sizeof err);
+    unlink(path);
+    ck_assert_msg(ver != NULL, "%s", err);
+    ck_assert(memcmp(ver->model.mem, drawn.mem, drawn.n_floats * sizeof(float)) == 0);
+    attn_model_free(&drawn);
+    env = (attnd_parse_env){models, 4096, 1 << 20};
     attnd_session_limits lim = {8, 1 << 20, 1 << 20, 60};
     table = attnd_sessions_new(&lim);
     ctx = attn_ctx_new(2);
     pipe_ = attnd_pipeline_new(ctx, 8);
     ck_assert(table && ctx && pipe_);
+    attnd_sessions_hooks(table, test_version_hold, test_version_drop);
 }
 
 static void teardown(void) {
     attnd_pipeline_free(pipe_);
     attn_ctx_free(ctx);
-    attnd_sessions_free(table);
-    attn_model_free(&model);
+    attnd_sessions_free(table); /* its sessions let their version go */
+    attnd_version_unref(ver);
+    attnd_models_free(models);
 }
 
 typedef struct {
@@ -149,7 +162,7 @@ static float *reference(const float *x, int n) {
     attn_seq seq = {.L = n, .S = n, .causal = 1};
     attn_batch b = {1, &seq, x, NULL, NULL, out};
     char err[256];
-    ck_assert_msg(attn_forward_ref(&model, &b, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(attn_forward_ref(&ver->model, &b, err, sizeof err) == 0, "%s", err);
     return out;
 }
 
@@ -162,7 +175,7 @@ static void open_prefix(const float *x, int n, char id[ATTND_SESSION_ID_LEN + 1]
     ck_assert_int_eq(attnd_parse_session_open(&env, body, strlen(body), &t->r.job, &e), 1);
     ck_assert_int_eq(admit(t, NULL, &e), 0);
     attnd_req *rs[1] = {&t->r};
-    attnd_pipeline_run(pipe_, &model, &info, NULL, rs, 1, on_answered, NULL);
+    attnd_pipeline_run(pipe_, &ver->model, &ver->info, NULL, rs, 1, on_answered, NULL);
     ck_assert_int_eq(t->answered, 1);
     ck_assert_int_eq(t->r.reply.kind, AOK_CREATED); /* a native open: 201 */
     memcpy(id, t->r.step.id, ATTND_SESSION_ID_LEN + 1);
@@ -185,7 +198,7 @@ START_TEST(test_step_and_sequence_share_a_batch) {
     treq *step = treq_new(), *whole = treq_new();
     attnd_error e;
     char *sb = body_of(p + 3 * E, 2, ""), *wb = body_of(w, 4, ",\"causal\":true");
-    ck_assert_int_eq(attnd_parse_session_step(&env, 0, id, sb, strlen(sb), &step->r.job, &e), 0);
+    ck_assert_int_eq(attnd_parse_session_step(&env, ver, id, sb, strlen(sb), &step->r.job, &e), 0);
     ck_assert_int_eq(attnd_parse_native(&env, NULL, wb, strlen(wb), &whole->r.job, &e), 0);
     ck_assert_int_eq(admit(step, NULL, &e), 0);
     ck_assert_int_eq(admit(whole, NULL, &e), 0);
@@ -193,7 +206,7 @@ START_TEST(test_step_and_sequence_share_a_batch) {
     ck_assert_int_eq(step->r.tokens, 2);
     ck_assert_int_eq(whole->r.tokens, 8);
     attnd_req *rs[2] = {&step->r, &whole->r};
-    attnd_pipeline_run(pipe_, &model, &info, NULL, rs, 2, on_answered, NULL);
+    attnd_pipeline_run(pipe_, &ver->model, &ver->info, NULL, rs, 2, on_answered, NULL);
     ck_assert_int_eq(step->answered + whole->answered, 2);
     ck_assert_int_eq(step->r.reply.kind, AOK);
     ck_assert_int_eq(whole->r.reply.kind, AOK);
@@ -233,8 +246,8 @@ START_TEST(test_steps_one_at_a_time_and_failures_keep_nothing) {
     const char *id = open->r.step.id;
     float *x = rows_of(1);
     char *body = body_of(x, 1, "");
-    ck_assert_int_eq(attnd_parse_session_step(&env, 0, id, body, strlen(body), &a->r.job, &e), 0);
-    ck_assert_int_eq(attnd_parse_session_step(&env, 0, id, body, strlen(body), &b->r.job, &e), 0);
+    ck_assert_int_eq(attnd_parse_session_step(&env, ver, id, body, strlen(body), &a->r.job, &e), 0);
+    ck_assert_int_eq(attnd_parse_session_step(&env, ver, id, body, strlen(body), &b->r.job, &e), 0);
     ck_assert_int_eq(admit(a, NULL, &e), 0);
     ck_assert_int_eq(admit(b, NULL, &e), -1);
     ck_assert_int_eq(e.code, AERR_CONFLICT);
@@ -246,13 +259,14 @@ START_TEST(test_steps_one_at_a_time_and_failures_keep_nothing) {
         x[c] = 3e38f;
     char *huge = body_of(x, 1, "");
     attnd_req *rs[1] = {&b->r};
-    attnd_pipeline_run(pipe_, &model, &info, NULL, rs, 1, on_answered, NULL);
+    attnd_pipeline_run(pipe_, &ver->model, &ver->info, NULL, rs, 1, on_answered, NULL);
     ck_assert_int_eq(b->r.reply.kind, AOK);
     ck_assert_int_eq(stats().tokens, 1);
-    ck_assert_int_eq(attnd_parse_session_step(&env, 0, id, huge, strlen(huge), &big->r.job, &e), 0);
+    ck_assert_int_eq(attnd_parse_session_step(&env, ver, id, huge, strlen(huge), &big->r.job, &e),
+                     0);
     ck_assert_int_eq(admit(big, NULL, &e), 0);
     rs[0] = &big->r;
-    attnd_pipeline_run(pipe_, &model, &info, NULL, rs, 1, on_answered, NULL);
+    attnd_pipeline_run(pipe_, &ver->model, &ver->info, NULL, rs, 1, on_answered, NULL);
     ck_assert_int_eq(big->r.reply.kind, AERR_BAD_REQUEST);
     ck_assert_ptr_nonnull(strstr(big->r.reply.body, "overflows float32"));
     ck_assert_int_eq(stats().tokens, 1);
@@ -307,7 +321,7 @@ START_TEST(test_v2_session_dispatch) {
     ck_assert_int_eq(admit(open, want, &e), 0);
     ck_assert_str_eq(open->r.step.id, want);
     attnd_req *rs[1] = {&open->r};
-    attnd_pipeline_run(pipe_, &model, &info, NULL, rs, 1, on_answered, NULL);
+    attnd_pipeline_run(pipe_, &ver->model, &ver->info, NULL, rs, 1, on_answered, NULL);
     ck_assert_int_eq(open->r.reply.kind, AOK); /* v2 answers 200 */
     json_t *j = answer_json(open);
     json_t *par = json_object_get(j, "parameters");

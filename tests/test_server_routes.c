@@ -100,8 +100,9 @@ END_TEST
 
 /* Every row has its handler, its label is its pattern as Prometheus takes
  * it ({x} written :x; a session's {name} is its id), the POST routes are
- * the ones that compute, and those whose model the path tells (or the only
- * one) check its queue first. */
+ * the ones that compute but for the repository's (they load and unload
+ * models: their bodies make no job), and those whose model the path tells
+ * (or the only one) check its queue first. */
 START_TEST(test_rows) {
     for (int i = 0; i < R_COUNT; i++) {
         const attnd_route *r = &attnd_routes[i];
@@ -126,7 +127,9 @@ START_TEST(test_rows) {
         ck_assert_str_eq(r->label, want);
         ck_assert_str_eq(attnd_route_label((attnd_route_id)i), want);
         int post = strcmp(r->method, "POST") == 0;
-        ck_assert_int_eq((r->flags & ROUTE_COMPUTE) != 0, post);
+        int repo = i == R_REPO_INDEX || i == R_REPO_LOAD || i == R_REPO_UNLOAD;
+        ck_assert_int_eq(repo, strncmp(r->pattern, "/v2/repository/", 15) == 0);
+        ck_assert_int_eq((r->flags & ROUTE_COMPUTE) != 0, post && !repo);
         int first =
             i == R_ATTENTION || i == R_MODEL_ATTENTION || i == R_V2_INFER || i == R_V2_VINFER;
         ck_assert_int_eq((r->flags & ROUTE_QUEUE_FIRST) != 0, first);

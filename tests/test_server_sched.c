@@ -4,8 +4,11 @@
  * deadline is answered 504 without compute (its own deadline before an
  * older request's), a lone request on idle compute
  * is taken at once, requests that arrive while a batch computes form the
- * next batch together, and a request whose client left (the departed
- * callback, the HTTP side's answer) is dropped without compute. */
+ * next batch together, a request whose client left (the departed
+ * callback, the HTTP side's answer) is dropped without compute, and a
+ * batch never mixes two versions of a model (a reload while it queues).
+ * The model is loaded into a real table (server/models/) from weights
+ * drawn here; each request holds the version it computes on. */
 #include <check.h>
 #include <jansson.h>
 #include <math.h>
@@ -21,6 +24,7 @@
 #include "../server/body/request.h"
 #include "../server/http/status.h"
 #include "check_run.h"
+#include "test_models.h"
 
 /* A request as the HTTP side would hold it, plus a "done" flag. */
 typedef struct {
@@ -63,9 +67,23 @@ static void wait_done(treq *t) {
     pthread_mutex_unlock(&mu);
 }
 
+/* The model's version every request here computes on unless a test says
+ * otherwise (set_version), held by the test. */
+static attnd_models *models;
+static attnd_version *ver;
+
+/* t's job on version v: its queue (v's slot) and a reference of its own. */
+static void set_version(treq *t, attnd_version *v) {
+    attnd_version_ref(v);
+    attnd_version_unref(t->r.job.ver);
+    t->r.job.ver = v;
+    t->r.job.model = v->slot;
+}
+
 static treq *treq_new(void) {
     treq *t = calloc(1, sizeof(*t));
     attnd_req_init(&t->r, treq_free);
+    set_version(t, ver);
     return t;
 }
 
@@ -82,18 +100,38 @@ static float *rnd_floats(size_t n) {
     return x;
 }
 
-static attn_model model;
-static attnd_model_info info;
+/* A version of model "m" (E 8, H 2) on weights drawn here, written to a
+ * safetensors file and loaded into the table as the daemon loads a model:
+ * each call the next version, on weights of its own. */
+static attnd_version *load_drawn(void) {
+    attn_hparams hp = {.embed_dim = 8, .num_heads = 2, .kdim = 8, .vdim = 8, .bias = 1};
+    attn_model drawn;
+    char err[512], path[64];
+    ck_assert_msg(attn_model_init(&drawn, &hp, err, sizeof(err)) == 0, "%s", err);
+    for (size_t i = 0; i < drawn.n_floats; i++)
+        drawn.mem[i] = rnd();
+    ck_assert_msg(test_weights_temp(&drawn, path, sizeof path, err, sizeof err) == 0, "%s", err);
+    attnd_model_config mc = test_model_entry("m", &hp, path);
+    attnd_version *v = test_models_add(models, &mc, err, sizeof err);
+    unlink(path);
+    ck_assert_msg(v != NULL, "%s", err);
+    ck_assert(memcmp(v->model.mem, drawn.mem, drawn.n_floats * sizeof(float)) == 0);
+    attn_model_free(&drawn);
+    return v;
+}
 
 static void setup_model(void) {
-    attn_hparams hp = {.embed_dim = 8, .num_heads = 2, .kdim = 8, .vdim = 8, .bias = 1};
-    char err[256];
-    ck_assert_int_eq(attn_model_init(&model, &hp, err, sizeof(err)), 0);
-    for (size_t i = 0; i < model.n_floats; i++)
-        model.mem[i] = rnd();
-    ck_assert_int_eq(attn_model_pack(&model, err, sizeof(err)), 0);
-    info.name = "m";
-    info.hp = model.hp;
+    models = attnd_models_new(0);
+    ck_assert(models != NULL);
+    ver = load_drawn();
+}
+
+/* After the requests and the scheduler: nothing else holds a version. */
+static void free_model(void) {
+    attnd_version_unref(ver);
+    attnd_models_free(models);
+    ver = NULL;
+    models = NULL;
 }
 
 static void config(attnd_config *c, int batch_requests, int delay_us, int queue, int timeout_ms) {
@@ -108,7 +146,7 @@ static void config(attnd_config *c, int batch_requests, int delay_us, int queue,
 
 static attnd_sched *sched_of(const attnd_config *c, attnd_metrics *mt) {
     attnd_metrics_init(mt, (const char *[]){"test"}, 1);
-    attnd_sched_opts o = {c, &model, &info, 1, mt, on_done, NULL, NULL, NULL};
+    attnd_sched_opts o = {c, mt, on_done, NULL, NULL, NULL};
     char err[256];
     attnd_sched *s = attnd_sched_new(&o, err, sizeof(err));
     ck_assert_msg(s != NULL, "%s", err);
@@ -116,14 +154,15 @@ static attnd_sched *sched_of(const attnd_config *c, attnd_metrics *mt) {
 }
 
 /* The answer's "output" (and "attention" when asked) against the naive
- * reference of this one request alone. */
+ * reference of this one request alone, on the version it was admitted on. */
 static void check_against_reference(treq *t, const float *q, const float *k, const float *v) {
     attnd_job *j = &t->r.job;
+    const attn_model *model = &j->ver->model;
     ck_assert_int_eq(attnd_kind_status(t->r.reply.kind), 200);
     json_error_t je;
     json_t *root = json_loads(t->r.reply.body, 0, &je);
     ck_assert_msg(root != NULL, "answer is not JSON: %s", je.text);
-    int E = model.hp.embed_dim, H = model.hp.num_heads;
+    int E = model->hp.embed_dim, H = model->hp.num_heads;
     size_t nout = (size_t)j->B * j->L * E;
     float *ref = calloc(nout, sizeof(float));
     size_t na = j->weights == ATTN_WEIGHTS_NONE
@@ -142,7 +181,7 @@ static void check_against_reference(treq *t, const float *q, const float *k, con
     }
     attn_batch bt = {j->B, seqs, q, k, v, ref};
     char err[256];
-    ck_assert_int_eq(attn_forward_ref(&model, &bt, err, sizeof(err)), 0);
+    ck_assert_int_eq(attn_forward_ref(model, &bt, err, sizeof(err)), 0);
     /* flatten the nested answer */
     json_t *out = json_object_get(root, "output");
     size_t got = 0;
@@ -241,7 +280,7 @@ START_TEST(test_mixed_batch_matches_reference) {
     free(bk);
     free(bv);
     free(cq);
-    attn_model_free(&model);
+    free_model();
     attnd_config_free(&c);
 }
 END_TEST
@@ -271,8 +310,7 @@ START_TEST(test_full_queue_429_and_deadline_504) {
             ck_assert_ptr_nonnull(strstr(e.msg, "full"));
         }
     }
-    int depth = -1;
-    attnd_sched_depths(s, &depth);
+    int depth = attnd_sched_depth(s, ver->slot);
     ck_assert_int_eq(depth, 2);
     for (int i = 0; i < 2; i++) {
         wait_done(t[i]);
@@ -287,7 +325,7 @@ START_TEST(test_full_queue_429_and_deadline_504) {
     attnd_sched_free(s);
     for (int i = 0; i < 3; i++)
         attnd_req_unref(&t[i]->r);
-    attn_model_free(&model);
+    free_model();
     attnd_config_free(&c);
 }
 END_TEST
@@ -324,8 +362,7 @@ START_TEST(test_own_deadline_ends_before_older) {
         ck_assert_uint_eq(t[i]->r.t_start_us, 0); /* never computed */
         ck_assert_msg(strstr(t[i]->r.reply.body, from[i]) != NULL, "%s", t[i]->r.reply.body);
     }
-    int depth = -1;
-    attnd_sched_depths(s, &depth);
+    int depth = attnd_sched_depth(s, ver->slot);
     ck_assert_int_eq(depth, 1); /* the oldest, with the server's deadline, waits on */
     pthread_mutex_lock(&mu);
     ck_assert_int_eq(t[0]->done, 0);
@@ -335,7 +372,7 @@ START_TEST(test_own_deadline_ends_before_older) {
     ck_assert_int_eq(t[0]->r.reply.kind, AOK);
     for (int i = 0; i < 3; i++)
         attnd_req_unref(&t[i]->r);
-    attn_model_free(&model);
+    free_model();
     attnd_config_free(&c);
 }
 END_TEST
@@ -360,15 +397,17 @@ START_TEST(test_cancel_drops_queued_work) {
     ck_assert_int_eq(t->done, 0); /* never finished, never computed */
     ck_assert_uint_eq(atomic_load(&mt.batch_size.count[0]), 0);
     attnd_req_unref(&t->r);
-    attn_model_free(&model);
+    free_model();
     attnd_config_free(&c);
 }
 END_TEST
 
-/* A self-attention request of 2 rows, submitted (after *slot = it, when
- * slot is given: the callback may run before this returns). */
-static treq *small_req(attnd_sched *s, treq **slot) {
+/* A self-attention request of 2 rows on version v, submitted (after
+ * *slot = it, when slot is given: the callback may run before this
+ * returns). */
+static treq *small_req_on(attnd_sched *s, attnd_version *v, treq **slot) {
     treq *t = treq_new();
+    set_version(t, v);
     t->r.job.B = 1, t->r.job.L = 2, t->r.job.S = 2, t->r.job.self = 1;
     t->r.job.query = rnd_floats(16);
     t->r.tokens = 4;
@@ -380,6 +419,11 @@ static treq *small_req(attnd_sched *s, treq **slot) {
     attnd_error e;
     ck_assert_int_eq(attnd_sched_submit(s, &t->r, &e), 0);
     return t;
+}
+
+/* small_req_on the version of every test. */
+static treq *small_req(attnd_sched *s, treq **slot) {
+    return small_req_on(s, ver, slot);
 }
 
 /* The scheduler's question to the HTTP side, answered from the requests'
@@ -398,7 +442,7 @@ START_TEST(test_departed_client_dropped_without_compute) {
     config(&c, 64, 0, 16, 60000);
     attnd_metrics mt;
     attnd_metrics_init(&mt, (const char *[]){"test"}, 1);
-    attnd_sched_opts o = {&c, &model, &info, 1, &mt, on_done, NULL, departed, NULL};
+    attnd_sched_opts o = {&c, &mt, on_done, NULL, departed, NULL};
     char err[256];
     attnd_sched *s = attnd_sched_new(&o, err, sizeof(err));
     ck_assert_msg(s != NULL, "%s", err);
@@ -422,7 +466,7 @@ START_TEST(test_departed_client_dropped_without_compute) {
     attnd_sched_free(s);
     for (int i = 0; i < 2; i++)
         attnd_req_unref(&t[i]->r);
-    attn_model_free(&model);
+    free_model();
     attnd_config_free(&c);
 }
 END_TEST
@@ -492,7 +536,7 @@ START_TEST(test_lone_request_starts_at_once) {
                       (unsigned long long)held);
     }
     attnd_sched_free(s);
-    attn_model_free(&model);
+    free_model();
     attnd_config_free(&c);
 }
 END_TEST
@@ -517,8 +561,7 @@ START_TEST(test_requests_during_a_batch_form_the_next) {
     treq *t[N];
     for (int i = 0; i < N; i++)
         t[i] = small_req(s, NULL);
-    int depth = -1;
-    attnd_sched_depths(s, &depth);
+    int depth = attnd_sched_depth(s, ver->slot);
     ck_assert_int_eq(depth, N); /* all queued behind the running batch */
     ck_assert_int_eq(attnd_sched_pending(s), N + 1);
     pthread_mutex_lock(&mu);
@@ -540,7 +583,81 @@ START_TEST(test_requests_during_a_batch_form_the_next) {
     pthread_mutex_unlock(&mu);
     for (int i = 0; i < N; i++)
         attnd_req_unref(&t[i]->r);
-    attn_model_free(&model);
+    free_model();
+    attnd_config_free(&c);
+}
+END_TEST
+
+/* The "model_version" of a native answer's usage. */
+static int answer_version(const treq *t) {
+    json_t *root = json_loads(t->r.reply.body, 0, NULL);
+    ck_assert_ptr_nonnull(root);
+    json_t *u = json_object_get(root, "usage");
+    ck_assert_msg(json_is_integer(json_object_get(u, "model_version")), "%s", t->r.reply.body);
+    int v = (int)json_integer_value(json_object_get(u, "model_version"));
+    json_decref(root);
+    return v;
+}
+
+/* A model reloaded while its queue holds requests: those admitted on the
+ * old version and those on the new one wait in the one queue of its slot,
+ * and a batch never mixes them. Queued A A B B A behind a running batch,
+ * with room for 8 in a batch, they leave as A A, then B B, then A, each
+ * answered on its own version's weights and saying which. */
+START_TEST(test_batch_never_mixes_versions) {
+    setup_model();
+    attnd_version *a = ver, *b = load_drawn(); /* versions 1 and 2 of "m" */
+    ck_assert_int_eq(a->info.version, 1);
+    ck_assert_int_eq(b->info.version, 2);
+    ck_assert_int_eq(a->slot, b->slot); /* one queue */
+    ck_assert_str_ne(a->fingerprint, b->fingerprint);
+    attnd_config c;
+    config(&c, 8, default_delay(), 32, 60000);
+    attnd_metrics mt;
+    attnd_sched *s = sched_of(&c, &mt);
+    pthread_mutex_lock(&mu);
+    g_held = g_release = 0;
+    pthread_mutex_unlock(&mu);
+    small_req(s, &g_hold);
+    pthread_mutex_lock(&mu); /* the batcher is inside the first batch, held there */
+    while (!g_held)
+        pthread_cond_wait(&cv, &mu);
+    pthread_mutex_unlock(&mu);
+    enum { N = 5 };
+    attnd_version *on[N] = {a, a, b, b, a};
+    const int batch[N] = {2, 2, 2, 2, 1};
+    treq *t[N];
+    float *q[N];
+    for (int i = 0; i < N; i++) {
+        t[i] = small_req_on(s, on[i], NULL);
+        q[i] = malloc(16 * sizeof(float));
+        memcpy(q[i], t[i]->r.job.query, 16 * sizeof(float));
+    }
+    ck_assert_int_eq(attnd_sched_depth(s, a->slot), N); /* all queued behind the running batch */
+    pthread_mutex_lock(&mu);
+    g_release = 1;
+    pthread_cond_broadcast(&cv);
+    pthread_mutex_unlock(&mu);
+    for (int i = 0; i < N; i++) {
+        wait_done(t[i]);
+        ck_assert_msg(t[i]->r.batch_requests == batch[i], "request %d: a batch of %d, wanted %d", i,
+                      t[i]->r.batch_requests, batch[i]);
+        ck_assert_int_eq(answer_version(t[i]), on[i]->info.version);
+        check_against_reference(t[i], q[i], NULL, NULL);
+    }
+    ck_assert_uint_eq(atomic_load(&mt.batch_size.count[0]), 2); /* le=1: the held one, the last A */
+    ck_assert_uint_eq(atomic_load(&mt.batch_size.count[1]), 2); /* le=2: A A, then B B */
+    attnd_sched_free(s);
+    attnd_req_unref(&g_hold->r);
+    pthread_mutex_lock(&mu);
+    g_hold = NULL;
+    pthread_mutex_unlock(&mu);
+    for (int i = 0; i < N; i++) {
+        attnd_req_unref(&t[i]->r);
+        free(q[i]);
+    }
+    attnd_version_unref(b);
+    free_model();
     attnd_config_free(&c);
 }
 END_TEST
@@ -556,6 +673,7 @@ int main(void) {
     tcase_add_test(tc, test_departed_client_dropped_without_compute);
     tcase_add_test(tc, test_lone_request_starts_at_once);
     tcase_add_test(tc, test_requests_during_a_batch_form_the_next);
+    tcase_add_test(tc, test_batch_never_mixes_versions);
     suite_add_tcase(s, tc);
     return check_run(s);
 }

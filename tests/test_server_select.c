@@ -34,18 +34,31 @@
 #include "../server/codec/base64.h"
 #include "../server/codec/half.h"
 #include "check_run.h"
+#include "test_models.h"
 
-/* H = 4 heads of width 1 (filled in as attn_model_init would); limits: 64
- * tokens, 200 attention floats. */
-static attnd_model_info MODEL = {.name = "m",
-                                 .hp = {.embed_dim = 4,
-                                        .num_heads = 4,
-                                        .kdim = 4,
-                                        .vdim = 4,
-                                        .bias = 1,
-                                        .num_kv_heads = 4,
-                                        .head_dim = 1}};
-static attnd_parse_env ENV = {&MODEL, 1, 64, 200};
+/* Model "m": H = 4 heads of width 1, loaded as the daemon loads it
+ * (embedded default weights); limits: 64 tokens, 200 attention floats. */
+static const attn_hparams HP = {.embed_dim = 4, .num_heads = 4, .kdim = 4, .vdim = 4, .bias = 1};
+static attnd_models *g_models;
+static attnd_version *g_m; /* "m", held */
+static attnd_parse_env ENV = {NULL, 64, 200};
+
+static void models_new(void) {
+    char err[512];
+    ck_assert((g_models = attnd_models_new(0)) != NULL);
+    attnd_model_config mc = test_model_entry("m", &HP, NULL);
+    ck_assert_msg((g_m = test_models_add(g_models, &mc, err, sizeof err)) != NULL, "%s", err);
+    ck_assert_int_eq(g_m->info.hp.num_kv_heads, 4);
+    ck_assert_int_eq(g_m->info.hp.head_dim, 1);
+    ENV.models = g_models;
+}
+
+static void models_free(void) {
+    attnd_version_unref(g_m);
+    attnd_models_free(g_models);
+    g_m = NULL;
+    g_models = NULL;
+}
 
 /* {"query": L rows of 4, ...more} */
 static char *native_body(int L, const char *more) {
@@ -322,6 +335,7 @@ END_TEST
 START_TEST(test_session_steps) {
     attnd_session_limits lim = {4, 1 << 20, 1 << 20, 60};
     attnd_sessions *table = attnd_sessions_new(&lim);
+    attnd_sessions_hooks(table, test_version_hold, test_version_drop);
     attnd_admit_env a = {table, &ENV};
     attnd_req r;
     attnd_error e;
@@ -354,7 +368,7 @@ START_TEST(test_session_steps) {
     for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
         body = native_body(2, steps[i].more);
         memset(&e, 0, sizeof e);
-        int rc = attnd_parse_session_step(&ENV, 0, id, body, strlen(body), &r.job, &e);
+        int rc = attnd_parse_session_step(&ENV, g_m, id, body, strlen(body), &r.job, &e);
         free(body);
         ck_assert_msg((rc == 0) == steps[i].parsed, "step %zu: parse %d (%s)", i, rc, e.msg);
         if (rc == 0) {
@@ -439,7 +453,7 @@ static char *answer_of(const attnd_job *job, const float *out, size_t *len, size
     attnd_sbuf b;
     attnd_sb_init(&b);
     attnd_usage u = {.batch_requests = 1};
-    ck_assert_int_eq(attnd_write_answer(&b, job, &MODEL, out, &u, json_len), 0);
+    ck_assert_int_eq(attnd_write_answer(&b, job, &g_m->info, out, &u, json_len), 0);
     return attnd_sb_take(&b, len);
 }
 
@@ -570,6 +584,7 @@ END_TEST
 int main(void) {
     Suite *s = suite_create("server_select");
     TCase *tp = tcase_create("parse");
+    tcase_add_unchecked_fixture(tp, models_new, models_free);
     tcase_add_test(tp, test_native_fields);
     tcase_add_test(tp, test_v2_fields);
     tcase_add_test(tp, test_native_refusals);
@@ -578,6 +593,7 @@ int main(void) {
     tcase_add_test(tp, test_session_steps);
     suite_add_tcase(s, tp);
     TCase *tw = tcase_create("writers");
+    tcase_add_unchecked_fixture(tw, models_new, models_free);
     tcase_add_test(tw, test_float16_rounding);
     tcase_add_test(tw, test_bfloat16_rounding);
     tcase_add_test(tw, test_native_topk_json);

@@ -10,6 +10,7 @@
 #include <ctype.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +21,9 @@
 
 enum { ROW = 4 }; /* floats per token in these tests: 16 bytes */
 static const attnd_cache_shape ROWS = {ROW * sizeof(float), 1}; /* rows of floats (fp32) */
+/* Model handles: the table keeps the pointer it is given and hands it back,
+ * never looking at what it points to (the daemon's are model versions). */
+static int MODELS[4];
 
 static attnd_sessions *table(int max_sessions, long long max_bytes, long long each, int idle) {
     attnd_session_limits lim = {max_sessions, max_bytes, each, idle};
@@ -56,8 +60,8 @@ static void check_rows(const attnd_session_step *p) {
 static void open_n(attnd_sessions *st, int n, double now, char id[ATTND_SESSION_ID_LEN + 1]) {
     attnd_session_step p;
     int retry = 0;
-    ck_assert_int_eq(attnd_session_open(st, 0, &ROWS, n, 1 << 20, now, NULL, id, &p, &retry),
-                     SESS_OK);
+    ck_assert_int_eq(
+        attnd_session_open(st, &MODELS[0], &ROWS, n, 1 << 20, now, NULL, id, &p, &retry), SESS_OK);
     fill(&p);
     attnd_session_end(st, &p, 1, now);
 }
@@ -67,18 +71,19 @@ START_TEST(test_open_step_end) {
     char a[ATTND_SESSION_ID_LEN + 1], b[ATTND_SESSION_ID_LEN + 1];
     attnd_session_step p;
     int retry = 0;
-    ck_assert_int_eq(attnd_session_open(st, 3, &ROWS, 5, 1000, 0, NULL, a, &p, &retry), SESS_OK);
+    ck_assert_int_eq(attnd_session_open(st, &MODELS[3], &ROWS, 5, 1000, 0, NULL, a, &p, &retry),
+                     SESS_OK);
     ck_assert_uint_eq(strlen(a), ATTND_SESSION_ID_LEN);
     for (const char *c = a; *c; c++)
         ck_assert(isxdigit((unsigned char)*c) && !isupper((unsigned char)*c));
-    ck_assert_int_eq(p.model, 3);
+    ck_assert_ptr_eq(p.model, &MODELS[3]);
     ck_assert_int_eq(p.len, 0);
     ck_assert_int_eq(p.add, 5);
     ck_assert_uint_eq(p.shape.row_bytes, ROW * sizeof(float));
     ck_assert_int_eq(p.shape.page, 1);
     fill(&p);
     attnd_session_end(st, &p, 1, 1);
-    ck_assert_int_eq(attnd_session_model(st, a, 1), 3);
+    ck_assert_ptr_eq(attnd_session_model(st, a, 1), &MODELS[3]);
     /* steps append; the rows survive every growth of the cache */
     for (int i = 0; i < 40; i++) {
         ck_assert_int_eq(attnd_session_begin(st, a, 1 + i % 3, 2, &p, &retry), SESS_OK);
@@ -114,12 +119,12 @@ START_TEST(test_failed_open_leaves_nothing) {
     attnd_session_step p;
     int retry = 0;
     for (int i = 0; i < 3; i++) { /* one slot: each must give it back */
-        ck_assert_int_eq(attnd_session_open(st, 0, &ROWS, 5, 1000, i, NULL, a, &p, &retry),
+        ck_assert_int_eq(attnd_session_open(st, &MODELS[0], &ROWS, 5, 1000, i, NULL, a, &p, &retry),
                          SESS_OK);
         ck_assert_int_eq(p.opening, 1);
         fill(&p);
         attnd_session_end(st, &p, 0, i);
-        ck_assert_int_eq(attnd_session_model(st, a, i), -1);
+        ck_assert_ptr_null(attnd_session_model(st, a, i));
         attnd_session_stats s = stats(st);
         ck_assert_int_eq(s.sessions, 0);
         ck_assert_int_eq(s.tokens, 0);
@@ -130,11 +135,12 @@ START_TEST(test_failed_open_leaves_nothing) {
     ck_assert_int_eq(attnd_session_begin(st, b, 2, 6, &p, &retry), SESS_OK);
     ck_assert_int_eq(p.opening, 0);
     attnd_session_end(st, &p, 0, 6);
-    ck_assert_int_eq(attnd_session_model(st, b, 6), 0);
+    ck_assert_ptr_eq(attnd_session_model(st, b, 6), &MODELS[0]);
     ck_assert_int_eq(stats(st).tokens, 3);
     /* deleted during its opening step: freed once, at the end */
     ck_assert_int_eq(attnd_session_delete(st, b, 7), SESS_OK);
-    ck_assert_int_eq(attnd_session_open(st, 0, &ROWS, 2, 1000, 8, NULL, a, &p, &retry), SESS_OK);
+    ck_assert_int_eq(attnd_session_open(st, &MODELS[0], &ROWS, 2, 1000, 8, NULL, a, &p, &retry),
+                     SESS_OK);
     ck_assert_int_eq(attnd_session_delete(st, a, 8), SESS_OK);
     attnd_session_end(st, &p, 0, 8);
     ck_assert_int_eq(stats(st).sessions, 0);
@@ -151,10 +157,11 @@ START_TEST(test_proposed_id) {
     char id[ATTND_SESSION_ID_LEN + 1];
     attnd_session_step p;
     int retry = 0;
-    ck_assert_int_eq(attnd_session_open(st, 0, &ROWS, 1, 100, 0, want, id, &p, &retry), SESS_OK);
+    ck_assert_int_eq(attnd_session_open(st, &MODELS[0], &ROWS, 1, 100, 0, want, id, &p, &retry),
+                     SESS_OK);
     ck_assert_str_eq(id, want);
     attnd_session_end(st, &p, 1, 0);
-    ck_assert_int_eq(attnd_session_open(st, 0, &ROWS, 1, 100, 0, want, id, &p, &retry),
+    ck_assert_int_eq(attnd_session_open(st, &MODELS[0], &ROWS, 1, 100, 0, want, id, &p, &retry),
                      SESS_ID_TAKEN);
     const char *bad[] = {"0123456789ABCDEF0123456789abcdef",
                          "0123456789abcdef",
@@ -164,13 +171,15 @@ START_TEST(test_proposed_id) {
                          "abababababababababababababababab",
                          "01234012340123401234012340123401"};
     for (int i = 0; i < 7; i++)
-        ck_assert_int_eq(attnd_session_open(st, 0, &ROWS, 1, 100, 0, bad[i], id, &p, &retry),
-                         SESS_BAD_ID);
+        ck_assert_int_eq(
+            attnd_session_open(st, &MODELS[0], &ROWS, 1, 100, 0, bad[i], id, &p, &retry),
+            SESS_BAD_ID);
     /* six different digits pass: a random id has fewer once in 3e12 */
     ck_assert_int_eq(attnd_session_id_ok("01234501234501234501234501234501"), 1);
     ck_assert_int_eq(attnd_session_id_ok("0123401234012340123401234012340a"), 1);
     /* once it timed out, the id may be opened again */
-    ck_assert_int_eq(attnd_session_open(st, 0, &ROWS, 1, 100, 61, want, id, &p, &retry), SESS_OK);
+    ck_assert_int_eq(attnd_session_open(st, &MODELS[0], &ROWS, 1, 100, 61, want, id, &p, &retry),
+                     SESS_OK);
     attnd_session_end(st, &p, 1, 61);
     ck_assert_int_eq(stats(st).sessions, 1);
     attnd_sessions_free(st);
@@ -182,7 +191,8 @@ START_TEST(test_one_step_at_a_time) {
     char a[ATTND_SESSION_ID_LEN + 1];
     attnd_session_step p, q;
     int retry = 0;
-    ck_assert_int_eq(attnd_session_open(st, 0, &ROWS, 2, 100, 0, NULL, a, &p, &retry), SESS_OK);
+    ck_assert_int_eq(attnd_session_open(st, &MODELS[0], &ROWS, 2, 100, 0, NULL, a, &p, &retry),
+                     SESS_OK);
     ck_assert_int_eq(attnd_session_begin(st, a, 1, 0, &q, &retry), SESS_BUSY);
     fill(&p);
     attnd_session_end(st, &p, 1, 0);
@@ -202,7 +212,7 @@ START_TEST(test_not_found) {
     for (int i = 0; i < 5; i++) {
         ck_assert_int_eq(attnd_session_begin(st, ids[i], 1, 0, &p, &retry), SESS_NOT_FOUND);
         ck_assert_int_eq(attnd_session_delete(st, ids[i], 0), SESS_NOT_FOUND);
-        ck_assert_int_eq(attnd_session_model(st, ids[i], 0), -1);
+        ck_assert_ptr_null(attnd_session_model(st, ids[i], 0));
     }
     ck_assert(strstr(attnd_session_status_text(SESS_NOT_FOUND), "open a new session") != NULL);
     attnd_sessions_free(st);
@@ -224,7 +234,7 @@ START_TEST(test_delete) {
     open_n(st, 3, 2, a);
     ck_assert_int_eq(attnd_session_begin(st, a, 2, 2, &p, &retry), SESS_OK);
     ck_assert_int_eq(attnd_session_delete(st, a, 2), SESS_OK);
-    ck_assert_int_eq(attnd_session_model(st, a, 2), -1);
+    ck_assert_ptr_null(attnd_session_model(st, a, 2));
     ck_assert(stats(st).bytes > 0);
     fill(&p); /* the step still owns its rows */
     attnd_session_end(st, &p, 1, 3);
@@ -249,7 +259,7 @@ START_TEST(test_idle_timeout) {
     ck_assert_int_eq(attnd_session_begin(st, c, 1, 9.9, &p, &retry), SESS_OK);
     ck_assert_int_eq(attnd_sessions_expire(st, 9.99), 0);
     ck_assert_int_eq(attnd_sessions_expire(st, 25), 2); /* a and b; c is computing */
-    ck_assert_int_eq(attnd_session_model(st, a, 25), -1);
+    ck_assert_ptr_null(attnd_session_model(st, a, 25));
     attnd_session_end(st, &p, 1, 25);
     /* b expired at 19.5: a late step finds nothing */
     ck_assert_int_eq(attnd_session_begin(st, b, 1, 25, &p, &retry), SESS_NOT_FOUND);
@@ -301,8 +311,8 @@ START_TEST(test_reaper) {
     attnd_session_stats s = stats(st);
     ck_assert_int_eq(s.expired, 1);
     ck_assert_int_eq(s.sessions, 1); /* b's step is in flight */
-    ck_assert_int_eq(attnd_session_model(st, a, 20), -1);
-    ck_assert_int_eq(attnd_session_model(st, b, 20), 0);
+    ck_assert_ptr_null(attnd_session_model(st, a, 20));
+    ck_assert_ptr_eq(attnd_session_model(st, b, 20), &MODELS[0]);
     attnd_session_end(st, &p, 1, 20);
     attnd_sessions_free(st); /* stops and joins the reaper */
 }
@@ -323,7 +333,7 @@ START_TEST(test_per_session_limits) {
     char a[ATTND_SESSION_ID_LEN + 1], b[ATTND_SESSION_ID_LEN + 1];
     attnd_session_step p;
     int retry = 0;
-    ck_assert_int_eq(attnd_session_open(st, 0, &ROWS, 11, 1000, 0, NULL, a, &p, &retry),
+    ck_assert_int_eq(attnd_session_open(st, &MODELS[0], &ROWS, 11, 1000, 0, NULL, a, &p, &retry),
                      SESS_TOO_BIG);
     says(SESS_TOO_BIG, &p,
          (const char *[]){"limits.max_session_bytes_each: ", "the prefix ", " 11 tokens",
@@ -337,7 +347,8 @@ START_TEST(test_per_session_limits) {
     attnd_session_end(st, &p, 1, 0);
     ck_assert_int_eq(stats(st).bytes, 160); /* doubling stops at the limit */
     /* max_len: the model's max_positions */
-    ck_assert_int_eq(attnd_session_open(st, 0, &ROWS, 3, 4, 0, NULL, b, &p, &retry), SESS_OK);
+    ck_assert_int_eq(attnd_session_open(st, &MODELS[0], &ROWS, 3, 4, 0, NULL, b, &p, &retry),
+                     SESS_OK);
     attnd_session_end(st, &p, 1, 0);
     ck_assert_int_eq(attnd_session_begin(st, b, 2, 0, &p, &retry), SESS_TOO_LONG);
     says(SESS_TOO_LONG, &p,
@@ -361,7 +372,8 @@ START_TEST(test_total_budget) {
     open_n(st, 6, 10, b);
     ck_assert_int_eq(stats(st).bytes, 18 * 16);
     /* a new session over the total: refused, retry when a expires (t=30) */
-    ck_assert_int_eq(attnd_session_open(st, 0, &ROWS, 4, 100, 12, NULL, c, &p, &retry), SESS_FULL);
+    ck_assert_int_eq(attnd_session_open(st, &MODELS[0], &ROWS, 4, 100, 12, NULL, c, &p, &retry),
+                     SESS_FULL);
     ck_assert_int_eq(retry, 18);
     says(SESS_FULL, &p,
          (const char *[]){"limits.max_session_bytes: the prefix needs a cache of 64 bytes (4 "
@@ -375,7 +387,8 @@ START_TEST(test_total_budget) {
     attnd_session_end(st, &p, 1, 12);
     ck_assert_int_eq(stats(st).bytes, 320);
     /* once a has timed out, its room is taken back for a new session */
-    ck_assert_int_eq(attnd_session_open(st, 0, &ROWS, 4, 100, 31, NULL, c, &p, &retry), SESS_OK);
+    ck_assert_int_eq(attnd_session_open(st, &MODELS[0], &ROWS, 4, 100, 31, NULL, c, &p, &retry),
+                     SESS_OK);
     attnd_session_end(st, &p, 1, 31);
     attnd_session_stats s = stats(st);
     ck_assert_int_eq(s.refused_full, 2);
@@ -396,9 +409,10 @@ START_TEST(test_paged_cache) {
     char a[ATTND_SESSION_ID_LEN + 1], b[ATTND_SESSION_ID_LEN + 1];
     attnd_session_step p;
     int retry = 0;
-    ck_assert_int_eq(attnd_session_open(st, 0, &pages, 65, 1000, 0, NULL, a, &p, &retry),
+    ck_assert_int_eq(attnd_session_open(st, &MODELS[0], &pages, 65, 1000, 0, NULL, a, &p, &retry),
                      SESS_TOO_BIG); /* 65 tokens take 3 pages */
-    ck_assert_int_eq(attnd_session_open(st, 0, &pages, 5, 1000, 0, NULL, a, &p, &retry), SESS_OK);
+    ck_assert_int_eq(attnd_session_open(st, &MODELS[0], &pages, 5, 1000, 0, NULL, a, &p, &retry),
+                     SESS_OK);
     ck_assert_int_eq(p.shape.page, 32);
     ck_assert_int_eq(stats(st).bytes, 256); /* one whole page for 5 tokens */
     for (size_t i = 0; i < 256; i++)        /* zeroed, then the step writes its slots */
@@ -417,7 +431,8 @@ START_TEST(test_paged_cache) {
     attnd_session_end(st, &p, 1, 2);
     ck_assert_int_eq(attnd_session_begin(st, a, 32, 3, &p, &retry), SESS_TOO_BIG);
     /* another session: its page fits the total, a second one does not */
-    ck_assert_int_eq(attnd_session_open(st, 0, &pages, 1, 1000, 4, NULL, b, &p, &retry), SESS_OK);
+    ck_assert_int_eq(attnd_session_open(st, &MODELS[0], &pages, 1, 1000, 4, NULL, b, &p, &retry),
+                     SESS_OK);
     attnd_session_end(st, &p, 1, 4);
     ck_assert_int_eq(stats(st).bytes, 768);
     ck_assert_int_eq(attnd_session_begin(st, b, 32, 5, &p, &retry), SESS_FULL);
@@ -425,7 +440,7 @@ START_TEST(test_paged_cache) {
     attnd_sessions_free(st);
     /* a limit between pages: the refusal names the tokens of its whole pages */
     st = table(8, 4096, 600, 60);
-    ck_assert_int_eq(attnd_session_open(st, 0, &pages, 65, 1000, 0, NULL, a, &p, &retry),
+    ck_assert_int_eq(attnd_session_open(st, &MODELS[0], &pages, 65, 1000, 0, NULL, a, &p, &retry),
                      SESS_TOO_BIG);
     attnd_error e;
     ck_assert_int_eq(attnd_session_refusal(SESS_TOO_BIG, NULL, &p.over, &e), -1);
@@ -443,12 +458,14 @@ START_TEST(test_session_count) {
     int retry = 0;
     open_n(st, 0, 0, a);
     open_n(st, 1, 5, b);
-    ck_assert_int_eq(attnd_session_open(st, 0, &ROWS, 0, 100, 6, NULL, c, &p, &retry), SESS_FULL);
+    ck_assert_int_eq(attnd_session_open(st, &MODELS[0], &ROWS, 0, 100, 6, NULL, c, &p, &retry),
+                     SESS_FULL);
     ck_assert_int_eq(retry, 24);
     says(SESS_FULL, &p,
          (const char *[]){"limits.max_sessions: 2 sessions are open", "retry after 24 s", NULL});
     ck_assert_int_eq(attnd_session_delete(st, a, 7), SESS_OK);
-    ck_assert_int_eq(attnd_session_open(st, 0, &ROWS, 0, 100, 7, NULL, c, &p, &retry), SESS_OK);
+    ck_assert_int_eq(attnd_session_open(st, &MODELS[0], &ROWS, 0, 100, 7, NULL, c, &p, &retry),
+                     SESS_OK);
     attnd_session_end(st, &p, 1, 7);
     attnd_sessions_free(st);
 }
@@ -467,7 +484,8 @@ static void *work(void *arg) {
         char id[ATTND_SESSION_ID_LEN + 1];
         attnd_session_step p;
         int retry;
-        if (attnd_session_open(w->st, 0, &ROWS, 3, 1 << 20, 0, NULL, id, &p, &retry) != SESS_OK)
+        if (attnd_session_open(w->st, &MODELS[0], &ROWS, 3, 1 << 20, 0, NULL, id, &p, &retry) !=
+            SESS_OK)
             continue;
         fill(&p);
         attnd_session_end(w->st, &p, 1, 0);
@@ -518,12 +536,13 @@ START_TEST(test_look_up_and_grow) {
     char a[ATTND_SESSION_ID_LEN + 1], b[ATTND_SESSION_ID_LEN + 1];
     attnd_session_step p;
     int retry = 0;
-    ck_assert_int_eq(attnd_session_open(st, 3, &ROWS, 1, 100, 0, NULL, a, &p, &retry), SESS_OK);
+    ck_assert_int_eq(attnd_session_open(st, &MODELS[3], &ROWS, 1, 100, 0, NULL, a, &p, &retry),
+                     SESS_OK);
     fill(&p);
     attnd_session_end(st, &p, 1, 0);
     open_n(st, 2, 0, b);
-    ck_assert_int_eq(attnd_session_model(st, a, 10), 3);
-    ck_assert_int_eq(attnd_session_model(st, b, 10), 0);
+    ck_assert_ptr_eq(attnd_session_model(st, a, 10), &MODELS[3]);
+    ck_assert_ptr_eq(attnd_session_model(st, b, 10), &MODELS[0]);
     long long bytes = stats(st).bytes;
     for (int k = 0; k < 5; k++) { /* a grows to 6 rows: its cache doubles past 1, 2, 4 */
         ck_assert_int_eq(attnd_session_begin(st, a, 1, 10, &p, &retry), SESS_OK);
@@ -534,9 +553,123 @@ START_TEST(test_look_up_and_grow) {
     ck_assert_int_eq(stats(st).tokens, 8);
     ck_assert_int_eq(stats(st).bytes, bytes + (8 - 1) * ROW * (long long)sizeof(float));
     ck_assert_int_eq(attnd_session_delete(st, a, 10), SESS_OK);
-    ck_assert_int_eq(attnd_session_model(st, a, 10), -1);
-    ck_assert_int_eq(attnd_session_model(st, b, 70), -1); /* idle 70 s of 60 */
+    ck_assert_ptr_null(attnd_session_model(st, a, 10));
+    ck_assert_ptr_null(attnd_session_model(st, b, 70)); /* idle 70 s of 60 */
     attnd_sessions_free(st);
+}
+END_TEST
+
+/* ---- the hooks: a session holds its model's handle from open to end ---- */
+
+/* References the hooks hold on each of MODELS, and calls in all. */
+static int g_refs[4], g_holds, g_drops;
+
+static int handle_of(void *model) {
+    ptrdiff_t i = (int *)model - MODELS;
+    ck_assert_msg(i >= 0 && i < 4, "a hook got %p, no model handle", model);
+    return (int)i;
+}
+
+static void hook_hold(void *model) {
+    g_refs[handle_of(model)]++;
+    g_holds++;
+}
+
+static void hook_drop(void *model) {
+    int i = handle_of(model);
+    ck_assert_msg(g_refs[i] > 0, "model %d dropped more often than held", i);
+    g_refs[i]--;
+    g_drops++;
+}
+
+/* The references on MODELS[0..3] are r0..r3, and the hooks were called
+ * holds and drops times since the table was made. */
+static void refs_are(int r0, int r1, int r2, int r3, int holds, int drops) {
+    ck_assert_int_eq(g_refs[0], r0);
+    ck_assert_int_eq(g_refs[1], r1);
+    ck_assert_int_eq(g_refs[2], r2);
+    ck_assert_int_eq(g_refs[3], r3);
+    ck_assert_int_eq(g_holds, holds);
+    ck_assert_int_eq(g_drops, drops);
+}
+
+/* hold at every open, drop when its session ends: a refused open, a
+ * failed opening step, a delete (at its step's end when one runs), the
+ * idle timeout, the table freed; a look-up holds one for its caller; a
+ * NULL handle is never passed to a hook. */
+START_TEST(test_hooks_hold_and_drop) {
+    /* 16 bytes a token: 10 tokens per session, 2 sessions, idle 10 s */
+    attnd_sessions *st = table(2, 1 << 20, 160, 10);
+    memset(g_refs, 0, sizeof g_refs);
+    g_holds = g_drops = 0;
+    attnd_sessions_hooks(st, hook_hold, hook_drop);
+    char a[ATTND_SESSION_ID_LEN + 1], b[ATTND_SESSION_ID_LEN + 1], c[ATTND_SESSION_ID_LEN + 1];
+    attnd_session_step p;
+    int retry = 0;
+    ck_assert_int_eq(attnd_session_open(st, &MODELS[1], &ROWS, 3, 100, 0, NULL, a, &p, &retry),
+                     SESS_OK);
+    refs_are(0, 1, 0, 0, 1, 0); /* held while its opening step runs */
+    ck_assert_ptr_eq(p.model, &MODELS[1]);
+    attnd_session_end(st, &p, 1, 0);
+    refs_are(0, 1, 0, 0, 1, 0);
+    /* a look-up: one more, the caller's to drop */
+    ck_assert_ptr_eq(attnd_session_model(st, a, 1), &MODELS[1]);
+    refs_are(0, 2, 0, 0, 2, 0);
+    hook_drop(&MODELS[1]);
+    ck_assert_ptr_null(attnd_session_model(st, "0123456789abcdef0123456789abcdef", 1));
+    refs_are(0, 1, 0, 0, 2, 1);
+    /* refused opens let their hold go at once; a malformed id never takes one */
+    ck_assert_int_eq(attnd_session_open(st, &MODELS[2], &ROWS, 11, 100, 1, NULL, b, &p, &retry),
+                     SESS_TOO_BIG);
+    refs_are(0, 1, 0, 0, 3, 2);
+    ck_assert_int_eq(attnd_session_open(st, &MODELS[2], &ROWS, 1, 100, 1, a, b, &p, &retry),
+                     SESS_ID_TAKEN);
+    refs_are(0, 1, 0, 0, 4, 3);
+    ck_assert_int_eq(attnd_session_open(st, &MODELS[2], &ROWS, 1, 100, 1, "x", b, &p, &retry),
+                     SESS_BAD_ID);
+    refs_are(0, 1, 0, 0, 4, 3);
+    /* an opening step that fails ends its session */
+    ck_assert_int_eq(attnd_session_open(st, &MODELS[2], &ROWS, 2, 100, 1, NULL, b, &p, &retry),
+                     SESS_OK);
+    refs_are(0, 1, 1, 0, 5, 3);
+    attnd_session_end(st, &p, 0, 1);
+    refs_are(0, 1, 0, 0, 5, 4);
+    /* the table full: refused, nothing kept */
+    open_n(st, 1, 1, b); /* MODELS[0] */
+    refs_are(1, 1, 0, 0, 6, 4);
+    ck_assert_int_eq(attnd_session_open(st, &MODELS[3], &ROWS, 1, 100, 1, NULL, c, &p, &retry),
+                     SESS_FULL);
+    refs_are(1, 1, 0, 0, 7, 5);
+    /* a delete; during a step, the drop waits for the step's end */
+    ck_assert_int_eq(attnd_session_delete(st, b, 2), SESS_OK);
+    refs_are(0, 1, 0, 0, 7, 6);
+    ck_assert_int_eq(attnd_session_open(st, &MODELS[3], &ROWS, 1, 100, 2, NULL, c, &p, &retry),
+                     SESS_OK);
+    attnd_session_end(st, &p, 1, 2);
+    ck_assert_int_eq(attnd_session_begin(st, c, 1, 3, &p, &retry), SESS_OK);
+    ck_assert_int_eq(attnd_session_delete(st, c, 3), SESS_OK);
+    refs_are(0, 1, 0, 1, 8, 6);
+    attnd_session_end(st, &p, 1, 3);
+    refs_are(0, 1, 0, 0, 8, 7);
+    /* the idle timeout: a (last used at 0) ends at 10 */
+    ck_assert_int_eq(attnd_sessions_expire(st, 9.5), 0);
+    refs_are(0, 1, 0, 0, 8, 7);
+    ck_assert_int_eq(attnd_sessions_expire(st, 12), 1);
+    refs_are(0, 0, 0, 0, 8, 8);
+    /* a NULL handle: no hook is called for it */
+    ck_assert_int_eq(attnd_session_open(st, NULL, &ROWS, 1, 100, 12, NULL, a, &p, &retry), SESS_OK);
+    attnd_session_end(st, &p, 1, 12);
+    ck_assert_ptr_null(attnd_session_model(st, a, 12));
+    refs_are(0, 0, 0, 0, 8, 8);
+    /* the table freed with its sessions */
+    ck_assert_int_eq(attnd_session_delete(st, a, 12), SESS_OK);
+    open_n(st, 2, 12, a);
+    ck_assert_int_eq(attnd_session_open(st, &MODELS[3], &ROWS, 1, 100, 12, NULL, b, &p, &retry),
+                     SESS_OK);
+    attnd_session_end(st, &p, 1, 12);
+    refs_are(1, 0, 0, 1, 10, 8);
+    attnd_sessions_free(st);
+    refs_are(0, 0, 0, 0, 10, 10);
 }
 END_TEST
 
@@ -566,7 +699,8 @@ START_TEST(test_metrics_text) {
     attnd_session_step p;
     int retry = 0;
     open_n(st, 3, 0, a);
-    ck_assert_int_eq(attnd_session_open(st, 0, &ROWS, 1, 100, 0, NULL, b, &p, &retry), SESS_FULL);
+    ck_assert_int_eq(attnd_session_open(st, &MODELS[0], &ROWS, 1, 100, 0, NULL, b, &p, &retry),
+                     SESS_FULL);
     attnd_sbuf t;
     attnd_sb_init(&t);
     attnd_sessions_metrics(st, &t);
@@ -603,6 +737,7 @@ static Suite *session_suite(void) {
     tcase_add_test(t, test_session_count);
     tcase_add_test(t, test_threads);
     tcase_add_test(t, test_look_up_and_grow);
+    tcase_add_test(t, test_hooks_hold_and_drop);
     tcase_add_test(t, test_refusals);
     tcase_add_test(t, test_metrics_text);
     suite_add_tcase(s, t);

@@ -1,9 +1,9 @@
 /* sched.h - admission, batching and the one compute pool.
  *
  * Each model has a FIFO queue (by its slot, models/registry.h; a batch
- * holds requests of one version of it: weights never mix in a batch). One batcher thread owns the
- process's compute
- * pool (an attn_ctx of cfg->worker_threads threads). As soon as compute is
+ * holds requests of one version of it: weights never mix in a batch). One
+ * batcher thread owns the process's compute pool (an attn_ctx of
+ * cfg->worker_threads threads). As soon as compute is
  * free and a queue holds work it takes a batch of up to max_batch_requests
  * requests and max_batch_tokens tokens (waiting up to max_queue_delay_us
  * for company first, when that is set), packs the sequences without padding

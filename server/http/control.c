@@ -74,7 +74,9 @@ static int file_entry(hreq *h, const char *name, attnd_model_config *mc) {
 }
 
 /* The loader thread finished h's load: its answer, then the connection
- * resumes and sends it (glue.c, as for a queued request's answer). */
+ * resumes and glue.c, called again, sends it (what attnd_http_answer_ready
+ * does for the scheduler: glue.c sits above this file, which must not
+ * call up to it). */
 static void load_done(void *arg, int rc, int version, const attnd_error *e) {
     hreq *h = arg;
     if (rc < 0) {

@@ -159,15 +159,15 @@ static attnd_version *read_version(const attnd_model_config *mc, attnd_error *e)
     snprintf(v->name, sizeof v->name, "%s", mc->name);
     attnd_weights_fingerprint(&v->model, v->fingerprint);
     const attn_model *m = &v->model;
-    v->info = (attnd_model_info){v->name,
-                                 m->hp,
-                                 mc->max_positions,
-                                 v->fingerprint,
-                                 m->precision,
-                                 m->attn16,
-                                 attn_model_bytes(m),
-                                 0,
-                                 mc->weights != NULL};
+    v->info = (attnd_model_info){.name = v->name,
+                                 .hp = m->hp,
+                                 .max_positions = mc->max_positions,
+                                 .fingerprint = v->fingerprint,
+                                 .precision = m->precision,
+                                 .kv16 = m->attn16,
+                                 .bytes = attn_model_bytes(m),
+                                 .version = 0, /* switch_to numbers it */
+                                 .from_file = mc->weights != NULL};
     v->release = release;
     return v;
 }
@@ -183,9 +183,11 @@ static int load_failed(attnd_models *ms, slot *s, const attnd_error *e) {
     pthread_mutex_lock(&ms->mu);
     s->loads_failed++;
     snprintf(s->reason, sizeof s->reason, "%s", e->msg);
-    if (!s->serving && s->state == MODEL_LOADING) s->state = MODEL_UNAVAILABLE;
+    if (!s->serving && s->state == MODEL_LOADING) /* old versions may still be held */
+        s->state = s->held ? MODEL_UNLOADING : MODEL_UNAVAILABLE;
+    int serving = s->serving != NULL;
     pthread_mutex_unlock(&ms->mu);
-    attnd_log(LOG_ERROR, "%s%s", e->msg, s->serving ? " (the version serving keeps serving)" : "");
+    attnd_log(LOG_ERROR, "%s%s", e->msg, serving ? " (the version serving keeps serving)" : "");
     return -1;
 }
 
@@ -314,17 +316,19 @@ int attnd_models_unload(attnd_models *ms, const char *name, attnd_error *e) {
 /* ---- lookups ---- */
 
 attnd_version *attnd_models_get(attnd_models *ms, const char *name, attnd_error *e) {
+    char why[256] = "unloaded"; /* s->reason copied under the mutex: a load rewrites it */
     pthread_mutex_lock(&ms->mu);
     slot *s = find_slot(ms, name);
     attnd_version *v = s ? s->serving : NULL;
     attnd_version_ref(v);
+    if (s && !v && s->reason[0]) snprintf(why, sizeof why, "%.200s", s->reason);
     pthread_mutex_unlock(&ms->mu);
     if (v) return v;
     char names[160];
     attnd_models_names(ms, names, sizeof names);
     if (s)
         attnd_set_error(e, AERR_NOT_FOUND, "model '%.64s' is not loaded (%s; loaded: %s)", name,
-                        s->reason[0] ? s->reason : "unloaded", names);
+                        why, names);
     else
         attnd_set_error(e, AERR_NOT_FOUND, "unknown model '%.64s' (loaded: %s)", name, names);
     return NULL;
@@ -345,13 +349,22 @@ attnd_version *attnd_models_sole(attnd_models *ms) {
     return one;
 }
 
+/* One more reference on v, unless its last one went (mutex held): such a
+ * version is still on its slot's list, its release waiting for the mutex
+ * to take it off and free it. 1 when taken. */
+static int ref_if_held(attnd_version *v) {
+    int n = atomic_load(&v->refs);
+    while (n > 0 && !atomic_compare_exchange_weak(&v->refs, &n, n + 1))
+        ;
+    return n > 0;
+}
+
 attnd_version *attnd_models_find(attnd_models *ms, const char *name, const char *fingerprint) {
     attnd_version *hit = NULL;
     pthread_mutex_lock(&ms->mu);
     slot *s = find_slot(ms, name);
     for (attnd_version *v = s ? s->held : NULL; v && !hit; v = v->older)
-        if (strcmp(v->fingerprint, fingerprint) == 0) hit = v;
-    attnd_version_ref(hit);
+        if (strcmp(v->fingerprint, fingerprint) == 0 && ref_if_held(v)) hit = v;
     pthread_mutex_unlock(&ms->mu);
     return hit;
 }

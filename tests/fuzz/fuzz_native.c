@@ -12,7 +12,7 @@ static void one(const uint8_t *data, size_t size, const char *path_model) {
     attnd_job job;
     attnd_error e;
     memset(&e, 0, sizeof(e));
-    if (attnd_parse_native(&FUZZ_ENV, path_model, (const char *)data, size, &job, &e) == 0) {
+    if (attnd_parse_native(fuzz_env(2), path_model, (const char *)data, size, &job, &e) == 0) {
         FUZZ_CHECK(job.api == API_NATIVE);
         fuzz_check_job(&job);
         attnd_job_free(&job);

@@ -219,7 +219,9 @@ static void examine_all(const char *method, const char *url, const char *path,
     cfg.max_body_bytes = MAX_BODY;
     cfg.max_buffered_body_bytes = BUDGET;
     cfg.max_queue_requests = 1;
-    attnd_parse_env env = {NULL, 0, 0, 0}; /* no model: no queue is looked at */
+    static attnd_models *none; /* no model: no queue is looked at */
+    if (!none) FUZZ_CHECK((none = attnd_models_new(0)) != NULL);
+    attnd_parse_env env = {none, 0, 0};
     attnd_http s;
     for (int v = 0; v < 3; v++) {
         memset(&s, 0, sizeof(s));

@@ -1,6 +1,8 @@
 /* fuzz_server.h - what the request-parser fuzz targets share: two small
- * models (one self-attention, one cross-attention with kdim != vdim != E),
- * limits the fuzzer can reach, and the checks every accepted job must pass:
+ * models (one self-attention, one cross-attention with kdim != vdim != E)
+ * loaded into a model table as the daemon loads them (embedded default
+ * weights), limits the fuzzer can reach, and the checks every accepted job
+ * must pass:
  * sizes inside the limits, every buffer the job says it has, an attention
  * selection inside the model and the request, and an answer written back
  * from it that Jansson reads as JSON with the right shapes.
@@ -18,14 +20,38 @@
 #include "../../server/base/buffer.h"
 #include "../../server/body/request.h"
 #include "../../server/body/v2.h"
+#include "../test_models.h"
 #include "fuzz_check.h"
 
-static const attnd_model_info FUZZ_MODELS[2] = {
-    {"small", {4, 2, 4, 4, 1, 0}},
-    {"cross", {4, 2, 3, 2, 1, 1}},
+/* "small" (slot 0) and "cross" (slot 1): E, H, kdim, vdim, bias, causal. */
+static const char *const FUZZ_NAMES[2] = {"small", "cross"};
+static const attn_hparams FUZZ_HP[2] = {
+    {4, 2, 4, 4, 1, 0},
+    {4, 2, 3, 2, 1, 1},
 };
+enum { FUZZ_MAX_TOKENS = 4096, FUZZ_MAX_ATTENTION_FLOATS = 1 << 16 };
 
-static const attnd_parse_env FUZZ_ENV = {FUZZ_MODELS, 2, 4096, 1 << 16};
+/* What the readers check bodies against, with the first n_models (1 or 2)
+ * of the fuzz models served: each table loaded at its first use, kept to
+ * the end of the process. */
+static const attnd_parse_env *fuzz_env(int n_models) {
+    static attnd_parse_env env[2];
+    attnd_parse_env *e = &env[n_models - 1];
+    if (e->models) return e;
+    char err[512];
+    e->models = attnd_models_new(0);
+    FUZZ_CHECK(e->models != NULL);
+    for (int i = 0; i < n_models; i++) {
+        attnd_model_config mc = test_model_entry(FUZZ_NAMES[i], &FUZZ_HP[i], NULL);
+        attnd_version *v = test_models_add(e->models, &mc, err, sizeof err);
+        if (!v) fprintf(stderr, "%s\n", err);
+        FUZZ_CHECK(v != NULL && v->slot == i);
+        attnd_version_unref(v); /* the table holds it */
+    }
+    e->max_tokens_per_request = FUZZ_MAX_TOKENS;
+    e->max_attention_floats = FUZZ_MAX_ATTENTION_FLOATS;
+    return e;
+}
 
 /* A refusal: a known kind and a non-empty sentence. */
 static void fuzz_check_refusal(const attnd_error *e, const attnd_job *job) {
@@ -33,6 +59,7 @@ static void fuzz_check_refusal(const attnd_error *e, const attnd_job *job) {
     FUZZ_CHECK(e->msg[0] != '\0');
     FUZZ_CHECK(memchr(e->msg, '\0', sizeof(e->msg)) != NULL);
     FUZZ_CHECK(job->query == NULL && job->key == NULL && job->kpm == NULL);
+    FUZZ_CHECK(job->ver == NULL); /* no reference kept on a model version */
 }
 
 /* The element count of the rank-r JSON array a, or -1 when ragged. */
@@ -80,13 +107,15 @@ static size_t fuzz_v2_outputs(const attnd_job *job, uint64_t floats) {
 
 /* An accepted job: limits, buffers, and the answer written back. */
 static void fuzz_check_job(const attnd_job *job) {
-    const attnd_model_info *m = &FUZZ_MODELS[job->model];
+    FUZZ_CHECK(job->ver != NULL && job->model == job->ver->slot);
     FUZZ_CHECK(job->model >= 0 && job->model < 2);
+    const attnd_model_info *m = &job->ver->info;
+    FUZZ_CHECK(strcmp(m->name, FUZZ_NAMES[job->model]) == 0);
     FUZZ_CHECK(job->B >= 1 && job->L >= 1 && job->S >= 1);
-    FUZZ_CHECK(attnd_job_tokens(job) <= FUZZ_ENV.max_tokens_per_request);
+    FUZZ_CHECK(attnd_job_tokens(job) <= FUZZ_MAX_TOKENS);
     fuzz_check_select(job, m->hp.num_heads);
     uint64_t floats = attnd_job_attention_floats(job, m->hp.num_heads);
-    FUZZ_CHECK(floats <= (uint64_t)FUZZ_ENV.max_attention_floats);
+    FUZZ_CHECK(floats <= (uint64_t)FUZZ_MAX_ATTENTION_FLOATS);
     FUZZ_CHECK(job->session_id || floats <= attnd_attention_floats(job->B, job->L, job->S,
                                                                    job->weights, m->hp.num_heads));
     FUZZ_CHECK(job->query != NULL);

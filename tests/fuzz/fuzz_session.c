@@ -9,7 +9,8 @@
  * input's length). Each goes the daemon's way without a connection:
  * server/body/request.c reads it, server/batch/admit.c dispatches it to
  * the session table, and an admitted job is computed through
- * server/batch/pipeline.c on real weights. Once with both fuzz models
+ * server/batch/pipeline.c on the weights of the version it was admitted
+ * on (the fuzz models' tables, fuzz_server.h). Once with both fuzz models
  * served, once with "small" alone.
  *
  * Checked: an admitted session job is one sequence, causal over the cache,
@@ -21,7 +22,6 @@
  * is freed at the end, so a leak is a finding (ASan).
  *   make fuzz-smoke; make fuzz-long
  */
-#include "../../config/default_model.h"
 #include "../../server/base/clock.h"
 #include "../../server/batch/admit.h"
 #include "../../server/batch/pipeline.h"
@@ -32,20 +32,12 @@
 
 static const attnd_session_limits LIMITS = {4, 1 << 20, 1 << 16, 60};
 
-/* The fuzz models with real weights; info as a loaded model has it. */
-static attn_model models[2];
-static attnd_model_info infos[2];
+/* The compute of every admitted job, on the version it was admitted on. */
 static attn_ctx *ctx;
 static attnd_pipeline *pipe_;
 
-static void load_once(void) {
+static void start_once(void) {
     if (ctx) return;
-    char err[256];
-    for (int i = 0; i < 2; i++) {
-        FUZZ_CHECK(attnd_seeded_model(&models[i], &FUZZ_MODELS[i].hp, 7 + i, err, sizeof err) == 0);
-        infos[i] = FUZZ_MODELS[i];
-        infos[i].hp = models[i].hp; /* num_kv_heads and head_dim filled in */
-    }
     ctx = attn_ctx_new(1);
     pipe_ = attnd_pipeline_new(ctx, 4);
     FUZZ_CHECK(ctx && pipe_);
@@ -129,8 +121,8 @@ static void admit_and_run(attnd_sessions *t, const attnd_parse_env *env, freq *f
     }
     if (f->r.step.table) check_admitted(f);
     attnd_req *rs[1] = {&f->r};
-    const int mi = f->r.job.model;
-    attnd_pipeline_run(pipe_, &models[mi], &infos[mi], NULL, rs, 1, on_answered, NULL);
+    attnd_version *v = f->r.job.ver;
+    attnd_pipeline_run(pipe_, &v->model, &v->info, NULL, rs, 1, on_answered, NULL);
     if (f->r.step.table) {
         check_answer(t, f, &before);
     } else { /* a v2 body of no session: computed the same road */
@@ -156,7 +148,10 @@ static void three_ways(attnd_sessions *t, const attnd_parse_env *env, const char
     admit_and_run(t, env, f, rc, &e, x_session_id);
     attnd_req_unref(&f->r);
     f = freq_new();
-    rc = attnd_parse_session_step(env, 0, SID, body, size, &f->r.job, &e);
+    attnd_version *small = attnd_session_model(t, SID, attnd_mono_s()); /* held */
+    FUZZ_CHECK(small && strcmp(small->name, "small") == 0);
+    rc = attnd_parse_session_step(env, small, SID, body, size, &f->r.job, &e);
+    attnd_version_unref(small);
     admit_and_run(t, env, f, rc, &e, x_session_id);
     attnd_req_unref(&f->r);
     f = freq_new();
@@ -178,21 +173,31 @@ static void open_sid(attnd_sessions *t, const attnd_parse_env *env) {
     attnd_req_unref(&f->r);
 }
 
+/* Each version of env's table is held by the table alone: no job, step
+ * or session kept a reference once all are done. */
+static void check_versions_let_go(const attnd_parse_env *env) {
+    for (int i = 0; i < attnd_models_slots(env->models); i++) {
+        attnd_error e;
+        attnd_version *v = attnd_models_get(env->models, FUZZ_NAMES[i], &e);
+        FUZZ_CHECK(v != NULL && atomic_load(&v->refs) == 2); /* the table's and this one */
+        attnd_version_unref(v);
+    }
+}
+
 static void run(const attnd_parse_env *env, const uint8_t *data, size_t size) {
     static const char *const header[] = {NULL, FREE_ID, "not-a-session-id"};
     attnd_sessions *t = attnd_sessions_new(&LIMITS);
     FUZZ_CHECK(t != NULL);
+    attnd_sessions_hooks(t, test_version_hold, test_version_drop); /* as the daemon's */
     open_sid(t, env);
     three_ways(t, env, (const char *)data, size, header[size % 3]);
     attnd_sessions_free(t);
+    check_versions_let_go(env);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    load_once();
-    attnd_parse_env both = FUZZ_ENV, one_model = FUZZ_ENV;
-    both.models = one_model.models = infos;
-    one_model.n_models = 1;
-    run(&both, data, size);
-    run(&one_model, data, size);
+    start_once();
+    run(fuzz_env(2), data, size);
+    run(fuzz_env(1), data, size);
     return 0;
 }

@@ -12,7 +12,7 @@ static void one(const char *body, size_t len, size_t json_len) {
     attnd_job job;
     attnd_error e;
     memset(&e, 0, sizeof(e));
-    if (attnd_parse_v2(&FUZZ_ENV, "small", body, len, json_len, &job, &e) == 0) {
+    if (attnd_parse_v2(fuzz_env(2), "small", body, len, json_len, &job, &e) == 0) {
         FUZZ_CHECK(job.api == API_V2);
         fuzz_check_job(&job);
         attnd_job_free(&job);
