@@ -148,6 +148,14 @@ START_TEST(test_refusals_and_replies) {
     ck_assert_int_eq(a.kind, AERR_TOO_LARGE);
     ck_assert_str_eq(a.body, "{\"error\":\"5 > 4\"}\n");
     ck_assert_uint_eq(a.len, strlen(a.body));
+    /* a protocol's members go first, and "error" stays (the v2 readiness 503) */
+    attnd_set_error(&e, AERR_UNAVAILABLE, "draining");
+    attnd_reply_error_with(&a, &e, "\"name\":\"m\",\"ready\":false");
+    ck_assert_int_eq(a.kind, AERR_UNAVAILABLE);
+    ck_assert_str_eq(a.body, "{\"name\":\"m\",\"ready\":false,\"error\":\"draining\"}\n");
+    ck_assert_uint_eq(a.len, strlen(a.body));
+    attnd_reply_error_with(&a, &e, NULL);
+    ck_assert_str_eq(a.body, "{\"error\":\"draining\"}\n");
     /* a borrowed body is handed over, never freed by the reply */
     static const char health[] = "{\"status\":\"ok\"}\n";
     attnd_reply_borrow(&a, AOK, health, sizeof health - 1);

@@ -52,10 +52,29 @@ int attnd_set_error(attnd_error *e, attnd_kind code, const char *fmt, ...) {
     return -1;
 }
 
+/* A refusal's body: members (or none) then "error" (reply.h). */
+static char *error_body(const char *members, const char *msg, size_t *len) {
+    attnd_sbuf b;
+    attnd_sb_init(&b);
+    attnd_sb_puts(&b, "{");
+    if (members && *members) {
+        attnd_sb_puts(&b, members);
+        attnd_sb_puts(&b, ",");
+    }
+    attnd_sb_puts(&b, "\"error\":");
+    attnd_sb_json_str(&b, msg);
+    attnd_sb_puts(&b, "}\n");
+    return attnd_sb_take(&b, len);
+}
+
 void attnd_reply_error(attnd_reply *a, const attnd_error *e) {
+    attnd_reply_error_with(a, e, NULL);
+}
+
+void attnd_reply_error_with(attnd_reply *a, const attnd_error *e, const char *members) {
     attnd_reply_free(a);
     a->kind = e->code;
-    a->body = attnd_error_body(e->msg, &a->len);
+    a->body = error_body(members, e->msg, &a->len);
 }
 
 void attnd_reply_set(attnd_reply *a, attnd_kind k, char *body, size_t len, size_t json_len) {
@@ -86,10 +105,5 @@ void attnd_reply_free(attnd_reply *a) {
 }
 
 char *attnd_error_body(const char *msg, size_t *len) {
-    attnd_sbuf b;
-    attnd_sb_init(&b);
-    attnd_sb_puts(&b, "{\"error\":");
-    attnd_sb_json_str(&b, msg);
-    attnd_sb_puts(&b, "}\n");
-    return attnd_sb_take(&b, len);
+    return error_body(NULL, msg, len);
 }

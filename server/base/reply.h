@@ -3,7 +3,7 @@
  * /metrics counts refusals by, is here; its status and headers are
  * server/http/status.c's). A refusal is an attnd_error (its kind and one
  * sentence), filled by attnd_set_error and made into an answer by
- * attnd_reply_error; its body is always {"error": "<one sentence>"}. An
+ * attnd_reply_error; its body always carries {"error": "<one sentence>"}. An
  * answer is held as an attnd_reply until it is sent. No HTTP library.
  */
 #ifndef ATTND_REPLY_H
@@ -66,6 +66,11 @@ int attnd_set_error(attnd_error *e, attnd_kind code, const char *fmt, ...)
 /* The one way to answer a refusal: a's kind becomes e's and its body
  * {"error": "..."} (NULL when out of memory). A body a held is freed. */
 void attnd_reply_error(attnd_reply *a, const attnd_error *e);
+/* The same, for a route whose protocol gives its refusal a body of its
+ * own: members (JSON object members without braces, e.g. "\"ready\":false";
+ * NULL for none) go before "error", which every refusal keeps: the KServe
+ * v2 readiness answers' {"ready": false, "error": "draining"}. */
+void attnd_reply_error_with(attnd_reply *a, const attnd_error *e, const char *members);
 /* A success of kind k with body (len bytes, json_len as in attnd_reply):
  * a owns body from here on. A body a held is freed. */
 void attnd_reply_set(attnd_reply *a, attnd_kind k, char *body, size_t len, size_t json_len);

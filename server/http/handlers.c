@@ -13,6 +13,7 @@
 #include <strings.h>
 
 #include "../base/clock.h"
+#include "../base/utf8.h"
 #include "../batch/admit.h"
 #include "../body/answer.h"
 #include "../body/v2.h"
@@ -68,24 +69,46 @@ int attnd_handle_health(hreq *h) {
     return borrowed(h, "{\"status\":\"ok\"}\n");
 }
 
-/* GET /v2/health/live: the protocol's health answers are their status,
- * with an empty body (docs/api.md, "Open Inference Protocol: MUST and
- * SHOULD"). */
-int attnd_handle_v2_live(hreq *h) {
-    return borrowed(h, "");
-}
-
-/* GET /v2/health/ready */
-int attnd_handle_v2_ready(hreq *h) {
-    if (ready(h, 1) < 0) return -1;
-    return borrowed(h, "");
-}
-
 /* A body written for this answer, or the 500 of none. */
 static int owned(hreq *h, char *body) {
     if (!body) return attnd_set_error(&h->err, AERR_INTERNAL, "out of memory");
     attnd_reply_set(&h->r.reply, AOK, body, strlen(body), 0);
     return 0;
+}
+
+/* The Open Inference Protocol's readiness bodies, which its REST spec
+ * gives and KServe's client reads: $ready_server_response {"ready": true},
+ * or with model its $ready_model_response {"name": ..., "ready": true}.
+ * Not ready is ready()'s 503 (Kubernetes' probes read the status), its
+ * body the same with "ready": false beside the "error" every refusal
+ * carries. */
+static int readiness(hreq *h, const char *model, int says_starting) {
+    int is_ready = ready(h, says_starting) == 0;
+    attnd_sbuf b;
+    attnd_sb_init(&b);
+    attnd_sb_puts(&b, "{");
+    if (model) {
+        attnd_sb_puts(&b, "\"name\":");
+        attnd_sb_json_str(&b, model);
+        attnd_sb_puts(&b, ",");
+    }
+    attnd_sb_puts(&b, is_ready ? "\"ready\":true}\n" : "\"ready\":false");
+    char *body = attnd_sb_take(&b, NULL);
+    if (!body || is_ready) return owned(h, body);
+    attnd_reply_error_with(&h->r.reply, &h->err, body + 1); /* the members, past "{" */
+    free(body);
+    return 0;
+}
+
+/* GET /v2/health/live: the protocol's $live_server_response; 200 as long
+ * as the process answers. */
+int attnd_handle_v2_live(hreq *h) {
+    return borrowed(h, "{\"live\":true}\n");
+}
+
+/* GET /v2/health/ready */
+int attnd_handle_v2_ready(hreq *h) {
+    return readiness(h, NULL, 1);
 }
 
 /* The versions serving now, each held: *n of them in a malloc'd array
@@ -164,12 +187,15 @@ int attnd_handle_v2_model(hreq *h) {
     return owned(h, body);
 }
 
-/* GET /v2/models/{name}/ready and its versions/{version} form */
+/* GET /v2/models/{name}/ready and its versions/{version} form: 404 for a
+ * model not serving (unknown, or unloaded), else readiness() of the
+ * server. */
 int attnd_handle_v2_model_ready(hreq *h) {
     attnd_version *v = path_model(h);
+    if (!v) return -1;
+    int rc = readiness(h, v->name, 0);
     attnd_version_unref(v);
-    if (!v || ready(h, 0) < 0) return -1;
-    return borrowed(h, "");
+    return rc;
 }
 
 /* GET /ui and /ui/{name}: the viewer's page and files (server/ui/),

@@ -112,7 +112,7 @@ cleanup:
     return ret;
 }
 
-/* The body's type: none for an empty body (the v2 health answers, 204s),
+/* The body's type: none for an empty body (204s, 304s),
  * JSON for a refusal, binary after JSON for v2 binary outputs, else what
  * the handler said (JSON unless it said otherwise). */
 static const char *content_type(const hreq *h) {

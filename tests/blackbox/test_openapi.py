@@ -201,3 +201,32 @@ def test_selection_schema_matches_the_server(d):
         if ok:
             errs = [e.message for e in res_v.iter_errors(r.json())]
             assert not errs, (sel, errs, r.text[:300])
+
+
+def test_v2_health_bodies_match_their_schemas(d):
+    """The v2 health routes document the Open Inference Protocol's bodies
+    (200) and their 503 (ready false, beside "error"); what the daemon
+    answers is valid against them. The 503 bodies themselves are seen
+    while draining in test_kserve_client.py."""
+    doc = d.get("/openapi.json", headers={"Authorization": "Bearer " + KEY}).json()
+    auth = {"Authorization": "Bearer " + KEY}
+    for path, name, refused in (("/v2/health/live", "V2Live", None),
+                                ("/v2/health/ready", "V2Ready", "V2NotReady503"),
+                                ("/v2/models/{name}/ready", "V2ModelReady", "V2NotReady503"),
+                                ("/v2/models/{name}/versions/{version}/ready", "V2ModelReady",
+                                 "V2NotReady503")):
+        responses = doc["paths"][path]["get"]["responses"]
+        ok = responses["200"]["content"]["application/json"]["schema"]
+        assert ok == {"$ref": "#/components/schemas/" + name}, (path, ok)
+        if refused:
+            assert responses["503"] == {"$ref": "#/components/responses/" + refused}, path
+        r = d.get(path.replace("{name}", MODEL).replace("{version}", "1"), headers=auth)
+        assert r.status_code == 200, (path, r.status_code, r.text)
+        errs = [e.message for e in _schema_validator(doc, name).iter_errors(r.json())]
+        assert not errs, (path, errs, r.text)
+    not_ready = _schema_validator(doc, "V2NotReady")
+    for body in ({"ready": False, "error": "draining"},
+                 {"name": MODEL, "ready": False, "error": "starting"}):
+        assert not_ready.is_valid(body), body
+    for body in ({"error": "draining"}, {"ready": False}, {"ready": True, "error": "x", "y": 1}):
+        assert not not_ready.is_valid(body), body

@@ -93,14 +93,23 @@ def test_answers_have_the_declared_ranks(client, attention, batched):
             assert d == -1 or d == have, (n, a.shape, decl[n])
 
 
-def test_health_bodies_empty_and_extensions(d, client):
-    """The protocol: health answers are the status code with an empty body;
-    server metadata lists the extensions really implemented."""
+def test_health_bodies_and_extensions(d, client):
+    """The protocol's REST spec: the health answers are its JSON objects
+    ($live_server_response, $ready_server_response, $ready_model_response)
+    with the status saying the same (what tritonclient and probes read); a
+    HEAD gets the status alone. Server metadata lists the extensions really
+    implemented."""
     import requests
-    for path in ("/v2/health/live", "/v2/health/ready", "/v2/models/self_e16_h1/ready",
-                 "/v2/models/self_e16_h1/versions/1/ready"):
+    for path, body in (("/v2/health/live", {"live": True}), ("/v2/health/ready", {"ready": True}),
+                       ("/v2/models/self_e16_h1/ready", {"name": "self_e16_h1", "ready": True}),
+                       ("/v2/models/self_e16_h1/versions/1/ready",
+                        {"name": "self_e16_h1", "ready": True})):
         r = requests.get(d.url + path, timeout=30)
-        assert r.status_code == 200 and r.content == b"", (path, r.status_code, r.content)
+        assert r.status_code == 200, (path, r.status_code, r.content)
+        assert r.headers.get("Content-Type") == "application/json", (path, r.headers)
+        assert r.json() == body, (path, r.content)
+        h = requests.head(d.url + path, timeout=30)
+        assert h.status_code == 200 and h.content == b"", (path, h.status_code, h.content)
     assert "binary_tensor_data" in client.get_server_metadata()["extensions"]
 
 
