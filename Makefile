@@ -240,8 +240,11 @@ tsan: deps
 # 30 times slower again (a forward: hundreds of times), so the suites whose
 # cases are forwards by the hundred run part (VALGRIND_PART: suite:case) or none
 # (VALGRIND_SKIP, each with its reason printed); every other suite runs
-# whole, a new one too. Then the daemon itself under memcheck (ATTND_WRAP;
-# its timeouts times ATTND_SLOW): sessions opened, stepped, exported,
+# whole, a new one too. The cases left out are forwards by the hundred as
+# well (test_core's errors case, its workspace loop, ran past 4 minutes
+# alone), and a case named here that a suite no longer has fails the suite
+# (tests/check_run.h: no test ran). Then the daemon itself under memcheck
+# (ATTND_WRAP; its timeouts times ATTND_SLOW): sessions opened, stepped, exported,
 # restored (where its model is served, with other weights, not served, and
 # from sessions.save_dir across a restart) and closed, native and v2
 # requests, JSON and base64, and attention selections. Reports are errors
@@ -255,7 +258,7 @@ VALGRIND_SKIP := test_server_codec test_bf16_forward test_plan test_fp32_bits te
 VALGRIND_WHY_test_server_codec := every float32 printed and read back (exhaustive loops: a minute alone, an hour or more under memcheck); the codec reads and writes every request of the black-box run
 VALGRIND_WHY_test_bf16_forward := bf16 models through whole forwards, and memcheck offers no bf16 path: the fp32 fallback alone, 5 minutes for its smallest case
 VALGRIND_WHY_test_plan := the forward's task plans run as forwards (90 s), the same kernels as test_core:golden
-VALGRIND_WHY_test_fp32_bits := fp32 forwards hashed against bits of AVX-512 builds, which memcheck cannot compare, so 1 and 3 threads only (40 s)
+VALGRIND_WHY_test_fp32_bits := its hashes are those of AVX-512 builds, so on memcheck's AVX2 kernels it could only compare 1 thread with 3: 40 s of forwards for what test_core:golden runs
 VALGRIND_WHY_test_server_answer := answers of large forwards written in chunks over the pool (2 minutes); the black-box run writes answers to real sockets
 VALGRIND_BLACKBOX := \
   'tests/blackbox/test_state.py::test_state_file_and_restored_steps_bit_for_bit[gqa_half]' \
