@@ -374,10 +374,14 @@ bench-decode: deps
 # The Python client's median round trips against raw HTTP (http.client)
 # with the same bodies: a large request (1, 512, 1024, 16 heads) and a small
 # one (4 rows, E=512); bench/bench_client.py, BENCH_CLIENT_ARGS passes options.
+# The JavaScript client's against raw fetch, on the same daemon
+# (bench/bench_client.mjs, run by bench_client.py; the package installed
+# from its tarball as test-js does).
 BENCH_CLIENT_ARGS ?=
 bench-client: deps-bench
-	$(MAKE) $(BUILD)/attnd $(CLIENT_VENV)/.client
-	ATTND_BIN=$(abspath $(BUILD)/attnd) $(CLIENT_VENV)/bin/python bench/bench_client.py $(BENCH_CLIENT_ARGS)
+	$(MAKE) $(BUILD)/attnd $(CLIENT_VENV)/.client $(JS_PROJECT)/.stamp
+	ATTND_BIN=$(abspath $(BUILD)/attnd) ATTND_JS_PROJECT=$(abspath $(JS_PROJECT)) \
+	  $(CLIENT_VENV)/bin/python bench/bench_client.py $(BENCH_CLIENT_ARGS)
 
 # A steady open-loop load (100 small requests a second) on one model while
 # another, a large layer (E=2048, fp32, 64 MiB), is reloaded every second
