@@ -79,3 +79,19 @@ test("each misuse fails to compile, and nothing else in that file", () => {
   for (const line of marked) assert.ok(errors.includes(line), `line ${line} compiled: ${lines[line - 1].trim()}\n${r.stdout}`);
   for (const line of errors) assert.ok(marked.includes(line), `an error on an unmarked line ${line}:\n${r.stdout}`);
 });
+
+test("npm install of the folder itself works as well", () => {
+  const dir = mkdtempSync(join(tmpdir(), "attnd-js-folder-"));
+  try {
+    execFileSync("npm", ["--no-audit", "--no-fund", "--loglevel=error", "install", "--offline",
+      join(REPO, "clients", "js")], { cwd: dir, encoding: "utf8" });
+    writeFileSync(join(dir, "use.mjs"), 'import { Client, AttndError, version } from "attnd";\n' +
+      "console.log(typeof Client, typeof AttndError, version);\n");
+    const r = spawnSync("node", ["use.mjs"], { cwd: dir, encoding: "utf8" });
+    assert.equal(r.status, 0, r.stderr);
+    const pkg = JSON.parse(readFileSync(join(REPO, "clients", "js", "package.json"), "utf8"));
+    assert.equal(r.stdout.trim(), `function function ${pkg.version}`);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
