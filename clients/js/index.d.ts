@@ -127,6 +127,8 @@ export interface RestoreOptions extends CallOptions {
 }
 
 export declare class AttndError extends Error {
+  constructor(status: number | null, message: string,
+    opts?: { retryAfter?: number | null; requestId?: string | null; cause?: unknown });
   /** The HTTP status, or null when no answer came. */
   readonly status: number | null;
   /** Seconds a 429 or 503 asked to wait, else null. */
