@@ -160,6 +160,8 @@ export declare class Client {
   health(opts?: CallOptions): Promise<{ status: string }>;
   session(opts?: SessionOptions): Promise<Session>;
   restoreSession(bytes: Uint8Array | ArrayBuffer, opts?: RestoreOptions): Promise<Session>;
+  /** client.restoreSession on a Client made from the options' url, apiKey, timeoutMs and retries. */
+  static restoreSession(bytes: Uint8Array | ArrayBuffer, opts?: RestoreOptions & ClientOptions): Promise<Session>;
 }
 
 export declare const version: string;

@@ -469,6 +469,12 @@ export class Client {
     return new Session(this, parseJson(res), res);
   }
 
+  /** The same as a method of a Client made from opts' url, apiKey,
+   * timeoutMs and retries: Client.restoreSession(bytes, {url, id}). */
+  static async restoreSession(bytes, { url, apiKey, timeoutMs, retries, ...opts } = {}) {
+    return new Client({ url, apiKey, timeoutMs, retries }).restoreSession(bytes, opts);
+  }
+
   toString() {
     return `attnd.Client(${this.url})`;
   }

@@ -79,8 +79,10 @@ test("a state restored on a second daemon continues bit for bit", async () => {
   const moved = await two.restoreSession(bytes, { id: sess.id });
   assert.equal(moved.id, sess.id);
   assert.equal(moved.cachedTokens, 8);
-  const fresh = await two.restoreSession(bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.length));
+  const fresh = await Client.restoreSession(bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.length),
+    { url: d2.url });
   assert.notEqual(fresh.id, sess.id);
+  assert.equal(fresh.cachedTokens, 8);
   await fresh.close();
   for (let i = 8; i < 16; i++) {
     const row = Float32Array.from(s.query[i]);

@@ -31,6 +31,8 @@ async function main(): Promise<void> {
   const bytes: Uint8Array = await s.state();
   await s.close();
   const again: Session = await client.restoreSession(bytes, { id: s.id });
+  const elsewhere: Session = await Client.restoreSession(bytes, { url: "http://127.0.0.1:8081", apiKey: "k", id: s.id });
+  console.log(elsewhere.cachedTokens);
   console.log(names, ok, cached, again.prefix?.output.shape);
   try {
     await client.attention({ query: [[1]] });
