@@ -7,12 +7,13 @@
 #   make valgrind   the Check suites and a short black-box run under valgrind's memcheck
 #   make test-abuse the abuse suite alone; make soak  ten minutes of mixed load
 #   make test-client  the Python client (clients/python) against the daemon and torch
+#   make test-js      the JavaScript client (clients/js) against the daemon and the goldens
 #   make run        serve the embedded default model on port 8080
 #   make bench      the core, onnxruntime and torch: tables (never part of the tests),
 #                   and the core at 1 to 64 threads simulated (bench/bench_scale.c)
 #   make bench-http     wrk against the daemon, and codec costs
 #   make bench-decode   KV-cache session steps against re-sending the prefix
-#   make bench-client   the Python client's round trips against raw HTTP
+#   make bench-client   the Python and JavaScript clients' round trips against raw HTTP
 #   make bench-reload   a steady load's latency while a large layer reloads every second
 #   make docker-test, make scaleout-test   the image, and replicas behind nginx
 #   make golden-decoder-check  the decoder goldens against Hugging Face transformers
@@ -50,7 +51,7 @@ TESTS      := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 BENCHES    := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
 .PHONY: all deps deps-run deps-bench test test-unit test-blackbox test-abuse soak asan tsan valgrind run bench bench-http bench-decode clean fuzz fuzz-smoke fuzz-long venv
-.PHONY: test-client bench-client bench-reload layers-check
+.PHONY: test-client test-js bench-client bench-reload layers-check
 .PHONY: docker-test scaleout-test golden-decoder-check format format-check otelcol
 
 all: $(BUILD)/attnd $(LIBS)
@@ -145,6 +146,7 @@ test: deps
 	$(MAKE) fuzz-smoke
 	$(MAKE) test-blackbox
 	$(MAKE) test-client
+	$(MAKE) test-js
 
 # The shape of the code (tests/check_layers.py, docs/architecture.md): no
 # cycle of calls or includes between files, no call up a layer, no function
@@ -169,6 +171,30 @@ test-blackbox: $(BUILD)/attnd $(VENV)/.client $(CLIENT_VENV)/.client $(OTELCOL)
 # FastAPI example; installed from its wheel, as a user installs it.
 test-client: $(BUILD)/attnd $(CLIENT_VENV)/.client
 	ATTND_BIN=$(abspath $(BUILD)/attnd) $(CLIENT_VENV)/bin/python -m pytest -q tests/client $(PYTEST_ARGS)
+
+# The JavaScript client (clients/js, docs/clients.md) with Node's own test
+# runner (tests/js) against the real daemon and the goldens. npm ci
+# installs its one dev dependency, typescript, from
+# clients/js/package-lock.json (the tests run tsc over tests/js/types);
+# the package itself is packed with npm pack and installed from that
+# tarball into $(JS_PROJECT), as a user installs it, and the suites import
+# it from there (ATTND_JS_PROJECT).
+JS_SRC     := clients/js/package.json clients/js/index.js clients/js/index.d.ts clients/js/README.md
+JS_PROJECT  = build/js-project
+JS_TSC      = clients/js/node_modules/.bin/tsc
+$(JS_TSC): clients/js/package.json clients/js/package-lock.json
+	@command -v npm >/dev/null || { echo "npm is missing: run make deps (nodejs, npm)"; exit 1; }
+	cd clients/js && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+$(JS_PROJECT)/.stamp: $(JS_SRC)
+	@command -v npm >/dev/null || { echo "npm is missing: run make deps (nodejs, npm)"; exit 1; }
+	rm -rf $(JS_PROJECT); mkdir -p $(JS_PROJECT)
+	cd $(JS_PROJECT) && npm pack --silent $(abspath clients/js) > /dev/null && echo '{"private": true}' > package.json \
+	  && npm install --no-audit --no-fund --offline --loglevel=error ./attnd-*.tgz
+	touch $@
+test-js: $(BUILD)/attnd $(JS_TSC) $(JS_PROJECT)/.stamp
+	ATTND_BIN=$(abspath $(BUILD)/attnd) ATTND_JS_PROJECT=$(abspath $(JS_PROJECT)) ATTND_TSC=$(abspath $(JS_TSC)) \
+	  node --test --test-reporter=spec tests/js/
 
 # The abuse suite alone (it also runs in test-blackbox, so in make test and
 # make asan): slow and flooding clients, odd HTTP, JSON bombs, isolation,
@@ -420,10 +446,14 @@ bench-decode: deps
 # The Python client's median round trips against raw HTTP (http.client)
 # with the same bodies: a large request (1, 512, 1024, 16 heads) and a small
 # one (4 rows, E=512); bench/bench_client.py, BENCH_CLIENT_ARGS passes options.
+# The JavaScript client's against raw fetch, on the same daemon
+# (bench/bench_client.mjs, run by bench_client.py; the package installed
+# from its tarball as test-js does).
 BENCH_CLIENT_ARGS ?=
 bench-client: deps-bench
-	$(MAKE) $(BUILD)/attnd $(CLIENT_VENV)/.client
-	ATTND_BIN=$(abspath $(BUILD)/attnd) $(CLIENT_VENV)/bin/python bench/bench_client.py $(BENCH_CLIENT_ARGS)
+	$(MAKE) $(BUILD)/attnd $(CLIENT_VENV)/.client $(JS_PROJECT)/.stamp
+	ATTND_BIN=$(abspath $(BUILD)/attnd) ATTND_JS_PROJECT=$(abspath $(JS_PROJECT)) \
+	  $(CLIENT_VENV)/bin/python bench/bench_client.py $(BENCH_CLIENT_ARGS)
 
 # A steady open-loop load (100 small requests a second) on one model while
 # another, a large layer (E=2048, fp32, 64 MiB), is reloaded every second

@@ -20,6 +20,13 @@ after warm-up rounds, so that both see the same machine; medians, the
 10th and 90th percentiles, the difference of the medians and their ratio
 are printed, and how the difference stands against the targets (at most
 10 % more on the large request, at most 1 ms more on the small one).
+
+The JavaScript client (clients/js) is timed the same way on the same
+daemon, by bench/bench_client.mjs under node: its Client.attention against
+raw fetch with the same body (rows "large (JS)", "small (JS)"; its raw
+column is fetch, the Python rows' is http.client). make bench-client
+installs the package from its npm pack tarball (ATTND_JS_PROJECT); with no
+node on the PATH, or --no-js, those rows are left out.
 Prints a table; asserts nothing.
 """
 import argparse
@@ -136,6 +143,33 @@ def measure(client, raw, q, model, rounds, warmup):
     return np.array(tc), np.array(tr)
 
 
+def measure_js(url, a):
+    """The JavaScript client's rows: bench_client.mjs under node against
+    the same daemon, the same cases and rounds."""
+    import shutil
+    node = shutil.which("node")
+    if node is None:
+        print("node: not on the PATH, the JavaScript client's rows are left out")
+        return []
+    version = subprocess.run([node, "--version"], capture_output=True, text=True).stdout.strip()
+    print("JavaScript client: node %s, from %s" % (
+        version, os.environ.get("ATTND_JS_PROJECT", "clients/js (no ATTND_JS_PROJECT)")))
+    args = [node, str(REPO / "bench" / "bench_client.mjs"), "--url", url,
+            "--warmup", str(a.warmup)]
+    for name, model, _, _, shape, opt, _ in CASES:
+        args += ["--case", "%s,%s,%s,%d" % (name, model, "x".join(map(str, shape)),
+                                            getattr(a, opt))]
+    out = subprocess.run(args, capture_output=True, text=True, timeout=3600)
+    if out.returncode != 0:
+        sys.exit("bench_client.mjs failed:\n" + out.stderr[-2000:])
+    rows = []
+    for line, (name, _, _, H, shape, _, target) in zip(out.stdout.splitlines(), CASES):
+        r = json.loads(line)
+        tc, tr = np.array(r["client"]), np.array(r["raw"])
+        rows.append((name + " (JS)", shape, H, len(tc), tc, tr, target))
+    return rows
+
+
 def cpu_name():
     """The CPU's name, family and model, and the vector features that matter."""
     info = {}
@@ -158,6 +192,7 @@ def main():
     ap.add_argument("--small-rounds", type=int, default=500)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--threads", type=int, default=0, help="daemon's compute threads (0: all)")
+    ap.add_argument("--no-js", action="store_true", help="leave out the JavaScript client's rows")
     a = ap.parse_args()
     binary = os.environ.get("ATTND_BIN", str(REPO / "build" / "attnd"))
     import httpx
@@ -174,6 +209,8 @@ def main():
                     q = np.random.default_rng(1).standard_normal(shape, dtype=np.float32)
                     tc, tr = measure(client, raw, q, model, getattr(a, opt), a.warmup)
                     rows.append((name, shape, H, len(tc), tc, tr, target))
+            if not a.no_js:
+                rows += measure_js(url, a)
         finally:
             p.send_signal(signal.SIGTERM)
             p.wait(60)

@@ -17,6 +17,12 @@ build) shift; PKGS="$BUILD_PKGS $*" ;;
 test) shift; PKGS="$BUILD_PKGS $TEST_PKGS $*" ;;
 *) PKGS="$BUILD_PKGS $TEST_PKGS $*" ;;
 esac
+# npm (the JavaScript client's tests and docs): Debian's nodejs leaves it to
+# the npm package; a NodeSource nodejs holds it itself (and conflicts with
+# that package), so it is asked for only when no npm is on the PATH.
+case " $PKGS " in
+*" nodejs "*) command -v npm > /dev/null 2>&1 || PKGS="$PKGS npm" ;;
+esac
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -32,7 +32,9 @@ default model's daemon this test starts; any other 80xx a block listens on
 gets a free port of its own. Python blocks run with the test's venv (numpy,
 requests, tritonclient, and the attnd client from clients/python), which
 the docs tell readers to make; JavaScript
-blocks run as ES modules with node. A block's output holds no
+blocks run as ES modules with node, in the same folder, so that they
+import the `attnd` package that docs/clients.md's install block put in its
+node_modules (from the `npm pack` tarball of clients/js). A block's output holds no
 `{"error"` unless the output the docs show for it does.
 """
 import os
