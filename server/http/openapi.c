@@ -5,6 +5,7 @@
  * with Jansson). */
 #include "openapi.h"
 
+#include <float.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,10 +48,12 @@ static void drop_auth(json_t *doc) {
     }
 }
 
-/* A row of exactly w numbers. */
+/* A row of exactly w numbers, each one a float32 holds (past FLT_MAX a
+ * number is refused, not rounded to infinity). */
 static json_t *row(int w) {
-    return json_pack("{s:s, s:i, s:i, s:{s:s}}", "type", "array", "minItems", w, "maxItems", w,
-                     "items", "type", "number");
+    return json_pack("{s:s, s:i, s:i, s:{s:s, s:f, s:f}}", "type", "array", "minItems", w,
+                     "maxItems", w, "items", "type", "number", "minimum", -(double)FLT_MAX,
+                     "maximum", (double)FLT_MAX);
 }
 
 /* A float input of width w: L rows, B×L rows, or a tensor object. */
@@ -70,8 +73,9 @@ static void items_max(json_t *schema, long long max) {
 }
 
 /* AttentionRequest fitted to one model: its name, the widths of query,
- * key and value (a model with rope takes positions below its limit and
- * no key or value), its heads. */
+ * key and value (required when they differ: no self-attention then; a
+ * model with rope takes positions below its limit and no key or value),
+ * its heads. */
 static json_t *attention_request(json_t *schemas, const attnd_model_info *info) {
     const attn_hparams *hp = &info->hp;
     json_t *s = json_deep_copy(json_object_get(schemas, "AttentionRequest"));
@@ -91,6 +95,8 @@ static json_t *attention_request(json_t *schemas, const attnd_model_info *info) 
         json_object_set_new(p, "key", float_tensor(hp->kdim));
         json_object_set_new(p, "value", float_tensor(hp->vdim));
         json_object_del(p, "positions");
+        if (hp->kdim != hp->embed_dim || hp->vdim != hp->embed_dim) /* no self-attention */
+            json_object_set_new(s, "required", json_pack("[s, s, s]", "query", "key", "value"));
     }
     items_max(json_object_get(p, "attention_heads"), hp->num_heads - 1);
     return s;
@@ -149,8 +155,8 @@ static json_t *model_op(json_t *paths, const char *ops_path, const char *ref) {
 
 /* The model's own schemas and paths: POST /v1/models/<name>/attention and
  * POST /v2/models/<name>/infer beside their {name} forms (a concrete path
- * matches first), and /v1/attention's body when it is the one model. */
-static void add_model(json_t *doc, const attnd_model_info *info, int sole) {
+ * matches first). /v1/attention keeps the schema of any model. */
+static void add_model(json_t *doc, const attnd_model_info *info) {
     json_t *schemas = json_object_get(json_object_get(doc, "components"), "schemas");
     json_t *paths = json_object_get(doc, "paths");
     char name[ATTND_NAME_MAX + 32], ref[ATTND_NAME_MAX + 64], path[ATTND_NAME_MAX + 32];
@@ -161,15 +167,6 @@ static void add_model(json_t *doc, const attnd_model_info *info, int sole) {
     json_object_set_new(
         paths, path,
         json_pack("{s:o}", "post", model_op(paths, "/v1/models/{name}/attention", ref)));
-    if (sole) {
-        json_t *media = json_object_get(
-            json_object_get(
-                json_object_get(json_object_get(json_object_get(paths, "/v1/attention"), "post"),
-                                "requestBody"),
-                "content"),
-            "application/json");
-        json_object_set_new(media, "schema", json_pack("{s:s}", "$ref", ref));
-    }
     snprintf(name, sizeof name, "V2InferRequest_%s", info->name);
     json_object_set_new(schemas, name, v2_request(schemas, info));
     snprintf(ref, sizeof ref, SCHEMAS "%s", name);
@@ -178,12 +175,37 @@ static void add_model(json_t *doc, const attnd_model_info *info, int sole) {
         paths, path, json_pack("{s:o}", "post", model_op(paths, "/v2/models/{name}/infer", ref)));
 }
 
+/* The {name} of the /v1/models and /v2/models routes gets a model serving
+ * as its example (its {version}, the version serving): what a reader tries first, and what a tool
+ * that sends the examples gets a model's answer with. */
+static void name_examples(json_t *doc, const char *model, int version) {
+    char v[16];
+    snprintf(v, sizeof v, "%d", version);
+    const char *path, *method;
+    json_t *ops, *op;
+    json_object_foreach(json_object_get(doc, "paths"), path, ops) {
+        if (strncmp(path, "/v1/models/{name}", 17) != 0 &&
+            strncmp(path, "/v2/models/{name}", 17) != 0)
+            continue;
+        json_object_foreach(ops, method, op) {
+            json_t *params = json_object_get(op, "parameters"), *prm;
+            size_t i;
+            json_array_foreach(params, i, prm) {
+                const char *pn = json_string_value(json_object_get(prm, "name"));
+                if (pn && (strcmp(pn, "name") == 0 || strcmp(pn, "version") == 0))
+                    json_object_set_new(prm, "example", json_string(*pn == 'n' ? model : v));
+            }
+        }
+    }
+}
+
 char *attnd_openapi_doc(int keyed, attnd_version *const *vs, int n, size_t *len) {
     json_t *doc = json_loadb(attnd_openapi_json, attnd_openapi_json_len, 0, NULL);
     if (!doc) return NULL;
     if (!keyed) drop_auth(doc);
+    if (n > 0) name_examples(doc, vs[0]->info.name, vs[0]->info.version);
     for (int i = 0; i < n; i++)
-        add_model(doc, &vs[i]->info, n == 1);
+        add_model(doc, &vs[i]->info);
     char *out = json_dumps(doc, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
     json_decref(doc);
     if (out && len) *len = strlen(out);
