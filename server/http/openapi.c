@@ -175,19 +175,20 @@ static void add_model(json_t *doc, const attnd_model_info *info) {
         paths, path, json_pack("{s:o}", "post", model_op(paths, "/v2/models/{name}/infer", ref)));
 }
 
-/* The {name} of the /v1/models and /v2/models routes gets a model serving
- * as its example (its {version}, the version serving): what a reader tries first, and what a tool
- * that sends the examples gets a model's answer with. */
+/* The {name} of the GET /v2/models routes gets a model serving as its
+ * example (its {version}, the version serving): what a reader tries
+ * first, and what a tool that sends the examples gets a model's metadata
+ * with, to follow its link to infer. The compute routes have the concrete
+ * path of each model instead. */
 static void name_examples(json_t *doc, const char *model, int version) {
     char v[16];
     snprintf(v, sizeof v, "%d", version);
     const char *path, *method;
     json_t *ops, *op;
     json_object_foreach(json_object_get(doc, "paths"), path, ops) {
-        if (strncmp(path, "/v1/models/{name}", 17) != 0 &&
-            strncmp(path, "/v2/models/{name}", 17) != 0)
-            continue;
+        if (strncmp(path, "/v2/models/{name}", 17) != 0) continue;
         json_object_foreach(ops, method, op) {
+            if (strcmp(method, "get") != 0) continue;
             json_t *params = json_object_get(op, "parameters"), *prm;
             size_t i;
             json_array_foreach(params, i, prm) {
