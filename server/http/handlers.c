@@ -20,9 +20,7 @@
 #include "../session/persist.h"
 #include "handlers.h"
 #include "hreq.h"
-
-extern const char attnd_openapi_json[];
-extern const size_t attnd_openapi_json_len;
+#include "openapi.h"
 
 /* The request body read so far (not NUL-terminated), "" when none. */
 static const char *body_of(const hreq *h) {
@@ -167,10 +165,14 @@ int attnd_handle_metrics(hreq *h) {
     return 0;
 }
 
-/* GET /openapi.json */
+/* GET /openapi.json: the document of this daemon as it runs now (its key
+ * setting, the models serving at this request). */
 int attnd_handle_openapi(hreq *h) {
-    attnd_reply_borrow(&h->r.reply, AOK, attnd_openapi_json, attnd_openapi_json_len);
-    return 0;
+    int n = 0;
+    attnd_version **vs = serving(h->srv, &n);
+    char *body = vs ? attnd_openapi_doc(h->srv->api_key != NULL, vs, n, NULL) : NULL;
+    unhold(vs, n);
+    return owned(h, body);
 }
 
 /* GET /v2 */
