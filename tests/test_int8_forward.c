@@ -38,8 +38,8 @@
  */
 #include "../config/config.h"
 #include "../core/attn.h"
-#include "../core/kernels/kv_pages.h"
 #include "../core/kernels/gemm_int8.h"
+#include "../core/kernels/kv_pages.h"
 #include "../core/platform/cpu.h"
 
 #include "check_run.h"
@@ -1123,7 +1123,8 @@ START_TEST(test_kernel_vs_double) {
         for (int n = 0; n < N; n++) {
             double acc = 0;
             for (int k = 0; k < K; k++)
-                acc += (a[r * ld + ATTN_INT8_HEAD + k] - 128) * (double)attn_packed_int8_at(&pw, n, k);
+                acc +=
+                    (a[r * ld + ATTN_INT8_HEAD + k] - 128) * (double)attn_packed_int8_at(&pw, n, k);
             double y = acc * sa * pw.scale[n] + bias[n], mag = fabs(acc * sa * pw.scale[n]);
             double e = fabs(got[r * N + n] - y) / (mag + fabs(bias[n]));
             worst = fmax(worst, e);

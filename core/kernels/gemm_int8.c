@@ -66,8 +66,8 @@ AVX2 static void prepare32(uint8_t *dst, const float *x, float scale) {
         r = _mm256_min_ps(_mm256_max_ps(r, _mm256_set1_ps(-127.0f)), _mm256_set1_ps(127.0f));
         v[i] = _mm256_add_epi32(_mm256_cvtps_epi32(r), _mm256_set1_epi32(128));
     }
-    __m256i b = _mm256_packus_epi16(_mm256_packus_epi32(v[0], v[1]),
-                                    _mm256_packus_epi32(v[2], v[3]));
+    __m256i b =
+        _mm256_packus_epi16(_mm256_packus_epi32(v[0], v[1]), _mm256_packus_epi32(v[2], v[3]));
     b = _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
     _mm256_storeu_si256((__m256i *)dst, b);
 }
@@ -309,8 +309,8 @@ static void tile256(float *C, size_t ldc, const uint8_t *A, size_t lda, const at
         for (size_t r = r0; r < r1; r += 6) {
             int mr = (int)(r1 - r < 6 ? r1 - r : 6);
             if (vex)
-                k256__mm256_dpbusd_avx_epi32(C + r * ldc + n0, ldc, A + r * lda, lda, P, pw, n0,
-                                             nc, mr);
+                k256__mm256_dpbusd_avx_epi32(C + r * ldc + n0, ldc, A + r * lda, lda, P, pw, n0, nc,
+                                             mr);
             else
                 k256__mm256_dpbusd_epi32(C + r * ldc + n0, ldc, A + r * lda, lda, P, pw, n0, nc,
                                          mr);

@@ -22,10 +22,10 @@
 #include "gemm.h"
 
 enum {
-    ATTN_INT8_KSTEP = 64,    /* K is padded with zeros to a multiple of this (an AMX row) */
-    ATTN_INT8_HEAD = 64,     /* bytes before a prepared row's inputs: its scale (a float) */
-    ATTN_INT8_KMAX = 65536,  /* inputs at most: the int32 sums stay exact */
-    ATTN_INT8_ROWPAD = 16,   /* prepared rows are padded to a multiple of this (an AMX tile) */
+    ATTN_INT8_KSTEP = 64,   /* K is padded with zeros to a multiple of this (an AMX row) */
+    ATTN_INT8_HEAD = 64,    /* bytes before a prepared row's inputs: its scale (a float) */
+    ATTN_INT8_KMAX = 65536, /* inputs at most: the int32 sums stay exact */
+    ATTN_INT8_ROWPAD = 16,  /* prepared rows are padded to a multiple of this (an AMX tile) */
 };
 
 /* W packed for every path: panels of 16 output columns, each holding, group
