@@ -29,7 +29,7 @@ enum { NP = ATTN_PANEL, KS = ATTN_INT8_KSTEP };
 #define VEX __attribute__((target("avx2,fma,avxvnni")))
 #define EVEX256 __attribute__((target("avx2,fma,avx512f,avx512vl,avx512vnni")))
 #define AVX2 __attribute__((target("avx2,fma")))
-#define AMX __attribute__((target("amx-tile,amx-int8,avx512f,avx512bw,avx512vl")))
+#define AMX __attribute__((target("amx-tile,amx-int8,avx512f,avx512bw,avx512vl,avx512vnni")))
 
 /* ---- quantizing ---------------------------------------------------------------- */
 
@@ -349,6 +349,20 @@ AMX static void amx_sums(const uint8_t *A, size_t lda, const int8_t *P0, const i
     }
 }
 
+/* The staged sums of nr rows x the pair's panels into C (one or two panels). */
+AMX static void amx_epilogue(float *C, size_t ldc, const uint8_t *A, size_t lda,
+                             const attn_packed_int8 *pw, const int32_t *stage, int nr, int j,
+                             int two) {
+    for (int r = 0; r < nr; r++) {
+        float sa = row_scale(A + (size_t)r * lda);
+        for (int p = 0; p < 1 + two; p++) {
+            int n0 = (j + p) * NP;
+            __m512i acc = _mm512_load_si512(stage + (r / 16 * 2 + p) * 256 + (r % 16) * NP);
+            epilogue512(C + (size_t)r * ldc + n0, acc, sa, pw, n0, cols_mask(pw->N - n0));
+        }
+    }
+}
+
 static void tile_amx(float *C, size_t ldc, const uint8_t *A, size_t lda, const attn_packed_int8 *pw,
                      size_t r0, size_t r1, int j0, int j1) {
     int32_t stage[4 * 256] __attribute__((aligned(64)));
@@ -361,13 +375,7 @@ static void tile_amx(float *C, size_t ldc, const uint8_t *A, size_t lda, const a
             int nr = (int)(r1 - rb < 32 ? r1 - rb : 32);
             const uint8_t *Ab = A + rb * lda + ATTN_INT8_HEAD;
             amx_sums(Ab, lda, P0, P1, pw->kq * 4 / KS, nr > 16, stage);
-            for (int r = 0; r < nr; r++)
-                for (int p = 0; p < 1 + two; p++) {
-                    int n0 = (j + p) * NP, nc = pw->N - n0 < NP ? pw->N - n0 : NP;
-                    const int32_t *acc = stage + (r / 16 * 2 + p) * 256 + (r % 16) * NP;
-                    epilogue256(C + (rb + (size_t)r) * ldc + n0, acc, row_scale(A + (rb + r) * lda),
-                                pw, n0, nc);
-                }
+            amx_epilogue(C + rb * ldc, ldc, A + rb * lda, lda, pw, stage, nr, j, two);
         }
     }
     attn_amx_end();

@@ -183,7 +183,7 @@ static void detect_int8(void) {
     int avx512 = c->avx512f && c->avx512bw && c->avx512vl;
     vnni512 = vnni512 && avx512;
     vnni256 = vnni256 && c->avx2 && c->fma;
-    if (avx512 && amx_int8_usable())
+    if (avx512 && vnni512 && amx_int8_usable()) /* the epilogue around the tiles: AVX-512 */
         g_int8_level = ATTN_INT8_AMX;
     else
         g_int8_level = vnni512 ? ATTN_INT8_AVX512 : vnni256 ? ATTN_INT8_AVX : ATTN_INT8_NONE;

@@ -230,7 +230,7 @@ static int check_tensors(const st_header *h, uint64_t data_size, attnd_state *st
                             h->tensors[i].name);
         used += h->tensors[i].end - h->tensors[i].begin;
     }
-    const char *why = st->int8                             ? "an int8 model's cache"
+    const char *why = st->int8                            ? "an int8 model's cache"
                       : st->precision == ATTND_STATE_BF16 ? "precision bf16"
                                                           : "precision fp32";
     st_dtype d = cache_dtype(st->precision);

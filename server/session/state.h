@@ -44,11 +44,11 @@ typedef enum {
 
 /* What the writer is given and what the reader gives back. */
 typedef struct {
-    char *model;       /* the model's name (reader: owned) */
-    char *fingerprint; /* attnd_weights_fingerprint's string (reader: owned) */
+    char *model;                     /* the model's name (reader: owned) */
+    char *fingerprint;               /* attnd_weights_fingerprint's string (reader: owned) */
     attnd_state_precision precision; /* the cache's: what keys and values are stored as */
-    int int8; /* 1: the model computes in int8, and the file says "precision": "int8" (its
-                 cache, as the model keeps it, in BF16 or F32 by precision) */
+    int int8;           /* 1: the model computes in int8, and the file says "precision": "int8" (its
+                           cache, as the model keeps it, in BF16 or F32 by precision) */
     int len;            /* cached tokens, >= 0 */
     int G, D;           /* key/value heads and head width, 1..ATTND_STATE_MAX_HEADS */
     void *kv;           /* (len, 2*G*D): row t = key (G,D) then value (G,D); float for
