@@ -308,6 +308,8 @@ bench: deps-bench
 	    --json $(BUILD)/bench/cells.json || exit 1; \
 	  $(BENCH_VENV)/bin/python bench/bench_ort.py --shape $$i --json $(BUILD)/bench/cells.json \
 	    --threads $$threads || exit 1; \
+	  $(BENCH_VENV)/bin/python bench/bench_ort.py --int8 --shape $$i \
+	    --json $(BUILD)/bench/cells.json --threads $$threads || exit 1; \
 	  $(BENCH_VENV)/bin/python bench/bench_openvino.py --shape $$i \
 	    --json $(BUILD)/bench/cells.json --threads $$threads || exit 1; \
 	  [ -z "$$torch" ] || OPENBLAS_CORETYPE=$$blas /usr/bin/python3 bench/bench_torch.py \
