@@ -5,7 +5,7 @@
  * VPDPBUSD adds the products of four inputs, a 32-bit broadcast of the row's
  * four bytes against a panel's 64 bytes. The whole K in one pass (int32
  * sums need no blocking to stay exact).
- * AVX-VNNI: the same on 256-bit registers, 6 rows x 1 panel (two halves),
+ * AVX-VNNI: the same on 256-bit registers, 4 rows x 1 panel (two halves),
  * in the VEX form, or the EVEX form where only AVX512-VNNI is there.
  * AMX-INT8: 32 rows x 2 panels in four int32 C tiles; TDPBUSD is 16 x 16 x
  * 64. The tiles are stored to a staging buffer.
@@ -258,31 +258,38 @@ static void tile512(float *C, size_t ldc, const uint8_t *A, size_t lda, const at
 /* ---- AVX-VNNI: MR rows x 1 panel (two 256-bit halves) ---------------------------------- */
 
 /* The epilogue on 256-bit registers: the same steps, the same bits. */
-AVX2 static void epilogue256(float *C, const int32_t *acc, float sa, const attn_packed_int8 *pw,
+AVX2 INLINE void epilogue256(float *C, const int32_t *acc, float sa, const attn_packed_int8 *pw,
                              int n0, int nc) {
-    float y[NP];
-    for (int h = 0; h < 2; h++) {
+    for (int h = 0; h < 2 && 8 * h < nc; h++) {
         __m256i v = _mm256_sub_epi32(_mm256_loadu_si256((const __m256i *)(acc + 8 * h)),
                                      _mm256_loadu_si256((const __m256i *)(pw->fix + n0 + 8 * h)));
         __m256 s = _mm256_mul_ps(_mm256_set1_ps(sa), _mm256_loadu_ps(pw->scale + n0 + 8 * h));
-        _mm256_storeu_ps(y + 8 * h, _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), s,
-                                                    _mm256_loadu_ps(pw->bias16 + n0 + 8 * h)));
+        __m256 y = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), s,
+                                   _mm256_loadu_ps(pw->bias16 + n0 + 8 * h));
+        int left = nc - 8 * h;
+        if (left >= 8)
+            _mm256_storeu_ps(C + 8 * h, y);
+        else
+            _mm256_maskstore_ps(C + 8 * h,
+                                _mm256_cmpgt_epi32(_mm256_set1_epi32(left),
+                                                   _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)),
+                                y);
     }
-    memcpy(C, y, sizeof(float) * (size_t)nc);
 }
 
+/* MR rows (a constant once inlined, at most 4: eight sums, two panel halves
+ * and a broadcast fit the sixteen registers) x one panel's two halves. */
 #define K256_BODY(ATTR, DP)                                                                        \
-    ATTR static void k256_##DP(float *C, size_t ldc, const uint8_t *A, size_t lda,                 \
-                               const int8_t *P, const attn_packed_int8 *pw, int n0, int nc,        \
-                               int MR) {                                                           \
-        __m256i c[6][2];                                                                           \
-        for (int r = 0; r < 6; r++)                                                                \
-            c[r][0] = c[r][1] = _mm256_setzero_si256();                                            \
+    ATTR INLINE void k256_body_##DP(float *C, size_t ldc, const uint8_t *A, size_t lda,            \
+                                    const int8_t *P, const attn_packed_int8 *pw, int n0, int nc,   \
+                                    const int MR) {                                                \
+        __m256i c[4][2];                                                                           \
+        _Pragma("GCC unroll 4") for (int r = 0; r < MR; r++) c[r][0] = c[r][1] =                   \
+            _mm256_setzero_si256();                                                                \
         for (int g = 0; g < pw->kq; g++) {                                                         \
             __m256i w0 = _mm256_load_si256((const __m256i *)(P + (size_t)g * 4 * NP));             \
             __m256i w1 = _mm256_load_si256((const __m256i *)(P + (size_t)g * 4 * NP + 32));        \
-            _Pragma("GCC unroll 6") for (int r = 0; r < 6; r++) {                                  \
-                if (r >= MR) break;                                                                \
+            _Pragma("GCC unroll 4") for (int r = 0; r < MR; r++) {                                 \
                 int32_t four;                                                                      \
                 memcpy(&four, A + ATTN_INT8_HEAD + r * lda + 4 * g, sizeof four);                  \
                 __m256i x = _mm256_set1_epi32(four);                                               \
@@ -290,11 +297,21 @@ AVX2 static void epilogue256(float *C, const int32_t *acc, float sa, const attn_
                 c[r][1] = DP(c[r][1], x, w1);                                                      \
             }                                                                                      \
         }                                                                                          \
-        for (int r = 0; r < MR; r++) {                                                             \
+        _Pragma("GCC unroll 4") for (int r = 0; r < MR; r++) {                                     \
             int32_t acc[NP];                                                                       \
             _mm256_storeu_si256((__m256i *)acc, c[r][0]);                                          \
             _mm256_storeu_si256((__m256i *)(acc + 8), c[r][1]);                                    \
             epilogue256(C + r * ldc, acc, row_scale(A + r * lda), pw, n0, nc);                     \
+        }                                                                                          \
+    }                                                                                              \
+    ATTR static void k256_##DP(float *C, size_t ldc, const uint8_t *A, size_t lda,                 \
+                               const int8_t *P, const attn_packed_int8 *pw, int n0, int nc,        \
+                               int MR) {                                                           \
+        switch (MR) {                                                                              \
+        case 4: k256_body_##DP(C, ldc, A, lda, P, pw, n0, nc, 4); break;                           \
+        case 3: k256_body_##DP(C, ldc, A, lda, P, pw, n0, nc, 3); break;                           \
+        case 2: k256_body_##DP(C, ldc, A, lda, P, pw, n0, nc, 2); break;                           \
+        default: k256_body_##DP(C, ldc, A, lda, P, pw, n0, nc, 1); break;                          \
         }                                                                                          \
     }
 K256_BODY(VEX, _mm256_dpbusd_avx_epi32)
@@ -306,8 +323,8 @@ static void tile256(float *C, size_t ldc, const uint8_t *A, size_t lda, const at
     for (int j = j0; j < j1; j++) {
         int n0 = j * NP, nc = pw->N - n0 < NP ? pw->N - n0 : NP;
         const int8_t *P = pw->p + (size_t)j * pw->kq * 4 * NP;
-        for (size_t r = r0; r < r1; r += 6) {
-            int mr = (int)(r1 - r < 6 ? r1 - r : 6);
+        for (size_t r = r0; r < r1; r += 4) {
+            int mr = (int)(r1 - r < 4 ? r1 - r : 4);
             if (vex)
                 k256__mm256_dpbusd_avx_epi32(C + r * ldc + n0, ldc, A + r * lda, lda, P, pw, n0, nc,
                                              mr);
