@@ -264,8 +264,8 @@ AVX2 INLINE void epilogue256(float *C, const int32_t *acc, float sa, const attn_
         __m256i v = _mm256_sub_epi32(_mm256_loadu_si256((const __m256i *)(acc + 8 * h)),
                                      _mm256_loadu_si256((const __m256i *)(pw->fix + n0 + 8 * h)));
         __m256 s = _mm256_mul_ps(_mm256_set1_ps(sa), _mm256_loadu_ps(pw->scale + n0 + 8 * h));
-        __m256 y = _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), s,
-                                   _mm256_loadu_ps(pw->bias16 + n0 + 8 * h));
+        __m256 y =
+            _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), s, _mm256_loadu_ps(pw->bias16 + n0 + 8 * h));
         int left = nc - 8 * h;
         if (left >= 8)
             _mm256_storeu_ps(C + 8 * h, y);
@@ -308,10 +308,18 @@ AVX2 INLINE void epilogue256(float *C, const int32_t *acc, float sa, const attn_
                                const int8_t *P, const attn_packed_int8 *pw, int n0, int nc,        \
                                int MR) {                                                           \
         switch (MR) {                                                                              \
-        case 4: k256_body_##DP(C, ldc, A, lda, P, pw, n0, nc, 4); break;                           \
-        case 3: k256_body_##DP(C, ldc, A, lda, P, pw, n0, nc, 3); break;                           \
-        case 2: k256_body_##DP(C, ldc, A, lda, P, pw, n0, nc, 2); break;                           \
-        default: k256_body_##DP(C, ldc, A, lda, P, pw, n0, nc, 1); break;                          \
+        case 4:                                                                                    \
+            k256_body_##DP(C, ldc, A, lda, P, pw, n0, nc, 4);                                      \
+            break;                                                                                 \
+        case 3:                                                                                    \
+            k256_body_##DP(C, ldc, A, lda, P, pw, n0, nc, 3);                                      \
+            break;                                                                                 \
+        case 2:                                                                                    \
+            k256_body_##DP(C, ldc, A, lda, P, pw, n0, nc, 2);                                      \
+            break;                                                                                 \
+        default:                                                                                   \
+            k256_body_##DP(C, ldc, A, lda, P, pw, n0, nc, 1);                                      \
+            break;                                                                                 \
         }                                                                                          \
     }
 K256_BODY(VEX, _mm256_dpbusd_avx_epi32)
