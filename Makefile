@@ -221,9 +221,9 @@ asan: deps
 # The pool suite checks the core's own thread pool alone (1 to 4 threads),
 # the core suite uses it (2 and 3 threads), the answer suite writes answers
 # on it, the pipeline suite runs session steps and whole sequences through
-# one batch on it, the bf16 forward suite's invariance cases run bf16 models
-# on 1 to 3 threads; the daemon's concurrency suite exercises the queue,
-# batcher and workers; the OTLP suites submit from several threads while the
+# one batch on it, the bf16 and int8 forward suites' invariance cases run
+# bf16 and int8 models on 1 to 3 threads; the daemon's concurrency suite
+# exercises the queue, batcher and workers; the OTLP suites submit from several threads while the
 # exporter's thread sends, to a peer and to the real collector; the model
 # table's suite gets and finds versions on threads while another reloads,
 # and the loader thread loads and frees them; the repository suite's
@@ -234,11 +234,12 @@ tsan: deps
 	  build-tsan/tests/test_server_guard build-tsan/tests/test_invariance build-tsan/tests/test_server_sched \
 	  build-tsan/tests/test_server_answer build-tsan/tests/test_server_pipeline build-tsan/tests/test_server_otlp \
 	  build-tsan/tests/test_server_otlp_collector build-tsan/tests/test_bf16_forward \
-	  build-tsan/tests/test_server_models $(OTELCOL)
+	  build-tsan/tests/test_int8_forward build-tsan/tests/test_server_models $(OTELCOL)
 	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no build-tsan/tests/test_pool
 	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no build-tsan/tests/test_core
 	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no build-tsan/tests/test_invariance
 	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no CK_RUN_CASE=invariance build-tsan/tests/test_bf16_forward
+	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no CK_RUN_CASE=invariance build-tsan/tests/test_int8_forward
 	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no build-tsan/tests/test_server_sched
 	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no build-tsan/tests/test_server_answer
 	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no build-tsan/tests/test_server_pipeline
@@ -406,6 +407,8 @@ bench: deps-bench
 	    --json $(BUILD)/bench/cells.json || exit 1; \
 	  $(BENCH_VENV)/bin/python bench/bench_ort.py --shape $$i --json $(BUILD)/bench/cells.json \
 	    --threads $$threads || exit 1; \
+	  $(BENCH_VENV)/bin/python bench/bench_ort.py --int8 --shape $$i \
+	    --json $(BUILD)/bench/cells.json --threads $$threads || exit 1; \
 	  $(BENCH_VENV)/bin/python bench/bench_openvino.py --shape $$i \
 	    --json $(BUILD)/bench/cells.json --threads $$threads || exit 1; \
 	  [ -z "$$torch" ] || OPENBLAS_CORETYPE=$$blas /usr/bin/python3 bench/bench_torch.py \

@@ -1,8 +1,9 @@
 /* bench_core.c - speed and memory of the attention core, printed as a table.
  *
  * For each shape (B sequences of L tokens, width E, H heads), self-attention
- * with no attention matrix asked for, for an fp32 model and (when the CPU has
- * bf16 kernels) a bf16 one: the median time of one attn_forward
+ * with no attention matrix asked for, for an fp32 model, (when the CPU has
+ * bf16 kernels) a bf16 one and (when it has int8 kernels) an int8 one: the
+ * median time of one attn_forward
  * over N runs after a warm-up, its rate in GFLOP/s and that rate as a share
  * of OpenBLAS sgemm's own rate measured in the same run with as many threads.
  * FLOPs = 8 T E^2 (the four projections, T = B L) + 4 B L^2 E (QK^T and AV).
@@ -10,13 +11,17 @@
  * outputs, next to attn_workspace_bytes for the same batch. The tables are
  * headed by the CPU's FMA peak, on a CPU with AVX512-BF16 also the peak of
  * its vdpbf16ps (what the AVX512-BF16 kernels can reach at most: half the
- * FMA peak on the Intel Xeon of bench/RESULTS.md), and OpenBLAS sgemm's
- * rate.
+ * FMA peak on the Intel Xeon of bench/RESULTS.md), on a CPU with VNNI the
+ * peak of its vpdpbusd (int8 multiply-adds, counted as two operations each
+ * like an FMA's), and OpenBLAS sgemm's rate. An int8 table's % is its rate
+ * (the whole layer's FLOPs) as a share of that vpdpbusd peak. The weights'
+ * bytes of each precision of the memory shape, and their ratio to fp32's.
  *
  *   build/bench/bench_core [--threads 1,2,N] [--seconds 1.5] [--fused on|off|both]
  *                          [--owner core|blas|both] [--proj packed|openblas|both]
- *                          [--clock wall|cpu] [--precision fp32|bf16|both]
- *                          [--bf16-kernels amx-bf16|avx512-bf16] [--no-memory]
+ *                          [--clock wall|cpu] [--precision fp32|bf16|int8|both|all]
+ *                          [--bf16-kernels amx-bf16|avx512-bf16]
+ *                          [--int8-kernels amx-int8|avx512-vnni|avx-vnni] [--no-memory]
  *   build/bench/bench_core --pauses 0,10,1000 [--shape I] [--threads N] [--json FILE]
  *
  * --pauses times a lone forward after each pause instead: the pool rested,
@@ -100,6 +105,31 @@ static int make_model(attn_model *m, int E, int H, char *err, size_t errlen) {
     if (attn_model_init(m, &hp, err, errlen) < 0) return -1;
     fill(m->mem, m->n_floats, 1.0f / sqrtf((float)E));
     return attn_model_pack(m, err, errlen);
+}
+
+/* The weights' bytes of the memory shape's model in each precision o runs,
+ * and their ratio to fp32's (attn_model_bytes: packed weights and biases). */
+static void print_weights(const int *precs, int n) {
+    static const char *const names[] = {"fp32", "bf16", "int8"};
+    attn_precision keep = g_precision;
+    double fp32 = 0;
+    char err[256];
+    printf("weights of that model (E=%d):", g_mem_shape.E);
+    for (int i = 0; i < n; i++) {
+        attn_model m;
+        g_precision = (attn_precision)precs[i];
+        if (make_model(&m, g_mem_shape.E, g_mem_shape.H, err, sizeof err) < 0) {
+            printf("  %s: %s", names[precs[i]], err);
+            continue;
+        }
+        double b = (double)attn_model_bytes(&m);
+        if (precs[i] == ATTN_FP32) fp32 = b;
+        printf("  %s %.2f MiB", names[precs[i]], b / (1 << 20));
+        if (fp32 > 0 && precs[i] != ATTN_FP32) printf(" (%.2fx fp32's)", b / fp32);
+        attn_model_free(&m);
+    }
+    printf("\n");
+    g_precision = keep;
 }
 
 /* A self-attention batch of B sequences of L tokens; inputs filled, output
@@ -243,22 +273,67 @@ __attribute__((target("avx512f,avx512bf16"))) static float peak_bf16(long iters)
     return _mm512_reduce_add_ps(s);
 }
 
-static int g_peak_lanes; /* 16, 8, or 0 when the CPU has no FMA; 32: vdpbf16ps */
+/* The same for vpdpbusd: 64 byte products summed into 16 int32 lanes (128
+ * operations), the AVX512-VNNI kernels' inner step (AVX-VNNI: half, on 256
+ * bits). */
+__attribute__((target("avx512f,avx512vnni"))) static int peak_vnni(long iters) {
+    __m512i a[12];
+    __m512i x = _mm512_set1_epi8(3), y = _mm512_set1_epi8(-2);
+    for (int i = 0; i < 12; i++)
+        a[i] = _mm512_set1_epi32(i);
+    for (long k = 0; k < iters; k++)
+        _Pragma("GCC unroll 12") for (int i = 0; i < 12; i++) a[i] =
+            _mm512_dpbusd_epi32(a[i], x, y);
+    __m512i s = a[0];
+    for (int i = 1; i < 12; i++)
+        s = _mm512_add_epi32(s, a[i]);
+    return _mm512_reduce_add_epi32(s);
+}
+
+__attribute__((target("avx2,avxvnni"))) static int peak_vnni256(long iters) {
+    __m256i a[12];
+    __m256i x = _mm256_set1_epi8(3), y = _mm256_set1_epi8(-2);
+    for (int i = 0; i < 12; i++)
+        a[i] = _mm256_set1_epi32(i);
+    for (long k = 0; k < iters; k++)
+        _Pragma("GCC unroll 12") for (int i = 0; i < 12; i++) a[i] =
+            _mm256_dpbusd_avx_epi32(a[i], x, y);
+    for (int i = 1; i < 12; i++)
+        a[0] = _mm256_add_epi32(a[0], a[i]);
+    int out[8];
+    _mm256_storeu_si256((__m256i *)out, a[0]);
+    return out[0];
+}
+
+static double g_vnni_peak[8]; /* vpdpbusd GOP/s at each --threads count (print_rates) */
+static int g_peak_lanes;      /* 16, 8, or 0 when the CPU has no FMA; 32: vdpbf16ps; 64 (-32):
+                                 vpdpbusd on 512 (256) bits */
 static volatile float g_peak_sink;
 
 static void peak_task(void *arg, int task, int thread) {
     (void)arg, (void)task, (void)thread;
-    g_peak_sink = g_peak_lanes == 32   ? peak_bf16(PEAK_ITERS)
-                  : g_peak_lanes == 16 ? peak512(PEAK_ITERS)
-                                       : peak256(PEAK_ITERS);
+    g_peak_sink = g_peak_lanes == 64    ? (float)peak_vnni(PEAK_ITERS)
+                  : g_peak_lanes == -32 ? (float)peak_vnni256(PEAK_ITERS)
+                  : g_peak_lanes == 32  ? peak_bf16(PEAK_ITERS)
+                  : g_peak_lanes == 16  ? peak512(PEAK_ITERS)
+                                        : peak256(PEAK_ITERS);
 }
 
-/* GFLOP/s of FMAs on `threads` threads at once (0 without FMA); with bf16,
- * of vdpbf16ps (0 without AVX512-BF16). */
-static double fma_peak(int threads, int bf16) {
+/* GFLOP/s of FMAs on `threads` threads at once (0 without FMA); with kind
+ * 1, of vdpbf16ps (0 without AVX512-BF16); with kind 2, GOP/s of vpdpbusd
+ * (0 without VNNI). */
+static double fma_peak(int threads, int kind) {
     attn_cpu c;
     attn_cpu_detect(&c);
-    g_peak_lanes = bf16 ? (c.avx512bf16 ? 32 : 0) : c.avx512f ? 16 : c.avx2 && c.fma ? 8 : 0;
+    const char *k8 = attn_int8_cpu_kernels();
+    int vnni512 = strcmp(k8, "avx512-vnni") == 0 || strcmp(k8, "amx-int8") == 0;
+    g_peak_lanes = kind == 2         ? (vnni512                       ? 64
+                                        : strcmp(k8, "avx-vnni") == 0 ? -32
+                                                                      : 0)
+                   : kind == 1       ? (c.avx512bf16 ? 32 : 0)
+                   : c.avx512f       ? 16
+                   : c.avx2 && c.fma ? 8
+                                     : 0;
     if (!g_peak_lanes) return 0;
     attn_ctx *ctx = attn_ctx_new(threads);
     if (!ctx) return 0;
@@ -267,7 +342,8 @@ static double fma_peak(int threads, int bf16) {
     attn_ctx_parallel(ctx, threads, peak_task, NULL);
     double sec = now_s() - t0;
     attn_ctx_free(ctx);
-    return 2.0 * 12 * g_peak_lanes * (double)PEAK_ITERS * threads / sec / 1e9;
+    int lanes = g_peak_lanes < 0 ? -g_peak_lanes : g_peak_lanes;
+    return 2.0 * 12 * lanes * (double)PEAK_ITERS * threads / sec / 1e9;
 }
 
 /* One value of /proc/self/status in kB ("VmHWM", "VmRSS"), or -1. */
@@ -460,11 +536,14 @@ static void print_table(const int *threads, int nt, const double *gemm, double b
                 fprintf(g_json,
                         "{\"impl\": \"%s\", \"shape\": [%d, %d, %d, %d], \"threads\": %d, "
                         "\"ms\": %.4f}\n",
-                        g_precision == ATTN_BF16 ? "attnd-bf16" : "attnd", s->B, s->L, s->E, s->H,
-                        threads[t], sec * 1e3);
-            if (gemm[t] > 0)
+                        g_precision == ATTN_INT8   ? "attnd-int8"
+                        : g_precision == ATTN_BF16 ? "attnd-bf16"
+                                                   : "attnd",
+                        s->B, s->L, s->E, s->H, threads[t], sec * 1e3);
+            double base = g_precision == ATTN_INT8 ? g_vnni_peak[t] : gemm[t];
+            if (base > 0)
                 printf(" | %3s %4d %9.2f %8.1f %5.1f", "", runs, sec * 1e3, rate,
-                       100.0 * rate / gemm[t]);
+                       100.0 * rate / base);
             else
                 printf(" | %3s %4d %9.2f %8.1f %5s", "", runs, sec * 1e3, rate, "-");
             fflush(stdout);
@@ -501,10 +580,12 @@ static int usage(void) { /* 2: the exit code of a bad command line */
             "              packed at load), openblas (OpenBLAS sgemm), or both\n"
             "  --clock     wall (default) or cpu: the process's CPU time, for one\n"
             "              thread on a machine shared with other work\n"
-            "  --precision fp32, bf16 (the bf16 kernels this CPU runs), or both\n"
-            "              (default: both when the CPU has bf16 kernels, else fp32)\n"
+            "  --precision fp32, bf16 (the bf16 kernels this CPU runs), int8 (its int8\n"
+            "              kernels), both (fp32 and bf16) or all (default: every one\n"
+            "              this CPU has kernels for)\n"
             "  --bf16-kernels amx-bf16|avx512-bf16  cap the bf16 kernels (default: the\n"
             "              best this CPU has), to compare them\n"
+            "  --int8-kernels amx-int8|avx512-vnni|avx-vnni  cap the int8 kernels\n"
             "  --print threads|blas-core|shapes  print the default thread counts, the\n"
             "              OpenBLAS kernels the core loads or the indexes of --shape,\n"
             "              and exit\n"
@@ -526,7 +607,7 @@ typedef struct {
     int fused[2], nf;             /* settings of attn_set_fused to run */
     int owners[2], no;            /* settings of g_blas_owns to run */
     int projs[2], np;             /* settings of attn_set_projections to run */
-    int precs[2], npr;            /* precisions: fp32, and bf16 where the CPU has it */
+    int precs[3], npr;            /* precisions: fp32, bf16 and int8 where the CPU has them */
     double budget;                /* seconds per table cell */
     int memory;                   /* 1: measure one forward's memory */
     int rates;                    /* 1: measure the FMA peak and sgemm's rate */
@@ -560,6 +641,34 @@ static int parse_pauses(const char *p, bench_opts *o) {
     return o->npauses && !*p ? 0 : -1;
 }
 
+/* The precisions this CPU has kernels for, into o (fp32 always). */
+static void every_precision(bench_opts *o) {
+    o->npr = 0;
+    o->precs[o->npr++] = ATTN_FP32;
+    if (strcmp(attn_bf16_kernels(), "none") != 0) o->precs[o->npr++] = ATTN_BF16;
+    if (strcmp(attn_int8_kernels(), "none") != 0) o->precs[o->npr++] = ATTN_INT8;
+}
+
+/* --precision fp32|bf16|int8|both|all into o; -1 for another word. */
+static int parse_precision(const char *v, bench_opts *o) {
+    static const char *const names[] = {"fp32", "bf16", "int8"};
+    for (int p = 0; p < 3; p++)
+        if (strcmp(v, names[p]) == 0) {
+            o->precs[0] = p;
+            o->npr = 1;
+            return 0;
+        }
+    if (strcmp(v, "both") == 0) {
+        o->precs[0] = ATTN_FP32;
+        o->precs[1] = ATTN_BF16;
+        o->npr = 2;
+        return 0;
+    }
+    if (strcmp(v, "all") != 0) return -1;
+    every_precision(o);
+    return 0;
+}
+
 /* argv[i] and its value into o (the clock and --json into their globals);
  * the index of the last argument it took, or -1 for a bad one. */
 static int parse_arg(int argc, char **argv, int i, bench_opts *o) {
@@ -591,11 +700,13 @@ static int parse_arg(int argc, char **argv, int i, bench_opts *o) {
     else if (strcmp(a, "--proj") == 0)
         bad = one_or_both(v, "packed", "openblas", o->projs, &o->np);
     else if (strcmp(a, "--precision") == 0)
-        bad = one_or_both(v, "fp32", "bf16", o->precs, &o->npr);
+        bad = parse_precision(v, o);
     else if (strcmp(a, "--clock") == 0 && (strcmp(v, "cpu") == 0 || strcmp(v, "wall") == 0))
         g_clock = strcmp(v, "cpu") == 0 ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_MONOTONIC;
     else if (strcmp(a, "--bf16-kernels") == 0)
         bad = attn_set_bf16_kernels(v);
+    else if (strcmp(a, "--int8-kernels") == 0)
+        bad = attn_set_int8_kernels(v);
     else if (strcmp(a, "--print") == 0)
         o->print_what = v; /* for make bench's other benchmarks */
     else if (strcmp(a, "--json") != 0)
@@ -611,7 +722,6 @@ static int parse_arg(int argc, char **argv, int i, bench_opts *o) {
 static int parse_args(int argc, char **argv, bench_opts *o) {
     attnd_cpus cpus; /* the daemon's count: affinity mask and cgroup quota */
     attnd_cpus_count(&cpus);
-    int bf16 = strcmp(attn_bf16_kernels(), "none") != 0;
     *o = (bench_opts){.threads = {1, 2},
                       .nt = 2,
                       .fused = {1, 0},
@@ -620,12 +730,11 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
                       .no = 1,
                       .projs = {ATTN_PROJ_PACKED, ATTN_PROJ_OPENBLAS},
                       .np = 1,
-                      .precs = {ATTN_FP32, ATTN_BF16},
-                      .npr = bf16 ? 2 : 1,
                       .budget = 1.5,
                       .memory = 1,
                       .rates = 1};
     if (cpus.n > 2 && cpus.n < 1024) o->threads[o->nt++] = cpus.n; /* 1, 2 and every CPU */
+    every_precision(o);
     for (int i = 1; i < argc; i++)
         if ((i = parse_arg(argc, argv, i, o)) < 0) return usage();
     return o->budget > 0 ? 0 : usage();
@@ -648,12 +757,24 @@ static void print_rates(const bench_opts *o, double *gemm) {
                    fma_peak(o->threads[t], 1));
         printf("\n");
     }
+    const char *k8 = attn_int8_cpu_kernels();
+    if (strcmp(k8, "none") != 0) { /* what the VNNI kernels can reach at most */
+        printf("vpdpbusd peak (%s, independent chains, GOP/s):",
+               strcmp(k8, "avx-vnni") == 0 ? "AVX-VNNI" : "AVX512-VNNI");
+        for (int t = 0; t < o->nt; t++) {
+            g_vnni_peak[t] = fma_peak(o->threads[t], 2);
+            printf("  %d thread%s %.1f", o->threads[t], o->threads[t] > 1 ? "s" : "",
+                   g_vnni_peak[t]);
+        }
+        printf("\n");
+    }
     printf("sgemm 2048^3 (OpenBLAS):");
     for (int t = 0; t < o->nt; t++) {
         gemm[t] = sgemm_rate(o->threads[t], 2048);
         printf("  %d thread%s %.1f GFLOP/s", o->threads[t], o->threads[t] > 1 ? "s" : "", gemm[t]);
     }
-    printf("\nFLOPs = 8*T*E^2 + 4*B*L^2*E; median ms over N runs; %% = share of sgemm's rate\n");
+    printf("\nFLOPs = 8*T*E^2 + 4*B*L^2*E; median ms over N runs; %% = share of sgemm's rate "
+           "(int8 tables: of the vpdpbusd peak)\n");
 }
 
 /* One table per setting asked for; only the first (default) table of each
@@ -671,7 +792,11 @@ static void run_tables(const bench_opts *o, const double *gemm) {
                     g_json = pj == 0 && ow == 0 && f == 0 ? json : NULL;
                     const char *owner =
                         g_blas_owns ? "OpenBLAS (one core thread)" : "the core (OpenBLAS at one)";
-                    if (g_precision == ATTN_BF16)
+                    if (g_precision == ATTN_INT8)
+                        printf("int8 model (%s kernels, attention %s), threads owned by %s:\n",
+                               attn_int8_kernels(),
+                               strcmp(attn_bf16_kernels(), "none") ? "bf16" : "fp32", owner);
+                    else if (g_precision == ATTN_BF16)
                         printf("bf16 model (%s kernels), threads owned by %s:\n",
                                attn_bf16_kernels(), owner);
                     else
@@ -706,8 +831,9 @@ int main(int argc, char **argv) {
     /* a fixed mmap threshold: big blocks come from and go back to the system,
      * so the memory rise of a forward is not hidden by reused heap pages */
     mallopt(M_MMAP_THRESHOLD, 128 * 1024);
-    printf("attnd core: self-attention, no attention matrix; OpenBLAS core %s; bf16 kernels %s\n",
-           attn_blas_corename(), attn_bf16_kernels());
+    printf("attnd core: self-attention, no attention matrix; OpenBLAS core %s; bf16 kernels %s; "
+           "int8 kernels %s\n",
+           attn_blas_corename(), attn_bf16_kernels(), attn_int8_kernels());
     if (o.npauses) {
         int rc = run_pauses(o.pauses, o.npauses, o.threads[o.nt - 1]);
         if (g_json) fclose(g_json);
@@ -718,6 +844,7 @@ int main(int argc, char **argv) {
                g_mem_shape.E, g_mem_shape.H);
         for (int t = 0; t < o.nt; t++)
             measure_memory(o.threads[t]);
+        print_weights(o.precs, o.npr);
     }
     double gemm[MAX_THREADS] = {0};
     if (o.rates)

@@ -6,6 +6,12 @@ ms of one run over N after a warm-up, at each thread count
 (intra_op_num_threads; inter-op 1, sequential execution).
 
     .venv-bench/bin/python bench/bench_ort.py [--threads 1,2] [--seconds 1.5] [--json FILE]
+                                             [--int8]
+
+--int8 times the same graph after onnxruntime.quantization.quantize_dynamic
+(per-channel QInt8 weights, activations quantized at run time: what users
+run for transformer layers on CPU), as "onnxruntime-int8", and prints the
+operators the quantized graph holds.
 
 Numbers only; never part of the tests. onnxruntime and onnx are pinned in
 bench/requirements-ort.txt.
@@ -69,9 +75,29 @@ def session(blob, threads):
     return ort.InferenceSession(blob, so, providers=["CPUExecutionProvider"])
 
 
-def time_shape(shape, threads, budget):
+def quantized(blob):
+    """The graph through quantize_dynamic (per-channel QInt8), and its ops."""
+    import logging
+    import os
+    import tempfile
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+    logging.getLogger().setLevel(logging.ERROR)  # its advice to pre-process, once per shape
+    with tempfile.TemporaryDirectory() as d:
+        src, dst = os.path.join(d, "f32.onnx"), os.path.join(d, "int8.onnx")
+        with open(src, "wb") as f:
+            f.write(blob)
+        quantize_dynamic(src, dst, per_channel=True, weight_type=QuantType.QInt8,
+                         extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
+        q = onnx.load(dst)
+    return q.SerializeToString(), sorted({n.op_type for n in q.graph.node})
+
+
+def time_shape(shape, threads, budget, int8=False):
     B, L, E, H = shape
-    s = session(model(E, H), threads)
+    blob = model(E, H)
+    if int8:
+        blob, _ = quantized(blob)
+    s = session(blob, threads)
     x = np.random.default_rng(1).standard_normal((B, L, E)).astype(np.float32)
     t0 = time.perf_counter()
     s.run(None, {"x": x})
@@ -93,21 +119,28 @@ def main():
     ap.add_argument("--shape", type=int, choices=range(len(SHAPES)),
                     help="run only this shape (an index into SHAPES): make bench times every "
                          "implementation on one shape before the next")
+    ap.add_argument("--int8", action="store_true",
+                    help="the graph quantized by quantize_dynamic (per-channel QInt8)")
     a = ap.parse_args()
     threads = [int(t) for t in a.threads.split(",")]
+    impl = "onnxruntime-int8" if a.int8 else "onnxruntime"
     print("onnxruntime %s CPU: com.microsoft.Attention + out projection (MatMul, Add), "
           "self-attention" % ort.__version__)
+    if a.int8:
+        shape = SHAPES[a.shape or 0]
+        print("quantize_dynamic(per_channel=True, weight_type=QInt8) gives the ops: %s" %
+              ", ".join(quantized(model(shape[2], shape[3]))[1]))
     print("%4s %5s %5s %3s" % ("B", "L", "E", "H") +
           "".join(" | %2dt %4s %9s %8s" % (t, "N", "ms", "GFLOP/s") for t in threads))
     for shape in SHAPES if a.shape is None else [SHAPES[a.shape]]:
         print("%4d %5d %5d %3d" % shape, end="", flush=True)
         for t in threads:
-            sec, n = time_shape(shape, t, a.seconds)
+            sec, n = time_shape(shape, t, a.seconds, a.int8)
             print(" | %3s %4d %9.2f %8.1f" % ("", n, sec * 1e3, flops(*shape) / sec / 1e9),
                   end="", flush=True)
             if a.json:
                 with open(a.json, "a") as f:
-                    f.write(json.dumps({"impl": "onnxruntime", "shape": shape, "threads": t,
+                    f.write(json.dumps({"impl": impl, "shape": shape, "threads": t,
                                         "ms": sec * 1e3}) + "\n")
         print()
 

@@ -22,16 +22,23 @@ def main(path):
             cells[(r["impl"], tuple(r["shape"]), r["threads"])] = r["ms"]
     shapes = sorted({k[1] for k in cells}, key=lambda s: [tuple(x[1]) for x in cells].index(s))
     threads = sorted({k[2] for k in cells})
-    impls = [i for i in ("attnd", "attnd-bf16", "onnxruntime", "openvino-f32", "openvino-bf16", "torch")
+    impls = [i for i in ("attnd", "attnd-bf16", "attnd-int8", "onnxruntime", "onnxruntime-int8",
+                         "openvino-f32", "openvino-bf16", "torch")
              if any(k[0] == i for k in cells)]
-    # bf16 against bf16: OpenVINO's bf16 and attnd's fp32 over attnd's bf16
-    bf16 = "attnd-bf16" in impls
-    extra = [("openvino-bf16", "x ov-bf16/bf16"), ("attnd", "x fp32/bf16")] if bf16 else []
+    ours = ("attnd-bf16", "attnd-int8")
+    # bf16 against bf16: OpenVINO's bf16 and attnd's fp32 over attnd's bf16; int8 against
+    # int8: onnxruntime's quantized graph and attnd's bf16 over attnd's int8
+    bf16, int8 = "attnd-bf16" in impls, "attnd-int8" in impls
+    extra = [("openvino-bf16", "attnd-bf16", "x ov-bf16/bf16"),
+             ("attnd", "attnd-bf16", "x fp32/bf16")] if bf16 else []
+    extra += [("onnxruntime-int8", "attnd-int8", "x ort-int8/int8"),
+              ("attnd-bf16", "attnd-int8", "x bf16/int8")] if int8 else []
     print("median ms; x = the other's ms over attnd's (above 1: attnd faster)" +
-          ("; the last columns over attnd-bf16's" if bf16 else ""))
+          ("; the last columns over attnd-bf16's and attnd-int8's, as named" if extra else ""))
     head = "%-18s %3s" % ("B, L, E, H", "t") + "".join(" %13s" % i for i in impls)
-    head += "".join(" %15s" % ("x " + i) for i in impls[1:] if i != "attnd-bf16")
-    head += "".join(" %15s" % h for _, h in extra)
+    head += "".join(" %15s" % ("x " + i) for i in impls[1:]
+                    if i not in ours and i != "onnxruntime-int8")
+    head += "".join(" %15s" % h for _, _, h in extra)
     print(head)
     for s in shapes:
         for t in threads:
@@ -41,10 +48,10 @@ def main(path):
             line = "%-18s %3d" % (", ".join(map(str, s)), t)
             line += "".join(" %13s" % ("%.2f" % m if m else "-") for m in ms)
             line += "".join(" %15s" % ("%.2f" % (m / ms[0]) if m else "-")
-                            for i, m in zip(impls[1:], ms[1:]) if i != "attnd-bf16")
-            b = cells.get(("attnd-bf16", s, t))
-            for impl, _ in extra:
-                m = cells.get((impl, s, t))
+                            for i, m in zip(impls[1:], ms[1:])
+                            if i not in ours and i != "onnxruntime-int8")
+            for impl, over, _ in extra:
+                m, b = cells.get((impl, s, t)), cells.get((over, s, t))
                 line += " %15s" % ("%.2f" % (m / b) if m and b else "-")
             print(line)
     if paused:

@@ -63,6 +63,8 @@ typedef struct {
     int pin;            /* pin_threads resolved (server/base/cpus.c): 1 = pinned */
     char *bf16_kernels; /* a word of attnd_bf16_kernel_caps: "auto" | "amx-bf16" |
                            "avx512-bf16" | "none" (attn_set_bf16_kernels) */
+    char *int8_kernels; /* a word of attnd_int8_kernel_caps: "auto" | "amx-int8" |
+                           "avx512-vnni" | "avx-vnni" | "none" (attn_set_int8_kernels) */
     /* limits */
     int max_tokens_per_request;       /* query + key tokens -> 413 */
     long long max_attention_floats;   /* floats of a requested attention matrix -> 413 */

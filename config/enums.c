@@ -66,6 +66,7 @@ const attnd_enum attnd_rope_scalings = ATTND_ENUM(ROPE_SCALINGS);
 static const attnd_enum_row PRECISIONS[] = {
     {"fp32", ATTN_FP32},
     {"bf16", ATTN_BF16},
+    {"int8", ATTN_INT8},
 };
 const attnd_enum attnd_precisions = ATTND_ENUM(PRECISIONS);
 
@@ -76,6 +77,11 @@ static const attnd_enum_row BF16_KERNEL_CAPS[] = {
     {"none", 0},
 };
 const attnd_enum attnd_bf16_kernel_caps = ATTND_ENUM(BF16_KERNEL_CAPS);
+
+static const attnd_enum_row INT8_KERNEL_CAPS[] = {
+    {"auto", 4}, {"amx-int8", 3}, {"avx512-vnni", 2}, {"avx-vnni", 1}, {"none", 0},
+};
+const attnd_enum attnd_int8_kernel_caps = ATTND_ENUM(INT8_KERNEL_CAPS);
 
 static const attnd_enum_row LOG_FORMATS[] = {
     {"text", ATTND_LOG_TEXT},

@@ -66,6 +66,8 @@ extern const attnd_enum attnd_precisions;
  * names (attn_set_bf16_kernels); "auto" is the best the CPU has. The values
  * only order them. */
 extern const attnd_enum attnd_bf16_kernel_caps;
+/* workers.int8_kernels: the same for int8 models (attn_set_int8_kernels). */
+extern const attnd_enum attnd_int8_kernel_caps;
 
 /* server.log_format and server.log_level (server/obs/log.c). */
 typedef enum { ATTND_LOG_TEXT = 0, ATTND_LOG_JSON } attnd_log_format;

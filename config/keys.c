@@ -211,6 +211,10 @@ const cfg_key cfg_config_keys[] = {
              "ATTND_BF16_KERNELS",
              "the bf16 kernels bf16 models may use: auto (the best the CPU has) or at most the "
              "one named; none computes them in fp32"),
+    CFG_WORD("workers", "int8_kernels", attnd_int8_kernel_caps, "auto", int8_kernels, NULL,
+             "ATTND_INT8_KERNELS",
+             "the int8 kernels int8 models may use: auto (the best the CPU has) or at most the "
+             "one named; none computes them in bf16 (fp32 without bf16 kernels)"),
     CFG_INT("workers", "blas_threads", 1, 256, 0, blas_threads, "--blas-threads",
             "ATTND_BLAS_THREADS",
             "obsolete: the pool gets workers.threads x this (docs/config.md)"),

@@ -55,8 +55,11 @@ typedef struct {
  * section 1. BF16: weights held and packed in bf16 at load; the operands of
  * the projections and of QK^T and PV rounded to bf16, their products summed
  * in fp32; softmax (its running max and sum), biases and outputs in fp32
- * (core/bf16.h). */
-typedef enum { ATTN_FP32 = 0, ATTN_BF16 = 1 } attn_precision;
+ * (core/bf16.h). INT8: the projections' weights quantized at load
+ * (symmetric int8, one fp32 scale per output channel), each input row
+ * quantized with its own scale, products summed exactly in int32; the
+ * attention as a BF16 model's (core/ops/int8.c). */
+typedef enum { ATTN_FP32 = 0, ATTN_BF16 = 1, ATTN_INT8 = 2 } attn_precision;
 
 /* Hyper-parameters, named as torch and Hugging Face name them. The fields
  * after `causal` default to nn.MultiheadAttention when zero; attn_model_init
@@ -120,6 +123,9 @@ typedef struct {
     attn_precision precision;
     /* BF16: q_w, k_w, v_w, out_w packed in bf16 (core/bf16.h), owned; else NULL. */
     struct attn_packed_bf16 *packed16;
+    /* INT8: q_w, k_w, v_w, out_w quantized and packed in int8
+     * (core/kernels/gemm_int8.h), owned; else NULL. */
+    struct attn_packed_int8 *packed8;
     /* 1: QK^T and PV take bf16 operands too, and a session's cache is bf16
      * pages (attn_seq.kv16): a BF16 model whose head width D is a multiple
      * of 32 up to 256, with H/G <= 512. 0: the attention and the caches are
@@ -383,6 +389,15 @@ const char *attn_bf16_cpu_kernels(void);
  * above what the CPU has runs as the CPU's best. Call before models are
  * packed. Returns 0, or -1 for an unknown name. */
 int attn_set_bf16_kernels(const char *name);
+
+/* The int8 kernels an INT8 model's projections run on: "amx-int8",
+ * "avx512-vnni", "avx-vnni", or "none": this CPU has none of them, and INT8
+ * models compute in bf16 (or fp32 without bf16 kernels). The best the CPU
+ * has, and a cap at one of those names ("auto" or NULL: the best), as for
+ * bf16. Call the cap before models are packed. */
+const char *attn_int8_kernels(void);
+const char *attn_int8_cpu_kernels(void);
+int attn_set_int8_kernels(const char *name);
 
 /* ---- kernels: what the CPU allows (cpu.c), and OpenBLAS (blas.c) -------- */
 

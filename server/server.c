@@ -45,6 +45,10 @@ static int load_models(attnd_server *s, char *err, size_t errlen) {
         snprintf(err, errlen, "unknown bf16 kernels \"%s\"", c->bf16_kernels);
         return -1;
     }
+    if (attn_set_int8_kernels(c->int8_kernels) < 0) {
+        snprintf(err, errlen, "unknown int8 kernels \"%s\"", c->int8_kernels);
+        return -1;
+    }
     if (!(s->models = attnd_models_new(c->max_model_bytes))) {
         snprintf(err, errlen, "out of memory loading models");
         return -1;

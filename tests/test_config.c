@@ -241,7 +241,8 @@ START_TEST(every_key_lands) {
         "\"model_control\":\"explicit\",\"model_dir\":\".\"},"
         "\"batching\":{\"max_batch_tokens\":11,\"max_batch_requests\":1,"
         "\"max_queue_delay_us\":0,\"max_queue_requests\":13},"
-        "\"workers\":{\"threads\":4,\"blas_threads\":3,\"bf16_kernels\":\"avx512-bf16\"},"
+        "\"workers\":{\"threads\":4,\"blas_threads\":3,\"bf16_kernels\":\"avx512-bf16\","
+        "\"int8_kernels\":\"avx-vnni\"},"
         "\"limits\":{\"max_tokens_per_request\":17,\"max_attention_floats\":4294967296,"
         "\"max_sessions\":5,\"max_session_bytes\":9000,\"max_session_bytes_each\":3000,"
         "\"session_idle_s\":2,\"max_model_bytes\":1048576},"
@@ -270,6 +271,7 @@ START_TEST(every_key_lands) {
     ck_assert_int_eq(c.worker_threads, 4);
     ck_assert_int_eq(c.blas_threads, 3);
     ck_assert_str_eq(c.bf16_kernels, "avx512-bf16");
+    ck_assert_str_eq(c.int8_kernels, "avx-vnni");
     ck_assert_int_eq(c.max_tokens_per_request, 17);
     ck_assert(c.max_attention_floats == 4294967296LL);
     ck_assert_int_eq(c.max_sessions, 5);
@@ -399,8 +401,10 @@ START_TEST(env_values) {
     setenv("ATTND_MAX_BATCH_REQUESTS", "1", 1);
     setenv("ATTND_HTTP_THREADS", "3", 1);
     setenv("ATTND_BF16_KERNELS", "none", 1);
+    setenv("ATTND_INT8_KERNELS", "none", 1);
     ck_assert_msg(from_args(&c, 1, argv, err, sizeof err) == 0, "%s", err);
     ck_assert_str_eq(c.bf16_kernels, "none");
+    ck_assert_str_eq(c.int8_kernels, "none");
     ck_assert_int_eq(c.n_cors_origins, 2);
     ck_assert_str_eq(c.cors_origins[0], "http://a");
     ck_assert_str_eq(c.cors_origins[1], "https://b");
@@ -420,6 +424,7 @@ START_TEST(env_values) {
                       strstr(err, "\"avx512-bf16\""),
                   "%s", err);
     unsetenv("ATTND_BF16_KERNELS");
+    unsetenv("ATTND_INT8_KERNELS");
     setenv("ATTND_PORT", "80x", 1);
     ck_assert(from_args(&c, 1, argv, err, sizeof err) == -1);
     ck_assert_msg(strstr(err, "ATTND_PORT") && strstr(err, "server.port") &&
@@ -536,10 +541,10 @@ START_TEST(refuse_out_of_range) {
     /* an unknown precision names the model and the words allowed */
     expect_refused("{\"models\":[{\"name\":\"enc\",\"embed_dim\":4,\"num_heads\":2,"
                    "\"weights\":\"w.safetensors\",\"precision\":\"fp16\"}]}",
-                   "models[0].precision", "must be \"fp32\" or \"bf16\" (model \"enc\")");
+                   "models[0].precision", "must be \"fp32\", \"bf16\" or \"int8\" (model \"enc\")");
     expect_refused("{\"models\":[{\"precision\":\"BF16\",\"name\":\"dec\",\"embed_dim\":4,"
                    "\"num_heads\":2,\"weights\":\"w.safetensors\"}]}",
-                   "\"BF16\" must be \"fp32\" or \"bf16\"", "(model \"dec\")");
+                   "\"BF16\" must be \"fp32\", \"bf16\" or \"int8\"", "(model \"dec\")");
     expect_refused("{\"models\":[{\"name\":\"a\",\"embed_dim\":4,\"num_heads\":2,"
                    "\"weights\":\"w.safetensors\",\"precision\":16}]}",
                    "models[0].precision", "must be a string");

@@ -167,6 +167,8 @@ START_TEST(test_metrics_parse_back) {
     attnd_hist_observe(&m.compute_seconds[ATTN_FP32], 300);
     attnd_hist_observe(&m.compute_seconds[ATTN_FP32], 40000);
     attnd_hist_observe(&m.compute_seconds[ATTN_BF16], 2000);
+    attnd_hist_observe(&m.compute_seconds[ATTN_INT8], 700);
+    attnd_hist_observe(&m.compute_seconds[ATTN_INT8], 800);
     attnd_hist_observe(&m.batch_size, 3);
     attnd_hist_observe(&m.batch_size, 1000); /* past every bound */
     attnd_sbuf b;
@@ -197,6 +199,8 @@ START_TEST(test_metrics_parse_back) {
     ck_assert_int_eq(check_series(&p, "attnd_compute_seconds", "precision=\"bf16\""), 17);
     ck_assert(value_of(&p, "attnd_compute_seconds_count", "precision=\"fp32\"") == 2);
     ck_assert(value_of(&p, "attnd_compute_seconds_count", "precision=\"bf16\"") == 1);
+    ck_assert_int_eq(check_series(&p, "attnd_compute_seconds", "precision=\"int8\""), 17);
+    ck_assert(value_of(&p, "attnd_compute_seconds_count", "precision=\"int8\"") == 2);
     ck_assert(value_of(&p, "attnd_compute_seconds_bucket", "precision=\"bf16\",le=\"0.001\"") == 0);
     ck_assert(value_of(&p, "attnd_compute_seconds_bucket", "precision=\"bf16\",le=\"0.0025\"") ==
               1);

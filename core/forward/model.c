@@ -75,7 +75,7 @@ static int check_hparams(attn_hparams *hp, char *err, size_t errlen) {
         snprintf(err, errlen, "num_kv_heads %d does not divide num_heads %d", hp->num_kv_heads, H);
         return -1;
     }
-    if (hp->precision != ATTN_FP32 && hp->precision != ATTN_BF16) {
+    if (hp->precision != ATTN_FP32 && hp->precision != ATTN_BF16 && hp->precision != ATTN_INT8) {
         snprintf(err, errlen, "unknown precision %d", (int)hp->precision);
         return -1;
     }
@@ -128,12 +128,18 @@ int attn_model_init(attn_model *m, const attn_hparams *hp, char *err, size_t err
 /* The precisions a model may compute in: the rows of the two tables a
  * model asking for `asked` takes, first row this CPU runs for it; fp32,
  * which runs everywhere, last. A BF16 model whose head width the bf16
- * block does not take projects in bf16 and attends in fp32. */
+ * block does not take projects in bf16 and attends in fp32. An INT8 model
+ * attends as a BF16 model does; on a CPU without int8 kernels it is a BF16
+ * model (or, without bf16 kernels either, an FP32 one). */
 static const struct {
     attn_precision asked;
     const attn_proj_ops *proj;
     const attn_attend_ops *attend;
 } g_precisions[] = {
+    {ATTN_INT8, &attn_proj_int8, &attn_attend_bf16},
+    {ATTN_INT8, &attn_proj_int8, &attn_attend_fp32},
+    {ATTN_INT8, &attn_proj_bf16, &attn_attend_bf16},
+    {ATTN_INT8, &attn_proj_bf16, &attn_attend_fp32},
     {ATTN_BF16, &attn_proj_bf16, &attn_attend_bf16},
     {ATTN_BF16, &attn_proj_bf16, &attn_attend_fp32},
     {ATTN_FP32, &attn_proj_fp32, &attn_attend_fp32},

@@ -18,7 +18,10 @@
  * the bf16 block's (kernels/block_bf16.h) (queries scaled by scale * log2(e) and rounded, keys and
  * values rounded, scores in log2 units, c = ceil(max), p = 2^(x - c), the
  * output sum_j bf16(p_j) v~_j / sum_j p_j, weights p_j / sum_j p_j) and a
- * cache of bf16 pages (attn_seq.kv16).
+ * cache of bf16 pages (attn_seq.kv16). A model that computes in int8 has
+ * its projections' int8 formula (kernels/gemm_int8.h): each input row
+ * quantized with its own scale, times the packed int8 weights, the sum
+ * scaled back and the bias added in double.
  */
 #include <math.h>
 #include <stdio.h>
@@ -26,6 +29,7 @@
 #include <string.h>
 
 #include "../kernels/gemm_bf16.h"
+#include "../kernels/gemm_int8.h"
 #include "../kernels/kv_pages.h"
 #include "../ops/seq.h"
 #include "check.h"
@@ -38,7 +42,28 @@ static double op(float x, int bf16) {
 /* y (n, out) = x (n, in) @ w^T (in, out) + b (out) for projection `which`
  * of m (0 q, 1 k, 2 v, 3 out); for a BF16 model x rounded to bf16 and w
  * its bf16 weights (as packed: its fp32 ones are gone). */
+/* The int8 formula on x (n, K) for projection `which` of an INT8 model. */
+static void linear_int8_ref(float *y, const float *x, const attn_model *m, int which, size_t n) {
+    const attn_packed_int8 *pw = &m->packed8[which];
+    int8_t *q = malloc((size_t)pw->K + 1);
+    if (!q) return;
+    for (size_t i = 0; i < n; i++) {
+        double sa = attn_int8_quantize(q, x + i * (size_t)pw->K, (size_t)pw->K);
+        for (int o = 0; o < pw->N; o++) {
+            double acc = 0;
+            for (int k = 0; k < pw->K; k++)
+                acc += (double)q[k] * attn_packed_int8_at(pw, o, k);
+            y[i * (size_t)pw->N + o] = (float)(acc * sa * pw->scale[o] + pw->bias[o]);
+        }
+    }
+    free(q);
+}
+
 static void linear_ref(float *y, const float *x, const attn_model *m, int which, size_t n) {
+    if (m->packed8) {
+        linear_int8_ref(y, x, m, which, n);
+        return;
+    }
     const attn_hparams *hp = &m->hp;
     int QW = hp->num_heads * hp->head_dim, KW = hp->num_kv_heads * hp->head_dim;
     const int ins[4] = {hp->embed_dim, hp->kdim, hp->vdim, QW},

@@ -44,7 +44,7 @@ enum {
 /* ---- projections ------------------------------------------------------------ */
 
 static int proj_runs(const attn_hparams *hp) {
-    return hp->precision == ATTN_BF16 && attn_bf16_path() != ATTN_BF16_NONE;
+    return hp->precision != ATTN_FP32 && attn_bf16_path() != ATTN_BF16_NONE; /* int8 too */
 }
 
 static void proj_unpack(attn_model *m) {
@@ -55,8 +55,9 @@ static void proj_unpack(attn_model *m) {
 }
 
 /* The model keeps its biases alone in fp32: mem shrinks to q_b | k_b |
- * v_b | out_b, and its weight matrices live in packed16 only. */
-static int keep_biases(attn_model *m) {
+ * v_b | out_b, and its weight matrices live in a row's packed copy only
+ * (ops.h; the int8 row's too). */
+int attn_keep_biases(attn_model *m) {
     size_t qd = (size_t)m->hp.num_heads * m->hp.head_dim;
     size_t kvd = (size_t)m->hp.num_kv_heads * m->hp.head_dim, E = (size_t)m->hp.embed_dim;
     float *mem = malloc(sizeof(float) * (qd + 2 * kvd + E));
@@ -71,6 +72,11 @@ static int keep_biases(attn_model *m) {
     m->k_b = m->q_b + qd;
     m->v_b = m->k_b + kvd;
     m->out_b = m->v_b + kvd;
+    return 0;
+}
+
+static int keep_biases(attn_model *m) {
+    if (attn_keep_biases(m) < 0) return -1;
     const float *bias[4] = {m->q_b, m->k_b, m->v_b, m->out_b};
     for (int i = 0; i < 4; i++)
         m->packed16[i].bias = bias[i];

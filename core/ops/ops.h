@@ -2,8 +2,8 @@
  * operations, one row per precision, chosen once when a model is packed
  * (forward/model.c) and held by the model. Selection, task cutting and the
  * forward call through the row they are given and never test a precision:
- * a new precision is a new row (ops/fp32.c, ops/bf16.c are the rows there
- * are).
+ * a new precision is a new row (ops/fp32.c, ops/bf16.c, ops/int8.c are the
+ * rows there are).
  *
  *   attn_proj_ops    the projections: pack the weights, prepare the inputs
  *                    once (bf16: round them), compute a tile of outputs;
@@ -183,7 +183,10 @@ typedef struct attn_proj_ops {
     size_t (*bytes)(const void *w);                /* bytes the packed weights hold */
     const void *(*data)(const void *w, size_t *n); /* the weights' bytes as computed with */
     /* 16-bit elements of M rows of K inputs prepared (0: tiles read A as it
-     * is), and rows [r0, r1) of part p prepared into p->A16 (zeros past K). */
+     * is): M rows at one stride, prepared_elems(2, K) - prepared_elems(1, K),
+     * and a fixed tail a row may read past its last row (int8: AMX reads
+     * whole tiles of rows); and rows [r0, r1) of part p prepared into p->A16
+     * (zeros past K; the task with the last row fills the tail too). */
     size_t (*prepared_elems)(size_t M, int K);
     void (*prepare)(const proj_part *p, size_t r0, size_t r1);
     /* C[r0:r1, 16*j0 : 16*j1) of part p, clipped to N. */
@@ -192,5 +195,11 @@ typedef struct attn_proj_ops {
 
 extern const attn_proj_ops attn_proj_fp32; /* ops/fp32.c */
 extern const attn_proj_ops attn_proj_bf16; /* ops/bf16.c */
+extern const attn_proj_ops attn_proj_int8; /* ops/int8.c */
+
+/* Shrinks m->mem to its biases and points q_b..out_b there, the weight
+ * matrices NULL: for rows that hold the weights in their own packing alone
+ * (ops/bf16.c). 0, or -1 when out of memory (m unchanged). */
+int attn_keep_biases(attn_model *m);
 
 #endif

@@ -143,3 +143,98 @@ int attn_set_bf16_kernels(const char *name) {
         }
     return -1;
 }
+
+/* ---- the int8 path ---------------------------------------------------------- */
+
+/* AVX-VNNI (VEX, 256-bit) needs AVX2 and FMA; AVX512-VNNI needs AVX-512F/BW/
+ * VL; AMX-INT8 needs AMX-TILE, the tile state and the permission (as AMX-BF16
+ * does), and AVX-512 for the conversions around the tiles. CPUID leaf 7:
+ * ECX bit 11 AVX512-VNNI, EDX bit 25 AMX-INT8, EDX bit
+ * 24 AMX-TILE; leaf 7 subleaf 1 EAX bit 4 AVX-VNNI. */
+static int g_int8_level;
+static pthread_once_t g_int8_once = PTHREAD_ONCE_INIT;
+static int g_int8_force = -1;
+static int g_int8_vex; /* the VEX form of AVX-VNNI */
+
+static int amx_int8_usable(void) {
+    unsigned a, b, c, d;
+    if (__get_cpuid_max(0, NULL) < 7) return 0;
+    __cpuid_count(7, 0, a, b, c, d);
+    int tile = d >> 24 & 1, int8 = d >> 25 & 1;
+    __cpuid(1, a, b, c, d);
+    if (!tile || !int8 || !(c >> 27 & 1)) return 0;
+    if ((xcr0() & (3u << 17)) != (3u << 17)) return 0;
+    return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+}
+
+static void detect_int8(void) {
+    const attn_cpu *c = attn_cpu_this();
+    unsigned a = 0, b = 0, cx = 0, d = 0;
+    int vnni512 = 0, vnni256 = 0;
+    if (__get_cpuid_max(0, NULL) >= 7) {
+        __cpuid_count(7, 0, a, b, cx, d);
+        vnni512 = cx >> 11 & 1;
+        unsigned sub = a;
+        if (sub >= 1) {
+            __cpuid_count(7, 1, a, b, cx, d);
+            vnni256 = a >> 4 & 1;
+        }
+    }
+    int avx512 = c->avx512f && c->avx512bw && c->avx512vl;
+    vnni512 = vnni512 && avx512;
+    vnni256 = vnni256 && c->avx2 && c->fma;
+    if (avx512 && vnni512 && amx_int8_usable()) /* the epilogue around the tiles: AVX-512 */
+        g_int8_level = ATTN_INT8_AMX;
+    else
+        g_int8_level = vnni512 ? ATTN_INT8_AVX512 : vnni256 ? ATTN_INT8_AVX : ATTN_INT8_NONE;
+    g_int8_vex = vnni256;
+}
+
+int attn_int8_level(void) {
+    pthread_once(&g_int8_once, detect_int8);
+    return g_int8_level;
+}
+
+int attn_int8_vex(void) {
+    attn_int8_level();
+    return g_int8_vex;
+}
+
+int attn_int8_force(int level) {
+    int was = g_int8_force;
+    g_int8_force = level;
+    return was;
+}
+
+/* A cap below the CPU's best; AVX-VNNI capped on a CPU without the VEX form
+ * runs the same 256-bit kernel in its EVEX form (AVX512-VNNI with VL). */
+int attn_int8_path(void) {
+    int cpu = attn_int8_level();
+    return g_int8_force >= 0 && g_int8_force < cpu ? g_int8_force : cpu;
+}
+
+const char *attn_int8_name(int level) {
+    static const char *const names[] = {"none", "avx-vnni", "avx512-vnni", "amx-int8"};
+    return level >= ATTN_INT8_NONE && level <= ATTN_INT8_AMX ? names[level] : "none";
+}
+
+const char *attn_int8_kernels(void) {
+    return attn_int8_name(attn_int8_path());
+}
+
+const char *attn_int8_cpu_kernels(void) {
+    return attn_int8_name(attn_int8_level());
+}
+
+int attn_set_int8_kernels(const char *name) {
+    if (!name || strcmp(name, "auto") == 0) {
+        attn_int8_force(-1);
+        return 0;
+    }
+    for (int level = ATTN_INT8_NONE; level <= ATTN_INT8_AMX; level++)
+        if (strcmp(name, attn_int8_name(level)) == 0) {
+            attn_int8_force(level);
+            return 0;
+        }
+    return -1;
+}

@@ -24,4 +24,17 @@ int attn_bf16_force(int level);        /* tests, benches: -1 = the CPU's; return
 int attn_bf16_path(void);              /* the path the kernels take now */
 const char *attn_bf16_name(int level); /* "amx-bf16", "avx512-bf16" or "none" */
 
+/* The int8 paths (SPEC section 8), weakest first: NONE (no int8 kernels; an
+ * int8 model computes in bf16 or fp32 instead), AVX (AVX-VNNI: VPDPBUSD on
+ * 256-bit registers), AVX512 (AVX512-VNNI), AMX (AMX-INT8 tiles, with
+ * AVX-512 around them). Every path sums the same int32 products exactly and
+ * scales them back by the same fp32 steps: they give the same bits. */
+enum { ATTN_INT8_NONE = 0, ATTN_INT8_AVX = 1, ATTN_INT8_AVX512 = 2, ATTN_INT8_AMX = 3 };
+
+int attn_int8_level(void);             /* the best path this CPU and OS run */
+int attn_int8_vex(void);               /* 1: the CPU has AVX-VNNI's VEX form */
+int attn_int8_force(int level);        /* tests, benches: -1 = the CPU's; returns the previous */
+int attn_int8_path(void);              /* the path the kernels take now */
+const char *attn_int8_name(int level); /* "amx-int8", "avx512-vnni", "avx-vnni" or "none" */
+
 #endif

@@ -158,7 +158,7 @@ static void lay_inputs(proj_job *j, uint16_t *a16) {
             p->ld16 = q->ld16;
             continue;
         }
-        p->ld16 = p->ops->prepared_elems(1, p->K);
+        p->ld16 = p->ops->prepared_elems(2, p->K) - p->ops->prepared_elems(1, p->K);
         p->A16 = a16;
         if (a16) a16 += p->ops->prepared_elems(p->M, p->K);
         j->inputs[j->ninputs++] = p;

@@ -117,6 +117,23 @@ static void release(attnd_version *v, void *arg) {
 
 /* ---- loading ---- */
 
+/* An int8 model's line: its kernels, or what it computes in instead and why. */
+static void log_int8(const attnd_version *v) {
+    const char *attn = v->model.attn16 ? "bf16" : "fp32";
+    if (v->model.precision == ATTN_INT8) {
+        attnd_log(LOG_INFO, "model %s: precision int8 on %s kernels, attention in %s", v->name,
+                  attn_int8_kernels(), attn);
+        return;
+    }
+    attnd_log(LOG_WARN, "model %s: precision int8 asked for, but %s: it computes in %s", v->name,
+              strcmp(attn_int8_cpu_kernels(), "none") == 0
+                  ? "this CPU has none of AVX-VNNI, AVX512-VNNI and AMX-INT8"
+              : strcmp(attn_int8_kernels(), "none") == 0
+                  ? "workers.int8_kernels is \"none\""
+                  : "an input width is past the int8 kernels' 65536",
+              attnd_enum_name(&attnd_precisions, v->model.precision));
+}
+
 /* The model's line in the log: what it is and what it computes with. */
 static void log_loaded(const attnd_version *v, double ms) {
     const attn_hparams *hp = &v->model.hp;
@@ -127,6 +144,10 @@ static void log_loaded(const attnd_version *v, double ms) {
               hp->bias ? "true" : "false", hp->causal ? "true" : "false",
               attnd_enum_name(&attnd_precisions, hp->precision),
               v->mc.weights ? v->mc.weights : "embedded default (fixed seed)", v->info.bytes);
+    if (hp->precision == ATTN_INT8) {
+        log_int8(v);
+        return;
+    }
     if (hp->precision != ATTN_BF16) return;
     if (v->model.precision == ATTN_BF16)
         attnd_log(LOG_INFO, "model %s: precision bf16 on %s kernels, attention in %s%s", v->name,

@@ -25,7 +25,7 @@ typedef struct {
     const char *fingerprint; /* its weights' fingerprint as loaded (session state files,
                                 session/state.h); NULL when not computed */
     /* what computes, settled at load (attn_model_pack): */
-    attn_precision precision; /* BF16, or FP32 (a bf16 model too on a CPU without bf16 kernels) */
+    attn_precision precision; /* INT8, BF16, or FP32: what it computes in (attn_model.precision) */
     int kv16;                 /* 1: a session's cache is bf16 pages (attn_model.attn16) */
     size_t bytes;             /* the model's memory (attn_model_bytes) */
     int version;              /* 1, 2, ...: the loads of this name so far, this one included */

@@ -38,7 +38,7 @@ void attnd_metrics_init(attnd_metrics *m, const char *const *route_label, int n_
               "Time from a request's arrival to its answer.", secs, countof(secs), 1e-6);
     hist_init(&m->queue_seconds, "attnd_queue_seconds",
               "Time a request waited between admission and compute.", secs, countof(secs), 1e-6);
-    for (int p = 0; p < 2; p++)
+    for (int p = ATTN_FP32; p <= ATTN_INT8; p++)
         hist_init(&m->compute_seconds[p], "attnd_compute_seconds",
                   "Time of one batch's forward, by the precision its model computes in.", secs,
                   countof(secs), 1e-6);
@@ -100,11 +100,11 @@ static void hist_write(const attnd_hist *h, attnd_sbuf *b) {
     hist_write_labeled(h, b, NULL);
 }
 
-/* attnd_compute_seconds: one series per precision, both always there. */
+/* attnd_compute_seconds: one series per precision, each always there. */
 static void compute_write(const attnd_metrics *m, attnd_sbuf *b) {
     const attnd_hist *h = &m->compute_seconds[ATTN_FP32];
     attnd_prom_family(b, h->name, PROM_HISTOGRAM, h->help);
-    for (int p = ATTN_FP32; p <= ATTN_BF16; p++) {
+    for (int p = ATTN_FP32; p <= ATTN_INT8; p++) {
         const attnd_prom_label l = {"precision", attnd_enum_name(&attnd_precisions, p)};
         hist_write_labeled(&m->compute_seconds[p], b, &l);
     }
@@ -116,10 +116,12 @@ static void build_info_write(attnd_sbuf *b) {
     const attnd_prom_label l[] = {{"version", ATTND_VERSION},
                                   {"blas_core", blas ? blas->core : "none"},
                                   {"cpu_features", blas ? blas->features : ""},
-                                  {"bf16_kernels", attn_bf16_kernels()}};
+                                  {"bf16_kernels", attn_bf16_kernels()},
+                                  {"int8_kernels", attn_int8_kernels()}};
     attnd_prom_family(b, "attnd_build_info", PROM_GAUGE,
                       "attnd's version, the OpenBLAS kernels in use, the CPU features they "
-                      "were chosen from, and the bf16 kernels of bf16 models.");
+                      "were chosen from, and the bf16 kernels of bf16 models and the int8 kernels "
+                      "of int8 models.");
     attnd_prom_sample(b, "attnd_build_info", l, countof(l), 1);
 }
 

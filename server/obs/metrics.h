@@ -35,8 +35,8 @@ typedef struct {
     atomic_uint_least64_t requests[METRICS_ROUTES_MAX][METRICS_STATUSES]; /* route × status */
     attnd_hist request_seconds;                  /* first byte of the request to the answer */
     attnd_hist queue_seconds;                    /* admission to compute start */
-    attnd_hist compute_seconds[2];               /* attn_forward of a batch, by the precision
-                                                    its model computes in: [ATTN_FP32], [ATTN_BF16] */
+    attnd_hist compute_seconds[3];               /* attn_forward of a batch, by the precision
+                                                    its model computes in: [ATTN_FP32] .. [ATTN_INT8] */
     attnd_hist batch_size;                       /* requests per batch */
     attnd_hist batch_tokens;                     /* query + key tokens per batch */
     atomic_uint_least64_t tokens;                /* query + key tokens computed */

@@ -46,6 +46,7 @@ static int state_of(const attnd_session_step *step, const attnd_model_info *m, a
     *st = (attnd_state){.model = (char *)m->name,
                         .fingerprint = (char *)m->fingerprint,
                         .precision = m->kv16 ? ATTND_STATE_BF16 : ATTND_STATE_FP32,
+                        .int8 = m->precision == ATTN_INT8,
                         .len = step->len,
                         .G = G,
                         .D = D,
@@ -93,6 +94,12 @@ static int state_fits(const attnd_state *st, const attnd_model_info *m, attnd_er
                                "fingerprint claims",
                                st->len, st->G, st->D, m->name, hp->num_kv_heads, hp->head_dim);
     attnd_state_precision here = m->kv16 ? ATTND_STATE_BF16 : ATTND_STATE_FP32;
+    if (st->int8 != (m->precision == ATTN_INT8))
+        return attnd_set_error(e, AERR_CONFLICT,
+                               "the state was saved %s an int8 model, and model '%s' computes in "
+                               "%s here",
+                               st->int8 ? "by" : "by other than", m->name,
+                               m->precision == ATTN_INT8 ? "int8" : "another precision");
     if (st->precision != here)
         return attnd_set_error(e, AERR_CONFLICT,
                                "the state's cache is %s, and model '%s' keeps its sessions' "

@@ -25,7 +25,7 @@
 #define FP_MAX 128 /* bytes of a fingerprint string */
 
 static const char *const precision_names[] = {
-    [ATTND_STATE_FP32] = "fp32", [ATTND_STATE_BF16] = "bf16"};
+    [ATTND_STATE_FP32] = "fp32", [ATTND_STATE_BF16] = "bf16", [2] = "int8"};
 
 static st_dtype cache_dtype(attnd_state_precision p) {
     return p == ATTND_STATE_BF16 ? ST_BF16 : ST_F32;
@@ -81,7 +81,7 @@ static char *header_text(const attnd_state *st, uint64_t half, char *err, size_t
     json_t *meta =
         json_pack("{s:s, s:s, s:s, s:s, s:s, s:s}", "format", ATTND_STATE_FORMAT, "format_version",
                   ATTND_STATE_VERSION, "model", st->model, "fingerprint", st->fingerprint, "length",
-                  length, "precision", precision_names[st->precision]);
+                  length, "precision", st->int8 ? "int8" : precision_names[st->precision]);
     json_t *root = json_pack("{s:o, s:o, s:o, s:o}", "__metadata__", meta, "keys",
                              tensor_json(cache_dtype(st->precision), &kshape, 0, half), "values",
                              tensor_json(cache_dtype(st->precision), &kshape, half, 2 * half),
@@ -187,10 +187,15 @@ static int read_meta(const st_header *h, const attnd_state_limits *lim, attnd_st
     if (strlen(fp) == 0 || strlen(fp) > FP_MAX)
         return cfg_fail(err, errlen, FILE_NAME ": fingerprint of %zu bytes (1 to %d).", strlen(fp),
                         FP_MAX);
-    int p = cfg_name_index(prec, precision_names, 2);
+    int p = cfg_name_index(prec, precision_names, 3);
     if (p < 0)
-        return cfg_fail(err, errlen, FILE_NAME ": precision \"%.20s\" is not fp32 or bf16.", prec);
-    st->precision = (attnd_state_precision)p;
+        return cfg_fail(err, errlen, FILE_NAME ": precision \"%.20s\" is not fp32, bf16 or int8.",
+                        prec);
+    /* int8: the cache as the model holds it, bf16 or floats, which its keys say */
+    const st_tensor *keys = st_find(h, "keys");
+    st->int8 = p == 2;
+    st->precision = p == 2 ? (keys && keys->dtype == ST_BF16 ? ATTND_STATE_BF16 : ATTND_STATE_FP32)
+                           : (attnd_state_precision)p;
     if (parse_length(length, lim->max_tokens, &st->len, err, errlen) != 0) return -1;
     st->model = strdup(model);
     st->fingerprint = strdup(fp);
@@ -225,7 +230,9 @@ static int check_tensors(const st_header *h, uint64_t data_size, attnd_state *st
                             h->tensors[i].name);
         used += h->tensors[i].end - h->tensors[i].begin;
     }
-    const char *why = st->precision == ATTND_STATE_BF16 ? "precision bf16" : "precision fp32";
+    const char *why = st->int8                            ? "an int8 model's cache"
+                      : st->precision == ATTND_STATE_BF16 ? "precision bf16"
+                                                          : "precision fp32";
     st_dtype d = cache_dtype(st->precision);
     const st_tensor *k = tensor_need(h, "keys", d, 3, why, err, errlen);
     const st_tensor *v = k ? tensor_need(h, "values", d, 3, why, err, errlen) : NULL;

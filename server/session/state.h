@@ -20,12 +20,13 @@
 #include "../base/buffer.h"
 
 /* The file (docs/api.md, "Session state files"):
- *   keys      (len, G, D)  F32, or BF16 with precision "bf16"
+ *   keys      (len, G, D)  F32, or BF16 with precision "bf16" (and "int8" of a
+ *                          model that keeps its cache in bf16: keys as the cache holds them)
  *   values    (len, G, D)  same dtype
  *   positions (len)        I32, token t's rotary position: t
  *   __metadata__ {"format": "attnd-session-state", "format_version": "1",
  *                 "model": name, "fingerprint": "fnv1a64:<16 hex>",
- *                 "length": "<len>", "precision": "fp32" | "bf16"}
+ *                 "length": "<len>", "precision": "fp32" | "bf16" | "int8"}
  * The session's own cache holds row t as token t's key (G, D) then its
  * value (G, D): the codec splits rows into the two tensors and joins them
  * back, bit for bit.
@@ -43,9 +44,11 @@ typedef enum {
 
 /* What the writer is given and what the reader gives back. */
 typedef struct {
-    char *model;       /* the model's name (reader: owned) */
-    char *fingerprint; /* attnd_weights_fingerprint's string (reader: owned) */
-    attnd_state_precision precision;
+    char *model;                     /* the model's name (reader: owned) */
+    char *fingerprint;               /* attnd_weights_fingerprint's string (reader: owned) */
+    attnd_state_precision precision; /* the cache's: what keys and values are stored as */
+    int int8;           /* 1: the model computes in int8, and the file says "precision": "int8" (its
+                           cache, as the model keeps it, in BF16 or F32 by precision) */
     int len;            /* cached tokens, >= 0 */
     int G, D;           /* key/value heads and head width, 1..ATTND_STATE_MAX_HEADS */
     void *kv;           /* (len, 2*G*D): row t = key (G,D) then value (G,D); float for

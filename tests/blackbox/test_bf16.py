@@ -112,7 +112,8 @@ def test_openapi_describes_the_fields(d):
                            (("precision", "effective_precision"), schemas["V2Model"])):
         assert set(fields) <= set(schema["required"]), schema["required"]
         for f in ("precision", "effective_precision"):
-            assert schema["properties"][f]["enum"] == ["fp32", "bf16"], schema["properties"][f]
+            assert schema["properties"][f]["enum"] == ["fp32", "bf16", "int8"], \
+                schema["properties"][f]
     kernels = schemas["ModelsResponse"]["properties"]["compute"]["properties"]["bf16_kernels"]
     assert kernels["enum"] == ["amx-bf16", "avx512-bf16", "none"], kernels
 
@@ -246,7 +247,7 @@ def compute_counts(d):
 def test_metrics_label_compute_by_precision(d, kernels):
     s = golden("mha_e64_h2")["sequences"][0]
     before = compute_counts(d)
-    assert set(before) == {"fp32", "bf16"}, before
+    assert set(before) == {"fp32", "bf16", "int8"}, before
     for _ in range(3):
         answer(d, "mha_e64_h2", s)
     answer(d, "mha_e64_h2_fp32", s)

@@ -1,0 +1,429 @@
+/* gemm_int8.c - projections on int8 weights: the formula of gemm_int8.h on
+ * rows prepared once (their scale, then a~ + 128), weights packed once.
+ *
+ * AVX512-VNNI: 12 rows x 2 panels in 24 registers of int32 sums; each
+ * VPDPBUSD adds the products of four inputs, a 32-bit broadcast of the row's
+ * four bytes against a panel's 64 bytes. The whole K in one pass (int32
+ * sums need no blocking to stay exact).
+ * AVX-VNNI: the same on 256-bit registers, 4 rows x 1 panel (two halves),
+ * in the VEX form, or the EVEX form where only AVX512-VNNI is there.
+ * AMX-INT8: 32 rows x 2 panels in four int32 C tiles; TDPBUSD is 16 x 16 x
+ * 64. The tiles are stored to a staging buffer.
+ * Every path ends in the same epilogue (fix-up, conversion, scale, bias).
+ * Legend: see attn.h (here M rows, N output columns, K input width).
+ */
+#include <immintrin.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../platform/amx.h"
+#include "../platform/cpu.h"
+#include "../platform/mem.h"
+#include "gemm_int8.h"
+
+enum { NP = ATTN_PANEL, KS = ATTN_INT8_KSTEP };
+
+#define INLINE static inline __attribute__((always_inline))
+#define V512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
+#define VEX __attribute__((target("avx2,fma,avxvnni")))
+#define EVEX256 __attribute__((target("avx2,fma,avx512f,avx512vl,avx512vnni")))
+#define AVX2 __attribute__((target("avx2,fma")))
+#define AMX __attribute__((target("amx-tile,amx-int8,avx512f,avx512bw,avx512vl,avx512vnni")))
+
+/* ---- quantizing ---------------------------------------------------------------- */
+
+static int8_t q_of(float x, float s) {
+    float v = rintf(x / s); /* the default rounding: to nearest, ties to even */
+    return (int8_t)(v > 127.0f ? 127 : v < -127.0f ? -127 : (int)v);
+}
+
+static float max_abs(const float *x, size_t n) {
+    float m = 0.0f;
+    for (size_t i = 0; i < n; i++)
+        m = fabsf(x[i]) > m ? fabsf(x[i]) : m;
+    return m;
+}
+
+float attn_int8_quantize(int8_t *q, const float *x, size_t n) {
+    float s = max_abs(x, n) / 127.0f;
+    for (size_t i = 0; i < n; i++)
+        q[i] = s > 0.0f ? q_of(x[i], s) : 0;
+    return s;
+}
+
+size_t attn_int8_row_bytes(int K) {
+    return ATTN_INT8_HEAD + (size_t)(K + KS - 1) / KS * KS;
+}
+
+/* 32 inputs: a~ + 128 into dst, the same bits as q_of. */
+AVX2 static void prepare32(uint8_t *dst, const float *x, float scale) {
+    __m256 s = _mm256_set1_ps(scale);
+    __m256i v[4];
+    for (int i = 0; i < 4; i++) {
+        __m256 r = _mm256_round_ps(_mm256_div_ps(_mm256_loadu_ps(x + 8 * i), s),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        r = _mm256_min_ps(_mm256_max_ps(r, _mm256_set1_ps(-127.0f)), _mm256_set1_ps(127.0f));
+        v[i] = _mm256_add_epi32(_mm256_cvtps_epi32(r), _mm256_set1_epi32(128));
+    }
+    __m256i b =
+        _mm256_packus_epi16(_mm256_packus_epi32(v[0], v[1]), _mm256_packus_epi32(v[2], v[3]));
+    b = _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256((__m256i *)dst, b);
+}
+
+AVX2 static float max_abs8(const float *x, size_t n) {
+    __m256 m = _mm256_setzero_ps(), sign = _mm256_set1_ps(-0.0f);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + i)));
+    float lanes[8], r = max_abs(x + i, n - i);
+    _mm256_storeu_ps(lanes, m);
+    for (int l = 0; l < 8; l++)
+        r = lanes[l] > r ? lanes[l] : r;
+    return r;
+}
+
+void attn_int8_prepare_row(uint8_t *dst, const float *x, int K) {
+    size_t n = (size_t)K, i = 0;
+    int vec = attn_int8_path() != ATTN_INT8_NONE; /* every int8 path has AVX2 */
+    float s = (vec ? max_abs8(x, n) : max_abs(x, n)) / 127.0f;
+    memset(dst, 0, ATTN_INT8_HEAD);
+    memcpy(dst, &s, sizeof s);
+    uint8_t *a = dst + ATTN_INT8_HEAD;
+    if (s > 0.0f && vec)
+        for (; i + 32 <= n; i += 32)
+            prepare32(a + i, x + i, s);
+    for (; i < n; i++)
+        a[i] = (uint8_t)((s > 0.0f ? q_of(x[i], s) : 0) + 128);
+    memset(a + n, 128, attn_int8_row_bytes(K) - ATTN_INT8_HEAD - n); /* a~ = 0 */
+}
+
+static float row_scale(const uint8_t *row) {
+    float s;
+    memcpy(&s, row, sizeof s);
+    return s;
+}
+
+/* ---- packing ------------------------------------------------------------------- */
+
+int attn_packed_int8_init(attn_packed_int8 *pw, const float *W, const float *bias, int N, int K) {
+    memset(pw, 0, sizeof *pw);
+    int panels = (N + NP - 1) / NP, kq = (K + KS - 1) / KS * KS / 4;
+    size_t n = (size_t)panels * kq * 4 * NP, cols = (size_t)panels * NP;
+    int8_t *q = malloc((size_t)K + 1);
+    char *mem = attn_alloc_big(n + cols * 12 + 64);
+    if (!mem || !q) {
+        free(mem);
+        free(q);
+        return -1;
+    }
+    pw->p = (int8_t *)mem;
+    memset(pw->p, 0, n);
+    pw->scale = (float *)(mem + n);
+    pw->fix = (int32_t *)(pw->scale + cols);
+    pw->bias16 = (float *)(pw->fix + cols);
+    for (size_t c = 0; c < cols; c++) {
+        int col = (int)c;
+        pw->scale[c] = col < N ? attn_int8_quantize(q, W + (size_t)col * K, (size_t)K) : 0.0f;
+        int32_t sum = 0;
+        for (int k = 0; col < N && k < K; k++) {
+            pw->p[(((size_t)(col / NP) * kq + (size_t)(k / 4)) * NP + (size_t)(col % NP)) * 4 +
+                  (size_t)(k % 4)] = q[k];
+            sum += q[k];
+        }
+        pw->fix[c] = 128 * sum;
+        pw->bias16[c] = col < N ? bias[col] : 0.0f;
+    }
+    free(q);
+    pw->N = N;
+    pw->K = K;
+    pw->panels = panels;
+    pw->kq = kq;
+    pw->bias = bias;
+    return 0;
+}
+
+void attn_packed_int8_free(attn_packed_int8 *pw) {
+    if (!pw) return;
+    free(pw->p);
+    memset(pw, 0, sizeof *pw);
+}
+
+/* ---- the formula, plainly -------------------------------------------------------- */
+
+static float epilogue1(int32_t acc, float sa, float sw, float b) {
+    return fmaf((float)acc, sa * sw, b);
+}
+
+void gemm_int8_ref(float *C, size_t ldc, const uint8_t *A, size_t lda, const attn_packed_int8 *pw,
+                   size_t r0, size_t r1, int c0, int c1) {
+    for (size_t r = r0; r < r1; r++) {
+        const uint8_t *row = A + r * lda;
+        for (int n = c0; n < c1; n++) {
+            int32_t acc = 0;
+            for (int k = 0; k < pw->K; k++)
+                acc += ((int32_t)row[ATTN_INT8_HEAD + k] - 128) * attn_packed_int8_at(pw, n, k);
+            C[r * ldc + n] = epilogue1(acc, row_scale(row), pw->scale[n], pw->bias16[n]);
+        }
+    }
+}
+
+/* ---- AVX512-VNNI: MR rows x 2 panels ------------------------------------------------ */
+
+typedef struct {
+    float *C; /* row 0, column of panel 0 */
+    size_t ldc;
+    const uint8_t *A; /* prepared row 0 */
+    size_t lda;
+    const int8_t *P0, *P1; /* the panels */
+    int n0;                /* first column of panel 0 */
+    __mmask16 m0, m1;      /* valid columns (m1 = 0: no second panel) */
+    int groups;            /* groups of four inputs */
+    const attn_packed_int8 *pw;
+} k512_args;
+
+V512 INLINE void epilogue512(float *C, __m512i acc, float sa, const attn_packed_int8 *pw, int n0,
+                             __mmask16 m) {
+    acc = _mm512_sub_epi32(acc, _mm512_loadu_si512(pw->fix + n0));
+    __m512 s = _mm512_mul_ps(_mm512_set1_ps(sa), _mm512_loadu_ps(pw->scale + n0));
+    __m512 y = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), s, _mm512_loadu_ps(pw->bias16 + n0));
+    _mm512_mask_storeu_ps(C, m, y);
+}
+
+V512 INLINE void k512_body(const k512_args *a, const int MR) {
+    __m512i c[12][2];
+    _Pragma("GCC unroll 12") for (int r = 0; r < MR; r++) c[r][0] = c[r][1] =
+        _mm512_setzero_si512();
+    const uint8_t *A = a->A + ATTN_INT8_HEAD;
+    for (int g = 0; g < a->groups; g++) {
+        __m512i w0 = _mm512_load_si512(a->P0 + (size_t)g * 4 * NP);
+        __m512i w1 = _mm512_load_si512(a->P1 + (size_t)g * 4 * NP);
+        _Pragma("GCC unroll 12") for (int r = 0; r < MR; r++) {
+            int32_t four;
+            memcpy(&four, A + r * a->lda + 4 * g, sizeof four);
+            __m512i x = _mm512_set1_epi32(four);
+            c[r][0] = _mm512_dpbusd_epi32(c[r][0], x, w0);
+            c[r][1] = _mm512_dpbusd_epi32(c[r][1], x, w1);
+        }
+    }
+    _Pragma("GCC unroll 12") for (int r = 0; r < MR; r++) {
+        float sa = row_scale(a->A + r * a->lda);
+        epilogue512(a->C + r * a->ldc, c[r][0], sa, a->pw, a->n0, a->m0);
+        if (a->m1) epilogue512(a->C + r * a->ldc + NP, c[r][1], sa, a->pw, a->n0 + NP, a->m1);
+    }
+}
+
+#define K512_ROWS(R)                                                                               \
+    V512 static void k512_##R(const k512_args *a) {                                                \
+        k512_body(a, R);                                                                           \
+    }
+K512_ROWS(1)
+K512_ROWS(2)
+K512_ROWS(3)
+K512_ROWS(4)
+K512_ROWS(5)
+K512_ROWS(6)
+K512_ROWS(7)
+K512_ROWS(8)
+K512_ROWS(9)
+K512_ROWS(10)
+K512_ROWS(11)
+K512_ROWS(12)
+static void (*const k512_rows[13])(const k512_args *) = {NULL,    k512_1,  k512_2, k512_3, k512_4,
+                                                         k512_5,  k512_6,  k512_7, k512_8, k512_9,
+                                                         k512_10, k512_11, k512_12};
+
+static __mmask16 cols_mask(int left) {
+    return left >= NP ? 0xFFFF : left <= 0 ? 0 : (__mmask16)((1u << left) - 1);
+}
+
+static void tile512(float *C, size_t ldc, const uint8_t *A, size_t lda, const attn_packed_int8 *pw,
+                    size_t r0, size_t r1, int j0, int j1) {
+    for (int j = j0; j < j1; j += 2) {
+        int n0 = j * NP, two = j + 1 < j1;
+        k512_args a = {.ldc = ldc, .lda = lda, .n0 = n0, .groups = pw->kq, .pw = pw};
+        a.m0 = cols_mask(pw->N - n0);
+        a.m1 = two ? cols_mask(pw->N - n0 - NP) : 0;
+        a.P0 = pw->p + (size_t)j * pw->kq * 4 * NP;
+        a.P1 = two ? a.P0 + (size_t)pw->kq * 4 * NP : a.P0;
+        for (size_t r = r0; r < r1; r += 12) {
+            a.C = C + r * ldc + n0;
+            a.A = A + r * lda;
+            k512_rows[r1 - r < 12 ? r1 - r : 12](&a);
+        }
+    }
+}
+
+/* ---- AVX-VNNI: MR rows x 1 panel (two 256-bit halves) ---------------------------------- */
+
+/* The epilogue on 256-bit registers: the same steps, the same bits. */
+AVX2 INLINE void epilogue256(float *C, const int32_t *acc, float sa, const attn_packed_int8 *pw,
+                             int n0, int nc) {
+    for (int h = 0; h < 2 && 8 * h < nc; h++) {
+        __m256i v = _mm256_sub_epi32(_mm256_loadu_si256((const __m256i *)(acc + 8 * h)),
+                                     _mm256_loadu_si256((const __m256i *)(pw->fix + n0 + 8 * h)));
+        __m256 s = _mm256_mul_ps(_mm256_set1_ps(sa), _mm256_loadu_ps(pw->scale + n0 + 8 * h));
+        __m256 y =
+            _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), s, _mm256_loadu_ps(pw->bias16 + n0 + 8 * h));
+        int left = nc - 8 * h;
+        if (left >= 8)
+            _mm256_storeu_ps(C + 8 * h, y);
+        else
+            _mm256_maskstore_ps(C + 8 * h,
+                                _mm256_cmpgt_epi32(_mm256_set1_epi32(left),
+                                                   _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)),
+                                y);
+    }
+}
+
+/* MR rows (a constant once inlined, at most 4: eight sums, two panel halves
+ * and a broadcast fit the sixteen registers) x one panel's two halves. */
+#define K256_BODY(ATTR, DP)                                                                        \
+    ATTR INLINE void k256_body_##DP(float *C, size_t ldc, const uint8_t *A, size_t lda,            \
+                                    const int8_t *P, const attn_packed_int8 *pw, int n0, int nc,   \
+                                    const int MR) {                                                \
+        __m256i c[4][2];                                                                           \
+        _Pragma("GCC unroll 4") for (int r = 0; r < MR; r++) c[r][0] = c[r][1] =                   \
+            _mm256_setzero_si256();                                                                \
+        for (int g = 0; g < pw->kq; g++) {                                                         \
+            __m256i w0 = _mm256_load_si256((const __m256i *)(P + (size_t)g * 4 * NP));             \
+            __m256i w1 = _mm256_load_si256((const __m256i *)(P + (size_t)g * 4 * NP + 32));        \
+            _Pragma("GCC unroll 4") for (int r = 0; r < MR; r++) {                                 \
+                int32_t four;                                                                      \
+                memcpy(&four, A + ATTN_INT8_HEAD + r * lda + 4 * g, sizeof four);                  \
+                __m256i x = _mm256_set1_epi32(four);                                               \
+                c[r][0] = DP(c[r][0], x, w0);                                                      \
+                c[r][1] = DP(c[r][1], x, w1);                                                      \
+            }                                                                                      \
+        }                                                                                          \
+        _Pragma("GCC unroll 4") for (int r = 0; r < MR; r++) {                                     \
+            int32_t acc[NP];                                                                       \
+            _mm256_storeu_si256((__m256i *)acc, c[r][0]);                                          \
+            _mm256_storeu_si256((__m256i *)(acc + 8), c[r][1]);                                    \
+            epilogue256(C + r * ldc, acc, row_scale(A + r * lda), pw, n0, nc);                     \
+        }                                                                                          \
+    }                                                                                              \
+    ATTR static void k256_##DP(float *C, size_t ldc, const uint8_t *A, size_t lda,                 \
+                               const int8_t *P, const attn_packed_int8 *pw, int n0, int nc,        \
+                               int MR) {                                                           \
+        switch (MR) {                                                                              \
+        case 4:                                                                                    \
+            k256_body_##DP(C, ldc, A, lda, P, pw, n0, nc, 4);                                      \
+            break;                                                                                 \
+        case 3:                                                                                    \
+            k256_body_##DP(C, ldc, A, lda, P, pw, n0, nc, 3);                                      \
+            break;                                                                                 \
+        case 2:                                                                                    \
+            k256_body_##DP(C, ldc, A, lda, P, pw, n0, nc, 2);                                      \
+            break;                                                                                 \
+        default:                                                                                   \
+            k256_body_##DP(C, ldc, A, lda, P, pw, n0, nc, 1);                                      \
+            break;                                                                                 \
+        }                                                                                          \
+    }
+K256_BODY(VEX, _mm256_dpbusd_avx_epi32)
+K256_BODY(EVEX256, _mm256_dpbusd_epi32)
+
+static void tile256(float *C, size_t ldc, const uint8_t *A, size_t lda, const attn_packed_int8 *pw,
+                    size_t r0, size_t r1, int j0, int j1) {
+    int vex = attn_int8_vex();
+    for (int j = j0; j < j1; j++) {
+        int n0 = j * NP, nc = pw->N - n0 < NP ? pw->N - n0 : NP;
+        const int8_t *P = pw->p + (size_t)j * pw->kq * 4 * NP;
+        for (size_t r = r0; r < r1; r += 4) {
+            int mr = (int)(r1 - r < 4 ? r1 - r : 4);
+            if (vex)
+                k256__mm256_dpbusd_avx_epi32(C + r * ldc + n0, ldc, A + r * lda, lda, P, pw, n0, nc,
+                                             mr);
+            else
+                k256__mm256_dpbusd_epi32(C + r * ldc + n0, ldc, A + r * lda, lda, P, pw, n0, nc,
+                                         mr);
+        }
+    }
+}
+
+/* ---- AMX-INT8: 32 (or 16) rows x 2 panels ---------------------------------------------- */
+
+/* Tiles 0-3 the int32 sums (rows 0-15 and 16-31 by panel 0 and 1), 4 and 5
+ * the rows' inputs, 6 and 7 the panels'. stage (4, 16, 16) int32. */
+AMX static void amx_sums(const uint8_t *A, size_t lda, const int8_t *P0, const int8_t *P1,
+                         int chunks, int two_rows, int32_t *stage) {
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    const uint8_t *A1 = A + 16 * lda;
+    for (int c = 0; c < chunks; c++) {
+        _tile_loadd(4, A + (size_t)c * KS, lda);
+        _tile_loadd(6, P0 + (size_t)c * KS * NP, 64);
+        _tile_loadd(7, P1 + (size_t)c * KS * NP, 64);
+        _tile_dpbusd(0, 4, 6);
+        _tile_dpbusd(1, 4, 7);
+        if (two_rows) {
+            _tile_loadd(5, A1 + (size_t)c * KS, lda);
+            _tile_dpbusd(2, 5, 6);
+            _tile_dpbusd(3, 5, 7);
+        }
+    }
+    _tile_stored(0, stage, 64);
+    _tile_stored(1, stage + 256, 64);
+    if (two_rows) {
+        _tile_stored(2, stage + 512, 64);
+        _tile_stored(3, stage + 768, 64);
+    }
+}
+
+/* The staged sums of nr rows x the pair's panels into C (one or two panels). */
+AMX static void amx_epilogue(float *C, size_t ldc, const uint8_t *A, size_t lda,
+                             const attn_packed_int8 *pw, const int32_t *stage, int nr, int j,
+                             int two) {
+    for (int r = 0; r < nr; r++) {
+        float sa = row_scale(A + (size_t)r * lda);
+        for (int p = 0; p < 1 + two; p++) {
+            int n0 = (j + p) * NP;
+            __m512i acc = _mm512_load_si512(stage + (r / 16 * 2 + p) * 256 + (r % 16) * NP);
+            epilogue512(C + (size_t)r * ldc + n0, acc, sa, pw, n0, cols_mask(pw->N - n0));
+        }
+    }
+}
+
+static void tile_amx(float *C, size_t ldc, const uint8_t *A, size_t lda, const attn_packed_int8 *pw,
+                     size_t r0, size_t r1, int j0, int j1) {
+    int32_t stage[4 * 256] __attribute__((aligned(64)));
+    attn_amx_begin();
+    for (int j = j0; j < j1; j += 2) {
+        int two = j + 1 < j1;
+        const int8_t *P0 = pw->p + (size_t)j * pw->kq * 4 * NP;
+        const int8_t *P1 = two ? P0 + (size_t)pw->kq * 4 * NP : P0;
+        for (size_t rb = r0; rb < r1; rb += 32) {
+            int nr = (int)(r1 - rb < 32 ? r1 - rb : 32);
+            const uint8_t *Ab = A + rb * lda + ATTN_INT8_HEAD;
+            amx_sums(Ab, lda, P0, P1, pw->kq * 4 / KS, nr > 16, stage);
+            amx_epilogue(C + rb * ldc, ldc, A + rb * lda, lda, pw, stage, nr, j, two);
+        }
+    }
+    attn_amx_end();
+}
+
+/* ---- dispatch ------------------------------------------------------------------------ */
+
+void gemm_int8_tile(float *C, size_t ldc, const uint8_t *A, size_t lda, const attn_packed_int8 *pw,
+                    size_t r0, size_t r1, int j0, int j1) {
+    if (j1 > pw->panels) j1 = pw->panels;
+    if (j0 >= j1 || r0 >= r1) return;
+    switch (attn_int8_path()) {
+    case ATTN_INT8_AMX:
+        tile_amx(C, ldc, A, lda, pw, r0, r1, j0, j1);
+        break;
+    case ATTN_INT8_AVX512:
+        tile512(C, ldc, A, lda, pw, r0, r1, j0, j1);
+        break;
+    case ATTN_INT8_AVX:
+        tile256(C, ldc, A, lda, pw, r0, r1, j0, j1);
+        break;
+    default:
+        gemm_int8_ref(C, ldc, A, lda, pw, r0, r1, j0 * NP, j1 * NP < pw->N ? j1 * NP : pw->N);
+        break;
+    }
+}
