@@ -22,12 +22,14 @@ OPT     ?= -O3
 SAN     ?=
 BUILD   ?= build
 CFLAGS  += $(OPT) -g -std=c11 -ffp-contract=fast -D_GNU_SOURCE -Wall -Wextra -fPIC $(SAN)
-PKGS     = libmicrohttpd jansson libcurl
+PKGS     = libmicrohttpd jansson libcurl libprotobuf-c
 # OpenBLAS: its header only. core/blas.c loads the library at run time, after
 # choosing its kernels (docs/performance.md), so nothing links it.
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) openblas 2>/dev/null)
 CHECK_CFLAGS := $(shell pkg-config --cflags check 2>/dev/null)
-PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+# gRPC's C core without TLS (libgrpc_unsecure; docs/api.md, "gRPC"): the
+# daemon serves plain HTTP/2, as it serves plain HTTP/1.1.
+PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lgrpc_unsecure -lgpr
 CHECK_LIBS := $(shell pkg-config --libs check 2>/dev/null)
 LDLIBS   = $(PKG_LIBS) -ldl -lpthread -lm
 PYTHON  ?= python3
@@ -40,6 +42,14 @@ SERVER_SRC := $(filter-out server/main.c,$(wildcard server/*.c server/*/*.c))
 HEADERS    := $(wildcard */*.h */*/*.h)
 TEST_SRC   := $(wildcard tests/test_*.c)
 BENCH_SRC  := $(wildcard bench/*.c)
+
+# The gRPC messages: protoc-c makes C of server/grpc/*.proto at build time,
+# into $(BUILD)/gen/ (never edited, never committed), compiled into the
+# server library.
+PROTO      := $(wildcard server/grpc/*.proto)
+PROTO_C    := $(PROTO:server/grpc/%.proto=$(BUILD)/gen/%.pb-c.c)
+PROTO_OBJ  := $(PROTO_C:.c=.o)
+CFLAGS     += -I$(BUILD)/gen
 
 CORE_OBJ   := $(CORE_SRC:%.c=$(BUILD)/%.o)
 CONFIG_OBJ := $(CONFIG_SRC:%.c=$(BUILD)/%.o)
@@ -67,7 +77,14 @@ $(BUILD)/libattncore.a: $(CORE_OBJ)
 	rm -f $@; ar rcs $@ $^
 $(BUILD)/libattnd_config.a: $(CONFIG_OBJ)
 	rm -f $@; ar rcs $@ $^
-$(BUILD)/libattnd_server.a: $(SERVER_OBJ)
+$(BUILD)/gen/%.pb-c.c $(BUILD)/gen/%.pb-c.h: server/grpc/%.proto
+	@mkdir -p $(BUILD)/gen
+	protoc-c --c_out=$(BUILD)/gen -I server/grpc $<
+$(BUILD)/gen/%.pb-c.o: $(BUILD)/gen/%.pb-c.c
+	$(CC) $(CFLAGS) $(PKG_CFLAGS) -c $< -o $@
+$(filter $(BUILD)/server/grpc/%,$(SERVER_OBJ)) $(BUILD)/server/server.o: $(PROTO_C)
+
+$(BUILD)/libattnd_server.a: $(SERVER_OBJ) $(PROTO_OBJ)
 	rm -f $@; ar rcs $@ $^
 
 $(BUILD)/attnd: $(BUILD)/server/main.o $(LIBS)
@@ -236,10 +253,17 @@ FUZZ_RUNS  ?= 10000000
 FUZZ_SAN   := -fsanitize=address,undefined -fno-sanitize-recover=all
 FUZZ_CFLAGS := -g -O1 -std=c11 -D_GNU_SOURCE -fno-omit-frame-pointer $(FUZZ_SAN)
 FUZZ_OBJ   := $(CORE_SRC:%.c=build-fuzz/obj/%.o) $(CONFIG_SRC:%.c=build-fuzz/obj/%.o) \
-              $(SERVER_SRC:%.c=build-fuzz/obj/%.o)
+              $(SERVER_SRC:%.c=build-fuzz/obj/%.o) $(PROTO:server/grpc/%.proto=build-fuzz/obj/gen/%.pb-c.o)
+FUZZ_CFLAGS += -Ibuild-fuzz/obj/gen
 build-fuzz/obj/%.o: %.c $(HEADERS)
 	@mkdir -p $(dir $@)
 	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link $(PKG_CFLAGS) -c $< -o $@
+build-fuzz/obj/gen/%.pb-c.c: server/grpc/%.proto
+	@mkdir -p build-fuzz/obj/gen
+	protoc-c --c_out=build-fuzz/obj/gen -I server/grpc $<
+build-fuzz/obj/gen/%.pb-c.o: build-fuzz/obj/gen/%.pb-c.c
+	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link $(PKG_CFLAGS) -c $< -o $@
+$(filter build-fuzz/obj/server/grpc/%,$(FUZZ_OBJ)) build-fuzz/obj/server/server.o: $(PROTO:server/grpc/%.proto=build-fuzz/obj/gen/%.pb-c.c)
 build-fuzz/obj/server/http/openapi.o: server/http/openapi.json
 build-fuzz/obj/server/ui/ui.o: $(wildcard server/ui/*.html server/ui/*.js server/ui/*.css)
 build-fuzz/libattnd_fuzz.a: $(FUZZ_OBJ)
