@@ -208,7 +208,8 @@ def refused_save_dir(cfg_path, save):
     """(exit code, output) of build/attnd started with save as its save_dir;
     None for the code when it was still running after 30 s."""
     e = {k: v for k, v in os.environ.items() if not k.startswith("ATTND_")}
-    e.update({SAVE_ENV: save, "ATTND_HOST": "127.0.0.1", "ATTND_PORT": str(dl.free_port())})
+    e.update({SAVE_ENV: save, "ATTND_HOST": "127.0.0.1", "ATTND_PORT": str(dl.free_port()),
+              "ATTND_GRPC_PORT": "-1"})
     p = subprocess.Popen([dl.attnd_bin(), "--config", cfg_path], env=e, text=True,
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
