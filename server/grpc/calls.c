@@ -43,8 +43,8 @@ int attnd_grpc_live(attnd_grpc *g, const uint8_t *msg, size_t len, uint8_t **out
 /* ServerReady answers ready: false while starting or draining (not an
  * error: the HTTP route's 503 is a probe's answer, this is the protocol's
  * field). */
-int attnd_grpc_ready(attnd_grpc *g, const uint8_t *msg, size_t len, uint8_t **out,
-                     size_t *out_len, attnd_error *e) {
+int attnd_grpc_ready(attnd_grpc *g, const uint8_t *msg, size_t len, uint8_t **out, size_t *out_len,
+                     attnd_error *e) {
     (void)msg, (void)len;
     Inference__ServerReadyResponse r = INFERENCE__SERVER_READY_RESPONSE__INIT;
     r.ready = is_ready(g);
@@ -218,7 +218,8 @@ static int index_message(json_t *a, uint8_t **out, size_t *out_len, attnd_error 
 
 int attnd_grpc_repo_index(attnd_grpc *g, const uint8_t *msg, size_t len, uint8_t **out,
                           size_t *out_len, attnd_error *e) {
-    Inference__RepositoryIndexRequest *rq = inference__repository_index_request__unpack(NULL, len, msg);
+    Inference__RepositoryIndexRequest *rq =
+        inference__repository_index_request__unpack(NULL, len, msg);
     if (!rq) return not_parsed("RepositoryIndexRequest", e);
     int ready_only = rq->ready;
     inference__repository_index_request__free_unpacked(rq, NULL);
@@ -227,8 +228,8 @@ int attnd_grpc_repo_index(attnd_grpc *g, const uint8_t *msg, size_t len, uint8_t
     char *body = attnd_models_index(g->env->models, ready_only, &n);
     json_t *j = body ? json_loadb(body, n, 0, NULL) : NULL;
     free(body);
-    int rc = j ? index_message(j, out, out_len, e)
-               : attnd_set_error(e, AERR_INTERNAL, "out of memory");
+    int rc =
+        j ? index_message(j, out, out_len, e) : attnd_set_error(e, AERR_INTERNAL, "out of memory");
     json_decref(j);
     return rc;
 }
@@ -262,8 +263,10 @@ static void load_body(const Inference__RepositoryModelLoadRequest *rq, attnd_sbu
                  INFERENCE__MODEL_REPOSITORY_PARAMETER__PARAMETER_CHOICE_BYTES_PARAM)
             text = strndup((const char *)p->bytes_param.data, p->bytes_param.len);
         attnd_sb_puts(b, "{\"parameters\":{\"config\":");
-        if (text) attnd_sb_json_str(b, text);
-        else attnd_sb_puts(b, "null");
+        if (text)
+            attnd_sb_json_str(b, text);
+        else
+            attnd_sb_puts(b, "null");
         attnd_sb_puts(b, "}}");
         free(text);
     }
@@ -301,16 +304,18 @@ int attnd_grpc_repo_load_answer(uint8_t **out, size_t *out_len) {
  * starting or draining, for the server ("") and for
  * inference.GRPCInferenceService; any other service is NOT_FOUND, as the
  * health protocol asks. */
-int attnd_grpc_health(attnd_grpc *g, const uint8_t *msg, size_t len, uint8_t **out,
-                      size_t *out_len, attnd_error *e) {
+int attnd_grpc_health(attnd_grpc *g, const uint8_t *msg, size_t len, uint8_t **out, size_t *out_len,
+                      attnd_error *e) {
     Grpc__Health__V1__HealthCheckRequest *rq =
         grpc__health__v1__health_check_request__unpack(NULL, len, msg);
     if (!rq) return not_parsed("HealthCheckRequest", e);
     const char *svc = rq->service ? rq->service : "";
     int known = !svc[0] || strcmp(svc, "inference.GRPCInferenceService") == 0;
     if (!known)
-        attnd_set_error(e, AERR_NOT_FOUND, "unknown service '%.100s' (\"\" or "
-                        "inference.GRPCInferenceService)", svc);
+        attnd_set_error(e, AERR_NOT_FOUND,
+                        "unknown service '%.100s' (\"\" or "
+                        "inference.GRPCInferenceService)",
+                        svc);
     grpc__health__v1__health_check_request__free_unpacked(rq, NULL);
     if (!known) return -1;
     Grpc__Health__V1__HealthCheckResponse r = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;

@@ -21,8 +21,8 @@ typedef int (*attnd_grpc_unary)(attnd_grpc *g, const uint8_t *msg, size_t len, u
 
 int attnd_grpc_live(attnd_grpc *g, const uint8_t *msg, size_t len, uint8_t **out, size_t *out_len,
                     attnd_error *e);
-int attnd_grpc_ready(attnd_grpc *g, const uint8_t *msg, size_t len, uint8_t **out,
-                     size_t *out_len, attnd_error *e);
+int attnd_grpc_ready(attnd_grpc *g, const uint8_t *msg, size_t len, uint8_t **out, size_t *out_len,
+                     attnd_error *e);
 int attnd_grpc_model_ready(attnd_grpc *g, const uint8_t *msg, size_t len, uint8_t **out,
                            size_t *out_len, attnd_error *e);
 int attnd_grpc_server_metadata(attnd_grpc *g, const uint8_t *msg, size_t len, uint8_t **out,
@@ -33,8 +33,8 @@ int attnd_grpc_repo_index(attnd_grpc *g, const uint8_t *msg, size_t len, uint8_t
                           size_t *out_len, attnd_error *e);
 int attnd_grpc_repo_unload(attnd_grpc *g, const uint8_t *msg, size_t len, uint8_t **out,
                            size_t *out_len, attnd_error *e);
-int attnd_grpc_health(attnd_grpc *g, const uint8_t *msg, size_t len, uint8_t **out,
-                      size_t *out_len, attnd_error *e);
+int attnd_grpc_health(attnd_grpc *g, const uint8_t *msg, size_t len, uint8_t **out, size_t *out_len,
+                      attnd_error *e);
 
 /* A RepositoryModelLoad message read: the model's entry into mc (its
  * parameters' "config", or the config file's entry as on disk now), as

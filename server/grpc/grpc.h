@@ -55,17 +55,17 @@ typedef struct attnd_grpc {
     attnd_metrics *metrics;
     const attnd_meta *meta;
     attnd_otlp *otlp;
-    const atomic_int *state;  /* the HTTP side's (http.h S_*): one readiness for both */
-    const char *api_key;      /* NULL: no key; the HTTP side's copy */
+    const atomic_int *state; /* the HTTP side's (http.h S_*): one readiness for both */
+    const char *api_key;     /* NULL: no key; the HTTP side's copy */
     size_t api_key_len;
     /* its own */
     struct grpc_server *server;
     struct grpc_completion_queue *cq;
     pthread_t poller;
-    int running; /* the poller started */
-    int port;    /* bound; 0 when off */
-    atomic_long active;             /* calls between arrival and their end */
-    atomic_int shutting;            /* 1: no new calls are asked for */
+    int running;                               /* the poller started */
+    int port;                                  /* bound; 0 when off */
+    atomic_long active;                        /* calls between arrival and their end */
+    atomic_int shutting;                       /* 1: no new calls are asked for */
     atomic_uint_least64_t calls[GM_COUNT][17]; /* by method and status code */
 } attnd_grpc;
 

@@ -59,21 +59,21 @@ struct gcall {
     int cancelled;          /* RECV_CLOSE_ON_SERVER's: the call ended without its status */
     gtag t_new, t_recv, t_close, t_send, t_sent_msg;
     pthread_mutex_t mu;
-    int refs;          /* under mu */
-    int over;          /* under mu: gRPC ended the call; nothing more is sent */
-    greq *cur;         /* under mu: the inference in flight, held */
-    int method;        /* GM_* */
-    int md_sent;       /* initial metadata went out */
-    int busy;          /* counted in g->active */
+    int refs;    /* under mu */
+    int over;    /* under mu: gRPC ended the call; nothing more is sent */
+    greq *cur;   /* under mu: the inference in flight, held */
+    int method;  /* GM_* */
+    int md_sent; /* initial metadata went out */
+    int busy;    /* counted in g->active */
     /* the answer on its way: one send at a time */
     grpc_byte_buffer *send;
     grpc_slice details_slice;
-    int code;          /* the status sent (or to send) */
-    int http_status;   /* the HTTP status of the same answer, for the log */
+    int code;        /* the status sent (or to send) */
+    int http_status; /* the HTTP status of the same answer, for the log */
     int logged;
     size_t sent_bytes;
     int batch;
-    int asked_ms;      /* the call's own deadline (grpc-timeout), ms; 0: none */
+    int asked_ms; /* the call's own deadline (grpc-timeout), ms; 0: none */
     /* for the log and the spans */
     uint64_t t_start_us, t_start_ns, t_admit_us, t_compute0_us, t_compute1_us;
     char path[96];
@@ -86,7 +86,7 @@ struct gcall {
 
 static const struct {
     const char *path;
-    int open; /* 1: answered without the API key (liveness, readiness, health) */
+    int open;               /* 1: answered without the API key (liveness, readiness, health) */
     attnd_grpc_unary unary; /* answered at once; NULL: infer, stream or load */
 } METHODS[GM_COUNT] = {
     [GM_LIVE] = {"/inference.GRPCInferenceService/ServerLive", 1, attnd_grpc_live},
@@ -109,7 +109,8 @@ static const struct {
 static int method_of(grpc_slice m) {
     size_t n = GRPC_SLICE_LENGTH(m);
     for (int i = 0; i < GM_UNKNOWN; i++)
-        if (strlen(METHODS[i].path) == n && memcmp(METHODS[i].path, GRPC_SLICE_START_PTR(m), n) == 0)
+        if (strlen(METHODS[i].path) == n &&
+            memcmp(METHODS[i].path, GRPC_SLICE_START_PTR(m), n) == 0)
             return i;
     return GM_UNKNOWN;
 }
@@ -210,9 +211,16 @@ static void record(gcall *c, const char *end) {
     char trace_id[2 * ATTND_TRACE_ID_BYTES + 1], span_id[2 * ATTND_SPAN_ID_BYTES + 1];
     attnd_hex(trace_id, c->trace.trace_id, sizeof c->trace.trace_id);
     attnd_hex(span_id, c->trace.span_id, sizeof c->trace.span_id);
-    attnd_access a = {"GRPC",   c->path, c->http_status, c->sent_bytes,
-                      (double)(now - c->t_start_us) / 1e3, c->batch,
-                      c->id,    end,     trace_id,       span_id};
+    attnd_access a = {"GRPC",
+                      c->path,
+                      c->http_status,
+                      c->sent_bytes,
+                      (double)(now - c->t_start_us) / 1e3,
+                      c->batch,
+                      c->id,
+                      end,
+                      trace_id,
+                      span_id};
     attnd_log_access(&a);
     export_spans(c, now);
 }
@@ -341,8 +349,10 @@ static void answer(gcall *c, const attnd_reply *rep) {
         }
         attnd_set_error(&e, AERR_INTERNAL, "out of memory writing the answer");
     }
-    if (stream) stream_error(c, &e);
-    else send_error(c, &e);
+    if (stream)
+        stream_error(c, &e);
+    else
+        send_error(c, &e);
 }
 
 void attnd_grpc_answer_ready(attnd_req *r) {
@@ -396,8 +406,10 @@ static void queue_job(gcall *c, greq *q) {
         attnd_req_unref(&q->r);
     }
     attnd_reply rep = {0};
-    if (rc == 1) rep = q->r.reply;
-    else attnd_reply_error(&rep, &e);
+    if (rc == 1)
+        rep = q->r.reply;
+    else
+        attnd_reply_error(&rep, &e);
     answer(c, &rep);
     if (rc != 1) attnd_reply_free(&rep);
     attnd_req_unref(&q->r);
@@ -625,9 +637,15 @@ static void on_close(gcall *c) {
 static void on_event(attnd_grpc *g, gtag *t, int ok) {
     gcall *c = t->c;
     switch (t->kind) {
-    case T_NEW: on_new(c, ok); return;
-    case T_RECV: on_recv(c, ok); break;
-    case T_CLOSE: on_close(c); break;
+    case T_NEW:
+        on_new(c, ok);
+        return;
+    case T_RECV:
+        on_recv(c, ok);
+        break;
+    case T_CLOSE:
+        on_close(c);
+        break;
     case T_SEND: /* the status went out (or could not: the call is over) */
         record(c, ok ? "ok" : "client_gone");
         set_busy(c, 0);
@@ -636,7 +654,9 @@ static void on_event(attnd_grpc *g, gtag *t, int ok) {
         set_busy(c, 0);
         if (ok) read_next(c);
         break;
-    default: (void)g; return;
+    default:
+        (void)g;
+        return;
     }
     call_unref(c); /* the batch's */
 }
@@ -734,8 +754,10 @@ void attnd_grpc_stop(attnd_grpc *g) {
     if (!g->server) return;
     attnd_grpc_quiesce(g);
     grpc_server_cancel_all_calls(g->server); /* idle streams, calls still sending */
-    if (g->running) pthread_join(g->poller, NULL);
-    else grpc_completion_queue_shutdown(g->cq);
+    if (g->running)
+        pthread_join(g->poller, NULL);
+    else
+        grpc_completion_queue_shutdown(g->cq);
     g->running = 0;
     grpc_server_destroy(g->server);
     grpc_completion_queue_destroy(g->cq);
@@ -754,8 +776,8 @@ void attnd_grpc_metrics(const attnd_grpc *g, attnd_sbuf *b) {
         for (int k = 0; k < GRPC_CODES; k++) {
             unsigned long long n = atomic_load(&g->calls[m][k]);
             if (n || (k == GRPC_OK && g->port))
-                attnd_sb_printf(b, "attnd_grpc_calls_total{method=\"%s\",code=\"%s\"} %llu\n",
-                                name, attnd_grpc_code_name(k), n);
+                attnd_sb_printf(b, "attnd_grpc_calls_total{method=\"%s\",code=\"%s\"} %llu\n", name,
+                                attnd_grpc_code_name(k), n);
         }
     }
 }

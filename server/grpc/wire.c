@@ -16,27 +16,38 @@ typedef Inference__InferParameter InferParameter;
 
 int attnd_grpc_code(attnd_kind k) {
     switch (k) {
-    case AERR_BAD_REQUEST: return GRPC_INVALID_ARGUMENT;
-    case AERR_UNAUTHORIZED: return GRPC_UNAUTHENTICATED;
-    case AERR_NOT_FOUND: return GRPC_NOT_FOUND;
-    case AERR_METHOD: return GRPC_UNIMPLEMENTED;
+    case AERR_BAD_REQUEST:
+        return GRPC_INVALID_ARGUMENT;
+    case AERR_UNAUTHORIZED:
+        return GRPC_UNAUTHENTICATED;
+    case AERR_NOT_FOUND:
+        return GRPC_NOT_FOUND;
+    case AERR_METHOD:
+        return GRPC_UNIMPLEMENTED;
     case AERR_TOO_LARGE:
     case AERR_QUEUE_FULL:
-    case AERR_NO_ROOM: return GRPC_RESOURCE_EXHAUSTED;
-    case AERR_UNAVAILABLE: return GRPC_UNAVAILABLE;
-    case AERR_TIMEOUT: return GRPC_DEADLINE_EXCEEDED;
-    case AERR_CONFLICT: return GRPC_ABORTED;
-    case AERR_FORBIDDEN: return GRPC_PERMISSION_DENIED;
-    case AERR_INTERNAL: return GRPC_INTERNAL;
-    default: return attnd_kind_is_error(k) ? GRPC_UNKNOWN : GRPC_OK;
+    case AERR_NO_ROOM:
+        return GRPC_RESOURCE_EXHAUSTED;
+    case AERR_UNAVAILABLE:
+        return GRPC_UNAVAILABLE;
+    case AERR_TIMEOUT:
+        return GRPC_DEADLINE_EXCEEDED;
+    case AERR_CONFLICT:
+        return GRPC_ABORTED;
+    case AERR_FORBIDDEN:
+        return GRPC_PERMISSION_DENIED;
+    case AERR_INTERNAL:
+        return GRPC_INTERNAL;
+    default:
+        return attnd_kind_is_error(k) ? GRPC_UNKNOWN : GRPC_OK;
     }
 }
 
 static const char *const CODE_NAMES[GRPC_CODES] = {
-    "OK",        "CANCELLED",         "UNKNOWN",        "INVALID_ARGUMENT",    "DEADLINE_EXCEEDED",
-    "NOT_FOUND", "ALREADY_EXISTS",    "PERMISSION_DENIED", "RESOURCE_EXHAUSTED",
-    "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",   "UNIMPLEMENTED",       "INTERNAL",
-    "UNAVAILABLE", "DATA_LOSS",       "UNAUTHENTICATED"};
+    "OK",        "CANCELLED",      "UNKNOWN",           "INVALID_ARGUMENT",   "DEADLINE_EXCEEDED",
+    "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
+    "ABORTED",   "OUT_OF_RANGE",   "UNIMPLEMENTED",     "INTERNAL",           "UNAVAILABLE",
+    "DATA_LOSS", "UNAUTHENTICATED"};
 
 const char *attnd_grpc_code_name(int code) {
     return code >= 0 && code < GRPC_CODES ? CODE_NAMES[code] : "UNKNOWN";
@@ -68,7 +79,8 @@ static void put_param(attnd_sbuf *b, const InferParameter *p) {
     case INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_STRING_PARAM:
         put_str(b, p->string_param);
         break;
-    default: attnd_sb_puts(b, "null");
+    default:
+        attnd_sb_puts(b, "null");
     }
 }
 
@@ -91,8 +103,7 @@ static void put_parameters(attnd_sbuf *b, const InferRequest *rq) {
  * as the binary data extension carries them, appended to bin; *n: bytes.
  * 0, or -1 with the 400 of a datatype that travels raw only or of values
  * in another type's field. */
-static int contents_bytes(const InferInput *in, int i, attnd_sbuf *bin, size_t *n,
-                          attnd_error *e) {
+static int contents_bytes(const InferInput *in, int i, attnd_sbuf *bin, size_t *n, attnd_error *e) {
     const Inference__InferTensorContents *c = in->contents;
     const char *dt = in->datatype ? in->datatype : "";
     size_t before = bin->len;

@@ -71,7 +71,8 @@ int attnd_grpc_infer_answer(const char *body, size_t len, size_t json_len, uint8
                             size_t *out_len);
 /* A ModelStreamInferResponse around an answer (resp, n bytes: a packed
  * ModelInferResponse), or around an error message when resp is NULL. */
-uint8_t *attnd_grpc_stream_answer(const uint8_t *resp, size_t n, const char *error, size_t *out_len);
+uint8_t *attnd_grpc_stream_answer(const uint8_t *resp, size_t n, const char *error,
+                                  size_t *out_len);
 
 /* The sentence of a refusal's body {"error": "..."} into msg. */
 void attnd_grpc_error_text(const char *body, size_t len, char *msg, size_t cap);
