@@ -73,7 +73,8 @@ static void rb_init(req_builder *b, const char *model) {
     b->r.parameters = b->pep;
 }
 
-static In *rb_input(req_builder *b, const char *name, const char *dt, int rank, const int64_t *shape) {
+static In *rb_input(req_builder *b, const char *name, const char *dt, int rank,
+                    const int64_t *shape) {
     size_t i = b->r.n_inputs++;
     In *in = &b->in[i];
     inference__model_infer_request__infer_input_tensor__init(in);
@@ -144,15 +145,22 @@ START_TEST(codes) {
     static const struct {
         attnd_kind k;
         int code;
-    } want[] = {{AERR_BAD_REQUEST, GRPC_INVALID_ARGUMENT}, {AERR_UNAUTHORIZED, GRPC_UNAUTHENTICATED},
-                {AERR_NOT_FOUND, GRPC_NOT_FOUND},         {AERR_TOO_LARGE, GRPC_RESOURCE_EXHAUSTED},
-                {AERR_QUEUE_FULL, GRPC_RESOURCE_EXHAUSTED}, {AERR_INTERNAL, GRPC_INTERNAL},
-                {AERR_UNAVAILABLE, GRPC_UNAVAILABLE},     {AERR_TIMEOUT, GRPC_DEADLINE_EXCEEDED},
-                {AERR_CONFLICT, GRPC_ABORTED},            {AERR_FORBIDDEN, GRPC_PERMISSION_DENIED},
-                {AERR_NO_ROOM, GRPC_RESOURCE_EXHAUSTED},  {AOK, GRPC_OK}};
+    } want[] = {{AERR_BAD_REQUEST, GRPC_INVALID_ARGUMENT},
+                {AERR_UNAUTHORIZED, GRPC_UNAUTHENTICATED},
+                {AERR_NOT_FOUND, GRPC_NOT_FOUND},
+                {AERR_TOO_LARGE, GRPC_RESOURCE_EXHAUSTED},
+                {AERR_QUEUE_FULL, GRPC_RESOURCE_EXHAUSTED},
+                {AERR_INTERNAL, GRPC_INTERNAL},
+                {AERR_UNAVAILABLE, GRPC_UNAVAILABLE},
+                {AERR_TIMEOUT, GRPC_DEADLINE_EXCEEDED},
+                {AERR_CONFLICT, GRPC_ABORTED},
+                {AERR_FORBIDDEN, GRPC_PERMISSION_DENIED},
+                {AERR_NO_ROOM, GRPC_RESOURCE_EXHAUSTED},
+                {AOK, GRPC_OK}};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
         ck_assert_msg(attnd_grpc_code(want[i].k) == want[i].code, "%s: %s",
-                      attnd_kind_reason(want[i].k), attnd_grpc_code_name(attnd_grpc_code(want[i].k)));
+                      attnd_kind_reason(want[i].k),
+                      attnd_grpc_code_name(attnd_grpc_code(want[i].k)));
     ck_assert_str_eq(attnd_grpc_code_name(GRPC_UNAUTHENTICATED), "UNAUTHENTICATED");
 }
 END_TEST
@@ -205,8 +213,10 @@ START_TEST(contents) {
         rb_init(&b, "small");
         Inference__InferTensorContents *c =
             rb_contents(&b, rb_input(&b, "query", use64 ? "FP64" : "FP32", 3, SHAPE_Q));
-        if (use64) c->fp64_contents = (double *)q64, c->n_fp64_contents = 8;
-        else c->fp32_contents = (float *)Q, c->n_fp32_contents = 8;
+        if (use64)
+            c->fp64_contents = (double *)q64, c->n_fp64_contents = 8;
+        else
+            c->fp32_contents = (float *)Q, c->n_fp32_contents = 8;
         static const int64_t kpm_shape[2] = {1, 2};
         c = rb_contents(&b, rb_input(&b, "key_padding_mask", "BOOL", 2, kpm_shape));
         c->bool_contents = (protobuf_c_boolean *)kpm, c->n_bool_contents = 2;
@@ -259,7 +269,8 @@ START_TEST(refusals) {
     rb_init(&b, "small");
     rb_input(&b, "query", "FP32", 3, SHAPE_Q);
     rb_raw(&b, Q, sizeof Q - 4); /* one float short */
-    refused(&b, AERR_BAD_REQUEST, "inputs[0] (query): binary_data_size 28 where shape and datatype need 32");
+    refused(&b, AERR_BAD_REQUEST,
+            "inputs[0] (query): binary_data_size 28 where shape and datatype need 32");
     rb_init(&b, "nosuch");
     rb_input(&b, "query", "FP32", 3, SHAPE_Q);
     rb_raw(&b, Q, sizeof Q);
@@ -279,7 +290,8 @@ START_TEST(refusals) {
     size_t n = 3;
     attnd_parse_env en = env();
     attnd_grpc_target t;
-    ck_assert_int_eq(attnd_grpc_parse_infer(&en, (const uint8_t *)"\xff\xff\xff", n, &t, &job, &e), -1);
+    ck_assert_int_eq(attnd_grpc_parse_infer(&en, (const uint8_t *)"\xff\xff\xff", n, &t, &job, &e),
+                     -1);
     ck_assert_msg(strstr(e.msg, "not a ModelInferRequest") != NULL, "%s", e.msg);
 }
 END_TEST
@@ -309,7 +321,8 @@ START_TEST(answer) {
     ck_assert_str_eq(r->outputs[1]->datatype, "FP16");
     ck_assert_int_eq(r->outputs[0]->n_shape, 3);
     ck_assert_int_eq(r->outputs[0]->shape[2], 4);
-    ck_assert(r->raw_output_contents[0].len == 32 && memcmp(r->raw_output_contents[0].data, Q, 32) == 0);
+    ck_assert(r->raw_output_contents[0].len == 32 &&
+              memcmp(r->raw_output_contents[0].data, Q, 32) == 0);
     ck_assert(r->raw_output_contents[1].len == 8 && r->raw_output_contents[1].data[7] == 8);
     ck_assert_int_eq(r->n_parameters, 3);
     int seen = 0;
@@ -325,7 +338,8 @@ START_TEST(answer) {
     ck_assert_int_eq(seen, 3);
     size_t sn = 0;
     uint8_t *s = attnd_grpc_stream_answer(out, n, NULL, &sn);
-    Inference__ModelStreamInferResponse *sr = inference__model_stream_infer_response__unpack(NULL, sn, s);
+    Inference__ModelStreamInferResponse *sr =
+        inference__model_stream_infer_response__unpack(NULL, sn, s);
     ck_assert(sr && sr->infer_response && strcmp(sr->infer_response->model_name, "small") == 0);
     inference__model_stream_infer_response__free_unpacked(sr, NULL);
     free(s);
@@ -356,7 +370,8 @@ START_TEST(close_only) {
     attnd_job_free(&job);
     rb_init(&b, "small");
     rb_param_bool(&b, "session_close", 1);
-    refused(&b, AERR_BAD_REQUEST, "parameters.session_close: closes the session of parameters.session_id");
+    refused(&b, AERR_BAD_REQUEST,
+            "parameters.session_close: closes the session of parameters.session_id");
 }
 END_TEST
 
