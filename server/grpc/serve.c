@@ -59,12 +59,13 @@ struct gcall {
     int cancelled;          /* RECV_CLOSE_ON_SERVER's: the call ended without its status */
     gtag t_new, t_recv, t_close, t_send, t_sent_msg;
     pthread_mutex_t mu;
-    int refs;    /* under mu */
-    int over;    /* under mu: gRPC ended the call; nothing more is sent */
-    greq *cur;   /* under mu: the inference in flight, held */
-    int method;  /* GM_* */
-    int md_sent; /* initial metadata went out */
-    int busy;    /* counted in g->active */
+    int refs;          /* under mu */
+    int over;          /* under mu: gRPC ended the call; nothing more is sent */
+    greq *cur;         /* under mu: the inference in flight, held */
+    int method;        /* GM_* */
+    int md_sent;       /* initial metadata went out */
+    int busy;          /* counted in g->active */
+    int arrived_ready; /* the server served when the call arrived */
     /* the answer on its way: one send at a time */
     grpc_byte_buffer *send;
     grpc_slice details_slice;
@@ -429,7 +430,11 @@ static void infer(gcall *c, const uint8_t *msg, size_t len) {
     q->c = c;
     call_ref(c);
     attnd_grpc_target t;
-    if (atomic_load(c->g->state) != S_READY)
+    /* a call that arrived before the drain is answered, as an HTTP request
+     * whose header lines came before it; a stream's later requests are not */
+    int ready =
+        c->method == GM_STREAM_INFER ? atomic_load(c->g->state) == S_READY : c->arrived_ready;
+    if (!ready)
         attnd_set_error(&e, AERR_UNAVAILABLE, "the server is draining");
     else if (attnd_grpc_parse_infer(c->g->env, msg, len, &t, &q->r.job, &e) == 0) {
         q->r.asked_timeout_ms = c->asked_ms;
@@ -589,6 +594,10 @@ static void on_new(gcall *c, int ok) {
     c->t_start_us = attnd_mono_us();
     c->t_start_ns = attnd_unix_ns();
     c->method = method_of(c->details.method);
+    c->arrived_ready = atomic_load(g->state) == S_READY;
+    /* the drain waits for a unary call from its arrival (its message may
+     * still be on its way); a stream only while a request of it computes */
+    if (c->method != GM_STREAM_INFER) set_busy(c, 1);
     snprintf(c->path, sizeof c->path, "%.*s", (int)GRPC_SLICE_LENGTH(c->details.method),
              (const char *)GRPC_SLICE_START_PTR(c->details.method));
     for (char *p = c->path; *p; p++)
