@@ -343,10 +343,14 @@ static void answer(gcall *c, const attnd_reply *rep) {
         size_t n = 0;
         if (attnd_grpc_infer_answer(rep->body, rep->len, rep->json_len, &out, &n) == 0) {
             c->http_status = 200;
-            if (!stream) return send_final(c, out, n, GRPC_OK, NULL);
+            if (!stream) {
+                send_final(c, out, n, GRPC_OK, NULL);
+                return;
+            }
             uint8_t *wrapped = attnd_grpc_stream_answer(out, n, NULL, &n);
             free(out);
-            return send_stream(c, wrapped, n);
+            send_stream(c, wrapped, n);
+            return;
         }
         attnd_set_error(&e, AERR_INTERNAL, "out of memory writing the answer");
     }
@@ -423,13 +427,17 @@ static void infer(gcall *c, const uint8_t *msg, size_t len) {
     greq *q = calloc(1, sizeof *q);
     if (!q) {
         attnd_set_error(&e, AERR_INTERNAL, "out of memory");
-        return c->method == GM_STREAM_INFER ? stream_error(c, &e) : send_error(c, &e);
+        if (c->method == GM_STREAM_INFER)
+            stream_error(c, &e);
+        else
+            send_error(c, &e);
+        return;
     }
     attnd_req_init(&q->r, greq_free);
     q->r.proto = ATTND_PROTO_GRPC;
     q->c = c;
     call_ref(c);
-    attnd_grpc_target t;
+    attnd_grpc_target t = {{0}, {0}};
     /* a call that arrived before the drain is answered, as an HTTP request
      * whose header lines came before it; a stream's later requests are not */
     int ready =
@@ -438,7 +446,8 @@ static void infer(gcall *c, const uint8_t *msg, size_t len) {
         attnd_set_error(&e, AERR_UNAVAILABLE, "the server is draining");
     else if (attnd_grpc_parse_infer(c->g->env, msg, len, &t, &q->r.job, &e) == 0) {
         q->r.asked_timeout_ms = c->asked_ms;
-        return queue_job(c, q);
+        queue_job(c, q);
+        return;
     }
     if (t.model[0]) snprintf(c->model, sizeof c->model, "%s", t.model);
     if (c->method == GM_STREAM_INFER)
@@ -471,7 +480,10 @@ static void load_done(void *arg, int rc, int version, const attnd_error *e) {
 static void load(gcall *c, const uint8_t *msg, size_t len) {
     attnd_model_config mc;
     attnd_error e = {AOK, ""};
-    if (attnd_grpc_repo_load_entry(c->g, msg, len, &mc, &e) < 0) return send_error(c, &e);
+    if (attnd_grpc_repo_load_entry(c->g, msg, len, &mc, &e) < 0) {
+        send_error(c, &e);
+        return;
+    }
     snprintf(c->model, sizeof c->model, "%s", mc.name);
     call_ref(c);
     if (attnd_models_load_async(c->g->env->models, &mc, load_done, c, &e) < 0) {
@@ -517,20 +529,31 @@ static void dispatch(gcall *c, const uint8_t *msg, size_t len) {
     if (!key_ok(c)) {
         attnd_set_error(&e, AERR_UNAUTHORIZED,
                         "missing or wrong API key: send the metadata authorization: Bearer <key>");
-        return send_error(c, &e);
+        send_error(c, &e);
+        return;
     }
-    if (c->method == GM_INFER || c->method == GM_STREAM_INFER) return infer(c, msg, len);
-    if (c->method == GM_REPO_LOAD) return load(c, msg, len);
+    if (c->method == GM_INFER || c->method == GM_STREAM_INFER) {
+        infer(c, msg, len);
+        return;
+    }
+    if (c->method == GM_REPO_LOAD) {
+        load(c, msg, len);
+        return;
+    }
     if (c->method == GM_UNKNOWN) {
         c->http_status = 404;
         char m[160];
         snprintf(m, sizeof m, "unknown method %.*s", (int)GRPC_SLICE_LENGTH(c->details.method),
                  (const char *)GRPC_SLICE_START_PTR(c->details.method));
-        return send_final(c, NULL, 0, GRPC_UNIMPLEMENTED, m);
+        send_final(c, NULL, 0, GRPC_UNIMPLEMENTED, m);
+        return;
     }
     uint8_t *out = NULL;
     size_t n = 0;
-    if (METHODS[c->method].unary(c->g, msg, len, &out, &n, &e) < 0) return send_error(c, &e);
+    if (METHODS[c->method].unary(c->g, msg, len, &out, &n, &e) < 0) {
+        send_error(c, &e);
+        return;
+    }
     c->http_status = 200;
     send_final(c, out, n, GRPC_OK, NULL);
 }
@@ -542,10 +565,12 @@ static void on_recv(gcall *c, int ok) {
     if (!c->recv) {
         if (c->method == GM_STREAM_INFER) { /* the client is done: so is the stream */
             if (!c->http_status) c->http_status = 200;
-            return send_final(c, NULL, 0, GRPC_OK, NULL);
+            send_final(c, NULL, 0, GRPC_OK, NULL);
+            return;
         }
         attnd_set_error(&e, AERR_BAD_REQUEST, "no request message");
-        return send_error(c, &e);
+        send_error(c, &e);
+        return;
     }
     size_t len = 0;
     uint8_t *msg = message_bytes(c->recv, &len);
@@ -553,7 +578,8 @@ static void on_recv(gcall *c, int ok) {
     c->recv = NULL;
     if (!msg) {
         attnd_set_error(&e, AERR_INTERNAL, "out of memory reading the message");
-        return send_error(c, &e);
+        send_error(c, &e);
+        return;
     }
     dispatch(c, msg, len);
     free(msg);
