@@ -4,6 +4,7 @@
 #   make layers-check  no cycle between files, no call up a layer, short functions
 #   make asan       the same suites under AddressSanitizer + UBSan
 #   make tsan       the core and concurrency suites under ThreadSanitizer
+#   make valgrind   the Check suites and a short black-box run under valgrind's memcheck
 #   make test-abuse the abuse suite alone; make soak  ten minutes of mixed load
 #   make test-client  the Python client (clients/python) against the daemon and torch
 #   make run        serve the embedded default model on port 8080
@@ -58,7 +59,7 @@ LIBS       := $(BUILD)/libattnd_server.a $(BUILD)/libattnd_config.a $(BUILD)/lib
 TESTS      := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 BENCHES    := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
-.PHONY: all deps deps-run deps-bench test test-unit test-blackbox test-abuse soak asan tsan run bench bench-http bench-decode clean fuzz fuzz-smoke fuzz-long venv
+.PHONY: all deps deps-run deps-bench test test-unit test-blackbox test-abuse soak asan tsan valgrind run bench bench-http bench-decode clean fuzz fuzz-smoke fuzz-long venv
 .PHONY: test-client bench-client bench-reload layers-check
 .PHONY: docker-test scaleout-test golden-decoder-check format format-check otelcol
 
@@ -239,6 +240,77 @@ tsan: deps
 	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no build-tsan/tests/test_server_otlp
 	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no ATTND_OTELCOL=$(abspath $(OTELCOL)) build-tsan/tests/test_server_otlp_collector
 	TSAN_OPTIONS="halt_on_error=1" $(MAKE) BUILD=build-tsan OPT=-O1 SAN="-fsanitize=thread" test-blackbox PYTEST_ARGS="-k 'concurrency or perf or slowloris or flood or drain_deadline or isolation or reload_under_steady_load or admitted_requests_finish or sessions_keep_their_version or sighup_applies'"
+
+# valgrind's memcheck (Debian's valgrind) sees what ASan and UBSan do not:
+# a branch, an address or a system call that depends on bytes nothing set
+# (issue 34; MemorySanitizer would need every library rebuilt with it). It
+# runs what make all built in $(BUILD), as shipped: memcheck needs no build
+# of its own. --leak-check=no: make asan checks leaks, and memcheck's own
+# search at every exit would only add time. Under memcheck no CPU has
+# AVX-512 or AMX (valgrind 3.19 runs neither, and its CPUID says so), so
+# attnd and OpenBLAS choose their AVX2 kernels from it (OPENBLAS_CORETYPE is
+# unset for the suites, and the fixtures unset it for the daemon: the choice
+# is attnd's, never a preset AVX-512 one) on one OpenBLAS thread (attnd asks
+# for one), and the bf16 suites skip the AVX512-BF16 and AMX paths with a
+# line that says so. memcheck runs code 20 to 50 times slower, and the FMA
+# instructions of those kernels, which valgrind computes in software, about
+# 30 times slower again (a forward: hundreds of times), so the suites whose
+# cases are forwards by the hundred run part (VALGRIND_PART: suite:case) or none
+# (VALGRIND_SKIP, each with its reason printed); every other suite runs
+# whole, a new one too. The cases left out are forwards by the hundred as
+# well (test_core's errors case, its workspace loop, ran past 4 minutes
+# alone), and a case named here that a suite no longer has fails the suite
+# (tests/check_run.h: no test ran). Then the daemon itself under memcheck
+# (ATTND_WRAP; its timeouts times ATTND_SLOW): sessions opened, stepped, exported,
+# restored (where its model is served, with other weights, not served, and
+# from sessions.save_dir across a restart) and closed, native and v2
+# requests, JSON and base64, and attention selections. Reports are errors
+# (exit code 1; the black-box fixtures fail on the marker). tests/valgrind.supp
+# holds suppressions for the libraries' own reports, each with its reason.
+VALGRIND_OPTS := -q --error-exitcode=1 --track-origins=yes --leak-check=no \
+  --error-markers=valgrind-error,valgrind-error-end --suppressions=$(abspath tests/valgrind.supp)
+VALGRIND_PART := test_core:golden test_select:refusals test_bf16:rounding test_bf16:layout \
+  test_invariance:kernel
+VALGRIND_SKIP := test_server_codec test_bf16_forward test_plan test_fp32_bits test_server_answer
+VALGRIND_WHY_test_server_codec := every float32 printed and read back (exhaustive loops: a minute alone, an hour or more under memcheck); the codec reads and writes every request of the black-box run
+VALGRIND_WHY_test_bf16_forward := bf16 models through whole forwards, and memcheck offers no bf16 path: the fp32 fallback alone, 5 minutes for its smallest case
+VALGRIND_WHY_test_plan := the forward's task plans run as forwards (90 s), the same kernels as test_core:golden
+VALGRIND_WHY_test_fp32_bits := its hashes are those of AVX-512 builds, so on memcheck's AVX2 kernels it could only compare 1 thread with 3: 40 s of forwards for what test_core:golden runs
+VALGRIND_WHY_test_server_answer := answers of large forwards written in chunks over the pool (2 minutes); the black-box run writes answers to real sockets
+VALGRIND_BLACKBOX := \
+  'tests/blackbox/test_state.py::test_state_file_and_restored_steps_bit_for_bit[gqa_half]' \
+  tests/blackbox/test_state.py::test_restore_ids \
+  tests/blackbox/test_state.py::test_state_for_other_weights_or_models \
+  tests/blackbox/test_state.py::test_malformed_states_refused_daemon_healthy \
+  tests/blackbox/test_state.py::test_save_dir_keeps_sessions_across_a_restart \
+  'tests/blackbox/test_sessions.py::test_session_replays_whole_sequence[llama3_head_dim]' \
+  tests/blackbox/test_sessions.py::test_v2_sessions_through_parameters \
+  tests/blackbox/test_sessions.py::test_unknown_and_deleted_sessions \
+  tests/blackbox/test_sessions.py::test_bad_session_bodies \
+  'tests/blackbox/test_select.py::test_native_json_against_torch[select_e32_h4-0-0]' \
+  'tests/blackbox/test_select.py::test_v2_json_against_torch[select_e32_h4-0-0]' \
+  'tests/blackbox/test_select.py::test_v2_tritonclient_binary[select_e32_h4-0-0-BF16]' \
+  'tests/blackbox/test_select.py::test_session_step_selection[native]' \
+  'tests/blackbox/test_select.py::test_session_step_selection[v2]' \
+  'tests/blackbox/test_numerics.py::test_golden_native[json-cross_e48_h4_k40_v24-0]' \
+  'tests/blackbox/test_numerics.py::test_golden_native[b64_both-cross_e48_h4_k40_v24-0]' \
+  'tests/blackbox/test_numerics.py::test_golden_v2[explicit_outputs-cross_e48_h4_k40_v24-0]' \
+  tests/blackbox/test_numerics.py::test_batched_matches_single \
+  'tests/blackbox/test_v2_client.py::test_infer_golden[cross_e48_h4_k40_v24-0]' \
+  tests/blackbox/test_v2_client.py::test_unknown_model
+valgrind:
+	@sh tests/deps.sh test valgrind
+	$(MAKE) all $(TESTS) $(OTELCOL) $(VENV)/.stamp
+	@$(foreach t,$(VALGRIND_SKIP),echo "== $(t): not under memcheck: $(VALGRIND_WHY_$(t))";)
+	@set -e; for t in $(notdir $(TESTS)); do \
+	  case " $(VALGRIND_SKIP) " in *" $$t "*) continue;; esac; \
+	  cases=$$(for p in $(VALGRIND_PART); do case $$p in $$t:*) echo "$${p#*:}";; esac; done); \
+	  for c in $${cases:-all}; do echo "== $$t ($$c)"; \
+	    run=$$([ $$c = all ] && echo "-u CK_RUN_CASE" || echo "CK_RUN_CASE=$$c"); \
+	    env -u OPENBLAS_CORETYPE $$run CK_FORK=no ATTND_OTELCOL=$(abspath $(OTELCOL)) \
+	      valgrind $(VALGRIND_OPTS) $(BUILD)/tests/$$t; done; done
+	ATTND_BIN=$(abspath $(BUILD)/attnd) ATTND_WRAP="valgrind $(VALGRIND_OPTS)" ATTND_SLOW=20 \
+	  $(VENV)/bin/python -m pytest -q $(VALGRIND_BLACKBOX) $(PYTEST_ARGS)
 
 # libFuzzer targets (clang): tests/fuzz/fuzz_*.c, each linked with one archive
 # of the core, config and server objects built for fuzzing. ASan and UBSan

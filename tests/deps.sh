@@ -3,11 +3,12 @@
 # as root with apt-get, otherwise by printing the one line to run.
 #   tests/deps.sh build [PKG...]   what building and running the daemon need
 #   tests/deps.sh test [PKG...]    that, and what the test suites use
-# More arguments name more packages (make bench adds linux-perf). make run
-# asks for `build` alone, so a new user's first command installs no test
-# bench (nginx, prometheus, wrk, clang, chromium, torch). python3-torch (with the
-# python3-numpy it is built against) is the numerics reference of the
-# Python client's suite (tests/client) and of the docs' torch blocks.
+# More arguments name more packages (make bench adds linux-perf, make
+# valgrind adds valgrind). make run asks for `build` alone, so a new user's
+# first command installs no test bench (nginx, prometheus, wrk, clang,
+# chromium, torch). python3-torch (with the python3-numpy it is built
+# against) is the numerics reference of the Python client's suite
+# (tests/client) and of the docs' torch blocks.
 BUILD_PKGS="build-essential pkg-config libmicrohttpd-dev libjansson-dev libopenblas-dev libcurl4-openssl-dev \
 libgrpc-dev libprotobuf-c-dev protobuf-c-compiler"
 TEST_PKGS="check python3 python3-venv python3-pip curl clang libclang-rt-14-dev clang-format \

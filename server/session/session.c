@@ -352,12 +352,13 @@ attnd_session_status attnd_session_open(attnd_sessions *st, void *model,
                                         double now, const char *want_id,
                                         char id[ATTND_SESSION_ID_LEN + 1], attnd_session_step *step,
                                         int *retry_after_s) {
+    attnd_session_over over = {.opening = 1};
+    step->over = over; /* set for the two refusals before the table's too: callers pass it on */
     if (want_id && !attnd_session_id_ok(want_id)) return SESS_BAD_ID;
     attnd_session *s = session_new(model, shape, max_len, now, want_id);
     if (!s) return SESS_NOMEM;
     if (st->hold && model) st->hold(model); /* the session's own, let go when it is freed */
     s->drop = model ? st->drop : NULL;
-    attnd_session_over over = {.opening = 1};
     pthread_mutex_lock(&st->mu);
     attnd_session_status r = room_for(st, s, tokens, now, &over);
     if (r == SESS_OK) {

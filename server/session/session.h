@@ -114,7 +114,8 @@ typedef struct {
     int add;                 /* tokens the step appends */
     int opening;             /* 1: the step that opened the session; dropped, it takes the
                                 session with it (its id was never answered) */
-    attnd_session_over over; /* after a refusal by a limit: which one, and its numbers */
+    attnd_session_over over; /* after any refusal of an open or begin: the limit (OVER_NONE
+                                when none refused it) and its numbers */
 } attnd_session_step;
 
 /* NULL when out of memory. lim is copied. */

@@ -1,7 +1,9 @@
 """Fixtures of the black-box suites: the real daemon (ATTND_BIN, default
-build/attnd) on 127.0.0.1 with a free port and a config written to a
-temporary folder. Every daemon a module starts is stopped with SIGTERM at the
-module's end, and must exit 0 with no sanitizer report on stderr.
+build/attnd; run under ATTND_WRAP when set, e.g. valgrind, its timeouts
+times ATTND_SLOW: support.py) on 127.0.0.1 with a free port and a config
+written to a temporary folder. Every daemon a module starts is stopped with
+SIGTERM at the module's end, and must exit 0 with no sanitizer (or
+memcheck) report on stderr.
 """
 import pytest
 

@@ -9,6 +9,7 @@ import json
 import math
 import os
 import re
+import shlex
 import signal
 import socket
 import struct
@@ -26,12 +27,22 @@ from safetensors_header import safetensors_bytes  # noqa: E402
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(os.environ.get("ATTND_BIN", str(REPO / "build" / "attnd")))
 GOLDEN_DIR = REPO / "tests" / "data" / "golden"
+# ATTND_WRAP: a command line the daemon runs under, its binary and flags
+# appended (make valgrind: valgrind's memcheck); empty, the daemon alone.
+WRAP = shlex.split(os.environ.get("ATTND_WRAP", ""))
+# ATTND_SLOW: how many times slower than alone the daemon runs under WRAP
+# (memcheck: 20 to 50 times); every timeout of the fixtures (start, stop,
+# each HTTP call) is multiplied by it.
+SLOW = float(os.environ.get("ATTND_SLOW", "1"))
 
 # Every network call of the suites is bounded by this many seconds.
-HTTP_TIMEOUT = 60.0
+HTTP_TIMEOUT = 60.0 * SLOW
 
+# "valgrind-error": the marker make valgrind has memcheck print before each
+# of its reports (--error-markers).
 SANITIZER_MARKS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "LeakSanitizer",
-                   "runtime error:", "WARNING: ThreadSanitizer", "ThreadSanitizer: ")
+                   "runtime error:", "WARNING: ThreadSanitizer", "ThreadSanitizer: ",
+                   "valgrind-error")
 
 
 def sanitized_build():
@@ -50,6 +61,17 @@ def free_port():
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def slowed(kw):
+    """A requests call's keywords with its timeout multiplied by SLOW, or
+    HTTP_TIMEOUT (SLOW's already) when it has none; kw itself, changed."""
+    t = kw.get("timeout")
+    if "timeout" not in kw:
+        kw["timeout"] = HTTP_TIMEOUT
+    elif t is not None:
+        kw["timeout"] = tuple(x * SLOW for x in t) if isinstance(t, tuple) else t * SLOW
+    return kw
 
 
 class Daemon:
@@ -83,7 +105,7 @@ class Daemon:
                 self.env.pop(k, None)
             else:
                 self.env[k] = v
-        self.args = [str(BIN)]
+        self.args = WRAP + [str(BIN)]
         if flags:  # otherwise the caller says where to listen (env or config)
             self.args += ["--host", "127.0.0.1", "--port", str(self.port)]
         if self.config_path is not None:
@@ -103,14 +125,14 @@ class Daemon:
         return self
 
     def wait_healthy(self, timeout=60.0):
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + timeout * SLOW
         last = None
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise AssertionError("attnd exited with %s before it was healthy:\n%s"
                                      % (self.proc.returncode, self.logs()))
             try:
-                r = requests.get(self.url + "/health", timeout=2)
+                r = requests.get(self.url + "/health", timeout=2 * SLOW)
                 last = r.status_code
                 if r.status_code == 200:
                     return
@@ -118,7 +140,7 @@ class Daemon:
                 last = repr(e)
             time.sleep(0.05)
         raise AssertionError("attnd not healthy after %.0fs (last: %s):\n%s"
-                             % (timeout, last, self.logs()))
+                             % (timeout * SLOW, last, self.logs()))
 
     def alive(self):
         return self.proc is not None and self.proc.poll() is None
@@ -133,20 +155,20 @@ class Daemon:
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
             try:
-                self.proc.wait(timeout)
+                self.proc.wait(timeout * SLOW)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(10)
                 self._close()
                 raise AssertionError("attnd did not exit within %.0fs of signal %d:\n%s"
-                                     % (timeout, sig, self.logs()))
+                                     % (timeout * SLOW, sig, self.logs()))
         self._close()
         self.returncode = self.proc.returncode
         return self.returncode
 
     def wait_exit(self, timeout=60.0):
         try:
-            self.proc.wait(timeout)
+            self.proc.wait(timeout * SLOW)
         except subprocess.TimeoutExpired:
             return None
         self._close()
@@ -186,19 +208,17 @@ class Daemon:
 
     # -- HTTP shortcuts
     def get(self, path, **kw):
-        kw.setdefault("timeout", HTTP_TIMEOUT)
-        return requests.get(self.url + path, **kw)
+        return requests.get(self.url + path, **slowed(kw))
 
     def post(self, path, body=None, **kw):
-        kw.setdefault("timeout", HTTP_TIMEOUT)
+        slowed(kw)
         if body is not None and "data" not in kw and "json" not in kw:
             kw["data"] = json.dumps(body)
             kw.setdefault("headers", {}).setdefault("Content-Type", "application/json")
         return requests.post(self.url + path, **kw)
 
     def request(self, method, path, **kw):
-        kw.setdefault("timeout", HTTP_TIMEOUT)
-        return requests.request(method, self.url + path, **kw)
+        return requests.request(method, self.url + path, **slowed(kw))
 
 
 class DaemonFactory:
@@ -596,6 +616,7 @@ def find_histogram(hists, *words):
 
 def raw_http(port, data, timeout=10.0, read=True):
     """Sends raw bytes to 127.0.0.1:port and returns what comes back (bytes)."""
+    timeout *= SLOW
     s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
     try:
         try:
@@ -627,7 +648,7 @@ def raw_http(port, data, timeout=10.0, read=True):
 
 
 def wait_until(pred, timeout, step=0.02):
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + timeout * SLOW
     while time.monotonic() < deadline:
         if pred():
             return True
