@@ -219,27 +219,29 @@ asan: deps
 # table's suite gets and finds versions on threads while another reloads,
 # and the loader thread loads and frees them; the repository suite's
 # reloads under load, sessions across reloads and SIGHUP change models
-# while requests hold their versions.
+# while requests hold their versions. The daemons of the black-box part
+# serve gRPC too; tests/tsan.supp holds the reports from inside gRPC's
+# library, which is not built with ThreadSanitizer (each with why).
 tsan: deps
 	$(MAKE) BUILD=build-tsan OPT=-O1 SAN="-fsanitize=thread" all build-tsan/tests/test_pool build-tsan/tests/test_core build-tsan/tests/test_server_session build-tsan/tests/test_decoder \
 	  build-tsan/tests/test_server_guard build-tsan/tests/test_invariance build-tsan/tests/test_server_sched \
 	  build-tsan/tests/test_server_answer build-tsan/tests/test_server_pipeline build-tsan/tests/test_server_otlp \
 	  build-tsan/tests/test_server_otlp_collector build-tsan/tests/test_bf16_forward \
 	  build-tsan/tests/test_server_models $(OTELCOL)
-	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no build-tsan/tests/test_pool
-	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no build-tsan/tests/test_core
-	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no build-tsan/tests/test_invariance
-	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no CK_RUN_CASE=invariance build-tsan/tests/test_bf16_forward
-	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no build-tsan/tests/test_server_sched
-	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no build-tsan/tests/test_server_answer
-	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no build-tsan/tests/test_server_pipeline
-	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no build-tsan/tests/test_server_session
-	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no build-tsan/tests/test_server_models
-	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no build-tsan/tests/test_decoder
-	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no build-tsan/tests/test_server_guard
-	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no build-tsan/tests/test_server_otlp
-	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no ATTND_OTELCOL=$(abspath $(OTELCOL)) build-tsan/tests/test_server_otlp_collector
-	TSAN_OPTIONS="halt_on_error=1" $(MAKE) BUILD=build-tsan OPT=-O1 SAN="-fsanitize=thread" test-blackbox PYTEST_ARGS="-k 'concurrency or perf or slowloris or flood or drain_deadline or isolation or reload_under_steady_load or admitted_requests_finish or sessions_keep_their_version or sighup_applies'"
+	TSAN_OPTIONS="halt_on_error=1 suppressions=$(abspath tests/tsan.supp)" CK_FORK=no build-tsan/tests/test_pool
+	TSAN_OPTIONS="halt_on_error=1 suppressions=$(abspath tests/tsan.supp)" CK_FORK=no build-tsan/tests/test_core
+	TSAN_OPTIONS="halt_on_error=1 suppressions=$(abspath tests/tsan.supp)" CK_FORK=no build-tsan/tests/test_invariance
+	TSAN_OPTIONS="halt_on_error=1 suppressions=$(abspath tests/tsan.supp)" CK_FORK=no CK_RUN_CASE=invariance build-tsan/tests/test_bf16_forward
+	TSAN_OPTIONS="halt_on_error=1 suppressions=$(abspath tests/tsan.supp)" CK_FORK=no build-tsan/tests/test_server_sched
+	TSAN_OPTIONS="halt_on_error=1 suppressions=$(abspath tests/tsan.supp)" CK_FORK=no build-tsan/tests/test_server_answer
+	TSAN_OPTIONS="halt_on_error=1 suppressions=$(abspath tests/tsan.supp)" CK_FORK=no build-tsan/tests/test_server_pipeline
+	TSAN_OPTIONS="halt_on_error=1 suppressions=$(abspath tests/tsan.supp)" CK_FORK=no build-tsan/tests/test_server_session
+	TSAN_OPTIONS="halt_on_error=1 suppressions=$(abspath tests/tsan.supp)" CK_FORK=no build-tsan/tests/test_server_models
+	TSAN_OPTIONS="halt_on_error=1 suppressions=$(abspath tests/tsan.supp)" CK_FORK=no build-tsan/tests/test_decoder
+	TSAN_OPTIONS="halt_on_error=1 suppressions=$(abspath tests/tsan.supp)" CK_FORK=no build-tsan/tests/test_server_guard
+	TSAN_OPTIONS="halt_on_error=1 suppressions=$(abspath tests/tsan.supp)" CK_FORK=no build-tsan/tests/test_server_otlp
+	TSAN_OPTIONS="halt_on_error=1 suppressions=$(abspath tests/tsan.supp)" CK_FORK=no ATTND_OTELCOL=$(abspath $(OTELCOL)) build-tsan/tests/test_server_otlp_collector
+	TSAN_OPTIONS="halt_on_error=1 suppressions=$(abspath tests/tsan.supp)" $(MAKE) BUILD=build-tsan OPT=-O1 SAN="-fsanitize=thread" test-blackbox PYTEST_ARGS="-k 'concurrency or perf or slowloris or flood or drain_deadline or isolation or reload_under_steady_load or admitted_requests_finish or sessions_keep_their_version or sighup_applies'"
 
 # valgrind's memcheck (Debian's valgrind) sees what ASan and UBSan do not:
 # a branch, an address or a system call that depends on bytes nothing set
