@@ -8,11 +8,9 @@ deadlines; mixed HTTP and gRPC load sharing batches; sessions over ModelInfer
 and ModelStreamInfer against the whole causal sequence; drain on SIGTERM;
 grpc_port 0 and -1; /metrics counts, access log lines and traceparent."""
 import json
-import os
 import queue
 import re
 import signal
-import struct
 import threading
 import time
 
@@ -20,9 +18,21 @@ import grpc
 import numpy as np
 import pytest
 import requests
-import tritonclient.grpc as grpcclient
-from tritonclient.grpc import service_pb2, service_pb2_grpc
+from google.protobuf import descriptor_pool
 from tritonclient.utils import InferenceServerException
+
+# tritonclient's messages and kserve's (test_kserve_client.py imports kserve,
+# which loads its grpc_predict_v2 protos) both define the package "inference":
+# one pytest process cannot hold both in protobuf's default pool, so
+# tritonclient's generated modules register in a pool of their own
+_default_pool = descriptor_pool.Default
+_own_pool = descriptor_pool.DescriptorPool()
+descriptor_pool.Default = lambda: _own_pool
+try:
+    import tritonclient.grpc as grpcclient
+    from tritonclient.grpc import service_pb2, service_pb2_grpc
+finally:
+    descriptor_pool.Default = _default_pool
 
 import support
 from support import rel_err, v2_ranked, wait_until
