@@ -283,7 +283,7 @@ def test_health_check(d):
 def test_model_infer_bit_identical_to_http_and_torch(client, d, name, i):
     """tritonclient's raw inputs; the same inputs as HTTP v2 binary: the
     same outputs, datatypes, shapes and bits; torch's numbers to 1e-5."""
-    g, m = BY_NAME[name]
+    g, _ = BY_NAME[name]
     seq = g["sequences"][i]
     tensors, params = seq_tensors(seq), seq_params(seq)
     res = client.infer(name, grpc_inputs(tensors), parameters=params)
