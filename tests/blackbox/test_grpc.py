@@ -403,9 +403,10 @@ def test_message_over_max_body_bytes(daemons):
         assert e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and e.details() == msg
 
 
-def test_queue_full_is_resource_exhausted_and_409_aborted(daemons):
+def test_queue_full_is_resource_exhausted(daemons):
     """429 (max_queue_requests 1 with a long queue delay: the second request
-    finds the queue full) and 409 (x-session-id taken) over gRPC."""
+    finds the queue full) is RESOURCE_EXHAUSTED with the HTTP sentence; 409
+    is in the x-session-id test."""
     dd = daemons(full_config(batching={"max_queue_delay_us": 1500000, "max_queue_requests": 1}))
     g, _ = BY_NAME["self_e16_h1"]
     q = np.asarray(g["sequences"][0]["query"], np.float32)[None]
