@@ -302,7 +302,10 @@ static void send_stream(gcall *c, uint8_t *out, size_t out_len) {
 static void stream_error(gcall *c, const attnd_error *e) {
     size_t n = 0;
     c->http_status = attnd_kind_status(e->code);
-    send_stream(c, attnd_grpc_stream_answer(NULL, 0, e->msg, &n), n);
+    /* n is set by the call: read it after, not as the same call's argument
+     * (the order in which arguments are evaluated is unspecified) */
+    uint8_t *out = attnd_grpc_stream_answer(NULL, 0, e->msg, &n);
+    send_stream(c, out, n);
 }
 
 /* ---- inference ---- */
