@@ -211,8 +211,7 @@ static int idle(attnd_server *s) {
 }
 
 int attnd_server_drain(attnd_server *s) {
-    attnd_http_quiesce(&s->http);
-    attnd_grpc_quiesce(&s->grpc);
+    attnd_http_quiesce(&s->http); /* the gRPC side reads the same state */
     attnd_sched_drain(s->sched);
     uint64_t limit = attnd_mono_us() + (uint64_t)s->cfg->drain_grace_s * 1000000u;
     while (attnd_mono_us() < limit && !idle(s))

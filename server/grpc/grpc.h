@@ -73,11 +73,13 @@ typedef struct attnd_grpc {
  * grpc_port is 0. Returns 0; -1 with err set, *listen_failed 1 when the
  * address was the trouble. */
 int attnd_grpc_start(attnd_grpc *g, int *listen_failed, char *err, size_t errlen);
-/* Draining: no new call is taken (they get UNAVAILABLE from gRPC); calls in
- * flight go on. */
-void attnd_grpc_quiesce(attnd_grpc *g);
-/* Cancels what is left, joins the poller, frees gRPC's side. The
- * scheduler must be stopped first. Zeroed and stopped are fine. */
+/* There is no quiesce: while the server drains (*state S_DRAINING) calls
+ * are still taken, and those that compute are answered UNAVAILABLE "the
+ * server is draining", as HTTP requests on open connections get 503; a
+ * call that arrived before the drain is answered. */
+/* Takes no more calls, cancels what is left (idle streams), joins the
+ * poller, frees gRPC's side. The scheduler must be stopped first. Zeroed
+ * and stopped are fine. */
 void attnd_grpc_stop(attnd_grpc *g);
 
 /* The scheduler's finish callback for a request that came over gRPC

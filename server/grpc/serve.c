@@ -531,7 +531,7 @@ static void dispatch(gcall *c, const uint8_t *msg, size_t len) {
     set_busy(c, 1);
     if (!key_ok(c)) {
         attnd_set_error(&e, AERR_UNAUTHORIZED,
-                        "missing or wrong API key: send the metadata authorization: Bearer <key>");
+                        "missing or wrong API key: send Authorization: Bearer <key>");
         send_error(c, &e);
         return;
     }
@@ -792,14 +792,10 @@ int attnd_grpc_start(attnd_grpc *g, int *listen_failed, char *err, size_t errlen
     return 0;
 }
 
-void attnd_grpc_quiesce(attnd_grpc *g) {
-    if (!g->server || atomic_exchange(&g->shutting, 1)) return;
-    grpc_server_shutdown_and_notify(g->server, g->cq, &shutdown_tag);
-}
-
 void attnd_grpc_stop(attnd_grpc *g) {
     if (!g->server) return;
-    attnd_grpc_quiesce(g);
+    if (!atomic_exchange(&g->shutting, 1))
+        grpc_server_shutdown_and_notify(g->server, g->cq, &shutdown_tag);
     grpc_server_cancel_all_calls(g->server); /* idle streams, calls still sending */
     if (g->running)
         pthread_join(g->poller, NULL);
