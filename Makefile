@@ -219,7 +219,8 @@ asan: deps
 # table's suite gets and finds versions on threads while another reloads,
 # and the loader thread loads and frees them; the repository suite's
 # reloads under load, sessions across reloads and SIGHUP change models
-# while requests hold their versions. The daemons of the black-box part
+# while requests hold their versions; gRPC's mixed load, drain and stream of
+# session steps run on the poller and the workers at once. The daemons of the black-box part
 # serve gRPC too; tests/tsan.supp holds the reports from inside gRPC's
 # library, which is not built with ThreadSanitizer (each with why).
 tsan: deps
@@ -241,7 +242,7 @@ tsan: deps
 	TSAN_OPTIONS="halt_on_error=1 suppressions=$(abspath tests/tsan.supp)" CK_FORK=no build-tsan/tests/test_server_guard
 	TSAN_OPTIONS="halt_on_error=1 suppressions=$(abspath tests/tsan.supp)" CK_FORK=no build-tsan/tests/test_server_otlp
 	TSAN_OPTIONS="halt_on_error=1 suppressions=$(abspath tests/tsan.supp)" CK_FORK=no ATTND_OTELCOL=$(abspath $(OTELCOL)) build-tsan/tests/test_server_otlp_collector
-	TSAN_OPTIONS="halt_on_error=1 suppressions=$(abspath tests/tsan.supp)" $(MAKE) BUILD=build-tsan OPT=-O1 SAN="-fsanitize=thread" test-blackbox PYTEST_ARGS="-k 'concurrency or perf or slowloris or flood or drain_deadline or isolation or reload_under_steady_load or admitted_requests_finish or sessions_keep_their_version or sighup_applies'"
+	TSAN_OPTIONS="halt_on_error=1 suppressions=$(abspath tests/tsan.supp)" $(MAKE) BUILD=build-tsan OPT=-O1 SAN="-fsanitize=thread" test-blackbox PYTEST_ARGS="-k 'concurrency or perf or slowloris or flood or drain_deadline or isolation or reload_under_steady_load or admitted_requests_finish or sessions_keep_their_version or sighup_applies or mixed_http_and_grpc or drain_with_calls_in_flight or session_over_model_stream_infer'"
 
 # valgrind's memcheck (Debian's valgrind) sees what ASan and UBSan do not:
 # a branch, an address or a system call that depends on bytes nothing set
