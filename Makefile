@@ -24,12 +24,14 @@ OPT     ?= -O3
 SAN     ?=
 BUILD   ?= build
 CFLAGS  += $(OPT) -g -std=c11 -ffp-contract=fast -D_GNU_SOURCE -Wall -Wextra -fPIC $(SAN)
-PKGS     = libmicrohttpd jansson libcurl
+PKGS     = libmicrohttpd jansson libcurl libprotobuf-c
 # OpenBLAS: its header only. core/blas.c loads the library at run time, after
 # choosing its kernels (docs/performance.md), so nothing links it.
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) openblas 2>/dev/null)
 CHECK_CFLAGS := $(shell pkg-config --cflags check 2>/dev/null)
-PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+# gRPC's C core without TLS (libgrpc_unsecure; docs/api.md, "gRPC"): the
+# daemon serves plain HTTP/2, as it serves plain HTTP/1.1.
+PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lgrpc_unsecure -lgpr
 CHECK_LIBS := $(shell pkg-config --libs check 2>/dev/null)
 LDLIBS   = $(PKG_LIBS) -ldl -lpthread -lm
 PYTHON  ?= python3
@@ -42,6 +44,14 @@ SERVER_SRC := $(filter-out server/main.c,$(wildcard server/*.c server/*/*.c))
 HEADERS    := $(wildcard */*.h */*/*.h)
 TEST_SRC   := $(wildcard tests/test_*.c)
 BENCH_SRC  := $(wildcard bench/*.c)
+
+# The gRPC messages: protoc-c makes C of server/grpc/*.proto at build time,
+# into $(BUILD)/gen/ (never edited, never committed), compiled into the
+# server library.
+PROTO      := $(wildcard server/grpc/*.proto)
+PROTO_C    := $(PROTO:server/grpc/%.proto=$(BUILD)/gen/%.pb-c.c)
+PROTO_OBJ  := $(PROTO_C:.c=.o)
+CFLAGS     += -I$(BUILD)/gen
 
 CORE_OBJ   := $(CORE_SRC:%.c=$(BUILD)/%.o)
 CONFIG_OBJ := $(CONFIG_SRC:%.c=$(BUILD)/%.o)
@@ -69,7 +79,14 @@ $(BUILD)/libattncore.a: $(CORE_OBJ)
 	rm -f $@; ar rcs $@ $^
 $(BUILD)/libattnd_config.a: $(CONFIG_OBJ)
 	rm -f $@; ar rcs $@ $^
-$(BUILD)/libattnd_server.a: $(SERVER_OBJ)
+$(BUILD)/gen/%.pb-c.c $(BUILD)/gen/%.pb-c.h: server/grpc/%.proto
+	@mkdir -p $(BUILD)/gen
+	protoc-c --c_out=$(BUILD)/gen -I server/grpc $<
+$(BUILD)/gen/%.pb-c.o: $(BUILD)/gen/%.pb-c.c
+	$(CC) $(CFLAGS) $(PKG_CFLAGS) -c $< -o $@
+$(filter $(BUILD)/server/grpc/%,$(SERVER_OBJ)) $(BUILD)/server/server.o: $(PROTO_C)
+
+$(BUILD)/libattnd_server.a: $(SERVER_OBJ) $(PROTO_OBJ)
 	rm -f $@; ar rcs $@ $^
 
 $(BUILD)/attnd: $(BUILD)/server/main.o $(LIBS)
@@ -228,28 +245,31 @@ asan: deps
 # table's suite gets and finds versions on threads while another reloads,
 # and the loader thread loads and frees them; the repository suite's
 # reloads under load, sessions across reloads and SIGHUP change models
-# while requests hold their versions.
+# while requests hold their versions; gRPC's mixed load, drain and stream of
+# session steps run on the poller and the workers at once. The daemons of the black-box part
+# serve gRPC too; tests/tsan.supp holds the reports from inside gRPC's
+# library, which is not built with ThreadSanitizer (each with why).
 tsan: deps
 	$(MAKE) BUILD=build-tsan OPT=-O1 SAN="-fsanitize=thread" all build-tsan/tests/test_pool build-tsan/tests/test_core build-tsan/tests/test_server_session build-tsan/tests/test_decoder \
 	  build-tsan/tests/test_server_guard build-tsan/tests/test_invariance build-tsan/tests/test_server_sched \
 	  build-tsan/tests/test_server_answer build-tsan/tests/test_server_pipeline build-tsan/tests/test_server_otlp \
 	  build-tsan/tests/test_server_otlp_collector build-tsan/tests/test_bf16_forward \
 	  build-tsan/tests/test_int8_forward build-tsan/tests/test_server_models $(OTELCOL)
-	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no build-tsan/tests/test_pool
-	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no build-tsan/tests/test_core
-	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no build-tsan/tests/test_invariance
-	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no CK_RUN_CASE=invariance build-tsan/tests/test_bf16_forward
-	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no CK_RUN_CASE=invariance build-tsan/tests/test_int8_forward
-	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no build-tsan/tests/test_server_sched
-	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no build-tsan/tests/test_server_answer
-	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no build-tsan/tests/test_server_pipeline
-	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no build-tsan/tests/test_server_session
-	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no build-tsan/tests/test_server_models
-	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no build-tsan/tests/test_decoder
-	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no build-tsan/tests/test_server_guard
-	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no build-tsan/tests/test_server_otlp
-	TSAN_OPTIONS="halt_on_error=1" CK_FORK=no ATTND_OTELCOL=$(abspath $(OTELCOL)) build-tsan/tests/test_server_otlp_collector
-	TSAN_OPTIONS="halt_on_error=1" $(MAKE) BUILD=build-tsan OPT=-O1 SAN="-fsanitize=thread" test-blackbox PYTEST_ARGS="-k 'concurrency or perf or slowloris or flood or drain_deadline or isolation or reload_under_steady_load or admitted_requests_finish or sessions_keep_their_version or sighup_applies'"
+	TSAN_OPTIONS="halt_on_error=1 suppressions=$(abspath tests/tsan.supp)" CK_FORK=no build-tsan/tests/test_pool
+	TSAN_OPTIONS="halt_on_error=1 suppressions=$(abspath tests/tsan.supp)" CK_FORK=no build-tsan/tests/test_core
+	TSAN_OPTIONS="halt_on_error=1 suppressions=$(abspath tests/tsan.supp)" CK_FORK=no build-tsan/tests/test_invariance
+	TSAN_OPTIONS="halt_on_error=1 suppressions=$(abspath tests/tsan.supp)" CK_FORK=no CK_RUN_CASE=invariance build-tsan/tests/test_bf16_forward
+	TSAN_OPTIONS="halt_on_error=1 suppressions=$(abspath tests/tsan.supp)" CK_FORK=no CK_RUN_CASE=invariance build-tsan/tests/test_int8_forward
+	TSAN_OPTIONS="halt_on_error=1 suppressions=$(abspath tests/tsan.supp)" CK_FORK=no build-tsan/tests/test_server_sched
+	TSAN_OPTIONS="halt_on_error=1 suppressions=$(abspath tests/tsan.supp)" CK_FORK=no build-tsan/tests/test_server_answer
+	TSAN_OPTIONS="halt_on_error=1 suppressions=$(abspath tests/tsan.supp)" CK_FORK=no build-tsan/tests/test_server_pipeline
+	TSAN_OPTIONS="halt_on_error=1 suppressions=$(abspath tests/tsan.supp)" CK_FORK=no build-tsan/tests/test_server_session
+	TSAN_OPTIONS="halt_on_error=1 suppressions=$(abspath tests/tsan.supp)" CK_FORK=no build-tsan/tests/test_server_models
+	TSAN_OPTIONS="halt_on_error=1 suppressions=$(abspath tests/tsan.supp)" CK_FORK=no build-tsan/tests/test_decoder
+	TSAN_OPTIONS="halt_on_error=1 suppressions=$(abspath tests/tsan.supp)" CK_FORK=no build-tsan/tests/test_server_guard
+	TSAN_OPTIONS="halt_on_error=1 suppressions=$(abspath tests/tsan.supp)" CK_FORK=no build-tsan/tests/test_server_otlp
+	TSAN_OPTIONS="halt_on_error=1 suppressions=$(abspath tests/tsan.supp)" CK_FORK=no ATTND_OTELCOL=$(abspath $(OTELCOL)) build-tsan/tests/test_server_otlp_collector
+	TSAN_OPTIONS="halt_on_error=1 suppressions=$(abspath tests/tsan.supp)" $(MAKE) BUILD=build-tsan OPT=-O1 SAN="-fsanitize=thread" test-blackbox PYTEST_ARGS="-k 'concurrency or perf or slowloris or flood or drain_deadline or isolation or reload_under_steady_load or admitted_requests_finish or sessions_keep_their_version or sighup_applies or mixed_http_and_grpc or drain_with_calls_in_flight or session_over_model_stream_infer'"
 
 # valgrind's memcheck (Debian's valgrind) sees what ASan and UBSan do not:
 # a branch, an address or a system call that depends on bytes nothing set
@@ -335,10 +355,17 @@ FUZZ_RUNS  ?= 10000000
 FUZZ_SAN   := -fsanitize=address,undefined -fno-sanitize-recover=all
 FUZZ_CFLAGS := -g -O1 -std=c11 -D_GNU_SOURCE -fno-omit-frame-pointer $(FUZZ_SAN)
 FUZZ_OBJ   := $(CORE_SRC:%.c=build-fuzz/obj/%.o) $(CONFIG_SRC:%.c=build-fuzz/obj/%.o) \
-              $(SERVER_SRC:%.c=build-fuzz/obj/%.o)
+              $(SERVER_SRC:%.c=build-fuzz/obj/%.o) $(PROTO:server/grpc/%.proto=build-fuzz/obj/gen/%.pb-c.o)
+FUZZ_CFLAGS += -Ibuild-fuzz/obj/gen
 build-fuzz/obj/%.o: %.c $(HEADERS)
 	@mkdir -p $(dir $@)
 	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link $(PKG_CFLAGS) -c $< -o $@
+build-fuzz/obj/gen/%.pb-c.c: server/grpc/%.proto
+	@mkdir -p build-fuzz/obj/gen
+	protoc-c --c_out=build-fuzz/obj/gen -I server/grpc $<
+build-fuzz/obj/gen/%.pb-c.o: build-fuzz/obj/gen/%.pb-c.c
+	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link $(PKG_CFLAGS) -c $< -o $@
+$(filter build-fuzz/obj/server/grpc/%,$(FUZZ_OBJ)) build-fuzz/obj/server/server.o: $(PROTO:server/grpc/%.proto=build-fuzz/obj/gen/%.pb-c.c)
 build-fuzz/obj/server/http/openapi.o: server/http/openapi.json
 build-fuzz/obj/server/ui/ui.o: $(wildcard server/ui/*.html server/ui/*.js server/ui/*.css)
 build-fuzz/libattnd_fuzz.a: $(FUZZ_OBJ)

@@ -85,7 +85,7 @@ def start_daemon(binary, tmp, threads):
     (tmp / "config.json").write_text(json.dumps({"models": models}))
     port = free_port()
     args = [binary, "--config", str(tmp / "config.json"), "--host", "127.0.0.1",
-            "--port", str(port)]
+            "--port", str(port), "--grpc-port", "0"]
     if threads:
         args += ["--workers", str(threads)]
     env = {k: v for k, v in os.environ.items() if not k.startswith("ATTND_")}

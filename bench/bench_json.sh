@@ -68,7 +68,7 @@ start_attnd() {
     while [ $# -gt 0 ] && [ "$1" != "--" ]; do vars="$vars $1"; shift; done
     [ $# -gt 0 ] && shift
     # shellcheck disable=SC2086
-    env $vars "$BIN" --host 127.0.0.1 --port "$PORT" "$@" >"$TMP/server.log" 2>&1 &
+    env $vars "$BIN" --host 127.0.0.1 --port "$PORT" --grpc-port 0 "$@" >"$TMP/server.log" 2>&1 &
     PID=$!
     wait_up
 }

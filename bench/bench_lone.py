@@ -45,7 +45,7 @@ def start(binary, log):
     port = free_port()
     env = {k: v for k, v in os.environ.items()
            if not k.startswith("ATTND_") and k != "OPENBLAS_CORETYPE"}
-    p = subprocess.Popen([binary, "--host", "127.0.0.1", "--port", str(port)],
+    p = subprocess.Popen([binary, "--host", "127.0.0.1", "--port", str(port), "--grpc-port", "0"],
                          stdout=log, stderr=subprocess.STDOUT, env=env)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:

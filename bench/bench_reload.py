@@ -68,7 +68,7 @@ def start(binary, config_path, log):
     env = {k: v for k, v in os.environ.items()
            if not k.startswith("ATTND_") and k != "OPENBLAS_CORETYPE"}
     p = subprocess.Popen([binary, "--host", "127.0.0.1", "--port", str(port),
-                          "--config", config_path], stdout=log, stderr=subprocess.STDOUT,
+                          "--grpc-port", "0", "--config", config_path], stdout=log, stderr=subprocess.STDOUT,
                          env=env)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:

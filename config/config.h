@@ -27,6 +27,7 @@ typedef struct {
     /* server */
     char *host;                        /* "0.0.0.0" */
     int port;                          /* 8080; 0 = pick a free port (tests) */
+    int grpc_port;                     /* 8081; 0 = no gRPC; -1 = pick a free port (tests) */
     int http_threads;                  /* HTTP polling threads; 0 = auto (server/base/cpus.c) */
     long long max_body_bytes;          /* request body limit, bytes -> 413 */
     int request_timeout_ms;            /* admission to answer; past it -> 504 */

@@ -152,6 +152,8 @@ const cfg_key cfg_config_keys[] = {
             "address to listen on"),
     CFG_INT("server", "port", 0, 65535, 8080, port, "--port", "ATTND_PORT",
             "TCP port; 0 picks a free one"),
+    CFG_INT("server", "grpc_port", -1, 65535, 8081, grpc_port, "--grpc-port", "ATTND_GRPC_PORT",
+            "gRPC port (KServe v2 over gRPC); 0 turns gRPC off, -1 picks a free one"),
     CFG_INT("server", "http_threads", 0, 256, 0, http_threads, "--http-threads",
             "ATTND_HTTP_THREADS",
             "HTTP polling threads; 0 = the CPUs this process may use (max 64)"),

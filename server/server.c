@@ -15,6 +15,7 @@
 #include "batch/sched.h"
 #include "body/meta.h"
 #include "body/request.h"
+#include "grpc/grpc.h"
 #include "http/http.h"
 #include "http/routes.h"
 #include "obs/log.h"
@@ -36,6 +37,7 @@ struct attnd_server {
     attnd_metrics metrics;
     attnd_otlp *otlp; /* span export (tracing.otlp_endpoint), or NULL */
     attnd_http http;  /* libmicrohttpd and the routes */
+    attnd_grpc grpc;  /* gRPC's C core and the Open Inference Protocol's service */
 };
 
 /* Loads every model of the config (the registry logs each). */
@@ -78,8 +80,22 @@ static void drop_version(void *v) {
     attnd_version_unref(v);
 }
 
+/* The scheduler's finish callback: the side a request came from sends
+ * its answer. */
+static void answer_ready(attnd_req *r, void *arg) {
+    attnd_server *s = arg;
+    if (r->proto == ATTND_PROTO_GRPC)
+        attnd_grpc_answer_ready(r);
+    else
+        attnd_http_answer_ready(r, &s->http);
+}
+
+static void grpc_metrics(attnd_sbuf *b, void *arg) {
+    attnd_grpc_metrics(arg, b);
+}
+
 /* The session table with its reaper, and the scheduler whose callbacks
- * are the HTTP side's. */
+ * are the two sides'. */
 static int start_compute(attnd_server *s, char *err, size_t errlen) {
     const attnd_config *c = s->cfg;
     attnd_session_limits sl = {c->max_sessions, c->max_session_bytes, c->max_session_bytes_each,
@@ -90,8 +106,7 @@ static int start_compute(attnd_server *s, char *err, size_t errlen) {
         return -1;
     }
     attnd_sessions_hooks(s->sessions, hold_version, drop_version);
-    attnd_sched_opts o = {c,        &s->metrics,         attnd_http_answer_ready,
-                          &s->http, attnd_http_departed, &s->http};
+    attnd_sched_opts o = {c, &s->metrics, answer_ready, s, attnd_http_departed, &s->http};
     s->sched = attnd_sched_new(&o, err, errlen);
     return s->sched ? 0 : -1;
 }
@@ -115,6 +130,22 @@ static int start_tracing(attnd_server *s, char *err, size_t errlen) {
     attnd_log(LOG_INFO, "tracing: spans exported to %s (OTLP/HTTP JSON, queue of %d spans)",
               c->otlp_endpoint, c->otlp_queue_spans);
     return 0;
+}
+
+/* The gRPC side beside the HTTP one: the same queue, sessions, models,
+ * key and readiness. */
+static int start_grpc(attnd_server *s, int *listen_failed, char *err, size_t errlen) {
+    s->grpc = (attnd_grpc){.cfg = s->cfg,
+                           .env = &s->env,
+                           .sched = s->sched,
+                           .sessions = s->sessions,
+                           .metrics = &s->metrics,
+                           .meta = &s->meta,
+                           .otlp = s->otlp,
+                           .state = &s->http.state,
+                           .api_key = s->http.api_key,
+                           .api_key_len = s->http.api_key_len};
+    return attnd_grpc_start(&s->grpc, listen_failed, err, errlen);
 }
 
 attnd_server *attnd_server_new(const attnd_config *cfg, attnd_exit *why, char *err, size_t errlen) {
@@ -151,8 +182,11 @@ attnd_server *attnd_server_new(const attnd_config *cfg, attnd_exit *why, char *e
                            .sessions = s->sessions,
                            .metrics = &s->metrics,
                            .meta = &s->meta,
-                           .otlp = s->otlp};
-    if (attnd_http_start(&s->http, &listen_failed, err, errlen) < 0) {
+                           .otlp = s->otlp,
+                           .more_metrics = grpc_metrics,
+                           .more_metrics_arg = &s->grpc};
+    if (attnd_http_start(&s->http, &listen_failed, err, errlen) < 0 ||
+        start_grpc(s, &listen_failed, err, errlen) < 0) {
         if (listen_failed) *why = ATTND_EXIT_LISTEN;
         goto fail;
     }
@@ -171,12 +205,17 @@ int attnd_server_port(const attnd_server *s) {
     return s->http.port;
 }
 
+int attnd_server_grpc_port(const attnd_server *s) {
+    return s->grpc.port;
+}
+
 static int idle(attnd_server *s) {
-    return atomic_load(&s->http.active) == 0 && attnd_sched_pending(s->sched) == 0;
+    return atomic_load(&s->http.active) == 0 && atomic_load(&s->grpc.active) == 0 &&
+           attnd_sched_pending(s->sched) == 0;
 }
 
 int attnd_server_drain(attnd_server *s) {
-    attnd_http_quiesce(&s->http);
+    attnd_http_quiesce(&s->http); /* the gRPC side reads the same state */
     attnd_sched_drain(s->sched);
     uint64_t limit = attnd_mono_us() + (uint64_t)s->cfg->drain_grace_s * 1000000u;
     while (attnd_mono_us() < limit && !idle(s))
@@ -196,6 +235,7 @@ int attnd_server_drain(attnd_server *s) {
     attnd_models_stop(s->models);
     attnd_sched_stop(s->sched);
     attnd_http_stop(&s->http);
+    attnd_grpc_stop(&s->grpc);
     /* no request left, no step running: every session is as its last answer left it */
     if (s->cfg->save_dir)
         attnd_sessions_save(&(attnd_persist_env){s->sessions, &s->env}, s->cfg->save_dir,
@@ -209,6 +249,7 @@ void attnd_server_free(attnd_server *s) {
     attnd_models_stop(s->models);
     attnd_sched_stop(s->sched);
     attnd_http_free(&s->http); /* every connection closed */
+    attnd_grpc_stop(&s->grpc); /* every call over */
     attnd_otlp_free(s->otlp);  /* after the last request's spans: sends what is queued */
     attnd_sched_free(s->sched);
     attnd_sessions_free(s->sessions); /* after the HTTP side: no request holds a step */

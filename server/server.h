@@ -34,6 +34,8 @@ void attnd_server_reload(attnd_server *s);
 
 /* The port it listens on (the chosen one when cfg->port is 0). */
 int attnd_server_port(const attnd_server *s);
+/* The gRPC port (the chosen one when cfg->grpc_port is -1); 0 when off. */
+int attnd_server_grpc_port(const attnd_server *s);
 
 /* Draining: /health answers 503, new connections are refused, requests on
  * open connections get 503, and every admitted request is answered while

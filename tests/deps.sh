@@ -9,7 +9,8 @@
 # chromium, torch). python3-torch (with the python3-numpy it is built
 # against) is the numerics reference of the Python client's suite
 # (tests/client) and of the docs' torch blocks.
-BUILD_PKGS="build-essential pkg-config libmicrohttpd-dev libjansson-dev libopenblas-dev libcurl4-openssl-dev"
+BUILD_PKGS="build-essential pkg-config libmicrohttpd-dev libjansson-dev libopenblas-dev libcurl4-openssl-dev \
+libgrpc-dev libprotobuf-c-dev protobuf-c-compiler"
 TEST_PKGS="check python3 python3-venv python3-pip curl clang libclang-rt-14-dev clang-format \
 nginx wrk prometheus nodejs chromium chromium-driver python3-torch"
 case "$1" in

@@ -39,7 +39,7 @@ fail:
 
 void attnd_sb_put(attnd_sbuf *b, const void *s, size_t n) {
     if (attnd_sb_reserve(b, n) < 0) return;
-    memcpy(b->p + b->len, s, n);
+    if (n) memcpy(b->p + b->len, s, n); /* nothing to copy: s may be NULL (an empty bytes field) */
     b->len += n;
     b->p[b->len] = '\0';
 }

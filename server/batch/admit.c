@@ -81,6 +81,18 @@ static int open_empty(const attnd_admit_env *a, attnd_req *r, const char *want_i
     return 1;
 }
 
+/* parameters.session_close with no input: the session closed now, the
+ * answer a v2 answer with no outputs. */
+static int close_now(const attnd_admit_env *a, attnd_req *r, double now, attnd_error *e) {
+    attnd_session_status s = attnd_session_delete(a->table, r->job.session_id, now);
+    if (s != SESS_OK) return attnd_session_refusal(s, r->job.session_id, NULL, e);
+    size_t len = 0;
+    char *body = attnd_write_close_answer(&r->job, &len);
+    if (!body) return attnd_set_error(e, AERR_INTERNAL, "out of memory");
+    attnd_reply_set(&r->reply, AOK, body, len, 0);
+    return 1;
+}
+
 int attnd_admit(const attnd_admit_env *a, attnd_req *r, const char *x_session_id, double now,
                 attnd_error *e, int *retry_after_s) {
     attnd_job *job = &r->job;
@@ -91,6 +103,7 @@ int attnd_admit(const attnd_admit_env *a, attnd_req *r, const char *x_session_id
     }
     if (check_session(a, job, now, e) < 0) return -1;
     const char *want_id = job->session_open ? x_session_id : NULL;
+    if (!job->query && job->session_close) return close_now(a, r, now, e);
     if (!job->query) return open_empty(a, r, want_id, now, e, retry_after_s);
     if (begin(a, r, job->L, want_id, now, e, retry_after_s) < 0) return -1;
     job->S = r->step.st.len + job->L;

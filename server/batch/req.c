@@ -22,8 +22,11 @@ void attnd_req_unref(attnd_req *r) {
 }
 
 void attnd_req_end_step(attnd_req *r, int commit) {
-    if (r->step.table && r->step.st.s)
-        attnd_session_end(r->step.table, &r->step.st, commit, attnd_mono_s());
+    if (!r->step.table || !r->step.st.s) return;
+    attnd_session_end(r->step.table, &r->step.st, commit, attnd_mono_s());
+    /* parameters.session_close: the step's answer is whole, the session goes */
+    if (commit && r->job.session_close)
+        attnd_session_delete(r->step.table, r->step.id, attnd_mono_s());
 }
 
 void attnd_req_clear(attnd_req *r) {

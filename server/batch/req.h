@@ -33,7 +33,12 @@ typedef struct {
 
 typedef struct attnd_req attnd_req;
 
+/* Whose request it is: the side that sends its answer (server.c's finish
+ * callback picks it). */
+enum { ATTND_PROTO_HTTP = 0, ATTND_PROTO_GRPC = 1 };
+
 struct attnd_req {
+    int proto;                     /* ATTND_PROTO_*: set by the side that made it */
     atomic_int refs;               /* one for the connection, one for the scheduler while queued or
                                       running; the last unref calls free_fn */
     void (*free_fn)(attnd_req *r); /* frees the embedding struct (after attnd_req_clear) */

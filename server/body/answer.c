@@ -139,6 +139,7 @@ static void put_session(attnd_sbuf *b, const attnd_job *job, const attnd_usage *
     attnd_sb_puts(b, job->api == API_V2 ? "\"session_id\":" : "\"session\":");
     attnd_sb_json_str(b, u->session);
     attnd_sb_printf(b, ",\"cached_tokens\":%d,", u->cached_tokens);
+    if (job->session_close) attnd_sb_puts(b, "\"session_closed\":true,");
 }
 
 /* One v2 output: a tensor, its name and whether it goes in binary. */
@@ -284,6 +285,22 @@ int attnd_write_answer(attnd_sbuf *b, const attnd_job *job, const attnd_model_in
     sink s = {b, NULL, json_len};
     write_layout(&s, job, m, out, u);
     return b->oom ? -1 : 0;
+}
+
+char *attnd_write_close_answer(const attnd_job *job, size_t *len) {
+    attnd_sbuf b;
+    attnd_sb_init(&b);
+    attnd_sb_puts(&b, "{\"model_name\":");
+    attnd_sb_json_str(&b, job->ver->name);
+    attnd_sb_printf(&b, ",\"model_version\":\"%d\"", job->ver->info.version);
+    if (job->v2_id) {
+        attnd_sb_puts(&b, ",\"id\":");
+        attnd_sb_json_str(&b, job->v2_id);
+    }
+    attnd_sb_puts(&b, ",\"parameters\":{\"session_id\":");
+    attnd_sb_json_str(&b, job->session_id);
+    attnd_sb_puts(&b, ",\"session_closed\":true},\"outputs\":[]}\n");
+    return attnd_sb_take(&b, len);
 }
 
 char *attnd_write_open_answer(const char *id, const char *model, int cached_tokens, size_t *len) {

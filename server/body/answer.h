@@ -49,4 +49,9 @@ void attnd_write_answers(attn_ctx *ctx, attnd_answer *a, int n, void (*done)(voi
  * NULL when out of memory. */
 char *attnd_write_open_answer(const char *id, const char *model, int cached_tokens, size_t *len);
 
+/* The v2 answer of parameters.session_close with no input: the model, the
+ * session's id and "session_closed": true, no outputs. NULL when out of
+ * memory. */
+char *attnd_write_close_answer(const attnd_job *job, size_t *len);
+
 #endif

@@ -70,6 +70,8 @@ typedef struct {
     char *v2_id;               /* the v2 "id" to echo, or NULL */
     char *session_id;          /* a step of this session (v2 parameters.session_id, or the
                                   native step's path), or NULL */
+    int session_close;         /* 1: close the session once this step is answered (v2
+                                  parameters.session_close); with no query, close it now */
     int session_open;          /* 1: open a session (v2 parameters.session_open, or POST
                                   /v1/sessions), its prefix the query when there is one */
     int v2_binary;             /* binary data extension for outputs: V2_OUT_* bits */

@@ -174,3 +174,26 @@ int attnd_repo_parse_unload(const char *body, size_t len, attnd_error *e) {
     json_decref(root);
     return rc;
 }
+
+int attnd_repo_file_entry(const attnd_config *running, const char *name, attnd_model_config *mc,
+                          attnd_error *e) {
+    attnd_config fresh;
+    char err[512];
+    memset(&fresh, 0, sizeof fresh);
+    if (attnd_config_reread(running, &fresh, err, sizeof err) < 0)
+        return attnd_set_error(e, AERR_BAD_REQUEST, "the config file: %s", err);
+    int rc = -1;
+    e->code = AOK;
+    for (int i = 0; i < fresh.n_models && rc < 0; i++)
+        if (strcmp(fresh.models[i].name, name) == 0) {
+            rc = attnd_model_config_copy(mc, &fresh.models[i]);
+            if (rc < 0) attnd_set_error(e, AERR_INTERNAL, "out of memory");
+        }
+    if (rc < 0 && e->code == AOK)
+        attnd_set_error(e, AERR_NOT_FOUND,
+                        "no model '%.64s' in the config file %s: give its entry as "
+                        "parameters.config, or add it to the file",
+                        name, running->config_path ? running->config_path : "(none)");
+    attnd_config_free(&fresh);
+    return rc;
+}

@@ -34,4 +34,10 @@ int attnd_repo_parse_load(const char *body, size_t len, const char *name, const 
  * model depends on another). Returns 0, or -1 with e set (400). */
 int attnd_repo_parse_unload(const char *body, size_t len, attnd_error *e);
 
+/* The entry called name in the config file of running as it is now on
+ * disk (attnd_config_reread), copied into mc. Returns 0, or -1 with the 400
+ * of a file that does not read or the 404 of no such entry. */
+int attnd_repo_file_entry(const attnd_config *running, const char *name, attnd_model_config *mc,
+                          attnd_error *e);
+
 #endif

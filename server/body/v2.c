@@ -52,6 +52,7 @@ typedef struct {
     v2_output out;       /* the output being read */
     char session_id[40]; /* parameters.session_id: a step of that session, or "" */
     int session_open;    /* parameters.session_open: open a session with the query */
+    int session_close;   /* parameters.session_close: close it after this step, or now */
 } v2_body;
 
 /* "data": nested arrays or flat, named with the input's name when known. */
@@ -105,19 +106,23 @@ static const jfield V2_OUTPUT_FIELDS[] = {
 static const jtable V2_OUTPUT = JTABLE("key", V2_OUTPUT_FIELDS, 1);
 // clang-format on
 
-/* Little-endian INT32 or INT64 elements (positions) as the floats the
- * checks read; past 2^24 they round, which the position limit refuses
- * anyway. Frees raw; NULL when out of memory. */
-static float *ints_as_floats(void *raw, uint64_t n, int is_i64) {
+/* Little-endian INT32 or INT64 elements (positions), or FP64 ones, as the
+ * floats the checks read; integers past 2^24 round, which the position
+ * limit refuses anyway, and doubles round to nearest as JSON numbers do.
+ * Frees raw; NULL when out of memory. */
+static float *wide_as_floats(void *raw, uint64_t n, int is_i64, int is_f64) {
     float *f = malloc(n ? (size_t)n * sizeof(float) : 1);
     for (uint64_t k = 0; f && k < n; k++) {
         int64_t v64;
         int32_t v32;
-        if (is_i64)
+        double d;
+        if (is_f64)
+            memcpy(&d, (char *)raw + k * 8, 8);
+        else if (is_i64)
             memcpy(&v64, (char *)raw + k * 8, 8);
         else
             memcpy(&v32, (char *)raw + k * 4, 4);
-        f[k] = is_i64 ? (float)v64 : (float)v32;
+        f[k] = is_f64 ? (float)d : is_i64 ? (float)v64 : (float)v32;
     }
     free(raw);
     return f;
@@ -128,10 +133,11 @@ static float *ints_as_floats(void *raw, uint64_t n, int is_i64) {
 static int take_binary(v2_input *in, int idx, uint64_t n, uint64_t need, int is_bool, v2_bin *bin,
                        attnd_error *e) {
     int is_i32 = strcmp(in->datatype, "INT32") == 0, is_i64 = strcmp(in->datatype, "INT64") == 0;
-    if (!is_bool && !is_i32 && !is_i64 && strcmp(in->datatype, "FP32") != 0)
+    int is_f64 = strcmp(in->datatype, "FP64") == 0;
+    if (!is_bool && !is_i32 && !is_i64 && !is_f64 && strcmp(in->datatype, "FP32") != 0)
         return attnd_set_error(e, AERR_BAD_REQUEST,
-                               "inputs[%d] (%s): binary data must be FP32 or BOOL (positions: "
-                               "INT32 or INT64), not %s",
+                               "inputs[%d] (%s): binary data must be FP32, FP64 or BOOL "
+                               "(positions: INT32 or INT64), not %s",
                                idx, in->name, in->datatype);
     if ((uint64_t)in->bin_size != need)
         return attnd_set_error(e, AERR_BAD_REQUEST,
@@ -161,7 +167,7 @@ static int take_binary(v2_input *in, int idx, uint64_t n, uint64_t need, int is_
             t->u[k] = t->u[k] != 0;
         return 0;
     }
-    t->f = is_i32 || is_i64 ? ints_as_floats(buf, n, is_i64) : buf;
+    t->f = is_i32 || is_i64 || is_f64 ? wide_as_floats(buf, n, is_i64, is_f64) : buf;
     if (!t->f) return attnd_set_error(e, AERR_INTERNAL, "out of memory reading %s", in->name);
     return attnd_tensor_check_finite(t, in->name, 0, e);
 }
@@ -213,7 +219,8 @@ static int file_v2_input(v2_input *in, int idx, collected *c, char labels[][48],
                                "inputs[%d] (%s).shape: takes 1 to 3 dimensions, got %d", idx,
                                in->name, in->shape.rank);
     snprintf(labels[ti], 48, "inputs[%d] (%s)", idx, attnd_role_names[ti]);
-    size_t esz = is_bool ? 1 : strcmp(in->datatype, "INT64") == 0 ? 8 : 4; /* binary data */
+    int wide = strcmp(in->datatype, "INT64") == 0 || strcmp(in->datatype, "FP64") == 0;
+    size_t esz = is_bool ? 1 : wide ? 8 : 4; /* binary data */
     uint64_t n, bytes;
     if (attnd_tensor_size(&in->shape, esz, labels[ti], &n, &bytes, e) < 0) return -1;
     if (in->bin_size >= 0 && take_binary(in, idx, n, bytes, is_bool, bin, e) < 0) return -1;
@@ -293,6 +300,7 @@ static const jfield V2_PARAMETER_FIELDS[] = {
     {.name = "session_id", .type = JF_STRING, .offset = V2(session_id),
      .size = sizeof(((v2_body *)0)->session_id)},
     {.name = "session_open", .type = JF_BOOL, .offset = V2(session_open)},
+    {.name = "session_close", .type = JF_BOOL, .offset = V2(session_close)},
     TIMEOUT_FIELD("timeout_ms", V2(c.timeout_ms)),
     {.name = "attention_heads", .type = JF_CUSTOM, .read = attnd_sel_read_v2_heads,
      .offset = V2(c.sel), .accepts = 1u << JT_STRING | 1u << JT_NUMBER,
@@ -348,6 +356,41 @@ static int v2_outputs(v2_body *v, attnd_error *e) {
     return 0;
 }
 
+static int any_input(const collected *c) {
+    for (int i = 0; i < T_COUNT; i++)
+        if (c->given[i]) return 1;
+    return 0;
+}
+
+/* parameters.session_close with no input: the session closes now (admit.c
+ * answers it); the job names the model and the session, and holds the
+ * model's version as any job does. */
+static int close_only(const attnd_parse_env *env, const char *path_model, v2_body *v,
+                      attnd_job *job, attnd_error *e) {
+    if (!v->session_id[0])
+        return attnd_set_error(e, AERR_BAD_REQUEST,
+                               "parameters.session_close: closes the session of "
+                               "parameters.session_id, which is missing");
+    if (v->session_open || v->out_bits)
+        return attnd_set_error(e, AERR_BAD_REQUEST,
+                               "parameters.session_close: without inputs it closes a session, and "
+                               "takes no %s",
+                               v->session_open ? "session_open" : "outputs");
+    attnd_version *ver = attnd_resolve_model(env, path_model, &v->c, e);
+    if (!ver) return -1;
+    job->ver = ver;
+    job->model = ver->slot;
+    job->api = API_V2;
+    job->session_close = 1;
+    job->v2_id = v->id;
+    v->id = NULL;
+    if (!(job->session_id = strdup(v->session_id))) {
+        attnd_job_free(job);
+        return attnd_set_error(e, AERR_INTERNAL, "out of memory");
+    }
+    return 0;
+}
+
 int attnd_parse_v2(const attnd_parse_env *env, const char *path_model, const char *body, size_t len,
                    size_t json_len, attnd_job *job, attnd_error *e) {
     v2_body v;
@@ -368,6 +411,10 @@ int attnd_parse_v2(const attnd_parse_env *env, const char *path_model, const cha
         len = json_len;
     }
     if (attnd_read_body(body, len, &V2, &v, NULL, e) < 0) goto cleanup;
+    if (!v.c.given[T_QUERY] && v.session_close && !any_input(&v.c)) {
+        ret = close_only(env, path_model, &v, job, e);
+        goto cleanup;
+    }
     if (!v.c.given[T_QUERY]) {
         attnd_set_error(e, AERR_BAD_REQUEST, "inputs: an input named 'query' is required");
         goto cleanup;
@@ -387,6 +434,7 @@ int attnd_parse_v2(const attnd_parse_env *env, const char *path_model, const cha
     job->v2_id = v.id;
     v.id = NULL;
     job->session_open = v.session_open;
+    job->session_close = v.session_close;
     if (v.session_id[0] && !(job->session_id = strdup(v.session_id))) {
         attnd_job_free(job);
         attnd_set_error(e, AERR_INTERNAL, "out of memory");

@@ -49,30 +49,6 @@ int attnd_handle_repo_index(hreq *h) {
     return answer(h, body, len);
 }
 
-/* The entry called name in the config file as it is now on disk, into mc;
- * 0, or -1 with the 400 of a file that does not read or the 404 of no such
- * entry. */
-static int file_entry(hreq *h, const char *name, attnd_model_config *mc) {
-    attnd_config fresh;
-    char err[512];
-    memset(&fresh, 0, sizeof fresh);
-    if (attnd_config_reread(h->srv->cfg, &fresh, err, sizeof err) < 0)
-        return attnd_set_error(&h->err, AERR_BAD_REQUEST, "the config file: %s", err);
-    int rc = -1;
-    for (int i = 0; i < fresh.n_models && rc < 0; i++)
-        if (strcmp(fresh.models[i].name, name) == 0) {
-            rc = attnd_model_config_copy(mc, &fresh.models[i]);
-            if (rc < 0) attnd_set_error(&h->err, AERR_INTERNAL, "out of memory");
-        }
-    if (rc < 0 && h->err.code == AOK)
-        attnd_set_error(&h->err, AERR_NOT_FOUND,
-                        "no model '%.64s' in the config file %s: give its entry as "
-                        "parameters.config, or add it to the file",
-                        name, h->srv->cfg->config_path ? h->srv->cfg->config_path : "(none)");
-    attnd_config_free(&fresh);
-    return rc;
-}
-
 /* The loader thread finished h's load: its answer, then the connection
  * resumes and glue.c, called again, sends it (what attnd_http_answer_ready
  * does for the scheduler: glue.c sits above this file, which must not
@@ -109,7 +85,7 @@ int attnd_handle_repo_load(hreq *h) {
     if (allowed(h) < 0) return -1;
     if (attnd_repo_parse_load(body_of(h), h->in.len, h->rm.name, s->cfg->model_dir, &mc, &given,
                               &h->err) < 0 ||
-        (!given && file_entry(h, h->rm.name, &mc) < 0)) {
+        (!given && attnd_repo_file_entry(s->cfg, h->rm.name, &mc, &h->err) < 0)) {
         /* an entry whose weights file cannot be read is a load that failed,
          * as one whose file does not fit; a bad body or a path that leaves
          * the model folder asked for nothing that could load */

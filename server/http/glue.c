@@ -492,9 +492,11 @@ static int hung_up(const struct pollfd *pf) {
 void attnd_http_departed(attnd_req *const *rs, int n, char *left, void *arg) {
     (void)arg;
     struct pollfd few[64], *pf = n <= 64 ? few : malloc((size_t)n * sizeof *pf);
-    if (!pf) return; /* out of memory: asked again at the next sweep */
-    for (int i = 0; i < n; i++)
-        pf[i] = (struct pollfd){.fd = ((const hreq *)rs[i])->sock, .events = POLLIN | POLLRDHUP};
+    if (!pf) return;            /* out of memory: asked again at the next sweep */
+    for (int i = 0; i < n; i++) /* fd -1: poll skips it */
+        pf[i] = (struct pollfd){.fd = rs[i]->proto == ATTND_PROTO_HTTP ? ((const hreq *)rs[i])->sock
+                                                                       : -1,
+                                .events = POLLIN | POLLRDHUP};
     if (poll(pf, (nfds_t)n, 0) > 0)
         for (int i = 0; i < n; i++)
             if (pf[i].revents && hung_up(&pf[i])) {

@@ -153,6 +153,7 @@ int attnd_handle_metrics(hreq *h) {
     attnd_sched_metrics(s->sched, &b);
     attnd_sessions_metrics(s->sessions, &b);
     attnd_models_metrics(s->env->models, &b);
+    if (s->more_metrics) s->more_metrics(&b, s->more_metrics_arg);
     attnd_otlp_metrics(s->otlp, &b);
     unhold(vs, n);
     free(depth);

@@ -39,6 +39,9 @@ typedef struct attnd_http {
     attnd_metrics *metrics;
     const attnd_meta *meta; /* the bodies of GET /v1/models, /v2, /v2/models/{name} */
     attnd_otlp *otlp;       /* the span exporter (tracing.otlp_endpoint), or NULL: none */
+    /* more of GET /metrics: the gRPC side's calls (or NULL) */
+    void (*more_metrics)(attnd_sbuf *b, void *arg);
+    void *more_metrics_arg;
     /* its own */
     attnd_guard *guard; /* connection slots and read deadlines */
     struct MHD_Daemon *mhd;
@@ -68,7 +71,8 @@ void attnd_http_free(attnd_http *s);
 
 /* The scheduler's callbacks (attnd_sched_opts), arg the attnd_http: a
  * queued request's reply is ready (its connection resumes), and which
- * queued requests' clients left. */
+ * queued requests' clients left (requests of another side, r->proto, are
+ * never said to have left: that side cancels its own). */
 void attnd_http_answer_ready(attnd_req *r, void *arg);
 void attnd_http_departed(attnd_req *const *rs, int n, char *left, void *arg);
 

@@ -82,6 +82,11 @@ class Daemon:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
         self.url = "http://127.0.0.1:%d" % self.port
+        # gRPC listens too (server.grpc_port, 8081 by default): each daemon
+        # on a free port of its own, so that daemons started together never
+        # meet on 8081; a test sets ATTND_GRPC_PORT in env (or a flag) to choose
+        self.grpc_port = free_port()
+        self.grpc_target = "127.0.0.1:%d" % self.grpc_port
         self.config_path = None
         if config is not None:
             self.config_path = self.workdir / (name + ".json")
@@ -94,6 +99,7 @@ class Daemon:
         # None removes a key.
         self.env = {k: v for k, v in os.environ.items()
                     if not k.startswith("ATTND_") and k != "OPENBLAS_CORETYPE"}
+        self.env["ATTND_GRPC_PORT"] = str(self.grpc_port)
         for k, v in (env or {}).items():
             if v is None:
                 self.env.pop(k, None)

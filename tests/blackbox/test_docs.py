@@ -208,12 +208,14 @@ class Torch:
 
 class PortMap:
     """127.0.0.1:8080 (and localhost, --port, ATTND_PORT) -> the default
-    daemon's port; any other 80xx -> a free port of its own."""
+    daemon's port, 127.0.0.1:8081 (and --grpc-port, ATTND_GRPC_PORT) -> its
+    gRPC port; any other 80xx -> a free port of its own."""
 
-    PORT = re.compile(r"((?:127\.0\.0\.1|localhost):|--port[ =]|ATTND_PORT=)(80\d\d)\b")
+    PORT = re.compile(r"((?:127\.0\.0\.1|localhost):|--port[ =]|--grpc-port[ =]|ATTND_PORT=|"
+                      r"ATTND_GRPC_PORT=)(80\d\d)\b")
 
-    def __init__(self, default_port):
-        self.ports = {"8080": default_port}
+    def __init__(self, default_port, default_grpc_port):
+        self.ports = {"8080": default_port, "8081": default_grpc_port}
 
     def rewrite(self, text):
         def sub(m):
@@ -275,7 +277,7 @@ def script_for(blocks, ports, wd, torch_ok):
 def run_file(path, default, tmp, torch_ok):
     blocks, problems = read_blocks(path)
     wd = workdir(tmp)
-    ports = PortMap(default.port)
+    ports = PortMap(default.port, default.grpc_port)
     script = script_for(blocks, ports, wd, torch_ok)
     (wd / "docs.sh").write_text(script)
     env = {k: v for k, v in os.environ.items()
@@ -283,6 +285,9 @@ def run_file(path, default, tmp, torch_ok):
     venv_bin = str(Path(sys.executable).parent)
     env["PATH"] = venv_bin + os.pathsep + env.get("PATH", "/usr/bin:/bin")
     env["VIRTUAL_ENV"] = str(Path(venv_bin).parent)
+    # a daemon a block starts without naming its gRPC port picks a free one,
+    # so that it never meets the default daemon's (or another's) on 8081
+    env["ATTND_GRPC_PORT"] = "-1"
     # output to a file, not a pipe: a daemon a block leaves running must not
     # hold the test until it ends
     with open(wd / "docs.out", "wb") as out:

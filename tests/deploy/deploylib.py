@@ -102,6 +102,7 @@ def start_attnd(port, args=(), env=None, log=None):
     # as a fresh user's shell: no OPENBLAS_CORETYPE preset by the test machine
     e = {k: v for k, v in os.environ.items()
          if (not k.startswith("ATTND_") or k == "ATTND_BIN") and k != "OPENBLAS_CORETYPE"}
+    e["ATTND_GRPC_PORT"] = "-1"  # gRPC on a free port: replicas never meet on 8081
     e.update(env or {})
     e["ATTND_HOST"] = "127.0.0.1"
     e["ATTND_PORT"] = str(port)

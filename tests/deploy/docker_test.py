@@ -43,11 +43,14 @@ class Container:
     """One detached container publishing its port on 127.0.0.1."""
 
     def __init__(self, name, host_port, container_port=8080, env=None, mounts=(), args=(),
-                 opts=()):
+                 opts=(), grpc_port=None):
         self.name = name
         self.host_port = host_port
+        self.grpc_port = grpc_port
         cmd = ["run", "-d", "--name", name, *ULIMITS, *opts,
                "-p", f"127.0.0.1:{host_port}:{container_port}"]
+        if grpc_port:  # the image's gRPC port, 8081
+            cmd += ["-p", f"127.0.0.1:{grpc_port}:8081"]
         for k, v in (env or {}).items():
             cmd += ["-e", f"{k}={v}"]
         for m in mounts:
@@ -87,6 +90,17 @@ class Container:
         podman("rm", "-f", "-t", "0", self.name)
 
 
+def grpc_health(port):
+    """grpc.health.v1.Health/Check's answer bytes from 127.0.0.1:port (b"\\x08\\x01":
+    SERVING), or the failure's text. grpcio is the test venv's (tests/requirements.txt)."""
+    import grpc
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+            return ch.unary_unary("/grpc.health.v1.Health/Check")(b"", timeout=10)
+    except grpc.RpcError as e:
+        return f"{e.code()}: {e.details()}"
+
+
 def attention(url, q):
     status, body, _ = dl.http("POST", url, {"query": q}, timeout=60)
     out = body.get("output") if status == 200 and isinstance(body, dict) else None
@@ -111,8 +125,8 @@ def main():
         c.check(any("/health" in part for part in hc), "image has a HEALTHCHECK on /health", hc)
         c.check(cfg.get("StopSignal") in ("SIGTERM", "15"), "STOPSIGNAL is SIGTERM",
                 cfg.get("StopSignal"))
-        c.check("8080/tcp" in (cfg.get("ExposedPorts") or {}), "EXPOSE 8080",
-                cfg.get("ExposedPorts"))
+        c.check({"8080/tcp", "8081/tcp"} <= set(cfg.get("ExposedPorts") or {}),
+                "EXPOSE 8080 (HTTP) and 8081 (gRPC)", cfg.get("ExposedPorts"))
         c.check(cfg.get("Entrypoint") == ["/usr/local/bin/attnd-entrypoint"],
                 "entrypoint in exec form", cfg.get("Entrypoint"))
 
@@ -137,12 +151,15 @@ def main():
         port = dl.free_port()
         d = Container(f"attnd-test-default-{os.getpid()}", port,
                       opts=["--read-only", "--cap-drop=ALL",
-                            "--security-opt", "no-new-privileges"])
+                            "--security-opt", "no-new-privileges"], grpc_port=dl.free_port())
         containers.append(d)
         c.check(d.wait_healthy(), "default container (read-only, no capabilities) becomes healthy"
                 " (podman healthcheck run)",
                 d.logs()[-2000:], fatal=True)
         c.check(dl.http("GET", d.url("/health"))[0] == 200, "GET /health through the published port")
+        health = grpc_health(d.grpc_port)
+        c.check(health == b"\x08\x01", "gRPC grpc.health.v1.Health/Check through the published "
+                "port 8081: SERVING", repr(health))
         status, body, _ = dl.http("GET", d.url("/v1/models"))
         cmodels = body
         names = [m.get("name") for m in body.get("models", [])] if isinstance(body, dict) else []

@@ -73,11 +73,13 @@ def dockerfile_facts():
     text = open(os.path.join(DOCKER, "Dockerfile")).read()
     text = re.sub(r"\\\n", " ", text)
     user = re.findall(r"^USER\s+(\S+)", text, re.M)
-    expose = re.findall(r"^EXPOSE\s+(\d+)", text, re.M)
+    expose = re.findall(r"^EXPOSE\s+([\d ]+)$", text, re.M)
     port = re.findall(r"ATTND_PORT=(\d+)", text)
+    grpc = re.findall(r"ATTND_GRPC_PORT=(\d+)", text)
     return {"uid": int(user[-1].split(":")[0]) if user else None,
-            "expose": int(expose[-1]) if expose else None,
-            "port": int(port[-1]) if port else None}
+            "expose": [int(x) for x in expose[-1].split()] if expose else None,
+            "port": int(port[-1]) if port else None,
+            "grpc": int(grpc[-1]) if grpc else None}
 
 
 def named_port(container, port):
@@ -208,7 +210,8 @@ def refused_save_dir(cfg_path, save):
     """(exit code, output) of build/attnd started with save as its save_dir;
     None for the code when it was still running after 30 s."""
     e = {k: v for k, v in os.environ.items() if not k.startswith("ATTND_")}
-    e.update({SAVE_ENV: save, "ATTND_HOST": "127.0.0.1", "ATTND_PORT": str(dl.free_port())})
+    e.update({SAVE_ENV: save, "ATTND_HOST": "127.0.0.1", "ATTND_PORT": str(dl.free_port()),
+              "ATTND_GRPC_PORT": "-1"})
     p = subprocess.Popen([dl.attnd_bin(), "--config", cfg_path], env=e, text=True,
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
@@ -311,12 +314,20 @@ def main():
     svc = objs[("Service", "attnd")]
     c.check(all(labels.get(k) == v for k, v in svc["spec"]["selector"].items()),
             "Service selects the Deployment's pods")
-    c.check(all(named_port(ct, p["targetPort"]) == df["port"] for p in svc["spec"]["ports"]),
-            "Service targetPort is the container's port, the image's ATTND_PORT",
-            str(svc["spec"]["ports"]))
-    c.check(df["port"] == df["expose"] == 8080, "image: ATTND_PORT = EXPOSE = 8080", str(df))
-    c.check(all(p["containerPort"] == df["port"] for p in ct["ports"]),
-            "Deployment containerPort = image's ATTND_PORT", str(ct["ports"]))
+    sports = {p["name"]: named_port(ct, p["targetPort"]) for p in svc["spec"]["ports"]}
+    c.check(sports == {"http": df["port"], "grpc": df["grpc"]},
+            "Service targets the container's HTTP and gRPC ports, the image's ATTND_PORT and "
+            "ATTND_GRPC_PORT", str(svc["spec"]["ports"]))
+    c.check(any(p["name"] == "grpc" and p.get("appProtocol") == "kubernetes.io/h2c"
+                for p in svc["spec"]["ports"]), "Service says gRPC is HTTP/2 without TLS (h2c)")
+    c.check(df["port"] == 8080 and df["grpc"] == 8081 and df["expose"] == [8080, 8081],
+            "image: ATTND_PORT 8080, ATTND_GRPC_PORT 8081, EXPOSE both", str(df))
+    c.check({p["name"]: p["containerPort"] for p in ct["ports"]}
+            == {"http": df["port"], "grpc": df["grpc"]},
+            "Deployment containerPorts = image's ATTND_PORT and ATTND_GRPC_PORT", str(ct["ports"]))
+    c.check((ct.get("readinessProbe") or {}).get("grpc", {}).get("port") == df["grpc"],
+            "Deployment readiness is Kubernetes' gRPC probe on the gRPC port",
+            str(ct.get("readinessProbe")))
     hpa = objs[("HorizontalPodAutoscaler", "attnd")]
     ref = hpa["spec"]["scaleTargetRef"]
     c.check(ref == {"apiVersion": "apps/v1", "kind": "Deployment", "name": "attnd"},
@@ -382,6 +393,24 @@ def main():
             "runtime containerPort is the port attnd listens on", str(src["ports"]))
     c.check(isvc["spec"]["predictor"].get("timeout", 0) > timeout_s,
             "InferenceService timeout exceeds attnd's request timeout")
+    # the same over gRPC: a runtime whose one port is attnd's gRPC port, named
+    # h2c as KServe asks of a grpc-v2 runtime, and a service that picks it
+    gsr = objs.get(("ServingRuntime", "attnd-grpc"))
+    gisvc = objs.get(("InferenceService", "encoder0-grpc"))
+    c.check(gsr is not None and gisvc is not None,
+            "ServingRuntime/attnd-grpc and InferenceService/encoder0-grpc exist", fatal=True)
+    gsrc = gsr["spec"]["containers"][0]
+    genv = {e["name"]: e.get("value") for e in gsrc.get("env", [])}
+    c.check(gsr["spec"]["protocolVersions"] == ["grpc-v2"] and
+            [(p.get("name"), p["containerPort"]) for p in gsrc["ports"]]
+            == [("h2c", int(genv.get("ATTND_GRPC_PORT", df["grpc"])))],
+            "gRPC runtime speaks grpc-v2 on attnd's gRPC port, named h2c", str(gsrc["ports"]))
+    c.check((gsrc.get("readinessProbe") or {}).get("grpc", {}).get("port")
+            == int(genv.get("ATTND_GRPC_PORT", df["grpc"])),
+            "gRPC runtime's readiness is the gRPC probe", str(gsrc.get("readinessProbe")))
+    gmodel = gisvc["spec"]["predictor"]["model"]
+    c.check(gmodel.get("runtime") == "attnd-grpc" and gmodel.get("protocolVersion") == "grpc-v2",
+            "InferenceService encoder0-grpc picks the gRPC runtime and grpc-v2")
     # KServe mounts the model's folder read-only at /mnt/models
     scfg = json.load(open(os.path.join(DOCKER, "kserve", "config.json")))
     srmounts = src.get("volumeMounts", []) + [{"name": "kserve-provision-location",

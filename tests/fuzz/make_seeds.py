@@ -167,6 +167,71 @@ def v2_binary():
         put(t, "wrap%d.bin" % i, json.dumps({"inputs": ins}).encode() + b"\0")
 
 
+# protobuf's wire format, enough for ModelInferRequest (fuzz_grpc): varints,
+# length-delimited fields, packed repeated numbers.
+def pb_varint(n):
+    out = b""
+    n &= (1 << 64) - 1
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        out += bytes([b | (0x80 if n else 0)])
+        if not n:
+            return out
+
+
+def pb_bytes(field, data):
+    data = data.encode() if isinstance(data, str) else data
+    return pb_varint(field << 3 | 2) + pb_varint(len(data)) + data
+
+
+def pb_int(field, v):
+    return pb_varint(field << 3) + pb_varint(v)
+
+
+def pb_param(key, value):
+    """A map<string, InferParameter> entry."""
+    if isinstance(value, bool):
+        p = pb_int(1, int(value))
+    elif isinstance(value, int):
+        p = pb_int(2, value)
+    else:
+        p = pb_bytes(3, value)
+    return pb_bytes(1, key) + pb_bytes(2, p)
+
+
+def pb_input(name, dt, shape, contents=None):
+    m = pb_bytes(1, name) + pb_bytes(2, dt)
+    m += pb_bytes(3, b"".join(pb_varint(d) for d in shape))
+    if contents is not None:  # InferTensorContents: fp32_contents (6) or bool_contents (1)
+        field, packed = contents
+        m += pb_bytes(5, pb_bytes(field, packed))
+    return m
+
+
+def grpc():
+    t = "fuzz_grpc"
+    q = struct.pack("<8f", *flat(2, 4))
+    m = (pb_bytes(1, "small") + pb_bytes(3, "r1") + pb_bytes(4, pb_param("attention", "mean"))
+         + pb_bytes(4, pb_param("causal", True))
+         + pb_bytes(5, pb_input("query", "FP32", [1, 2, 4])) + pb_bytes(7, q))
+    put(t, "raw.bin", m)
+    m = (pb_bytes(1, "small") + pb_bytes(5, pb_input("query", "FP32", [2, 4], (6, q)))
+         + pb_bytes(5, pb_input("key_padding_mask", "BOOL", [2], (1, bytes([0, 1])))))
+    put(t, "contents.bin", m)
+    m = (pb_bytes(1, "cross") + pb_bytes(4, pb_param("attention_top_k", 1))
+         + pb_bytes(4, pb_param("attention", "heads"))
+         + pb_bytes(5, pb_input("query", "FP32", [1, 4])) + pb_bytes(7, struct.pack("<4f", *flat(1, 4)))
+         + pb_bytes(5, pb_input("key", "FP32", [2, 3])) + pb_bytes(7, struct.pack("<6f", *flat(2, 3)))
+         + pb_bytes(5, pb_input("value", "FP32", [2, 2])) + pb_bytes(7, struct.pack("<4f", *flat(2, 2)))
+         + pb_bytes(6, pb_bytes(1, "attention_topk_values")))
+    put(t, "cross_topk.bin", m)
+    put(t, "close.bin", pb_bytes(1, "small") + pb_bytes(4, pb_param("session_id", "0" * 32))
+        + pb_bytes(4, pb_param("session_close", True)))
+    put(t, "wrap.bin", pb_bytes(1, "small") + pb_bytes(5, pb_input("query", "FP32", WRAP))
+        + pb_bytes(7, b""))
+
+
 def tensor():
     t = "fuzz_tensor"
     put(t, "rows.json", json.dumps(rows(3, 4)))
@@ -344,6 +409,7 @@ if __name__ == "__main__":
     native()
     v2()
     v2_binary()
+    grpc()
     tensor()
     json_docs()
     routes()

@@ -1,0 +1,826 @@
+/* serve.c - gRPC's C core under attnd (grpc.h): the listener, the polling
+ * thread, each call's life, ModelInfer and ModelStreamInfer on the
+ * scheduler, the repository's load on the loader thread, and each call's
+ * metrics, access log line and spans.
+ *
+ * A call is a gcall, alive while anything refers to it: each operation
+ * batch started and not completed, each inference (greq) queued or
+ * computing, and the call itself until gRPC says it is over (its
+ * RECV_CLOSE_ON_SERVER). The last reference frees it. Messages are read on
+ * the polling thread; an inference's answer is written and its send
+ * started by the worker that answers it (grpc_call_start_batch may be
+ * called from any thread). A stream reads its next message only once the
+ * answer to the last one is sent: its steps run in order, one at a time.
+ */
+#include <grpc/byte_buffer.h>
+#include <grpc/byte_buffer_reader.h>
+#include <grpc/grpc.h>
+#include <grpc/grpc_security.h>
+#include <grpc/support/time.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "../base/clock.h"
+#include "../batch/admit.h"
+#include "../http/hreq.h"
+#include "../http/http.h"
+#include "../http/status.h"
+#include "../obs/log.h"
+#include "../obs/trace.h"
+#include "calls.h"
+#include "wire.h"
+
+typedef struct gcall gcall;
+
+/* What a completion is about. */
+enum { T_NEW, T_RECV, T_CLOSE, T_SEND, T_SENT_MSG, T_SHUTDOWN };
+
+typedef struct {
+    gcall *c; /* NULL for T_SHUTDOWN */
+    int kind;
+} gtag;
+
+/* One inference of a call (a unary ModelInfer, or one message of a
+ * stream), as the scheduler sees it. */
+typedef struct {
+    attnd_req r; /* first: the scheduler's */
+    gcall *c;
+} greq;
+
+struct gcall {
+    attnd_grpc *g;
+    grpc_call *call;
+    grpc_call_details details;
+    grpc_metadata_array md;
+    grpc_byte_buffer *recv; /* the message RECV_MESSAGE read, or NULL */
+    int cancelled;          /* RECV_CLOSE_ON_SERVER's: the call ended without its status */
+    gtag t_new, t_recv, t_close, t_send, t_sent_msg;
+    pthread_mutex_t mu;
+    int refs;          /* under mu */
+    int over;          /* under mu: gRPC ended the call; nothing more is sent */
+    greq *cur;         /* under mu: the inference in flight, held */
+    int method;        /* GM_* */
+    int md_sent;       /* initial metadata went out */
+    int busy;          /* counted in g->active */
+    int arrived_ready; /* the server served when the call arrived */
+    /* the answer on its way: one send at a time */
+    grpc_byte_buffer *send;
+    grpc_slice details_slice;
+    int code;        /* the status sent (or to send) */
+    int http_status; /* the HTTP status of the same answer, for the log */
+    int logged;
+    size_t sent_bytes;
+    int batch;
+    int asked_ms; /* the call's own deadline (grpc-timeout), ms; 0: none */
+    /* for the log and the spans */
+    uint64_t t_start_us, t_start_ns, t_admit_us, t_compute0_us, t_compute1_us;
+    char path[96];
+    char model[ATTND_NAME_MAX];
+    char id[ATTND_REQUEST_ID_MAX];
+    attnd_trace trace;
+};
+
+/* ---- method table ---- */
+
+static const struct {
+    const char *path;
+    int open;               /* 1: answered without the API key (liveness, readiness, health) */
+    attnd_grpc_unary unary; /* answered at once; NULL: infer, stream or load */
+} METHODS[GM_COUNT] = {
+    [GM_LIVE] = {"/inference.GRPCInferenceService/ServerLive", 1, attnd_grpc_live},
+    [GM_READY] = {"/inference.GRPCInferenceService/ServerReady", 1, attnd_grpc_ready},
+    [GM_MODEL_READY] = {"/inference.GRPCInferenceService/ModelReady", 1, attnd_grpc_model_ready},
+    [GM_SERVER_METADATA] = {"/inference.GRPCInferenceService/ServerMetadata", 0,
+                            attnd_grpc_server_metadata},
+    [GM_MODEL_METADATA] = {"/inference.GRPCInferenceService/ModelMetadata", 0,
+                           attnd_grpc_model_metadata},
+    [GM_INFER] = {"/inference.GRPCInferenceService/ModelInfer", 0, NULL},
+    [GM_STREAM_INFER] = {"/inference.GRPCInferenceService/ModelStreamInfer", 0, NULL},
+    [GM_REPO_INDEX] = {"/inference.GRPCInferenceService/RepositoryIndex", 0, attnd_grpc_repo_index},
+    [GM_REPO_LOAD] = {"/inference.GRPCInferenceService/RepositoryModelLoad", 0, NULL},
+    [GM_REPO_UNLOAD] = {"/inference.GRPCInferenceService/RepositoryModelUnload", 0,
+                        attnd_grpc_repo_unload},
+    [GM_HEALTH_CHECK] = {"/grpc.health.v1.Health/Check", 1, attnd_grpc_health},
+    [GM_UNKNOWN] = {"(unknown)", 1, NULL},
+};
+
+static int method_of(grpc_slice m) {
+    size_t n = GRPC_SLICE_LENGTH(m);
+    for (int i = 0; i < GM_UNKNOWN; i++)
+        if (strlen(METHODS[i].path) == n &&
+            memcmp(METHODS[i].path, GRPC_SLICE_START_PTR(m), n) == 0)
+            return i;
+    return GM_UNKNOWN;
+}
+
+/* The value of metadata key (lowercase, as HTTP/2 carries it) into out
+ * (NUL-terminated, cut at cap), how many times it came in *count. NULL when
+ * absent. */
+static const char *md_value(const gcall *c, const char *key, char *out, size_t cap, int *count) {
+    const char *found = NULL;
+    size_t kn = strlen(key);
+    if (count) *count = 0;
+    for (size_t i = 0; i < c->md.count; i++) {
+        grpc_slice k = c->md.metadata[i].key, v = c->md.metadata[i].value;
+        if (GRPC_SLICE_LENGTH(k) != kn || memcmp(GRPC_SLICE_START_PTR(k), key, kn) != 0) continue;
+        if (count) (*count)++;
+        if (found) continue;
+        size_t n = GRPC_SLICE_LENGTH(v) < cap - 1 ? GRPC_SLICE_LENGTH(v) : cap - 1;
+        memcpy(out, GRPC_SLICE_START_PTR(v), n);
+        out[n] = '\0';
+        found = out;
+    }
+    return found;
+}
+
+/* ---- references ---- */
+
+static void call_ref(gcall *c) {
+    pthread_mutex_lock(&c->mu);
+    c->refs++;
+    pthread_mutex_unlock(&c->mu);
+}
+
+static void call_free(gcall *c) {
+    if (c->call) grpc_call_unref(c->call);
+    grpc_call_details_destroy(&c->details);
+    grpc_metadata_array_destroy(&c->md);
+    if (c->recv) grpc_byte_buffer_destroy(c->recv);
+    if (c->send) grpc_byte_buffer_destroy(c->send);
+    grpc_slice_unref(c->details_slice);
+    pthread_mutex_destroy(&c->mu);
+    free(c);
+}
+
+static void call_unref(gcall *c) {
+    pthread_mutex_lock(&c->mu);
+    int left = --c->refs;
+    pthread_mutex_unlock(&c->mu);
+    if (left == 0) call_free(c);
+}
+
+static void set_busy(gcall *c, int busy) {
+    if (c->busy == busy) return;
+    c->busy = busy;
+    atomic_fetch_add(&c->g->active, busy ? 1 : -1);
+}
+
+/* ---- the end of a call: metrics, access log, spans ---- */
+
+static uint64_t unix_at(uint64_t t_us, uint64_t now_us, uint64_t now_ns) {
+    if (!t_us) return 0;
+    uint64_t ago = now_us > t_us ? (now_us - t_us) * 1000 : 0;
+    return now_ns > ago ? now_ns - ago : 0;
+}
+
+static void export_spans(const gcall *c, uint64_t now_us) {
+    if (!c->g->otlp) return;
+    uint64_t now_ns = attnd_unix_ns();
+    attnd_request_times t = {
+        .trace = &c->trace,
+        .method = "POST", /* gRPC rides HTTP/2 POSTs to the method's path */
+        .path = c->path,
+        .route = c->path,
+        .model = c->model[0] ? c->model : NULL,
+        .request_id = c->id,
+        .status = c->http_status,
+        .batch_size = c->batch,
+        .start_ns = c->t_start_ns,
+        .end_ns = now_ns,
+        .queue_start_ns = unix_at(c->t_admit_us, now_us, now_ns),
+        .queue_end_ns = unix_at(c->t_compute0_us ? c->t_compute0_us : now_us, now_us, now_ns),
+        .compute_start_ns = unix_at(c->t_compute0_us, now_us, now_ns),
+        .compute_end_ns = unix_at(c->t_compute1_us, now_us, now_ns)};
+    if (!c->t_admit_us) t.queue_end_ns = 0;
+    attnd_span spans[3];
+    int n = attnd_request_spans(&t, spans);
+    if (n) attnd_otlp_submit(c->g->otlp, spans, n);
+}
+
+/* The call's line in the access log (method GRPC, the gRPC path, the
+ * HTTP status of the same answer), its count by method and code, its
+ * spans. Once per call. */
+static void record(gcall *c, const char *end) {
+    if (c->logged) return;
+    c->logged = 1;
+    uint64_t now = attnd_mono_us();
+    int code = c->code >= 0 && c->code < GRPC_CODES ? c->code : GRPC_UNKNOWN;
+    atomic_fetch_add(&c->g->calls[c->method][code], 1);
+    char trace_id[2 * ATTND_TRACE_ID_BYTES + 1], span_id[2 * ATTND_SPAN_ID_BYTES + 1];
+    attnd_hex(trace_id, c->trace.trace_id, sizeof c->trace.trace_id);
+    attnd_hex(span_id, c->trace.span_id, sizeof c->trace.span_id);
+    attnd_access a = {"GRPC",
+                      c->path,
+                      c->http_status,
+                      c->sent_bytes,
+                      (double)(now - c->t_start_us) / 1e3,
+                      c->batch,
+                      c->id,
+                      end,
+                      trace_id,
+                      span_id};
+    attnd_log_access(&a);
+    export_spans(c, now);
+}
+
+/* ---- sending ---- */
+
+/* Starts a batch of n ops on c with tag t, holding a reference for it; on
+ * failure the reference goes at once. */
+static void start(gcall *c, const grpc_op *ops, size_t n, gtag *t) {
+    call_ref(c);
+    if (grpc_call_start_batch(c->call, ops, n, t, NULL) != GRPC_CALL_OK) call_unref(c);
+}
+
+/* The answer of a unary call, or a stream's last: its message (NULL for a
+ * refusal), the status and its message. Takes out (malloc'd). */
+static void send_final(gcall *c, uint8_t *out, size_t out_len, int code, const char *msg) {
+    pthread_mutex_lock(&c->mu);
+    int over = c->over;
+    pthread_mutex_unlock(&c->mu);
+    c->code = code;
+    if (over) { /* the client left: nothing goes out */
+        free(out);
+        return;
+    }
+    grpc_op ops[3];
+    size_t n = 0;
+    memset(ops, 0, sizeof ops);
+    if (!c->md_sent) ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+    c->md_sent = 1;
+    if (out) {
+        grpc_slice s = grpc_slice_new(out, out_len, free);
+        c->send = grpc_raw_byte_buffer_create(&s, 1);
+        grpc_slice_unref(s);
+        c->sent_bytes += out_len;
+        ops[n].op = GRPC_OP_SEND_MESSAGE;
+        ops[n++].data.send_message.send_message = c->send;
+    }
+    c->details_slice = grpc_slice_from_copied_string(msg ? msg : "");
+    ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+    ops[n].data.send_status_from_server.status = (grpc_status_code)code;
+    ops[n++].data.send_status_from_server.status_details = &c->details_slice;
+    start(c, ops, n, &c->t_send);
+}
+
+/* A refusal as the call's status: its code and the HTTP route's sentence. */
+static void send_error(gcall *c, const attnd_error *e) {
+    c->http_status = attnd_kind_status(e->code);
+    send_final(c, NULL, 0, attnd_grpc_code(e->code), e->msg);
+}
+
+/* One message of a stream (a ModelStreamInferResponse); the next message is
+ * read once it is sent. */
+static void send_stream(gcall *c, uint8_t *out, size_t out_len) {
+    pthread_mutex_lock(&c->mu);
+    int over = c->over;
+    pthread_mutex_unlock(&c->mu);
+    if (over || !out) {
+        free(out);
+        return;
+    }
+    grpc_op ops[2];
+    size_t n = 0;
+    memset(ops, 0, sizeof ops);
+    if (!c->md_sent) ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+    c->md_sent = 1;
+    if (c->send) grpc_byte_buffer_destroy(c->send);
+    grpc_slice s = grpc_slice_new(out, out_len, free);
+    c->send = grpc_raw_byte_buffer_create(&s, 1);
+    grpc_slice_unref(s);
+    c->sent_bytes += out_len;
+    ops[n].op = GRPC_OP_SEND_MESSAGE;
+    ops[n++].data.send_message.send_message = c->send;
+    start(c, ops, n, &c->t_sent_msg);
+}
+
+/* A stream's answer to one message that was refused: its error_message,
+ * and the stream goes on. */
+static void stream_error(gcall *c, const attnd_error *e) {
+    size_t n = 0;
+    c->http_status = attnd_kind_status(e->code);
+    /* n is set by the call: read it after, not as the same call's argument
+     * (the order in which arguments are evaluated is unspecified) */
+    uint8_t *out = attnd_grpc_stream_answer(NULL, 0, e->msg, &n);
+    send_stream(c, out, n);
+}
+
+/* ---- inference ---- */
+
+static void greq_free(attnd_req *r) {
+    greq *q = (greq *)r;
+    gcall *c = q->c;
+    attnd_req_clear(r);
+    free(q);
+    call_unref(c);
+}
+
+/* The message's bytes, whole: one buffer the caller frees (NULL for none
+ * or out of memory). */
+static uint8_t *message_bytes(grpc_byte_buffer *bb, size_t *len) {
+    grpc_byte_buffer_reader rd;
+    *len = 0;
+    if (!bb || !grpc_byte_buffer_reader_init(&rd, bb)) return NULL;
+    grpc_slice s = grpc_byte_buffer_reader_readall(&rd);
+    grpc_byte_buffer_reader_destroy(&rd);
+    *len = GRPC_SLICE_LENGTH(s);
+    uint8_t *p = malloc(*len ? *len : 1);
+    if (p) memcpy(p, GRPC_SLICE_START_PTR(s), *len);
+    grpc_slice_unref(s);
+    return p;
+}
+
+/* An answer for an inference of c: the call's final message (unary) or a
+ * stream's next. kind and body: the scheduler's or admission's reply. */
+static void answer(gcall *c, const attnd_reply *rep) {
+    int stream = c->method == GM_STREAM_INFER;
+    attnd_error e = {AOK, ""};
+    if (attnd_kind_is_error(rep->kind)) {
+        e.code = rep->kind;
+        attnd_grpc_error_text(rep->body, rep->len, e.msg, sizeof e.msg);
+    } else {
+        uint8_t *out = NULL;
+        size_t n = 0;
+        if (attnd_grpc_infer_answer(rep->body, rep->len, rep->json_len, &out, &n) == 0) {
+            c->http_status = 200;
+            if (!stream) {
+                send_final(c, out, n, GRPC_OK, NULL);
+                return;
+            }
+            uint8_t *wrapped = attnd_grpc_stream_answer(out, n, NULL, &n);
+            free(out);
+            send_stream(c, wrapped, n);
+            return;
+        }
+        attnd_set_error(&e, AERR_INTERNAL, "out of memory writing the answer");
+    }
+    if (stream)
+        stream_error(c, &e);
+    else
+        send_error(c, &e);
+}
+
+void attnd_grpc_answer_ready(attnd_req *r) {
+    greq *q = (greq *)r;
+    gcall *c = q->c;
+    pthread_mutex_lock(&c->mu);
+    int mine = c->cur == q; /* the call's hold on q, unless a cancel took it */
+    if (mine) c->cur = NULL;
+    pthread_mutex_unlock(&c->mu);
+    c->batch = r->batch_requests;
+    c->t_compute0_us = r->t_start_us;
+    c->t_compute1_us = r->t_end_us;
+    answer(c, &r->reply);
+    if (mine) attnd_req_unref(r);
+}
+
+/* The call's deadline (grpc-timeout) as milliseconds left: 0 when none,
+ * -1 when already past. */
+static int deadline_ms(const gcall *c) {
+    gpr_timespec d = c->details.deadline;
+    if (gpr_time_cmp(d, gpr_inf_future(d.clock_type)) == 0) return 0;
+    int64_t ms = gpr_time_to_millis(gpr_time_sub(d, gpr_now(d.clock_type)));
+    if (ms <= 0) return -1;
+    return ms > INT_MAX ? INT_MAX : (int)ms;
+}
+
+/* Admits and queues q (its job parsed), or answers it at once: an open
+ * without a prefix, a close, or a refusal. */
+static void queue_job(gcall *c, greq *q) {
+    attnd_grpc *g = c->g;
+    attnd_error e = {AOK, ""};
+    int retry = 0;
+    if (q->r.job.ver) snprintf(c->model, sizeof c->model, "%s", q->r.job.ver->name);
+    char x_id[64];
+    const char *want = md_value(c, "x-session-id", x_id, sizeof x_id, NULL);
+    attnd_admit_env a = {g->sessions, g->env};
+    c->t_admit_us = attnd_mono_us();
+    int rc = attnd_admit(&a, &q->r, want, attnd_mono_s(), &e, &retry);
+    if (rc == 0) {
+        pthread_mutex_lock(&c->mu);
+        c->cur = q; /* the call's hold: a cancel drops the queued work */
+        pthread_mutex_unlock(&c->mu);
+        attnd_req_ref(&q->r);
+        if (attnd_sched_submit(g->sched, &q->r, &e) == 0) {
+            attnd_req_unref(&q->r);
+            return;
+        }
+        pthread_mutex_lock(&c->mu);
+        c->cur = NULL;
+        pthread_mutex_unlock(&c->mu);
+        attnd_req_unref(&q->r);
+    }
+    attnd_reply rep = {0};
+    if (rc == 1)
+        rep = q->r.reply;
+    else
+        attnd_reply_error(&rep, &e);
+    answer(c, &rep);
+    if (rc != 1) attnd_reply_free(&rep);
+    attnd_req_unref(&q->r);
+}
+
+/* One ModelInferRequest of c (a unary call's, or a stream's next): read
+ * into a job and queued, or refused. */
+static void infer(gcall *c, const uint8_t *msg, size_t len) {
+    attnd_error e = {AOK, ""};
+    greq *q = calloc(1, sizeof *q);
+    if (!q) {
+        attnd_set_error(&e, AERR_INTERNAL, "out of memory");
+        if (c->method == GM_STREAM_INFER)
+            stream_error(c, &e);
+        else
+            send_error(c, &e);
+        return;
+    }
+    attnd_req_init(&q->r, greq_free);
+    q->r.proto = ATTND_PROTO_GRPC;
+    q->c = c;
+    call_ref(c);
+    attnd_grpc_target t = {{0}, {0}};
+    /* a call that arrived before the drain is answered, as an HTTP request
+     * whose header lines came before it; a stream's later requests are not */
+    int ready =
+        c->method == GM_STREAM_INFER ? atomic_load(c->g->state) == S_READY : c->arrived_ready;
+    if (!ready)
+        attnd_set_error(&e, AERR_UNAVAILABLE, "the server is draining");
+    else if (attnd_grpc_parse_infer(c->g->env, msg, len, &t, &q->r.job, &e) == 0) {
+        q->r.asked_timeout_ms = c->asked_ms;
+        queue_job(c, q);
+        return;
+    }
+    if (t.model[0]) snprintf(c->model, sizeof c->model, "%s", t.model);
+    if (c->method == GM_STREAM_INFER)
+        stream_error(c, &e);
+    else
+        send_error(c, &e);
+    attnd_req_unref(&q->r);
+}
+
+/* ---- the repository's load, on the loader thread ---- */
+
+static void load_done(void *arg, int rc, int version, const attnd_error *e) {
+    gcall *c = arg;
+    (void)version;
+    uint8_t *out = NULL;
+    size_t n = 0;
+    if (rc < 0) {
+        send_error(c, e);
+    } else if (attnd_grpc_repo_load_answer(&out, &n) == 0) {
+        c->http_status = 200;
+        send_final(c, out, n, GRPC_OK, NULL);
+    } else {
+        attnd_error oom;
+        attnd_set_error(&oom, AERR_INTERNAL, "out of memory");
+        send_error(c, &oom);
+    }
+    call_unref(c); /* the loader's */
+}
+
+static void load(gcall *c, const uint8_t *msg, size_t len) {
+    attnd_model_config mc;
+    attnd_error e = {AOK, ""};
+    if (attnd_grpc_repo_load_entry(c->g, msg, len, &mc, &e) < 0) {
+        send_error(c, &e);
+        return;
+    }
+    snprintf(c->model, sizeof c->model, "%s", mc.name);
+    call_ref(c);
+    if (attnd_models_load_async(c->g->env->models, &mc, load_done, c, &e) < 0) {
+        send_error(c, &e);
+        call_unref(c);
+    }
+    attnd_model_config_free(&mc);
+}
+
+/* ---- a call's messages ---- */
+
+static int key_ok(const gcall *c) {
+    const attnd_grpc *g = c->g;
+    if (!g->api_key || METHODS[c->method].open) return 1;
+    char v[512];
+    const char *h = md_value(c, "authorization", v, sizeof v, NULL);
+    if (!h || strncasecmp(h, "Bearer ", 7) != 0) return 0;
+    const char *t = h + 7;
+    while (*t == ' ')
+        t++;
+    size_t n = strlen(t);
+    unsigned char d = n != g->api_key_len; /* constant time in the key's length */
+    for (size_t i = 0; i < g->api_key_len; i++)
+        d |= (unsigned char)(g->api_key[i] ^ (i < n ? t[i] : 0));
+    return d == 0;
+}
+
+/* Starts reading c's next message. */
+static void read_next(gcall *c) {
+    grpc_op op;
+    memset(&op, 0, sizeof op);
+    if (c->recv) grpc_byte_buffer_destroy(c->recv);
+    c->recv = NULL;
+    op.op = GRPC_OP_RECV_MESSAGE;
+    op.data.recv_message.recv_message = &c->recv;
+    start(c, &op, 1, &c->t_recv);
+}
+
+/* A message of c arrived (msg, len): answered at once, queued, or loaded. */
+static void dispatch(gcall *c, const uint8_t *msg, size_t len) {
+    attnd_error e = {AOK, ""};
+    set_busy(c, 1);
+    if (!key_ok(c)) {
+        attnd_set_error(&e, AERR_UNAUTHORIZED,
+                        "missing or wrong API key: send Authorization: Bearer <key>");
+        send_error(c, &e);
+        return;
+    }
+    if (c->method == GM_INFER || c->method == GM_STREAM_INFER) {
+        infer(c, msg, len);
+        return;
+    }
+    if (c->method == GM_REPO_LOAD) {
+        load(c, msg, len);
+        return;
+    }
+    if (c->method == GM_UNKNOWN) {
+        c->http_status = 404;
+        char m[160];
+        snprintf(m, sizeof m, "unknown method %.*s", (int)GRPC_SLICE_LENGTH(c->details.method),
+                 (const char *)GRPC_SLICE_START_PTR(c->details.method));
+        send_final(c, NULL, 0, GRPC_UNIMPLEMENTED, m);
+        return;
+    }
+    uint8_t *out = NULL;
+    size_t n = 0;
+    if (METHODS[c->method].unary(c->g, msg, len, &out, &n, &e) < 0) {
+        send_error(c, &e);
+        return;
+    }
+    c->http_status = 200;
+    send_final(c, out, n, GRPC_OK, NULL);
+}
+
+/* RECV_MESSAGE completed: a message, or the end of the client's messages. */
+static void on_recv(gcall *c, int ok) {
+    attnd_error e = {AOK, ""};
+    if (!ok) return; /* the call failed: RECV_CLOSE_ON_SERVER ends it */
+    if (!c->recv) {
+        if (c->method == GM_STREAM_INFER) { /* the client is done: so is the stream */
+            if (!c->http_status) c->http_status = 200;
+            send_final(c, NULL, 0, GRPC_OK, NULL);
+            return;
+        }
+        attnd_set_error(&e, AERR_BAD_REQUEST, "no request message");
+        send_error(c, &e);
+        return;
+    }
+    size_t len = 0;
+    uint8_t *msg = message_bytes(c->recv, &len);
+    grpc_byte_buffer_destroy(c->recv);
+    c->recv = NULL;
+    if (!msg) {
+        attnd_set_error(&e, AERR_INTERNAL, "out of memory reading the message");
+        send_error(c, &e);
+        return;
+    }
+    dispatch(c, msg, len);
+    free(msg);
+}
+
+/* ---- a call's life ---- */
+
+/* Asks gRPC for the next call. */
+static void request_call(attnd_grpc *g) {
+    if (atomic_load(&g->shutting)) return;
+    gcall *c = calloc(1, sizeof *c);
+    if (!c) return;
+    c->g = g;
+    pthread_mutex_init(&c->mu, NULL);
+    c->refs = 1; /* the request's, then the call's until RECV_CLOSE_ON_SERVER */
+    grpc_call_details_init(&c->details);
+    grpc_metadata_array_init(&c->md);
+    c->details_slice = grpc_empty_slice();
+    c->t_new = (gtag){c, T_NEW};
+    c->t_recv = (gtag){c, T_RECV};
+    c->t_close = (gtag){c, T_CLOSE};
+    c->t_send = (gtag){c, T_SEND};
+    c->t_sent_msg = (gtag){c, T_SENT_MSG};
+    if (grpc_server_request_call(g->server, &c->call, &c->details, &c->md, g->cq, g->cq,
+                                 &c->t_new) != GRPC_CALL_OK)
+        call_free(c);
+}
+
+/* A call arrived: its place in a trace, its deadline, the watch on its
+ * end, and the read of its first message. */
+static void on_new(gcall *c, int ok) {
+    attnd_grpc *g = c->g;
+    if (!ok) { /* the server shuts down: no call */
+        call_unref(c);
+        return;
+    }
+    request_call(g);
+    c->t_start_us = attnd_mono_us();
+    c->t_start_ns = attnd_unix_ns();
+    c->method = method_of(c->details.method);
+    c->arrived_ready = atomic_load(g->state) == S_READY;
+    /* the drain waits for a unary call from its arrival (its message may
+     * still be on its way); a stream only while a request of it computes */
+    if (c->method != GM_STREAM_INFER) set_busy(c, 1);
+    snprintf(c->path, sizeof c->path, "%.*s", (int)GRPC_SLICE_LENGTH(c->details.method),
+             (const char *)GRPC_SLICE_START_PTR(c->details.method));
+    for (char *p = c->path; *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == ' ' || *p == 0x7f) *p = '?';
+    char parent[128], state[2 * ATTND_TRACESTATE_MAX + 2], rid[64];
+    int n_parent = 0;
+    const char *tp = md_value(c, "traceparent", parent, sizeof parent, &n_parent);
+    const char *ts = md_value(c, "tracestate", state, sizeof state, NULL);
+    attnd_trace_start(&c->trace, n_parent == 1 ? tp : NULL, ts);
+    attnd_http_request_id(md_value(c, "x-request-id", rid, sizeof rid, NULL), c->id);
+    grpc_op op;
+    memset(&op, 0, sizeof op);
+    op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+    op.data.recv_close_on_server.cancelled = &c->cancelled;
+    if (grpc_call_start_batch(c->call, &op, 1, &c->t_close, NULL) != GRPC_CALL_OK) {
+        call_unref(c);
+        return;
+    }
+    int ms = deadline_ms(c);
+    c->asked_ms = ms > 0 ? ms : 0;
+    read_next(c);
+}
+
+/* gRPC ended the call: its status went out, or the client left (or its
+ * deadline passed) first. Queued work of a call that ended early is
+ * dropped. */
+static void on_close(gcall *c) {
+    pthread_mutex_lock(&c->mu);
+    c->over = 1;
+    greq *q = c->cur;
+    c->cur = NULL;
+    pthread_mutex_unlock(&c->mu);
+    if (q) {
+        attnd_sched_cancel(c->g->sched, &q->r);
+        attnd_req_unref(&q->r);
+    }
+    if (!c->logged && c->cancelled) {
+        int late = c->asked_ms && deadline_ms(c) < 0;
+        c->code = late ? GRPC_DEADLINE_EXCEEDED : GRPC_CANCELLED;
+        c->http_status = late ? 504 : 499;
+        record(c, late ? "deadline" : "client_gone");
+    }
+    set_busy(c, 0); /* on_event lets go of the call's own reference */
+}
+
+static void on_event(attnd_grpc *g, gtag *t, int ok) {
+    gcall *c = t->c;
+    /* What a worker wrote before it started this batch (the answer's code,
+     * status and bytes) was written before it took c->mu in start(); taking
+     * it here orders those writes before the reads below for every checker
+     * (gRPC's own ordering lies inside a library ThreadSanitizer does not
+     * see). */
+    if (t->kind != T_NEW) {
+        pthread_mutex_lock(&c->mu);
+        pthread_mutex_unlock(&c->mu);
+    }
+    switch (t->kind) {
+    case T_NEW:
+        on_new(c, ok);
+        return;
+    case T_RECV:
+        on_recv(c, ok);
+        break;
+    case T_CLOSE:
+        on_close(c);
+        break;
+    case T_SEND: /* the status went out (or could not: the call is over) */
+        record(c, ok ? "ok" : "client_gone");
+        set_busy(c, 0);
+        break;
+    case T_SENT_MSG: /* a stream's answer went out: its next message */
+        set_busy(c, 0);
+        if (ok) read_next(c);
+        break;
+    default:
+        (void)g;
+        return;
+    }
+    call_unref(c); /* the batch's */
+}
+
+/* ---- start and stop ---- */
+
+static gtag shutdown_tag = {NULL, T_SHUTDOWN};
+
+static void *poll_loop(void *arg) {
+    attnd_grpc *g = arg;
+    for (;;) {
+        grpc_event ev = grpc_completion_queue_next(g->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+        if (ev.type == GRPC_QUEUE_SHUTDOWN) break;
+        if (ev.type != GRPC_OP_COMPLETE) continue;
+        gtag *t = ev.tag;
+        if (t->kind == T_SHUTDOWN) { /* every call is over: nothing more will complete */
+            grpc_completion_queue_shutdown(g->cq);
+            continue;
+        }
+        on_event(g, t, ev.success);
+    }
+    return NULL;
+}
+
+/* The listening address: host:port, IPv6 literals in brackets. */
+static void listen_addr(const attnd_config *c, char *out, size_t cap) {
+    const char *h = c->host && c->host[0] ? c->host : "0.0.0.0";
+    int port = c->grpc_port < 0 ? 0 : c->grpc_port; /* -1: gRPC picks a free one */
+    if (strchr(h, ':'))
+        snprintf(out, cap, "[%s]:%d", h, port);
+    else
+        snprintf(out, cap, "%s:%d", h, port);
+}
+
+/* The server with its limits: messages up to server.max_body_bytes in
+ * (gRPC answers a larger one RESOURCE_EXHAUSTED itself), any size out. */
+static grpc_server *new_server(const attnd_config *c) {
+    long long max_in = c->max_body_bytes < INT_MAX ? c->max_body_bytes : INT_MAX;
+    grpc_arg args[2];
+    memset(args, 0, sizeof args);
+    args[0].type = GRPC_ARG_INTEGER;
+    args[0].key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
+    args[0].value.integer = (int)max_in;
+    args[1].type = GRPC_ARG_INTEGER;
+    args[1].key = GRPC_ARG_MAX_SEND_MESSAGE_LENGTH;
+    args[1].value.integer = -1;
+    grpc_channel_args ca = {2, args};
+    return grpc_server_create(&ca, NULL);
+}
+
+/* Calls asked for at once: arrivals that find one waiting are taken at
+ * once, without a round through the poller. */
+#define CALLS_WAITING 16
+
+int attnd_grpc_start(attnd_grpc *g, int *listen_failed, char *err, size_t errlen) {
+    const attnd_config *c = g->cfg;
+    *listen_failed = 0;
+    if (c->grpc_port == 0) return 0;
+    grpc_init();
+    g->server = new_server(c);
+    g->cq = grpc_completion_queue_create_for_next(NULL);
+    grpc_server_register_completion_queue(g->server, g->cq, NULL);
+    char addr[300];
+    listen_addr(c, addr, sizeof addr);
+    grpc_server_credentials *cr = grpc_insecure_server_credentials_create();
+    g->port = grpc_server_add_http2_port(g->server, addr, cr);
+    grpc_server_credentials_release(cr);
+    if (g->port <= 0) {
+        snprintf(err, errlen, "cannot listen for gRPC on %s (address in use, or not allowed)",
+                 addr);
+        *listen_failed = 1;
+        g->port = 0;
+        return -1;
+    }
+    grpc_server_start(g->server);
+    for (int i = 0; i < CALLS_WAITING; i++)
+        request_call(g);
+    if (pthread_create(&g->poller, NULL, poll_loop, g) != 0) {
+        snprintf(err, errlen, "cannot start the gRPC thread");
+        return -1;
+    }
+    g->running = 1;
+    attnd_log(LOG_INFO,
+              "grpc: inference.GRPCInferenceService and grpc.health.v1.Health on %s (port %d)",
+              addr, g->port);
+    return 0;
+}
+
+void attnd_grpc_stop(attnd_grpc *g) {
+    if (!g->server) return;
+    if (!atomic_exchange(&g->shutting, 1))
+        grpc_server_shutdown_and_notify(g->server, g->cq, &shutdown_tag);
+    grpc_server_cancel_all_calls(g->server); /* idle streams, calls still sending */
+    if (g->running)
+        pthread_join(g->poller, NULL);
+    else
+        grpc_completion_queue_shutdown(g->cq);
+    g->running = 0;
+    grpc_server_destroy(g->server);
+    grpc_completion_queue_destroy(g->cq);
+    g->server = NULL;
+    g->cq = NULL;
+    grpc_shutdown();
+}
+
+void attnd_grpc_metrics(const attnd_grpc *g, attnd_sbuf *b) {
+    attnd_sb_puts(b, "# HELP attnd_grpc_calls_total gRPC calls ended, by method and status code.\n"
+                     "# TYPE attnd_grpc_calls_total counter\n");
+    for (int m = 0; m < GM_COUNT; m++) {
+        const char *name = strrchr(METHODS[m].path, '/');
+        name = name ? name + 1 : "unknown";
+        if (m == GM_UNKNOWN) name = "unknown";
+        for (int k = 0; k < GRPC_CODES; k++) {
+            unsigned long long n = atomic_load(&g->calls[m][k]);
+            if (n || (k == GRPC_OK && g->port))
+                attnd_sb_printf(b, "attnd_grpc_calls_total{method=\"%s\",code=\"%s\"} %llu\n", name,
+                                attnd_grpc_code_name(k), n);
+        }
+    }
+}

@@ -1,0 +1,796 @@
+"""KServe v2 over gRPC (SPEC section 13, issue 30) against the real daemon,
+through tritonclient.grpc and grpcio: every call of
+inference.GRPCInferenceService and grpc.health.v1.Health; raw and `contents`
+inputs; answers bit-identical to the HTTP v2 route's for the same inputs
+(masks, cross-attention, attention outputs, selections) and torch's goldens
+to 1e-5; each error code with the HTTP route's sentence; the API key;
+deadlines; mixed HTTP and gRPC load sharing batches; sessions over ModelInfer
+and ModelStreamInfer against the whole causal sequence; drain on SIGTERM;
+grpc_port 0 and -1; /metrics counts, access log lines and traceparent."""
+import json
+import queue
+import re
+import signal
+import threading
+import time
+
+import grpc
+import numpy as np
+import pytest
+import requests
+from google.protobuf import descriptor_pool
+from tritonclient.utils import InferenceServerException
+
+# tritonclient's messages and kserve's (test_kserve_client.py imports kserve,
+# which loads its grpc_predict_v2 protos) both define the package "inference":
+# one pytest process cannot hold both in protobuf's default pool, so
+# tritonclient's generated modules register in a pool of their own
+_default_pool = descriptor_pool.Default
+_own_pool = descriptor_pool.DescriptorPool()
+descriptor_pool.Default = lambda: _own_pool
+try:
+    import tritonclient.grpc as grpcclient
+    from tritonclient.grpc import service_pb2, service_pb2_grpc
+finally:
+    descriptor_pool.Default = _default_pool
+
+import support
+from support import rel_err, v2_ranked, wait_until
+
+TOL = 1e-5
+GOLDENS = support.load_goldens()
+BY_NAME = {g["name"]: (g, m) for g, m in GOLDENS}
+DEC_DIR = support.GOLDEN_DIR / "decoder"
+DECODERS = [json.loads(p.read_text()) for p in sorted(DEC_DIR.glob("*.json"))]
+KEY = "grpc-key-7d41e2"
+CASES = [pytest.param(g["name"], i, id="%s-%d" % (g["name"], i))
+         for g, _ in GOLDENS for i in range(len(g["sequences"]))]
+SEL_CASES = [pytest.param(g["name"], i, j, id="%s-%d-%d" % (g["name"], i, j))
+             for g, _ in GOLDENS for i, s in enumerate(g["sequences"])
+             for j in range(len(s.get("selections", [])))]
+CODES = {400: grpc.StatusCode.INVALID_ARGUMENT, 401: grpc.StatusCode.UNAUTHENTICATED,
+         403: grpc.StatusCode.PERMISSION_DENIED, 404: grpc.StatusCode.NOT_FOUND,
+         409: grpc.StatusCode.ABORTED, 413: grpc.StatusCode.RESOURCE_EXHAUSTED,
+         429: grpc.StatusCode.RESOURCE_EXHAUSTED, 503: grpc.StatusCode.UNAVAILABLE,
+         504: grpc.StatusCode.DEADLINE_EXCEEDED}
+DT_NP = {"FP32": "<f4", "BOOL": "?", "INT32": "<i4", "INT64": "<i8", "FP16": "<f2",
+         "BF16": "<u2", "FP64": "<f8"}
+
+
+def decoder_entry(g, **extra):
+    c = dict(g["config"])
+    c["weights"] = str(DEC_DIR / c["weights"])
+    c.update(extra)
+    return c
+
+
+def full_config(**sections):
+    cfg = {"models": [m.config() for _, m in GOLDENS] + [decoder_entry(g) for g in DECODERS]}
+    for k, v in sections.items():
+        cfg[k] = v
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def d(daemons):
+    return daemons(full_config())
+
+
+@pytest.fixture(scope="module")
+def client(d):
+    c = grpcclient.InferenceServerClient(d.grpc_target)
+    yield c
+    c.close()
+
+
+@pytest.fixture(scope="module")
+def stub(d):
+    ch = grpc.insecure_channel(d.grpc_target)
+    yield service_pb2_grpc.GRPCInferenceServiceStub(ch)
+    ch.close()
+
+
+# ---------------------------------------------------------------- requests
+
+def seq_tensors(seq, batch=True):
+    """The inputs of one golden sequence, (name, array, datatype), as the
+    v2 tests send them: query/key/value (1, n, width), key_padding_mask
+    (1, S), attn_mask (L, S) BOOL or FP32."""
+    out = []
+    for f in ("query", "key", "value"):
+        if seq.get(f) is not None:
+            a = np.asarray(seq[f], dtype=np.float32)
+            out.append((f, a[None] if batch else a, "FP32"))
+    if seq.get("key_padding_mask") is not None:
+        out.append(("key_padding_mask", np.asarray(seq["key_padding_mask"], bool)[None], "BOOL"))
+    if seq.get("attn_mask") is not None:
+        if seq.get("attn_mask_kind") == "bool":
+            out.append(("attn_mask", np.asarray(seq["attn_mask"], bool), "BOOL"))
+        else:
+            out.append(("attn_mask", np.asarray(seq["attn_mask"], np.float32), "FP32"))
+    return out
+
+
+def seq_params(seq, sel=None):
+    p = {"causal": bool(seq.get("causal", False)), "attention": seq.get("attention", "none")}
+    if sel:
+        p["attention"] = sel["attention"]
+        if "attention_heads" in sel:
+            p["attention_heads"] = ",".join(str(h) for h in sel["attention_heads"])
+        if "attention_rows" in sel:
+            p["attention_rows"] = "%d:%d" % tuple(sel["attention_rows"])
+        if "attention_top_k" in sel:
+            p["attention_top_k"] = sel["attention_top_k"]
+    return p
+
+
+def grpc_inputs(tensors):
+    ins = []
+    for name, a, dt in tensors:
+        i = grpcclient.InferInput(name, list(a.shape), dt)
+        i.set_data_from_numpy(a)
+        ins.append(i)
+    return ins
+
+
+def grpc_raw(res):
+    """{name: (datatype, shape, raw bytes)} of a ModelInferResponse."""
+    resp = res.get_response() if hasattr(res, "get_response") else res
+    assert len(resp.raw_output_contents) == len(resp.outputs), resp
+    return {o.name: (o.datatype, list(o.shape), bytes(b))
+            for o, b in zip(resp.outputs, resp.raw_output_contents)}
+
+
+def http_binary(d, model, tensors, params, headers=None):
+    """POST /v2/models/{model}/infer with the binary extension both ways:
+    (status, {name: (datatype, shape, raw bytes)} or the error sentence,
+    parameters)."""
+    ins, blobs = [], []
+    for name, a, dt in tensors:
+        raw = np.ascontiguousarray(a, dtype=DT_NP[dt]).tobytes()
+        ins.append({"name": name, "shape": list(a.shape), "datatype": dt,
+                    "parameters": {"binary_data_size": len(raw)}})
+        blobs.append(raw)
+    # no "outputs": every output, in binary (binary_data_output)
+    head = json.dumps({"inputs": ins,
+                       "parameters": dict(params, binary_data_output=True)}).encode()
+    hdr = {"Inference-Header-Content-Length": str(len(head)),
+           "Content-Type": "application/octet-stream"}
+    hdr.update(headers or {})
+    r = requests.post("%s/v2/models/%s/infer" % (d.url, model), data=head + b"".join(blobs),
+                      headers=hdr, timeout=60)
+    if r.status_code != 200:
+        return r.status_code, r.json().get("error"), None
+    n = int(r.headers.get("Inference-Header-Content-Length", len(r.content)))
+    a = json.loads(r.content[:n])
+    at, outs = n, {}
+    for o in a["outputs"]:
+        size = o.get("parameters", {}).get("binary_data_size")
+        if size is None:
+            data = np.asarray(o["data"], dtype=DT_NP[o["datatype"]])
+            outs[o["name"]] = (o["datatype"], o["shape"], data.tobytes())
+        else:
+            outs[o["name"]] = (o["datatype"], o["shape"], r.content[at:at + size])
+            at += size
+    return 200, outs, a.get("parameters", {})
+
+
+def as_array(out):
+    dt, shape, raw = out
+    return np.frombuffer(raw, dtype=DT_NP[dt]).reshape(shape)
+
+
+def rpc_error(fn, *a, **kw):
+    with pytest.raises(grpc.RpcError) as e:
+        fn(*a, **kw)
+    return e.value
+
+
+def pb_request(model, tensors, params, raw=True):
+    """A ModelInferRequest by hand: raw_input_contents, or each input's contents."""
+    req = service_pb2.ModelInferRequest(model_name=model)
+    for k, v in params.items():
+        p = req.parameters[k]
+        if isinstance(v, bool):
+            p.bool_param = v
+        elif isinstance(v, int):
+            p.int64_param = v
+        else:
+            p.string_param = v
+    for name, a, dt in tensors:
+        t = req.inputs.add(name=name, datatype=dt, shape=list(a.shape))
+        if raw:
+            req.raw_input_contents.append(np.ascontiguousarray(a, dtype=DT_NP[dt]).tobytes())
+        elif dt == "FP32":
+            t.contents.fp32_contents.extend(np.asarray(a, np.float32).reshape(-1).tolist())
+        elif dt == "BOOL":
+            t.contents.bool_contents.extend(np.asarray(a, bool).reshape(-1).tolist())
+        elif dt == "INT64":
+            t.contents.int64_contents.extend(np.asarray(a, np.int64).reshape(-1).tolist())
+        elif dt == "INT32":
+            t.contents.int_contents.extend(np.asarray(a, np.int32).reshape(-1).tolist())
+        else:
+            raise ValueError(dt)
+    return req
+
+
+def health_check(target, service="", timeout=10, metadata=None):
+    """grpc.health.v1.Health/Check with the message's bytes written out:
+    HealthCheckRequest{1: service}; returns HealthCheckResponse's status."""
+    with grpc.insecure_channel(target) as ch:
+        call = ch.unary_unary("/grpc.health.v1.Health/Check")
+        s = service.encode()
+        req = (b"\x0a" + bytes([len(s)]) + s) if s else b""
+        resp = call(req, timeout=timeout, metadata=metadata)
+    if not resp:
+        return 0  # UNKNOWN, the default
+    assert resp[0] == 0x08 and len(resp) == 2, resp
+    return resp[1]
+
+
+def grpc_count(d, method, code):
+    """attnd_grpc_calls_total{method, code} now (0 when absent)."""
+    total = 0.0
+    for line in d.get("/metrics").text.splitlines():
+        if line.startswith("attnd_grpc_calls_total{") and 'method="%s"' % method in line \
+                and 'code="%s"' % code in line:
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+# ---------------------------------------------------------------- every call
+
+def test_server_live_ready_metadata(client, d):
+    assert client.is_server_live() is True
+    assert client.is_server_ready() is True
+    md = client.get_server_metadata()
+    http = d.get("/v2").json()
+    assert md.name == http["name"] and md.version == http["version"]
+    assert list(md.extensions) == http.get("extensions", [])
+
+
+@pytest.mark.parametrize("name", sorted(BY_NAME))
+def test_model_ready_and_metadata_equal_http(client, d, name):
+    assert client.is_model_ready(name) is True
+    md = client.get_model_metadata(name)
+    http = d.get("/v2/models/" + name).json()
+    assert md.name == name and md.platform == http["platform"] == "attnd_safetensors"
+    for mine, theirs in ((md.inputs, http["inputs"]), (md.outputs, http["outputs"])):
+        assert [(t.name, t.datatype, list(t.shape)) for t in mine] == \
+            [(t["name"], t["datatype"], t["shape"]) for t in theirs]
+
+
+def test_unknown_model_is_not_found(stub, d):
+    r = d.get("/v2/models/nope/ready")
+    assert r.status_code == 404
+    e = rpc_error(stub.ModelReady, service_pb2.ModelReadyRequest(name="nope"), timeout=10)
+    assert e.code() == grpc.StatusCode.NOT_FOUND, e
+    e = rpc_error(stub.ModelMetadata, service_pb2.ModelMetadataRequest(name="nope"), timeout=10)
+    assert e.code() == grpc.StatusCode.NOT_FOUND
+    assert e.details() == d.get("/v2/models/nope").json()["error"]
+
+
+def test_health_check(d):
+    assert health_check(d.grpc_target) == 1
+    assert health_check(d.grpc_target, "inference.GRPCInferenceService") == 1
+    e = rpc_error(health_check, d.grpc_target, "no.such.Service")
+    assert e.code() == grpc.StatusCode.NOT_FOUND
+
+
+# ---------------------------------------------------------------- numbers
+
+@pytest.mark.parametrize("name,i", CASES)
+def test_model_infer_bit_identical_to_http_and_torch(client, d, name, i):
+    """tritonclient's raw inputs; the same inputs as HTTP v2 binary: the
+    same outputs, datatypes, shapes and bits; torch's numbers to 1e-5."""
+    g, _ = BY_NAME[name]
+    seq = g["sequences"][i]
+    tensors, params = seq_tensors(seq), seq_params(seq)
+    res = client.infer(name, grpc_inputs(tensors), parameters=params)
+    got = grpc_raw(res)
+    status, want, _ = http_binary(d, name, tensors, params)
+    assert status == 200, want
+    assert got == want
+    out = as_array(got["output"])
+    assert rel_err(out, v2_ranked(seq["output"])) <= TOL
+    if params["attention"] != "none" and seq.get("attn_weights") is not None:
+        assert rel_err(as_array(got["attention"]),
+                       v2_ranked(seq["attn_weights"], params["attention"])) <= TOL
+    assert res.as_numpy("output").shape == out.shape
+
+
+@pytest.mark.parametrize("name,i", [c for c in CASES if c.values[0] in ("self_e30_h3",
+                                                                         "cross_e48_h4_k40_v24",
+                                                                         "nobias_e32_h4")])
+def test_contents_inputs_equal_raw_inputs(stub, name, i):
+    """Inputs in contents (fp32_contents, bool_contents) answer the bits of
+    the same inputs raw."""
+    g, _ = BY_NAME[name]
+    seq = g["sequences"][i]
+    tensors, params = seq_tensors(seq), seq_params(seq)
+    raw = grpc_raw(stub.ModelInfer(pb_request(name, tensors, params, raw=True), timeout=60))
+    typed = grpc_raw(stub.ModelInfer(pb_request(name, tensors, params, raw=False), timeout=60))
+    assert raw == typed
+    assert rel_err(as_array(typed["output"]), v2_ranked(seq["output"])) <= TOL
+
+
+@pytest.mark.parametrize("dt", ["INT64", "INT32"])
+def test_integer_contents_positions(stub, client, dt):
+    """A rope model's positions input in int64_contents / int_contents, and
+    raw through tritonclient: 0..L-1 given answer the bits of none given."""
+    g = DECODERS[0]
+    q = np.asarray(g["sequences"][0]["query"], np.float32)[None]
+    pos = np.arange(q.shape[1], dtype=np.int64 if dt == "INT64" else np.int32)
+    none = grpc_raw(stub.ModelInfer(pb_request(g["name"], [("query", q, "FP32")], {}),
+                                    timeout=60))
+    tensors = [("query", q, "FP32"), ("positions", pos, dt)]
+    typed = grpc_raw(stub.ModelInfer(pb_request(g["name"], tensors, {}, raw=False), timeout=60))
+    raw = grpc_raw(client.infer(g["name"], grpc_inputs(tensors)))
+    assert typed == none and raw == none
+    assert rel_err(as_array(none["output"])[0], np.asarray(g["sequences"][0]["output"])) <= TOL
+    # shifted positions change the answer: the input is read, not ignored
+    moved = [("query", q, "FP32"), ("positions", pos + 3, dt)]
+    assert grpc_raw(stub.ModelInfer(pb_request(g["name"], moved, {}, raw=False),
+                                    timeout=60)) != none
+
+
+@pytest.mark.parametrize("name,i,j", SEL_CASES)
+@pytest.mark.parametrize("datatype", [None, "FP16", "BF16"])
+def test_selections_bit_identical_to_http(client, d, name, i, j, datatype):
+    g, _ = BY_NAME[name]
+    seq = g["sequences"][i]
+    sel = seq["selections"][j]
+    tensors, params = seq_tensors(seq), seq_params(seq, sel)
+    if datatype:
+        params["attention_datatype"] = datatype
+    got = grpc_raw(client.infer(name, grpc_inputs(tensors), parameters=params))
+    status, want, _ = http_binary(d, name, tensors, params)
+    assert status == 200, want
+    assert got == want
+    if sel.get("attention_top_k"):
+        assert {"attention_topk_indices", "attention_topk_values"} <= set(got)
+    else:
+        assert got["attention"][0] == (datatype or "FP32")
+
+
+# ---------------------------------------------------------------- errors
+
+def bad_bodies():
+    """(model, tensors, params, status) that the HTTP v2 route refuses."""
+    g, _ = BY_NAME["self_e16_h1"]
+    q = np.asarray(g["sequences"][0]["query"], np.float32)[None]
+    return [
+        ("self_e16_h1", [("query", q[:, :, :8].copy(), "FP32")], {}, 400),
+        ("self_e16_h1", [("query", q, "FP32")], {"attention": "sideways"}, 400),
+        ("self_e16_h1", [("query", q, "FP32")], {"attention_top_k": 99,
+                                                 "attention": "mean"}, 400),
+        ("self_e16_h1", [("nonsense", q, "FP32")], {}, 400),
+        ("no_such_model", [("query", q, "FP32")], {}, 404),
+        ("self_e16_h1", [("query", q, "FP32")],
+         {"session_id": "0123456789abcdef0123456789abcdef"}, 404),
+    ]
+
+
+@pytest.mark.parametrize("k", range(6))
+def test_refusals_carry_the_http_sentence(stub, d, k):
+    model, tensors, params, status = bad_bodies()[k]
+    st, msg, _ = http_binary(d, model, tensors, params)
+    assert st == status, (st, msg)
+    e = rpc_error(stub.ModelInfer, pb_request(model, tensors, params), timeout=30)
+    assert e.code() == CODES[status], (e.code(), e.details())
+    assert e.details() == msg
+
+
+def test_message_over_max_body_bytes(daemons):
+    """A message over server.max_body_bytes: RESOURCE_EXHAUSTED from gRPC
+    itself; a 413 (limits.max_tokens_per_request): RESOURCE_EXHAUSTED with
+    the HTTP sentence."""
+    dd = daemons(full_config(server={"max_body_bytes": 4096},
+                             limits={"max_tokens_per_request": 32}))
+    q = np.zeros((1, 64, 16), np.float32)  # 4 KiB of floats and the rest
+    with grpc.insecure_channel(dd.grpc_target) as ch:
+        s = service_pb2_grpc.GRPCInferenceServiceStub(ch)
+        e = rpc_error(s.ModelInfer, pb_request("self_e16_h1", [("query", q, "FP32")], {}),
+                      timeout=30)
+        assert e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, e
+        ok = s.ModelInfer(pb_request("self_e16_h1", [("query", q[:, :4], "FP32")], {}),
+                          timeout=30)
+        assert as_array(grpc_raw(ok)["output"]).shape == (1, 4, 16)
+        many = [("query", q[:, :40].copy(), "FP32")]  # 2560 bytes, 80 tokens
+        st, msg, _ = http_binary(dd, "self_e16_h1", many, {})
+        assert st == 413, msg
+        e = rpc_error(s.ModelInfer, pb_request("self_e16_h1", many, {}), timeout=30)
+        assert e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and e.details() == msg
+
+
+def test_queue_full_is_resource_exhausted(daemons):
+    """429 (max_queue_requests 1 with a long queue delay: the second request
+    finds the queue full) is RESOURCE_EXHAUSTED with the HTTP sentence; 409
+    is in the x-session-id test."""
+    dd = daemons(full_config(batching={"max_queue_delay_us": 1500000, "max_queue_requests": 1}))
+    g, _ = BY_NAME["self_e16_h1"]
+    q = np.asarray(g["sequences"][0]["query"], np.float32)[None]
+    with grpc.insecure_channel(dd.grpc_target) as ch:
+        s = service_pb2_grpc.GRPCInferenceServiceStub(ch)
+        first = s.ModelInfer.future(pb_request("self_e16_h1", [("query", q, "FP32")], {}),
+                                    timeout=60)
+        # queued, waiting out the delay
+        assert wait_until(lambda: queue_depth(dd) == 1, 10), dd.get("/metrics").text[-2000:]
+        st, msg, _ = http_binary(dd, "self_e16_h1", [("query", q, "FP32")], {})
+        e = rpc_error(s.ModelInfer, pb_request("self_e16_h1", [("query", q, "FP32")], {}),
+                      timeout=60)
+        assert first.result().outputs
+        assert st == 429, msg
+        assert e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, e
+        assert e.details() == msg
+
+
+def queue_depth(d):
+    total = 0.0
+    for line in d.get("/metrics").text.splitlines():
+        if line.startswith("attnd_queue_depth"):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def test_permission_denied_without_model_control(stub, d):
+    r = d.post("/v2/repository/index", {})
+    assert r.status_code == 403
+    e = rpc_error(stub.RepositoryIndex, service_pb2.RepositoryIndexRequest(), timeout=10)
+    assert e.code() == grpc.StatusCode.PERMISSION_DENIED and e.details() == r.json()["error"]
+    e = rpc_error(stub.RepositoryModelUnload,
+                  service_pb2.RepositoryModelUnloadRequest(model_name="self_e16_h1"), timeout=10)
+    assert e.code() == grpc.StatusCode.PERMISSION_DENIED
+
+
+# ---------------------------------------------------------------- the key
+
+def test_api_key(daemons):
+    dd = daemons(full_config(), env={"ATTND_API_KEY": KEY})
+    g, _ = BY_NAME["self_e16_h1"]
+    tensors = seq_tensors(g["sequences"][0])
+    with grpc.insecure_channel(dd.grpc_target) as ch:
+        s = service_pb2_grpc.GRPCInferenceServiceStub(ch)
+        # the open calls, as /v2/health/*
+        assert s.ServerLive(service_pb2.ServerLiveRequest(), timeout=10).live
+        assert s.ServerReady(service_pb2.ServerReadyRequest(), timeout=10).ready
+        assert s.ModelReady(service_pb2.ModelReadyRequest(name="self_e16_h1"), timeout=10).ready
+        assert health_check(dd.grpc_target) == 1
+        req = pb_request("self_e16_h1", tensors, {})
+        st, msg, _ = http_binary(dd, "self_e16_h1", tensors, {})
+        assert st == 401
+        for md in (None, [("authorization", "Bearer wrong")], [("authorization", KEY)]):
+            e = rpc_error(s.ModelInfer, req, timeout=10, metadata=md)
+            assert e.code() == grpc.StatusCode.UNAUTHENTICATED, (md, e)
+            # the HTTP sentence (Authorization travels as gRPC metadata)
+            assert e.details() == msg, \
+                (e.details(), msg)
+        e = rpc_error(s.ServerMetadata, service_pb2.ServerMetadataRequest(), timeout=10)
+        assert e.code() == grpc.StatusCode.UNAUTHENTICATED
+        good = [("authorization", "Bearer " + KEY)]
+        out = grpc_raw(s.ModelInfer(req, timeout=30, metadata=good))
+        assert rel_err(as_array(out["output"]), v2_ranked(g["sequences"][0]["output"])) <= TOL
+        assert s.ServerMetadata(service_pb2.ServerMetadataRequest(), timeout=10,
+                                metadata=good).name
+
+
+# ---------------------------------------------------------------- deadlines
+
+@pytest.fixture(scope="module")
+def slow(daemons):
+    """A queue delay of 2 s while compute is idle: a lone request waits it."""
+    return daemons(full_config(batching={"max_queue_delay_us": 2000000}))
+
+
+def test_client_deadline_is_deadline_exceeded(slow):
+    g, _ = BY_NAME["self_e16_h1"]
+    tensors = seq_tensors(g["sequences"][0])
+    c = grpcclient.InferenceServerClient(slow.grpc_target)
+    with pytest.raises(InferenceServerException) as e:
+        c.infer("self_e16_h1", grpc_inputs(tensors), client_timeout=0.3)
+    assert "DEADLINE_EXCEEDED" in str(e.value.status()), e.value
+    c.close()
+
+
+def test_timeout_ms_is_504_and_deadline_exceeded(slow):
+    g, _ = BY_NAME["self_e16_h1"]
+    tensors = seq_tensors(g["sequences"][0])
+    st, msg, _ = http_binary(slow, "self_e16_h1", tensors, {"timeout_ms": 200})
+    assert st == 504, msg
+    with grpc.insecure_channel(slow.grpc_target) as ch:
+        s = service_pb2_grpc.GRPCInferenceServiceStub(ch)
+        e = rpc_error(s.ModelInfer, pb_request("self_e16_h1", tensors, {"timeout_ms": 200}),
+                      timeout=30)
+        assert e.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        assert e.details() == msg
+
+
+# ---------------------------------------------------------------- one queue
+
+def test_mixed_http_and_grpc_load_share_batches(daemons):
+    dd = daemons(full_config(batching={"max_queue_delay_us": 20000}))
+    work = [(name, i) for name in ("self_e30_h3", "nobias_e32_h4", "self_e64_h8")
+            for i in range(len(BY_NAME[name][0]["sequences"]))]
+    wants = {}
+    for name, i in work:
+        seq = BY_NAME[name][0]["sequences"][i]
+        st, out, _ = http_binary(dd, name, seq_tensors(seq), seq_params(seq))
+        assert st == 200
+        wants[(name, i)] = out
+    errors, batches = [], []
+    c = grpcclient.InferenceServerClient(dd.grpc_target)
+
+    def run(k):
+        try:
+            for rep in range(3):
+                for n, (name, i) in enumerate(work):
+                    seq = BY_NAME[name][0]["sequences"][i]
+                    tensors, params = seq_tensors(seq), seq_params(seq)
+                    if (k + n + rep) % 2:
+                        res = c.infer(name, grpc_inputs(tensors), parameters=params)
+                        got = grpc_raw(res)
+                        batches.append(("grpc", res.get_response().parameters["batch"]
+                                        .int64_param))
+                    else:
+                        st, got, p = http_binary(dd, name, tensors, params)
+                        assert st == 200, got
+                        batches.append(("http", p.get("batch")))
+                    assert got == wants[(name, i)], (name, i)
+        except Exception as e:  # reported below
+            errors.append(repr(e))
+
+    ts = [threading.Thread(target=run, args=(k,)) for k in range(6)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(300)
+    c.close()
+    assert not errors, errors[:3]
+    assert any(b and b > 1 for kind, b in batches if kind == "grpc"), batches[:20]
+    assert any(b and b > 1 for kind, b in batches if kind == "http"), batches[:20]
+
+
+# ---------------------------------------------------------------- sessions
+
+def dec_rows(g):
+    return np.asarray(g["sequences"][0]["query"], np.float32)
+
+
+def q_in(rows):
+    return grpc_inputs([("query", rows[None], "FP32")])
+
+
+@pytest.mark.parametrize("g", DECODERS, ids=[g["name"] for g in DECODERS])
+def test_session_unary_steps_equal_whole(client, g):
+    q = dec_rows(g)
+    name = g["name"]
+    whole = client.infer(name, q_in(q), parameters={"causal": True}).as_numpy("output")
+    assert rel_err(whole[0], np.asarray(g["sequences"][0]["output"])) <= TOL
+    first = client.infer(name, q_in(q[:5]), parameters={"session_open": True})
+    p = first.get_response().parameters
+    sid = p["session_id"].string_param
+    assert p["cached_tokens"].int64_param == 5
+    outs = [first.as_numpy("output")]
+    at = 5
+    for n in (1, 2, 1, 3):
+        # the last step closes the session once it is answered
+        r = client.infer(name, q_in(q[at:at + n]),
+                         parameters={"session_id": sid, "session_close": n == 3})
+        assert r.get_response().parameters["cached_tokens"].int64_param == at + n
+        outs.append(r.as_numpy("output"))
+        at += n
+    got = np.concatenate(outs, axis=1)
+    assert np.array_equal(got.view(np.uint32), whole[:, :at].view(np.uint32))
+    # closed with its last step: a step now is NOT_FOUND
+    with pytest.raises(InferenceServerException) as e:
+        client.infer(name, q_in(q[at:at + 1]), parameters={"session_id": sid})
+    assert "NOT_FOUND" in str(e.value.status())
+
+
+def test_session_over_model_stream_infer(client, d):
+    g = DECODERS[0]
+    q = dec_rows(g)
+    name = g["name"]
+    whole = client.infer(name, q_in(q), parameters={"causal": True}).as_numpy("output")
+    answers = queue.Queue()
+    client.start_stream(callback=lambda result, error: answers.put((result, error)))
+    try:
+        client.async_stream_infer(name, q_in(q[:3]), parameters={"session_open": True},
+                                  request_id="open")
+        res, err = answers.get(timeout=60)
+        assert err is None, err
+        sid = res.get_response().parameters["session_id"].string_param
+        outs = [res.as_numpy("output")]
+        # every step sent at once: answered one by one, in order
+        for at in range(3, len(q)):
+            client.async_stream_infer(name, q_in(q[at:at + 1]),
+                                      parameters={"session_id": sid}, request_id="s%d" % at)
+        # a refused message answers error_message and the stream goes on
+        client.async_stream_infer("no_such_model", q_in(q[:1]), request_id="bad")
+        client.async_stream_infer(name, grpc_inputs([]),
+                                  parameters={"session_id": sid, "session_close": True},
+                                  request_id="close")
+        for at in range(3, len(q)):
+            res, err = answers.get(timeout=60)
+            assert err is None, err
+            assert res.get_response().id == "s%d" % at
+            assert res.get_response().parameters["cached_tokens"].int64_param == at + 1
+            outs.append(res.as_numpy("output"))
+        res, err = answers.get(timeout=60)
+        assert res is None and err is not None
+        st, msg, _ = http_binary(d, "no_such_model", [("query", q[None, :1], "FP32")], {})
+        assert st == 404 and err.message() == msg, (err.message(), msg)
+        res, err = answers.get(timeout=60)
+        assert err is None, err
+        p = res.get_response().parameters
+        assert p["session_closed"].bool_param is True and p["session_id"].string_param == sid
+        assert len(res.get_response().outputs) == 0
+    finally:
+        client.stop_stream()
+    got = np.concatenate(outs, axis=1)
+    assert np.array_equal(got.view(np.uint32), whole.view(np.uint32))
+
+
+def test_session_close_alone_over_http_v2_and_x_session_id(stub, client, d):
+    g = DECODERS[1]
+    q = dec_rows(g)
+    name = g["name"]
+    sid = "00112233445566778899aabbccddeeff"
+    md = [("x-session-id", sid)]
+    r = stub.ModelInfer(pb_request(name, [("query", q[None, :4], "FP32")],
+                                   {"session_open": True}), timeout=30, metadata=md)
+    assert r.parameters["session_id"].string_param == sid
+    # taken: 409 ABORTED with the HTTP sentence
+    e = rpc_error(stub.ModelInfer, pb_request(name, [("query", q[None, :4], "FP32")],
+                                              {"session_open": True}), timeout=30, metadata=md)
+    st, msg, _ = http_binary(d, name, [("query", q[None, :4], "FP32")], {"session_open": True},
+                             headers={"X-Session-Id": sid})
+    assert st == 409 and e.code() == grpc.StatusCode.ABORTED and e.details() == msg
+    # a step over HTTP v2 with session_close: answered, then closed
+    st, out, p = http_binary(d, name, [("query", q[None, 4:5], "FP32")],
+                             {"session_id": sid, "session_close": True})
+    assert st == 200 and p["cached_tokens"] == 5
+    whole = client.infer(name, q_in(q[:5]), parameters={"causal": True}).as_numpy("output")
+    assert as_array(out["output"]).tobytes() == whole[:, 4:5].tobytes()
+    st, msg, _ = http_binary(d, name, [("query", q[None, 5:6], "FP32")], {"session_id": sid})
+    assert st == 404, msg
+    # session_close alone over HTTP v2 (JSON body, no inputs)
+    r = stub.ModelInfer(pb_request(name, [("query", q[None, :2], "FP32")],
+                                   {"session_open": True}), timeout=30)
+    sid2 = r.parameters["session_id"].string_param
+    h = d.post("/v2/models/%s/infer" % name,
+               {"inputs": [], "parameters": {"session_id": sid2, "session_close": True}})
+    assert h.status_code == 200, h.text
+    a = h.json()
+    assert a["parameters"]["session_closed"] is True and a["parameters"]["session_id"] == sid2
+    assert not a.get("outputs")
+    e = rpc_error(stub.ModelInfer, pb_request(name, [("query", q[None, 2:3], "FP32")],
+                                              {"session_id": sid2}), timeout=30)
+    assert e.code() == grpc.StatusCode.NOT_FOUND
+
+
+# ---------------------------------------------------------------- operations
+
+def test_metrics_access_log_and_traceparent(d, stub):
+    before_ok = grpc_count(d, "ModelInfer", "OK")
+    before_nf = grpc_count(d, "ModelInfer", "NOT_FOUND")
+    before_live = grpc_count(d, "ServerLive", "OK")
+    g, _ = BY_NAME["self_e16_h1"]
+    tensors = seq_tensors(g["sequences"][0])
+    trace, span = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+    md = [("traceparent", "00-%s-%s-01" % (trace, span)), ("x-request-id", "grpc-trace-1")]
+    stub.ModelInfer(pb_request("self_e16_h1", tensors, {}), timeout=30, metadata=md)
+    stub.ModelInfer(pb_request("self_e16_h1", tensors, {}), timeout=30)
+    rpc_error(stub.ModelInfer, pb_request("nope", tensors, {}), timeout=30,
+              metadata=[("x-request-id", "grpc-nf-1")])
+    stub.ServerLive(service_pb2.ServerLiveRequest(), timeout=10)
+    assert wait_until(lambda: grpc_count(d, "ModelInfer", "OK") == before_ok + 2, 10), \
+        grpc_count(d, "ModelInfer", "OK")
+    assert grpc_count(d, "ModelInfer", "NOT_FOUND") == before_nf + 1
+    assert grpc_count(d, "ServerLive", "OK") == before_live + 1
+
+    def line(rid):
+        ls = [ln for ln in d.stdout().splitlines() if rid in ln and "path=" in ln]
+        return ls[-1] if ls else None
+    assert wait_until(lambda: line("grpc-trace-1") and line("grpc-nf-1"), 10), d.stdout()[-2000:]
+    ok = line("grpc-trace-1")
+    assert "method=GRPC" in ok and "path=/inference.GRPCInferenceService/ModelInfer" in ok, ok
+    assert "status=200" in ok
+    assert "trace_id=%s" % trace in ok, ok
+    assert "span_id=%s" % span not in ok  # the call's own span, a child of the caller's
+    nf = line("grpc-nf-1")
+    assert "status=404" in nf, nf
+
+
+def test_drain_with_calls_in_flight(fresh_daemons):
+    dd = fresh_daemons(full_config(batching={"max_queue_delay_us": 1000000},
+                                   server={"drain_grace_s": 30}))
+    g, _ = BY_NAME["self_e30_h3"]
+    seqs = g["sequences"]
+    c = grpcclient.InferenceServerClient(dd.grpc_target)
+    ch = grpc.insecure_channel(dd.grpc_target)
+    s = service_pb2_grpc.GRPCInferenceServiceStub(ch)
+    futs = [(seq, s.ModelInfer.future(pb_request(g["name"], seq_tensors(seq), seq_params(seq)),
+                                      timeout=60)) for seq in seqs[:4]]
+    time.sleep(0.3)  # the calls are queued behind the 1 s delay
+    dd.send_signal(signal.SIGTERM)
+    # a call after SIGTERM is not taken: UNAVAILABLE (the server's 503, or
+    # the port already closed)
+    late = rpc_error(s.ModelInfer, pb_request(g["name"], seq_tensors(seqs[0]), {}), timeout=30)
+    for seq, f in futs:
+        out = grpc_raw(f.result())
+        assert rel_err(as_array(out["output"]), v2_ranked(seq["output"])) <= TOL
+    assert dd.wait_exit(60) == 0, dd.logs(3000)
+    ch.close()
+    c.close()
+    assert late.code() == grpc.StatusCode.UNAVAILABLE, late
+
+
+def test_grpc_port_zero_and_free_port(fresh_daemons):
+    off = fresh_daemons(full_config(), env={"ATTND_GRPC_PORT": "0"})
+    assert off.get("/v2/health/ready").status_code == 200
+    g, _ = BY_NAME["self_e16_h1"]
+    st, out, _ = http_binary(off, "self_e16_h1", seq_tensors(g["sequences"][0]), {})
+    assert st == 200
+    e = rpc_error(health_check, off.grpc_target, timeout=2)
+    assert e.code() == grpc.StatusCode.UNAVAILABLE
+    free = fresh_daemons(full_config(), env={"ATTND_GRPC_PORT": "-1"})
+    # the log says which port it took: "grpc: ... on 127.0.0.1:0 (port N)"
+    found = re.findall(r"grpc: .* \(port (\d+)\)", free.stdout() + free.stderr())
+    assert found, (free.stdout() + free.stderr())[-2000:]
+    assert _answers(int(found[-1]))
+
+
+def _answers(port):
+    try:
+        return health_check("127.0.0.1:%d" % port, timeout=3) == 1
+    except grpc.RpcError:
+        return False
+
+
+# ---------------------------------------------------------------- the repository
+
+def test_repository_calls_with_explicit_model_control(daemons):
+    """RepositoryIndex, RepositoryModelLoad (config parameter) and
+    RepositoryModelUnload through tritonclient: the index equals
+    POST /v2/repository/index, a loaded model answers torch's numbers of its
+    weights, an unloaded one is no longer ready."""
+    folder = daemons.next_workdir()
+    a = support.Model.random("a", 32, 4, seed=1)
+    a.save(str(folder / "a.safetensors"))
+    b = support.Model.random("b", 32, 4, seed=2)
+    b.save(str(folder / "b.safetensors"))
+    dd = daemons({"server": {"model_control": "explicit", "model_dir": str(folder)},
+                  "models": [{"name": "a", "embed_dim": 32, "num_heads": 4,
+                              "weights": str(a.path)}]})
+    c = grpcclient.InferenceServerClient(dd.grpc_target)
+
+    def index():
+        got = c.get_model_repository_index().models
+        return sorted((m.name, m.version, m.state) for m in got)
+
+    def http_index():
+        return sorted((m["name"], m.get("version", ""), m.get("state", ""))
+                      for m in dd.post("/v2/repository/index", {}).json())
+
+    assert index() == http_index() and ("a", "1", "READY") in index()
+    c.load_model("b", config=json.dumps({"name": "b", "embed_dim": 32, "num_heads": 4,
+                                         "weights": str(b.path)}))
+    assert c.is_model_ready("b")
+    assert index() == http_index() and ("b", "1", "READY") in index()
+    q = np.round(np.random.default_rng(3).standard_normal((1, 5, 32)), 3).astype(np.float32)
+    out = c.infer("b", grpc_inputs([("query", q, "FP32")])).as_numpy("output")
+    assert rel_err(out[0], b.forward(q[0])[0]) <= TOL
+    c.unload_model("a")
+    # unloaded: ModelReady NOT_FOUND, as GET /v2/models/a/ready is 404
+    assert dd.get("/v2/models/a/ready").status_code == 404
+    with pytest.raises(InferenceServerException) as e:
+        c.is_model_ready("a")
+    assert "NOT_FOUND" in str(e.value.status())
+    assert index() == http_index() and ("a", "1", "READY") not in index()
+    with pytest.raises(InferenceServerException) as e:
+        c.infer("a", grpc_inputs([("query", q, "FP32")]))
+    st, msg, _ = http_binary(dd, "a", [("query", q, "FP32")], {})
+    assert str(e.value.status()).endswith(CODES[st].name), (e.value, st)
+    assert msg in str(e.value)
+    c.close()
