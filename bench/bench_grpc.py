@@ -26,6 +26,7 @@ import os
 import queue
 import random
 import re
+import resource
 import shutil
 import socket
 import statistics
@@ -78,6 +79,11 @@ class Daemon:
                 time.sleep(0.1)
         sys.exit("bench_grpc: the daemon did not start:\n" + open(self.log).read())
 
+    def cpu_s(self):
+        """The daemon's user + system CPU seconds so far."""
+        f = open("/proc/%d/stat" % self.proc.pid).read().rsplit(")", 1)[1].split()
+        return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
     def blas_core(self):
         m = re.search(r"blas core (\S+ \([^)]*\))", open(self.log).read())
         return m.group(1) if m else "unknown"
@@ -100,6 +106,22 @@ def proto_modules(tmp):
     return importlib.import_module("inference_pb2"), importlib.import_module("inference_pb2_grpc")
 
 
+def children_cpu_s():
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def with_cpu(daemon, seconds, run):
+    """run()'s (req/s, p50, errors) and the CPU ms a request that the daemon
+    and the load generator spent, over the 2 s warm-up and the run (the
+    warm-up's requests counted at the run's rate)."""
+    d0, c0 = daemon.cpu_s(), children_cpu_s()
+    rps, p50, errors = run()
+    d1, c1 = daemon.cpu_s(), children_cpu_s()
+    n = rps * (seconds + 2)  # the 2 s warm-up runs at about the same rate
+    return rps, p50, errors, (d1 - d0) * 1e3 / n, (c1 - c0) * 1e3 / n
+
+
 def wrk_rps(port, body, seconds, conns, lua):
     env = dict(os.environ, BODY=body)
     url = "http://127.0.0.1:%d/v1/attention" % port
@@ -113,7 +135,8 @@ def wrk_rps(port, body, seconds, conns, lua):
 
 def ghz_rps(ghz, port, data, seconds, conns, connections):
     """ModelInfer requests/s: answers OK over the run's time. ghz cuts the
-    calls in flight when the time is up (Unavailable); those are not counted."""
+    calls in flight when the time is up ("... is closing"); those are not
+    counted, as errors or as answers."""
     args = [ghz, "--insecure", "--proto", os.path.join(ROOT, "server/grpc/inference.proto"),
             "--call", "inference.GRPCInferenceService.ModelInfer", "-D", data,
             "-c", str(conns), "--connections", str(connections), "-O", "json",
@@ -124,7 +147,7 @@ def ghz_rps(ghz, port, data, seconds, conns, connections):
     ok = r.get("statusCodeDistribution", {}).get("OK", 0)
     p50 = next(x["latency"] for x in r["latencyDistribution"] if x["percentage"] == 50) / 1e6
     errors = {k: v for k, v in r.get("errorDistribution", {}).items()
-              if "transport is closing" not in k}
+              if "is closing" not in k}
     for k, v in errors.items():
         print("ghz: %d x %s" % (v, k), file=sys.stderr)
     return ok / (r["total"] / 1e9), p50, sum(errors.values())
@@ -162,6 +185,15 @@ def infer_request(pb, model, shape, raw, params=None):
     return req
 
 
+def steps_cpu(daemon, run):
+    """run()'s steps/s, and the CPU ms a step of the daemon and of this
+    process (the client, grpcio's threads included)."""
+    d0, c0 = daemon.cpu_s(), time.process_time()
+    rate, steps = run()
+    d1, c1 = daemon.cpu_s(), time.process_time()
+    return rate, 0.0, 0, (d1 - d0) * 1e3 / steps, (c1 - c0) * 1e3 / steps
+
+
 def http_steps(port, prefix, step, steps):
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     opened = json.loads(http_post(conn, "/v1/sessions", json.dumps({
@@ -176,7 +208,7 @@ def http_steps(port, prefix, step, steps):
     rate = steps / (time.perf_counter() - t0)
     conn.request("DELETE", "/v1/sessions/" + opened["session"])
     conn.getresponse().read()
-    return rate
+    return rate, steps
 
 
 def grpc_steps(pb, stub, prefix, step, steps):
@@ -201,7 +233,7 @@ def grpc_steps(pb, stub, prefix, step, steps):
         "session_id": pb.InferParameter(string_param=sid),
         "session_close": pb.InferParameter(bool_param=True)}))
     requests.put(None)
-    return rate
+    return rate, steps
 
 
 def large_config(tmp, rnd):
@@ -267,13 +299,15 @@ def main():
               args.runs, args.connections, args.seconds, args.grpc_connections,
               args.connections), flush=True)
     for _ in range(args.runs):
-        add("http_small", wrk_rps(d.port, small_http, args.seconds, args.connections, lua))
-        add("grpc_small", ghz_rps(args.ghz, d.grpc_port, small_grpc, args.seconds,
-                                  args.connections, args.grpc_connections))
+        add("http_small", with_cpu(d, args.seconds, lambda: wrk_rps(
+            d.port, small_http, args.seconds, args.connections, lua)))
+        add("grpc_small", with_cpu(d, args.seconds, lambda: ghz_rps(
+            args.ghz, d.grpc_port, small_grpc, args.seconds, args.connections,
+            args.grpc_connections)))
     stub = pb_grpc.GRPCInferenceServiceStub(grpc.insecure_channel("127.0.0.1:%d" % d.grpc_port))
     for _ in range(args.runs):
-        add("http_steps", http_steps(d.port, small, step, args.steps))
-        add("grpc_steps", grpc_steps(pb, stub, small, step, args.steps))
+        add("http_steps", steps_cpu(d, lambda: http_steps(d.port, small, step, args.steps)))
+        add("grpc_steps", steps_cpu(d, lambda: grpc_steps(pb, stub, small, step, args.steps)))
     d.stop()
 
     d = Daemon(args.attnd, tmp, {"ATTND_CONFIG": large_config(tmp, rnd)})
@@ -295,6 +329,8 @@ def main():
 def report(rows, args):
     m = {k: statistics.median(x if isinstance(x, float) else x[0] for x in v)
          for k, v in rows.items()}
+    cpu = {k: [statistics.median(x[i] for x in v) for i in (3, 4)]
+           for k, v in rows.items() if not k.endswith("large")}
     p50 = {k: statistics.median(x[1] for x in v) for k, v in rows.items() if k.endswith("small")}
     err = {k: sum(x[2] for x in v) for k, v in rows.items() if k.endswith("small")}
     runs = {k: " ".join("%.0f" % (x if isinstance(x, float) else x[0]) if not k.endswith("large")
@@ -316,6 +352,14 @@ def report(rows, args):
     print("each run (HTTP | gRPC): small req/s %s | %s; large ms %s | %s; steps/s %s | %s"
           % (runs["http_small"], runs["grpc_small"], runs["http_large"], runs["grpc_large"],
              runs["http_steps"], runs["grpc_steps"]))
+    print("small requests, CPU ms a request (medians): daemon HTTP %.2f, gRPC %.2f; "
+          "load generator wrk %.2f, ghz %.2f (they share the same %d cpus)"
+          % (cpu["http_small"][0], cpu["grpc_small"][0], cpu["http_small"][1],
+             cpu["grpc_small"][1], os.cpu_count()))
+    print("session steps, CPU ms a step (medians): daemon HTTP %.3f, gRPC %.3f; "
+          "client (this Python) HTTP %.3f, gRPC %.3f"
+          % (cpu["http_steps"][0], cpu["grpc_steps"][0], cpu["http_steps"][1],
+             cpu["grpc_steps"][1]))
     if err["http_small"] or err["grpc_small"]:
         print("errors: wrk %d, ghz %d (besides ghz's calls cut at the end of a run)"
               % (err["http_small"], err["grpc_small"]))
