@@ -13,6 +13,7 @@
 #                   and the core at 1 to 64 threads simulated (bench/bench_scale.c)
 #   make bench-http     wrk against the daemon, and codec costs
 #   make bench-decode   KV-cache session steps against re-sending the prefix
+#   make bench-grpc     gRPC (ghz, ModelStreamInfer) against HTTP base64, one table
 #   make bench-client   the Python and JavaScript clients' round trips against raw HTTP
 #   make bench-reload   a steady load's latency while a large layer reloads every second
 #   make docker-test, make scaleout-test   the image, and replicas behind nginx
@@ -61,7 +62,7 @@ TESTS      := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 BENCHES    := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
 .PHONY: all deps deps-run deps-bench test test-unit test-blackbox test-abuse soak asan tsan valgrind run bench bench-http bench-decode clean fuzz fuzz-smoke fuzz-long venv
-.PHONY: test-client test-js bench-client bench-reload layers-check
+.PHONY: test-client test-js bench-client bench-reload bench-grpc layers-check
 .PHONY: docker-test scaleout-test golden-decoder-check format format-check otelcol
 
 all: $(BUILD)/attnd $(LIBS)
@@ -503,6 +504,32 @@ bench-http: deps-bench
 	$(MAKE) all $(BUILD)/bench/bench_codec
 	ATTND_BIN=$(BUILD)/attnd BENCH_CODEC=$(BUILD)/bench/bench_codec sh bench/bench_http.sh
 	ATTND_BIN=$(BUILD)/attnd BENCH_VENV=$(BUILD)/bench-venv sh bench/bench_json.sh
+
+# ghz, the gRPC load generator of make bench-grpc: bench/ghz/ pins it and
+# every module it pulls in (go.mod, go.sum); Go fetches them from the module
+# proxy, as for build/otelcol. Bench infrastructure, built once into build/ghz/.
+GHZ := build/ghz/ghz
+$(GHZ): bench/ghz/tools.go bench/ghz/go.mod bench/ghz/go.sum
+	@command -v go >/dev/null || { echo "go is missing: make bench-grpc builds ghz with it (README: Tests)"; exit 1; }
+	cd bench/ghz && go build -buildvcs=false -trimpath -o $(abspath $@) github.com/bojand/ghz/cmd/ghz
+
+# The bench's Python side (grpcio, grpcio-tools), pinned in
+# bench/requirements-grpc.txt.
+GRPC_BENCH_VENV ?= $(BUILD)/bench-grpc-venv
+$(GRPC_BENCH_VENV)/.stamp: bench/requirements-grpc.txt
+	$(PYTHON) -m venv $(GRPC_BENCH_VENV)
+	$(GRPC_BENCH_VENV)/bin/pip install -q -r bench/requirements-grpc.txt
+	touch $@
+
+# gRPC against HTTP base64 on one daemon build, in one table: small
+# requests' requests/s (ghz against wrk, 64 in flight), a large request's
+# round trip, session steps over ModelStreamInfer against HTTP steps, and
+# whether issue 30's goals are met (bench/bench_grpc.py; nothing asserted).
+# BENCH_GRPC_ARGS passes options, e.g. "--seconds 3 --runs 1" for a short run.
+BENCH_GRPC_ARGS ?=
+bench-grpc: deps-bench
+	$(MAKE) all $(GHZ) $(GRPC_BENCH_VENV)/.stamp
+	$(GRPC_BENCH_VENV)/bin/python bench/bench_grpc.py --attnd $(BUILD)/attnd --ghz $(GHZ) $(BENCH_GRPC_ARGS)
 
 # Deployment (tests/deploy/): docker-test lints docker/, checks the Kubernetes
 # and KServe manifests against schemas and the daemon, builds the image with

@@ -40,7 +40,7 @@ free_port() {
 # start ENV... -- ARGS...: starts the daemon, waits for /health
 start() {
     PORT=$(free_port)
-    env "$@" "$BIN" --host 127.0.0.1 --port "$PORT" >"$TMP/daemon.log" 2>&1 &
+    env "$@" "$BIN" --host 127.0.0.1 --port "$PORT" --grpc-port 0 >"$TMP/daemon.log" 2>&1 &
     PID=$!
     i=0
     until curl -sf "http://127.0.0.1:$PORT/health" >/dev/null 2>&1; do

@@ -1,0 +1,369 @@
+"""bench_grpc.py - attnd's gRPC side against its HTTP side, one table.
+
+All against one build on this machine, each part on a fresh daemon that
+serves HTTP and gRPC at once (issue 30's three goals):
+  1. small requests (16x512, the default model) at the same concurrency:
+     requests/s of ghz (ModelInfer, raw_input_contents) against wrk
+     (POST /v1/attention, "encoding": "base64", bench_http.sh's body);
+  2. a lone large request (1, 512, 1024; H=16) on a kept-alive connection:
+     median round trip of grpcio's ModelInfer (raw) against http.client's
+     base64 POST /v1/attention;
+  3. session steps, one row each, one after the other: a ModelStreamInfer
+     stream (grpcio, messages made from server/grpc/inference.proto)
+     against POST /v1/sessions/{id}/attention on a kept-alive connection.
+Each part runs --runs times, HTTP and gRPC alternating, and the table
+quotes the medians. Numbers only; nothing is asserted. Run by
+`make bench-grpc` in the venv of bench/requirements-grpc.txt.
+"""
+
+import argparse
+import array
+import base64
+import http.client
+import importlib
+import json
+import os
+import queue
+import random
+import re
+import resource
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(ROOT, "config"))
+from safetensors_header import safetensors_bytes  # noqa: E402
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def floats(rnd, n):
+    return array.array("f", (rnd.uniform(-1, 1) for _ in range(n))).tobytes()
+
+
+def b64(raw):
+    return base64.b64encode(raw).decode()
+
+
+class Daemon:
+    """build/attnd on 127.0.0.1 with HTTP and gRPC on free ports."""
+
+    def __init__(self, binary, tmp, env=None):
+        self.port, self.grpc_port = free_port(), free_port()
+        self.log = os.path.join(tmp, "daemon.log")
+        self.proc = subprocess.Popen(
+            [binary, "--host", "127.0.0.1", "--port", str(self.port),
+             "--grpc-port", str(self.grpc_port)],
+            stdout=open(self.log, "w"), stderr=subprocess.STDOUT,
+            env=dict(os.environ, **(env or {})))
+        for _ in range(300):
+            if self.proc.poll() is not None:
+                break
+            try:
+                urllib.request.urlopen("http://127.0.0.1:%d/health" % self.port, timeout=1)
+                return
+            except OSError:
+                time.sleep(0.1)
+        sys.exit("bench_grpc: the daemon did not start:\n" + open(self.log).read())
+
+    def cpu_s(self):
+        """The daemon's user + system CPU seconds so far."""
+        f = open("/proc/%d/stat" % self.proc.pid).read().rsplit(")", 1)[1].split()
+        return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
+    def blas_core(self):
+        m = re.search(r"blas core (\S+ \([^)]*\))", open(self.log).read())
+        return m.group(1) if m else "unknown"
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(30)
+
+
+def proto_modules(tmp):
+    """inference_pb2 and inference_pb2_grpc of server/grpc/inference.proto."""
+    from grpc_tools import protoc
+    out = os.path.join(tmp, "pb")
+    os.makedirs(out)
+    rc = protoc.main(["protoc", "-I" + os.path.join(ROOT, "server/grpc"),
+                      "--python_out=" + out, "--grpc_python_out=" + out, "inference.proto"])
+    if rc:
+        sys.exit("bench_grpc: protoc failed on server/grpc/inference.proto")
+    sys.path.insert(0, out)
+    return importlib.import_module("inference_pb2"), importlib.import_module("inference_pb2_grpc")
+
+
+def children_cpu_s():
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def with_cpu(daemon, seconds, run):
+    """run()'s (req/s, p50, errors) and the CPU ms a request that the daemon
+    and the load generator spent, over the 2 s warm-up and the run (the
+    warm-up's requests counted at the run's rate)."""
+    d0, c0 = daemon.cpu_s(), children_cpu_s()
+    rps, p50, errors = run()
+    d1, c1 = daemon.cpu_s(), children_cpu_s()
+    n = rps * (seconds + 2)  # the 2 s warm-up runs at about the same rate
+    return rps, p50, errors, (d1 - d0) * 1e3 / n, (c1 - c0) * 1e3 / n
+
+
+def wrk_rps(port, body, seconds, conns, lua):
+    env = dict(os.environ, BODY=body)
+    url = "http://127.0.0.1:%d/v1/attention" % port
+    args = ["wrk", "-t2", "-c%d" % conns, "--timeout", "10s", "-s", lua]
+    subprocess.run(args + ["-d2s", url], env=env, check=True, capture_output=True)
+    out = subprocess.run(args + ["-d%ds" % seconds, url], env=env, check=True,
+                         capture_output=True, text=True).stdout
+    f = next(line for line in out.splitlines() if line.startswith("RESULT")).split()
+    return float(f[1]), float(f[2]), int(f[4])
+
+
+def ghz_rps(ghz, port, data, seconds, conns, connections):
+    """ModelInfer requests/s: answers OK over the run's time. ghz cuts the
+    calls in flight when the time is up ("... is closing"); those are not
+    counted, as errors or as answers."""
+    args = [ghz, "--insecure", "--proto", os.path.join(ROOT, "server/grpc/inference.proto"),
+            "--call", "inference.GRPCInferenceService.ModelInfer", "-D", data,
+            "-c", str(conns), "--connections", str(connections), "-O", "json",
+            "127.0.0.1:%d" % port]
+    subprocess.run(args + ["-z", "2s"], check=True, capture_output=True)
+    r = json.loads(subprocess.run(args + ["-z", "%ds" % seconds], check=True,
+                                  capture_output=True, text=True).stdout)
+    ok = r.get("statusCodeDistribution", {}).get("OK", 0)
+    p50 = next(x["latency"] for x in r["latencyDistribution"] if x["percentage"] == 50) / 1e6
+    errors = {k: v for k, v in r.get("errorDistribution", {}).items()
+              if "is closing" not in k}
+    for k, v in errors.items():
+        print("ghz: %d x %s" % (v, k), file=sys.stderr)
+    return ok / (r["total"] / 1e9), p50, sum(errors.values())
+
+
+def http_post(conn, path, body):
+    conn.request("POST", path, body, {"Content-Type": "application/json"})
+    r = conn.getresponse()
+    data = r.read()
+    if r.status not in (200, 201):
+        sys.exit("bench_grpc: %s answered %d: %s" % (path, r.status, data[:200]))
+    return data
+
+
+def median_round_trip(fn, n):
+    times = []
+    for i in range(n + 1):
+        t0 = time.perf_counter()
+        fn()
+        if i:  # the first one warms up
+            times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def infer_request(pb, model, shape, raw, params=None):
+    req = pb.ModelInferRequest(model_name=model)
+    t = req.inputs.add(name="query", datatype="FP32")
+    t.shape.extend(shape)
+    req.raw_input_contents.append(raw)
+    for k, v in (params or {}).items():
+        if isinstance(v, bool):
+            req.parameters[k].bool_param = v
+        else:
+            req.parameters[k].string_param = v
+    return req
+
+
+def steps_cpu(daemon, run):
+    """run()'s steps/s, and the CPU ms a step of the daemon and of this
+    process (the client, grpcio's threads included)."""
+    d0, c0 = daemon.cpu_s(), time.process_time()
+    rate, steps = run()
+    d1, c1 = daemon.cpu_s(), time.process_time()
+    return rate, 0.0, 0, (d1 - d0) * 1e3 / steps, (c1 - c0) * 1e3 / steps
+
+
+def http_steps(port, prefix, step, steps):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    opened = json.loads(http_post(conn, "/v1/sessions", json.dumps({
+        "query": {"shape": [16, 512], "dtype": "float32", "b64": b64(prefix)},
+        "encoding": "base64"})))
+    path = "/v1/sessions/%s/attention" % opened["session"]
+    body = json.dumps({"query": {"shape": [1, 512], "dtype": "float32", "b64": b64(step)},
+                       "encoding": "base64"})
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        http_post(conn, path, body)
+    rate = steps / (time.perf_counter() - t0)
+    conn.request("DELETE", "/v1/sessions/" + opened["session"])
+    conn.getresponse().read()
+    return rate, steps
+
+
+def grpc_steps(pb, stub, prefix, step, steps):
+    requests = queue.Queue()
+    answers = stub.ModelStreamInfer(iter(requests.get, None))
+
+    def call(req):
+        requests.put(req)
+        a = next(answers)
+        if a.error_message:
+            sys.exit("bench_grpc: ModelStreamInfer: " + a.error_message)
+        return a.infer_response
+
+    sid = call(infer_request(pb, "default", [1, 16, 512], prefix,
+                             {"session_open": True})).parameters["session_id"].string_param
+    req = infer_request(pb, "default", [1, 1, 512], step, {"session_id": sid})
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        call(req)
+    rate = steps / (time.perf_counter() - t0)
+    call(pb.ModelInferRequest(model_name="default", parameters={
+        "session_id": pb.InferParameter(string_param=sid),
+        "session_close": pb.InferParameter(bool_param=True)}))
+    requests.put(None)
+    return rate, steps
+
+
+def large_config(tmp, rnd):
+    E = 1024
+    parts = [("in_proj_weight", [3 * E, E], floats(rnd, 3 * E * E)),
+             ("in_proj_bias", [3 * E], bytes(4 * 3 * E)),
+             ("out_proj.weight", [E, E], floats(rnd, E * E)),
+             ("out_proj.bias", [E], bytes(4 * E))]
+    path = os.path.join(tmp, "large.safetensors")
+    with open(path, "wb") as f:
+        f.write(safetensors_bytes([(n, "F32", s, d) for n, s, d in parts]))
+    cfg = os.path.join(tmp, "large_config.json")
+    json.dump({"models": [{"name": "large", "embed_dim": E, "num_heads": 16, "weights": path}]},
+              open(cfg, "w"))
+    return cfg
+
+
+def cpu_name():
+    for line in open("/proc/cpuinfo"):
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return "unknown"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--attnd", default=os.path.join(ROOT, "build/attnd"))
+    ap.add_argument("--ghz", default=os.path.join(ROOT, "build/ghz/ghz"))
+    ap.add_argument("--seconds", type=int, default=10, help="per throughput run")
+    ap.add_argument("--runs", type=int, default=3, help="of each part; the table quotes medians")
+    ap.add_argument("--connections", type=int, default=64, help="requests in flight")
+    ap.add_argument("--grpc-connections", type=int, default=8,
+                    help="HTTP/2 connections ghz spreads them over")
+    ap.add_argument("--large", type=int, default=20, help="large requests a run")
+    ap.add_argument("--steps", type=int, default=300, help="session steps a run")
+    args = ap.parse_args()
+    import grpc
+
+    tmp = tempfile.mkdtemp(prefix="bench_grpc.")
+    pb, pb_grpc = proto_modules(tmp)
+    rnd = random.Random(1234)
+    small = floats(rnd, 16 * 512)
+    small_http = os.path.join(tmp, "small.base64")
+    json.dump({"query": {"shape": [16, 512], "dtype": "float32", "b64": b64(small)},
+               "encoding": "base64"}, open(small_http, "w"))
+    small_grpc = os.path.join(tmp, "small.ghz.json")
+    json.dump({"model_name": "default",
+               "inputs": [{"name": "query", "datatype": "FP32", "shape": [1, 16, 512]}],
+               "raw_input_contents": [b64(small)]}, open(small_grpc, "w"))
+    large = floats(rnd, 512 * 1024)
+    step = floats(rnd, 512)
+    lua = os.path.join(HERE, "wrk_post.lua")
+    rows = {}
+
+    def add(key, value):
+        rows.setdefault(key, []).append(value)
+
+    d = Daemon(args.attnd, tmp)
+    core = d.blas_core()
+    print("attnd gRPC benchmark: %s, %d cpus, blas core %s" % (cpu_name(), os.cpu_count(), core))
+    print("%d runs a part, medians; %d requests in flight for %ds a run (ghz over %d "
+          "HTTP/2 connections, wrk over %d HTTP/1.1 connections)" % (
+              args.runs, args.connections, args.seconds, args.grpc_connections,
+              args.connections), flush=True)
+    for _ in range(args.runs):
+        add("http_small", with_cpu(d, args.seconds, lambda: wrk_rps(
+            d.port, small_http, args.seconds, args.connections, lua)))
+        add("grpc_small", with_cpu(d, args.seconds, lambda: ghz_rps(
+            args.ghz, d.grpc_port, small_grpc, args.seconds, args.connections,
+            args.grpc_connections)))
+    stub = pb_grpc.GRPCInferenceServiceStub(grpc.insecure_channel("127.0.0.1:%d" % d.grpc_port))
+    for _ in range(args.runs):
+        add("http_steps", steps_cpu(d, lambda: http_steps(d.port, small, step, args.steps)))
+        add("grpc_steps", steps_cpu(d, lambda: grpc_steps(pb, stub, small, step, args.steps)))
+    d.stop()
+
+    d = Daemon(args.attnd, tmp, {"ATTND_CONFIG": large_config(tmp, rnd)})
+    conn = http.client.HTTPConnection("127.0.0.1", d.port, timeout=60)
+    body = json.dumps({"query": {"shape": [1, 512, 1024], "dtype": "float32", "b64": b64(large)},
+                       "encoding": "base64"})
+    stub = pb_grpc.GRPCInferenceServiceStub(grpc.insecure_channel(
+        "127.0.0.1:%d" % d.grpc_port, options=[("grpc.max_receive_message_length", 64 << 20)]))
+    req = infer_request(pb, "large", [1, 512, 1024], large)
+    for _ in range(args.runs):
+        add("http_large", median_round_trip(lambda: http_post(conn, "/v1/attention", body),
+                                            args.large))
+        add("grpc_large", median_round_trip(lambda: stub.ModelInfer(req, timeout=60), args.large))
+    d.stop()
+    shutil.rmtree(tmp)
+    report(rows, args)
+
+
+def report(rows, args):
+    m = {k: statistics.median(x if isinstance(x, float) else x[0] for x in v)
+         for k, v in rows.items()}
+    cpu = {k: [statistics.median(x[i] for x in v) for i in (3, 4)]
+           for k, v in rows.items() if not k.endswith("large")}
+    p50 = {k: statistics.median(x[1] for x in v) for k, v in rows.items() if k.endswith("small")}
+    err = {k: sum(x[2] for x in v) for k, v in rows.items() if k.endswith("small")}
+    runs = {k: " ".join("%.0f" % (x if isinstance(x, float) else x[0]) if not k.endswith("large")
+                        else "%.1f" % x for x in v) for k, v in rows.items()}
+    print()
+    print("| part | HTTP base64 | gRPC | gRPC / HTTP | goal | met |")
+    print("|---|---|---|---|---|---|")
+    r = m["grpc_small"] / m["http_small"]
+    print("| small 16×512, %d in flight: req/s (p50 ms) | %.0f (%.1f) | %.0f (%.1f) | %.2fx | ≥ 1.5x | %s |"
+          % (args.connections, m["http_small"], p50["http_small"], m["grpc_small"],
+             p50["grpc_small"], r, "yes" if r >= 1.5 else "no"))
+    r = m["http_large"] / m["grpc_large"]
+    print("| large 1×512×1024, H=16: round trip ms | %.1f | %.1f | %.2fx as fast | no slower | %s |"
+          % (m["http_large"], m["grpc_large"], r, "yes" if m["grpc_large"] <= m["http_large"] else "no"))
+    r = m["grpc_steps"] / m["http_steps"]
+    print("| session steps, 1 row, 16-row prefix: steps/s | %.0f | %.0f | %.2fx | ≥ 2x | %s |"
+          % (m["http_steps"], m["grpc_steps"], r, "yes" if r >= 2 else "no"))
+    print()
+    print("each run (HTTP | gRPC): small req/s %s | %s; large ms %s | %s; steps/s %s | %s"
+          % (runs["http_small"], runs["grpc_small"], runs["http_large"], runs["grpc_large"],
+             runs["http_steps"], runs["grpc_steps"]))
+    print("small requests, CPU ms a request (medians): daemon HTTP %.2f, gRPC %.2f; "
+          "load generator wrk %.2f, ghz %.2f (they share the same %d cpus)"
+          % (cpu["http_small"][0], cpu["grpc_small"][0], cpu["http_small"][1],
+             cpu["grpc_small"][1], os.cpu_count()))
+    print("session steps, CPU ms a step (medians): daemon HTTP %.3f, gRPC %.3f; "
+          "client (this Python) HTTP %.3f, gRPC %.3f"
+          % (cpu["http_steps"][0], cpu["grpc_steps"][0], cpu["http_steps"][1],
+             cpu["grpc_steps"][1]))
+    if err["http_small"] or err["grpc_small"]:
+        print("errors: wrk %d, ghz %d (besides ghz's calls cut at the end of a run)"
+              % (err["http_small"], err["grpc_small"]))
+
+
+if __name__ == "__main__":
+    main()
