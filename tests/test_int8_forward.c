@@ -963,7 +963,12 @@ START_TEST(test_golden_steps) {
         }
     }
     attn_int8_force(-1);
-    ck_assert_msg(seen >= 3, "%d golden sequences through steps", seen);
+    /* a CPU with no int8 kernel (or valgrind's, which shows no AVX-512 and
+     * no VNNI) runs none of the paths, each said above */
+    if (attn_int8_level() < ATTN_INT8_AVX)
+        ck_assert_msg(seen == 0, "%d golden sequences through steps with no int8 kernel", seen);
+    else
+        ck_assert_msg(seen >= 3, "%d golden sequences through steps", seen);
 }
 END_TEST
 
