@@ -192,8 +192,9 @@ test-client: $(BUILD)/attnd $(CLIENT_VENV)/.client
 
 # The JavaScript client (clients/js, docs/clients.md) with Node's own test
 # runner (tests/js) against the real daemon and the goldens. npm ci
-# installs its one dev dependency, typescript, from
-# clients/js/package-lock.json (the tests run tsc over tests/js/types);
+# installs its dev dependencies from clients/js/package-lock.json:
+# typescript (the tests run tsc over tests/js/types) and express (the
+# docs' web-backend example, which test-blackbox's docs test runs);
 # the package itself is packed with npm pack and installed from that
 # tarball into $(JS_PROJECT), as a user installs it, and the suites import
 # it from there (ATTND_JS_PROJECT).
@@ -213,6 +214,8 @@ $(JS_PROJECT)/.stamp: $(JS_SRC)
 test-js: $(BUILD)/attnd $(JS_TSC) $(JS_PROJECT)/.stamp
 	ATTND_BIN=$(abspath $(BUILD)/attnd) ATTND_JS_PROJECT=$(abspath $(JS_PROJECT)) ATTND_TSC=$(abspath $(JS_TSC)) \
 	  node --test --test-reporter=spec tests/js/
+# the docs test imports express from clients/js/node_modules
+test-blackbox: $(JS_TSC)
 
 # The abuse suite alone (it also runs in test-blackbox, so in make test and
 # make asan): slow and flooding clients, odd HTTP, JSON bombs, isolation,

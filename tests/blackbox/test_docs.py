@@ -34,7 +34,9 @@ requests, tritonclient, and the attnd client from clients/python), which
 the docs tell readers to make; JavaScript
 blocks run as ES modules with node, in the same folder, so that they
 import the `attnd` package that docs/clients.md's install block put in its
-node_modules (from the `npm pack` tarball of clients/js). A block's output holds no
+node_modules (from the `npm pack` tarball of clients/js), and the express
+of clients/js's pinned dev dependencies, which node finds in the folder
+above (make test-blackbox runs npm ci there first). A block's output holds no
 `{"error"` unless the output the docs show for it does.
 """
 import os
@@ -233,6 +235,15 @@ def workdir(tmp):
         os.symlink(support.REPO / name, tmp / name)
     (tmp / "build").mkdir()
     os.symlink(support.BIN, tmp / "build" / "attnd")
+    # A project of its own (npm installs into the folder that holds a
+    # package.json), and above it clients/js's dev dependencies, pinned by
+    # its package-lock.json, where node looks for a package the folder
+    # lacks: the web-backend example's express.
+    (tmp / "package.json").write_text('{"private": true}\n')
+    js_deps = support.REPO / "clients" / "js" / "node_modules"
+    assert (js_deps / "express").is_dir(), \
+        "%s lacks express: make test-js (npm ci in clients/js) installs it" % js_deps
+    os.symlink(js_deps, tmp.parent / "node_modules")
     return tmp
 
 
