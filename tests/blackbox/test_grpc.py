@@ -714,8 +714,12 @@ def test_drain_with_calls_in_flight(fresh_daemons):
                                       timeout=60)) for seq in seqs[:4]]
     time.sleep(0.3)  # the calls are queued behind the 1 s delay
     dd.send_signal(signal.SIGTERM)
-    # a call after SIGTERM is not taken: UNAVAILABLE (the server's 503, or
-    # the port already closed)
+    # once the daemon drains (its health check says NOT_SERVING: the signal
+    # is handled; a slow build takes a while), a new call is not taken:
+    # UNAVAILABLE (the server's 503, or the port already closed)
+    until = time.monotonic() + 30
+    while health_check(dd.grpc_target, timeout=10) != 2 and time.monotonic() < until:
+        time.sleep(0.02)
     late = rpc_error(s.ModelInfer, pb_request(g["name"], seq_tensors(seqs[0]), {}), timeout=30)
     for seq, f in futs:
         out = grpc_raw(f.result())
