@@ -9,7 +9,10 @@
 #   3. lone large requests (B=1, L=512, E=1024, H=16 in base64; L=4096 on
 #      the default model in base64 and in JSON): round trip against the
 #      core's all-thread compute time (usage.compute_us), medians of 9;
-#   4. the codec costs on their own (build/bench/bench_codec).
+#   4. twins: one 512-wide, 8-head layer served as fp32, bf16 and int8
+#      models (the same weights), small requests in base64 at 64 connections,
+#      with the kernels each ran (GET /v1/models);
+#   5. the codec costs on their own (build/bench/bench_codec).
 # Numbers only; nothing is asserted. Run by `make bench-http`.
 # Env: ATTND_BIN (build/attnd), BENCH_SECONDS (10), PYTHON (python3),
 # BASELINE_BIN (optional).
@@ -99,6 +102,17 @@ with open(tmp + "/large.safetensors", "wb") as f:
 json.dump({"models": [{"name": "large", "embed_dim": E, "num_heads": 16,
                        "weights": tmp + "/large.safetensors"}]},
           open(tmp + "/large_config.json", "w"))
+# twins: one 512-wide, 8-head layer as fp32, bf16 and int8 models
+E = 512
+parts = [("in_proj_weight", [3 * E, E], tensor(3 * E * E, (6 / (4 * E)) ** 0.5)),
+         ("in_proj_bias", [3 * E], tensor(3 * E, 0.1)),
+         ("out_proj.weight", [E, E], tensor(E * E, 1 / E ** 0.5)),
+         ("out_proj.bias", [E], tensor(E, 0.1))]
+with open(tmp + "/twin.safetensors", "wb") as f:
+    f.write(safetensors_bytes([(name, "F32", shape, data) for name, shape, data in parts]))
+json.dump({"models": [{"name": "twin-" + p, "embed_dim": E, "num_heads": 8, "precision": p,
+                       "weights": tmp + "/twin.safetensors"} for p in ("fp32", "bf16", "int8")]},
+          open(tmp + "/twin_config.json", "w"))
 EOF
 
 echo "attnd HTTP benchmark: $(nproc) cores, $BIN, wrk 64 connections for ${DUR}s per row"
@@ -194,6 +208,28 @@ PYEOF
 large_row "1×512×1024, H=16, base64" "$TMP/large.json" ATTND_CONFIG="$TMP/large_config.json"
 large_row "1×4096×512, default model, base64" "$TMP/long.base64"
 large_row "1×4096×512, default model, json" "$TMP/long.json"
+
+echo
+echo "| twins, small requests (16×512, base64), 64 conns | req/s    | p50 ms  | p99 ms  | errors | kernels        |"
+echo "|--------------------------------------------------|----------|---------|---------|--------|----------------|"
+# one daemon serves the three twins; each row a warm-up and a measured run
+start ATTND_CONFIG="$TMP/twin_config.json"
+models=$(curl -s "http://127.0.0.1:$PORT/v1/models")
+for prec in fp32 bf16 int8; do
+    url="http://127.0.0.1:$PORT/v1/models/twin-$prec/attention"
+    BODY="$TMP/small.base64" wrk -t2 -c64 -d2s --timeout 10s -s "$HERE/wrk_post.lua" "$url" >/dev/null
+    out=$(BODY="$TMP/small.base64" wrk -t2 -c64 -d"${DUR}s" --timeout 10s -s "$HERE/wrk_post.lua" "$url" | grep '^RESULT')
+    kern=$(echo "$models" | "$PY" -c '
+import json, sys
+root = json.load(sys.stdin)
+m = {x["name"]: x for x in root["models"]}[sys.argv[1]]
+eff, c = m.get("effective_precision", "?"), root.get("compute", {})
+print(eff + {"int8": " " + c.get("int8_kernels", "?"), "bf16": " " + c.get("bf16_kernels", "?")}.get(eff, ""))
+' "twin-$prec")
+    echo "$out" | awk -v label="twin-$prec" -v k="$kern" '{
+        printf "| %-48s | %8.1f | %7.2f | %7.2f | %6d | %-14s |\n", label, $2, $3, $4, $5, k }'
+done
+stop
 
 echo
 if [ -x "${BENCH_CODEC:-build/bench/bench_codec}" ]; then
