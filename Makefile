@@ -37,6 +37,8 @@ CHECK_LIBS := $(shell pkg-config --libs check 2>/dev/null)
 LDLIBS   = $(PKG_LIBS) -ldl -lpthread -lm
 PYTHON  ?= python3
 VENV    ?= .venv
+# Compiles run on every CPU (the suites themselves run one at a time).
+JOBS    ?= $(shell nproc 2>/dev/null || echo 2)
 
 CORE_SRC   := $(wildcard core/*.c core/*/*.c)
 CONFIG_SRC := $(wildcard config/*.c)
@@ -158,7 +160,7 @@ $(VENV)/.client: $(CLIENT_WHEEL)/.stamp $(VENV)/.stamp
 	touch $@
 
 test: deps
-	$(MAKE) all
+	$(MAKE) -j$(JOBS) all $(TESTS) $(FUZZERS)
 	$(MAKE) layers-check
 	$(MAKE) test-unit
 	$(MAKE) fuzz-smoke
@@ -175,7 +177,8 @@ layers-check: $(CORE_OBJ) $(CONFIG_OBJ) $(SERVER_OBJ) $(BUILD)/server/main.o
 # Check suites; CK_FORK=yes isolates a crashing test. The OTLP collector
 # suite runs the collector built above (ATTND_OTELCOL).
 test-unit: $(TESTS) $(OTELCOL)
-	@set -e; for t in $(TESTS); do echo "== $$t"; ATTND_OTELCOL=$(abspath $(OTELCOL)) CK_FORK=yes $$t; done
+	@set -e; for t in $(TESTS); do echo "== $$t"; s=$$(date +%s); \
+	  ATTND_OTELCOL=$(abspath $(OTELCOL)) CK_FORK=yes $$t; echo "   $$t: $$(( $$(date +%s) - s )) s"; done
 
 # The docs' Python blocks that need torch run with $(CLIENT_VENV)'s python
 # (tests/blackbox/test_docs.py); the tracing suite and docs/deploy.md export
@@ -234,7 +237,8 @@ soak: $(BUILD)/attnd $(VENV)/.stamp
 # minute of mixed valid and invalid load (at least 3,000 requests, or it
 # fails: about 4,800 here) and SIGTERM: no leak, no report.
 asan: deps
-	$(MAKE) BUILD=build-asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" all
+	$(MAKE) -j$(JOBS) BUILD=build-asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" all
+	$(MAKE) -j$(JOBS) BUILD=build-asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" $(TESTS:$(BUILD)/%=build-asan/%)
 	ASAN_OPTIONS=detect_leaks=1 CK_FORK=no $(MAKE) BUILD=build-asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" test-unit
 	ASAN_OPTIONS=detect_leaks=1 $(MAKE) BUILD=build-asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" test-blackbox
 	ASAN_OPTIONS=detect_leaks=1 SOAK_SECONDS=60 SOAK_MAX_GROWTH=0.5 SOAK_MIN_REQUESTS=3000 $(MAKE) BUILD=build-asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" soak
@@ -254,7 +258,7 @@ asan: deps
 # serve gRPC too; tests/tsan.supp holds the reports from inside gRPC's
 # library, which is not built with ThreadSanitizer (each with why).
 tsan: deps
-	$(MAKE) BUILD=build-tsan OPT=-O1 SAN="-fsanitize=thread" all build-tsan/tests/test_pool build-tsan/tests/test_core build-tsan/tests/test_server_session build-tsan/tests/test_decoder \
+	$(MAKE) -j$(JOBS) BUILD=build-tsan OPT=-O1 SAN="-fsanitize=thread" all build-tsan/tests/test_pool build-tsan/tests/test_core build-tsan/tests/test_server_session build-tsan/tests/test_decoder \
 	  build-tsan/tests/test_server_guard build-tsan/tests/test_invariance build-tsan/tests/test_server_sched \
 	  build-tsan/tests/test_server_answer build-tsan/tests/test_server_pipeline build-tsan/tests/test_server_otlp \
 	  build-tsan/tests/test_server_otlp_collector build-tsan/tests/test_bf16_forward \
@@ -334,7 +338,8 @@ VALGRIND_BLACKBOX := \
   tests/blackbox/test_v2_client.py::test_unknown_model
 valgrind:
 	@sh tests/deps.sh test valgrind
-	$(MAKE) all $(TESTS) $(OTELCOL) $(VENV)/.stamp
+	$(MAKE) -j$(JOBS) all $(TESTS)
+	$(MAKE) $(OTELCOL) $(VENV)/.stamp
 	@$(foreach t,$(VALGRIND_SKIP),echo "== $(t): not under memcheck: $(VALGRIND_WHY_$(t))";)
 	@set -e; for t in $(notdir $(TESTS)); do \
 	  case " $(VALGRIND_SKIP) " in *" $$t "*) continue;; esac; \
