@@ -481,66 +481,54 @@ AMX static void amx_sums(const uint8_t *A, size_t lda, const int8_t *P0, const i
  * bias loaded once. sa: the rows' scales. */
 AMX static void amx_epilogue(float *C, size_t ldc, const float *sa, const attn_packed_int8 *pw,
                              const int32_t *stage, int nr, int j, int two) {
-    for (int p = 0; p < 1 + two; p++) {
-        int n0 = (j + p) * NP;
-        __mmask16 m = cols_mask(pw->N - n0);
-        __m512 sw = _mm512_loadu_ps(pw->scale + n0), b = _mm512_loadu_ps(pw->bias16 + n0);
-        for (int r = 0; r < nr; r++) {
-            __m512i acc = _mm512_load_si512(stage + (r / 16 * 2 + p) * 256 + (r % 16) * NP);
-            __m512 s = _mm512_mul_ps(_mm512_set1_ps(sa[r]), sw);
-            __m512 y = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), s, b);
-            if (m == 0xFFFF)
-                _mm512_storeu_ps(C + (size_t)r * ldc + n0, y);
-            else
-                _mm512_mask_storeu_ps(C + (size_t)r * ldc + n0, m, y);
+    int n0 = j * NP;
+    __mmask16 m0 = cols_mask(pw->N - n0), m1 = two ? cols_mask(pw->N - n0 - NP) : 0;
+    __m512 sw0 = _mm512_loadu_ps(pw->scale + n0), b0 = _mm512_loadu_ps(pw->bias16 + n0);
+    __m512 sw1 = _mm512_loadu_ps(pw->scale + n0 + NP), b1 = _mm512_loadu_ps(pw->bias16 + n0 + NP);
+    for (int r = 0; r < nr; r++) {
+        const int32_t *st = stage + (r / 16 * 2) * 256 + (r % 16) * NP;
+        float *c = C + (size_t)r * ldc + n0;
+        __m512 a = _mm512_set1_ps(sa[r]);
+        __m512 y0 =
+            _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(st)), _mm512_mul_ps(a, sw0), b0);
+        _mm512_mask_storeu_ps(c, m0, y0);
+        if (m1) {
+            __m512 y1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(st + 256)),
+                                        _mm512_mul_ps(a, sw1), b1);
+            _mm512_mask_storeu_ps(c + NP, m1, y1);
         }
     }
 }
 
-/* One row block x panel pair of tile_amx: where its sums are staged. */
-typedef struct {
-    int32_t stage[4 * 256] __attribute__((aligned(64)));
-    size_t rb;
-    int j, two, nr;
-} amx_item;
+enum { AMX_BAND = 256 }; /* rows whose scales are read at once */
 
-/* Row block by row block, the pairs of panels within: a block's inputs
- * (32 rows x K bytes) stay in the L1 cache while every panel pair reads
- * them, and its rows' scales are read once (they sit on lines of their own,
- * which the tiles do not load). Each item's epilogue runs after the next
- * item's tile instructions are issued, so that the vector units scale one
- * item while the tile unit sums the next. */
+/* Bands of up to AMX_BAND rows; in each, panel pair by pair, the row blocks
+ * of 32 within: a pair's weights stay in the L1 cache while the band's
+ * blocks read them, and the rows' scales (each on a line of its own, which
+ * the tiles do not load) are read once per band, not once per pair. */
 static void tile_amx(float *C, size_t ldc, const uint8_t *A, size_t lda, const attn_packed_int8 *pw,
                      size_t r0, size_t r1, int j0, int j1) {
-    amx_item item[2];
-    int32_t nfix[2 * NP] __attribute__((aligned(64)));
-    float sa[2][32];
-    int n = 0;
+    int32_t stage[4 * 256] __attribute__((aligned(64))), nfix[2 * NP] __attribute__((aligned(64)));
+    float sa[AMX_BAND];
     attn_amx_begin();
-    for (size_t rb = r0; rb < r1; rb += 32) {
-        int nr = (int)(r1 - rb < 32 ? r1 - rb : 32), blk = (int)((rb - r0) / 32 % 2);
-        for (int r = 0; r < nr; r++)
-            sa[blk][r] = row_scale(A + (rb + (size_t)r) * lda);
-        for (int j = j0; j < j1; j += 2, n++) {
-            amx_item *it = &item[n % 2], *prev = &item[(n + 1) % 2];
-            it->rb = rb; /* not a compound literal: that would clear the stage */
-            it->j = j;
-            it->two = j + 1 < j1;
-            it->nr = nr;
+    for (size_t b0 = r0; b0 < r1; b0 += AMX_BAND) {
+        size_t b1 = r1 - b0 < AMX_BAND ? r1 : b0 + AMX_BAND;
+        for (size_t r = b0; r < b1; r++)
+            sa[r - b0] = row_scale(A + r * lda);
+        for (int j = j0; j < j1; j += 2) {
+            int two = j + 1 < j1;
             const int8_t *P0 = pw->p + (size_t)j * pw->kq * 4 * NP;
-            const int8_t *P1 = it->two ? P0 + (size_t)pw->kq * 4 * NP : P0;
+            const int8_t *P1 = two ? P0 + (size_t)pw->kq * 4 * NP : P0;
             for (int c = 0; c < 2 * NP; c++) /* a lone panel's second: its own, computed, dropped */
-                nfix[c] = -pw->fix[(size_t)j * NP + (size_t)(it->two ? c : c % NP)];
-            amx_sums(A + rb * lda + ATTN_INT8_HEAD, lda, P0, P1, pw->kq * 4 / KS, nr > 16, nfix,
-                     it->stage);
-            if (n > 0)
-                amx_epilogue(C + prev->rb * ldc, ldc, sa[(prev->rb - r0) / 32 % 2], pw, prev->stage,
-                             prev->nr, prev->j, prev->two);
+                nfix[c] = -pw->fix[(size_t)j * NP + (size_t)(two ? c : c % NP)];
+            for (size_t rb = b0; rb < b1; rb += 32) {
+                int nr = (int)(b1 - rb < 32 ? b1 - rb : 32);
+                amx_sums(A + rb * lda + ATTN_INT8_HEAD, lda, P0, P1, pw->kq * 4 / KS, nr > 16, nfix,
+                         stage);
+                amx_epilogue(C + rb * ldc, ldc, sa + (rb - b0), pw, stage, nr, j, two);
+            }
         }
     }
-    amx_item *last = &item[(n + 1) % 2];
-    amx_epilogue(C + last->rb * ldc, ldc, sa[(last->rb - r0) / 32 % 2], pw, last->stage, last->nr,
-                 last->j, last->two);
     attn_amx_end();
 }
 
