@@ -515,14 +515,14 @@ static void tile_amx(float *C, size_t ldc, const uint8_t *A, size_t lda, const a
         size_t b1 = r1 - b0 < AMX_BAND ? r1 : b0 + AMX_BAND;
         for (size_t r = b0; r < b1; r++)
             sa[r - b0] = row_scale(A + r * lda);
-        for (int j = j0; j < j1; j += 2) {
-            int two = j + 1 < j1;
-            const int8_t *P0 = pw->p + (size_t)j * pw->kq * 4 * NP;
-            const int8_t *P1 = two ? P0 + (size_t)pw->kq * 4 * NP : P0;
-            for (int c = 0; c < 2 * NP; c++) /* a lone panel's second: its own, computed, dropped */
-                nfix[c] = -pw->fix[(size_t)j * NP + (size_t)(two ? c : c % NP)];
-            for (size_t rb = b0; rb < b1; rb += 32) {
-                int nr = (int)(b1 - rb < 32 ? b1 - rb : 32);
+        for (size_t rb = b0; rb < b1; rb += 32) {
+            int nr = (int)(b1 - rb < 32 ? b1 - rb : 32);
+            for (int j = j0; j < j1; j += 2) {
+                int two = j + 1 < j1;
+                const int8_t *P0 = pw->p + (size_t)j * pw->kq * 4 * NP;
+                const int8_t *P1 = two ? P0 + (size_t)pw->kq * 4 * NP : P0;
+                for (int c = 0; c < 2 * NP; c++) /* a lone panel's second: computed, dropped */
+                    nfix[c] = -pw->fix[(size_t)j * NP + (size_t)(two ? c : c % NP)];
                 amx_sums(A + rb * lda + ATTN_INT8_HEAD, lda, P0, P1, pw->kq * 4 / KS, nr > 16, nfix,
                          stage);
                 amx_epilogue(C + rb * ldc, ldc, sa + (rb - b0), pw, stage, nr, j, two);
