@@ -502,10 +502,12 @@ AMX static void amx_epilogue(float *C, size_t ldc, const float *sa, const attn_p
 
 enum { AMX_BAND = 256 }; /* rows whose scales are read at once */
 
-/* Bands of up to AMX_BAND rows; in each, panel pair by pair, the row blocks
- * of 32 within: a pair's weights stay in the L1 cache while the band's
- * blocks read them, and the rows' scales (each on a line of its own, which
- * the tiles do not load) are read once per band, not once per pair. */
+/* Bands of up to AMX_BAND rows, whose scales (each on a line of its own,
+ * which the tiles do not load) are read once; in each, row block of 32 by
+ * row block, every panel pair: a block's inputs stay in the L1 cache while
+ * the pairs' weights stream through as contiguous 1 KiB tiles, which the
+ * prefetchers follow (the other way round, the inputs' strided tiles
+ * streamed, and 2048 x 2304 x 768 took a third longer). */
 static void tile_amx(float *C, size_t ldc, const uint8_t *A, size_t lda, const attn_packed_int8 *pw,
                      size_t r0, size_t r1, int j0, int j1) {
     int32_t stage[4 * 256] __attribute__((aligned(64))), nfix[2 * NP] __attribute__((aligned(64)));
