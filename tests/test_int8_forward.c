@@ -1129,6 +1129,52 @@ START_TEST(test_quantize) {
 }
 END_TEST
 
+/* Inputs at and a few ulps either side of (k + 1/2) s, where a product by
+ * 1/s and the formula's division may round apart (the vector quantizers
+ * take the product only far from such points, gemm_int8.c), at scales
+ * from 2^-40 to 2^40, in rows whose widths leave 64-, 32-input and scalar
+ * tails: every path's bytes against the scalar formula. */
+START_TEST(test_quantize_near_ties) {
+    enum { K = 1000, ROWS = 400 };
+    float *x = xcalloc(K, sizeof *x);
+    int8_t *q = xcalloc(K, 1);
+    long checked = 0, near = 0;
+    for (int p = -1; p < NPATHS; p++) {
+        if (p >= 0 && !use_path(PATHS[p], "quantize near ties")) continue;
+        g_rng = TEST_RAND_SEED;
+        for (int row = 0; row < ROWS; row++) {
+            int n = row % 3 == 0 ? K : row % 3 == 1 ? 203 : 96 + row % 64;
+            float m = ldexpf(1.0f + 0.5f * frand(), (int)(rand_u32() % 81) - 40), s = m / 127.0f;
+            for (int k = 0; k < n; k++) {
+                float v = frand() * m;
+                if (rand_u32() % 4) { /* a half-integer step, then 0 to 8 ulps off */
+                    v = ((float)(rand_u32() % 254) - 126.5f) * s;
+                    for (int u = (int)(rand_u32() % 9); u > 0; u--)
+                        v = nextafterf(v, rand_u32() % 2 ? INFINITY : -INFINITY);
+                    near++;
+                }
+                x[k] = fabsf(v) > m ? copysignf(m, v) : v;
+            }
+            x[rand_u32() % (uint32_t)n] = rand_u32() % 2 ? m : -m;
+            float sq = attn_int8_quantize(q, x, (size_t)n), sa;
+            size_t ld;
+            uint8_t *a = prepare_rows(x, 1, n, &ld);
+            memcpy(&sa, a, sizeof sa);
+            REQUIRE(sa == sq, "row %d: scale %g, not %g", row, (double)sa, (double)sq);
+            for (int k = 0; k < n; k++, checked++)
+                REQUIRE(a[ATTN_INT8_HEAD + k] == (uint8_t)(q[k] + 128),
+                        "path %d, row %d, input %d (%.9g, s %.9g): %d, not %d", p, row, k,
+                        (double)x[k], (double)sq, a[ATTN_INT8_HEAD + k], q[k] + 128);
+            free(a);
+        }
+    }
+    attn_int8_force(-1);
+    printf("quantize near ties: %ld inputs, %ld of them at or near a half step\n", checked, near);
+    free(x);
+    free(q);
+}
+END_TEST
+
 /* Every path's tiles against the formula in plain loops, bit for bit, over
  * shapes with tails of rows, columns and inputs; a tile's outputs the same
  * whatever its rows and panels. */
@@ -1259,6 +1305,7 @@ static Suite *int8_forward_suite(void) {
     t = tcase_create("kernels");
     tcase_set_timeout(t, 120);
     tcase_add_test(t, test_quantize);
+    tcase_add_test(t, test_quantize_near_ties);
     tcase_add_test(t, test_kernel_bits);
     tcase_add_test(t, test_kernel_vs_double);
     suite_add_tcase(s, t);
