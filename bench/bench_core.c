@@ -16,6 +16,12 @@
  * like an FMA's), and OpenBLAS sgemm's rate. An int8 table's % is its rate
  * (the whole layer's FLOPs) as a share of that vpdpbusd peak. The weights'
  * bytes of each precision of the memory shape, and their ratio to fp32's.
+ * With int8 kernels, last, the int8 projections alone (each input row
+ * quantized, then the 3E and E columns of the in- and out-projections on
+ * the int8 kernel in use: 8 T E^2 operations) and their share of the
+ * vpdpbusd peak: what the int8 road's own kernel reaches, apart from the
+ * attention that int8 and bf16 models share (AMX-INT8 does not run on the
+ * vpdpbusd units, so its share may pass 100 %).
  *
  *   build/bench/bench_core [--threads 1,2,N] [--seconds 1.5] [--fused on|off|both]
  *                          [--owner core|blas|both] [--proj packed|openblas|both]
@@ -35,6 +41,7 @@
  * bench/bench_torch.py prints the same table for torch.
  */
 #include "../core/attn.h"
+#include "../core/kernels/gemm_int8.h"
 #include "../server/base/cpus.h"
 #include "bench_shapes.h"
 
@@ -777,6 +784,112 @@ static void print_rates(const bench_opts *o, double *gemm) {
            "(int8 tables: of the vpdpbusd peak)\n");
 }
 
+/* ---- the int8 projections alone ---- */
+typedef struct {
+    const attn_packed_int8 *w[2]; /* the in- (3E, E) and out-projection (E, E) */
+    const float *x;               /* (T, E) inputs */
+    uint8_t *a;                   /* prepared rows, T rounded up to ATTN_INT8_ROWPAD */
+    float *c[2];                  /* (T, 3E) and (T, E) */
+    size_t T, lda, per;           /* rows, bytes a prepared row, rows a task */
+    int E;
+} proj8_job;
+
+/* Task: its own rows (a multiple of ATTN_INT8_ROWPAD, so that no task reads
+ * rows another writes) quantized, then both projections of them. */
+static void proj8_task(void *arg, int task, int thread) {
+    (void)thread;
+    proj8_job *j = arg;
+    size_t r0 = (size_t)task * j->per, r1 = r0 + j->per < j->T ? r0 + j->per : j->T;
+    for (size_t r = r0; r < r1; r++)
+        attn_int8_prepare_row(j->a + r * j->lda, j->x + r * (size_t)j->E, j->E);
+    for (int p = 0; p < 2; p++)
+        gemm_int8_tile(j->c[p], (size_t)j->w[p]->N, j->a, j->lda, j->w[p], r0, r1, 0,
+                       j->w[p]->panels);
+}
+
+/* Median seconds of the projections of shape s on `threads` threads; -1 on
+ * error. */
+static double time_proj8(const shape *s, int threads, double budget) {
+    size_t T = (size_t)s->B * s->L, E = (size_t)s->E;
+    size_t Tp = (T + ATTN_INT8_ROWPAD - 1) / ATTN_INT8_ROWPAD * ATTN_INT8_ROWPAD;
+    attn_packed_int8 w[2] = {{0}};
+    proj8_job j = {.w = {&w[0], &w[1]}, .T = T, .E = s->E, .lda = attn_int8_row_bytes(s->E)};
+    float *wf = malloc(sizeof(float) * 4 * E * E), *bias = calloc(3 * E, sizeof(float));
+    float *x = malloc(sizeof(float) * T * E);
+    j.a = calloc(Tp + ATTN_INT8_ROWPAD, j.lda);
+    j.c[0] = malloc(sizeof(float) * T * 3 * E);
+    j.c[1] = malloc(sizeof(float) * T * E);
+    attn_ctx *ctx = attn_ctx_new(threads);
+    double med = -1, t[200];
+    unsigned u = 12345;
+    if (!wf || !bias || !x || !j.a || !j.c[0] || !j.c[1] || !ctx) goto done;
+    for (size_t i = 0; i < 4 * E * E; i++)
+        wf[i] = (float)((u = u * 1664525u + 1013904223u) >> 8) / 16777216.0f - 0.5f;
+    for (size_t i = 0; i < T * E; i++)
+        x[i] = (float)((u = u * 1664525u + 1013904223u) >> 8) / 16777216.0f - 0.5f;
+    if (attn_packed_int8_init(&w[0], wf, bias, 3 * s->E, s->E) < 0 ||
+        attn_packed_int8_init(&w[1], wf + 3 * E * E, bias, s->E, s->E) < 0)
+        goto done;
+    j.x = x;
+    int ntasks = threads;
+    j.per = (T + (size_t)ntasks - 1) / (size_t)ntasks;
+    j.per = (j.per + ATTN_INT8_ROWPAD - 1) / ATTN_INT8_ROWPAD * ATTN_INT8_ROWPAD;
+    ntasks = (int)((T + j.per - 1) / j.per);
+    double t0 = now_s();
+    attn_ctx_parallel(ctx, ntasks, proj8_task, &j); /* warm-up */
+    double once = now_s() - t0;
+    int n = (int)(budget / (once > 1e-6 ? once : 1e-6));
+    n = n < 3 ? 3 : n > 200 ? 200 : n;
+    for (int r = 0; r < n; r++) {
+        t0 = now_s();
+        attn_ctx_parallel(ctx, ntasks, proj8_task, &j);
+        t[r] = now_s() - t0;
+    }
+    med = median(t, n);
+done:
+    attn_ctx_free(ctx);
+    attn_packed_int8_free(&w[0]);
+    attn_packed_int8_free(&w[1]);
+    free(wf);
+    free(bias);
+    free(x);
+    free(j.a);
+    free(j.c[0]);
+    free(j.c[1]);
+    return med;
+}
+
+/* One row per shape: the int8 projections' ms, GOP/s and share of the
+ * vpdpbusd peak at each thread count (the peak measured here when the
+ * rates were not). */
+static void print_proj8(const int *threads, int nt, double budget) {
+    printf("int8 projections alone (%s kernels: rows quantized, then the in- and "
+           "out-projection; 8*T*E^2 operations; %% = share of the vpdpbusd peak):\n",
+           attn_int8_kernels());
+    printf("%4s %5s %5s %3s", "B", "L", "E", "H");
+    for (int t = 0; t < nt; t++)
+        printf(" | %2dt %9s %8s %5s", threads[t], "ms", "GOP/s", "%");
+    printf("\n");
+    for (int t = 0; t < nt; t++)
+        if (g_vnni_peak[t] <= 0) g_vnni_peak[t] = fma_peak(threads[t], 2);
+    for (int i = 0; i < NSHAPES; i++) {
+        if (g_only_shape >= 0 && i != g_only_shape) continue;
+        const shape *s = &g_shapes[i];
+        printf("%4d %5d %5d %3d", s->B, s->L, s->E, s->H);
+        for (int t = 0; t < nt; t++) {
+            double sec = time_proj8(s, threads[t], budget);
+            double rate = 8.0 * s->B * s->L * (double)s->E * s->E / sec / 1e9;
+            if (sec < 0)
+                printf(" | %3s %9s %8s %5s", "", "failed", "-", "-");
+            else
+                printf(" | %3s %9.3f %8.1f %5.1f", "", sec * 1e3, rate,
+                       g_vnni_peak[t] > 0 ? 100.0 * rate / g_vnni_peak[t] : 0.0);
+            fflush(stdout);
+        }
+        printf("\n");
+    }
+}
+
 /* One table per setting asked for; only the first (default) table of each
  * precision goes to the comparison (--json). */
 static void run_tables(const bench_opts *o, const double *gemm) {
@@ -852,6 +965,9 @@ int main(int argc, char **argv) {
     else
         printf("FLOPs = 8*T*E^2 + 4*B*L^2*E; median ms over N runs\n");
     run_tables(&o, gemm);
+    for (int pr = 0; pr < o.npr; pr++)
+        if (o.precs[pr] == ATTN_INT8 && strcmp(attn_int8_kernels(), "none") != 0)
+            print_proj8(o.threads, o.nt, o.budget);
     if (g_json) fclose(g_json);
     return 0;
 }
