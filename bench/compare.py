@@ -6,20 +6,32 @@ over attnd's: above 1 means attnd is faster). Then, from `bench_core
 alone, and a request's compute_us through the daemon) over bench_core's
 back-to-back forward of the same shape and threads. Numbers only.
 
-    python3 bench/compare.py FILE
+    python3 bench/compare.py FILE [FILE ...]
+
+With several files (the cells.json of several make bench runs, copied
+aside), each cell is the median of its runs, and the ratios are those
+medians' (docs/performance.md quotes medians of three runs).
 """
 import json
+import statistics
 import sys
 
 
-def main(path):
-    cells, paused = {}, {}
-    for line in open(path):
-        r = json.loads(line)
-        if "pause_ms" in r:
-            paused[(r["impl"], tuple(r["shape"]), r["threads"], r["pause_ms"])] = r
-        else:
-            cells[(r["impl"], tuple(r["shape"]), r["threads"])] = r["ms"]
+def main(paths):
+    runs, paused_runs = {}, {}
+    for path in paths:
+        for line in open(path):
+            r = json.loads(line)
+            if "pause_ms" in r:
+                paused_runs.setdefault((r["impl"], tuple(r["shape"]), r["threads"],
+                                        r["pause_ms"]), []).append(r)
+            else:
+                runs.setdefault((r["impl"], tuple(r["shape"]), r["threads"]), []).append(r["ms"])
+    cells = {k: statistics.median(v) for k, v in runs.items()}
+    paused = {k: {f: statistics.median(r[f] for r in v) for f in ("ms", "total_ms")
+                  if all(f in r for r in v)} for k, v in paused_runs.items()}
+    if len(paths) > 1:
+        print("medians of %d runs (%s)" % (len(paths), ", ".join(paths)))
     shapes = sorted({k[1] for k in cells}, key=lambda s: [tuple(x[1]) for x in cells].index(s))
     threads = sorted({k[2] for k in cells})
     impls = [i for i in ("attnd", "attnd-bf16", "attnd-int8", "onnxruntime", "onnxruntime-int8",
@@ -81,4 +93,4 @@ def print_paused(cells, paused):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1:])
