@@ -311,7 +311,11 @@ tsan: deps
 # requests, JSON and base64, and attention selections. Reports are errors
 # (exit code 1; the black-box fixtures fail on the marker). tests/valgrind.supp
 # holds suppressions for the libraries' own reports, each with its reason.
-VALGRIND_OPTS := -q --error-exitcode=1 --track-origins=yes --leak-check=no \
+# --fair-sched=yes: valgrind runs one thread at a time, and by default a
+# thread spinning on an atomic can keep the turn from the one it waits for
+# (test_server_models' readers starved its reloads for over 14 minutes, 16 s
+# with fair turns; the compute pool's helpers spin between loops too).
+VALGRIND_OPTS := -q --fair-sched=yes --error-exitcode=1 --track-origins=yes --leak-check=no \
   --error-markers=valgrind-error,valgrind-error-end --suppressions=$(abspath tests/valgrind.supp)
 VALGRIND_PART := test_core:golden test_select:refusals test_bf16:rounding test_bf16:layout \
   test_invariance:kernel test_int8_forward:kernels
@@ -352,8 +356,8 @@ valgrind:
 	  cases=$$(for p in $(VALGRIND_PART); do case $$p in $$t:*) echo "$${p#*:}";; esac; done); \
 	  for c in $${cases:-all}; do echo "== $$t ($$c)"; \
 	    run=$$([ $$c = all ] && echo "-u CK_RUN_CASE" || echo "CK_RUN_CASE=$$c"); \
-	    env -u OPENBLAS_CORETYPE $$run CK_FORK=no ATTND_OTELCOL=$(abspath $(OTELCOL)) \
-	      valgrind $(VALGRIND_OPTS) $(BUILD)/tests/$$t; done; done
+	    s=$$(date +%s); env -u OPENBLAS_CORETYPE $$run CK_FORK=no ATTND_OTELCOL=$(abspath $(OTELCOL)) \
+	      valgrind $(VALGRIND_OPTS) $(BUILD)/tests/$$t; echo "   $$t ($$c): $$(( $$(date +%s) - s )) s"; done; done
 	ATTND_BIN=$(abspath $(BUILD)/attnd) ATTND_WRAP="valgrind $(VALGRIND_OPTS)" ATTND_SLOW=20 \
 	  $(VENV)/bin/python -m pytest -q $(VALGRIND_BLACKBOX) $(PYTEST_ARGS)
 
