@@ -794,17 +794,41 @@ typedef struct {
     int E;
 } proj8_job;
 
-/* Task: its own rows (a multiple of ATTN_INT8_ROWPAD, so that no task reads
- * rows another writes) quantized, then both projections of them. */
-static void proj8_task(void *arg, int task, int thread) {
+/* The forward's tiles (core/tasks/proj.c): 192 rows by 16 panels. */
+enum { P8_ROWS = 192, P8_PANELS = 16 };
+
+/* Task: its own rows (a multiple of ATTN_INT8_ROWPAD, so that no task
+ * writes rows another's tiles read) quantized. */
+static void prep8_task(void *arg, int task, int thread) {
     (void)thread;
     proj8_job *j = arg;
     size_t r0 = (size_t)task * j->per, r1 = r0 + j->per < j->T ? r0 + j->per : j->T;
     for (size_t r = r0; r < r1; r++)
         attn_int8_prepare_row(j->a + r * j->lda, j->x + r * (size_t)j->E, j->E);
-    for (int p = 0; p < 2; p++)
-        gemm_int8_tile(j->c[p], (size_t)j->w[p]->N, j->a, j->lda, j->w[p], r0, r1, 0,
-                       j->w[p]->panels);
+}
+
+static int tiles8(const proj8_job *j, int p) {
+    int rb = (int)((j->T + P8_ROWS - 1) / P8_ROWS);
+    return rb * ((j->w[p]->panels + P8_PANELS - 1) / P8_PANELS);
+}
+
+/* Task: one tile of one projection, column block by column block as the
+ * forward takes them. */
+static void proj8_task(void *arg, int task, int thread) {
+    (void)thread;
+    proj8_job *j = arg;
+    int p = task < tiles8(j, 0) ? 0 : 1, t = p ? task - tiles8(j, 0) : task;
+    int rb = (int)((j->T + P8_ROWS - 1) / P8_ROWS);
+    size_t r0 = (size_t)(t % rb) * P8_ROWS, r1 = r0 + P8_ROWS < j->T ? r0 + P8_ROWS : j->T;
+    int j0 = t / rb * P8_PANELS, j1 = j0 + P8_PANELS;
+    gemm_int8_tile(j->c[p], (size_t)j->w[p]->N, j->a, j->lda, j->w[p], r0, r1, j0,
+                   j1 < j->w[p]->panels ? j1 : j->w[p]->panels);
+}
+
+/* Both loops of the projections, as a forward runs them. */
+static void proj8_run(attn_ctx *ctx, proj8_job *j, int nprep) {
+    attn_ctx_parallel(ctx, nprep, prep8_task, j);
+    attn_ctx_parallel(ctx, tiles8(j, 0) + tiles8(j, 1), proj8_task, j);
 }
 
 /* Median seconds of the projections of shape s on `threads` threads; -1 on
@@ -836,13 +860,13 @@ static double time_proj8(const shape *s, int threads, double budget) {
     j.per = (j.per + ATTN_INT8_ROWPAD - 1) / ATTN_INT8_ROWPAD * ATTN_INT8_ROWPAD;
     ntasks = (int)((T + j.per - 1) / j.per);
     double t0 = now_s();
-    attn_ctx_parallel(ctx, ntasks, proj8_task, &j); /* warm-up */
+    proj8_run(ctx, &j, ntasks); /* warm-up */
     double once = now_s() - t0;
     int n = (int)(budget / (once > 1e-6 ? once : 1e-6));
     n = n < 3 ? 3 : n > 200 ? 200 : n;
     for (int r = 0; r < n; r++) {
         t0 = now_s();
-        attn_ctx_parallel(ctx, ntasks, proj8_task, &j);
+        proj8_run(ctx, &j, ntasks);
         t[r] = now_s() - t0;
     }
     med = median(t, n);
