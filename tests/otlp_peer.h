@@ -39,6 +39,13 @@ typedef struct {
     int saved; /* the stdout to restore */
 } captured;
 
+/* The capture in progress: a failed check jumps past capture_end, and
+ * capture_teardown (each suite's checked teardown) then gives stdout back,
+ * or Check's own report would land in the file and the failure go unseen
+ * (with CK_FORK=no, as make valgrind and make tsan run). */
+static captured capture_open; /* a copy: the test's own is on its stack, gone by then */
+static int capture_is_open;
+
 static inline void capture_start(captured *c) {
     snprintf(c->path, sizeof c->path, "/tmp/attnd-otlp-log-XXXXXX");
     int fd = mkstemp(c->path);
@@ -46,12 +53,29 @@ static inline void capture_start(captured *c) {
     c->saved = dup(1);
     if (fd < 0 || c->saved < 0 || dup2(fd, 1) < 0) abort();
     close(fd);
+    capture_open = *c;
+    capture_is_open = 1;
 }
 
 static inline void capture_end(captured *c) {
     fflush(stdout);
     dup2(c->saved, 1);
     close(c->saved);
+    capture_is_open = 0;
+}
+
+/* Checked teardown: ends a capture a failure left open, and prints what
+ * the log held by then. */
+static inline void capture_teardown(void) {
+    if (!capture_is_open) return;
+    captured *c = &capture_open;
+    capture_end(c);
+    FILE *f = fopen(c->path, "r");
+    char line[4096];
+    fprintf(stderr, "-- the log while the failed test ran (%s):\n", c->path);
+    while (f && fgets(line, sizeof line, f))
+        fputs(line, stderr);
+    if (f) fclose(f);
 }
 
 /* Lines of the file at path that contain needle. */

@@ -422,6 +422,7 @@ static Suite *suite(void) {
     suite_add_tcase(s, tc);
     TCase *ex = tcase_create("exporter");
     tcase_set_timeout(ex, 60);
+    tcase_add_checked_fixture(ex, NULL, capture_teardown);
     tcase_add_test(ex, test_export_answered);
     tcase_add_test(ex, test_free_flushes);
     tcase_add_test(ex, test_export_partial_and_refused);

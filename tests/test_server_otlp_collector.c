@@ -4,7 +4,7 @@
  * its file exporter writes what it understood as JSON lines, where every
  * span is found again with its ids, parent, name, kind, times, attributes
  * and status. Then the collector is stopped: submits still return at once,
- * spans fail or are dropped and are counted, the failure is logged once;
+ * every span fails or is dropped and is counted, the failure is logged once;
  * and started again on the same port: export resumes.
  */
 #include <check.h>
@@ -328,7 +328,9 @@ START_TEST(test_collector_down_then_back) {
     attnd_otlp_stats_get(x, &st);
     ck_assert_int_eq((int)st.exported, n);
     ck_assert_int_gt((int)st.failed, 0);
-    ck_assert_int_gt((int)st.dropped, 0);
+    /* How many fail and how many overflow the ring depends on how the
+     * threads interleave (a refused connection fails in microseconds);
+     * test_server_otlp counts the drops exactly. */
     ck_assert_int_eq((int)(st.failed + st.dropped), 4 * 50 * 5);
     ck_assert_int_eq(count_lines(log.path, "failed: "), 1);
     /* Back on the same port: export resumes. */
@@ -353,6 +355,7 @@ static Suite *suite(void) {
     Suite *s = suite_create("otlp_collector");
     TCase *tc = tcase_create("collector");
     tcase_set_timeout(tc, 4 * WAIT_S);
+    tcase_add_checked_fixture(tc, NULL, capture_teardown);
     tcase_add_test(tc, test_spans_reach_the_collector);
     tcase_add_test(tc, test_collector_down_then_back);
     suite_add_tcase(s, tc);
