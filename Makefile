@@ -542,14 +542,15 @@ $(GRPC_BENCH_VENV)/.stamp: bench/requirements-grpc.txt
 	touch $@
 
 # gRPC against HTTP base64 on one daemon build, in one table: small
-# requests' requests/s (ghz against wrk, 64 in flight), a large request's
+# requests' requests/s (grpc_load and ghz against wrk, 64 in flight), a large request's
 # round trip, session steps over ModelStreamInfer against HTTP steps, and
 # whether issue 30's goals are met (bench/bench_grpc.py; nothing asserted).
 # BENCH_GRPC_ARGS passes options, e.g. "--seconds 3 --runs 1" for a short run.
 BENCH_GRPC_ARGS ?=
 bench-grpc: deps-bench
-	$(MAKE) all $(GHZ) $(GRPC_BENCH_VENV)/.stamp
-	$(GRPC_BENCH_VENV)/bin/python bench/bench_grpc.py --attnd $(BUILD)/attnd --ghz $(GHZ) $(BENCH_GRPC_ARGS)
+	$(MAKE) all $(BUILD)/bench/grpc_load $(GHZ) $(GRPC_BENCH_VENV)/.stamp
+	$(GRPC_BENCH_VENV)/bin/python bench/bench_grpc.py --attnd $(BUILD)/attnd --ghz $(GHZ) \
+	  --load $(BUILD)/bench/grpc_load $(BENCH_GRPC_ARGS)
 
 # Deployment (tests/deploy/): docker-test lints docker/, checks the Kubernetes
 # and KServe manifests against schemas and the daemon, builds the image with

@@ -3,14 +3,19 @@
 All against one build on this machine, each part on a fresh daemon that
 serves HTTP and gRPC at once (issue 30's three goals):
   1. small requests (16x512, the default model) at the same concurrency:
-     requests/s of ghz (ModelInfer, raw_input_contents) against wrk
+     requests/s of grpc_load (bench/grpc_load.c: ModelInfer with
+     raw_input_contents on gRPC's C core, one thread) against wrk
      (POST /v1/attention, "encoding": "base64", bench_http.sh's body);
+     ghz too, for reference (in Go: about 8x wrk's CPU a request, taken
+     from the same cores as the daemon's);
   2. a lone large request (1, 512, 1024; H=16) on a kept-alive connection:
      median round trip of grpcio's ModelInfer (raw) against http.client's
      base64 POST /v1/attention;
   3. session steps, one row each, one after the other: a ModelStreamInfer
-     stream (grpcio, messages made from server/grpc/inference.proto)
-     against POST /v1/sessions/{id}/attention on a kept-alive connection.
+     stream against POST /v1/sessions/{id}/attention on a kept-alive
+     connection, from C (grpc_load's stream and http modes) and from
+     Python (grpcio with messages made from server/grpc/inference.proto,
+     and http.client).
 Each part runs --runs times, HTTP and gRPC alternating, and the table
 quotes the medians. Numbers only; nothing is asserted. Run by
 `make bench-grpc` in the venv of bench/requirements-grpc.txt.
@@ -153,6 +158,39 @@ def ghz_rps(ghz, port, data, seconds, conns, connections):
     return ok / (r["total"] / 1e9), p50, sum(errors.values())
 
 
+def load_rps(load, args):
+    """grpc_load's RESULT line: (per second, median ms, errors)."""
+    out = subprocess.run([load] + [str(a) for a in args], check=True, capture_output=True,
+                         text=True).stdout
+    f = next(line for line in out.splitlines() if line.startswith("RESULT")).split()
+    return float(f[1]), float(f[2]), int(f[4])
+
+
+def grpc_load_rps(load, port, msg_file, seconds, conns, connections):
+    """ModelInfer requests/s from grpc_load, after a 2 s warm-up."""
+    return load_rps(load, ["unary", port, msg_file, "-c", conns, "-n", connections,
+                           "-d", seconds, "-w", 2])
+
+
+def c_steps(load, port, prefix, step_json, step_msg_of, steps, grpc_port=None):
+    """Steps/s of grpc_load on a session opened over HTTP: HTTP steps, or
+    (grpc_port given) steps on one ModelStreamInfer stream."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    sid = json.loads(http_post(conn, "/v1/sessions", json.dumps({
+        "query": {"shape": [16, 512], "dtype": "float32", "b64": b64(prefix)},
+        "encoding": "base64"})))["session"]
+    if grpc_port:
+        rate, _, errors = load_rps(load, ["stream", grpc_port, step_msg_of(sid), "-s", steps])
+    else:
+        rate, _, errors = load_rps(load, ["http", port, "/v1/sessions/%s/attention" % sid,
+                                          step_json, "-s", steps])
+    if errors:
+        sys.exit("bench_grpc: %d session steps failed" % errors)
+    conn.request("DELETE", "/v1/sessions/" + sid)
+    conn.getresponse().read()
+    return rate, steps
+
+
 def http_post(conn, path, body):
     conn.request("POST", path, body, {"Content-Type": "application/json"})
     r = conn.getresponse()
@@ -186,11 +224,11 @@ def infer_request(pb, model, shape, raw, params=None):
 
 
 def steps_cpu(daemon, run):
-    """run()'s steps/s, and the CPU ms a step of the daemon and of this
-    process (the client, grpcio's threads included)."""
-    d0, c0 = daemon.cpu_s(), time.process_time()
+    """run()'s steps/s, and the CPU ms a step of the daemon and of the
+    client (this process with grpcio's threads, or grpc_load)."""
+    d0, c0 = daemon.cpu_s(), time.process_time() + children_cpu_s()
     rate, steps = run()
-    d1, c1 = daemon.cpu_s(), time.process_time()
+    d1, c1 = daemon.cpu_s(), time.process_time() + children_cpu_s()
     return rate, 0.0, 0, (d1 - d0) * 1e3 / steps, (c1 - c0) * 1e3 / steps
 
 
@@ -262,6 +300,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--attnd", default=os.path.join(ROOT, "build/attnd"))
     ap.add_argument("--ghz", default=os.path.join(ROOT, "build/ghz/ghz"))
+    ap.add_argument("--load", default=os.path.join(ROOT, "build/bench/grpc_load"),
+                    help="bench/grpc_load.c, built")
     ap.add_argument("--seconds", type=int, default=10, help="per throughput run")
     ap.add_argument("--runs", type=int, default=3, help="of each part; the table quotes medians")
     ap.add_argument("--connections", type=int, default=64, help="requests in flight")
@@ -283,8 +323,20 @@ def main():
     json.dump({"model_name": "default",
                "inputs": [{"name": "query", "datatype": "FP32", "shape": [1, 16, 512]}],
                "raw_input_contents": [b64(small)]}, open(small_grpc, "w"))
+    small_msg = os.path.join(tmp, "small.msg")
+    open(small_msg, "wb").write(
+        infer_request(pb, "default", [1, 16, 512], small).SerializeToString())
     large = floats(rnd, 512 * 1024)
     step = floats(rnd, 512)
+    step_json = os.path.join(tmp, "step.json")
+    json.dump({"query": {"shape": [1, 512], "dtype": "float32", "b64": b64(step)},
+               "encoding": "base64"}, open(step_json, "w"))
+
+    def step_msg_of(sid):
+        path = os.path.join(tmp, "step.msg")
+        open(path, "wb").write(infer_request(pb, "default", [1, 1, 512], step,
+                                             {"session_id": sid}).SerializeToString())
+        return path
     lua = os.path.join(HERE, "wrk_post.lua")
     rows = {}
 
@@ -294,20 +346,28 @@ def main():
     d = Daemon(args.attnd, tmp)
     core = d.blas_core()
     print("attnd gRPC benchmark: %s, %d cpus, blas core %s" % (cpu_name(), os.cpu_count(), core))
-    print("%d runs a part, medians; %d requests in flight for %ds a run (ghz over %d "
-          "HTTP/2 connections, wrk over %d HTTP/1.1 connections)" % (
+    print("%d runs a part, medians; %d requests in flight for %ds a run (grpc_load and ghz "
+          "over %d HTTP/2 connections, wrk over %d HTTP/1.1 connections)" % (
               args.runs, args.connections, args.seconds, args.grpc_connections,
               args.connections), flush=True)
     for _ in range(args.runs):
         add("http_small", with_cpu(d, args.seconds, lambda: wrk_rps(
             d.port, small_http, args.seconds, args.connections, lua)))
-        add("grpc_small", with_cpu(d, args.seconds, lambda: ghz_rps(
+        add("grpc_small", with_cpu(d, args.seconds, lambda: grpc_load_rps(
+            args.load, d.grpc_port, small_msg, args.seconds, args.connections,
+            args.grpc_connections)))
+        add("ghz_small", with_cpu(d, args.seconds, lambda: ghz_rps(
             args.ghz, d.grpc_port, small_grpc, args.seconds, args.connections,
             args.grpc_connections)))
     stub = pb_grpc.GRPCInferenceServiceStub(grpc.insecure_channel("127.0.0.1:%d" % d.grpc_port))
     for _ in range(args.runs):
-        add("http_steps", steps_cpu(d, lambda: http_steps(d.port, small, step, args.steps)))
-        add("grpc_steps", steps_cpu(d, lambda: grpc_steps(pb, stub, small, step, args.steps)))
+        add("http_steps", steps_cpu(d, lambda: c_steps(
+            args.load, d.port, small, step_json, step_msg_of, args.steps)))
+        add("grpc_steps", steps_cpu(d, lambda: c_steps(
+            args.load, d.port, small, step_json, step_msg_of, args.steps, d.grpc_port)))
+        add("http_steps_py", steps_cpu(d, lambda: http_steps(d.port, small, step, args.steps)))
+        add("grpc_steps_py", steps_cpu(d, lambda: grpc_steps(pb, stub, small, step,
+                                                             args.steps)))
     d.stop()
 
     d = Daemon(args.attnd, tmp, {"ATTND_CONFIG": large_config(tmp, rnd)})
@@ -327,42 +387,51 @@ def main():
 
 
 def report(rows, args):
-    m = {k: statistics.median(x if isinstance(x, float) else x[0] for x in v)
-         for k, v in rows.items()}
-    cpu = {k: [statistics.median(x[i] for x in v) for i in (3, 4)]
-           for k, v in rows.items() if not k.endswith("large")}
-    p50 = {k: statistics.median(x[1] for x in v) for k, v in rows.items() if k.endswith("small")}
-    err = {k: sum(x[2] for x in v) for k, v in rows.items() if k.endswith("small")}
-    runs = {k: " ".join("%.0f" % (x if isinstance(x, float) else x[0]) if not k.endswith("large")
-                        else "%.1f" % x for x in v) for k, v in rows.items()}
+    def med(k, i=0):
+        return statistics.median(x if isinstance(x, float) else x[i] for x in rows[k])
+
+    def each(k, fmt="%.0f"):
+        return " ".join(fmt % (x if isinstance(x, float) else x[0]) for x in rows[k])
+
+    def yes(ok):
+        return "yes" if ok else "no"
+
     print()
     print("| part | HTTP base64 | gRPC | gRPC / HTTP | goal | met |")
     print("|---|---|---|---|---|---|")
-    r = m["grpc_small"] / m["http_small"]
-    print("| small 16×512, %d in flight: req/s (p50 ms) | %.0f (%.1f) | %.0f (%.1f) | %.2fx | ≥ 1.5x | %s |"
-          % (args.connections, m["http_small"], p50["http_small"], m["grpc_small"],
-             p50["grpc_small"], r, "yes" if r >= 1.5 else "no"))
-    r = m["http_large"] / m["grpc_large"]
+    h, g, z = med("http_small"), med("grpc_small"), med("ghz_small")
+    print("| small 16×512, %d in flight: req/s (p50 ms), grpc_load | %.0f (%.1f) | %.0f (%.1f) "
+          "| %.2fx | ≥ 1.5x | %s |" % (args.connections, h, med("http_small", 1), g,
+                                      med("grpc_small", 1), g / h, yes(g / h >= 1.5)))
+    print("| the same, ghz as the gRPC client | %.0f | %.0f (%.1f) | %.2fx | | |"
+          % (h, z, med("ghz_small", 1), z / h))
+    hl, gl = med("http_large"), med("grpc_large")
     print("| large 1×512×1024, H=16: round trip ms | %.1f | %.1f | %.2fx as fast | no slower | %s |"
-          % (m["http_large"], m["grpc_large"], r, "yes" if m["grpc_large"] <= m["http_large"] else "no"))
-    r = m["grpc_steps"] / m["http_steps"]
-    print("| session steps, 1 row, 16-row prefix: steps/s | %.0f | %.0f | %.2fx | ≥ 2x | %s |"
-          % (m["http_steps"], m["grpc_steps"], r, "yes" if r >= 2 else "no"))
+          % (hl, gl, hl / gl, yes(gl <= hl)))
+    h, g = med("http_steps"), med("grpc_steps")
+    print("| session steps, 1 row, 16-row prefix: steps/s, C clients | %.0f | %.0f | %.2fx | ≥ 2x "
+          "| %s |" % (h, g, g / h, yes(g / h >= 2)))
+    h, g = med("http_steps_py"), med("grpc_steps_py")
+    print("| the same, Python clients (http.client, grpcio) | %.0f | %.0f | %.2fx | | |"
+          % (h, g, g / h))
     print()
-    print("each run (HTTP | gRPC): small req/s %s | %s; large ms %s | %s; steps/s %s | %s"
-          % (runs["http_small"], runs["grpc_small"], runs["http_large"], runs["grpc_large"],
-             runs["http_steps"], runs["grpc_steps"]))
-    print("small requests, CPU ms a request (medians): daemon HTTP %.2f, gRPC %.2f; "
-          "load generator wrk %.2f, ghz %.2f (they share the same %d cpus)"
-          % (cpu["http_small"][0], cpu["grpc_small"][0], cpu["http_small"][1],
-             cpu["grpc_small"][1], os.cpu_count()))
-    print("session steps, CPU ms a step (medians): daemon HTTP %.3f, gRPC %.3f; "
-          "client (this Python) HTTP %.3f, gRPC %.3f"
-          % (cpu["http_steps"][0], cpu["grpc_steps"][0], cpu["http_steps"][1],
-             cpu["grpc_steps"][1]))
-    if err["http_small"] or err["grpc_small"]:
-        print("errors: wrk %d, ghz %d (besides ghz's calls cut at the end of a run)"
-              % (err["http_small"], err["grpc_small"]))
+    print("each run (HTTP | gRPC): small req/s %s | %s (ghz %s); large ms %s | %s; steps/s C %s "
+          "| %s, Python %s | %s" % (
+              each("http_small"), each("grpc_small"), each("ghz_small"),
+              each("http_large", "%.1f"), each("grpc_large", "%.1f"), each("http_steps"),
+              each("grpc_steps"), each("http_steps_py"), each("grpc_steps_py")))
+    print("small requests, CPU ms a request (medians): daemon HTTP %.2f, gRPC %.2f (%.2f under "
+          "ghz); load generator wrk %.2f, grpc_load %.2f, ghz %.2f (they share the same %d cpus)"
+          % (med("http_small", 3), med("grpc_small", 3), med("ghz_small", 3),
+             med("http_small", 4), med("grpc_small", 4), med("ghz_small", 4), os.cpu_count()))
+    print("session steps, CPU ms a step (medians): daemon HTTP %.3f, gRPC %.3f; client C "
+          "%.3f, %.3f; Python HTTP %.3f, gRPC %.3f" % (
+              med("http_steps", 3), med("grpc_steps", 3), med("http_steps", 4),
+              med("grpc_steps", 4), med("http_steps_py", 4), med("grpc_steps_py", 4)))
+    err = {k: sum(x[2] for x in rows[k]) for k in ("http_small", "grpc_small", "ghz_small")}
+    if any(err.values()):
+        print("errors: wrk %d, grpc_load %d, ghz %d (besides ghz's calls cut at the end of a run)"
+              % (err["http_small"], err["grpc_small"], err["ghz_small"]))
 
 
 if __name__ == "__main__":

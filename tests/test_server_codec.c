@@ -12,6 +12,7 @@
 #include "../server/base/utf8.h"
 #include "../server/codec/base64.h"
 #include "../server/codec/floattext.h"
+#include "../server/codec/tensor.h"
 #include "check_run.h"
 
 /* The plain build runs every random and swept check in full; under
@@ -468,6 +469,37 @@ START_TEST(test_b64_random_round_trip) {
 }
 END_TEST
 
+/* attnd_first_nonfinite against a plain search: a NaN, +inf or -inf at
+ * every place of arrays around its block of 64, with -inf allowed or not. */
+static size_t first_bad(const float *x, size_t n, int neg_inf_ok) {
+    for (size_t k = 0; k < n; k++)
+        if (isnan(x[k]) || (isinf(x[k]) && !(neg_inf_ok && x[k] < 0))) return k;
+    return n;
+}
+
+START_TEST(test_first_nonfinite_every_place) {
+    static const size_t sizes[] = {0, 1, 63, 64, 65, 127, 128, 200};
+    const float bad[] = {NAN, -NAN, INFINITY, -INFINITY};
+    float x[200], y[200];
+    for (size_t i = 0; i < 200; i++)
+        x[i] = (float)i * 0.37f - 30.0f;
+    x[7] = FLT_MAX, x[70] = -FLT_MAX, x[130] = FLT_MIN; /* finite, near the edges */
+    for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++) {
+        size_t n = sizes[s];
+        for (int ok = 0; ok < 2; ok++)
+            ck_assert_uint_eq(attnd_first_nonfinite(x, n, ok), n);
+        for (size_t p = 0; p < n; p++)
+            for (size_t b = 0; b < 4; b++)
+                for (int ok = 0; ok < 2; ok++) {
+                    memcpy(y, x, sizeof x);
+                    y[p] = bad[b];
+                    if (p + 3 < n) y[p + 3] = NAN; /* a second one after it */
+                    ck_assert_uint_eq(attnd_first_nonfinite(y, n, ok), first_bad(y, n, ok));
+                }
+    }
+}
+END_TEST
+
 START_TEST(test_json_str_escapes) {
     attnd_sbuf b;
     attnd_sb_init(&b);
@@ -493,6 +525,7 @@ int main(void) {
     tcase_add_test(tc, test_f32_powers_of_ten_and_neighbours);
     tcase_add_test(tc, test_digits9_every_value);
     tcase_add_test(tc, test_f32_nonfinite_written_as_zero);
+    tcase_add_test(tc, test_first_nonfinite_every_place);
     tcase_add_test(tc, test_sb_floats_and_tensor);
     tcase_add_test(tc, test_parse_number_matches_strtod);
     tcase_add_test(tc, test_parse_number_refuses_bad_grammar);

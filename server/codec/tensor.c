@@ -40,8 +40,24 @@ int attnd_tensor_size(const jshape *shape, size_t esz, const char *field, uint64
     return 0;
 }
 
+/* Blocks of 64 are tested without a branch (the exponent's bits all set:
+ * infinity or NaN), which the compiler vectorizes; only a block holding
+ * one is searched one value at a time. Every request's input and output
+ * pass through here. */
 size_t attnd_first_nonfinite(const float *x, size_t n, int neg_inf_ok) {
-    for (size_t k = 0; k < n; k++)
+    size_t k = 0;
+    for (; k + 64 <= n; k += 64) {
+        uint32_t any = 0;
+        for (int i = 0; i < 64; i++) {
+            uint32_t b;
+            memcpy(&b, &x[k + i], sizeof b);
+            any |= (b & 0x7f800000u) == 0x7f800000u;
+        }
+        if (!any) continue;
+        for (size_t i = k; i < k + 64; i++)
+            if (!isfinite(x[i]) && !(neg_inf_ok && isinf(x[i]) && x[i] < 0)) return i;
+    }
+    for (; k < n; k++)
         if (!isfinite(x[k]) && !(neg_inf_ok && isinf(x[k]) && x[k] < 0)) return k;
     return n;
 }

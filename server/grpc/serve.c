@@ -9,8 +9,11 @@
  * RECV_CLOSE_ON_SERVER). The last reference frees it. Messages are read on
  * the polling thread; an inference's answer is written and its send
  * started by the worker that answers it (grpc_call_start_batch may be
- * called from any thread). A stream reads its next message only once the
- * answer to the last one is sent: its steps run in order, one at a time.
+ * called from any thread). A stream's steps run in order, one at a time:
+ * its next message is read while a step computes and held until that
+ * step's answer is sent (a client that sends the next step as soon as it
+ * has the answer finds the read waiting, not one more round through the
+ * poller).
  */
 #include <grpc/byte_buffer.h>
 #include <grpc/byte_buffer_reader.h>
@@ -72,6 +75,12 @@ struct gcall {
     int code;        /* the status sent (or to send) */
     int http_status; /* the HTTP status of the same answer, for the log */
     int logged;
+    int final_started; /* under mu: the status is on its way, nothing more is read */
+    /* a stream's, on the polling thread only */
+    int step_out;  /* a step computes, or its answer is being sent */
+    uint8_t *held; /* the next step's message, read while step_out */
+    size_t held_len;
+    int client_done; /* the client's messages ended while step_out */
     size_t sent_bytes;
     int batch;
     int asked_ms; /* the call's own deadline (grpc-timeout), ms; 0: none */
@@ -150,6 +159,7 @@ static void call_free(gcall *c) {
     grpc_metadata_array_destroy(&c->md);
     if (c->recv) grpc_byte_buffer_destroy(c->recv);
     if (c->send) grpc_byte_buffer_destroy(c->send);
+    free(c->held);
     grpc_slice_unref(c->details_slice);
     pthread_mutex_destroy(&c->mu);
     free(c);
@@ -240,6 +250,7 @@ static void start(gcall *c, const grpc_op *ops, size_t n, gtag *t) {
 static void send_final(gcall *c, uint8_t *out, size_t out_len, int code, const char *msg) {
     pthread_mutex_lock(&c->mu);
     int over = c->over;
+    c->final_started = 1;
     pthread_mutex_unlock(&c->mu);
     c->code = code;
     if (over) { /* the client left: nothing goes out */
@@ -561,14 +572,48 @@ static void dispatch(gcall *c, const uint8_t *msg, size_t len) {
     send_final(c, out, n, GRPC_OK, NULL);
 }
 
+/* A stream's step: dispatched, and the next message read meanwhile
+ * (unless the stream's status is already on its way). */
+static void stream_step(gcall *c, uint8_t *msg, size_t len) {
+    c->step_out = 1;
+    dispatch(c, msg, len);
+    free(msg);
+    pthread_mutex_lock(&c->mu);
+    int ended = c->final_started || c->over;
+    pthread_mutex_unlock(&c->mu);
+    if (!ended) read_next(c);
+}
+
+/* The end of a stream, once no step is out: its OK status. */
+static void stream_end(gcall *c) {
+    if (!c->http_status) c->http_status = 200;
+    send_final(c, NULL, 0, GRPC_OK, NULL);
+}
+
+/* A stream's answer went out: the step read meanwhile, if any, or the end
+ * the client asked for. */
+static void stream_sent(gcall *c) {
+    c->step_out = 0;
+    if (c->held) {
+        uint8_t *msg = c->held;
+        c->held = NULL;
+        stream_step(c, msg, c->held_len);
+    } else if (c->client_done) {
+        stream_end(c);
+    }
+}
+
 /* RECV_MESSAGE completed: a message, or the end of the client's messages. */
 static void on_recv(gcall *c, int ok) {
     attnd_error e = {AOK, ""};
+    int stream = c->method == GM_STREAM_INFER;
     if (!ok) return; /* the call failed: RECV_CLOSE_ON_SERVER ends it */
     if (!c->recv) {
-        if (c->method == GM_STREAM_INFER) { /* the client is done: so is the stream */
-            if (!c->http_status) c->http_status = 200;
-            send_final(c, NULL, 0, GRPC_OK, NULL);
+        if (stream) { /* the client is done: so is the stream, once its last step is */
+            if (c->step_out)
+                c->client_done = 1;
+            else
+                stream_end(c);
             return;
         }
         attnd_set_error(&e, AERR_BAD_REQUEST, "no request message");
@@ -584,8 +629,15 @@ static void on_recv(gcall *c, int ok) {
         send_error(c, &e);
         return;
     }
-    dispatch(c, msg, len);
-    free(msg);
+    if (!stream) {
+        dispatch(c, msg, len);
+        free(msg);
+    } else if (c->step_out) { /* the step before it is still out: it waits */
+        c->held = msg;
+        c->held_len = len;
+    } else {
+        stream_step(c, msg, len);
+    }
 }
 
 /* ---- a call's life ---- */
@@ -697,9 +749,9 @@ static void on_event(attnd_grpc *g, gtag *t, int ok) {
         record(c, ok ? "ok" : "client_gone");
         set_busy(c, 0);
         break;
-    case T_SENT_MSG: /* a stream's answer went out: its next message */
+    case T_SENT_MSG: /* a stream's answer went out: its next step */
         set_busy(c, 0);
-        if (ok) read_next(c);
+        if (ok) stream_sent(c);
         break;
     default:
         (void)g;

@@ -631,6 +631,32 @@ def test_session_over_model_stream_infer(client, d):
     assert np.array_equal(got.view(np.uint32), whole.view(np.uint32))
 
 
+def test_stream_ended_by_the_client_with_steps_out(stub, client):
+    """Every step sent and the stream half-closed at once: the daemon reads
+    ahead while a step computes, and still answers each step in order,
+    then ends the stream OK (not before its last answer)."""
+    g = DECODERS[1]
+    q = dec_rows(g)
+    name = g["name"]
+    whole = client.infer(name, q_in(q), parameters={"causal": True}).as_numpy("output")
+    opened = stub.ModelInfer(pb_request(name, [("query", q[None, :2], "FP32")],
+                                        {"session_open": True}), timeout=30)
+    sid = opened.parameters["session_id"].string_param
+    steps = [pb_request(name, [("query", q[None, at:at + 1], "FP32")], {"session_id": sid})
+             for at in range(2, len(q))]
+    for at, req in zip(range(2, len(q)), steps):
+        req.id = "s%d" % at
+    answers = list(stub.ModelStreamInfer(iter(steps), timeout=60))  # raises unless OK
+    assert [a.error_message for a in answers] == [""] * len(steps)
+    assert [a.infer_response.id for a in answers] == [r.id for r in steps]
+    outs = [np.frombuffer(opened.raw_output_contents[0], np.float32).reshape(1, 2, -1)]
+    outs += [np.frombuffer(a.infer_response.raw_output_contents[0], np.float32).reshape(1, 1, -1)
+             for a in answers]
+    got = np.concatenate(outs, axis=1)
+    assert np.array_equal(got.view(np.uint32), whole.view(np.uint32))
+    stub.ModelInfer(pb_request(name, [], {"session_id": sid, "session_close": True}), timeout=30)
+
+
 def test_session_close_alone_over_http_v2_and_x_session_id(stub, client, d):
     g = DECODERS[1]
     q = dec_rows(g)
