@@ -218,8 +218,16 @@ int attnd_server_drain(attnd_server *s) {
     attnd_http_quiesce(&s->http); /* the gRPC side reads the same state */
     attnd_sched_drain(s->sched);
     uint64_t limit = attnd_mono_us() + (uint64_t)s->cfg->drain_grace_s * 1000000u;
-    while (attnd_mono_us() < limit && !idle(s))
-        usleep(2000);
+    /* idle twice, 20 ms apart: a request whose header lines were on their
+     * way on a connection already open is answered (503) before the stop,
+     * rather than closed unanswered by it */
+    for (;;) {
+        while (attnd_mono_us() < limit && !idle(s))
+            usleep(2000);
+        if (attnd_mono_us() >= limit) break;
+        usleep(20000);
+        if (idle(s)) break;
+    }
     if (!idle(s)) {
         /* what is answered from here on is cut: queued work gets 503 now,
          * running batches finish, and stopping the daemon closes every

@@ -366,7 +366,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 static const char *end_word(const hreq *h, enum MHD_RequestTerminationCode toe) {
     const char *cut = attnd_guard_cut(h->srv->guard, h->gc);
     if (cut) return cut;
-    if (h->late || toe == MHD_REQUEST_TERMINATED_DAEMON_SHUTDOWN) return "drain_deadline";
+    if (h->late) return "drain_deadline";
+    /* stopped with it unanswered: cut at the deadline, or (no deadline
+     * passed) it began as an idle drain ended, never admitted */
+    if (toe == MHD_REQUEST_TERMINATED_DAEMON_SHUTDOWN)
+        return atomic_load(&h->srv->past_deadline) ? "drain_deadline" : "shutdown";
     if (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK && h->status) return "ok";
     if (toe == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED) return "idle_timeout";
     if (toe == MHD_REQUEST_TERMINATED_CLIENT_ABORT || toe == MHD_REQUEST_TERMINATED_READ_ERROR ||
@@ -429,6 +433,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                   "request %s %s %s cut short at the drain deadline (%d s): its answer was not "
                   "delivered whole",
                   h->id, h->method, h->path, s->cfg->drain_grace_s);
+    } else if (strcmp(end, "shutdown") == 0) {
+        status = 503; /* closed unanswered: the daemon was no longer serving */
     } else if (status == 0 && strcmp(end, "client_gone") != 0) {
         status = 408; /* the guard closed it: too slow, or evicted (never sent) */
         attnd_metrics_disconnect(s->metrics);

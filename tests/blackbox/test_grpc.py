@@ -11,6 +11,7 @@ import json
 import queue
 import re
 import signal
+import socket
 import threading
 import time
 
@@ -738,15 +739,26 @@ def test_drain_with_calls_in_flight(fresh_daemons):
     s = service_pb2_grpc.GRPCInferenceServiceStub(ch)
     futs = [(seq, s.ModelInfer.future(pb_request(g["name"], seq_tensors(seq), seq_params(seq)),
                                       timeout=60)) for seq in seqs[:4]]
+    # an HTTP request whose body is still coming holds the drain open, so
+    # that the late call below arrives while the daemon drains, however slow
+    # the machine (the queued calls alone may all be answered first)
+    body = json.dumps({"query": [[0.5] * 30]}).encode()
+    held = socket.create_connection(("127.0.0.1", dd.port), timeout=30)
+    held.sendall(b"POST /v1/models/self_e30_h3/attention HTTP/1.1\r\nHost: x\r\n"
+                 b"Content-Type: application/json\r\n"
+                 b"Content-Length: %d\r\n\r\n" % len(body) + body[:5])
     time.sleep(0.3)  # the calls are queued behind the 1 s delay
     dd.send_signal(signal.SIGTERM)
     # once the daemon drains (its health check says NOT_SERVING: the signal
     # is handled; a slow build takes a while), a new call is not taken:
-    # UNAVAILABLE (the server's 503, or the port already closed)
+    # UNAVAILABLE, with the HTTP side's 503 sentence
     until = time.monotonic() + 30
     while health_check(dd.grpc_target, timeout=10) != 2 and time.monotonic() < until:
         time.sleep(0.02)
     late = rpc_error(s.ModelInfer, pb_request(g["name"], seq_tensors(seqs[0]), {}), timeout=30)
+    held.sendall(body[5:])  # answered (its header lines came before the drain); the drain ends
+    answer = held.recv(4096)
+    held.close()
     for seq, f in futs:
         out = grpc_raw(f.result())
         assert rel_err(as_array(out["output"]), v2_ranked(seq["output"])) <= TOL
@@ -754,6 +766,8 @@ def test_drain_with_calls_in_flight(fresh_daemons):
     ch.close()
     c.close()
     assert late.code() == grpc.StatusCode.UNAVAILABLE, late
+    assert late.details() == "the server is draining", late
+    assert answer.startswith(b"HTTP/1.1 200") and b"Connection: close" in answer, answer
 
 
 def test_grpc_port_zero_and_free_port(fresh_daemons):
