@@ -77,9 +77,9 @@ struct gcall {
     int logged;
     int final_started; /* under mu: the status is on its way, nothing more is read */
     /* a stream's, on the polling thread only */
-    int step_out;  /* a step computes, or its answer is being sent */
-    uint8_t *held; /* the next step's message, read while step_out */
-    size_t held_len;
+    int step_out;    /* a step computes, or its answer is being sent */
+    grpc_slice held; /* the next step's message, read while step_out */
+    int has_held;
     int client_done; /* the client's messages ended while step_out */
     size_t sent_bytes;
     int batch;
@@ -159,7 +159,7 @@ static void call_free(gcall *c) {
     grpc_metadata_array_destroy(&c->md);
     if (c->recv) grpc_byte_buffer_destroy(c->recv);
     if (c->send) grpc_byte_buffer_destroy(c->send);
-    free(c->held);
+    grpc_slice_unref(c->held);
     grpc_slice_unref(c->details_slice);
     pthread_mutex_destroy(&c->mu);
     free(c);
@@ -329,19 +329,22 @@ static void greq_free(attnd_req *r) {
     call_unref(c);
 }
 
-/* The message's bytes, whole: one buffer the caller frees (NULL for none
- * or out of memory). */
-static uint8_t *message_bytes(grpc_byte_buffer *bb, size_t *len) {
+/* The message's bytes as one slice the caller unrefs: the buffer's own
+ * when it holds one uncompressed slice (no copy), else its slices joined.
+ * 0, or -1 when gRPC cannot read it. */
+static int message_slice(grpc_byte_buffer *bb, grpc_slice *out) {
+    *out = grpc_empty_slice();
+    if (!bb) return -1;
+    if (bb->type == GRPC_BB_RAW && bb->data.raw.compression == GRPC_COMPRESS_NONE &&
+        bb->data.raw.slice_buffer.count == 1) {
+        *out = grpc_slice_ref(bb->data.raw.slice_buffer.slices[0]);
+        return 0;
+    }
     grpc_byte_buffer_reader rd;
-    *len = 0;
-    if (!bb || !grpc_byte_buffer_reader_init(&rd, bb)) return NULL;
-    grpc_slice s = grpc_byte_buffer_reader_readall(&rd);
+    if (!grpc_byte_buffer_reader_init(&rd, bb)) return -1;
+    *out = grpc_byte_buffer_reader_readall(&rd);
     grpc_byte_buffer_reader_destroy(&rd);
-    *len = GRPC_SLICE_LENGTH(s);
-    uint8_t *p = malloc(*len ? *len : 1);
-    if (p) memcpy(p, GRPC_SLICE_START_PTR(s), *len);
-    grpc_slice_unref(s);
-    return p;
+    return 0;
 }
 
 /* An answer for an inference of c: the call's final message (unary) or a
@@ -574,10 +577,10 @@ static void dispatch(gcall *c, const uint8_t *msg, size_t len) {
 
 /* A stream's step: dispatched, and the next message read meanwhile
  * (unless the stream's status is already on its way). */
-static void stream_step(gcall *c, uint8_t *msg, size_t len) {
+static void stream_step(gcall *c, grpc_slice msg) {
     c->step_out = 1;
-    dispatch(c, msg, len);
-    free(msg);
+    dispatch(c, GRPC_SLICE_START_PTR(msg), GRPC_SLICE_LENGTH(msg));
+    grpc_slice_unref(msg);
     pthread_mutex_lock(&c->mu);
     int ended = c->final_started || c->over;
     pthread_mutex_unlock(&c->mu);
@@ -594,10 +597,11 @@ static void stream_end(gcall *c) {
  * the client asked for. */
 static void stream_sent(gcall *c) {
     c->step_out = 0;
-    if (c->held) {
-        uint8_t *msg = c->held;
-        c->held = NULL;
-        stream_step(c, msg, c->held_len);
+    if (c->has_held) {
+        c->has_held = 0;
+        grpc_slice msg = c->held;
+        c->held = grpc_empty_slice();
+        stream_step(c, msg);
     } else if (c->client_done) {
         stream_end(c);
     }
@@ -620,23 +624,23 @@ static void on_recv(gcall *c, int ok) {
         send_error(c, &e);
         return;
     }
-    size_t len = 0;
-    uint8_t *msg = message_bytes(c->recv, &len);
+    grpc_slice msg;
+    int rc = message_slice(c->recv, &msg);
     grpc_byte_buffer_destroy(c->recv);
     c->recv = NULL;
-    if (!msg) {
-        attnd_set_error(&e, AERR_INTERNAL, "out of memory reading the message");
+    if (rc < 0) {
+        attnd_set_error(&e, AERR_BAD_REQUEST, "the message could not be read (its compression)");
         send_error(c, &e);
         return;
     }
     if (!stream) {
-        dispatch(c, msg, len);
-        free(msg);
+        dispatch(c, GRPC_SLICE_START_PTR(msg), GRPC_SLICE_LENGTH(msg));
+        grpc_slice_unref(msg);
     } else if (c->step_out) { /* the step before it is still out: it waits */
         c->held = msg;
-        c->held_len = len;
+        c->has_held = 1;
     } else {
-        stream_step(c, msg, len);
+        stream_step(c, msg);
     }
 }
 
@@ -653,6 +657,7 @@ static void request_call(attnd_grpc *g) {
     grpc_call_details_init(&c->details);
     grpc_metadata_array_init(&c->md);
     c->details_slice = grpc_empty_slice();
+    c->held = grpc_empty_slice();
     c->t_new = (gtag){c, T_NEW};
     c->t_recv = (gtag){c, T_RECV};
     c->t_close = (gtag){c, T_CLOSE};

@@ -99,54 +99,73 @@ static void put_parameters(attnd_sbuf *b, const InferRequest *rq) {
     attnd_sb_putc(b, '}');
 }
 
-/* The bytes of input i's contents in its datatype's field, little-endian
- * as the binary data extension carries them, appended to bin; *n: bytes.
- * 0, or -1 with the 400 of a datatype that travels raw only or of values
- * in another type's field. */
-static int contents_bytes(const InferInput *in, int i, attnd_sbuf *bin, size_t *n, attnd_error *e) {
+/* Where input i's bytes are, little-endian as the binary data extension
+ * carries them: raw_input_contents[i], or its datatype's contents field
+ * (BOOL's one byte a value is made when written: *bools 1). 0, or -1
+ * with the 400 of a datatype that travels raw only, of values in another
+ * type's field, or of contents beside raw_input_contents. */
+static int input_bytes(const InferRequest *rq, int i, const void **data, size_t *n, int *bools,
+                       attnd_error *e) {
+    const InferInput *in = rq->inputs[i];
     const Inference__InferTensorContents *c = in->contents;
     const char *dt = in->datatype ? in->datatype : "";
-    size_t before = bin->len;
-    if (strcmp(dt, "FP32") == 0) {
-        attnd_sb_put(bin, c->fp32_contents, c->n_fp32_contents * sizeof(float));
+    *data = NULL;
+    *bools = 0;
+    if (rq->n_raw_input_contents) {
+        if (c)
+            return attnd_set_error(e, AERR_BAD_REQUEST,
+                                   "inputs[%d].contents: given with raw_input_contents (one or the "
+                                   "other, for every input)",
+                                   i);
+        *data = rq->raw_input_contents[i].data;
+        *n = rq->raw_input_contents[i].len;
+    } else if (!c) {
+        return attnd_set_error(e, AERR_BAD_REQUEST,
+                               "inputs[%d].contents: required (or raw_input_contents)", i);
+    } else if (strcmp(dt, "FP32") == 0) {
+        *data = c->fp32_contents, *n = c->n_fp32_contents * sizeof(float);
     } else if (strcmp(dt, "FP64") == 0) {
-        attnd_sb_put(bin, c->fp64_contents, c->n_fp64_contents * sizeof(double));
+        *data = c->fp64_contents, *n = c->n_fp64_contents * sizeof(double);
     } else if (strcmp(dt, "INT32") == 0) {
-        attnd_sb_put(bin, c->int_contents, c->n_int_contents * sizeof(int32_t));
+        *data = c->int_contents, *n = c->n_int_contents * sizeof(int32_t);
     } else if (strcmp(dt, "INT64") == 0) {
-        attnd_sb_put(bin, c->int64_contents, c->n_int64_contents * sizeof(int64_t));
+        *data = c->int64_contents, *n = c->n_int64_contents * sizeof(int64_t);
     } else if (strcmp(dt, "BOOL") == 0) {
-        for (size_t k = 0; k < c->n_bool_contents; k++)
-            attnd_sb_putc(bin, c->bool_contents[k] ? 1 : 0);
+        *n = c->n_bool_contents;
+        *bools = 1;
     } else {
         return attnd_set_error(e, AERR_BAD_REQUEST,
                                "inputs[%d] (%.40s).contents: %.16s has no contents field; send it "
                                "in raw_input_contents",
                                i, in->name ? in->name : "", dt);
     }
-    *n = bin->len - before;
     return 0;
 }
 
-/* One input's JSON, its bytes appended to bin (raw: raw_input_contents[i]). */
-static int put_input(attnd_sbuf *b, attnd_sbuf *bin, const InferRequest *rq, int i,
-                     attnd_error *e) {
-    const InferInput *in = rq->inputs[i];
-    size_t n = 0;
-    if (rq->n_raw_input_contents) {
-        if (in->contents)
-            return attnd_set_error(e, AERR_BAD_REQUEST,
-                                   "inputs[%d].contents: given with raw_input_contents (one or the "
-                                   "other, for every input)",
-                                   i);
-        n = rq->raw_input_contents[i].len;
-        attnd_sb_put(bin, rq->raw_input_contents[i].data, n);
-    } else if (!in->contents) {
-        return attnd_set_error(e, AERR_BAD_REQUEST,
-                               "inputs[%d].contents: required (or raw_input_contents)", i);
-    } else if (contents_bytes(in, i, bin, &n, e) < 0) {
-        return -1;
+/* Input i's bytes appended to b. */
+static void put_input_bytes(attnd_sbuf *b, const InferRequest *rq, int i) {
+    const void *data;
+    size_t n;
+    int bools;
+    attnd_error e;
+    input_bytes(rq, i, &data, &n, &bools, &e); /* put_input took it: no refusal now */
+    if (!bools) {
+        attnd_sb_put(b, data, n); /* data NULL only for n 0 */
+        return;
     }
+    const Inference__InferTensorContents *c = rq->inputs[i]->contents;
+    for (size_t k = 0; k < c->n_bool_contents; k++)
+        attnd_sb_putc(b, c->bool_contents[k] ? 1 : 0);
+}
+
+/* One input's JSON; its bytes' size added to *bytes. */
+static int put_input(attnd_sbuf *b, size_t *bytes, const InferRequest *rq, int i, attnd_error *e) {
+    const InferInput *in = rq->inputs[i];
+    const void *data;
+    size_t n = 0;
+    int bools;
+    if (input_bytes(rq, i, &data, &n, &bools, e) < 0) return -1;
+    *bytes += n;
     attnd_sb_puts(b, i ? ",{\"name\":" : "{\"name\":");
     put_str(b, in->name);
     attnd_sb_puts(b, ",\"datatype\":");
@@ -158,8 +177,8 @@ static int put_input(attnd_sbuf *b, attnd_sbuf *bin, const InferRequest *rq, int
     return 0;
 }
 
-/* The JSON part of the request (its inputs' bytes into bin). */
-static int put_request(attnd_sbuf *b, attnd_sbuf *bin, const InferRequest *rq, attnd_error *e) {
+/* The JSON part of the request; *bytes: the size of its inputs' bytes. */
+static int put_request(attnd_sbuf *b, size_t *bytes, const InferRequest *rq, attnd_error *e) {
     if (rq->n_raw_input_contents && rq->n_raw_input_contents != rq->n_inputs)
         return attnd_set_error(e, AERR_BAD_REQUEST,
                                "raw_input_contents: %zu entries for %zu inputs (one per input, in "
@@ -167,7 +186,7 @@ static int put_request(attnd_sbuf *b, attnd_sbuf *bin, const InferRequest *rq, a
                                rq->n_raw_input_contents, rq->n_inputs);
     attnd_sb_puts(b, "{\"inputs\":[");
     for (size_t i = 0; i < rq->n_inputs; i++)
-        if (put_input(b, bin, rq, (int)i, e) < 0) return -1;
+        if (put_input(b, bytes, rq, (int)i, e) < 0) return -1;
     attnd_sb_puts(b, "],\"outputs\":[");
     for (size_t i = 0; i < rq->n_outputs; i++) {
         attnd_sb_puts(b, i ? ",{\"name\":" : "{\"name\":");
@@ -207,16 +226,16 @@ int attnd_grpc_infer_body(const uint8_t *msg, size_t len, attnd_grpc_target *t, 
     if (!rq)
         return attnd_set_error(e, AERR_BAD_REQUEST,
                                "the message is not a ModelInferRequest (protobuf does not parse)");
-    attnd_sbuf bin;
-    attnd_sb_init(&bin);
-    int rc = read_target(rq, t, e) < 0 || put_request(b, &bin, rq, e) < 0 ? -1 : 0;
-    inference__model_infer_request__free_unpacked(rq, NULL);
-    if (rc == 0) {
+    size_t bytes = 0;
+    int rc = read_target(rq, t, e) < 0 || put_request(b, &bytes, rq, e) < 0 ? -1 : 0;
+    if (rc == 0) { /* the bytes after the JSON, in one buffer sized once */
         *json_len = b->len;
-        attnd_sb_put(b, bin.p, bin.len);
-        if (b->oom || bin.oom) rc = attnd_set_error(e, AERR_INTERNAL, "out of memory");
+        if (attnd_sb_reserve(b, bytes) == 0)
+            for (size_t i = 0; i < rq->n_inputs; i++)
+                put_input_bytes(b, rq, (int)i);
+        if (b->oom) rc = attnd_set_error(e, AERR_INTERNAL, "out of memory");
     }
-    attnd_sb_free(&bin);
+    inference__model_infer_request__free_unpacked(rq, NULL);
     return rc;
 }
 
