@@ -175,10 +175,7 @@ def grpc_load_rps(load, port, msg_file, seconds, conns, connections):
 def c_steps(load, port, prefix, step_json, step_msg_of, steps, grpc_port=None):
     """Steps/s of grpc_load on a session opened over HTTP: HTTP steps, or
     (grpc_port given) steps on one ModelStreamInfer stream."""
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-    sid = json.loads(http_post(conn, "/v1/sessions", json.dumps({
-        "query": {"shape": [16, 512], "dtype": "float32", "b64": b64(prefix)},
-        "encoding": "base64"})))["session"]
+    conn, sid = open_session(port, prefix)
     if grpc_port:
         rate, _, errors = load_rps(load, ["stream", grpc_port, step_msg_of(sid), "-s", steps])
     else:
@@ -232,19 +229,26 @@ def steps_cpu(daemon, run):
     return rate, 0.0, 0, (d1 - d0) * 1e3 / steps, (c1 - c0) * 1e3 / steps
 
 
-def http_steps(port, prefix, step, steps):
+def open_session(port, prefix):
+    """A kept-alive connection and the id of a session opened on it with
+    the 16-row prefix."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     opened = json.loads(http_post(conn, "/v1/sessions", json.dumps({
         "query": {"shape": [16, 512], "dtype": "float32", "b64": b64(prefix)},
         "encoding": "base64"})))
-    path = "/v1/sessions/%s/attention" % opened["session"]
+    return conn, opened["session"]
+
+
+def http_steps(port, prefix, step, steps):
+    conn, sid = open_session(port, prefix)
+    path = "/v1/sessions/%s/attention" % sid
     body = json.dumps({"query": {"shape": [1, 512], "dtype": "float32", "b64": b64(step)},
                        "encoding": "base64"})
     t0 = time.perf_counter()
     for _ in range(steps):
         http_post(conn, path, body)
     rate = steps / (time.perf_counter() - t0)
-    conn.request("DELETE", "/v1/sessions/" + opened["session"])
+    conn.request("DELETE", "/v1/sessions/" + sid)
     conn.getresponse().read()
     return rate, steps
 
