@@ -8,9 +8,11 @@
  *   grpc_load unary  PORT MSG -c CALLS -n CONNS -d SECONDS [-w WARMUP]
  *       ModelInfer with the serialized ModelInferRequest in file MSG,
  *       CALLS in flight over CONNS channels for SECONDS after WARMUP;
- *   grpc_load stream PORT MSG -s STEPS
- *       STEPS messages on one ModelStreamInfer stream, each sent once the
- *       answer to the last has come (a session's decode loop);
+ *   grpc_load stream PORT MSG -s STEPS [-p WINDOW]
+ *       STEPS messages on one ModelStreamInfer stream, at most WINDOW sent
+ *       and not yet answered: 1 (the default) sends each once the answer
+ *       to the last has come (a decode loop that needs it), more sends
+ *       them as they come (the stream keeps their order);
  *   grpc_load http   PORT PATH BODY -s STEPS
  *       STEPS POSTs of the JSON in file BODY to PATH on one kept-alive
  *       HTTP/1.1 connection, one after the other.
@@ -195,14 +197,54 @@ static void unary(int port, const char *msg, size_t len, int calls, int conns, d
     grpc_completion_queue_destroy(cq);
 }
 
-/* Runs ops on the stream and waits for them. */
+/* Runs ops on the stream and waits for them (nothing else is in flight). */
 static int stream_ops(grpc_call *call, grpc_completion_queue *cq, grpc_op *ops, size_t n) {
     if (grpc_call_start_batch(call, ops, n, call, NULL) != GRPC_CALL_OK) die("start_batch");
     grpc_event ev = grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
     return ev.type == GRPC_OP_COMPLETE && ev.success;
 }
 
-static void stream(int port, const char *msg, size_t len, long steps) {
+/* One message op of the stream in flight: a send or a receive. */
+typedef struct {
+    grpc_byte_buffer *buf;
+    int busy;
+} stream_op;
+
+static void stream_send(grpc_call *call, stream_op *s, const char *msg, size_t len) {
+    grpc_op op;
+    memset(&op, 0, sizeof op);
+    s->buf = message(msg, len);
+    s->busy = 1;
+    op.op = GRPC_OP_SEND_MESSAGE;
+    op.data.send_message.send_message = s->buf;
+    if (grpc_call_start_batch(call, &op, 1, s, NULL) != GRPC_CALL_OK) die("start_batch");
+}
+
+static void stream_recv(grpc_call *call, stream_op *r) {
+    grpc_op op;
+    memset(&op, 0, sizeof op);
+    r->buf = NULL;
+    r->busy = 1;
+    op.op = GRPC_OP_RECV_MESSAGE;
+    op.data.recv_message.recv_message = &r->buf;
+    if (grpc_call_start_batch(call, &op, 1, r, NULL) != GRPC_CALL_OK) die("start_batch");
+}
+
+/* 1 when a stream answer carries an infer_response (field 2), not an
+ * error_message (field 1): the first byte of the message. */
+static int stream_answer_ok(grpc_byte_buffer *b) {
+    if (!b) return 0;
+    grpc_slice s = grpc_slice_buffer_take_first(&b->data.raw.slice_buffer);
+    int good = GRPC_SLICE_LENGTH(s) > 0 && GRPC_SLICE_START_PTR(s)[0] == 0x12;
+    grpc_slice_unref(s);
+    return good;
+}
+
+/* STEPS messages on one stream, at most WINDOW of them sent and not yet
+ * answered: 1 is a decode loop that waits for each answer; more is a
+ * client that sends its steps as they come (tritonclient's
+ * async_stream_infer), the stream keeping them in order. */
+static void stream(int port, const char *msg, size_t len, long steps, int window) {
     grpc_completion_queue *cq = grpc_completion_queue_create_for_next(NULL);
     grpc_channel *ch = channel(port, 0);
     grpc_slice m =
@@ -215,34 +257,51 @@ static void stream(int port, const char *msg, size_t len, long steps) {
     grpc_op ops[2];
     memset(ops, 0, sizeof ops);
     ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
-    if (!stream_ops(call, cq, ops, 1)) die("the stream did not open");
-    long ok = 0, errors = 0;
+    ops[1].op = GRPC_OP_RECV_INITIAL_METADATA;
+    ops[1].data.recv_initial_metadata.recv_initial_metadata = &md_in;
+    if (window < 1) die("-p: at least 1");
+    double *sent_at = malloc((size_t)steps * sizeof *sent_at);
+    if (!sent_at) die("out of memory");
+    if (grpc_call_start_batch(call, ops, 2, NULL, NULL) != GRPC_CALL_OK) die("start_batch");
+    stream_op snd = {0}, rcv = {0};
+    long sent = 0, answered = 0, ok = 0, errors = 0;
     double t_begin = now_s();
-    for (long i = 0; i < steps; i++) {
-        grpc_byte_buffer *send = message(msg, len), *recv = NULL;
-        grpc_op step[3];
-        memset(step, 0, sizeof step);
-        step[0].op = GRPC_OP_SEND_MESSAGE;
-        step[0].data.send_message.send_message = send;
-        step[1].op = GRPC_OP_RECV_MESSAGE;
-        step[1].data.recv_message.recv_message = &recv;
-        step[2].op = GRPC_OP_RECV_INITIAL_METADATA; /* the first step only */
-        step[2].data.recv_initial_metadata.recv_initial_metadata = &md_in;
-        double t0 = now_s();
-        int good = stream_ops(call, cq, step, i == 0 ? 3 : 2) && recv;
-        if (good) { /* field 2 (infer_response) first: no error_message (field 1) */
-            grpc_slice s = grpc_slice_buffer_take_first(&recv->data.raw.slice_buffer);
-            good = GRPC_SLICE_LENGTH(s) > 0 && GRPC_SLICE_START_PTR(s)[0] == 0x12;
-            grpc_slice_unref(s);
+    stream_send(call, &snd, msg, len);
+    sent_at[sent++] = now_s();
+    stream_recv(call, &rcv);
+    int opened = 0;
+    while (answered < steps) {
+        grpc_event ev = grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+        if (ev.type != GRPC_OP_COMPLETE) die("completion queue");
+        if (ev.tag == NULL) { /* the initial metadata both ways */
+            if (!ev.success) die("the stream did not open");
+            opened = 1;
+        } else if (ev.tag == &snd) {
+            snd.busy = 0;
+            grpc_byte_buffer_destroy(snd.buf);
+            if (!ev.success) die("a step could not be sent");
+        } else {
+            rcv.busy = 0;
+            int good = ev.success && stream_answer_ok(rcv.buf);
+            if (answered == 0 && !good) die("the first stream answer was an error (try grpcurl)");
+            if (rcv.buf) grpc_byte_buffer_destroy(rcv.buf);
+            if (!ev.success) die("the stream ended before its last answer");
+            sample((now_s() - sent_at[answered]) * 1e3);
+            answered++;
+            ok += good;
+            errors += !good;
+            if (answered < steps) stream_recv(call, &rcv);
         }
-        if (i == 0 && !good) die("the first stream answer was an error (run it with grpcurl)");
-        sample((now_s() - t0) * 1e3);
-        ok += good;
-        errors += !good;
-        grpc_byte_buffer_destroy(send);
-        if (recv) grpc_byte_buffer_destroy(recv);
+        if (!snd.busy && sent < steps && sent - answered < window) {
+            stream_send(call, &snd, msg, len);
+            sent_at[sent++] = now_s();
+        }
     }
     double t = now_s() - t_begin;
+    if (!opened) { /* its completion may come after the last answer's */
+        grpc_event ev = grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+        if (ev.type != GRPC_OP_COMPLETE || ev.tag != NULL) die("completion queue");
+    }
     grpc_status_code status;
     grpc_slice details;
     memset(ops, 0, sizeof ops);
@@ -254,6 +313,7 @@ static void stream(int port, const char *msg, size_t len, long steps) {
     stream_ops(call, cq, ops, 2);
     if (status != GRPC_STATUS_OK) errors++;
     printf("RESULT %.1f %.3f %ld %ld\n", (double)ok / t, median(), ok, errors);
+    free(sent_at);
     grpc_slice_unref(details);
     grpc_metadata_array_destroy(&md_in);
     grpc_metadata_array_destroy(&md_trail);
@@ -339,7 +399,7 @@ static void http_steps(int port, const char *path, const char *body, size_t len,
 
 static void usage(void) {
     die("usage: grpc_load unary PORT MSG -c CALLS -n CONNS -d SECONDS [-w WARMUP]\n"
-        "       grpc_load stream PORT MSG -s STEPS\n"
+        "       grpc_load stream PORT MSG -s STEPS [-p WINDOW]\n"
         "       grpc_load http PORT PATH BODY -s STEPS");
 }
 
@@ -349,6 +409,7 @@ int main(int argc, char **argv) {
     int port = atoi(argv[2]), calls = 64, conns = 8, first_opt = strcmp(mode, "http") ? 4 : 5;
     double seconds = 10, warmup = 2;
     long steps = 300;
+    int window = 1;
     if (argc < first_opt) usage();
     for (int i = first_opt; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "-c") == 0)
@@ -361,6 +422,8 @@ int main(int argc, char **argv) {
             warmup = atof(argv[i + 1]);
         else if (strcmp(argv[i], "-s") == 0)
             steps = atol(argv[i + 1]);
+        else if (strcmp(argv[i], "-p") == 0)
+            window = atoi(argv[i + 1]);
         else
             usage();
     }
@@ -376,7 +439,7 @@ int main(int argc, char **argv) {
     if (strcmp(mode, "unary") == 0)
         unary(port, msg, len, calls, conns, seconds, warmup);
     else if (strcmp(mode, "stream") == 0)
-        stream(port, msg, len, steps);
+        stream(port, msg, len, steps, window);
     else
         usage();
     grpc_shutdown();

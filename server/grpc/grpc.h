@@ -9,9 +9,9 @@
  * queued on the same scheduler; the worker that answers a job writes its
  * message and starts the send from its own thread. The unary calls that
  * only describe are answered on the polling thread (calls.c). Inside, top
- * down: serve.c (calls, streams, metadata, the scheduler's callback),
- * calls.c (the describing and repository calls), wire.c (messages as v2
- * bodies).
+ * down: serve.c (calls, streams, the scheduler's callback), call.c (a
+ * call's state, references, metadata and access log line), calls.c (the
+ * describing and repository calls), wire.c (messages as v2 bodies).
  */
 #ifndef ATTND_GRPC_H
 #define ATTND_GRPC_H

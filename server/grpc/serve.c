@@ -11,9 +11,11 @@
  * started by the worker that answers it (grpc_call_start_batch may be
  * called from any thread). A stream's steps run in order, one at a time:
  * its next message is read while a step computes and held until that
- * step's answer is sent (a client that sends the next step as soon as it
- * has the answer finds the read waiting, not one more round through the
- * poller).
+ * step's answer is written, then queued by the worker that wrote it (a
+ * client that sends its steps without waiting for answers finds the next
+ * one computing while the last answer goes out; one that waits for each
+ * finds the read waiting, not one more round through the poller). The
+ * answers go out in order, one send at a time, the rest queued behind it.
  */
 #include <grpc/byte_buffer.h>
 #include <grpc/byte_buffer_reader.h>
@@ -33,64 +35,9 @@
 #include "../http/status.h"
 #include "../obs/log.h"
 #include "../obs/trace.h"
+#include "call.h"
 #include "calls.h"
 #include "wire.h"
-
-typedef struct gcall gcall;
-
-/* What a completion is about. */
-enum { T_NEW, T_RECV, T_CLOSE, T_SEND, T_SENT_MSG, T_SHUTDOWN };
-
-typedef struct {
-    gcall *c; /* NULL for T_SHUTDOWN */
-    int kind;
-} gtag;
-
-/* One inference of a call (a unary ModelInfer, or one message of a
- * stream), as the scheduler sees it. */
-typedef struct {
-    attnd_req r; /* first: the scheduler's */
-    gcall *c;
-} greq;
-
-struct gcall {
-    attnd_grpc *g;
-    grpc_call *call;
-    grpc_call_details details;
-    grpc_metadata_array md;
-    grpc_byte_buffer *recv; /* the message RECV_MESSAGE read, or NULL */
-    int cancelled;          /* RECV_CLOSE_ON_SERVER's: the call ended without its status */
-    gtag t_new, t_recv, t_close, t_send, t_sent_msg;
-    pthread_mutex_t mu;
-    int refs;          /* under mu */
-    int over;          /* under mu: gRPC ended the call; nothing more is sent */
-    greq *cur;         /* under mu: the inference in flight, held */
-    int method;        /* GM_* */
-    int md_sent;       /* initial metadata went out */
-    int busy;          /* counted in g->active */
-    int arrived_ready; /* the server served when the call arrived */
-    /* the answer on its way: one send at a time */
-    grpc_byte_buffer *send;
-    grpc_slice details_slice;
-    int code;        /* the status sent (or to send) */
-    int http_status; /* the HTTP status of the same answer, for the log */
-    int logged;
-    int final_started; /* under mu: the status is on its way, nothing more is read */
-    /* a stream's, on the polling thread only */
-    int step_out;    /* a step computes, or its answer is being sent */
-    grpc_slice held; /* the next step's message, read while step_out */
-    int has_held;
-    int client_done; /* the client's messages ended while step_out */
-    size_t sent_bytes;
-    int batch;
-    int asked_ms; /* the call's own deadline (grpc-timeout), ms; 0: none */
-    /* for the log and the spans */
-    uint64_t t_start_us, t_start_ns, t_admit_us, t_compute0_us, t_compute1_us;
-    char path[96];
-    char model[ATTND_NAME_MAX];
-    char id[ATTND_REQUEST_ID_MAX];
-    attnd_trace trace;
-};
 
 /* ---- method table ---- */
 
@@ -125,124 +72,22 @@ static int method_of(grpc_slice m) {
     return GM_UNKNOWN;
 }
 
-/* The value of metadata key (lowercase, as HTTP/2 carries it) into out
- * (NUL-terminated, cut at cap), how many times it came in *count. NULL when
- * absent. */
-static const char *md_value(const gcall *c, const char *key, char *out, size_t cap, int *count) {
-    const char *found = NULL;
-    size_t kn = strlen(key);
-    if (count) *count = 0;
-    for (size_t i = 0; i < c->md.count; i++) {
-        grpc_slice k = c->md.metadata[i].key, v = c->md.metadata[i].value;
-        if (GRPC_SLICE_LENGTH(k) != kn || memcmp(GRPC_SLICE_START_PTR(k), key, kn) != 0) continue;
-        if (count) (*count)++;
-        if (found) continue;
-        size_t n = GRPC_SLICE_LENGTH(v) < cap - 1 ? GRPC_SLICE_LENGTH(v) : cap - 1;
-        memcpy(out, GRPC_SLICE_START_PTR(v), n);
-        out[n] = '\0';
-        found = out;
-    }
-    return found;
-}
-
-/* ---- references ---- */
-
-static void call_ref(gcall *c) {
-    pthread_mutex_lock(&c->mu);
-    c->refs++;
-    pthread_mutex_unlock(&c->mu);
-}
-
-static void call_free(gcall *c) {
-    if (c->call) grpc_call_unref(c->call);
-    grpc_call_details_destroy(&c->details);
-    grpc_metadata_array_destroy(&c->md);
-    if (c->recv) grpc_byte_buffer_destroy(c->recv);
-    if (c->send) grpc_byte_buffer_destroy(c->send);
-    grpc_slice_unref(c->held);
-    grpc_slice_unref(c->details_slice);
-    pthread_mutex_destroy(&c->mu);
-    free(c);
-}
-
-static void call_unref(gcall *c) {
-    pthread_mutex_lock(&c->mu);
-    int left = --c->refs;
-    pthread_mutex_unlock(&c->mu);
-    if (left == 0) call_free(c);
-}
-
-static void set_busy(gcall *c, int busy) {
-    if (c->busy == busy) return;
-    c->busy = busy;
-    atomic_fetch_add(&c->g->active, busy ? 1 : -1);
-}
-
-/* ---- the end of a call: metrics, access log, spans ---- */
-
-static uint64_t unix_at(uint64_t t_us, uint64_t now_us, uint64_t now_ns) {
-    if (!t_us) return 0;
-    uint64_t ago = now_us > t_us ? (now_us - t_us) * 1000 : 0;
-    return now_ns > ago ? now_ns - ago : 0;
-}
-
-static void export_spans(const gcall *c, uint64_t now_us) {
-    if (!c->g->otlp) return;
-    uint64_t now_ns = attnd_unix_ns();
-    attnd_request_times t = {
-        .trace = &c->trace,
-        .method = "POST", /* gRPC rides HTTP/2 POSTs to the method's path */
-        .path = c->path,
-        .route = c->path,
-        .model = c->model[0] ? c->model : NULL,
-        .request_id = c->id,
-        .status = c->http_status,
-        .batch_size = c->batch,
-        .start_ns = c->t_start_ns,
-        .end_ns = now_ns,
-        .queue_start_ns = unix_at(c->t_admit_us, now_us, now_ns),
-        .queue_end_ns = unix_at(c->t_compute0_us ? c->t_compute0_us : now_us, now_us, now_ns),
-        .compute_start_ns = unix_at(c->t_compute0_us, now_us, now_ns),
-        .compute_end_ns = unix_at(c->t_compute1_us, now_us, now_ns)};
-    if (!c->t_admit_us) t.queue_end_ns = 0;
-    attnd_span spans[3];
-    int n = attnd_request_spans(&t, spans);
-    if (n) attnd_otlp_submit(c->g->otlp, spans, n);
-}
-
-/* The call's line in the access log (method GRPC, the gRPC path, the
- * HTTP status of the same answer), its count by method and code, its
- * spans. Once per call. */
-static void record(gcall *c, const char *end) {
-    if (c->logged) return;
-    c->logged = 1;
-    uint64_t now = attnd_mono_us();
-    int code = c->code >= 0 && c->code < GRPC_CODES ? c->code : GRPC_UNKNOWN;
-    atomic_fetch_add(&c->g->calls[c->method][code], 1);
-    char trace_id[2 * ATTND_TRACE_ID_BYTES + 1], span_id[2 * ATTND_SPAN_ID_BYTES + 1];
-    attnd_hex(trace_id, c->trace.trace_id, sizeof c->trace.trace_id);
-    attnd_hex(span_id, c->trace.span_id, sizeof c->trace.span_id);
-    attnd_access a = {"GRPC",
-                      c->path,
-                      c->http_status,
-                      c->sent_bytes,
-                      (double)(now - c->t_start_us) / 1e3,
-                      c->batch,
-                      c->id,
-                      end,
-                      trace_id,
-                      span_id};
-    attnd_log_access(&a);
-    export_spans(c, now);
+/* A stream is busy for the drain while a step of it computes or an answer
+ * of it waits to go out, until its status is on its way (mu held). */
+static void stream_busy_locked(gcall *c) {
+    attnd_gcall_set_busy_locked(c,
+                                !c->final_started && (c->step_out || c->sending || c->oq != NULL));
 }
 
 /* ---- sending ---- */
 
 /* Starts a batch of n ops on c with tag t, holding a reference for it; on
- * failure the reference goes at once. */
-static void start(gcall *c, const grpc_op *ops, size_t n, gtag *t) {
-    call_ref(c);
-    if (grpc_call_start_batch(c->call, ops, n, t, NULL) != GRPC_CALL_OK) call_unref(c);
+ * failure (-1) the reference goes at once and t never completes. */
+static int start(gcall *c, const grpc_op *ops, size_t n, gtag *t) {
+    attnd_gcall_ref(c);
+    if (grpc_call_start_batch(c->call, ops, n, t, NULL) == GRPC_CALL_OK) return 0;
+    attnd_gcall_unref(c);
+    return -1;
 }
 
 /* The answer of a unary call, or a stream's last: its message (NULL for a
@@ -283,16 +128,11 @@ static void send_error(gcall *c, const attnd_error *e) {
     send_final(c, NULL, 0, attnd_grpc_code(e->code), e->msg);
 }
 
-/* One message of a stream (a ModelStreamInferResponse); the next message is
- * read once it is sent. */
-static void send_stream(gcall *c, uint8_t *out, size_t out_len) {
-    pthread_mutex_lock(&c->mu);
-    int over = c->over;
-    pthread_mutex_unlock(&c->mu);
-    if (over || !out) {
-        free(out);
-        return;
-    }
+static void stream_sent(gcall *c, int ok);
+
+/* Starts sending one answer of a stream (a ModelStreamInferResponse), out
+ * (malloc'd, taken); the caller set c->sending, so it is the only one. */
+static void stream_send(gcall *c, uint8_t *out, size_t out_len) {
     grpc_op ops[2];
     size_t n = 0;
     memset(ops, 0, sizeof ops);
@@ -305,7 +145,93 @@ static void send_stream(gcall *c, uint8_t *out, size_t out_len) {
     c->sent_bytes += out_len;
     ops[n].op = GRPC_OP_SEND_MESSAGE;
     ops[n++].data.send_message.send_message = c->send;
-    start(c, ops, n, &c->t_sent_msg);
+    if (start(c, ops, n, &c->t_sent_msg) < 0) stream_sent(c, 0);
+}
+
+/* 1 when the stream's status may go now: the client is done and every
+ * answer is out (mu held); the caller then sends it, once. */
+static int stream_may_end_locked(gcall *c) {
+    if (!c->client_done || c->step_out || c->sending || c->oq || c->ending) return 0;
+    c->ending = 1;
+    return 1;
+}
+
+static void stream_step(gcall *c, grpc_slice msg);
+static void stream_end(gcall *c);
+
+/* The answer of a stream's step is written (out, malloc'd and taken; NULL
+ * when none can go): sent, or queued behind the answers still going out.
+ * Then the step read meanwhile is dispatched (on this thread), or the
+ * stream ends if the client is done. */
+static void send_stream(gcall *c, uint8_t *out, size_t out_len) {
+    omsg *m = NULL;
+    int send_now = 0, next = 0, end = 0;
+    grpc_slice msg = grpc_empty_slice();
+    pthread_mutex_lock(&c->mu);
+    int gone = c->over || c->final_started; /* nothing more goes out */
+    if (out && !gone && c->sending) {
+        m = malloc(sizeof *m);
+        if (m) {
+            *m = (omsg){NULL, out, out_len};
+            if (!c->oq) c->oq_tail = &c->oq;
+            *c->oq_tail = m;
+            c->oq_tail = &m->next;
+            out = NULL; /* the queue's */
+        }
+    } else if (out && !gone) {
+        c->sending = send_now = 1;
+    }
+    c->step_out = 0;
+    if (c->has_held && !gone) {
+        msg = c->held;
+        c->held = grpc_empty_slice();
+        c->has_held = 0;
+        c->step_out = next = 1;
+    } else {
+        end = stream_may_end_locked(c);
+    }
+    stream_busy_locked(c);
+    pthread_mutex_unlock(&c->mu);
+    if (send_now)
+        stream_send(c, out, out_len);
+    else
+        free(out); /* the call is over, or no memory to queue it */
+    if (next)
+        stream_step(c, msg);
+    else if (end)
+        stream_end(c);
+}
+
+/* A stream's answer went out (ok), or could not (the call is over): the
+ * next one queued, or the stream's end once the client is done. */
+static void stream_sent(gcall *c, int ok) {
+    omsg *m = NULL, *drop = NULL;
+    pthread_mutex_lock(&c->mu);
+    c->sending = 0;
+    int gone = !ok || c->over || c->final_started;
+    if (!gone && c->oq) {
+        m = c->oq;
+        c->oq = m->next;
+        c->sending = 1;
+    } else if (gone) {
+        drop = c->oq;
+        c->oq = NULL;
+    }
+    int end = stream_may_end_locked(c);
+    stream_busy_locked(c);
+    pthread_mutex_unlock(&c->mu);
+    while (drop) {
+        omsg *d = drop;
+        drop = d->next;
+        free(d->out);
+        free(d);
+    }
+    if (m) {
+        stream_send(c, m->out, m->len);
+        free(m);
+    } else if (end) {
+        stream_end(c);
+    }
 }
 
 /* A stream's answer to one message that was refused: its error_message,
@@ -326,7 +252,7 @@ static void greq_free(attnd_req *r) {
     gcall *c = q->c;
     attnd_req_clear(r);
     free(q);
-    call_unref(c);
+    attnd_gcall_unref(c);
 }
 
 /* The message's bytes as one slice the caller unrefs: the buffer's own
@@ -409,7 +335,7 @@ static void queue_job(gcall *c, greq *q) {
     int retry = 0;
     if (q->r.job.ver) snprintf(c->model, sizeof c->model, "%s", q->r.job.ver->name);
     char x_id[64];
-    const char *want = md_value(c, "x-session-id", x_id, sizeof x_id, NULL);
+    const char *want = attnd_gcall_md_value(c, "x-session-id", x_id, sizeof x_id, NULL);
     attnd_admit_env a = {g->sessions, g->env};
     c->t_admit_us = attnd_mono_us();
     int rc = attnd_admit(&a, &q->r, want, attnd_mono_s(), &e, &retry);
@@ -453,7 +379,7 @@ static void infer(gcall *c, const uint8_t *msg, size_t len) {
     attnd_req_init(&q->r, greq_free);
     q->r.proto = ATTND_PROTO_GRPC;
     q->c = c;
-    call_ref(c);
+    attnd_gcall_ref(c);
     attnd_grpc_target t = {{0}, {0}};
     /* a call that arrived before the drain is answered, as an HTTP request
      * whose header lines came before it; a stream's later requests are not */
@@ -491,7 +417,7 @@ static void load_done(void *arg, int rc, int version, const attnd_error *e) {
         attnd_set_error(&oom, AERR_INTERNAL, "out of memory");
         send_error(c, &oom);
     }
-    call_unref(c); /* the loader's */
+    attnd_gcall_unref(c); /* the loader's */
 }
 
 static void load(gcall *c, const uint8_t *msg, size_t len) {
@@ -502,10 +428,10 @@ static void load(gcall *c, const uint8_t *msg, size_t len) {
         return;
     }
     snprintf(c->model, sizeof c->model, "%s", mc.name);
-    call_ref(c);
+    attnd_gcall_ref(c);
     if (attnd_models_load_async(c->g->env->models, &mc, load_done, c, &e) < 0) {
         send_error(c, &e);
-        call_unref(c);
+        attnd_gcall_unref(c);
     }
     attnd_model_config_free(&mc);
 }
@@ -516,7 +442,7 @@ static int key_ok(const gcall *c) {
     const attnd_grpc *g = c->g;
     if (!g->api_key || METHODS[c->method].open) return 1;
     char v[512];
-    const char *h = md_value(c, "authorization", v, sizeof v, NULL);
+    const char *h = attnd_gcall_md_value(c, "authorization", v, sizeof v, NULL);
     if (!h || strncasecmp(h, "Bearer ", 7) != 0) return 0;
     const char *t = h + 7;
     while (*t == ' ')
@@ -542,7 +468,8 @@ static void read_next(gcall *c) {
 /* A message of c arrived (msg, len): answered at once, queued, or loaded. */
 static void dispatch(gcall *c, const uint8_t *msg, size_t len) {
     attnd_error e = {AOK, ""};
-    set_busy(c, 1);
+    if (c->method != GM_STREAM_INFER)
+        attnd_gcall_set_busy(c, 1); /* a stream's: stream_busy_locked */
     if (!key_ok(c)) {
         attnd_set_error(&e, AERR_UNAUTHORIZED,
                         "missing or wrong API key: send Authorization: Bearer <key>");
@@ -575,10 +502,9 @@ static void dispatch(gcall *c, const uint8_t *msg, size_t len) {
     send_final(c, out, n, GRPC_OK, NULL);
 }
 
-/* A stream's step: dispatched, and the next message read meanwhile
- * (unless the stream's status is already on its way). */
+/* A stream's step (step_out set): dispatched, and the next message read
+ * meanwhile (unless the stream's status is already on its way). */
 static void stream_step(gcall *c, grpc_slice msg) {
-    c->step_out = 1;
     dispatch(c, GRPC_SLICE_START_PTR(msg), GRPC_SLICE_LENGTH(msg));
     grpc_slice_unref(msg);
     pthread_mutex_lock(&c->mu);
@@ -587,24 +513,33 @@ static void stream_step(gcall *c, grpc_slice msg) {
     if (!ended) read_next(c);
 }
 
-/* The end of a stream, once no step is out: its OK status. */
+/* The end of a stream, once every answer is out: its OK status. */
 static void stream_end(gcall *c) {
     if (!c->http_status) c->http_status = 200;
     send_final(c, NULL, 0, GRPC_OK, NULL);
 }
 
-/* A stream's answer went out: the step read meanwhile, if any, or the end
- * the client asked for. */
-static void stream_sent(gcall *c) {
-    c->step_out = 0;
-    if (c->has_held) {
-        c->has_held = 0;
-        grpc_slice msg = c->held;
-        c->held = grpc_empty_slice();
-        stream_step(c, msg);
-    } else if (c->client_done) {
-        stream_end(c);
+/* A stream's next message arrived (msg), or the client's messages ended
+ * (no msg): dispatched, held while the step before it computes, or the
+ * end once every answer is out. */
+static void stream_recv(gcall *c, const grpc_slice *msg) {
+    int now = 0;
+    pthread_mutex_lock(&c->mu);
+    if (!msg) {
+        c->client_done = 1;
+        now = stream_may_end_locked(c);
+    } else if (c->step_out) { /* the step before it is still out: it waits */
+        c->held = *msg;
+        c->has_held = 1;
+    } else {
+        c->step_out = now = 1;
+        stream_busy_locked(c);
     }
+    pthread_mutex_unlock(&c->mu);
+    if (now && msg)
+        stream_step(c, *msg);
+    else if (now)
+        stream_end(c);
 }
 
 /* RECV_MESSAGE completed: a message, or the end of the client's messages. */
@@ -613,11 +548,8 @@ static void on_recv(gcall *c, int ok) {
     int stream = c->method == GM_STREAM_INFER;
     if (!ok) return; /* the call failed: RECV_CLOSE_ON_SERVER ends it */
     if (!c->recv) {
-        if (stream) { /* the client is done: so is the stream, once its last step is */
-            if (c->step_out)
-                c->client_done = 1;
-            else
-                stream_end(c);
+        if (stream) {
+            stream_recv(c, NULL);
             return;
         }
         attnd_set_error(&e, AERR_BAD_REQUEST, "no request message");
@@ -633,15 +565,12 @@ static void on_recv(gcall *c, int ok) {
         send_error(c, &e);
         return;
     }
-    if (!stream) {
-        dispatch(c, GRPC_SLICE_START_PTR(msg), GRPC_SLICE_LENGTH(msg));
-        grpc_slice_unref(msg);
-    } else if (c->step_out) { /* the step before it is still out: it waits */
-        c->held = msg;
-        c->has_held = 1;
-    } else {
-        stream_step(c, msg);
+    if (stream) {
+        stream_recv(c, &msg);
+        return;
     }
+    dispatch(c, GRPC_SLICE_START_PTR(msg), GRPC_SLICE_LENGTH(msg));
+    grpc_slice_unref(msg);
 }
 
 /* ---- a call's life ---- */
@@ -665,7 +594,7 @@ static void request_call(attnd_grpc *g) {
     c->t_sent_msg = (gtag){c, T_SENT_MSG};
     if (grpc_server_request_call(g->server, &c->call, &c->details, &c->md, g->cq, g->cq,
                                  &c->t_new) != GRPC_CALL_OK)
-        call_free(c);
+        attnd_gcall_free(c);
 }
 
 /* A call arrived: its place in a trace, its deadline, the watch on its
@@ -673,7 +602,7 @@ static void request_call(attnd_grpc *g) {
 static void on_new(gcall *c, int ok) {
     attnd_grpc *g = c->g;
     if (!ok) { /* the server shuts down: no call */
-        call_unref(c);
+        attnd_gcall_unref(c);
         return;
     }
     request_call(g);
@@ -683,23 +612,23 @@ static void on_new(gcall *c, int ok) {
     c->arrived_ready = atomic_load(g->state) == S_READY;
     /* the drain waits for a unary call from its arrival (its message may
      * still be on its way); a stream only while a request of it computes */
-    if (c->method != GM_STREAM_INFER) set_busy(c, 1);
+    if (c->method != GM_STREAM_INFER) attnd_gcall_set_busy(c, 1);
     snprintf(c->path, sizeof c->path, "%.*s", (int)GRPC_SLICE_LENGTH(c->details.method),
              (const char *)GRPC_SLICE_START_PTR(c->details.method));
     for (char *p = c->path; *p; p++)
         if ((unsigned char)*p < 0x20 || *p == ' ' || *p == 0x7f) *p = '?';
     char parent[128], state[2 * ATTND_TRACESTATE_MAX + 2], rid[64];
     int n_parent = 0;
-    const char *tp = md_value(c, "traceparent", parent, sizeof parent, &n_parent);
-    const char *ts = md_value(c, "tracestate", state, sizeof state, NULL);
+    const char *tp = attnd_gcall_md_value(c, "traceparent", parent, sizeof parent, &n_parent);
+    const char *ts = attnd_gcall_md_value(c, "tracestate", state, sizeof state, NULL);
     attnd_trace_start(&c->trace, n_parent == 1 ? tp : NULL, ts);
-    attnd_http_request_id(md_value(c, "x-request-id", rid, sizeof rid, NULL), c->id);
+    attnd_http_request_id(attnd_gcall_md_value(c, "x-request-id", rid, sizeof rid, NULL), c->id);
     grpc_op op;
     memset(&op, 0, sizeof op);
     op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
     op.data.recv_close_on_server.cancelled = &c->cancelled;
     if (grpc_call_start_batch(c->call, &op, 1, &c->t_close, NULL) != GRPC_CALL_OK) {
-        call_unref(c);
+        attnd_gcall_unref(c);
         return;
     }
     int ms = deadline_ms(c);
@@ -724,9 +653,9 @@ static void on_close(gcall *c) {
         int late = c->asked_ms && deadline_ms(c) < 0;
         c->code = late ? GRPC_DEADLINE_EXCEEDED : GRPC_CANCELLED;
         c->http_status = late ? 504 : 499;
-        record(c, late ? "deadline" : "client_gone");
+        attnd_gcall_record(c, late ? "deadline" : "client_gone");
     }
-    set_busy(c, 0); /* on_event lets go of the call's own reference */
+    attnd_gcall_set_busy(c, 0); /* on_event lets go of the call's own reference */
 }
 
 static void on_event(attnd_grpc *g, gtag *t, int ok) {
@@ -751,18 +680,17 @@ static void on_event(attnd_grpc *g, gtag *t, int ok) {
         on_close(c);
         break;
     case T_SEND: /* the status went out (or could not: the call is over) */
-        record(c, ok ? "ok" : "client_gone");
-        set_busy(c, 0);
+        attnd_gcall_record(c, ok ? "ok" : "client_gone");
+        attnd_gcall_set_busy(c, 0);
         break;
-    case T_SENT_MSG: /* a stream's answer went out: its next step */
-        set_busy(c, 0);
-        if (ok) stream_sent(c);
+    case T_SENT_MSG: /* a stream's answer went out: the next one */
+        stream_sent(c, ok);
         break;
     default:
         (void)g;
         return;
     }
-    call_unref(c); /* the batch's */
+    attnd_gcall_unref(c); /* the batch's */
 }
 
 /* ---- start and stop ---- */

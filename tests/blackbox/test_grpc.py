@@ -658,6 +658,39 @@ def test_stream_ended_by_the_client_with_steps_out(stub, client):
     stub.ModelInfer(pb_request(name, [], {"session_id": sid, "session_close": True}), timeout=30)
 
 
+def test_stream_answers_wait_for_a_slow_reader(stub, client):
+    """Sixty steps sent at once and their answers (1 MiB) left unread for a
+    second: the daemon computes each step as soon as the one before it is
+    answered and queues its answer behind the send that waits for the
+    reader (HTTP/2 flow control), so every answer still comes once, in
+    order, with the bits of the whole causal sequence."""
+    name, prefix, n, rows = "gqa_half", 16, 60, 64
+    q = np.random.RandomState(7).uniform(-1, 1, (prefix + n * rows, 64)).astype(np.float32)
+    whole = client.infer(name, q_in(q), parameters={"causal": True}).as_numpy("output")
+    opened = stub.ModelInfer(pb_request(name, [("query", q[None, :prefix], "FP32")],
+                                        {"session_open": True}), timeout=30)
+    sid = opened.parameters["session_id"].string_param
+    steps = []
+    for k in range(n):
+        at = prefix + k * rows
+        steps.append(pb_request(name, [("query", q[None, at:at + rows], "FP32")],
+                                {"session_id": sid}))
+        steps[-1].id = "s%d" % k
+    answers = stub.ModelStreamInfer(iter(steps), timeout=120)
+    time.sleep(1.0)  # nothing read: the daemon's sends wait, its answers queue
+    got = list(answers)  # raises unless the stream ends OK
+    assert [a.error_message for a in got] == [""] * n
+    assert [a.infer_response.id for a in got] == [r.id for r in steps]
+    assert [a.infer_response.parameters["cached_tokens"].int64_param for a in got] == [
+        prefix + (k + 1) * rows for k in range(n)]
+    outs = [np.frombuffer(opened.raw_output_contents[0], np.float32).reshape(1, prefix, -1)]
+    outs += [np.frombuffer(a.infer_response.raw_output_contents[0], np.float32)
+             .reshape(1, rows, -1) for a in got]
+    got_all = np.concatenate(outs, axis=1)
+    assert np.array_equal(got_all.view(np.uint32), whole.view(np.uint32))
+    stub.ModelInfer(pb_request(name, [], {"session_id": sid, "session_close": True}), timeout=30)
+
+
 def test_session_close_alone_over_http_v2_and_x_session_id(stub, client, d):
     g = DECODERS[1]
     q = dec_rows(g)

@@ -1,0 +1,107 @@
+/* call.h - one gRPC call as serve.c drives it (a gcall): its state, its
+ * references, its place in the drain's count, and its end: the access log
+ * line, the count by method and code, the spans (call.c). serve.c alone
+ * includes it.
+ */
+#ifndef ATTND_GRPC_CALL_H
+#define ATTND_GRPC_CALL_H
+
+#include <grpc/grpc.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../batch/req.h"
+#include "../http/hreq.h"
+#include "../obs/trace.h"
+#include "grpc.h"
+
+typedef struct gcall gcall;
+
+/* A stream's answer waiting for the one before it to go out. */
+typedef struct omsg {
+    struct omsg *next;
+    uint8_t *out;
+    size_t len;
+} omsg;
+
+/* What a completion is about. */
+enum { T_NEW, T_RECV, T_CLOSE, T_SEND, T_SENT_MSG, T_SHUTDOWN };
+
+typedef struct {
+    gcall *c; /* NULL for T_SHUTDOWN */
+    int kind;
+} gtag;
+
+/* One inference of a call (a unary ModelInfer, or one message of a
+ * stream), as the scheduler sees it. */
+typedef struct {
+    attnd_req r; /* first: the scheduler's */
+    gcall *c;
+} greq;
+
+struct gcall {
+    attnd_grpc *g;
+    grpc_call *call;
+    grpc_call_details details;
+    grpc_metadata_array md;
+    grpc_byte_buffer *recv; /* the message RECV_MESSAGE read, or NULL */
+    int cancelled;          /* RECV_CLOSE_ON_SERVER's: the call ended without its status */
+    gtag t_new, t_recv, t_close, t_send, t_sent_msg;
+    pthread_mutex_t mu;
+    int refs;          /* under mu */
+    int over;          /* under mu: gRPC ended the call; nothing more is sent */
+    greq *cur;         /* under mu: the inference in flight, held */
+    int method;        /* GM_* */
+    int md_sent;       /* initial metadata went out */
+    int busy;          /* under mu: counted in g->active */
+    int arrived_ready; /* the server served when the call arrived */
+    /* the answer on its way: one send at a time */
+    grpc_byte_buffer *send;
+    grpc_slice details_slice;
+    int code;        /* the status sent (or to send) */
+    int http_status; /* the HTTP status of the same answer, for the log */
+    int logged;
+    int final_started; /* under mu: the status is on its way, nothing more is read */
+    /* a stream's, under mu */
+    int step_out;         /* a step is dispatched and its answer not yet written */
+    grpc_slice held;      /* the next step's message, read while step_out */
+    int has_held;         /* held is one */
+    int client_done;      /* the client's messages ended while answers were still due */
+    int sending;          /* an answer's SEND_MESSAGE is in flight */
+    omsg *oq, **oq_tail;  /* answers written, waiting for that send */
+    int ending;           /* the stream's status is decided */
+    size_t sent_bytes;
+    int batch;
+    int asked_ms; /* the call's own deadline (grpc-timeout), ms; 0: none */
+    /* for the log and the spans */
+    uint64_t t_start_us, t_start_ns, t_admit_us, t_compute0_us, t_compute1_us;
+    char path[96];
+    char model[ATTND_NAME_MAX];
+    char id[ATTND_REQUEST_ID_MAX];
+    attnd_trace trace;
+};
+
+/* The value of metadata key (lowercase, as HTTP/2 carries it) into out
+ * (NUL-terminated, cut at cap), how many times it came in *count. NULL when
+ * absent. */
+const char *attnd_gcall_md_value(const gcall *c, const char *key, char *out, size_t cap,
+                                 int *count);
+
+/* References: the last unref frees the call (attnd_gcall_free, also for a
+ * call gRPC never filled). */
+void attnd_gcall_ref(gcall *c);
+void attnd_gcall_unref(gcall *c);
+void attnd_gcall_free(gcall *c);
+
+/* Counts c in the drain's g->active (busy 1) or not; _locked with c->mu
+ * held. */
+void attnd_gcall_set_busy_locked(gcall *c, int busy);
+void attnd_gcall_set_busy(gcall *c, int busy);
+
+/* The call's line in the access log (method GRPC, the gRPC path, the
+ * HTTP status of the same answer; end says how it ended), its count by
+ * method and code, its spans. Once per call. */
+void attnd_gcall_record(gcall *c, const char *end);
+
+#endif
