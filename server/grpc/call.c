@@ -13,7 +13,8 @@
 /* The value of metadata key (lowercase, as HTTP/2 carries it) into out
  * (NUL-terminated, cut at cap), how many times it came in *count. NULL when
  * absent. */
-const char *attnd_gcall_md_value(const gcall *c, const char *key, char *out, size_t cap, int *count) {
+const char *attnd_gcall_md_value(const gcall *c, const char *key, char *out, size_t cap,
+                                 int *count) {
     const char *found = NULL;
     size_t kn = strlen(key);
     if (count) *count = 0;

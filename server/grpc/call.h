@@ -64,13 +64,13 @@ struct gcall {
     int logged;
     int final_started; /* under mu: the status is on its way, nothing more is read */
     /* a stream's, under mu */
-    int step_out;         /* a step is dispatched and its answer not yet written */
-    grpc_slice held;      /* the next step's message, read while step_out */
-    int has_held;         /* held is one */
-    int client_done;      /* the client's messages ended while answers were still due */
-    int sending;          /* an answer's SEND_MESSAGE is in flight */
-    omsg *oq, **oq_tail;  /* answers written, waiting for that send */
-    int ending;           /* the stream's status is decided */
+    int step_out;        /* a step is dispatched and its answer not yet written */
+    grpc_slice held;     /* the next step's message, read while step_out */
+    int has_held;        /* held is one */
+    int client_done;     /* the client's messages ended while answers were still due */
+    int sending;         /* an answer's SEND_MESSAGE is in flight */
+    omsg *oq, **oq_tail; /* answers written, waiting for that send */
+    int ending;          /* the stream's status is decided */
     size_t sent_bytes;
     int batch;
     int asked_ms; /* the call's own deadline (grpc-timeout), ms; 0: none */
