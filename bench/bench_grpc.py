@@ -15,7 +15,11 @@ serves HTTP and gRPC at once (issue 30's three goals):
      stream against POST /v1/sessions/{id}/attention on a kept-alive
      connection, from C (grpc_load's stream and http modes) and from
      Python (grpcio with messages made from server/grpc/inference.proto,
-     and http.client).
+     and http.client); and on the stream only, steps sent without waiting
+     for answers (--window in flight, from C and from grpcio), which a
+     stream keeps in order and HTTP refuses (409: one step at a time per
+     session): a client that has its rows ahead (a known continuation
+     scored, a prefix fed in pieces).
 Each part runs --runs times, HTTP and gRPC alternating, and the table
 quotes the medians. Numbers only; nothing is asserted. Run by
 `make bench-grpc` in the venv of bench/requirements-grpc.txt.
@@ -38,6 +42,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 
@@ -172,12 +177,14 @@ def grpc_load_rps(load, port, msg_file, seconds, conns, connections):
                            "-d", seconds, "-w", 2])
 
 
-def c_steps(load, port, prefix, step_json, step_msg_of, steps, grpc_port=None):
+def c_steps(load, port, prefix, step_json, step_msg_of, steps, grpc_port=None, window=1):
     """Steps/s of grpc_load on a session opened over HTTP: HTTP steps, or
-    (grpc_port given) steps on one ModelStreamInfer stream."""
+    (grpc_port given) steps on one ModelStreamInfer stream, window of them
+    sent and not yet answered."""
     conn, sid = open_session(port, prefix)
     if grpc_port:
-        rate, _, errors = load_rps(load, ["stream", grpc_port, step_msg_of(sid), "-s", steps])
+        rate, _, errors = load_rps(load, ["stream", grpc_port, step_msg_of(sid), "-s", steps,
+                                          "-p", window])
     else:
         rate, _, errors = load_rps(load, ["http", port, "/v1/sessions/%s/attention" % sid,
                                           step_json, "-s", steps])
@@ -253,6 +260,38 @@ def http_steps(port, prefix, step, steps):
     return rate, steps
 
 
+def grpc_steps_ahead(pb, stub, prefix, step, steps, window):
+    """grpcio on one stream, window steps sent and not yet answered: the
+    request iterator blocks until an answer frees a place."""
+    free = threading.Semaphore(window)
+    sid_q = queue.Queue()
+
+    def requests():
+        yield infer_request(pb, "default", [1, 16, 512], prefix, {"session_open": True})
+        sid = sid_q.get()
+        req = infer_request(pb, "default", [1, 1, 512], step, {"session_id": sid})
+        for _ in range(steps):
+            free.acquire()
+            yield req
+    answers = stub.ModelStreamInfer(requests())
+    first = next(answers)
+    sid = first.infer_response.parameters["session_id"].string_param
+    t0 = time.perf_counter()
+    sid_q.put(sid)
+    for _ in range(steps):
+        a = next(answers)
+        if a.error_message:
+            sys.exit("bench_grpc: ModelStreamInfer: " + a.error_message)
+        free.release()
+    rate = steps / (time.perf_counter() - t0)
+    for a in answers:  # none: the stream ends OK after the last answer
+        sys.exit("bench_grpc: ModelStreamInfer: an answer too many")
+    stub.ModelInfer(pb.ModelInferRequest(model_name="default", parameters={
+        "session_id": pb.InferParameter(string_param=sid),
+        "session_close": pb.InferParameter(bool_param=True)}))
+    return rate, steps
+
+
 def grpc_steps(pb, stub, prefix, step, steps):
     requests = queue.Queue()
     answers = stub.ModelStreamInfer(iter(requests.get, None))
@@ -313,6 +352,8 @@ def main():
                     help="HTTP/2 connections ghz spreads them over")
     ap.add_argument("--large", type=int, default=20, help="large requests a run")
     ap.add_argument("--steps", type=int, default=300, help="session steps a run")
+    ap.add_argument("--window", type=int, default=16,
+                    help="stream steps sent and not yet answered, for the steps sent ahead")
     args = ap.parse_args()
     import grpc
 
@@ -372,6 +413,11 @@ def main():
         add("http_steps_py", steps_cpu(d, lambda: http_steps(d.port, small, step, args.steps)))
         add("grpc_steps_py", steps_cpu(d, lambda: grpc_steps(pb, stub, small, step,
                                                              args.steps)))
+        add("grpc_ahead", steps_cpu(d, lambda: c_steps(
+            args.load, d.port, small, step_json, step_msg_of, args.steps, d.grpc_port,
+            args.window)))
+        add("grpc_ahead_py", steps_cpu(d, lambda: grpc_steps_ahead(pb, stub, small, step,
+                                                                   args.steps, args.window)))
     d.stop()
 
     d = Daemon(args.attnd, tmp, {"ATTND_CONFIG": large_config(tmp, rnd)})
@@ -418,20 +464,27 @@ def report(rows, args):
     h, g = med("http_steps_py"), med("grpc_steps_py")
     print("| the same, Python clients (http.client, grpcio) | %.0f | %.0f | %.2fx | | |"
           % (h, g, g / h))
+    h, g = med("http_steps"), med("grpc_ahead")
+    print("| steps sent ahead, %d in flight on the stream (HTTP: one at a time), C | %.0f | %.0f "
+          "| %.2fx | | |" % (args.window, h, g, g / h))
+    h, g = med("http_steps_py"), med("grpc_ahead_py")
+    print("| the same, Python | %.0f | %.0f | %.2fx | | |" % (h, g, g / h))
     print()
     print("each run (HTTP | gRPC): small req/s %s | %s (ghz %s); large ms %s | %s; steps/s C %s "
-          "| %s, Python %s | %s" % (
+          "| %s (ahead %s), Python %s | %s (ahead %s)" % (
               each("http_small"), each("grpc_small"), each("ghz_small"),
               each("http_large", "%.1f"), each("grpc_large", "%.1f"), each("http_steps"),
-              each("grpc_steps"), each("http_steps_py"), each("grpc_steps_py")))
+              each("grpc_steps"), each("grpc_ahead"), each("http_steps_py"),
+              each("grpc_steps_py"), each("grpc_ahead_py")))
     print("small requests, CPU ms a request (medians): daemon HTTP %.2f, gRPC %.2f (%.2f under "
           "ghz); load generator wrk %.2f, grpc_load %.2f, ghz %.2f (they share the same %d cpus)"
           % (med("http_small", 3), med("grpc_small", 3), med("ghz_small", 3),
              med("http_small", 4), med("grpc_small", 4), med("ghz_small", 4), os.cpu_count()))
-    print("session steps, CPU ms a step (medians): daemon HTTP %.3f, gRPC %.3f; client C "
-          "%.3f, %.3f; Python HTTP %.3f, gRPC %.3f" % (
-              med("http_steps", 3), med("grpc_steps", 3), med("http_steps", 4),
-              med("grpc_steps", 4), med("http_steps_py", 4), med("grpc_steps_py", 4)))
+    print("session steps, CPU ms a step (medians): daemon HTTP %.3f, gRPC %.3f (ahead %.3f); "
+          "client C %.3f, %.3f; Python HTTP %.3f, gRPC %.3f" % (
+              med("http_steps", 3), med("grpc_steps", 3), med("grpc_ahead", 3),
+              med("http_steps", 4), med("grpc_steps", 4), med("http_steps_py", 4),
+              med("grpc_steps_py", 4)))
     err = {k: sum(x[2] for x in rows[k]) for k in ("http_small", "grpc_small", "ghz_small")}
     if any(err.values()):
         print("errors: wrk %d, grpc_load %d, ghz %d (besides ghz's calls cut at the end of a run)"
