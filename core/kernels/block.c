@@ -49,7 +49,15 @@ int attn_fused_supported(int D) {
 }
 
 #define FKP ((FK + 15) / 16 * 16) /* a transposed key tile's row stride */
-#define FEW 4                     /* lanes up to which a block takes the few-lane path */
+/* Lanes up to which a block takes the few-lane path (tile_few). Measured on
+ * one call over 4096 cached keys at a cache's row stride (AVX-512 Xeon,
+ * D 64 and 128): keys in lanes won at 1 to 4 lanes (1.2 to 1.6 times at
+ * one), lost from 5 on, where the transposes and each lane's own passes
+ * cost more than the idle lanes of the 16-lane path. */
+#ifndef ATTN_FEW /* -DATTN_FEW=... for tuning builds, at most 16 */
+#define ATTN_FEW 4
+#endif
+#define FEW ATTN_FEW
 
 size_t attn_fused_floats(int D) {
     return (size_t)FK * FQ + 2 * (size_t)FK * D + (size_t)FBLOCKS * 2 * D * FQ + (size_t)D * FKP;
@@ -295,7 +303,7 @@ AVX512 INLINE void tile_few(fused_rows *st, float *sT, float *kT, const float *k
                             int masked, const int ND) {
     static const attn_mask_units units = {.log2 = 0, .hidden = -INFINITY}; /* as mask_tile */
     const int D = ND * 16, Lb = st->Lb;
-    float s[FKP], m[16], l[16], al[FEW];
+    float s[FKP], m[16], l[16], al[16];
     transpose_tile(kT, kt, ldk, Sb, D);
     _mm512_storeu_ps(m, st->m[0]);
     _mm512_storeu_ps(l, st->l[0]);
