@@ -279,6 +279,8 @@ AVX512 INLINE float softmax_lane(float *sT, int r, float *s, int Sb, float *m, f
         __mmask16 in = Sb - c >= 16 ? 0xffff : (__mmask16)((1u << (Sb - c)) - 1);
         mt = _mm512_mask_max_ps(mt, in, mt, _mm512_loadu_ps(s + c));
     }
+    /* a zero max's sign may differ from tile_update's, which is harmless: it
+     * changes only the sign of differences that are then zero, e^-0 = e^+0 */
     __m512 mx = _mm512_set1_ps(_mm512_reduce_max_ps(mt)); /* then max(m, tile) as tile_update */
     float mn = _mm512_cvtss_f32(_mm512_max_ps(_mm512_set1_ps(m[r]), mx));
     int none = mn == -INFINITY; /* nothing visible yet: as tile_update */
