@@ -488,7 +488,8 @@ golden-decoder-check:
 # KV-cache session steps at cache lengths 128..8192, 1 and 64 sessions,
 # against re-sending the whole prefix, on a pool of every CPU, and whether a
 # step's cost grows linearly with the cache (bench/bench_decode.c).
-# BENCH_DECODE_ARGS="--max-len 512 --seconds 0.1 --threads 1" for a short run.
+# BENCH_DECODE_ARGS="--max-len 512 --seconds 0.1 --threads 1" for a short run;
+# "--shape mha" for the default model's shape (E=512, 8 heads of 64).
 BENCH_DECODE_ARGS ?=
 bench-decode: deps
 	$(MAKE) all $(BUILD)/bench/bench_decode

@@ -27,10 +27,13 @@
  * The verdict: linear when k <= LINEAR_MAX_K.
  *
  *   build/bench/bench_decode [--threads N] [--seconds S] [--max-len L] [--resend-max L]
+ *                            [--shape gqa|mha]
  *
  * --threads: the compute pool's size, by default every CPU this process may
  * use (affinity mask and cgroup quota), as the daemon sizes its pool.
  * --seconds: time budget per cell (medians of repeated runs, at least 3).
+ * --shape mha: the daemon's default model's shape instead (E = 512, 8 heads
+ * of 64, one query head per key/value head), where a step's block has one lane.
  * --max-len: the longest cache (a power of two from 128; 8192 by default).
  * The 64 sessions' caches take 64 * (max-len + 1) * 2 KiB (1 GiB at 8192).
  *
@@ -47,7 +50,9 @@
 #include <string.h>
 #include <time.h>
 
-enum { E = 1024, H = 8, G = 2, D = 128, MAXS = 64, MIN_LEN = 128, MAX_LEN = 8192 };
+enum { MAXS = 64, MIN_LEN = 128, MAX_LEN = 8192 };
+/* the layer's shape: --shape gqa (this default) or mha (the daemon's default model) */
+static int E = 1024, H = 8, G = 2, D = 128;
 #define NLEN 7           /* 128 .. 8192, doubling */
 #define GROWTH_FROM 1024 /* shortest cache of the growth exponent's fit */
 #define LINEAR_MAX_K 1.3 /* growth exponent of a linear cost, with room for cache effects */
@@ -219,9 +224,13 @@ int main(int argc, char **argv) {
             maxlen = arg_int(argv[i + 1], MIN_LEN, MAX_LEN, argv[i]);
         else if (strcmp(argv[i], "--threads") == 0)
             threads = arg_int(argv[i + 1], 1, 4096, argv[i]);
-        else {
+        else if (strcmp(argv[i], "--shape") == 0 && strcmp(argv[i + 1], "mha") == 0) {
+            E = 512; /* plain multi-head: 8 heads of 64, one query head per key/value head */
+            G = 8;
+            D = 64;
+        } else if (strcmp(argv[i], "--shape") != 0 || strcmp(argv[i + 1], "gqa") != 0) {
             fprintf(stderr, "usage: bench_decode [--threads N] [--seconds S] [--max-len L] "
-                            "[--resend-max L]\n");
+                            "[--resend-max L] [--shape gqa|mha]\n");
             return 2;
         }
     }

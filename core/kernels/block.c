@@ -11,7 +11,8 @@
  * same key/value head, one lane each, so each key is read once for all of
  * them. Lanes go in blocks of 64; the (up to 8) blocks of one call share
  * each key and value tile, copied once into a contiguous buffer (the
- * projections leave them strided).
+ * projections leave them strided). Blocks of at most 4 lanes (KV-cache
+ * steps) put keys in the lanes instead (tile_few), with the same bits.
  *
  * A lane's arithmetic never depends on the other lanes (its scores, running
  * max and sum, and output are its own; a key it may not see adds exactly
@@ -47,8 +48,19 @@ int attn_fused_supported(int D) {
     return fused_on && attn_isa() >= ATTN_ISA_AVX512 && D % 16 == 0 && D <= 128;
 }
 
+#define FKP ((FK + 15) / 16 * 16) /* a transposed key tile's row stride */
+/* Lanes up to which a block takes the few-lane path (tile_few). Measured on
+ * one call over 4096 cached keys at a cache's row stride (AVX-512 Xeon,
+ * D 64 and 128): keys in lanes won at 1 to 4 lanes (1.2 to 1.6 times at
+ * one), lost from 5 on, where the transposes and each lane's own passes
+ * cost more than the idle lanes of the 16-lane path. */
+#ifndef ATTN_FEW /* -DATTN_FEW=... for tuning builds, at most 16 */
+#define ATTN_FEW 4
+#endif
+#define FEW ATTN_FEW
+
 size_t attn_fused_floats(int D) {
-    return (size_t)FK * FQ + 2 * (size_t)FK * D + (size_t)FBLOCKS * 2 * D * FQ;
+    return (size_t)FK * FQ + 2 * (size_t)FK * D + (size_t)FBLOCKS * 2 * D * FQ + (size_t)D * FKP;
 }
 
 #define AVX512 __attribute__((target("avx512f")))
@@ -196,6 +208,128 @@ AVX512 INLINE void tile_update(fused_rows *st, float *sT, const float *kt, size_
     av_block(st->acc, sT, vt, ldv, Sb, Lb, ND);
 }
 
+/* The few-lane path. A decode step's block has Lb = rows * R lanes, often 1
+ * to 4: one 16-lane vector per key would leave 12 to 15 lanes idle in every
+ * score and softmax step. Here keys go in the vector lanes instead, from the
+ * key tile transposed once into kT (D, FKP). Every score, max, e^x and sum
+ * is the same operation sequence as tile_update's, so the bits are the same:
+ * a score is the fma chain over d = 0..D-1 from zero (fma(k, q, a) =
+ * fma(q, k, a)), the max is order-free, e^x is lane-wise, and the tile's sum
+ * adds the keys one at a time in key order, as tile_update does. Masks (a
+ * session step's rows are causal over its cache) go through the same
+ * attn_mask_scores, on a lane's scores at stride 1 instead of FQ. */
+
+/* kT (16,16) at kT (row stride FKP) = the transpose of rows x[0..15]. */
+AVX512 INLINE void transpose16(float *kT, __m512 *x) {
+    __m512 t[16], u[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(x[i], x[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(x[i], x[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) {
+        u[i] = (__m512)_mm512_unpacklo_pd((__m512d)t[i], (__m512d)t[i + 2]);
+        u[i + 1] = (__m512)_mm512_unpackhi_pd((__m512d)t[i], (__m512d)t[i + 2]);
+        u[i + 2] = (__m512)_mm512_unpacklo_pd((__m512d)t[i + 1], (__m512d)t[i + 3]);
+        u[i + 3] = (__m512)_mm512_unpackhi_pd((__m512d)t[i + 1], (__m512d)t[i + 3]);
+    }
+    for (int i = 0; i < 4; i++) { /* 128-bit quarters: rows i, i+4 / i+8, i+12 */
+        t[i] = _mm512_shuffle_f32x4(u[i], u[i + 4], 0x88);
+        t[i + 4] = _mm512_shuffle_f32x4(u[i], u[i + 4], 0xdd);
+        t[i + 8] = _mm512_shuffle_f32x4(u[i + 8], u[i + 12], 0x88);
+        t[i + 12] = _mm512_shuffle_f32x4(u[i + 8], u[i + 12], 0xdd);
+    }
+    for (int i = 0; i < 8; i++) {
+        _mm512_storeu_ps(kT + (size_t)i * FKP, _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88));
+        _mm512_storeu_ps(kT + (size_t)(i + 8) * FKP, _mm512_shuffle_f32x4(t[i], t[i + 8], 0xdd));
+    }
+}
+
+/* kT (D, FKP) = k (Sb, D)^T, keys past Sb zero. */
+AVX512 INLINE void transpose_tile(float *kT, const float *k, size_t ldk, int Sb, const int D) {
+    for (int c0 = 0; c0 < Sb; c0 += 16)
+        for (int d0 = 0; d0 < D; d0 += 16) {
+            __m512 x[16];
+            for (int i = 0; i < 16; i++)
+                x[i] = c0 + i < Sb ? _mm512_loadu_ps(k + (size_t)(c0 + i) * ldk + d0)
+                                   : _mm512_setzero_ps();
+            transpose16(kT + (size_t)d0 * FKP + c0, x);
+        }
+}
+
+/* s[c0 .. c0+16*NC) = scores of keys c0.. for the query q (D floats apart
+ * by qs), NC vectors of 16 keys. */
+AVX512 INLINE void scores_lane(float *s, const float *kT, int c0, const float *q, size_t qs, int D,
+                               const int NC) {
+    __m512 a[8];
+    _Pragma("GCC unroll 8") for (int j = 0; j < NC; j++) a[j] = _mm512_setzero_ps();
+    for (int d = 0; d < D; d++) {
+        __m512 qb = _mm512_set1_ps(q[d * qs]);
+        _Pragma("GCC unroll 8") for (int j = 0; j < NC; j++) a[j] =
+            _mm512_fmadd_ps(_mm512_loadu_ps(kT + (size_t)d * FKP + c0 + 16 * j), qb, a[j]);
+    }
+    _Pragma("GCC unroll 8") for (int j = 0; j < NC; j++) _mm512_storeu_ps(s + c0 + 16 * j, a[j]);
+}
+
+/* Lane r's softmax update over the tile's scores s (Sb, padded to 16):
+ * its probabilities into column r of sT, its max and sum in m, l; its
+ * factor for the earlier keys returned. */
+AVX512 INLINE float softmax_lane(float *sT, int r, float *s, int Sb, float *m, float *l) {
+    __m512 mt = _mm512_set1_ps(-INFINITY);
+    for (int c = 0; c < Sb; c += 16) {
+        __mmask16 in = Sb - c >= 16 ? 0xffff : (__mmask16)((1u << (Sb - c)) - 1);
+        mt = _mm512_mask_max_ps(mt, in, mt, _mm512_loadu_ps(s + c));
+    }
+    /* a zero max's sign may differ from tile_update's, which is harmless: it
+     * changes only the sign of differences that are then zero, e^-0 = e^+0 */
+    __m512 mx = _mm512_set1_ps(_mm512_reduce_max_ps(mt)); /* then max(m, tile) as tile_update */
+    float mn = _mm512_cvtss_f32(_mm512_max_ps(_mm512_set1_ps(m[r]), mx));
+    int none = mn == -INFINITY; /* nothing visible yet: as tile_update */
+    if (none) mn = 0.0f;
+    __m512 mv = _mm512_set1_ps(mn);
+    float alpha = _mm512_cvtss_f32(exp_neg(_mm512_sub_ps(_mm512_set1_ps(m[r]), mv)));
+    m[r] = none ? -INFINITY : mn;
+    for (int c = 0; c < Sb; c += 16)
+        _mm512_storeu_ps(s + c, exp_neg(_mm512_sub_ps(_mm512_loadu_ps(s + c), mv)));
+    float ts = 0.0f;
+    for (int c = 0; c < Sb; c++) { /* in key order, one key a step */
+        ts += s[c];
+        sT[c * FQ + r] = s[c];
+    }
+    l[r] = fmaf(l[r], alpha, ts);
+    return alpha;
+}
+
+/* tile_update for a block of at most FEW lanes; kT is scratch. */
+AVX512 INLINE void tile_few(fused_rows *st, float *sT, float *kT, const float *kt, size_t ldk,
+                            const float *vt, size_t ldv, const attn_seq *sq, int j0, int Sb,
+                            int masked, const int ND) {
+    static const attn_mask_units units = {.log2 = 0, .hidden = -INFINITY}; /* as mask_tile */
+    const int D = ND * 16, Lb = st->Lb;
+    float s[FKP], m[16], l[16], al[16];
+    transpose_tile(kT, kt, ldk, Sb, D);
+    _mm512_storeu_ps(m, st->m[0]);
+    _mm512_storeu_ps(l, st->l[0]);
+    for (int r = 0; r < Lb; r++) {
+        int c0 = 0;
+        for (; c0 + 128 <= Sb; c0 += 128)
+            scores_lane(s, kT, c0, st->qT + r, FQ, D, 8);
+        for (; c0 < Sb; c0 += 16)
+            scores_lane(s, kT, c0, st->qT + r, FQ, D, 1);
+        if (masked) attn_mask_scores(s, 1, sq, st->pos[r], j0, Sb, &units);
+        al[r] = softmax_lane(sT, r, s, Sb, m, l);
+    }
+    st->m[0] = _mm512_loadu_ps(m);
+    st->l[0] = _mm512_loadu_ps(l);
+    if (j0 > 0)
+        for (int r = 0; r < Lb; r++) {
+            __m512 a = _mm512_set1_ps(al[r]);
+            _Pragma("GCC unroll 8") for (int j = 0; j < ND; j++)
+                _mm512_storeu_ps(st->acc + r * D + 16 * j,
+                                 _mm512_mul_ps(a, _mm512_loadu_ps(st->acc + r * D + 16 * j)));
+        }
+    av_block(st->acc, sT, vt, ldv, Sb, Lb, ND);
+}
+
 /* Copies Sb rows of x (row stride ldx) to a contiguous (Sb,D) tile. */
 static void copy_tile(float *dst, const float *x, size_t ldx, int Sb, int D) {
     for (int c = 0; c < Sb; c++)
@@ -248,6 +382,7 @@ AVX512 INLINE void fused_rows_all(float *q, size_t ldq, int R, const float *k, c
     float *kbuf = sT + FK * FQ;     /* (FK,D) key tile, contiguous */
     float *vbuf = kbuf + FK * D;    /* (FK,D) value tile, contiguous */
     float *blk = vbuf + FK * D;     /* per block: qT (D,FQ), acc (FQ,D) */
+    float *kT = blk + (size_t)FBLOCKS * 2 * D * FQ; /* (D,FKP) transposed key tile, few lanes */
     fused_rows st[FBLOCKS];
     for (int b = 0; b < nb; b++)
         rows_init(&st[b], blk, q, ldq, R, pos0, lanes, b, scale, D);
@@ -267,7 +402,9 @@ AVX512 INLINE void fused_rows_all(float *q, size_t ldq, int R, const float *k, c
         }
         for (int b = 0; b < nb; b++) {
             if (s->causal && j0 > st[b].pos[st[b].Lb - 1]) continue; /* all in the block's future */
-            if (st[b].Lb <= 16)
+            if (st[b].Lb <= FEW)
+                tile_few(&st[b], sT, kT, kt, ldkt, vt, ldvt, s, j0, Sb, masked, ND);
+            else if (st[b].Lb <= 16)
                 tile_update(&st[b], sT, kt, ldkt, vt, ldvt, s, j0, Sb, masked, ND, 1);
             else
                 tile_update(&st[b], sT, kt, ldkt, vt, ldvt, s, j0, Sb, masked, ND, 4);
