@@ -154,6 +154,22 @@ typedef struct {
     __m512 m[4], l[4]; /* running max and sum, one lane per row */
 } fused_rows;
 
+/* The end of a tile for a block: each lane's output so far scaled by its
+ * factor al[r] for the earlier keys (none before the first tile), then
+ * pT^T (Lb,Sb) @ v (Sb,D) added to it. */
+AVX512 INLINE void acc_update(fused_rows *st, const float *al, int j0, const float *sT,
+                              const float *vt, size_t ldv, int Sb, const int ND) {
+    const int D = ND * 16, Lb = st->Lb;
+    if (j0 > 0)
+        for (int r = 0; r < Lb; r++) {
+            __m512 a = _mm512_set1_ps(al[r]);
+            _Pragma("GCC unroll 8") for (int j = 0; j < ND; j++)
+                _mm512_storeu_ps(st->acc + r * D + 16 * j,
+                                 _mm512_mul_ps(a, _mm512_loadu_ps(st->acc + r * D + 16 * j)));
+        }
+    av_block(st->acc, sT, vt, ldv, Sb, Lb, ND);
+}
+
 /* One key tile for one block: scores, masks, online softmax update, AV, on
  * the block's first NV vectors of lanes (4, or 1 when Lb <= 16: lanes past
  * Lb are never read, so a short block skips their work). */
@@ -197,15 +213,7 @@ AVX512 INLINE void tile_update(fused_rows *st, float *sT, const float *kt, size_
         st->l[j] = _mm512_fmadd_ps(st->l[j], alpha[j], ts[j]);
         _mm512_storeu_ps(al + 16 * j, alpha[j]);
     }
-    if (j0 > 0)
-        for (int r = 0; r < Lb; r++) {
-            __m512 a = _mm512_set1_ps(al[r]);
-            _Pragma("GCC unroll 8") for (int j = 0; j < ND; j++)
-                _mm512_storeu_ps(st->acc + r * D + 16 * j,
-                                 _mm512_mul_ps(a, _mm512_loadu_ps(st->acc + r * D + 16 * j)));
-        }
-    // pT^T (Lb,Sb) @ v (Sb,D) + acc -> acc (Lb,D)
-    av_block(st->acc, sT, vt, ldv, Sb, Lb, ND);
+    acc_update(st, al, j0, sT, vt, ldv, Sb, ND);
 }
 
 /* The few-lane path. A decode step's block has Lb = rows * R lanes, often 1
@@ -320,14 +328,7 @@ AVX512 INLINE void tile_few(fused_rows *st, float *sT, float *kT, const float *k
     }
     st->m[0] = _mm512_loadu_ps(m);
     st->l[0] = _mm512_loadu_ps(l);
-    if (j0 > 0)
-        for (int r = 0; r < Lb; r++) {
-            __m512 a = _mm512_set1_ps(al[r]);
-            _Pragma("GCC unroll 8") for (int j = 0; j < ND; j++)
-                _mm512_storeu_ps(st->acc + r * D + 16 * j,
-                                 _mm512_mul_ps(a, _mm512_loadu_ps(st->acc + r * D + 16 * j)));
-        }
-    av_block(st->acc, sT, vt, ldv, Sb, Lb, ND);
+    acc_update(st, al, j0, sT, vt, ldv, Sb, ND);
 }
 
 /* Copies Sb rows of x (row stride ldx) to a contiguous (Sb,D) tile. */
