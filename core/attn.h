@@ -156,6 +156,12 @@ size_t attn_model_bytes(const attn_model *m);
  * fingerprint: mem, then for a BF16 model its four bf16 matrices as packed.
  * Fills p and n (up to 5 blocks); returns how many. */
 int attn_model_weight_blocks(const attn_model *m, const void *p[5], size_t n[5]);
+/* 1 when a query row's outputs are the same bits whatever rows share its
+ * forward (the projections' always are): a KV-cache step of n rows then
+ * gives the bits of n steps of one row. True of a bf16 attention, of the
+ * fused AVX-512 block (attn_set_fused), of decoder models; not of plain
+ * multi-head attention on OpenBLAS tiles. After attn_model_pack. */
+int attn_model_rows_free(const attn_model *m);
 /* Frees the weights; safe on a zeroed or already freed model. */
 void attn_model_free(attn_model *m);
 

@@ -11,6 +11,7 @@
 
 #include "../kernels/kv_pages.h"
 #include "../ops/ops.h"
+#include "../ops/seq.h"
 #include "../sizes.h"
 #include "model.h"
 
@@ -182,6 +183,16 @@ int attn_model_pack(attn_model *m, char *err, size_t errlen) {
     m->precision = proj->precision;
     m->attn16 = m->attend_ops->pages;
     return 0;
+}
+
+int attn_model_rows_free(const attn_model *m) {
+    const attn_hparams *hp = &m->hp;
+    attn_attend a = {.H = hp->num_heads, .G = hp->num_kv_heads, .D = hp->head_dim};
+    const attn_proj_ops *proj;
+    attn_model_rows(m, &proj, &a.ops);
+    a.rows_alone = !attn_is_mha(hp); /* as fwd_plan sets it */
+    a.ops->prepare(&a);
+    return a.ops->rows_free(&a);
 }
 
 int attn_model_weight_blocks(const attn_model *m, const void *p[5], size_t n[5]) {

@@ -166,6 +166,12 @@ static int fewer_lanes(const attn_attend *a, int lanes) {
     return 0;
 }
 
+/* A row's numbers depend on its own query and keys only (above). */
+static int rows_free(const attn_attend *a) {
+    (void)a;
+    return 1;
+}
+
 static int weight_rows(const attn_attend *a, int S) {
     size_t R = (size_t)(a->H / a->G), rows = ATTN_BF16_ROWS / R;
     if (WEIGHT_FLOATS / (R * (size_t)S) < rows) rows = WEIGHT_FLOATS / (R * (size_t)S);
@@ -296,6 +302,7 @@ const attn_attend_ops attn_attend_bf16 = {
     .prepare = attend_prepare,
     .block_lanes = block_lanes,
     .fewer_lanes = fewer_lanes,
+    .rows_free = rows_free,
     .weight_rows = weight_rows,
     .block_floats = block_floats,
     .full_floats = full_floats,

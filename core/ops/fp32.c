@@ -174,6 +174,12 @@ static int fewer_lanes(const attn_attend *a, int lanes) {
     return lanes > FUSED_BLOCK ? lanes / 2 : lanes > FUSED_VECTOR ? FUSED_VECTOR : 0;
 }
 
+/* The AVX-512 block's rows, and a decoder model's rows alone on OpenBLAS;
+ * not MHA's OpenBLAS tiles, whose bits depend on a call's rows. */
+static int rows_free(const attn_attend *a) {
+    return a->kernel || a->rows_alone;
+}
+
 /* Query rows per weights task: a block of one head's rows for S keys
  * (R == 1), as many rows' R heads for decoder models; at least 8. */
 static int weight_rows(const attn_attend *a, int S) {
@@ -264,6 +270,7 @@ const attn_attend_ops attn_attend_fp32 = {
     .prepare = attend_prepare,
     .block_lanes = block_lanes,
     .fewer_lanes = fewer_lanes,
+    .rows_free = rows_free,
     .weight_rows = weight_rows,
     .block_floats = block_floats,
     .full_floats = full_floats,

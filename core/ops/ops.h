@@ -96,6 +96,10 @@ typedef struct attn_attend_ops {
      * on its block, for a batch that leaves threads without a task; 0: no
      * smaller task (or no cut at all). */
     int (*fewer_lanes)(const attn_attend *a, int lanes);
+    /* 1 when a no-matrix row's bits do not depend on the rows computed
+     * with it (its block, their number): a session step of n rows is then
+     * n steps of one, bit for bit (attn_model_rows_free). */
+    int (*rows_free)(const attn_attend *a);
     /* Query rows whose weights over S keys are computed at once: the grid of
      * full and select tasks. */
     int (*weight_rows)(const attn_attend *a, int S);

@@ -1,6 +1,10 @@
 /* call.c - one gRPC call's metadata, references, drain count and end
  * (call.h).
  */
+#include <grpc/byte_buffer.h>
+#include <grpc/byte_buffer_reader.h>
+#include <grpc/support/time.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,7 +49,11 @@ void attnd_gcall_free(gcall *c) {
     grpc_metadata_array_destroy(&c->md);
     if (c->recv) grpc_byte_buffer_destroy(c->recv);
     if (c->send) grpc_byte_buffer_destroy(c->send);
-    grpc_slice_unref(c->held);
+    for (int i = 0; i < c->hq_n; i++)
+        grpc_slice_unref(c->hq[i]);
+    for (int i = 0; i < c->plan.n; i++) /* a merged step dropped unanswered */
+        grpc_slice_unref(c->parts[i]);
+    attnd_grpc_merge_free(&c->plan);
     grpc_slice_unref(c->details_slice);
     while (c->oq) {
         omsg *m = c->oq;
@@ -133,4 +141,32 @@ void attnd_gcall_record(gcall *c, const char *end) {
                       span_id};
     attnd_log_access(&a);
     export_spans(c, now);
+}
+
+/* The message's bytes as one slice the caller unrefs: the buffer's own
+ * when it holds one uncompressed slice (no copy), else its slices joined.
+ * 0, or -1 when gRPC cannot read it. */
+int attnd_gcall_message(grpc_byte_buffer *bb, grpc_slice *out) {
+    *out = grpc_empty_slice();
+    if (!bb) return -1;
+    if (bb->type == GRPC_BB_RAW && bb->data.raw.compression == GRPC_COMPRESS_NONE &&
+        bb->data.raw.slice_buffer.count == 1) {
+        *out = grpc_slice_ref(bb->data.raw.slice_buffer.slices[0]);
+        return 0;
+    }
+    grpc_byte_buffer_reader rd;
+    if (!grpc_byte_buffer_reader_init(&rd, bb)) return -1;
+    *out = grpc_byte_buffer_reader_readall(&rd);
+    grpc_byte_buffer_reader_destroy(&rd);
+    return 0;
+}
+
+/* The call's deadline (grpc-timeout) as milliseconds left: 0 when none,
+ * -1 when already past. */
+int attnd_gcall_deadline_ms(const gcall *c) {
+    gpr_timespec d = c->details.deadline;
+    if (gpr_time_cmp(d, gpr_inf_future(d.clock_type)) == 0) return 0;
+    int64_t ms = gpr_time_to_millis(gpr_time_sub(d, gpr_now(d.clock_type)));
+    if (ms <= 0) return -1;
+    return ms > INT_MAX ? INT_MAX : (int)ms;
 }

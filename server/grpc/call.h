@@ -15,6 +15,7 @@
 #include "../http/hreq.h"
 #include "../obs/trace.h"
 #include "grpc.h"
+#include "merge.h"
 
 typedef struct gcall gcall;
 
@@ -64,9 +65,17 @@ struct gcall {
     int logged;
     int final_started; /* under mu: the status is on its way, nothing more is read */
     /* a stream's, under mu */
-    int step_out;        /* a step is dispatched and its answer not yet written */
-    grpc_slice held;     /* the next step's message, read while step_out */
-    int has_held;        /* held is one */
+    int step_out; /* a step is dispatched and its answer not yet written */
+    int reading;  /* a RECV_MESSAGE is in flight */
+    /* messages read while step_out, in order: up to ATTND_GRPC_MERGE_MAX
+     * are read ahead; a merged step refused puts its own back in front */
+    grpc_slice hq[2 * ATTND_GRPC_MERGE_MAX];
+    int hq_n;
+    int no_merge; /* this many steps go alone: a merged step of them was refused */
+    /* not under mu: the step's owner's (who dispatched it, then who answers it) */
+    attnd_grpc_merge plan;                  /* the step out merges plan.n >= 2 messages */
+    grpc_slice parts[ATTND_GRPC_MERGE_MAX]; /* their messages, until answered */
+    int merge_off;       /* the stream's model gives other bits in merged steps: none merge */
     int client_done;     /* the client's messages ended while answers were still due */
     int sending;         /* an answer's SEND_MESSAGE is in flight */
     omsg *oq, **oq_tail; /* answers written, waiting for that send */
@@ -87,6 +96,13 @@ struct gcall {
  * absent. */
 const char *attnd_gcall_md_value(const gcall *c, const char *key, char *out, size_t cap,
                                  int *count);
+
+/* The message's bytes as one slice the caller unrefs (the buffer's own
+ * when it holds one uncompressed slice): 0, or -1 when gRPC cannot read it. */
+int attnd_gcall_message(grpc_byte_buffer *bb, grpc_slice *out);
+/* The call's deadline (grpc-timeout) as milliseconds left: 0 when none,
+ * -1 when already past. */
+int attnd_gcall_deadline_ms(const gcall *c);
 
 /* References: the last unref frees the call (attnd_gcall_free, also for a
  * call gRPC never filled). */

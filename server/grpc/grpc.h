@@ -67,6 +67,7 @@ typedef struct attnd_grpc {
     atomic_long active;                        /* calls between arrival and their end */
     atomic_int shutting;                       /* 1: no new calls are asked for */
     atomic_uint_least64_t calls[GM_COUNT][17]; /* by method and status code */
+    atomic_uint_least64_t merged;              /* stream messages answered from a merged step */
 } attnd_grpc;
 
 /* Listens on cfg's host and grpc_port and starts the poller; nothing when

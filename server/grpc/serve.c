@@ -18,7 +18,6 @@
  * answers go out in order, one send at a time, the rest queued behind it.
  */
 #include <grpc/byte_buffer.h>
-#include <grpc/byte_buffer_reader.h>
 #include <grpc/grpc.h>
 #include <grpc/grpc_security.h>
 #include <grpc/support/time.h>
@@ -156,50 +155,50 @@ static int stream_may_end_locked(gcall *c) {
     return 1;
 }
 
-static void stream_step(gcall *c, grpc_slice msg);
+static void stream_next(gcall *c);
 static void stream_end(gcall *c);
 
-/* The answer of a stream's step is written (out, malloc'd and taken; NULL
- * when none can go): sent, or queued behind the answers still going out.
- * Then the step read meanwhile is dispatched (on this thread), or the
- * stream ends if the client is done. */
-static void send_stream(gcall *c, uint8_t *out, size_t out_len) {
-    omsg *m = NULL;
-    int send_now = 0, next = 0, end = 0;
-    grpc_slice msg = grpc_empty_slice();
+/* The answers of a stream's step are written (outs[0..k), each malloc'd
+ * and taken; k 0 when none can go): sent, or queued behind the answers
+ * still going out. Then the next step is dispatched (on this thread) from
+ * the messages read meanwhile, or the stream ends if the client is done. */
+static void send_stream(gcall *c, uint8_t **outs, const size_t *lens, int k) {
+    int send_now = -1, next = 0, end = 0;
+    uint8_t *first = NULL;
     pthread_mutex_lock(&c->mu);
     int gone = c->over || c->final_started; /* nothing more goes out */
-    if (out && !gone && c->sending) {
-        m = malloc(sizeof *m);
-        if (m) {
-            *m = (omsg){NULL, out, out_len};
+    for (int i = 0; i < k && !gone; i++) {
+        omsg *m = NULL;
+        if (!c->sending) {
+            c->sending = 1;
+            send_now = i;
+            first = outs[i];
+        } else if ((m = malloc(sizeof *m)) != NULL) {
+            *m = (omsg){NULL, outs[i], lens[i]};
             if (!c->oq) c->oq_tail = &c->oq;
             *c->oq_tail = m;
             c->oq_tail = &m->next;
-            out = NULL; /* the queue's */
         }
-    } else if (out && !gone) {
-        c->sending = send_now = 1;
+        if (send_now == i || m) outs[i] = NULL; /* taken; else dropped: no memory to queue it */
     }
     c->step_out = 0;
-    if (c->has_held && !gone) {
-        msg = c->held;
-        c->held = grpc_empty_slice();
-        c->has_held = 0;
+    if (c->hq_n && !gone)
         c->step_out = next = 1;
-    } else {
+    else
         end = stream_may_end_locked(c);
-    }
     stream_busy_locked(c);
     pthread_mutex_unlock(&c->mu);
-    if (send_now)
-        stream_send(c, out, out_len);
-    else
-        free(out); /* the call is over, or no memory to queue it */
+    if (first) stream_send(c, first, lens[send_now]);
+    for (int i = 0; i < k; i++)
+        free(outs[i]); /* those not taken: the call is over, or no memory to queue them */
     if (next)
-        stream_step(c, msg);
+        stream_next(c);
     else if (end)
         stream_end(c);
+}
+
+static void send_one(gcall *c, uint8_t *out, size_t out_len) {
+    send_stream(c, &out, &out_len, out ? 1 : 0);
 }
 
 /* A stream's answer went out (ok), or could not (the call is over): the
@@ -234,15 +233,54 @@ static void stream_sent(gcall *c, int ok) {
     }
 }
 
+/* A merged step refused: its messages go back in front of those read
+ * since, to go again each alone, so that each gets the answer it would
+ * have got: a refusal of its own, or its rows. */
+static void unmerge(gcall *c) {
+    int k = c->plan.n;
+    attnd_grpc_merge_free(&c->plan);
+    pthread_mutex_lock(&c->mu);
+    memmove(c->hq + k, c->hq, (size_t)c->hq_n * sizeof *c->hq);
+    memcpy(c->hq, c->parts, (size_t)k * sizeof *c->hq);
+    c->hq_n += k;
+    c->no_merge = k;
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* A merged step's answer (resp, a packed ModelInferResponse), split into
+ * one for each of its messages and sent. */
+static void send_merged(gcall *c, uint8_t *resp, size_t n) {
+    uint8_t *outs[ATTND_GRPC_MERGE_MAX];
+    size_t lens[ATTND_GRPC_MERGE_MAX];
+    int k = c->plan.n;
+    int rc = attnd_grpc_merge_split(resp, n, &c->plan, outs, lens);
+    free(resp);
+    if (rc < 0) { /* out of memory: again one by one */
+        unmerge(c);
+        send_stream(c, NULL, NULL, 0);
+        return;
+    }
+    for (int i = 0; i < k; i++)
+        grpc_slice_unref(c->parts[i]);
+    attnd_grpc_merge_free(&c->plan);
+    atomic_fetch_add(&c->g->merged, (uint64_t)k);
+    send_stream(c, outs, lens, k);
+}
+
 /* A stream's answer to one message that was refused: its error_message,
  * and the stream goes on. */
 static void stream_error(gcall *c, const attnd_error *e) {
     size_t n = 0;
+    if (c->plan.n) { /* a merged step: each of its messages again, alone */
+        unmerge(c);
+        send_stream(c, NULL, NULL, 0);
+        return;
+    }
     c->http_status = attnd_kind_status(e->code);
     /* n is set by the call: read it after, not as the same call's argument
      * (the order in which arguments are evaluated is unspecified) */
     uint8_t *out = attnd_grpc_stream_answer(NULL, 0, e->msg, &n);
-    send_stream(c, out, n);
+    send_one(c, out, n);
 }
 
 /* ---- inference ---- */
@@ -253,24 +291,6 @@ static void greq_free(attnd_req *r) {
     attnd_req_clear(r);
     free(q);
     attnd_gcall_unref(c);
-}
-
-/* The message's bytes as one slice the caller unrefs: the buffer's own
- * when it holds one uncompressed slice (no copy), else its slices joined.
- * 0, or -1 when gRPC cannot read it. */
-static int message_slice(grpc_byte_buffer *bb, grpc_slice *out) {
-    *out = grpc_empty_slice();
-    if (!bb) return -1;
-    if (bb->type == GRPC_BB_RAW && bb->data.raw.compression == GRPC_COMPRESS_NONE &&
-        bb->data.raw.slice_buffer.count == 1) {
-        *out = grpc_slice_ref(bb->data.raw.slice_buffer.slices[0]);
-        return 0;
-    }
-    grpc_byte_buffer_reader rd;
-    if (!grpc_byte_buffer_reader_init(&rd, bb)) return -1;
-    *out = grpc_byte_buffer_reader_readall(&rd);
-    grpc_byte_buffer_reader_destroy(&rd);
-    return 0;
 }
 
 /* An answer for an inference of c: the call's final message (unary) or a
@@ -290,9 +310,13 @@ static void answer(gcall *c, const attnd_reply *rep) {
                 send_final(c, out, n, GRPC_OK, NULL);
                 return;
             }
+            if (c->plan.n) {
+                send_merged(c, out, n);
+                return;
+            }
             uint8_t *wrapped = attnd_grpc_stream_answer(out, n, NULL, &n);
             free(out);
-            send_stream(c, wrapped, n);
+            send_one(c, wrapped, n);
             return;
         }
         attnd_set_error(&e, AERR_INTERNAL, "out of memory writing the answer");
@@ -315,16 +339,6 @@ void attnd_grpc_answer_ready(attnd_req *r) {
     c->t_compute1_us = r->t_end_us;
     answer(c, &r->reply);
     if (mine) attnd_req_unref(r);
-}
-
-/* The call's deadline (grpc-timeout) as milliseconds left: 0 when none,
- * -1 when already past. */
-static int deadline_ms(const gcall *c) {
-    gpr_timespec d = c->details.deadline;
-    if (gpr_time_cmp(d, gpr_inf_future(d.clock_type)) == 0) return 0;
-    int64_t ms = gpr_time_to_millis(gpr_time_sub(d, gpr_now(d.clock_type)));
-    if (ms <= 0) return -1;
-    return ms > INT_MAX ? INT_MAX : (int)ms;
 }
 
 /* Admits and queues q (its job parsed), or answers it at once: an open
@@ -388,9 +402,16 @@ static void infer(gcall *c, const uint8_t *msg, size_t len) {
     if (!ready)
         attnd_set_error(&e, AERR_UNAVAILABLE, "the server is draining");
     else if (attnd_grpc_parse_infer(c->g->env, msg, len, &t, &q->r.job, &e) == 0) {
-        q->r.asked_timeout_ms = c->asked_ms;
-        queue_job(c, q);
-        return;
+        if (c->plan.n && q->r.job.ver && !q->r.job.ver->info.rows_free) {
+            /* merged, its bits would not be those of its steps alone: not
+             * on this stream (stream_error sends them again, each alone) */
+            c->merge_off = 1;
+            attnd_set_error(&e, AERR_INTERNAL, "not merged");
+        } else {
+            q->r.asked_timeout_ms = c->asked_ms;
+            queue_job(c, q);
+            return;
+        }
     }
     if (t.model[0]) snprintf(c->model, sizeof c->model, "%s", t.model);
     if (c->method == GM_STREAM_INFER)
@@ -502,15 +523,55 @@ static void dispatch(gcall *c, const uint8_t *msg, size_t len) {
     send_final(c, out, n, GRPC_OK, NULL);
 }
 
-/* A stream's step (step_out set): dispatched, and the next message read
- * meanwhile (unless the stream's status is already on its way). */
-static void stream_step(gcall *c, grpc_slice msg) {
-    dispatch(c, GRPC_SLICE_START_PTR(msg), GRPC_SLICE_LENGTH(msg));
-    grpc_slice_unref(msg);
+/* 1 (and reading set) when a stream reads its next message now: none is
+ * being read, the client is not done, its status is not on its way, and
+ * fewer than ATTND_GRPC_MERGE_MAX wait (mu held). */
+static int want_read_locked(gcall *c) {
+    if (c->reading || c->client_done || c->final_started || c->over ||
+        c->hq_n >= ATTND_GRPC_MERGE_MAX)
+        return 0;
+    c->reading = 1;
+    return 1;
+}
+
+/* A stream's step (step_out set), msg (len bytes): dispatched, and the
+ * next message read meanwhile, if there is room to hold it. */
+static void stream_step(gcall *c, const uint8_t *msg, size_t len) {
+    dispatch(c, msg, len);
     pthread_mutex_lock(&c->mu);
-    int ended = c->final_started || c->over;
+    int rd = want_read_locked(c);
     pthread_mutex_unlock(&c->mu);
-    if (!ended) read_next(c);
+    if (rd) read_next(c);
+}
+
+/* The stream's next step (step_out set) from the messages held: the run
+ * of them that merges into one step (merge.h), or the first alone. */
+static void stream_next(gcall *c) {
+    grpc_slice run[ATTND_GRPC_MERGE_MAX];
+    uint8_t *merged = NULL;
+    size_t len = 0;
+    pthread_mutex_lock(&c->mu); /* others only append: the front is this thread's */
+    int n = c->hq_n < ATTND_GRPC_MERGE_MAX ? c->hq_n : ATTND_GRPC_MERGE_MAX;
+    memcpy(run, c->hq, (size_t)n * sizeof *run);
+    int alone = c->no_merge > 0;
+    c->no_merge -= alone;
+    pthread_mutex_unlock(&c->mu);
+    size_t max = (size_t)c->g->cfg->max_body_bytes;
+    int k = n >= 2 && !alone && !c->merge_off
+                ? attnd_grpc_merge_steps(run, n, max, &merged, &len, &c->plan)
+                : 1;
+    pthread_mutex_lock(&c->mu);
+    c->hq_n -= k;
+    memmove(c->hq, c->hq + k, (size_t)c->hq_n * sizeof *c->hq);
+    pthread_mutex_unlock(&c->mu);
+    if (k == 1) {
+        stream_step(c, GRPC_SLICE_START_PTR(run[0]), GRPC_SLICE_LENGTH(run[0]));
+        grpc_slice_unref(run[0]);
+        return;
+    }
+    memcpy(c->parts, run, (size_t)k * sizeof *run); /* before the answer can come */
+    stream_step(c, merged, len);
+    free(merged);
 }
 
 /* The end of a stream, once every answer is out: its OK status. */
@@ -520,26 +581,30 @@ static void stream_end(gcall *c) {
 }
 
 /* A stream's next message arrived (msg), or the client's messages ended
- * (no msg): dispatched, held while the step before it computes, or the
- * end once every answer is out. */
-static void stream_recv(gcall *c, const grpc_slice *msg) {
-    int now = 0;
+ * (no msg): dispatched, held (and the next read) while a step computes,
+ * or the end once every answer is out. */
+static void stream_recv(gcall *c, grpc_slice msg, int got) {
+    int now = 0, rd = 0;
     pthread_mutex_lock(&c->mu);
-    if (!msg) {
+    c->reading = 0;
+    if (!got) {
         c->client_done = 1;
         now = stream_may_end_locked(c);
-    } else if (c->step_out) { /* the step before it is still out: it waits */
-        c->held = *msg;
-        c->has_held = 1;
+    } else if (c->step_out) {
+        c->hq[c->hq_n++] = msg;
+        rd = want_read_locked(c);
     } else {
         c->step_out = now = 1;
         stream_busy_locked(c);
     }
     pthread_mutex_unlock(&c->mu);
-    if (now && msg)
-        stream_step(c, *msg);
-    else if (now)
+    if (rd) read_next(c);
+    if (now && got) {
+        stream_step(c, GRPC_SLICE_START_PTR(msg), GRPC_SLICE_LENGTH(msg));
+        grpc_slice_unref(msg);
+    } else if (now) {
         stream_end(c);
+    }
 }
 
 /* RECV_MESSAGE completed: a message, or the end of the client's messages. */
@@ -549,7 +614,7 @@ static void on_recv(gcall *c, int ok) {
     if (!ok) return; /* the call failed: RECV_CLOSE_ON_SERVER ends it */
     if (!c->recv) {
         if (stream) {
-            stream_recv(c, NULL);
+            stream_recv(c, grpc_empty_slice(), 0);
             return;
         }
         attnd_set_error(&e, AERR_BAD_REQUEST, "no request message");
@@ -557,7 +622,7 @@ static void on_recv(gcall *c, int ok) {
         return;
     }
     grpc_slice msg;
-    int rc = message_slice(c->recv, &msg);
+    int rc = attnd_gcall_message(c->recv, &msg);
     grpc_byte_buffer_destroy(c->recv);
     c->recv = NULL;
     if (rc < 0) {
@@ -566,7 +631,7 @@ static void on_recv(gcall *c, int ok) {
         return;
     }
     if (stream) {
-        stream_recv(c, &msg);
+        stream_recv(c, msg, 1);
         return;
     }
     dispatch(c, GRPC_SLICE_START_PTR(msg), GRPC_SLICE_LENGTH(msg));
@@ -586,7 +651,6 @@ static void request_call(attnd_grpc *g) {
     grpc_call_details_init(&c->details);
     grpc_metadata_array_init(&c->md);
     c->details_slice = grpc_empty_slice();
-    c->held = grpc_empty_slice();
     c->t_new = (gtag){c, T_NEW};
     c->t_recv = (gtag){c, T_RECV};
     c->t_close = (gtag){c, T_CLOSE};
@@ -631,8 +695,9 @@ static void on_new(gcall *c, int ok) {
         attnd_gcall_unref(c);
         return;
     }
-    int ms = deadline_ms(c);
+    int ms = attnd_gcall_deadline_ms(c);
     c->asked_ms = ms > 0 ? ms : 0;
+    c->reading = 1;
     read_next(c);
 }
 
@@ -650,7 +715,7 @@ static void on_close(gcall *c) {
         attnd_req_unref(&q->r);
     }
     if (!c->logged && c->cancelled) {
-        int late = c->asked_ms && deadline_ms(c) < 0;
+        int late = c->asked_ms && attnd_gcall_deadline_ms(c) < 0;
         c->code = late ? GRPC_DEADLINE_EXCEEDED : GRPC_CANCELLED;
         c->http_status = late ? 504 : 499;
         attnd_gcall_record(c, late ? "deadline" : "client_gone");
@@ -808,4 +873,11 @@ void attnd_grpc_metrics(const attnd_grpc *g, attnd_sbuf *b) {
                                 attnd_grpc_code_name(k), n);
         }
     }
+    if (!g->port) return;
+    attnd_sb_printf(b,
+                    "# HELP attnd_grpc_stream_merged_steps_total ModelStreamInfer steps answered "
+                    "from one step with others sent ahead on their stream.\n"
+                    "# TYPE attnd_grpc_stream_merged_steps_total counter\n"
+                    "attnd_grpc_stream_merged_steps_total %llu\n",
+                    (unsigned long long)atomic_load(&g->merged));
 }

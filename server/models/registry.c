@@ -186,6 +186,7 @@ static attnd_version *read_version(const attnd_model_config *mc, attnd_error *e)
                                  .fingerprint = v->fingerprint,
                                  .precision = m->precision,
                                  .kv16 = m->attn16,
+                                 .rows_free = attn_model_rows_free(m),
                                  .bytes = attn_model_bytes(m),
                                  .version = 0, /* switch_to numbers it */
                                  .from_file = mc->weights != NULL};

@@ -27,6 +27,8 @@ typedef struct {
     /* what computes, settled at load (attn_model_pack): */
     attn_precision precision; /* INT8, BF16, or FP32: what it computes in (attn_model.precision) */
     int kv16;                 /* 1: a session's cache is bf16 pages (attn_model.attn16) */
+    int rows_free;            /* 1: a row's bits do not depend on the rows beside it
+                                 (attn_model_rows_free): a step of n rows is n steps */
     size_t bytes;             /* the model's memory (attn_model_bytes) */
     int version;              /* 1, 2, ...: the loads of this name so far, this one included */
     int from_file;            /* 1: weights from a safetensors file; 0: the embedded default */

@@ -691,6 +691,124 @@ def test_stream_answers_wait_for_a_slow_reader(stub, client):
     stub.ModelInfer(pb_request(name, [], {"session_id": sid, "session_close": True}), timeout=30)
 
 
+def merged_steps(d):
+    """attnd_grpc_stream_merged_steps_total now."""
+    for line in d.get("/metrics").text.splitlines():
+        if line.startswith("attnd_grpc_stream_merged_steps_total "):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError("no attnd_grpc_stream_merged_steps_total in /metrics")
+
+
+@pytest.fixture(scope="module")
+def held(daemons):
+    """A daemon whose batches wait 100 ms for company: a stream's steps
+    sent at once queue behind the one in flight, as they do behind a
+    longer step on a busy server."""
+    return daemons(full_config(batching={"max_queue_delay_us": 100000}))
+
+
+def open_session(s, name, rows):
+    r = s.ModelInfer(pb_request(name, [("query", rows[None], "FP32")], {"session_open": True}),
+                     timeout=30)
+    return r, r.parameters["session_id"].string_param
+
+
+def one_by_one(s, name, prefix, rows):
+    """Each of rows as a step of its own (unary ModelInfer) after prefix,
+    on a session of its own: each step's output, one row of bits."""
+    _, sid = open_session(s, name, prefix)
+    outs = []
+    for row in rows:
+        r = s.ModelInfer(pb_request(name, [("query", row[None, None], "FP32")],
+                                    {"session_id": sid}), timeout=30)
+        outs.append(r.raw_output_contents[0])
+    s.ModelInfer(pb_request(name, [], {"session_id": sid, "session_close": True}), timeout=30)
+    return outs
+
+
+def avx512f():
+    return " avx512f " in " %s " % " ".join(
+        ln.split(":", 1)[1] for ln in open("/proc/cpuinfo") if ln.startswith("flags"))
+
+
+# (model, merges): a decoder model's rows are computed alone, the fused
+# AVX-512 block's (head width a multiple of 16) never depend on their
+# block; plain MHA on OpenBLAS tiles (head width 8) does, so it never merges
+MERGES = [("gqa_half", True), ("self_e16_h1", avx512f()), ("self_e64_h8", False)]
+
+
+@pytest.mark.parametrize("name,merges", MERGES, ids=[m for m, _ in MERGES])
+def test_stream_steps_sent_ahead_merge(held, stub, name, merges):
+    """Forty one-row steps sent at once on a stream: those that wait
+    behind a step go as one step of all their rows (the metric counts
+    them) where that gives each row the same bits, and each still gets its
+    own answer, in order, with its id, its cached_tokens, and the bits it
+    gets as a step alone."""
+    prefix, n = 8, 40
+    E = BY_NAME[name][0]["embed_dim"] if name in BY_NAME else 64
+    q = np.random.RandomState(11).uniform(-1, 1, (prefix + n, E)).astype(np.float32)
+    alone = one_by_one(stub, name, q[:prefix], q[prefix:])
+    with grpc.insecure_channel(held.grpc_target) as ch:
+        s = service_pb2_grpc.GRPCInferenceServiceStub(ch)
+        _, sid = open_session(s, name, q[:prefix])
+        before = merged_steps(held)
+        steps = []
+        for k in range(n):
+            steps.append(pb_request(name, [("query", q[None, prefix + k:prefix + k + 1], "FP32")],
+                                    {"session_id": sid}))
+            steps[-1].id = "m%d" % k
+        got = list(s.ModelStreamInfer(iter(steps), timeout=60))
+        assert [a.error_message for a in got] == [""] * n
+        assert [a.infer_response.id for a in got] == [r.id for r in steps]
+        assert [a.infer_response.parameters["cached_tokens"].int64_param for a in got] == [
+            prefix + k + 1 for k in range(n)]
+        assert all(list(a.infer_response.outputs[0].shape) == [1, 1, E] for a in got)
+        assert [a.infer_response.raw_output_contents[0] for a in got] == alone
+        # the first step goes alone; the rest came while it waited (16 held at most)
+        if merges:
+            assert merged_steps(held) - before >= n // 2
+        else:
+            assert merged_steps(held) == before
+
+
+def test_stream_merged_step_refused_goes_again_alone(held, stub):
+    """Steps sent at once where one holds a NaN and one's bytes are not its
+    shape's: the first is refused within a merged step, which then goes
+    again message by message; the second never merges. Each gets the
+    answer it gets alone (the HTTP route's sentence for the two refused),
+    and the others the bits of the same steps alone without them."""
+    name, prefix, n, nan_at, short_at = "gqa_half", 4, 24, 9, 17
+    q = np.random.RandomState(12).uniform(-1, 1, (prefix + n, 64)).astype(np.float32)
+    bad = q[prefix + nan_at].copy()
+    bad[5] = np.nan
+    ok = [k for k in range(n) if k not in (nan_at, short_at)]
+    alone = one_by_one(stub, name, q[:prefix], q[[prefix + k for k in ok]])
+    with grpc.insecure_channel(held.grpc_target) as ch:
+        s = service_pb2_grpc.GRPCInferenceServiceStub(ch)
+        _, sid = open_session(s, name, q[:prefix])
+        before = merged_steps(held)
+        steps = []
+        for k in range(n):
+            row = bad if k == nan_at else q[prefix + k]
+            params = {"session_id": sid}
+            if k in (12, 13):
+                params["timeout_ms"] = 60000  # alike among themselves, not with the rest
+            steps.append(pb_request(name, [("query", row[None, None], "FP32")], params))
+        steps[short_at].raw_input_contents[0] = steps[short_at].raw_input_contents[0][:-4]
+        got = list(s.ModelStreamInfer(iter(steps), timeout=60))
+        st, msg, _ = http_binary(held, name, [("query", bad[None, None], "FP32")],
+                                 {"session_id": sid})
+        assert st == 400 and got[nan_at].error_message == msg, (msg, got[nan_at].error_message)
+        short = rpc_error(s.ModelInfer, steps[short_at], timeout=30)
+        assert short.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert got[short_at].error_message == short.details()
+        assert [got[k].error_message for k in ok] == [""] * len(ok)
+        assert [got[k].infer_response.parameters["cached_tokens"].int64_param for k in ok] == [
+            prefix + j + 1 for j in range(len(ok))]
+        assert [got[k].infer_response.raw_output_contents[0] for k in ok] == alone
+        assert merged_steps(held) - before >= 2
+
+
 def test_session_close_alone_over_http_v2_and_x_session_id(stub, client, d):
     g = DECODERS[1]
     q = dec_rows(g)

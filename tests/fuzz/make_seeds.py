@@ -228,6 +228,11 @@ def grpc():
     put(t, "cross_topk.bin", m)
     put(t, "close.bin", pb_bytes(1, "small") + pb_bytes(4, pb_param("session_id", "0" * 32))
         + pb_bytes(4, pb_param("session_close", True)))
+    # a plain session step, as a stream merges them (server/grpc/merge.c)
+    put(t, "step.bin", pb_bytes(1, "small") + pb_bytes(3, "s1")
+        + pb_bytes(4, pb_param("session_id", "0" * 32)) + pb_bytes(4, pb_param("timeout_ms", 500))
+        + pb_bytes(5, pb_input("query", "FP32", [1, 2, 4])) + pb_bytes(7, q)
+        + pb_bytes(6, pb_bytes(1, "output")))
     put(t, "wrap.bin", pb_bytes(1, "small") + pb_bytes(5, pb_input("query", "FP32", WRAP))
         + pb_bytes(7, b""))
 
