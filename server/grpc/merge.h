@@ -7,9 +7,10 @@
  * makes each row see what it would have seen alone, and where the model's
  * rows are computed alike in any number (attn_model_rows_free: decoder
  * models, the fused AVX-512 block, bf16 attention) each row gets the bits
- * it gets alone; serve.c merges nothing else. So the stream reads the layer's weights once for
- * the run, not once a step, and splits the answer back into one per
- * message, in order, each with its own rows, id and cached_tokens.
+ * it gets alone; serve.c merges nothing else. So the stream reads the
+ * layer's weights once for the run, not once a step, and splits the
+ * answer back into one per message, in order, each with its own rows, id
+ * and cached_tokens.
  *
  * Only plain steps merge: one raw FP32 or FP64 input of shape [1, L, E] or
  * [L, E], parameters session_id and at most timeout_ms, alike in all, no
