@@ -347,7 +347,9 @@ VALGRIND_BLACKBOX := \
   'tests/blackbox/test_numerics.py::test_golden_v2[explicit_outputs-cross_e48_h4_k40_v24-0]' \
   tests/blackbox/test_numerics.py::test_batched_matches_single \
   'tests/blackbox/test_v2_client.py::test_infer_golden[cross_e48_h4_k40_v24-0]' \
-  tests/blackbox/test_v2_client.py::test_unknown_model
+  tests/blackbox/test_v2_client.py::test_unknown_model \
+  tests/blackbox/test_grpc.py::test_stream_steps_sent_ahead_merge \
+  tests/blackbox/test_grpc.py::test_stream_merged_step_refused_goes_again_alone
 valgrind:
 	@sh tests/deps.sh test valgrind
 	$(MAKE) -j$(JOBS) all $(TESTS)
