@@ -14,6 +14,12 @@
  *              ModelInferResponse that carries the same names, shapes,
  *              parameters and bytes; a stream's answer wraps it, or an error.
  *   close      session_close with a session id and no input is a close job.
+ *   merge      a stream's plain steps of one session merge into one request
+ *              of all their rows, in order (server/grpc/merge.c); a step
+ *              with other parameters, contents, bytes not its shape's, or
+ *              past the size given ends the run.
+ *   split      a merged step's answer splits into one per step: its rows,
+ *              its id, its cached_tokens; an answer of other rows is refused.
  */
 #include <check.h>
 #include <math.h>
@@ -22,6 +28,7 @@
 #include <string.h>
 
 #include "../server/body/v2.h"
+#include "../server/grpc/merge.h"
 #include "../server/grpc/wire.h"
 #include "check_run.h"
 #include "inference.pb-c.h"
@@ -116,6 +123,13 @@ static void rb_param_bool(req_builder *b, const char *key, int v) {
     size_t i = b->r.n_parameters - 1;
     b->pv[i].parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_BOOL_PARAM;
     b->pv[i].bool_param = v;
+}
+
+static void rb_param_int(req_builder *b, const char *key, int64_t v) {
+    rb_param_str(b, key, "");
+    size_t i = b->r.n_parameters - 1;
+    b->pv[i].parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_INT64_PARAM;
+    b->pv[i].int64_param = v;
 }
 
 static uint8_t *rb_pack(req_builder *b, size_t *len) {
@@ -375,6 +389,131 @@ START_TEST(close_only) {
 }
 END_TEST
 
+/* A plain step of session "s" with id: rows rows of 0, 1, 2, ... from row r0. */
+static grpc_slice step_msg(int r0, int rows, const char *id, void (*edit)(req_builder *)) {
+    static float q[64];
+    for (int i = 0; i < 64; i++)
+        q[i] = (float)i;
+    req_builder b;
+    rb_init(&b, "small");
+    b.r.id = (char *)id;
+    int64_t shape[3] = {1, rows, 4};
+    rb_input(&b, "query", "FP32", 3, shape);
+    rb_raw(&b, q + 4 * r0, (size_t)rows * 16);
+    rb_param_str(&b, "session_id", "s");
+    if (edit) edit(&b);
+    size_t len;
+    uint8_t *p = rb_pack(&b, &len);
+    grpc_slice sl = grpc_slice_from_copied_buffer((const char *)p, len);
+    free(p);
+    return sl;
+}
+
+static void with_timeout(req_builder *b) {
+    rb_param_int(b, "timeout_ms", 50);
+}
+static void with_attention(req_builder *b) {
+    rb_param_str(b, "attention", "mean");
+}
+static void short_bytes(req_builder *b) {
+    b->raw[0].len -= 4;
+}
+static void other_session(req_builder *b) {
+    b->pv[0].string_param = "t";
+}
+
+/* How many of the four merge when the third is edited by edit. */
+static int run_with_third(void (*edit)(req_builder *), size_t max) {
+    grpc_slice m[4] = {step_msg(0, 1, "a", NULL), step_msg(1, 2, "b", NULL),
+                       step_msg(3, 1, "c", edit), step_msg(4, 1, "d", NULL)};
+    uint8_t *merged = NULL;
+    size_t len = 0;
+    attnd_grpc_merge plan;
+    memset(&plan, 0, sizeof plan);
+    int k = attnd_grpc_merge_steps(m, 4, max, &merged, &len, &plan);
+    free(merged);
+    attnd_grpc_merge_free(&plan);
+    for (int i = 0; i < 4; i++)
+        grpc_slice_unref(m[i]);
+    return k;
+}
+
+START_TEST(merge) {
+    grpc_slice m[4] = {step_msg(0, 1, "a", NULL), step_msg(1, 2, "b", NULL),
+                       step_msg(3, 1, NULL, NULL), step_msg(4, 1, "d", NULL)};
+    uint8_t *merged = NULL;
+    size_t len = 0;
+    attnd_grpc_merge plan;
+    memset(&plan, 0, sizeof plan);
+    ck_assert_int_eq(attnd_grpc_merge_steps(m, 4, 1 << 20, &merged, &len, &plan), 4);
+    ck_assert_int_eq(plan.n, 4);
+    int rows[4] = {1, 2, 1, 1};
+    for (int i = 0; i < 4; i++)
+        ck_assert_int_eq(plan.rows[i], rows[i]);
+    ck_assert(plan.ids[0] && strcmp(plan.ids[0], "a") == 0 && !plan.ids[2]);
+    attnd_parse_env en = env();
+    attnd_grpc_target t;
+    attnd_job job;
+    attnd_error e;
+    ck_assert_msg(attnd_grpc_parse_infer(&en, merged, len, &t, &job, &e) == 0, "%s", e.msg);
+    ck_assert_int_eq(job.L, 5);
+    ck_assert_str_eq(job.session_id, "s");
+    for (int i = 0; i < 20; i++) /* rows 0..4 of step_msg's q, in order */
+        ck_assert(job.query[i] == (float)i);
+    attnd_job_free(&job);
+    free(merged);
+    attnd_grpc_merge_free(&plan);
+    ck_assert_int_eq(attnd_grpc_merge_steps(m, 1, 1 << 20, &merged, &len, &plan), 1);
+    for (int i = 0; i < 4; i++)
+        grpc_slice_unref(m[i]);
+    ck_assert_int_eq(run_with_third(NULL, 1 << 20), 4);
+    ck_assert_int_eq(run_with_third(with_timeout, 1 << 20), 2);
+    ck_assert_int_eq(run_with_third(with_attention, 1 << 20), 2);
+    ck_assert_int_eq(run_with_third(short_bytes, 1 << 20), 2);
+    ck_assert_int_eq(run_with_third(other_session, 1 << 20), 2);
+    ck_assert_int_eq(run_with_third(NULL, 40), 1); /* two messages pass 40 bytes */
+}
+END_TEST
+
+START_TEST(split) {
+    static const char json[] =
+        "{\"model_name\":\"small\",\"model_version\":\"1\",\"parameters\":{\"session_id\":\"s\","
+        "\"cached_tokens\":10},\"outputs\":[{\"name\":\"output\",\"datatype\":\"FP32\","
+        "\"shape\":[1,3,4],\"parameters\":{\"binary_data_size\":48}}]}";
+    float rows[12];
+    for (int i = 0; i < 12; i++)
+        rows[i] = (float)i;
+    size_t jl = strlen(json);
+    char body[sizeof json + 48];
+    memcpy(body, json, jl);
+    memcpy(body + jl, rows, 48);
+    uint8_t *resp = NULL, *outs[ATTND_GRPC_MERGE_MAX];
+    size_t n = 0, lens[ATTND_GRPC_MERGE_MAX];
+    ck_assert_int_eq(attnd_grpc_infer_answer(body, jl + 48, jl, &resp, &n), 0);
+    attnd_grpc_merge plan = {.n = 2, .rows = {1, 2}, .ids = {strdup("x"), NULL}};
+    ck_assert_int_eq(attnd_grpc_merge_split(resp, n, &plan, outs, lens), 0);
+    for (int i = 0; i < 2; i++) {
+        Inference__ModelStreamInferResponse *sr =
+            inference__model_stream_infer_response__unpack(NULL, lens[i], outs[i]);
+        ck_assert(sr && sr->infer_response);
+        const Inference__ModelInferResponse *r = sr->infer_response;
+        ck_assert_str_eq(r->id, i ? "" : "x");
+        ck_assert_int_eq(r->outputs[0]->shape[1], plan.rows[i]);
+        ck_assert(r->raw_output_contents[0].len == (size_t)plan.rows[i] * 16);
+        ck_assert(memcmp(r->raw_output_contents[0].data, rows + 4 * i, 16 * plan.rows[i]) == 0);
+        for (size_t k = 0; k < r->n_parameters; k++)
+            if (strcmp(r->parameters[k]->key, "cached_tokens") == 0)
+                ck_assert_int_eq(r->parameters[k]->value->int64_param, i ? 10 : 8);
+        inference__model_stream_infer_response__free_unpacked(sr, NULL);
+        free(outs[i]);
+    }
+    plan.rows[1] = 3; /* 4 rows planned, 3 answered */
+    ck_assert_int_eq(attnd_grpc_merge_split(resp, n, &plan, outs, lens), -1);
+    attnd_grpc_merge_free(&plan);
+    free(resp);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("server_grpc");
     TCase *t = tcase_create("server_grpc");
@@ -386,6 +525,8 @@ static Suite *suite(void) {
     tcase_add_test(t, refusals);
     tcase_add_test(t, answer);
     tcase_add_test(t, close_only);
+    tcase_add_test(t, merge);
+    tcase_add_test(t, split);
     suite_add_tcase(s, t);
     return s;
 }
