@@ -57,9 +57,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     grpc_slice twice[2] = {grpc_slice_from_copied_buffer((const char *)data, size),
                            grpc_slice_from_copied_buffer((const char *)data, size)};
-    grpc_slice cut[2] = {grpc_slice_from_copied_buffer((const char *)data, size / 2),
-                         grpc_slice_from_copied_buffer((const char *)data + size / 2,
-                                                       size - size / 2)};
+    grpc_slice cut[2] = {
+        grpc_slice_from_copied_buffer((const char *)data, size / 2),
+        grpc_slice_from_copied_buffer((const char *)data + size / 2, size - size / 2)};
     fuzz_merge(twice);
     fuzz_merge(cut);
     for (int i = 0; i < 2; i++) {
