@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "../base/clock.h"
 #include "../obs/log.h"
@@ -169,4 +170,20 @@ int attnd_gcall_deadline_ms(const gcall *c) {
     int64_t ms = gpr_time_to_millis(gpr_time_sub(d, gpr_now(d.clock_type)));
     if (ms <= 0) return -1;
     return ms > INT_MAX ? INT_MAX : (int)ms;
+}
+
+int attnd_gcall_key_ok(const gcall *c, int open) {
+    const attnd_grpc *g = c->g;
+    if (!g->api_key || open) return 1;
+    char v[512];
+    const char *h = attnd_gcall_md_value(c, "authorization", v, sizeof v, NULL);
+    if (!h || strncasecmp(h, "Bearer ", 7) != 0) return 0;
+    const char *t = h + 7;
+    while (*t == ' ')
+        t++;
+    size_t n = strlen(t);
+    unsigned char d = n != g->api_key_len; /* constant time in the key's length */
+    for (size_t i = 0; i < g->api_key_len; i++)
+        d |= (unsigned char)(g->api_key[i] ^ (i < n ? t[i] : 0));
+    return d == 0;
 }

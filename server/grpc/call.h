@@ -104,6 +104,11 @@ int attnd_gcall_message(grpc_byte_buffer *bb, grpc_slice *out);
  * -1 when already past. */
 int attnd_gcall_deadline_ms(const gcall *c);
 
+/* 1 when c may go on: the server has no API key, the method is open
+ * (liveness, readiness, health), or the metadata authorization is
+ * "Bearer <key>" (compared in time that does not depend on the key). */
+int attnd_gcall_key_ok(const gcall *c, int open);
+
 /* References: the last unref frees the call (attnd_gcall_free, also for a
  * call gRPC never filled). */
 void attnd_gcall_ref(gcall *c);

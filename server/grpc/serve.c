@@ -25,7 +25,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include "../base/clock.h"
 #include "../batch/admit.h"
@@ -459,22 +458,6 @@ static void load(gcall *c, const uint8_t *msg, size_t len) {
 
 /* ---- a call's messages ---- */
 
-static int key_ok(const gcall *c) {
-    const attnd_grpc *g = c->g;
-    if (!g->api_key || METHODS[c->method].open) return 1;
-    char v[512];
-    const char *h = attnd_gcall_md_value(c, "authorization", v, sizeof v, NULL);
-    if (!h || strncasecmp(h, "Bearer ", 7) != 0) return 0;
-    const char *t = h + 7;
-    while (*t == ' ')
-        t++;
-    size_t n = strlen(t);
-    unsigned char d = n != g->api_key_len; /* constant time in the key's length */
-    for (size_t i = 0; i < g->api_key_len; i++)
-        d |= (unsigned char)(g->api_key[i] ^ (i < n ? t[i] : 0));
-    return d == 0;
-}
-
 /* Starts reading c's next message. */
 static void read_next(gcall *c) {
     grpc_op op;
@@ -491,7 +474,7 @@ static void dispatch(gcall *c, const uint8_t *msg, size_t len) {
     attnd_error e = {AOK, ""};
     if (c->method != GM_STREAM_INFER)
         attnd_gcall_set_busy(c, 1); /* a stream's: stream_busy_locked */
-    if (!key_ok(c)) {
+    if (!attnd_gcall_key_ok(c, METHODS[c->method].open)) {
         attnd_set_error(&e, AERR_UNAUTHORIZED,
                         "missing or wrong API key: send Authorization: Bearer <key>");
         send_error(c, &e);
@@ -546,7 +529,7 @@ static void stream_step(gcall *c, const uint8_t *msg, size_t len) {
 
 /* The stream's next step (step_out set) from the messages held: the run
  * of them that merges into one step (merge.h), or the first alone. */
-static void stream_next(gcall *c) {
+static void next_step(gcall *c) {
     grpc_slice run[ATTND_GRPC_MERGE_MAX];
     uint8_t *merged = NULL;
     size_t len = 0;
@@ -572,6 +555,29 @@ static void stream_next(gcall *c) {
     memcpy(c->parts, run, (size_t)k * sizeof *run); /* before the answer can come */
     stream_step(c, merged, len);
     free(merged);
+}
+
+/* The stream's next steps, on this thread. A step refused at once
+ * (send_stream on this thread, not a worker's answer) asks for the next
+ * one before its own call returns: that ask only marks the loop here to
+ * go round again, so that a client streaming refusals while the poller
+ * reads more cannot grow this thread's stack without bound. */
+static void stream_next(gcall *c) {
+    static _Thread_local const gcall *running;
+    static _Thread_local int again;
+    if (running == c) {
+        again = 1;
+        return;
+    }
+    const gcall *outer = running;
+    int outer_again = again;
+    running = c;
+    do {
+        again = 0;
+        next_step(c);
+    } while (again);
+    running = outer;
+    again = outer_again;
 }
 
 /* The end of a stream, once every answer is out: its OK status. */

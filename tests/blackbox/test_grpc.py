@@ -815,6 +815,25 @@ def test_stream_merged_step_refused_goes_again_alone(held, stub):
         assert merged_steps(held) - before >= 2
 
 
+def test_stream_of_refusals_answered_in_order(stub, d):
+    """Three thousand requests on one stream sent without waiting, all but
+    one in 500 refused at once (no such model): each gets its answer, in
+    order, and the daemon serves on. The refusals that queue behind a
+    computing request are answered in a loop on the thread that answers
+    it, not each inside the call of the one before."""
+    n, q = 3000, np.zeros((1, 64, 64), np.float32)
+    reqs = [pb_request("self_e64_h8" if k % 500 == 0 else "no_such_model_%d" % k,
+                       [("query", q, "FP32")], {}) for k in range(n)]
+    got = list(stub.ModelStreamInfer(iter(reqs), timeout=120))
+    assert len(got) == n
+    for k, a in enumerate(got):
+        if k % 500:
+            assert "no_such_model_%d" % k in a.error_message, (k, a.error_message)
+        else:
+            assert not a.error_message and a.infer_response.outputs[0].shape == [1, 64, 64], k
+    assert d.get("/v2/health/ready").status_code == 200
+
+
 def test_session_close_alone_over_http_v2_and_x_session_id(stub, client, d):
     g = DECODERS[1]
     q = dec_rows(g)
