@@ -713,6 +713,14 @@ def open_session(s, name, rows):
     return r, r.parameters["session_id"].string_param
 
 
+def step_requests(name, sid, rows, extra=lambda k: {}):
+    """A one-row step of session sid for each of rows, parameters
+    session_id and extra(k)."""
+    return [pb_request(name, [("query", row[None, None], "FP32")], dict({"session_id": sid},
+                                                                       **extra(k)))
+            for k, row in enumerate(rows)]
+
+
 def one_by_one(s, name, prefix, rows):
     """Each of rows as a step of its own (unary ModelInfer) after prefix,
     on a session of its own: each step's output, one row of bits."""
@@ -756,11 +764,9 @@ def test_stream_steps_sent_ahead_merge(held, stub, name, merges):
         s = service_pb2_grpc.GRPCInferenceServiceStub(ch)
         _, sid = open_session(s, name, q[:prefix])
         before = merged_steps(held)
-        steps = []
-        for k in range(n):
-            steps.append(pb_request(name, [("query", q[None, prefix + k:prefix + k + 1], "FP32")],
-                                    {"session_id": sid}))
-            steps[-1].id = "m%d" % k
+        steps = step_requests(name, sid, q[prefix:])
+        for k, r in enumerate(steps):
+            r.id = "m%d" % k
         got = list(s.ModelStreamInfer(iter(steps), timeout=60))
         assert [a.error_message for a in got] == [""] * n
         assert [a.infer_response.id for a in got] == [r.id for r in steps]
@@ -793,13 +799,10 @@ def test_stream_merged_step_refused_goes_again_alone(held, stub):
         s = service_pb2_grpc.GRPCInferenceServiceStub(ch)
         _, sid = open_session(s, name, q[:prefix])
         before = merged_steps(held)
-        steps = []
-        for k in range(n):
-            row = bad if k == nan_at else q[prefix + k]
-            params = {"session_id": sid}
-            if k in (12, 13):
-                params["timeout_ms"] = 60000  # alike among themselves, not with the rest
-            steps.append(pb_request(name, [("query", row[None, None], "FP32")], params))
+        rows = [bad if k == nan_at else q[prefix + k] for k in range(n)]
+        # 12 and 13 alike among themselves, not with the rest
+        steps = step_requests(name, sid, rows, lambda k: {"timeout_ms": 60000} if k in (12, 13)
+                              else {})
         steps[short_at].raw_input_contents[0] = steps[short_at].raw_input_contents[0][:-4]
         got = list(s.ModelStreamInfer(iter(steps), timeout=60))
         st, msg, _ = http_binary(held, name, [("query", bad[None, None], "FP32")],
