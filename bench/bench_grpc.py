@@ -2,7 +2,8 @@
 
 All against one build on this machine, each part on a fresh daemon that
 serves HTTP and gRPC at once (issue 30's three goals):
-  1. small requests (16x512, the default model) at the same concurrency:
+  1. small requests (16x512, the default model) at the same concurrency,
+     and again on a layer of that shape in bf16 and int8 (--precisions):
      requests/s of grpc_load (bench/grpc_load.c: ModelInfer with
      raw_input_contents on gRPC's C core, one thread) against wrk
      (POST /v1/attention, "encoding": "base64", bench_http.sh's body);
@@ -63,8 +64,8 @@ def free_port():
     return port
 
 
-def floats(rnd, n):
-    return array.array("f", (rnd.uniform(-1, 1) for _ in range(n))).tobytes()
+def floats(rnd, n, scale=1.0):
+    return array.array("f", (rnd.uniform(-scale, scale) for _ in range(n))).tobytes()
 
 
 def b64(raw):
@@ -135,9 +136,9 @@ def with_cpu(daemon, seconds, run):
     return rps, p50, errors, (d1 - d0) * 1e3 / n, (c1 - c0) * 1e3 / n
 
 
-def wrk_rps(port, body, seconds, conns, lua):
+def wrk_rps(port, body, seconds, conns, lua, path="/v1/attention"):
     env = dict(os.environ, BODY=body)
-    url = "http://127.0.0.1:%d/v1/attention" % port
+    url = "http://127.0.0.1:%d%s" % (port, path)
     args = ["wrk", "-t2", "-c%d" % conns, "--timeout", "10s", "-s", lua]
     subprocess.run(args + ["-d2s", url], env=env, check=True, capture_output=True)
     out = subprocess.run(args + ["-d%ds" % seconds, url], env=env, check=True,
@@ -353,6 +354,34 @@ def large_config(tmp, rnd):
     return cfg
 
 
+def precision_config(tmp, rnd, precisions):
+    """A config of the default model's shape (E=512, H=8) in each precision,
+    one drawn set of weights: models small_bf16, small_int8, ..."""
+    E = 512
+    parts = [("in_proj_weight", [3 * E, E], floats(rnd, 3 * E * E, 0.05)),
+             ("in_proj_bias", [3 * E], floats(rnd, 3 * E, 0.05)),
+             ("out_proj.weight", [E, E], floats(rnd, E * E, 0.05)),
+             ("out_proj.bias", [E], floats(rnd, E, 0.05))]
+    path = os.path.join(tmp, "small.safetensors")
+    with open(path, "wb") as f:
+        f.write(safetensors_bytes([(n, "F32", s, d) for n, s, d in parts]))
+    cfg = os.path.join(tmp, "precision_config.json")
+    json.dump({"models": [{"name": "small_" + p, "embed_dim": E, "num_heads": 8,
+                           "precision": p, "weights": path} for p in precisions]},
+              open(cfg, "w"))
+    return cfg
+
+
+def effective_precisions(port):
+    """{model name: what it computes in, and on which kernels} from GET /v1/models."""
+    info = json.load(urllib.request.urlopen("http://127.0.0.1:%d/v1/models" % port))
+    kernels = {"int8": info["compute"].get("int8_kernels"),
+               "bf16": info["compute"].get("bf16_kernels")}
+    return {m["name"]: m["effective_precision"] + (
+        " on " + kernels[m["effective_precision"]] if m["effective_precision"] in kernels else "")
+        for m in info["models"]}
+
+
 def cpu_name():
     for line in open("/proc/cpuinfo"):
         if line.startswith("model name"):
@@ -375,6 +404,9 @@ def main():
     ap.add_argument("--steps", type=int, default=300, help="session steps a run")
     ap.add_argument("--window", type=int, default=16,
                     help="stream steps sent and not yet answered, for the steps sent ahead")
+    ap.add_argument("--precisions", default="bf16,int8",
+                    help="the small requests again on a model of the default's shape in each "
+                         "(comma-separated; \"\" for none): a cheaper forward, the same transport")
     args = ap.parse_args()
     import grpc
 
@@ -442,6 +474,23 @@ def main():
     rows["merged"] = [metric(d, "attnd_grpc_stream_merged_steps_total")]
     d.stop()
 
+    precisions = [p for p in args.precisions.split(",") if p]
+    if precisions:
+        d = Daemon(args.attnd, tmp, {"ATTND_CONFIG": precision_config(tmp, rnd, precisions)})
+        rows["effective"] = effective_precisions(d.port)
+        for p in precisions:
+            msg = os.path.join(tmp, "small_%s.msg" % p)
+            open(msg, "wb").write(
+                infer_request(pb, "small_" + p, [1, 16, 512], small).SerializeToString())
+            for _ in range(args.runs):
+                add("http_small_" + p, with_cpu(d, args.seconds, lambda: wrk_rps(
+                    d.port, small_http, args.seconds, args.connections, lua,
+                    "/v1/models/small_%s/attention" % p)))
+                add("grpc_small_" + p, with_cpu(d, args.seconds, lambda: grpc_load_rps(
+                    args.load, d.grpc_port, msg, args.seconds, args.connections,
+                    args.grpc_connections)))
+        d.stop()
+
     d = Daemon(args.attnd, tmp, {"ATTND_CONFIG": large_config(tmp, rnd)})
     conn = http.client.HTTPConnection("127.0.0.1", d.port, timeout=60)
     body = json.dumps({"query": {"shape": [1, 512, 1024], "dtype": "float32", "b64": b64(large)},
@@ -493,6 +542,12 @@ def report(rows, args):
                                       med("grpc_small", 1), g / h, yes(g / h >= 1.5)))
     print("| the same, ghz as the gRPC client | %.0f | %.0f (%.1f) | %.2fx | | |"
           % (h, z, med("ghz_small", 1), z / h))
+    for name, eff in sorted(rows.get("effective", {}).items()):
+        p = name[len("small_"):]
+        h, g = med("http_small_" + p), med("grpc_small_" + p)
+        print("| the same, the layer in %s (%s), grpc_load | %.0f (%.1f) | %.0f (%.1f) "
+              "| %.2fx | | |" % (p, eff, h, med("http_small_" + p, 1), g,
+                                 med("grpc_small_" + p, 1), g / h))
     hl, gl = med("http_large"), med("grpc_large")
     print("| large 1×512×1024, H=16: round trip ms, input bytes to output bytes | %.1f | %.1f "
           "| %.2fx as fast | no slower | %s |" % (hl, gl, hl / gl, yes(gl <= hl)))
@@ -532,6 +587,9 @@ def report(rows, args):
     print("steps sent ahead answered from a merged step: %.0f of %d "
           "(attnd_grpc_stream_merged_steps_total)" % (rows["merged"][0], total))
     err = {k: sum(x[2] for x in rows[k]) for k in ("http_small", "grpc_small", "ghz_small")}
+    for k in rows:
+        if k.startswith(("http_small_", "grpc_small_")) and sum(x[2] for x in rows[k]):
+            print("errors: %s %d" % (k, sum(x[2] for x in rows[k])))
     if any(err.values()):
         print("errors: wrk %d, grpc_load %d, ghz %d (besides ghz's calls cut at the end of a run)"
               % (err["http_small"], err["grpc_small"], err["ghz_small"]))
