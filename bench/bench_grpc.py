@@ -240,13 +240,21 @@ def infer_request(pb, model, shape, raw, params=None):
     return req
 
 
+STEP_TIMES = ("attnd_queue_seconds_sum", 'attnd_compute_seconds_sum{precision="fp32"}')
+
+
 def steps_cpu(daemon, run):
-    """run()'s steps/s, and the CPU ms a step of the daemon and of the
-    client (this process with grpcio's threads, or grpc_load)."""
+    """run()'s steps/s, the CPU ms a step of the daemon and of the client
+    (this process with grpcio's threads, or grpc_load), and the ms a step
+    spent queued and computing (the daemon's /metrics; the session's opening
+    counted in, one request of 16 rows against the run's steps)."""
+    t0 = [metric(daemon, m) for m in STEP_TIMES]
     d0, c0 = daemon.cpu_s(), time.process_time() + children_cpu_s()
     rate, steps = run()
     d1, c1 = daemon.cpu_s(), time.process_time() + children_cpu_s()
-    return rate, 0.0, 0, (d1 - d0) * 1e3 / steps, (c1 - c0) * 1e3 / steps
+    t1 = [metric(daemon, m) for m in STEP_TIMES]
+    return (rate, 0.0, 0, (d1 - d0) * 1e3 / steps, (c1 - c0) * 1e3 / steps,
+            (t1[0] - t0[0]) * 1e3 / steps, (t1[1] - t0[1]) * 1e3 / steps)
 
 
 def open_session(port, prefix):
@@ -578,11 +586,23 @@ def report(rows, args):
           "ghz); load generator wrk %.2f, grpc_load %.2f, ghz %.2f (they share the same %d cpus)"
           % (med("http_small", 3), med("grpc_small", 3), med("ghz_small", 3),
              med("http_small", 4), med("grpc_small", 4), med("ghz_small", 4), os.cpu_count()))
+    for name in sorted(rows.get("effective", {})):
+        p = name[len("small_"):]
+        print("the same, the layer in %s: req/s each run %s | %s; CPU ms a request, daemon "
+              "HTTP %.2f, gRPC %.2f; wrk %.2f, grpc_load %.2f" % (
+                  p, each("http_small_" + p), each("grpc_small_" + p),
+                  med("http_small_" + p, 3), med("grpc_small_" + p, 3),
+                  med("http_small_" + p, 4), med("grpc_small_" + p, 4)))
     print("session steps, CPU ms a step (medians): daemon HTTP %.3f, gRPC %.3f (ahead %.3f); "
           "client C %.3f, %.3f; Python HTTP %.3f, gRPC %.3f" % (
               med("http_steps", 3), med("grpc_steps", 3), med("grpc_ahead", 3),
               med("http_steps", 4), med("grpc_steps", 4), med("http_steps_py", 4),
               med("grpc_steps_py", 4)))
+    print("session steps, ms a step queued | computing (medians, from /metrics): HTTP %.3f | "
+          "%.3f, the stream one at a time %.3f | %.3f (C clients; the rest of a step's round "
+          "trip is the transport, both ends)" % (
+              med("http_steps", 5), med("http_steps", 6), med("grpc_steps", 5),
+              med("grpc_steps", 6)))
     total = args.runs * 2 * args.steps
     print("steps sent ahead answered from a merged step: %.0f of %d "
           "(attnd_grpc_stream_merged_steps_total)" % (rows["merged"][0], total))
