@@ -35,6 +35,7 @@
  * ATTND_GOLDEN_DIR overrides the golden folder (default tests/data/golden;
  * the files are in its bf16/ folder).
  */
+#include "../core/kernels/bf16_fma.h"
 #include "../core/kernels/block_bf16.h"
 #include "../core/kernels/gemm_bf16.h"
 #include "../core/kernels/kv_pages.h"
@@ -61,9 +62,13 @@
 #define E_EXP 4e-7           /* the kernels' 2^t, relative (bf16_attn.c: 1.8e-7 measured) */
 static const float LOG2E = 1.44269504088896341f;
 
-static const int PATHS[] = {ATTN_BF16_NONE, ATTN_BF16_AVX512, ATTN_BF16_AMX};
-#define NPATHS 3
-static const char *const PATH_CPU[] = {"plain loops", "AVX512-BF16", "AMX-BF16"};
+/* AVX512-BF16 twice: with VDPBF16PS, and with its products on FMAs
+ * (core/kernels/bf16_fma.h), whichever this CPU would choose. */
+static const int PATHS[] = {ATTN_BF16_NONE, ATTN_BF16_AVX512, ATTN_BF16_AVX512, ATTN_BF16_AMX};
+static const int ON_FMA[] = {0, 0, 1, 0};
+#define NPATHS 4
+static const char *const PATH_CPU[] = {"plain loops", "AVX512-BF16", "AVX512-BF16 on FMAs",
+                                       "AMX-BF16"};
 
 /* Largest ratio |difference| / bound seen, printed by the tests. */
 static double g_worst;
@@ -111,14 +116,21 @@ static double rb(float x) { /* x rounded to bf16, widened */
     return attn_bf16_to_f32(attn_bf16_of_ftz(x));
 }
 
-/* Forces path p when the CPU has it (returns 1); else says so (returns 0). */
-static int use_path(int p, const char *test) {
-    if (p > attn_bf16_level()) {
-        printf("%s: %s not on this CPU: its kernels were not run\n", test, PATH_CPU[p]);
+/* Every path back to what the CPU chooses. */
+static void paths_reset(void) {
+    attn_bf16_force(-1);
+    attn_bf16_fma_force(-1);
+}
+
+/* Forces PATHS[i] when the CPU has it (returns 1); else says so (returns 0). */
+static int use_path(int i, const char *test) {
+    if (PATHS[i] > attn_bf16_level()) {
+        printf("%s: %s not on this CPU: its kernels were not run\n", test, PATH_CPU[i]);
         return 0;
     }
-    attn_bf16_force(p);
-    ck_assert_int_eq(attn_bf16_path(), p);
+    attn_bf16_force(PATHS[i]);
+    attn_bf16_fma_force(ON_FMA[i]);
+    ck_assert_int_eq(attn_bf16_path(), PATHS[i]);
     return 1;
 }
 
@@ -200,7 +212,7 @@ START_TEST(test_rounding_golden) {
                 json_string_value(json_array_get(c, 2)), b, want[i]);
     }
     for (int p = 0; p < NPATHS; p++) {
-        if (!use_path(PATHS[p], "rounding")) continue;
+        if (!use_path(p, "rounding")) continue;
         for (size_t len = 1; len <= 70; len++) /* every tail of the vector loops */
             for (size_t at = 0; at + len <= n; at += len * 7) {
                 got[len] = 0x1234; /* a sentinel past the end */
@@ -213,7 +225,7 @@ START_TEST(test_rounding_golden) {
             REQUIRE(got[i] == want[i], "%s: %#010x: %#06x, want %#06x", PATH_CPU[p],
                     f32_bits(src[i]), got[i], want[i]);
     }
-    attn_bf16_force(-1);
+    paths_reset();
     free(src);
     free(want);
     free(got);
@@ -236,13 +248,13 @@ START_TEST(test_rounding_random) {
         want[i] = attn_bf16_of_ftz(src[i]);
     }
     for (int p = 0; p < NPATHS; p++) {
-        if (!use_path(PATHS[p], "rounding")) continue;
+        if (!use_path(p, "rounding")) continue;
         round_on(PATHS[p], got, src, N);
         for (size_t i = 0; i < N; i++)
             REQUIRE(got[i] == want[i], "%s: %#010x: %#06x, want %#06x", PATH_CPU[p],
                     f32_bits(src[i]), got[i], want[i]);
     }
-    attn_bf16_force(-1);
+    paths_reset();
     attn_bf16_widen(back, want, N);
     for (size_t i = 0; i < N; i++) {
         REQUIRE(f32_bits(back[i]) == (uint32_t)want[i] << 16, "widening %#06x", want[i]);
@@ -348,11 +360,11 @@ static void gemm_all_paths(const gcase *g, const char *name) {
     snprintf(what, sizeof what, "%s (%dx%dx%d) reference", name, g->M, g->N, g->K);
     gemm_check(g, 1, what);
     for (int p = 0; p < NPATHS; p++) {
-        if (!use_path(PATHS[p], name)) continue;
+        if (!use_path(p, name)) continue;
         snprintf(what, sizeof what, "%s (%dx%dx%d) %s", name, g->M, g->N, g->K, PATH_CPU[p]);
         gemm_check(g, 0, what);
     }
-    attn_bf16_force(-1);
+    paths_reset();
 }
 
 START_TEST(test_gemm_golden) {
@@ -455,8 +467,8 @@ static void gemm_cuts(int p) {
 
 START_TEST(test_gemm_cuts) {
     for (int p = 0; p < NPATHS; p++)
-        if (use_path(PATHS[p], "gemm cuts")) gemm_cuts(p);
-    attn_bf16_force(-1);
+        if (use_path(p, "gemm cuts")) gemm_cuts(p);
+    paths_reset();
 }
 END_TEST
 
@@ -548,7 +560,7 @@ static void attn_all_paths(const acase *a) {
     snprintf(what, sizeof what, "%s reference", a->name);
     attn_run(a, 1, a->L, 0, what);
     for (int p = 0; p < NPATHS; p++) {
-        if (!use_path(PATHS[p], a->name)) continue;
+        if (!use_path(p, a->name)) continue;
         for (int b = 0; b < 3; b++) {
             if (b == 2 && a->L * a->R > 64) continue; /* one position a call: short cases */
             snprintf(what, sizeof what, "%s, %s, calls of %d positions", a->name, PATH_CPU[p],
@@ -558,7 +570,7 @@ static void attn_all_paths(const acase *a) {
         snprintf(what, sizeof what, "%s, %s, out = q", a->name, PATH_CPU[p]);
         attn_run(a, 0, a->L, 1, what);
     }
-    attn_bf16_force(-1);
+    paths_reset();
 }
 
 /* A golden case: its q, k, v (head HEAD of the pages; the other head gets
@@ -920,12 +932,12 @@ START_TEST(test_kv_layout) {
     ck_assert_uint_eq(attn_kv_bf16_elems(32, 3, 64), page);
     ck_assert_uint_eq(attn_kv_bf16_elems(33, 3, 64), 2 * page);
     for (int p = 0; p < NPATHS; p++) {
-        if (!use_path(PATHS[p], "layout")) continue;
+        if (!use_path(p, "layout")) continue;
         kv_layout(64, p);
         kv_layout(96, p);
         kv_layout(48, p);
     }
-    attn_bf16_force(-1);
+    paths_reset();
 }
 END_TEST
 
@@ -943,6 +955,66 @@ START_TEST(test_paths) {
     attn_bf16_force(was);
     ck_assert_int_eq(attn_bf16_supported(64), cpu != ATTN_BF16_NONE);
     ck_assert(!attn_bf16_supported(48) && !attn_bf16_supported(288));
+}
+END_TEST
+
+/* The block's outputs for every row of a, in one call, on the current path. */
+static float *attn_out(const acase *a) {
+    size_t w = (size_t)a->R * a->D;
+    float *out = xcalloc((size_t)a->L * w, sizeof(float));
+    void *scratch = xaligned(attn_bf16_scratch_bytes(a->D));
+    memset(scratch, 0xFF, attn_bf16_scratch_bytes(a->D));
+    attn_kv_bf16 kv = attn_kv_bf16_head(a->kv, G, a->D, HEAD, a->S);
+    attn_seq s = acase_seq(a);
+    attn_bf16_block(out, w, a->q, w, &kv, &s, a->i0, a->L, a->R, a->D, a->scale, scratch);
+    free(scratch);
+    return out;
+}
+
+/* AVX512-BF16's products on FMAs give VDPBF16PS's bits, memcmp, on every
+ * random shape at unit scale and again with keys and values scaled to
+ * 2^-125 (products and sums below fp32's normal range: the flushes
+ * VDPBF16PS makes must be made), and on the goldens' random queries with
+ * tiny values. */
+START_TEST(test_attention_fma_bits) {
+    if (attn_bf16_level() < ATTN_BF16_AVX512) {
+        printf("fma bits: AVX512-BF16 not on this CPU: not run\n");
+        return;
+    }
+    printf("fma bits: VDPBF16PS measured %.2fx the FMAs' time here (FMAs chosen: %s)\n",
+           attn_bf16_fma_gain(), attn_bf16_fma() ? "yes" : "no");
+    int differ_unflushed = 0;
+    for (int tiny = 0; tiny < 2; tiny++)
+        for (int i = 0; i < NATTN; i++) {
+            acase a = random_case(i);
+            if (tiny) {
+                size_t n = (size_t)a.S * G * a.D;
+                for (size_t j = 0; j < n; j++) {
+                    a.k[j] = ldexpf(a.k[j], -125);
+                    a.v[j] = ldexpf(a.v[j], -125);
+                }
+                free(a.kv_mem);
+                acase_pages(&a);
+            }
+            size_t n = (size_t)a.L * a.R * a.D;
+            attn_bf16_force(ATTN_BF16_AVX512);
+            attn_bf16_fma_force(0);
+            float *vdp = attn_out(&a);
+            attn_bf16_fma_force(1);
+            float *fma = attn_out(&a);
+            for (size_t j = 0; j < n; j++)
+                REQUIRE(memcmp(&vdp[j], &fma[j], sizeof(float)) == 0,
+                        "D=%d S=%d L=%d R=%d%s: output %zu: %a on VDPBF16PS, %a on FMAs", a.D, a.S,
+                        a.L, a.R, tiny ? " (tiny keys and values)" : "", j, vdp[j], fma[j]);
+            for (size_t j = 0; j < n && tiny; j++)
+                differ_unflushed |= vdp[j] != 0.0f;
+            free(vdp);
+            free(fma);
+            acase_free(&a);
+        }
+    /* the tiny cases reach the flushes: their outputs are not all zeros */
+    ck_assert_msg(differ_unflushed, "the tiny cases gave only zeros: they test nothing");
+    paths_reset();
 }
 END_TEST
 
@@ -964,6 +1036,7 @@ static Suite *bf16_suite(void) {
     tcase_add_test(t, test_attention_golden);
     tcase_add_loop_test(t, test_attention_random, 0, NATTN);
     tcase_add_test(t, test_attention_finfo_row);
+    tcase_add_test(t, test_attention_fma_bits);
     suite_add_tcase(s, t);
     t = tcase_create("layout");
     tcase_add_test(t, test_kv_layout);

@@ -24,6 +24,7 @@
 #include "../platform/cpu.h"
 #include "../prim/exp.h"
 #include "../prim/mask.h"
+#include "bf16_fma.h"
 #include "block_bf16.h"
 
 #ifndef ATTN_BF16_NK     /* -DATTN_BF16_NK=... for tuning builds */
@@ -57,6 +58,8 @@ typedef struct {
     attn_bf16 *pb; /* (RG, NK) their rounded probabilities */
     float *c;      /* (ROWS) running maximum: an integer, -inf before any visible key */
     float *l;      /* (ROWS, 16) running sum, in 16 parts (summed at the end) */
+    float *qf;     /* (RG, D) a group's qb widened, for the FMA form */
+    float *pf;     /* (RG, NK) pb widened, for the FMA form */
 } bf16_scratch;
 
 static size_t up64(size_t bytes) {
@@ -66,7 +69,8 @@ static size_t up64(size_t bytes) {
 size_t attn_bf16_scratch_bytes(int D) {
     return up64((size_t)ROWS * D * sizeof(attn_bf16)) + up64((size_t)ROWS * D * sizeof(float)) +
            2 * up64((size_t)RG * NK * sizeof(float)) + up64((size_t)RG * NK * sizeof(attn_bf16)) +
-           up64((size_t)ROWS * sizeof(float)) + up64((size_t)ROWS * 16 * sizeof(float));
+           up64((size_t)ROWS * sizeof(float)) + up64((size_t)ROWS * 16 * sizeof(float)) +
+           up64((size_t)RG * D * sizeof(float)) + up64((size_t)RG * NK * sizeof(float));
 }
 
 static bf16_scratch carve(void *scratch, int D) {
@@ -83,7 +87,12 @@ static bf16_scratch carve(void *scratch, int D) {
     w.pb = (attn_bf16 *)p;
     p += up64((size_t)RG * NK * sizeof(attn_bf16));
     w.c = (float *)p;
-    w.l = w.c + up64((size_t)ROWS * sizeof(float)) / sizeof(float);
+    p += up64((size_t)ROWS * sizeof(float));
+    w.l = (float *)p;
+    p += up64((size_t)ROWS * 16 * sizeof(float));
+    w.qf = (float *)p;
+    p += up64((size_t)RG * D * sizeof(float));
+    w.pf = (float *)p;
     return w;
 }
 
@@ -243,6 +252,93 @@ BF16K static void avx_values(float *acc, const attn_bf16 *pb, int D, const attn_
     if (d0 < D) dot_values(acc, pb, D, kv, j0, nkp, rows, d0, 2); /* D is a multiple of 32 */
 }
 
+/* ---- AVX512-BF16's products on FMAs (bf16_fma.h): the same bits --------------------- */
+
+/* dot_scores with qf, the group's rows of qg widened (stride D). */
+ATTN_FMA_TARGET VINLINE void fma_dot_scores(float *sc, const float *qf, int D,
+                                            const attn_kv_bf16 *kv, int j0, int kc, int rows,
+                                            const int NV) {
+    const attn_bf16 *kb[4];
+    _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) kb[v] = keys_at(kv, D, j0 + kc + 16 * v);
+    for (int r = 0; r < rows; r += 4) {
+        __m512 a[4][4];
+        _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++)
+            _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) a[i][v] = _mm512_setzero_ps();
+        for (int dp = 0; dp < D / 2; dp++) {
+            __m512 k0[4], k1[4];
+            _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) {
+                __m512i k = _mm512_loadu_si512(kb[v] + dp * 32);
+                k0[v] = attn_bf16_even(k);
+                k1[v] = attn_bf16_odd(k);
+            }
+            _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) {
+                const float *x = qf + (size_t)(r + i) * D + 2 * dp;
+                __m512 x0 = _mm512_set1_ps(x[0]), x1 = _mm512_set1_ps(x[1]);
+                _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) a[i][v] =
+                    attn_bf16_pair_fma(a[i][v], x0, x1, k0[v], k1[v]);
+            }
+        }
+        _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++)
+            _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++)
+                _mm512_storeu_ps(sc + (size_t)(r + i) * NK + kc + 16 * v, a[i][v]);
+    }
+}
+
+/* dot_values with pf, pb widened (stride NK). */
+ATTN_FMA_TARGET VINLINE void fma_dot_values(float *acc, const float *pf, int D,
+                                            const attn_kv_bf16 *kv, int j0, int nkp, int rows,
+                                            int d0, const int NV) {
+    for (int r = 0; r < rows; r += 4) {
+        __m512 a[4][4];
+        _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++)
+            _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) a[i][v] =
+                _mm512_loadu_ps(acc + (size_t)(r + i) * D + d0 + 16 * v);
+        for (int kk = 0; kk < nkp; kk += 2) {
+            const attn_bf16 *vr = values_at(kv, D, j0 + kk, d0);
+            __m512 w0[4], w1[4];
+            _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) {
+                __m512i w = _mm512_loadu_si512(vr + 32 * v);
+                w0[v] = attn_bf16_even(w);
+                w1[v] = attn_bf16_odd(w);
+            }
+            _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) {
+                const float *x = pf + (size_t)(r + i) * NK + kk;
+                __m512 x0 = _mm512_set1_ps(x[0]), x1 = _mm512_set1_ps(x[1]);
+                _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) a[i][v] =
+                    attn_bf16_pair_fma(a[i][v], x0, x1, w0[v], w1[v]);
+            }
+        }
+        _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++)
+            _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++)
+                _mm512_storeu_ps(acc + (size_t)(r + i) * D + d0 + 16 * v, a[i][v]);
+    }
+}
+
+/* avx_scores on FMAs: qg's rows widened into qf first. */
+ATTN_FMA_TARGET static void fma_scores(float *sc, const attn_bf16 *qg, float *qf, int D,
+                                       const attn_kv_bf16 *kv, int j0, int nkp, int rows) {
+    attn_bf16_widen(qf, qg, (size_t)rows * D);
+    unsigned m = attn_flush_begin();
+    int kc = 0;
+    for (; kc + 64 <= nkp; kc += 64)
+        fma_dot_scores(sc, qf, D, kv, j0, kc, rows, 4);
+    if (kc < nkp) fma_dot_scores(sc, qf, D, kv, j0, kc, rows, 2);
+    attn_flush_end(m);
+}
+
+/* avx_values on FMAs: pb's rows widened into pf first. */
+ATTN_FMA_TARGET static void fma_values(float *acc, const attn_bf16 *pb, float *pf, int D,
+                                       const attn_kv_bf16 *kv, int j0, int nkp, int rows) {
+    for (int r = 0; r < rows; r++)
+        attn_bf16_widen(pf + (size_t)r * NK, pb + (size_t)r * NK, (size_t)nkp);
+    unsigned m = attn_flush_begin();
+    int d0 = 0;
+    for (; d0 + 64 <= D; d0 += 64)
+        fma_dot_values(acc, pf, D, kv, j0, nkp, rows, d0, 4);
+    if (d0 < D) fma_dot_values(acc, pf, D, kv, j0, nkp, rows, d0, 2);
+    attn_flush_end(m);
+}
+
 /* ---- softmax ---------------------------------------------------------------------- */
 
 /* Hides what the row at position pos may not see among the keys [j0, j0+nkp)
@@ -313,6 +409,7 @@ typedef struct {
     int jend;        /* keys [jend, S) are hidden from every row (causal) */
     int masked;      /* any mask but causal */
     int path;
+    int fma; /* the AVX512-BF16 path's products on FMAs (bf16_fma.h) */
 } bf16_call;
 
 /* One step of a call: a key block against a group of rows. */
@@ -343,6 +440,8 @@ static void step_scores(const bf16_call *k, const bf16_scratch *w, const bf16_st
     const attn_bf16 *qg = w->qb + (size_t)st->g0 * k->D;
     if (k->path == ATTN_BF16_AMX)
         amx_scores(sc, qg, k->D, k->kv, st->j0, st->nkp, st->gn > 16);
+    else if (k->fma)
+        fma_scores(sc, qg, w->qf, k->D, k->kv, st->j0, st->nkp, (st->gn + 3) / 4 * 4);
     else
         avx_scores(sc, qg, k->D, k->kv, st->j0, st->nkp, (st->gn + 3) / 4 * 4);
 }
@@ -364,6 +463,8 @@ static void step_rest(const bf16_call *k, bf16_scratch *w, const bf16_step *st, 
         memset(w->pb + (size_t)r * NK, 0, sizeof(attn_bf16) * (size_t)st->nkp);
     if (k->path == ATTN_BF16_AMX)
         amx_values(acc, w->pb, D, k->kv, st->j0, st->nkp, gn > 16);
+    else if (k->fma)
+        fma_values(acc, w->pb, w->pf, D, k->kv, st->j0, st->nkp, (gn + 3) / 4 * 4);
     else
         avx_values(acc, w->pb, D, k->kv, st->j0, st->nkp, (gn + 3) / 4 * 4);
 }
@@ -423,6 +524,7 @@ static void block_rows(float *out, size_t ldo, const float *q, size_t ldq, const
     if (s->causal && k.jend > i0 + Lb) k.jend = i0 + Lb; /* later keys are hidden from all */
     k.masked = s->key_padding_mask || s->attn_mask_bool || s->attn_mask_add;
     k.path = attn_bf16_path();
+    k.fma = k.path == ATTN_BF16_AVX512 && attn_bf16_fma();
     bf16_scratch w = carve(scratch, D);
     rows_begin(&w, q, ldq, k.n, R, D, scale);
     if (k.path == ATTN_BF16_AMX) attn_amx_begin();
