@@ -28,6 +28,7 @@
  *                          [--clock wall|cpu] [--precision fp32|bf16|int8|both|all]
  *                          [--bf16-kernels amx-bf16|avx512-bf16]
  *                          [--int8-kernels amx-int8|avx512-vnni|avx-vnni] [--no-memory]
+ *                          [--bf16-products vdpbf16ps|fma]
  *   build/bench/bench_core --pauses 0,10,1000 [--shape I] [--threads N] [--json FILE]
  *
  * --pauses times a lone forward after each pause instead: the pool rested,
@@ -593,6 +594,8 @@ static int usage(void) { /* 2: the exit code of a bad command line */
             "  --bf16-kernels amx-bf16|avx512-bf16  cap the bf16 kernels (default: the\n"
             "              best this CPU has), to compare them\n"
             "  --int8-kernels amx-int8|avx512-vnni|avx-vnni  cap the int8 kernels\n"
+            "  --bf16-products vdpbf16ps|fma  how the avx512-bf16 kernels multiply\n"
+            "              (default: as measured at start; the same bits either way)\n"
             "  --print threads|blas-core|shapes  print the default thread counts, the\n"
             "              OpenBLAS kernels the core loads or the indexes of --shape,\n"
             "              and exit\n"
@@ -714,6 +717,8 @@ static int parse_arg(int argc, char **argv, int i, bench_opts *o) {
         bad = attn_set_bf16_kernels(v);
     else if (strcmp(a, "--int8-kernels") == 0)
         bad = attn_set_int8_kernels(v);
+    else if (strcmp(a, "--bf16-products") == 0)
+        bad = attn_set_bf16_products(v);
     else if (strcmp(a, "--print") == 0)
         o->print_what = v; /* for make bench's other benchmarks */
     else if (strcmp(a, "--json") != 0)
@@ -968,9 +973,16 @@ int main(int argc, char **argv) {
     /* a fixed mmap threshold: big blocks come from and go back to the system,
      * so the memory rise of a forward is not hidden by reused heap pages */
     mallopt(M_MMAP_THRESHOLD, 128 * 1024);
-    printf("attnd core: self-attention, no attention matrix; OpenBLAS core %s; bf16 kernels %s; "
-           "int8 kernels %s\n",
-           attn_blas_corename(), attn_bf16_kernels(), attn_int8_kernels());
+    const char *products = attn_bf16_products();
+    printf(
+        "attnd core: self-attention, no attention matrix; OpenBLAS core %s; bf16 kernels %s%s%s%s; "
+        "int8 kernels %s\n",
+        attn_blas_corename(), attn_bf16_kernels(), *products ? " (products on " : "", products,
+        *products ? ")" : "", attn_int8_kernels());
+    if (*products)
+        printf("VDPBF16PS took %.2fx the time of two FMAs for the same products here (FMAs above "
+               "1.25x)\n",
+               attn_bf16_products_gain());
     if (o.npauses) {
         int rc = run_pauses(o.pauses, o.npauses, o.threads[o.nt - 1]);
         if (g_json) fclose(g_json);

@@ -396,6 +396,18 @@ const char *attn_bf16_cpu_kernels(void);
  * packed. Returns 0, or -1 for an unknown name. */
 int attn_set_bf16_kernels(const char *name);
 
+/* How the "avx512-bf16" kernels multiply: "vdpbf16ps", or "fma" (two fp32
+ * FMAs a pair of products with VDPBF16PS's own rounding: the same bits,
+ * faster where this CPU issues VDPBF16PS at under 0.8 of two FMAs' rate,
+ * measured once per process); "" on the other kernels. */
+const char *attn_bf16_products(void);
+/* VDPBF16PS's time over the FMAs' for the same products, as measured (0
+ * without AVX512-BF16). */
+double attn_bf16_products_gain(void);
+/* "vdpbf16ps" or "fma" forces one, "auto" (or NULL) goes back to the
+ * measure: to compare them. Returns 0, or -1 for an unknown name. */
+int attn_set_bf16_products(const char *name);
+
 /* The int8 kernels an INT8 model's projections run on: "amx-int8",
  * "avx512-vnni", "avx-vnni", or "none": this CPU has none of them, and INT8
  * models compute in bf16 (or fp32 without bf16 kernels). The best the CPU

@@ -425,6 +425,56 @@ START_TEST(test_gemm_random) {
 }
 END_TEST
 
+/* gemm_bf16_tile on the current path over every row and panel. */
+static float *gemm_out(const gcase *g, const attn_packed_bf16 *pw) {
+    float *C = xcalloc((size_t)g->M * g->N, sizeof(float));
+    gemm_bf16_tile(C, (size_t)g->N, g->A, (size_t)g->K, pw, 0, (size_t)g->M, 0, pw->panels);
+    return C;
+}
+
+/* AVX512-BF16's products on FMAs give VDPBF16PS's bits, memcmp, on every
+ * random shape at unit scale and with A, W and the bias scaled to 2^-125
+ * (products, sums and a bias below fp32's normal range: VDPBF16PS's flushes
+ * must be made). */
+START_TEST(test_gemm_fma_bits) {
+    if (attn_bf16_level() < ATTN_BF16_AVX512) {
+        printf("gemm fma bits: AVX512-BF16 not on this CPU: not run\n");
+        return;
+    }
+    int nonzero = 0;
+    for (int tiny = 0; tiny < 2; tiny++)
+        for (int i = 0; i < NGEMM; i++) {
+            gcase g = gemm_random(GEMM_SHAPES[i][0], GEMM_SHAPES[i][1], GEMM_SHAPES[i][2]);
+            size_t M = (size_t)g.M, N = (size_t)g.N, K = (size_t)g.K;
+            for (size_t j = 0; tiny && j < M * K; j++)
+                g.A[j] = ldexpf(g.A[j], -60);
+            for (size_t j = 0; tiny && j < N * K; j++)
+                g.W[j] = ldexpf(g.W[j], -65);
+            for (size_t j = 0; tiny && j < N; j++)
+                g.bias[j] = ldexpf(g.bias[j], -126);
+            attn_packed_bf16 pw;
+            ck_assert_int_eq(attn_packed_bf16_init(&pw, g.W, g.bias, g.N, g.K), 0);
+            attn_bf16_force(ATTN_BF16_AVX512);
+            attn_bf16_fma_force(0);
+            float *vdp = gemm_out(&g, &pw);
+            attn_bf16_fma_force(1);
+            float *fma = gemm_out(&g, &pw);
+            for (size_t j = 0; j < M * N; j++) {
+                REQUIRE(memcmp(&vdp[j], &fma[j], sizeof(float)) == 0,
+                        "%zux%zux%zu%s: C %zu: %a on VDPBF16PS, %a on FMAs", M, N, K,
+                        tiny ? " (tiny)" : "", j, vdp[j], fma[j]);
+                nonzero |= tiny && vdp[j] != 0.0f;
+            }
+            free(vdp);
+            free(fma);
+            attn_packed_bf16_free(&pw);
+            gcase_free(&g);
+        }
+    ck_assert_msg(nonzero, "the tiny cases gave only zeros: they test nothing");
+    paths_reset();
+}
+END_TEST
+
 /* One path: the whole product in one call, then in calls of other rows and
  * panels, bit for bit (batch invariance), and a call on a part of the rows
  * and panels writes that part alone. */
@@ -1030,6 +1080,7 @@ static Suite *bf16_suite(void) {
     tcase_add_test(t, test_gemm_golden);
     tcase_add_loop_test(t, test_gemm_random, 0, NGEMM);
     tcase_add_test(t, test_gemm_cuts);
+    tcase_add_test(t, test_gemm_fma_bits);
     suite_add_tcase(s, t);
     t = tcase_create("attention");
     tcase_set_timeout(t, 300);

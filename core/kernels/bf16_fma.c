@@ -140,3 +140,22 @@ unsigned attn_flush_begin(void) {
 void attn_flush_end(unsigned mxcsr) {
     _mm_setcsr(mxcsr);
 }
+
+const char *attn_bf16_products(void) {
+    if (attn_bf16_path() != ATTN_BF16_AVX512) return "";
+    return attn_bf16_fma() ? "fma" : "vdpbf16ps";
+}
+
+double attn_bf16_products_gain(void) {
+    return attn_bf16_fma_gain();
+}
+
+int attn_set_bf16_products(const char *name) {
+    if (!name || strcmp(name, "auto") == 0)
+        attn_bf16_fma_force(-1);
+    else if (strcmp(name, "fma") == 0 || strcmp(name, "vdpbf16ps") == 0)
+        attn_bf16_fma_force(strcmp(name, "fma") == 0);
+    else
+        return -1;
+    return 0;
+}

@@ -27,6 +27,7 @@
 #include "../platform/amx.h"
 #include "../platform/cpu.h"
 #include "../platform/mem.h"
+#include "bf16_fma.h"
 #include "gemm_bf16.h"
 
 int attn_packed_bf16_init(attn_packed_bf16 *pw, const float *W, const float *bias, int N, int K) {
@@ -72,6 +73,7 @@ enum {
     KS = ATTN_BF16_KSTEP,
     PAD = 32,                /* abuf rows are this many bf16 longer than their inputs */
     MB512 = 96,              /* rows per block, AVX512-BF16 */
+    MBF = 48,                /* rows per block on FMAs: 48 x 256 widened inputs = 48 KiB */
     KB512 = 256,             /* inputs per block, AVX512-BF16: 96 x 288 bf16 = 54 KiB */
     MBAMX = 32,              /* rows per block, AMX: two tile rows */
     KBAMX = ATTN_GEMM_KBAMX, /* inputs per block, AMX */
@@ -220,6 +222,107 @@ static void tile512(float *C, size_t ldc, const gemm_rows *src, const attn_packe
             const attn_bf16 *a =
                 block_rows(src, rb, nr, nr, k0, k1, kn_pad, abuf, KB512 + PAD, &ld);
             block512(C + rb * ldc, ldc, a, ld, pw, nr, j0, j1, k0, kn_pad / 2);
+        }
+    }
+}
+
+/* ---- AVX512-BF16's products on FMAs (bf16_fma.h): the same bits ------------------------- */
+
+/* k512_body with A widened to fp32 (af: rows at stride lda floats). */
+typedef struct {
+    float *C;
+    size_t ldc;
+    const float *A;
+    size_t lda;
+    const attn_bf16 *P0, *P1;
+    const float *b0, *b1;
+    __mmask16 m0, m1;
+    int first;
+    int pairs;
+} f512_args;
+
+ATTN_FMA_TARGET INLINE void f512_body(const f512_args *a, const int MR) {
+    __m512 c[12][2];
+    _Pragma("GCC unroll 12") for (int r = 0; r < MR; r++) {
+        c[r][0] = _mm512_maskz_loadu_ps(a->m0, a->first ? a->b0 : a->C + r * a->ldc);
+        c[r][1] = _mm512_maskz_loadu_ps(a->m1, a->first ? a->b1 : a->C + r * a->ldc + NP);
+    }
+    for (int kk = 0; kk < a->pairs; kk++) {
+        __m512i w0 = _mm512_load_si512(a->P0 + (size_t)kk * 2 * NP);
+        __m512i w1 = _mm512_load_si512(a->P1 + (size_t)kk * 2 * NP);
+        __m512 w00 = attn_bf16_even(w0), w01 = attn_bf16_odd(w0);
+        __m512 w10 = attn_bf16_even(w1), w11 = attn_bf16_odd(w1);
+        _Pragma("GCC unroll 12") for (int r = 0; r < MR; r++) {
+            const float *x = a->A + r * a->lda + 2 * kk;
+            __m512 x0 = _mm512_set1_ps(x[0]), x1 = _mm512_set1_ps(x[1]);
+            c[r][0] = attn_bf16_pair_fma(c[r][0], x0, x1, w00, w01);
+            c[r][1] = attn_bf16_pair_fma(c[r][1], x0, x1, w10, w11);
+        }
+    }
+    _Pragma("GCC unroll 12") for (int r = 0; r < MR; r++) {
+        _mm512_mask_storeu_ps(a->C + r * a->ldc, a->m0, c[r][0]);
+        _mm512_mask_storeu_ps(a->C + r * a->ldc + NP, a->m1, c[r][1]);
+    }
+}
+
+#define F512_ROWS(R)                                                                               \
+    ATTN_FMA_TARGET static void f512_##R(const f512_args *a) {                                     \
+        f512_body(a, R);                                                                           \
+    }
+F512_ROWS(1)
+F512_ROWS(2)
+F512_ROWS(3)
+F512_ROWS(4)
+F512_ROWS(5)
+F512_ROWS(6)
+F512_ROWS(7)
+F512_ROWS(8)
+F512_ROWS(9)
+F512_ROWS(10)
+F512_ROWS(11)
+F512_ROWS(12)
+static void (*const f512_rows[13])(const f512_args *) = {NULL,    f512_1,  f512_2, f512_3, f512_4,
+                                                         f512_5,  f512_6,  f512_7, f512_8, f512_9,
+                                                         f512_10, f512_11, f512_12};
+
+/* block512 on FMAs: af holds the block's rows widened (stride ldf). */
+static void block512_fma(float *C, size_t ldc, const float *af, size_t ldf,
+                         const attn_packed_bf16 *pw, size_t nr, int j0, int j1, int k0, int pairs) {
+    for (int j = j0; j < j1; j += 2) {
+        int n0 = j * NP, two = j + 1 < j1;
+        f512_args a = {.ldc = ldc, .lda = ldf, .first = k0 == 0, .pairs = pairs};
+        a.m0 = cols_mask(pw->N - n0);
+        a.m1 = two ? cols_mask(pw->N - n0 - NP) : 0;
+        a.P0 = pw->p + ((size_t)j * pw->kp + (size_t)k0 / 2) * 2 * NP;
+        a.P1 = two ? a.P0 + (size_t)pw->kp * 2 * NP : a.P0;
+        a.b0 = pw->bias16 + n0;
+        a.b1 = two ? a.b0 + NP : a.b0;
+        for (size_t r = 0; r < nr; r += 12) {
+            a.C = C + r * ldc + n0;
+            a.A = af + r * ldf;
+            f512_rows[nr - r < 12 ? nr - r : 12](&a);
+        }
+    }
+}
+
+/* tile512 with VDPBF16PS's products on FMAs: each block's rows rounded as
+ * there, then widened. */
+static void tile512_fma(float *C, size_t ldc, const gemm_rows *src, const attn_packed_bf16 *pw,
+                        size_t r0, size_t r1, int j0, int j1) {
+    attn_bf16 abuf[MBF * (KB512 + PAD)] __attribute__((aligned(64)));
+    float af[MBF * (KB512 + PAD)] __attribute__((aligned(64)));
+    for (size_t rb = r0; rb < r1; rb += MBF) {
+        size_t nr = r1 - rb < MBF ? r1 - rb : MBF, ld;
+        for (int k0 = 0; k0 < pw->K; k0 += KB512) {
+            int k1 = pw->K - k0 < KB512 ? pw->K : k0 + KB512;
+            int kn_pad = (k1 - k0 + KS - 1) / KS * KS;
+            const attn_bf16 *a =
+                block_rows(src, rb, nr, nr, k0, k1, kn_pad, abuf, KB512 + PAD, &ld);
+            for (size_t r = 0; r < nr; r++)
+                attn_bf16_widen(af + r * (KB512 + PAD), a + r * ld, (size_t)kn_pad);
+            unsigned m = attn_flush_begin();
+            block512_fma(C + rb * ldc, ldc, af, KB512 + PAD, pw, nr, j0, j1, k0, kn_pad / 2);
+            attn_flush_end(m);
         }
     }
 }
@@ -384,7 +487,10 @@ static void tile_on_path(float *C, size_t ldc, const gemm_rows *src, const attn_
         tile_amx(C, ldc, src, pw, r0, r1, j0, j1);
         break;
     case ATTN_BF16_AVX512:
-        tile512(C, ldc, src, pw, r0, r1, j0, j1);
+        if (attn_bf16_fma())
+            tile512_fma(C, ldc, src, pw, r0, r1, j0, j1);
+        else
+            tile512(C, ldc, src, pw, r0, r1, j0, j1);
         break;
     default:
         if (src->f)
