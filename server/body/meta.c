@@ -135,6 +135,8 @@ static json_t *models_json(const attnd_config *c, attnd_version *const *vs, int 
                         json_string(attn_bf16_kernels()));
     json_object_set_new(json_object_get(root, "compute"), "int8_kernels",
                         json_string(attn_int8_kernels()));
+    json_object_set_new(json_object_get(root, "compute"), "bf16_products",
+                        json_string(attn_bf16_products()));
     json_t *lim = json_object_get(root, "limits");
     json_object_set_new(lim, "max_sessions", json_integer(c->max_sessions));
     json_object_set_new(lim, "max_session_bytes", json_integer(c->max_session_bytes));

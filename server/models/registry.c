@@ -118,11 +118,18 @@ static void release(attnd_version *v, void *arg) {
 /* ---- loading ---- */
 
 /* An int8 model's line: its kernels, or what it computes in instead and why. */
+/* s when bf16 products run on the avx512-bf16 kernels (whose form
+ * attn_bf16_products names, measured at the first such load), else "". */
+static const char *products(const char *s) {
+    return *attn_bf16_products() ? s : "";
+}
+
 static void log_int8(const attnd_version *v) {
     const char *attn = v->model.attn16 ? "bf16" : "fp32";
     if (v->model.precision == ATTN_INT8) {
-        attnd_log(LOG_INFO, "model %s: precision int8 on %s kernels, attention in %s", v->name,
-                  attn_int8_kernels(), attn);
+        attnd_log(LOG_INFO, "model %s: precision int8 on %s kernels, attention in %s%s%s", v->name,
+                  attn_int8_kernels(), attn, v->model.attn16 ? products("; bf16 products on ") : "",
+                  v->model.attn16 ? products(attn_bf16_products()) : "");
         return;
     }
     attnd_log(LOG_WARN, "model %s: precision int8 asked for, but %s: it computes in %s", v->name,
@@ -150,9 +157,10 @@ static void log_loaded(const attnd_version *v, double ms) {
     }
     if (hp->precision != ATTN_BF16) return;
     if (v->model.precision == ATTN_BF16)
-        attnd_log(LOG_INFO, "model %s: precision bf16 on %s kernels, attention in %s%s", v->name,
-                  attn_bf16_kernels(), v->model.attn16 ? "bf16" : "fp32",
-                  v->model.attn16 ? "" : " (its head width has no bf16 attention kernel)");
+        attnd_log(LOG_INFO, "model %s: precision bf16 on %s kernels, attention in %s%s%s%s",
+                  v->name, attn_bf16_kernels(), v->model.attn16 ? "bf16" : "fp32",
+                  v->model.attn16 ? "" : " (its head width has no bf16 attention kernel)",
+                  products("; bf16 products on "), products(attn_bf16_products()));
     else
         attnd_log(LOG_WARN, "model %s: precision bf16 asked for, but %s: it computes in fp32",
                   v->name,

@@ -83,6 +83,10 @@ def test_goldens_present():
 def test_models_show_precision(d, kernels):
     j = d.get("/v1/models").json()
     assert kernels in ("amx-bf16", "avx512-bf16", "none"), kernels
+    # how the avx512-bf16 kernels multiply (the same bits either way); no
+    # word on the other kernels
+    products = j["compute"]["bf16_products"]
+    assert products in (("vdpbf16ps", "fma") if kernels == "avx512-bf16" else ("",)), products
     models = {m["name"]: m for m in j["models"]}
     for g in GOLDENS:
         m16, m32 = models[g["name"]], models[g["name"] + "_fp32"]
@@ -116,6 +120,8 @@ def test_openapi_describes_the_fields(d):
                 schema["properties"][f]
     kernels = schemas["ModelsResponse"]["properties"]["compute"]["properties"]["bf16_kernels"]
     assert kernels["enum"] == ["amx-bf16", "avx512-bf16", "none"], kernels
+    products = schemas["ModelsResponse"]["properties"]["compute"]["properties"]["bf16_products"]
+    assert products["enum"] == ["vdpbf16ps", "fma", ""], products
 
     def validator(name):  # OpenAPI 3.0's schemas are draft 4's dialect
         return jsonschema.Draft4Validator({"$ref": "#/components/schemas/" + name,
@@ -351,12 +357,15 @@ def test_each_path_the_cpu_has(fresh_daemons, kernels, path):
     if order.index(path) > order.index(kernels):
         pytest.skip("%s is not on this CPU (its best: %s): not run" % (path, kernels))
     d1 = fresh_daemons(config(models=("bf16",)), env={"ATTND_BF16_KERNELS": path})
-    assert d1.get("/v1/models").json()["compute"]["bf16_kernels"] == path
+    compute = d1.get("/v1/models").json()["compute"]
+    assert compute["bf16_kernels"] == path
     logs = d1.stdout()
     for g in GOLDENS:
         attn = "bf16" if g["attention_bf16"] else "fp32"
         assert ("model %s: precision bf16 on %s kernels, attention in %s" % (g["name"], path, attn)
                 in logs), logs[-3000:]
+        products = "; bf16 products on " + compute["bf16_products"]
+        assert (products in logs) == (path == "avx512-bf16"), logs[-3000:]
         for s in g["sequences"]:
             out, att = answer(d1, g["name"], s)
             assert rel_err(out, s["output_bf16"]) <= TIGHT
