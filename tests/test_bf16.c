@@ -1,8 +1,9 @@
 /* test_bf16.c - Check suite for the bf16 kernels (core/kernels/block_bf16.h).
  *
- * Every test runs each path the CPU has: AMX-BF16, AVX512-BF16, and the
- * plain loops of a CPU with neither (forced with attn_bf16_force); a path
- * the CPU lacks is skipped with a line that says so. Groups:
+ * Every test runs each path the CPU has: AMX-BF16, AVX512-BF16 (twice: on
+ * VDPBF16PS, and with its products on FMAs, core/kernels/bf16_fma.h), and
+ * the plain loops of a CPU with neither (forced with attn_bf16_force); a
+ * path the CPU lacks is skipped with a line that says so. Groups:
  *   rounding   tests/data/golden/bf16/rounding.json (tests/gen_golden_bf16.py:
  *              ties, NaN, infinities, subnormals, random patterns) through the
  *              scalar rounding, the portable loop and each path's vector
@@ -17,6 +18,8 @@
  *              calls of every size; random shapes against a float64 model
  *              of the same formula and bound; the reference too.
  *   layout     the page layout of bf16.h, token by token, packed, and as rows.
+ *   fma bits   the GEMM and the block on FMAs give VDPBF16PS's bits (memcmp),
+ *              at unit scale and where its flushes of denormals decide.
  *
  * Bounds, and why they are tight (fp32 accumulation order only):
  *   gemm: every path sums K+1 terms (bias and exact bf16 x bf16 products) in

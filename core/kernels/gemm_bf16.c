@@ -73,7 +73,7 @@ enum {
     KS = ATTN_BF16_KSTEP,
     PAD = 32,                /* abuf rows are this many bf16 longer than their inputs */
     MB512 = 96,              /* rows per block, AVX512-BF16 */
-    MBF = 48,                /* rows per block on FMAs: 48 x 256 widened inputs = 48 KiB */
+    MBF = 48,                /* rows per block on FMAs: 48 x 288 widened inputs, 54 KiB */
     KB512 = 256,             /* inputs per block, AVX512-BF16: 96 x 288 bf16 = 54 KiB */
     MBAMX = 32,              /* rows per block, AMX: two tile rows */
     KBAMX = ATTN_GEMM_KBAMX, /* inputs per block, AMX */
