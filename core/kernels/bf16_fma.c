@@ -15,7 +15,7 @@
 #include "../platform/cpu.h"
 #include "bf16_fma.h"
 
-#define BF16K __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
+#define BF16K __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma")))
 
 enum { STEPS = 4096, ROUNDS = 5 };
 
@@ -31,12 +31,25 @@ static double now_s(void) {
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-/* STEPS steps of 4 rows x 4 vectors on VDPBF16PS; returns seconds. */
-BF16K static double time_vdp(const attn_bf16 *k, const attn_bf16 *x) {
-    __m512 a[4][4];
+ATTN_FMA_TARGET static inline void zero(__m512 a[4][4]) {
     for (int i = 0; i < 4; i++)
         for (int v = 0; v < 4; v++)
             a[i][v] = _mm512_setzero_ps();
+}
+
+/* The timed sums kept, so that no loop is left out. */
+ATTN_FMA_TARGET static inline void keep(__m512 a[4][4]) {
+    __m512 sum = _mm512_setzero_ps();
+    for (int i = 0; i < 4; i++)
+        for (int v = 0; v < 4; v++)
+            sum = _mm512_add_ps(sum, a[i][v]);
+    g_sink = _mm512_reduce_add_ps(sum);
+}
+
+/* STEPS steps of 4 rows x 4 vectors on VDPBF16PS; returns seconds. */
+BF16K static double time_vdp(const attn_bf16 *k, const attn_bf16 *x) {
+    __m512 a[4][4];
+    zero(a);
     double t0 = now_s();
     for (int s = 0; s < STEPS; s++) {
         const attn_bf16 *kk = k + (size_t)(s & 15) * 128;
@@ -52,20 +65,14 @@ BF16K static double time_vdp(const attn_bf16 *k, const attn_bf16 *x) {
         }
     }
     double t = now_s() - t0;
-    __m512 sum = _mm512_setzero_ps();
-    for (int i = 0; i < 4; i++)
-        for (int v = 0; v < 4; v++)
-            sum = _mm512_add_ps(sum, a[i][v]);
-    g_sink = _mm512_reduce_add_ps(sum);
+    keep(a);
     return t;
 }
 
 /* The same steps on FMAs (xf: x widened). */
 ATTN_FMA_TARGET static double time_fma(const attn_bf16 *k, const float *xf) {
     __m512 a[4][4];
-    for (int i = 0; i < 4; i++)
-        for (int v = 0; v < 4; v++)
-            a[i][v] = _mm512_setzero_ps();
+    zero(a);
     unsigned m = attn_flush_begin();
     double t0 = now_s();
     for (int s = 0; s < STEPS; s++) {
@@ -85,11 +92,7 @@ ATTN_FMA_TARGET static double time_fma(const attn_bf16 *k, const float *xf) {
     }
     double t = now_s() - t0;
     attn_flush_end(m);
-    __m512 sum = _mm512_setzero_ps();
-    for (int i = 0; i < 4; i++)
-        for (int v = 0; v < 4; v++)
-            sum = _mm512_add_ps(sum, a[i][v]);
-    g_sink = _mm512_reduce_add_ps(sum);
+    keep(a);
     return t;
 }
 

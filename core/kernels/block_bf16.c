@@ -254,6 +254,23 @@ BF16K static void avx_values(float *acc, const attn_bf16 *pb, int D, const attn_
 
 /* ---- AVX512-BF16's products on FMAs (bf16_fma.h): the same bits --------------------- */
 
+/* a[i][v] += row i's pair (the two floats at x + i ldx) times the 16 pairs
+ * at w[v], for 4 rows x NV vectors. */
+ATTN_FMA_TARGET VINLINE void fma_pairs(__m512 a[4][4], const attn_bf16 *const w[4], const float *x,
+                                       size_t ldx, const int NV) {
+    __m512 w0[4], w1[4];
+    _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) {
+        __m512i p = _mm512_loadu_si512(w[v]);
+        w0[v] = attn_bf16_even(p);
+        w1[v] = attn_bf16_odd(p);
+    }
+    _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) {
+        __m512 x0 = _mm512_set1_ps(x[i * ldx]), x1 = _mm512_set1_ps(x[i * ldx + 1]);
+        _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) a[i][v] =
+            attn_bf16_pair_fma(a[i][v], x0, x1, w0[v], w1[v]);
+    }
+}
+
 /* dot_scores with qf, the group's rows of qg widened (stride D). */
 ATTN_FMA_TARGET VINLINE void fma_dot_scores(float *sc, const float *qf, int D,
                                             const attn_kv_bf16 *kv, int j0, int kc, int rows,
@@ -265,18 +282,9 @@ ATTN_FMA_TARGET VINLINE void fma_dot_scores(float *sc, const float *qf, int D,
         _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++)
             _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) a[i][v] = _mm512_setzero_ps();
         for (int dp = 0; dp < D / 2; dp++) {
-            __m512 k0[4], k1[4];
-            _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) {
-                __m512i k = _mm512_loadu_si512(kb[v] + dp * 32);
-                k0[v] = attn_bf16_even(k);
-                k1[v] = attn_bf16_odd(k);
-            }
-            _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) {
-                const float *x = qf + (size_t)(r + i) * D + 2 * dp;
-                __m512 x0 = _mm512_set1_ps(x[0]), x1 = _mm512_set1_ps(x[1]);
-                _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) a[i][v] =
-                    attn_bf16_pair_fma(a[i][v], x0, x1, k0[v], k1[v]);
-            }
+            const attn_bf16 *w[4];
+            _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) w[v] = kb[v] + dp * 32;
+            fma_pairs(a, w, qf + (size_t)r * D + 2 * dp, (size_t)D, NV);
         }
         _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++)
             _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++)
@@ -294,19 +302,9 @@ ATTN_FMA_TARGET VINLINE void fma_dot_values(float *acc, const float *pf, int D,
             _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) a[i][v] =
                 _mm512_loadu_ps(acc + (size_t)(r + i) * D + d0 + 16 * v);
         for (int kk = 0; kk < nkp; kk += 2) {
-            const attn_bf16 *vr = values_at(kv, D, j0 + kk, d0);
-            __m512 w0[4], w1[4];
-            _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) {
-                __m512i w = _mm512_loadu_si512(vr + 32 * v);
-                w0[v] = attn_bf16_even(w);
-                w1[v] = attn_bf16_odd(w);
-            }
-            _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) {
-                const float *x = pf + (size_t)(r + i) * NK + kk;
-                __m512 x0 = _mm512_set1_ps(x[0]), x1 = _mm512_set1_ps(x[1]);
-                _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) a[i][v] =
-                    attn_bf16_pair_fma(a[i][v], x0, x1, w0[v], w1[v]);
-            }
+            const attn_bf16 *vr = values_at(kv, D, j0 + kk, d0), *w[4];
+            _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) w[v] = vr + 32 * v;
+            fma_pairs(a, w, pf + (size_t)r * NK + kk, NK, NV);
         }
         _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++)
             _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++)

@@ -134,8 +134,8 @@ static const attn_bf16 *block_rows(const gemm_rows *src, size_t rb, size_t nr, s
 typedef struct {
     float *C; /* row 0, column of panel 0 */
     size_t ldc;
-    const attn_bf16 *A; /* abuf row 0 at the block's first input */
-    size_t lda;
+    const void *A; /* the block's row 0 at its first input: bf16, or widened for the FMAs */
+    size_t lda;    /* elements */
     const attn_bf16 *P0, *P1; /* the panels at the block's first pair */
     const float *b0, *b1;     /* the panels' bias */
     __mmask16 m0, m1;         /* valid columns (m1 = 0: no second panel) */
@@ -154,7 +154,7 @@ BF16K INLINE void k512_body(const k512_args *a, const int MR) {
         __m512bh w1 = (__m512bh)_mm512_load_si512(a->P1 + (size_t)kk * 2 * NP);
         _Pragma("GCC unroll 12") for (int r = 0; r < MR; r++) {
             int32_t pair;
-            memcpy(&pair, a->A + r * a->lda + 2 * kk, sizeof pair);
+            memcpy(&pair, (const attn_bf16 *)a->A + r * a->lda + 2 * kk, sizeof pair);
             __m512bh x = (__m512bh)_mm512_set1_epi32(pair);
             c[r][0] = _mm512_dpbf16_ps(c[r][0], x, w0);
             c[r][1] = _mm512_dpbf16_ps(c[r][1], x, w1);
@@ -190,58 +190,10 @@ static __mmask16 cols_mask(int left) {
     return left >= NP ? 0xFFFF : left <= 0 ? 0 : (__mmask16)((1u << left) - 1);
 }
 
-/* nr rows of C (at row 0 of the block) x panels [j0,j1) over the inputs
- * [k0, k0 + 2*pairs) held in abuf. */
-static void block512(float *C, size_t ldc, const attn_bf16 *abuf, size_t ldb,
-                     const attn_packed_bf16 *pw, size_t nr, int j0, int j1, int k0, int pairs) {
-    for (int j = j0; j < j1; j += 2) {
-        int n0 = j * NP, two = j + 1 < j1;
-        k512_args a = {.ldc = ldc, .lda = ldb, .first = k0 == 0, .pairs = pairs};
-        a.m0 = cols_mask(pw->N - n0);
-        a.m1 = two ? cols_mask(pw->N - n0 - NP) : 0;
-        a.P0 = pw->p + ((size_t)j * pw->kp + (size_t)k0 / 2) * 2 * NP;
-        a.P1 = two ? a.P0 + (size_t)pw->kp * 2 * NP : a.P0; /* unread lanes: any valid panel */
-        a.b0 = pw->bias16 + n0;
-        a.b1 = two ? a.b0 + NP : a.b0;
-        for (size_t r = 0; r < nr; r += 12) {
-            a.C = C + r * ldc + n0;
-            a.A = abuf + r * ldb;
-            k512_rows[nr - r < 12 ? nr - r : 12](&a);
-        }
-    }
-}
-
-static void tile512(float *C, size_t ldc, const gemm_rows *src, const attn_packed_bf16 *pw,
-                    size_t r0, size_t r1, int j0, int j1) {
-    attn_bf16 abuf[MB512 * (KB512 + PAD)] __attribute__((aligned(64)));
-    for (size_t rb = r0; rb < r1; rb += MB512) {
-        size_t nr = r1 - rb < MB512 ? r1 - rb : MB512, ld;
-        for (int k0 = 0; k0 < pw->K; k0 += KB512) {
-            int k1 = pw->K - k0 < KB512 ? pw->K : k0 + KB512;
-            int kn_pad = (k1 - k0 + KS - 1) / KS * KS;
-            const attn_bf16 *a =
-                block_rows(src, rb, nr, nr, k0, k1, kn_pad, abuf, KB512 + PAD, &ld);
-            block512(C + rb * ldc, ldc, a, ld, pw, nr, j0, j1, k0, kn_pad / 2);
-        }
-    }
-}
-
 /* ---- AVX512-BF16's products on FMAs (bf16_fma.h): the same bits ------------------------- */
 
-/* k512_body with A widened to fp32 (af: rows at stride lda floats). */
-typedef struct {
-    float *C;
-    size_t ldc;
-    const float *A;
-    size_t lda;
-    const attn_bf16 *P0, *P1;
-    const float *b0, *b1;
-    __mmask16 m0, m1;
-    int first;
-    int pairs;
-} f512_args;
-
-ATTN_FMA_TARGET INLINE void f512_body(const f512_args *a, const int MR) {
+/* k512_body with A widened to fp32. */
+ATTN_FMA_TARGET INLINE void f512_body(const k512_args *a, const int MR) {
     __m512 c[12][2];
     _Pragma("GCC unroll 12") for (int r = 0; r < MR; r++) {
         c[r][0] = _mm512_maskz_loadu_ps(a->m0, a->first ? a->b0 : a->C + r * a->ldc);
@@ -253,7 +205,7 @@ ATTN_FMA_TARGET INLINE void f512_body(const f512_args *a, const int MR) {
         __m512 w00 = attn_bf16_even(w0), w01 = attn_bf16_odd(w0);
         __m512 w10 = attn_bf16_even(w1), w11 = attn_bf16_odd(w1);
         _Pragma("GCC unroll 12") for (int r = 0; r < MR; r++) {
-            const float *x = a->A + r * a->lda + 2 * kk;
+            const float *x = (const float *)a->A + r * a->lda + 2 * kk;
             __m512 x0 = _mm512_set1_ps(x[0]), x1 = _mm512_set1_ps(x[1]);
             c[r][0] = attn_bf16_pair_fma(c[r][0], x0, x1, w00, w01);
             c[r][1] = attn_bf16_pair_fma(c[r][1], x0, x1, w10, w11);
@@ -266,7 +218,7 @@ ATTN_FMA_TARGET INLINE void f512_body(const f512_args *a, const int MR) {
 }
 
 #define F512_ROWS(R)                                                                               \
-    ATTN_FMA_TARGET static void f512_##R(const f512_args *a) {                                     \
+    ATTN_FMA_TARGET static void f512_##R(const k512_args *a) {                                     \
         f512_body(a, R);                                                                           \
     }
 F512_ROWS(1)
@@ -281,47 +233,61 @@ F512_ROWS(9)
 F512_ROWS(10)
 F512_ROWS(11)
 F512_ROWS(12)
-static void (*const f512_rows[13])(const f512_args *) = {NULL,    f512_1,  f512_2, f512_3, f512_4,
+static void (*const f512_rows[13])(const k512_args *) = {NULL,    f512_1,  f512_2, f512_3, f512_4,
                                                          f512_5,  f512_6,  f512_7, f512_8, f512_9,
                                                          f512_10, f512_11, f512_12};
 
-/* block512 on FMAs: af holds the block's rows widened (stride ldf). */
-static void block512_fma(float *C, size_t ldc, const float *af, size_t ldf,
-                         const attn_packed_bf16 *pw, size_t nr, int j0, int j1, int k0, int pairs) {
+typedef void k512_fn(const k512_args *);
+
+/* nr rows of C (at row 0 of the block) x panels [j0,j1) over the inputs
+ * [k0, k0 + 2*pairs) held in A (stride lda elements of esize bytes), by
+ * rows[] (k512_rows on bf16 rows, f512_rows on widened ones). */
+static void block512(float *C, size_t ldc, const void *A, size_t lda, size_t esize,
+                     k512_fn *const *rows, const attn_packed_bf16 *pw, size_t nr, int j0, int j1,
+                     int k0, int pairs) {
     for (int j = j0; j < j1; j += 2) {
         int n0 = j * NP, two = j + 1 < j1;
-        f512_args a = {.ldc = ldc, .lda = ldf, .first = k0 == 0, .pairs = pairs};
+        k512_args a = {.ldc = ldc, .lda = lda, .first = k0 == 0, .pairs = pairs};
         a.m0 = cols_mask(pw->N - n0);
         a.m1 = two ? cols_mask(pw->N - n0 - NP) : 0;
         a.P0 = pw->p + ((size_t)j * pw->kp + (size_t)k0 / 2) * 2 * NP;
-        a.P1 = two ? a.P0 + (size_t)pw->kp * 2 * NP : a.P0;
+        a.P1 = two ? a.P0 + (size_t)pw->kp * 2 * NP : a.P0; /* unread lanes: any valid panel */
         a.b0 = pw->bias16 + n0;
         a.b1 = two ? a.b0 + NP : a.b0;
         for (size_t r = 0; r < nr; r += 12) {
             a.C = C + r * ldc + n0;
-            a.A = af + r * ldf;
-            f512_rows[nr - r < 12 ? nr - r : 12](&a);
+            a.A = (const char *)A + r * lda * esize;
+            rows[nr - r < 12 ? nr - r : 12](&a);
         }
     }
 }
 
-/* tile512 with VDPBF16PS's products on FMAs: each block's rows rounded as
- * there, then widened. */
-static void tile512_fma(float *C, size_t ldc, const gemm_rows *src, const attn_packed_bf16 *pw,
-                        size_t r0, size_t r1, int j0, int j1) {
-    attn_bf16 abuf[MBF * (KB512 + PAD)] __attribute__((aligned(64)));
+/* Rows [r0, r1) x panels [j0, j1), block by block of rows and inputs: on
+ * VDPBF16PS (fma 0), or on FMAs (fma 1) with each block's rounded rows
+ * widened first (blocks of MBF rows, so that the widened copy stays near
+ * L1's size) and MXCSR's flushes set around the products. */
+static void tile512(float *C, size_t ldc, const gemm_rows *src, const attn_packed_bf16 *pw,
+                    size_t r0, size_t r1, int j0, int j1, int fma) {
+    attn_bf16 abuf[MB512 * (KB512 + PAD)] __attribute__((aligned(64)));
     float af[MBF * (KB512 + PAD)] __attribute__((aligned(64)));
-    for (size_t rb = r0; rb < r1; rb += MBF) {
-        size_t nr = r1 - rb < MBF ? r1 - rb : MBF, ld;
+    size_t mb = fma ? MBF : MB512;
+    for (size_t rb = r0; rb < r1; rb += mb) {
+        size_t nr = r1 - rb < mb ? r1 - rb : mb, ld;
         for (int k0 = 0; k0 < pw->K; k0 += KB512) {
             int k1 = pw->K - k0 < KB512 ? pw->K : k0 + KB512;
             int kn_pad = (k1 - k0 + KS - 1) / KS * KS;
             const attn_bf16 *a =
                 block_rows(src, rb, nr, nr, k0, k1, kn_pad, abuf, KB512 + PAD, &ld);
+            if (!fma) {
+                block512(C + rb * ldc, ldc, a, ld, sizeof *a, k512_rows, pw, nr, j0, j1, k0,
+                         kn_pad / 2);
+                continue;
+            }
             for (size_t r = 0; r < nr; r++)
                 attn_bf16_widen(af + r * (KB512 + PAD), a + r * ld, (size_t)kn_pad);
             unsigned m = attn_flush_begin();
-            block512_fma(C + rb * ldc, ldc, af, KB512 + PAD, pw, nr, j0, j1, k0, kn_pad / 2);
+            block512(C + rb * ldc, ldc, af, KB512 + PAD, sizeof *af, f512_rows, pw, nr, j0, j1, k0,
+                     kn_pad / 2);
             attn_flush_end(m);
         }
     }
@@ -487,10 +453,7 @@ static void tile_on_path(float *C, size_t ldc, const gemm_rows *src, const attn_
         tile_amx(C, ldc, src, pw, r0, r1, j0, j1);
         break;
     case ATTN_BF16_AVX512:
-        if (attn_bf16_fma())
-            tile512_fma(C, ldc, src, pw, r0, r1, j0, j1);
-        else
-            tile512(C, ldc, src, pw, r0, r1, j0, j1);
+        tile512(C, ldc, src, pw, r0, r1, j0, j1, attn_bf16_fma());
         break;
     default:
         if (src->f)
