@@ -13,6 +13,9 @@
  * grows, acc and l scale by 2^(c_old - c_new), exactly: P is the same
  * whatever the block sizes. docs/performance.md ("bf16 kernels") gives the
  * tile layouts and what was measured.
+ * On the AVX512-BF16 path the products run on VDPBF16PS or, where this CPU
+ * runs them faster, on two FMAs each with VDPBF16PS's rounding (bf16_fma.h):
+ * the same bits.
  * Legend: see attn.h.
  */
 #include <float.h>

@@ -8,7 +8,9 @@
  * AVX512-BF16: 12 rows x 2 panels in 24 registers; each VDPBF16PS adds the
  * products of one pair of inputs, a 32-bit broadcast of the row's pair
  * against a panel's 64-byte pair row. A K block ends by storing C and the
- * next reloads it. Tails: masked loads and stores.
+ * next reloads it. Tails: masked loads and stores. Where this CPU runs two
+ * FMAs faster than one VDPBF16PS (bf16_fma.h), the same steps run on FMAs
+ * with VDPBF16PS's rounding, on the block's rows widened: the same bits.
  * AMX: 32 rows x 2 panels in four C tiles (16 x 16 fp32), two A tiles (16
  * rows x 32 inputs of abuf) and two B tiles (a panel's 16 pairs x 16 columns,
  * 1 KiB contiguous in the packed weights): every TDPBF16PS is 16 x 16 x 32.
