@@ -3,8 +3,9 @@
  *
  * The measure times each form in the pattern of the kernels' inner step (4
  * rows of broadcasts against 4 vectors of pairs, 16 accumulators), on data
- * in L1, in alternating rounds, and keeps each one's best: about 0.3 ms once
- * per process, the first time a kernel asks (a model's packing asks first).
+ * in L1, in alternating rounds, and keeps each one's best: about 0.5 ms once
+ * per process, the first time anything asks (the daemon asks at a bf16 or
+ * int8 model's load, for its log line; else the first forward's kernel).
  * The FMAs run where they took under 0.8 of VDPBF16PS's time; the choice
  * changes which instructions run, never a bit.
  */
