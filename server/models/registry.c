@@ -117,13 +117,13 @@ static void release(attnd_version *v, void *arg) {
 
 /* ---- loading ---- */
 
-/* An int8 model's line: its kernels, or what it computes in instead and why. */
 /* s when bf16 products run on the avx512-bf16 kernels (whose form
  * attn_bf16_products names, measured at the first such load), else "". */
 static const char *products(const char *s) {
     return *attn_bf16_products() ? s : "";
 }
 
+/* An int8 model's line: its kernels, or what it computes in instead and why. */
 static void log_int8(const attnd_version *v) {
     const char *attn = v->model.attn16 ? "bf16" : "fp32";
     if (v->model.precision == ATTN_INT8) {
