@@ -315,10 +315,9 @@ ATTN_FMA_TARGET VINLINE void fma_dot_values(float *acc, const float *pf, int D,
     }
 }
 
-/* avx_scores on FMAs: qg's rows widened into qf first. */
-ATTN_FMA_TARGET static void fma_scores(float *sc, const attn_bf16 *qg, float *qf, int D,
-                                       const attn_kv_bf16 *kv, int j0, int nkp, int rows) {
-    attn_bf16_widen(qf, qg, (size_t)rows * D);
+/* avx_scores on FMAs, from qf: the group's rows of qg widened. */
+ATTN_FMA_TARGET static void fma_scores(float *sc, const float *qf, int D, const attn_kv_bf16 *kv,
+                                       int j0, int nkp, int rows) {
     unsigned m = attn_flush_begin();
     int kc = 0;
     for (; kc + 64 <= nkp; kc += 64)
@@ -437,14 +436,21 @@ static int next_step(const bf16_call *k, bf16_step *st) {
     return 1;
 }
 
+/* The step's scores. On FMAs the group's queries are widened into qf at its
+ * first key block (every group starts at key 0) and kept for the rest: the
+ * scores are the only reader of qf, so the next group's widening, done
+ * before this group's last softmax, takes nothing from it. */
 static void step_scores(const bf16_call *k, const bf16_scratch *w, const bf16_step *st, float *sc) {
     const attn_bf16 *qg = w->qb + (size_t)st->g0 * k->D;
-    if (k->path == ATTN_BF16_AMX)
+    int rows4 = (st->gn + 3) / 4 * 4;
+    if (k->path == ATTN_BF16_AMX) {
         amx_scores(sc, qg, k->D, k->kv, st->j0, st->nkp, st->gn > 16);
-    else if (k->fma)
-        fma_scores(sc, qg, w->qf, k->D, k->kv, st->j0, st->nkp, (st->gn + 3) / 4 * 4);
-    else
-        avx_scores(sc, qg, k->D, k->kv, st->j0, st->nkp, (st->gn + 3) / 4 * 4);
+    } else if (k->fma) {
+        if (st->j0 == 0) attn_bf16_widen(w->qf, qg, (size_t)rows4 * k->D);
+        fma_scores(sc, w->qf, k->D, k->kv, st->j0, st->nkp, rows4);
+    } else {
+        avx_scores(sc, qg, k->D, k->kv, st->j0, st->nkp, rows4);
+    }
 }
 
 /* The step's softmax and values, from its scores sc. */
