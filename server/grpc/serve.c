@@ -853,10 +853,13 @@ void attnd_grpc_stop(attnd_grpc *g) {
     if (!atomic_exchange(&g->shutting, 1))
         grpc_server_shutdown_and_notify(g->server, g->cq, &shutdown_tag);
     grpc_server_cancel_all_calls(g->server); /* idle streams, calls still sending */
+    /* the poller takes every event up to the queue's end; a server that
+     * never got its poller (its port refused) is drained here, the same
+     * way, or gRPC keeps the server and its quota past grpc_shutdown */
     if (g->running)
         pthread_join(g->poller, NULL);
     else
-        grpc_completion_queue_shutdown(g->cq);
+        poll_loop(g);
     g->running = 0;
     grpc_server_destroy(g->server);
     grpc_completion_queue_destroy(g->cq);

@@ -22,7 +22,9 @@ import numpy as np
 import requests
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "config"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from safetensors_header import safetensors_bytes  # noqa: E402
+from ports import address_in_use, free_port  # noqa: E402,F401
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(os.environ.get("ATTND_BIN", str(REPO / "build" / "attnd")))
@@ -54,13 +56,6 @@ def sanitized_build():
 
 def tsan_build():
     return "tsan" in str(BIN) or os.environ.get("ATTND_TSAN") == "1"
-
-
-def free_port():
-    """A port nobody listens on right now (bind 0, read, close)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def slowed(kw):
@@ -106,22 +101,64 @@ class Daemon:
             else:
                 self.env[k] = v
         self.args = WRAP + [str(BIN)]
-        if flags:  # otherwise the caller says where to listen (env or config)
+        self.flags = flags  # otherwise the caller says where to listen (env or config)
+        if flags:
             self.args += ["--host", "127.0.0.1", "--port", str(self.port)]
         if self.config_path is not None:
             self.args += ["--config", str(self.config_path)]
-        self.args += list(args or [])
+        self.extra_args = list(args or [])
+        self.args += self.extra_args
         self.proc = None
         self.returncode = None
 
+    def _ports_picked_here(self):
+        """The ports this harness chose and the daemon listens on as chosen:
+        (which, port) pairs, a test's own choice left out."""
+        out = []
+        if self.flags and "--port" not in self.extra_args:
+            out.append(("http", self.port))
+        if self.env.get("ATTND_GRPC_PORT") == str(self.grpc_port) \
+                and "--grpc-port" not in self.extra_args:
+            out.append(("grpc", self.grpc_port))
+        return out
+
+    def _repick(self, which):
+        if which == "http":
+            i = self.args.index("--port")
+            self.port = free_port()
+            self.args[i + 1] = str(self.port)
+            self.url = "http://127.0.0.1:%d" % self.port
+        else:
+            self.grpc_port = free_port()
+            self.grpc_target = "127.0.0.1:%d" % self.grpc_port
+            self.env["ATTND_GRPC_PORT"] = str(self.grpc_port)
+
     def start(self, wait=True, timeout=60.0):
+        """Starts the daemon (and waits until healthy). A port the harness
+        chose that another process took before the daemon bound it is chosen
+        again, up to three times: a test that chose its own is not retried."""
         assert BIN.exists(), "daemon binary %s is missing: run make" % BIN
-        self._out = open(self.stdout_path, "wb")
-        self._err = open(self.stderr_path, "wb")
-        self.proc = subprocess.Popen(self.args, stdout=self._out, stderr=self._err,
-                                     stdin=subprocess.DEVNULL, env=self.env, cwd=self.workdir)
-        if wait:
-            self.wait_healthy(timeout)
+        for attempt in range(4):
+            self._out = open(self.stdout_path, "wb")
+            self._err = open(self.stderr_path, "wb")
+            self.proc = subprocess.Popen(self.args, stdout=self._out, stderr=self._err,
+                                         stdin=subprocess.DEVNULL, env=self.env,
+                                         cwd=self.workdir)
+            if not wait:
+                return self
+            try:
+                self.wait_healthy(timeout)
+                return self
+            except AssertionError:
+                if self.proc.poll() is None or attempt == 3:
+                    raise
+                text = self.stdout() + self.stderr()
+                taken = [w for w, p in self._ports_picked_here() if address_in_use(text, p)]
+                if not taken:
+                    raise
+                self._close()
+                for w in taken:
+                    self._repick(w)
         return self
 
     def wait_healthy(self, timeout=60.0):

@@ -8,7 +8,6 @@ Checks, which counts and prints every check and ends with the summary line.
 import json
 import math
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -19,6 +18,9 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "config"))
 from safetensors_header import safetensors_bytes  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from ports import free_port  # noqa: E402,F401
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
@@ -48,12 +50,6 @@ class Checks:
     def finish(self):
         print(f"{self.name}: {self.passed} passed, {self.failed} failed", flush=True)
         return 0 if self.failed == 0 and self.passed > 0 else 1
-
-
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def http(method, url, body=None, timeout=30, headers=None):
