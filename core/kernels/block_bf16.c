@@ -15,7 +15,10 @@
  * tile layouts and what was measured.
  * On the AVX512-BF16 path the products run on VDPBF16PS or, where this CPU
  * runs them faster, on two FMAs each with VDPBF16PS's rounding (bf16_fma.h):
- * the same bits.
+ * the same bits. The FMA form takes the steps key block after key block,
+ * every group of rows in turn, so that a block's keys and values are
+ * widened to fp32 once for all the rows; each row still meets the blocks
+ * in order, with the same sums.
  * Legend: see attn.h.
  */
 #include <float.h>
@@ -37,6 +40,7 @@ enum {
     NK = ATTN_BF16_NK, /* keys per block, a multiple of 64 */
     RG = 32,           /* rows per group */
     ROWS = ATTN_BF16_ROWS,
+    WIDEN_ROWS = 4, /* on FMAs, a key block is widened once for more rows than this */
 };
 /* A hidden key's score: below any visible one (scores and additive masks in
  * log2 units are above -2e30), and finite. */
@@ -63,6 +67,8 @@ typedef struct {
     float *l;      /* (ROWS, 16) running sum, in 16 parts (summed at the end) */
     float *qf;     /* (RG, D) a group's qb widened, for the FMA form */
     float *pf;     /* (RG, NK) pb widened, for the FMA form */
+    float *kf;     /* (NK, D) a key block widened, for the FMA form */
+    float *vf;     /* (NK, D) its values widened */
 } bf16_scratch;
 
 static size_t up64(size_t bytes) {
@@ -73,7 +79,8 @@ size_t attn_bf16_scratch_bytes(int D) {
     return up64((size_t)ROWS * D * sizeof(attn_bf16)) + up64((size_t)ROWS * D * sizeof(float)) +
            2 * up64((size_t)RG * NK * sizeof(float)) + up64((size_t)RG * NK * sizeof(attn_bf16)) +
            up64((size_t)ROWS * sizeof(float)) + up64((size_t)ROWS * 16 * sizeof(float)) +
-           up64((size_t)RG * D * sizeof(float)) + up64((size_t)RG * NK * sizeof(float));
+           up64((size_t)RG * D * sizeof(float)) + up64((size_t)RG * NK * sizeof(float)) +
+           2 * up64((size_t)NK * D * sizeof(float));
 }
 
 static bf16_scratch carve(void *scratch, int D) {
@@ -96,6 +103,10 @@ static bf16_scratch carve(void *scratch, int D) {
     w.qf = (float *)p;
     p += up64((size_t)RG * D * sizeof(float));
     w.pf = (float *)p;
+    p += up64((size_t)RG * NK * sizeof(float));
+    w.kf = (float *)p;
+    p += up64((size_t)NK * D * sizeof(float));
+    w.vf = (float *)p;
     return w;
 }
 
@@ -258,14 +269,22 @@ BF16K static void avx_values(float *acc, const attn_bf16 *pb, int D, const attn_
 /* ---- AVX512-BF16's products on FMAs (bf16_fma.h): the same bits --------------------- */
 
 /* a[i][v] += row i's pair (the two floats at x + i ldx) times the 16 pairs
- * at w[v], for 4 rows x NV vectors. */
-ATTN_FMA_TARGET VINLINE void fma_pairs(__m512 a[4][4], const attn_bf16 *const w[4], const float *x,
-                                       size_t ldx, const int NV) {
+ * at w[v], for 4 rows x NV vectors: from bf16 pairs, widened here, or (WIDE)
+ * from pairs widened before (widen_block), each as its 16 even then its
+ * 16 odd floats. Widening a key block once for all the rows keeps the
+ * shifts off the ports the FMAs issue on. */
+ATTN_FMA_TARGET VINLINE void fma_pairs(__m512 a[4][4], const void *const w[4], const float *x,
+                                       size_t ldx, const int NV, const int WIDE) {
     __m512 w0[4], w1[4];
     _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) {
-        __m512i p = _mm512_loadu_si512(w[v]);
-        w0[v] = attn_bf16_even(p);
-        w1[v] = attn_bf16_odd(p);
+        if (WIDE) {
+            w0[v] = _mm512_loadu_ps(w[v]);
+            w1[v] = _mm512_loadu_ps((const float *)w[v] + 16);
+        } else {
+            __m512i p = _mm512_loadu_si512(w[v]);
+            w0[v] = attn_bf16_even(p);
+            w1[v] = attn_bf16_odd(p);
+        }
     }
     _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) {
         __m512 x0 = _mm512_set1_ps(x[i * ldx]), x1 = _mm512_set1_ps(x[i * ldx + 1]);
@@ -274,20 +293,46 @@ ATTN_FMA_TARGET VINLINE void fma_pairs(__m512 a[4][4], const attn_bf16 *const w[
     }
 }
 
-/* dot_scores with qf, the group's rows of qg widened (stride D). */
+/* The n chunks of 16 pairs at src widened into dst, each as its 16 even
+ * then its 16 odd floats, in their order. */
+ATTN_FMA_TARGET static void widen_pairs(float *dst, const attn_bf16 *src, int n) {
+    for (int c = 0; c < n; c++) {
+        __m512i p = _mm512_loadu_si512(src + 32 * (size_t)c);
+        _mm512_storeu_ps(dst + 32 * (size_t)c, attn_bf16_even(p));
+        _mm512_storeu_ps(dst + 32 * (size_t)c + 16, attn_bf16_odd(p));
+    }
+}
+
+/* The keys (or values) [j0, j0 + nkp) widened into dst, page after page:
+ * key block b's pair dp at dst + (b D/2 + dp) 32, the value pair of key kk
+ * (even, from j0) at widths d.. at dst + kk D + 2 d, as in their pages. */
+static void widen_block(float *dst, const attn_kv_bf16 *kv, int D, int j0, int nkp, int values) {
+    size_t at = values ? attn_kv_value_at(D, 0, 0) : attn_kv_key_at(D, 0, 0);
+    for (int p = 0; p < nkp / ATTN_KV_PAGE; p++)
+        widen_pairs(dst + (size_t)p * ATTN_KV_PAGE * D,
+                    kv->head + (size_t)(j0 / ATTN_KV_PAGE + p) * kv->page + at, D);
+}
+
+/* dot_scores with qf, the group's rows of qg widened (stride D); on the
+ * keys widened into kf (WIDE) or their pages. */
 ATTN_FMA_TARGET VINLINE void fma_dot_scores(float *sc, const float *qf, int D,
-                                            const attn_kv_bf16 *kv, int j0, int kc, int rows,
-                                            const int NV) {
+                                            const attn_kv_bf16 *kv, const float *kf, int j0, int kc,
+                                            int rows, const int NV, const int WIDE) {
     const attn_bf16 *kb[4];
-    _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) kb[v] = keys_at(kv, D, j0 + kc + 16 * v);
+    const float *kw[4];
+    _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) {
+        kb[v] = keys_at(kv, D, j0 + kc + 16 * v);
+        kw[v] = kf + (size_t)((kc / 16 + v) * (D / 2)) * 32;
+    }
     for (int r = 0; r < rows; r += 4) {
         __m512 a[4][4];
         _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++)
             _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) a[i][v] = _mm512_setzero_ps();
         for (int dp = 0; dp < D / 2; dp++) {
-            const attn_bf16 *w[4];
-            _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) w[v] = kb[v] + dp * 32;
-            fma_pairs(a, w, qf + (size_t)r * D + 2 * dp, (size_t)D, NV);
+            const void *w[4];
+            _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) w[v] =
+                WIDE ? (const void *)(kw[v] + dp * 32) : (const void *)(kb[v] + dp * 32);
+            fma_pairs(a, w, qf + (size_t)r * D + 2 * dp, (size_t)D, NV, WIDE);
         }
         _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++)
             _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++)
@@ -295,19 +340,27 @@ ATTN_FMA_TARGET VINLINE void fma_dot_scores(float *sc, const float *qf, int D,
     }
 }
 
-/* dot_values with pf, pb widened (stride NK). */
+/* dot_values with pf, pb widened (stride NK); on the values widened into
+ * vf (WIDE) or their pages. */
 ATTN_FMA_TARGET VINLINE void fma_dot_values(float *acc, const float *pf, int D,
-                                            const attn_kv_bf16 *kv, int j0, int nkp, int rows,
-                                            int d0, const int NV) {
+                                            const attn_kv_bf16 *kv, const float *vf, int j0,
+                                            int nkp, int rows, int d0, const int NV,
+                                            const int WIDE) {
     for (int r = 0; r < rows; r += 4) {
         __m512 a[4][4];
         _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++)
             _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) a[i][v] =
                 _mm512_loadu_ps(acc + (size_t)(r + i) * D + d0 + 16 * v);
         for (int kk = 0; kk < nkp; kk += 2) {
-            const attn_bf16 *vr = values_at(kv, D, j0 + kk, d0), *w[4];
-            _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) w[v] = vr + 32 * v;
-            fma_pairs(a, w, pf + (size_t)r * NK + kk, NK, NV);
+            const void *w[4];
+            if (WIDE) {
+                const float *vr = vf + (size_t)kk * D + 2 * d0;
+                _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) w[v] = vr + 32 * v;
+            } else {
+                const attn_bf16 *vr = values_at(kv, D, j0 + kk, d0);
+                _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++) w[v] = vr + 32 * v;
+            }
+            fma_pairs(a, w, pf + (size_t)r * NK + kk, NK, NV, WIDE);
         }
         _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++)
             _Pragma("GCC unroll 4") for (int v = 0; v < NV; v++)
@@ -315,27 +368,39 @@ ATTN_FMA_TARGET VINLINE void fma_dot_values(float *acc, const float *pf, int D,
     }
 }
 
-/* avx_scores on FMAs, from qf: the group's rows of qg widened. */
+/* avx_scores on FMAs, from qf: the group's rows of qg widened; on the key
+ * block widened into kf, or (kf NULL) on its pages. */
 ATTN_FMA_TARGET static void fma_scores(float *sc, const float *qf, int D, const attn_kv_bf16 *kv,
-                                       int j0, int nkp, int rows) {
+                                       const float *kf, int j0, int nkp, int rows) {
     unsigned m = attn_flush_begin();
     int kc = 0;
-    for (; kc + 64 <= nkp; kc += 64)
-        fma_dot_scores(sc, qf, D, kv, j0, kc, rows, 4);
-    if (kc < nkp) fma_dot_scores(sc, qf, D, kv, j0, kc, rows, 2);
+    if (kf) {
+        for (; kc + 64 <= nkp; kc += 64)
+            fma_dot_scores(sc, qf, D, kv, kf, j0, kc, rows, 4, 1);
+        if (kc < nkp) fma_dot_scores(sc, qf, D, kv, kf, j0, kc, rows, 2, 1);
+    } else {
+        for (; kc + 64 <= nkp; kc += 64)
+            fma_dot_scores(sc, qf, D, kv, kf, j0, kc, rows, 4, 0);
+        if (kc < nkp) fma_dot_scores(sc, qf, D, kv, kf, j0, kc, rows, 2, 0);
+    }
     attn_flush_end(m);
 }
 
-/* avx_values on FMAs: pb's rows widened into pf first. */
-ATTN_FMA_TARGET static void fma_values(float *acc, const attn_bf16 *pb, float *pf, int D,
-                                       const attn_kv_bf16 *kv, int j0, int nkp, int rows) {
-    for (int r = 0; r < rows; r++)
-        attn_bf16_widen(pf + (size_t)r * NK, pb + (size_t)r * NK, (size_t)nkp);
+/* avx_values on FMAs, from pf: the probabilities widened (softmax_row);
+ * on the values widened into vf, or (vf NULL) on their pages. */
+ATTN_FMA_TARGET static void fma_values(float *acc, const float *pf, int D, const attn_kv_bf16 *kv,
+                                       const float *vf, int j0, int nkp, int rows) {
     unsigned m = attn_flush_begin();
     int d0 = 0;
-    for (; d0 + 64 <= D; d0 += 64)
-        fma_dot_values(acc, pf, D, kv, j0, nkp, rows, d0, 4);
-    if (d0 < D) fma_dot_values(acc, pf, D, kv, j0, nkp, rows, d0, 2);
+    if (vf) {
+        for (; d0 + 64 <= D; d0 += 64)
+            fma_dot_values(acc, pf, D, kv, vf, j0, nkp, rows, d0, 4, 1);
+        if (d0 < D) fma_dot_values(acc, pf, D, kv, vf, j0, nkp, rows, d0, 2, 1);
+    } else {
+        for (; d0 + 64 <= D; d0 += 64)
+            fma_dot_values(acc, pf, D, kv, vf, j0, nkp, rows, d0, 4, 0);
+        if (d0 < D) fma_dot_values(acc, pf, D, kv, vf, j0, nkp, rows, d0, 2, 0);
+    }
     attn_flush_end(m);
 }
 
@@ -353,9 +418,10 @@ static void mask_row(float *x, const attn_seq *s, int pos, int j0, int nk, int n
 
 VEXP2_NEG_FUNCTION(exp2_neg, BF16K)
 
-/* p (nkp) = bf16(2^(x - c)) for the scores x of one row; returns the sum of
- * the unrounded values added to sum, and the largest score in *mx. */
-BF16K VINLINE __m512 exp_pass(const float *x, attn_bf16 *p, int nkp, float c, __m512 sum,
+/* p (nkp) = bf16(2^(x - c)) for the scores x of one row, and pf = p
+ * widened where pf is not NULL (the FMA form); returns the sum of the
+ * unrounded values added to sum, and the largest score in *mx. */
+BF16K VINLINE __m512 exp_pass(const float *x, attn_bf16 *p, float *pf, int nkp, float c, __m512 sum,
                               __m512 *mx) {
     __m512 neg = _mm512_set1_ps(-c), top = _mm512_set1_ps(HIDDEN);
     for (int v = 0; v < nkp; v += 32) {
@@ -363,21 +429,29 @@ BF16K VINLINE __m512 exp_pass(const float *x, attn_bf16 *p, int nkp, float c, __
         top = _mm512_max_ps(top, _mm512_max_ps(x0, x1));
         __m512 p0 = exp2_neg(_mm512_add_ps(x0, neg)), p1 = exp2_neg(_mm512_add_ps(x1, neg));
         sum = _mm512_add_ps(sum, _mm512_add_ps(p0, p1));
-        _mm512_storeu_si512(p + v, (__m512i)_mm512_cvtne2ps_pbh(p1, p0));
+        __m512i b = (__m512i)_mm512_cvtne2ps_pbh(p1, p0);
+        _mm512_storeu_si512(p + v, b);
+        if (pf) {
+            __m512i lo = _mm512_cvtepu16_epi32(_mm512_castsi512_si256(b));
+            __m512i hi = _mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(b, 1));
+            _mm512_storeu_ps(pf + v, _mm512_castsi512_ps(_mm512_slli_epi32(lo, 16)));
+            _mm512_storeu_ps(pf + v + 16, _mm512_castsi512_ps(_mm512_slli_epi32(hi, 16)));
+        }
     }
     *mx = top;
     return sum;
 }
 
 /* One row of a group: its scores x (nkp, log2 units, masked) become p
- * (bf16), and its maximum c, sum l (16 parts) and outputs acc (D) are
- * brought up to date. One pass with the row's c so far, which holds unless
- * a score of the block passes it (then again, with the block's c). */
-BF16K static void softmax_row(const float *x, attn_bf16 *p, float *acc, float *c, float *l, int D,
-                              int nkp) {
+ * (bf16; and pf, p widened, unless NULL), and its maximum c, sum l (16
+ * parts) and outputs acc (D) are brought up to date. One pass with the
+ * row's c so far, which holds unless a score of the block passes it (then
+ * again, with the block's c). */
+BF16K static void softmax_row(const float *x, attn_bf16 *p, float *pf, float *acc, float *c,
+                              float *l, int D, int nkp) {
     __m512 l0 = _mm512_loadu_ps(l), mx = _mm512_set1_ps(HIDDEN), sum;
     if (*c != -INFINITY) {
-        sum = exp_pass(x, p, nkp, *c, l0, &mx);
+        sum = exp_pass(x, p, pf, nkp, *c, l0, &mx);
         if (!_mm512_cmp_ps_mask(mx, _mm512_set1_ps(*c), _CMP_GT_OQ)) {
             _mm512_storeu_ps(l, sum);
             return;
@@ -389,6 +463,7 @@ BF16K static void softmax_row(const float *x, attn_bf16 *p, float *acc, float *c
     float m = _mm512_reduce_max_ps(mx);
     if (m < SEEN) { /* nothing visible so far */
         memset(p, 0, sizeof(attn_bf16) * (size_t)nkp);
+        if (pf) memset(pf, 0, sizeof(float) * (size_t)nkp);
         return;
     }
     float cn = ceilf(m); /* > c: 2^(c - cn) is exact, and 0 when c was -inf (acc, l are 0) */
@@ -396,7 +471,7 @@ BF16K static void softmax_row(const float *x, attn_bf16 *p, float *acc, float *c
     for (int d = 0; d < D; d += 16)
         _mm512_storeu_ps(acc + d, _mm512_mul_ps(f, _mm512_loadu_ps(acc + d)));
     *c = cn;
-    _mm512_storeu_ps(l, exp_pass(x, p, nkp, cn, _mm512_mul_ps(f, l0), &mx));
+    _mm512_storeu_ps(l, exp_pass(x, p, pf, nkp, cn, _mm512_mul_ps(f, l0), &mx));
 }
 
 /* ---- the block ------------------------------------------------------------------- */
@@ -409,7 +484,8 @@ typedef struct {
     int jend;        /* keys [jend, S) are hidden from every row (causal) */
     int masked;      /* any mask but causal */
     int path;
-    int fma; /* the AVX512-BF16 path's products on FMAs (bf16_fma.h) */
+    int fma;  /* the AVX512-BF16 path's products on FMAs (bf16_fma.h) */
+    int wide; /* on FMAs, each key block widened once for every row (more than 4) */
 } bf16_call;
 
 /* One step of a call: a key block against a group of rows. */
@@ -436,21 +512,13 @@ static int next_step(const bf16_call *k, bf16_step *st) {
     return 1;
 }
 
-/* The step's scores. On FMAs the group's queries are widened into qf at its
- * first key block (every group starts at key 0) and kept for the rest: the
- * scores are the only reader of qf, so the next group's widening, done
- * before this group's last softmax, takes nothing from it. */
+/* The step's scores (not on FMAs: fma_step). */
 static void step_scores(const bf16_call *k, const bf16_scratch *w, const bf16_step *st, float *sc) {
     const attn_bf16 *qg = w->qb + (size_t)st->g0 * k->D;
-    int rows4 = (st->gn + 3) / 4 * 4;
-    if (k->path == ATTN_BF16_AMX) {
+    if (k->path == ATTN_BF16_AMX)
         amx_scores(sc, qg, k->D, k->kv, st->j0, st->nkp, st->gn > 16);
-    } else if (k->fma) {
-        if (st->j0 == 0) attn_bf16_widen(w->qf, qg, (size_t)rows4 * k->D);
-        fma_scores(sc, w->qf, k->D, k->kv, st->j0, st->nkp, rows4);
-    } else {
-        avx_scores(sc, qg, k->D, k->kv, st->j0, st->nkp, rows4);
-    }
+    else
+        avx_scores(sc, qg, k->D, k->kv, st->j0, st->nkp, (st->gn + 3) / 4 * 4);
 }
 
 /* The step's softmax and values, from its scores sc. */
@@ -463,15 +531,17 @@ static void step_rest(const bf16_call *k, bf16_scratch *w, const bf16_step *st, 
         float *x = sc + (size_t)r * NK;
         if (k->masked || causal || st->nk < st->nkp)
             mask_row(x, k->s, k->i0 + (g0 + r) / k->R, st->j0, st->nk, st->nkp);
-        softmax_row(x, w->pb + (size_t)r * NK, acc + (size_t)r * D, w->c + g0 + r,
-                    w->l + (size_t)(g0 + r) * 16, D, st->nkp);
+        softmax_row(x, w->pb + (size_t)r * NK, k->fma ? w->pf + (size_t)r * NK : NULL,
+                    acc + (size_t)r * D, w->c + g0 + r, w->l + (size_t)(g0 + r) * 16, D, st->nkp);
     }
-    for (int r = gn; r < rows; r++) /* rows past the group: no weight */
+    for (int r = gn; r < rows; r++) { /* rows past the group: no weight */
         memset(w->pb + (size_t)r * NK, 0, sizeof(attn_bf16) * (size_t)st->nkp);
+        if (k->fma) memset(w->pf + (size_t)r * NK, 0, sizeof(float) * (size_t)st->nkp);
+    }
     if (k->path == ATTN_BF16_AMX)
         amx_values(acc, w->pb, D, k->kv, st->j0, st->nkp, gn > 16);
     else if (k->fma)
-        fma_values(acc, w->pb, w->pf, D, k->kv, st->j0, st->nkp, (gn + 3) / 4 * 4);
+        fma_values(acc, w->pf, D, k->kv, k->wide ? w->vf : NULL, st->j0, st->nkp, (gn + 3) / 4 * 4);
     else
         avx_values(acc, w->pb, D, k->kv, st->j0, st->nkp, (gn + 3) / 4 * 4);
 }
@@ -490,6 +560,34 @@ static void run_steps(const bf16_call *k, bf16_scratch *w) {
         step_rest(k, w, &cur, w->sc[b]);
         cur = nxt;
         have = more;
+    }
+}
+
+/* One step on FMAs. The group's queries are widened into qf at its first
+ * key block, and at every block when the groups take turns. */
+static void fma_step(const bf16_call *k, bf16_scratch *w, const bf16_step *st) {
+    int rows4 = (st->gn + 3) / 4 * 4;
+    if (st->j0 == 0 || k->n > RG)
+        attn_bf16_widen(w->qf, w->qb + (size_t)st->g0 * k->D, (size_t)rows4 * k->D);
+    fma_scores(w->sc[0], w->qf, k->D, k->kv, k->wide ? w->kf : NULL, st->j0, st->nkp, rows4);
+    step_rest(k, w, st, w->sc[0]);
+}
+
+/* Every step on FMAs, key block after key block, each widened once (wide)
+ * for every group of rows that sees it; a row's steps are the same, in the
+ * same order, as group after group: the same bits. */
+static void run_fma_steps(const bf16_call *k, bf16_scratch *w) {
+    for (int j0 = 0; j0 < k->jend; j0 += NK) {
+        int nk = k->jend - j0 < NK ? k->jend - j0 : NK, nkp = (nk + 31) / 32 * 32;
+        if (k->wide) {
+            widen_block(w->kf, k->kv, k->D, j0, nkp, 0);
+            widen_block(w->vf, k->kv, k->D, j0, nkp, 1);
+        }
+        for (int g0 = 0; g0 < k->n; g0 += RG) {
+            int gn = k->n - g0 < RG ? k->n - g0 : RG;
+            if (k->s->causal && j0 > k->i0 + (g0 + gn - 1) / k->R) continue; /* its future */
+            fma_step(k, w, &(bf16_step){j0, nk, nkp, g0, gn});
+        }
     }
 }
 
@@ -532,10 +630,14 @@ static void block_rows(float *out, size_t ldo, const float *q, size_t ldq, const
     k.masked = s->key_padding_mask || s->attn_mask_bool || s->attn_mask_add;
     k.path = attn_bf16_path();
     k.fma = k.path == ATTN_BF16_AVX512 && attn_bf16_fma();
+    k.wide = k.fma && k.n > WIDEN_ROWS;
     bf16_scratch w = carve(scratch, D);
     rows_begin(&w, q, ldq, k.n, R, D, scale);
     if (k.path == ATTN_BF16_AMX) attn_amx_begin();
-    run_steps(&k, &w);
+    if (k.fma)
+        run_fma_steps(&k, &w);
+    else
+        run_steps(&k, &w);
     if (k.path == ATTN_BF16_AMX) attn_amx_end();
     rows_end(out, ldo, &w, k.n, R, D);
 }

@@ -54,7 +54,19 @@ void attn_bf16_round(attn_bf16 *dst, const float *src, size_t n) {
         attn_bf16_round_portable(dst, src, n);
 }
 
+BF16VEC static void widen_avx512(float *dst, const attn_bf16 *src, size_t n) {
+    for (size_t i = 0; i < n; i += 16) {
+        __mmask16 m = n - i >= 16 ? 0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+        __m512i x = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, src + i));
+        _mm512_mask_storeu_ps(dst + i, m, _mm512_castsi512_ps(_mm512_slli_epi32(x, 16)));
+    }
+}
+
 void attn_bf16_widen(float *dst, const attn_bf16 *src, size_t n) {
+    if (attn_bf16_path() >= ATTN_BF16_AVX512) {
+        widen_avx512(dst, src, n);
+        return;
+    }
     for (size_t i = 0; i < n; i++)
         dst[i] = attn_bf16_to_f32(src[i]);
 }
