@@ -534,10 +534,12 @@ static void step_rest(const bf16_call *k, bf16_scratch *w, const bf16_step *st, 
         softmax_row(x, w->pb + (size_t)r * NK, k->fma ? w->pf + (size_t)r * NK : NULL,
                     acc + (size_t)r * D, w->c + g0 + r, w->l + (size_t)(g0 + r) * 16, D, st->nkp);
     }
-    for (int r = gn; r < rows; r++) { /* rows past the group: no weight */
+    /* rows past the group that the values read: no weight (on FMAs pf's,
+     * up to the next 4; else pb's, up to the tiles' 16 or 32) */
+    for (int r = gn; k->fma && r < (gn + 3) / 4 * 4; r++)
+        memset(w->pf + (size_t)r * NK, 0, sizeof(float) * (size_t)st->nkp);
+    for (int r = gn; !k->fma && r < rows; r++)
         memset(w->pb + (size_t)r * NK, 0, sizeof(attn_bf16) * (size_t)st->nkp);
-        if (k->fma) memset(w->pf + (size_t)r * NK, 0, sizeof(float) * (size_t)st->nkp);
-    }
     if (k->path == ATTN_BF16_AMX)
         amx_values(acc, w->pb, D, k->kv, st->j0, st->nkp, gn > 16);
     else if (k->fma)
