@@ -31,7 +31,7 @@ double attn_bf16_fma_gain(void);
 unsigned attn_flush_begin(void);
 void attn_flush_end(unsigned mxcsr);
 
-#define ATTN_FMA_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma")))
+#define ATTN_FMA_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,prfchw")))
 
 /* The even (low) and odd (high) bf16 of each 32-bit lane, as fp32. */
 ATTN_FMA_TARGET static inline __m512 attn_bf16_even(__m512i x) {

@@ -32,6 +32,7 @@
 #include "../platform/cpu.h"
 #include "../platform/mem.h"
 #include "gemm.h"
+#include "hints.h"
 
 #ifndef ATTN_GEMM_MB /* -DATTN_GEMM_MB=... and -DATTN_GEMM_KC=... for tuning builds */
 #define ATTN_GEMM_MB 96
@@ -139,7 +140,7 @@ void gemm_ref(float *C, size_t ldc, const float *A, size_t lda, const attn_packe
 
 /* ---- AVX-512: MR rows x 2 panels ------------------------------------------- */
 
-#define AVX512 __attribute__((target("avx512f")))
+#define AVX512 __attribute__((target("avx512f,prfchw")))
 #define AVX2 __attribute__((target("avx2,fma")))
 #define INLINE static inline __attribute__((always_inline))
 
@@ -155,6 +156,7 @@ AVX512 INLINE void k512(float *C, size_t ldc, const float *A, size_t lda, const 
         c[r][1] = _mm512_maskz_loadu_ps(m1, first ? b1 : C + r * ldc + NP);
     }
     for (int k = 0; k < kn; k++) {
+        if (first) attn_prefetch_out(C, ldc, k, MR, m1 != 0);
         __m512 w0 = _mm512_load_ps(P0 + (size_t)k * NP), w1 = _mm512_load_ps(P1 + (size_t)k * NP);
         _Pragma("GCC unroll 12") for (int r = 0; r < MR; r++) {
             __m512 a = _mm512_set1_ps(A[r * lda + k]);

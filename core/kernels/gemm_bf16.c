@@ -31,6 +31,7 @@
 #include "../platform/mem.h"
 #include "bf16_fma.h"
 #include "gemm_bf16.h"
+#include "hints.h"
 
 int attn_packed_bf16_init(attn_packed_bf16 *pw, const float *W, const float *bias, int N, int K) {
     memset(pw, 0, sizeof *pw);
@@ -85,7 +86,7 @@ enum {
 };
 
 #define INLINE static inline __attribute__((always_inline))
-#define BF16K __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+#define BF16K __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,prfchw")))
 #define AMX __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512bf16")))
 
 void gemm_bf16_ref(float *C, size_t ldc, const float *A, size_t lda, const attn_packed_bf16 *pw,
@@ -152,6 +153,7 @@ BF16K INLINE void k512_body(const k512_args *a, const int MR) {
         c[r][1] = _mm512_maskz_loadu_ps(a->m1, a->first ? a->b1 : a->C + r * a->ldc + NP);
     }
     for (int kk = 0; kk < a->pairs; kk++) {
+        if (a->first) attn_prefetch_out(a->C, a->ldc, kk, MR, a->m1 != 0);
         __m512bh w0 = (__m512bh)_mm512_load_si512(a->P0 + (size_t)kk * 2 * NP);
         __m512bh w1 = (__m512bh)_mm512_load_si512(a->P1 + (size_t)kk * 2 * NP);
         _Pragma("GCC unroll 12") for (int r = 0; r < MR; r++) {
@@ -202,6 +204,7 @@ ATTN_FMA_TARGET INLINE void f512_body(const k512_args *a, const int MR) {
         c[r][1] = _mm512_maskz_loadu_ps(a->m1, a->first ? a->b1 : a->C + r * a->ldc + NP);
     }
     for (int kk = 0; kk < a->pairs; kk++) {
+        if (a->first) attn_prefetch_out(a->C, a->ldc, kk, MR, a->m1 != 0);
         __m512i w0 = _mm512_load_si512(a->P0 + (size_t)kk * 2 * NP);
         __m512i w1 = _mm512_load_si512(a->P1 + (size_t)kk * 2 * NP);
         __m512 w00 = attn_bf16_even(w0), w01 = attn_bf16_odd(w0);

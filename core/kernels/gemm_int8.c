@@ -21,11 +21,12 @@
 #include "../platform/cpu.h"
 #include "../platform/mem.h"
 #include "gemm_int8.h"
+#include "hints.h"
 
 enum { NP = ATTN_PANEL, KS = ATTN_INT8_KSTEP };
 
 #define INLINE static inline __attribute__((always_inline))
-#define V512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
+#define V512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,prfchw")))
 #define VEX __attribute__((target("avx2,fma,avxvnni")))
 #define EVEX256 __attribute__((target("avx2,fma,avx512f,avx512vl,avx512vnni")))
 #define AVX2 __attribute__((target("avx2,fma")))
@@ -291,10 +292,14 @@ V512 INLINE void epilogue512(float *C, __m512i acc, float sa, const attn_packed_
 
 V512 INLINE void k512_body(const k512_args *a, const int MR) {
     __m512i c[12][2];
-    _Pragma("GCC unroll 12") for (int r = 0; r < MR; r++) c[r][0] = c[r][1] =
-        _mm512_setzero_si512();
+    _Pragma("GCC unroll 12") for (int r = 0; r < MR; r++) {
+        c[r][0] = c[r][1] = _mm512_setzero_si512();
+        ATTN_OWN_REGISTER(c[r][0]);
+        ATTN_OWN_REGISTER(c[r][1]);
+    }
     const uint8_t *A = a->A + ATTN_INT8_HEAD;
     for (int g = 0; g < a->groups; g++) {
+        attn_prefetch_out(a->C, a->ldc, g, MR, a->m1 != 0);
         __m512i w0 = _mm512_load_si512(a->P0 + (size_t)g * 4 * NP);
         __m512i w1 = _mm512_load_si512(a->P1 + (size_t)g * 4 * NP);
         _Pragma("GCC unroll 12") for (int r = 0; r < MR; r++) {
@@ -382,8 +387,11 @@ AVX2 INLINE void epilogue256(float *C, const int32_t *acc, float sa, const attn_
                                     const int8_t *P, const attn_packed_int8 *pw, int n0, int nc,   \
                                     const int MR) {                                                \
         __m256i c[4][2];                                                                           \
-        _Pragma("GCC unroll 4") for (int r = 0; r < MR; r++) c[r][0] = c[r][1] =                   \
-            _mm256_setzero_si256();                                                                \
+        _Pragma("GCC unroll 4") for (int r = 0; r < MR; r++) {                                     \
+            c[r][0] = c[r][1] = _mm256_setzero_si256();                                            \
+            ATTN_OWN_REGISTER(c[r][0]);                                                            \
+            ATTN_OWN_REGISTER(c[r][1]);                                                            \
+        }                                                                                          \
         for (int g = 0; g < pw->kq; g++) {                                                         \
             __m256i w0 = _mm256_load_si256((const __m256i *)(P + (size_t)g * 4 * NP));             \
             __m256i w1 = _mm256_load_si256((const __m256i *)(P + (size_t)g * 4 * NP + 32));        \
