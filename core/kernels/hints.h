@@ -17,9 +17,12 @@
 /* At step s of the loop over K that starts a block of MR rows of C (two
  * panels of 16 columns when two), a hint to fetch one of its rows' lines
  * for writing, one row every fourth step. Their misses then overlap the
- * products rather than stall the stores at the block's end: outputs larger
- * than L2 are written at a few GB/s here, and the int8 kernel spent up to
- * a third of its time so (docs/performance.md, "Writing the outputs"). */
+ * products rather than stall the stores at the block's end: a store that
+ * misses reads its line first (8 GB/s written so on the machine measured,
+ * 23.5 with streaming stores), and on outputs larger than L2 the int8
+ * kernel spent about half its time on them (docs/performance.md, "Writing
+ * the outputs"). The caller's target must include prfchw, or the hint is a
+ * fetch for reading. */
 static inline __attribute__((always_inline)) void attn_prefetch_out(float *C, size_t ldc, int s,
                                                                     int MR, int two) {
     if ((s & 3) || s >= 4 * MR) return;
