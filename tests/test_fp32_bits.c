@@ -5,8 +5,10 @@
  * steps, 1 and 3 threads) is run through attn_forward, and a 64-bit FNV-1a
  * hash of each case's outputs (and attention matrices and cache rows) is
  * compared with tests/data/fp32_bits.txt, written from the forward as it was
- * before bf16 models existed. So a change made for bf16 models that moves a
- * single bit of an fp32 answer fails here.
+ * before bf16 models existed and rewritten once since, on purpose, when the
+ * projections came to sum their inputs in runs of 64 (core/kernels/gemm.c).
+ * So a change made for other precisions that moves a single bit of an fp32
+ * answer fails here.
  *
  * The bits depend on the kernels the CPU runs (the core's instruction-set
  * level and the OpenBLAS kernel set) and on the build (the sanitizer builds

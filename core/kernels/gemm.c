@@ -9,13 +9,18 @@
  * tokens would otherwise pay for (a whole 3E x E copy per call and thread).
  *
  * Every output is computed the same way whatever M, the row's place in the
- * batch, the tile or the thread: c = bias; for k = 0..K-1: c = fma(a_k, w_k, c),
- * in that order (a K block ends by storing c and the next reloads it, which
- * changes no bit). So a sequence's projections do not depend on what else
- * shares its batch, nor on the thread count (docs/performance.md, batch
- * invariance). gemm_ref() is that formula in plain C with fmaf; the AVX-512
+ * batch, the tile or the thread. The inputs go in runs of ATTN_GEMM_RUN
+ * (64): k = 64g .. 64g+63, the last run shorter. A run's products are
+ * summed apart, s = a_k0 w_k0; s = fma(a_k, w_k, s) for the rest in order,
+ * and each run's s then joins the output in order: c = bias; c = c + s_g
+ * for g = 0, 1, ... So a sequence's projections do not depend on what else
+ * shares its batch, nor on the thread count, nor on the K block, a
+ * multiple of the run (docs/performance.md, batch invariance). The runs
+ * make the sums about 2.5 times as accurate as one running sum over all K
+ * (docs/performance.md, "Sums in runs"), at the cost of C's tile through L1
+ * once a run. gemm_ref() is that formula in plain C with fmaf; the AVX-512
  * and AVX2 kernels give the same bits, and the tests hold them to it. The
- * baseline kernel (no FMA in the CPU) rounds the product first.
+ * baseline kernel (no FMA in the CPU) rounds each product first.
  *
  * Kernels: AVX-512, 12 rows x 2 panels (24 accumulators); AVX2 + FMA, 6 rows
  * x 1 panel (12); baseline, plain loops. Chosen at run time from the CPU's
@@ -37,8 +42,12 @@
 #ifndef ATTN_GEMM_MB /* -DATTN_GEMM_MB=... and -DATTN_GEMM_KC=... for tuning builds */
 #define ATTN_GEMM_MB 96
 #endif
+#ifdef ATTN_GEMM_KC
+_Static_assert(ATTN_GEMM_KC % ATTN_GEMM_RUN == 0, "a K block holds whole runs");
+#endif
 enum {
     NP = ATTN_PANEL,         /* columns per panel */
+    RUN = ATTN_GEMM_RUN,     /* inputs summed apart */
     KC_SMALL = 128,          /* K block (gemm_kc): two panels of it take 16 KiB */
     KC_LARGE = 256,          /* and 32 KiB, on CPUs whose L1 data cache holds 48 KiB or more */
     MB = ATTN_GEMM_MB,       /* row block: its K block of inputs stays in L2 across the panels */
@@ -64,7 +73,7 @@ static int gemm_kc(void) {
 
 int gemm_force_kc(int kc) {
     int was = g_kc;
-    g_kc = kc > 0 && kc <= KC_LARGE ? kc : 0;
+    g_kc = kc > 0 && kc <= KC_LARGE && kc % RUN == 0 ? kc : 0;
     return was;
 }
 
@@ -131,9 +140,14 @@ void gemm_ref(float *C, size_t ldc, const float *A, size_t lda, const attn_packe
     for (size_t r = r0; r < r1; r++)
         for (int n = c0; n < c1; n++) {
             float c = pw->bias[n];
-            for (int k = 0; k < K; k++)
-                c = fmaf(A[r * lda + k], pw->p[panel_at(K, pw->panels, pw->kc, n / NP, k) + n % NP],
-                         c);
+            for (int g = 0; g < K; g += RUN) {
+                float s = 0;
+                for (int k = g; k < K && k < g + RUN; k++) {
+                    float w = pw->p[panel_at(K, pw->panels, pw->kc, n / NP, k) + n % NP];
+                    s = k == g ? A[r * lda + k] * w : fmaf(A[r * lda + k], w, s);
+                }
+                c += s;
+            }
             C[r * ldc + n] = c;
         }
 }
@@ -145,28 +159,38 @@ void gemm_ref(float *C, size_t ldc, const float *A, size_t lda, const attn_packe
 #define INLINE static inline __attribute__((always_inline))
 
 /* C[0:MR, 0:32) (masks m0, m1 for the two panels' valid columns) over the
- * kn inputs of one K block (A and the panels P0, P1 start at the block):
- * from the bias when first, else from C. */
+ * kn inputs of one K block (A and the panels P0, P1 start at the block),
+ * run by run: each run's sums join C, or the bias for the first run when
+ * first. */
 AVX512 INLINE void k512(float *C, size_t ldc, const float *A, size_t lda, const float *P0,
                         const float *P1, const float *b0, const float *b1, __mmask16 m0,
                         __mmask16 m1, int first, int kn, const int MR) {
-    __m512 c[12][2];
-    _Pragma("GCC unroll 12") for (int r = 0; r < MR; r++) {
-        c[r][0] = _mm512_maskz_loadu_ps(m0, first ? b0 : C + r * ldc);
-        c[r][1] = _mm512_maskz_loadu_ps(m1, first ? b1 : C + r * ldc + NP);
-    }
-    for (int k = 0; k < kn; k++) {
-        if (first) attn_prefetch_out(C, ldc, k, MR, m1 != 0);
-        __m512 w0 = _mm512_load_ps(P0 + (size_t)k * NP), w1 = _mm512_load_ps(P1 + (size_t)k * NP);
+    for (int g = 0; g < kn; g += RUN) {
+        int ge = kn - g < RUN ? kn : g + RUN, fetch = first && g == 0;
+        __m512 s[12][2];
+        if (fetch) attn_prefetch_out(C, ldc, 0, MR, m1 != 0);
+        __m512 w0 = _mm512_load_ps(P0 + (size_t)g * NP), w1 = _mm512_load_ps(P1 + (size_t)g * NP);
         _Pragma("GCC unroll 12") for (int r = 0; r < MR; r++) {
-            __m512 a = _mm512_set1_ps(A[r * lda + k]);
-            c[r][0] = _mm512_fmadd_ps(a, w0, c[r][0]);
-            c[r][1] = _mm512_fmadd_ps(a, w1, c[r][1]);
+            __m512 a = _mm512_set1_ps(A[r * lda + g]);
+            s[r][0] = _mm512_mul_ps(a, w0);
+            s[r][1] = _mm512_mul_ps(a, w1);
         }
-    }
-    _Pragma("GCC unroll 12") for (int r = 0; r < MR; r++) {
-        _mm512_mask_storeu_ps(C + r * ldc, m0, c[r][0]);
-        _mm512_mask_storeu_ps(C + r * ldc + NP, m1, c[r][1]);
+        for (int k = g + 1; k < ge; k++) {
+            if (fetch) attn_prefetch_out(C, ldc, k, MR, m1 != 0);
+            w0 = _mm512_load_ps(P0 + (size_t)k * NP);
+            w1 = _mm512_load_ps(P1 + (size_t)k * NP);
+            _Pragma("GCC unroll 12") for (int r = 0; r < MR; r++) {
+                __m512 a = _mm512_set1_ps(A[r * lda + k]);
+                s[r][0] = _mm512_fmadd_ps(a, w0, s[r][0]);
+                s[r][1] = _mm512_fmadd_ps(a, w1, s[r][1]);
+            }
+        }
+        _Pragma("GCC unroll 12") for (int r = 0; r < MR; r++) {
+            __m512 c0 = _mm512_maskz_loadu_ps(m0, fetch ? b0 : C + r * ldc);
+            __m512 c1 = _mm512_maskz_loadu_ps(m1, fetch ? b1 : C + r * ldc + NP);
+            _mm512_mask_storeu_ps(C + r * ldc, m0, _mm512_add_ps(c0, s[r][0]));
+            _mm512_mask_storeu_ps(C + r * ldc + NP, m1, _mm512_add_ps(c1, s[r][1]));
+        }
     }
 }
 
@@ -222,23 +246,31 @@ AVX2 INLINE void masks256(int left, __m256i *lo, __m256i *hi) {
 
 AVX2 INLINE void k256(float *C, size_t ldc, const float *A, size_t lda, const float *P,
                       const float *b, __m256i mlo, __m256i mhi, int first, int kn, const int MR) {
-    __m256 c[6][2];
-    _Pragma("GCC unroll 6") for (int r = 0; r < MR; r++) {
-        const float *src = first ? b : C + r * ldc;
-        c[r][0] = _mm256_maskload_ps(src, mlo);
-        c[r][1] = _mm256_maskload_ps(src + 8, mhi);
-    }
-    for (int k = 0; k < kn; k++) {
-        __m256 w0 = _mm256_load_ps(P + (size_t)k * NP), w1 = _mm256_load_ps(P + (size_t)k * NP + 8);
+    for (int g = 0; g < kn; g += RUN) {
+        int ge = kn - g < RUN ? kn : g + RUN, bias = first && g == 0;
+        __m256 s[6][2];
+        __m256 w0 = _mm256_load_ps(P + (size_t)g * NP), w1 = _mm256_load_ps(P + (size_t)g * NP + 8);
         _Pragma("GCC unroll 6") for (int r = 0; r < MR; r++) {
-            __m256 a = _mm256_broadcast_ss(A + r * lda + k);
-            c[r][0] = _mm256_fmadd_ps(a, w0, c[r][0]);
-            c[r][1] = _mm256_fmadd_ps(a, w1, c[r][1]);
+            __m256 a = _mm256_broadcast_ss(A + r * lda + g);
+            s[r][0] = _mm256_mul_ps(a, w0);
+            s[r][1] = _mm256_mul_ps(a, w1);
         }
-    }
-    _Pragma("GCC unroll 6") for (int r = 0; r < MR; r++) {
-        _mm256_maskstore_ps(C + r * ldc, mlo, c[r][0]);
-        _mm256_maskstore_ps(C + r * ldc + 8, mhi, c[r][1]);
+        for (int k = g + 1; k < ge; k++) {
+            w0 = _mm256_load_ps(P + (size_t)k * NP);
+            w1 = _mm256_load_ps(P + (size_t)k * NP + 8);
+            _Pragma("GCC unroll 6") for (int r = 0; r < MR; r++) {
+                __m256 a = _mm256_broadcast_ss(A + r * lda + k);
+                s[r][0] = _mm256_fmadd_ps(a, w0, s[r][0]);
+                s[r][1] = _mm256_fmadd_ps(a, w1, s[r][1]);
+            }
+        }
+        _Pragma("GCC unroll 6") for (int r = 0; r < MR; r++) {
+            const float *src = bias ? b : C + r * ldc;
+            __m256 c0 = _mm256_add_ps(_mm256_maskload_ps(src, mlo), s[r][0]);
+            __m256 c1 = _mm256_add_ps(_mm256_maskload_ps(src + 8, mhi), s[r][1]);
+            _mm256_maskstore_ps(C + r * ldc, mlo, c0);
+            _mm256_maskstore_ps(C + r * ldc + 8, mhi, c1);
+        }
     }
 }
 
@@ -278,15 +310,21 @@ static void tile_base(float *C, size_t ldc, const float *A, size_t lda, const at
     for (size_t r = 0; r < nr; r++)
         for (int j = j0; j < j1; j++) {
             int n0 = j * NP, nc = pw->N - n0 < NP ? pw->N - n0 : NP;
-            float c[NP];
+            float c[NP], s[NP];
             for (int i = 0; i < nc; i++)
                 c[i] = k0 ? C[r * ldc + n0 + i] : pw->bias[n0 + i];
             const float *P = pw->p + panel_at(pw->K, pw->panels, pw->kc, j, k0);
-            for (int k = k0; k < k1; k++) {
-                float a = A[r * lda + k - k0];
-                /* compiled for the baseline ISA: no fma to contract into */
+            for (int g = k0; g < k1; g += RUN) {
                 for (int i = 0; i < nc; i++)
-                    c[i] += a * P[(size_t)(k - k0) * NP + i];
+                    s[i] = 0;
+                for (int k = g; k < k1 && k < g + RUN; k++) {
+                    float a = A[r * lda + k - k0];
+                    /* compiled for the baseline ISA: no fma to contract into */
+                    for (int i = 0; i < nc; i++)
+                        s[i] += a * P[(size_t)(k - k0) * NP + i];
+                }
+                for (int i = 0; i < nc; i++)
+                    c[i] += s[i];
             }
             for (int i = 0; i < nc; i++)
                 C[r * ldc + n0 + i] = c[i];

@@ -6,7 +6,10 @@
 
 #include <stddef.h>
 
-enum { ATTN_PANEL = 16 }; /* output columns per packed panel */
+enum {
+    ATTN_PANEL = 16,   /* output columns per packed panel */
+    ATTN_GEMM_RUN = 64 /* inputs summed apart before they join an output (gemm.c) */
+};
 typedef struct attn_packed {
     int N, K;          /* W is (N,K): N outputs, K inputs */
     int panels;        /* ceil(N / ATTN_PANEL) */
@@ -27,8 +30,9 @@ void gemm_ref(float *C, size_t ldc, const float *A, size_t lda, const attn_packe
               size_t r1, int c0, int c1);
 int gemm_level(void);            /* ATTN_ISA_* of the kernel the CPU runs */
 int gemm_force_level(int level); /* tests: -1 = the CPU's; returns the previous */
-/* tests: weights packed from now on in K blocks of kc (at most 256; 0 =
- * the CPU's choice, from its L1 size); returns the previous. */
+/* tests: weights packed from now on in K blocks of kc (a multiple of
+ * ATTN_GEMM_RUN, at most 256; anything else = the CPU's choice, from its
+ * L1 size); returns the previous. */
 int gemm_force_kc(int kc);
 /* tests: 1 = rows 4 KiB apart copied before the kernel reads them, 0 = read
  * where they are, -1 = as the CPU's L1 needs (gemm.c); returns the previous
