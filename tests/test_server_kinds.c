@@ -122,8 +122,14 @@ START_TEST(test_cors_binary_close) {
                             .close = 1};
     n = attnd_answer_headers(&m, h);
     ck_assert_str_eq(find(h, n, "Access-Control-Expose-Headers"),
-                     "X-Request-Id, traceparent, Server-Timing, Retry-After");
+                     "X-Request-Id, traceparent, Server-Timing, Retry-After, X-Session-Id");
     ck_assert_ptr_null(find(h, n, "Access-Control-Allow-Methods"));
+    ck_assert_ptr_null(find(h, n, "X-Session-Id")); /* no session's answer */
+    m.session_id = "00112233445566778899aabbccddeeff";
+    n = attnd_answer_headers(&m, h);
+    ck_assert_str_eq(find(h, n, "X-Session-Id"), "00112233445566778899aabbccddeeff");
+    m.session_id = NULL;
+    n = attnd_answer_headers(&m, h);
     ck_assert_str_eq(find(h, n, "Inference-Header-Content-Length"), "123");
     ck_assert_str_eq(find(h, n, "Connection"), "close");
     ck_assert_str_eq(find(h, n, "Retry-After"), "1");

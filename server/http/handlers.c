@@ -320,7 +320,8 @@ static int state_body(const hreq *h) {
 }
 
 /* POST /v1/sessions with a state file: the session restored, its id
- * X-Session-Id's when given (409 when taken), else a new one; 201. */
+ * X-Session-Id's when given and free, else a new one; 201, the id in the
+ * body and in the answer's X-Session-Id. */
 static int restore(hreq *h) {
     attnd_http *s = h->srv;
     attnd_persist_env p = {s->sessions, s->env};
@@ -331,6 +332,7 @@ static int restore(hreq *h) {
     attnd_http_drop_body(h);
     if (rc < 0) return -1;
     snprintf(h->model, sizeof h->model, "%s", r.name);
+    snprintf(h->r.step.id, sizeof h->r.step.id, "%s", r.id);
     size_t len = 0;
     char *body = attnd_write_open_answer(r.id, r.name, r.tokens, &len);
     if (!body) return attnd_set_error(&h->err, AERR_INTERNAL, "out of memory");

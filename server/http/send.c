@@ -131,6 +131,7 @@ static attnd_answer_meta meta_of(const hreq *h, char tp[ATTND_TRACEPARENT_LEN + 
     attnd_traceparent_format(&h->trace, tp);
     unsigned extra = attnd_kind_headers(a->kind);
     int preflight = (extra & ATTND_HDR_PREFLIGHT) != 0;
+    int ok = a->kind == AOK || a->kind == AOK_CREATED;
     attnd_answer_meta m = {.extra = extra,
                            .ctype = content_type(h),
                            .request_id = h->id,
@@ -140,6 +141,7 @@ static attnd_answer_meta meta_of(const hreq *h, char tp[ATTND_TRACEPARENT_LEN + 
                            .allow = h->rm.allow,
                            .retry_after = h->retry_after,
                            .json_len = a->kind == AOK ? a->json_len : 0,
+                           .session_id = ok && r->step.id[0] ? r->step.id : NULL,
                            .ui = h->ui};
     if (preflight) return m; /* no times, and the connection stays */
     uint64_t now = attnd_mono_us();

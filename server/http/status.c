@@ -61,7 +61,7 @@ static int cors(const attnd_answer_meta *m, attnd_header *out, int n) {
     n = put(out, n, "Access-Control-Allow-Origin", "%s", m->origin);
     if (!(m->extra & ATTND_HDR_PREFLIGHT))
         return put(out, n, "Access-Control-Expose-Headers",
-                   "X-Request-Id, traceparent, Server-Timing, Retry-After");
+                   "X-Request-Id, traceparent, Server-Timing, Retry-After, X-Session-Id");
     n = put(out, n, "Access-Control-Allow-Methods", "%s", m->allow);
     n = put(out, n, "Access-Control-Allow-Headers",
             "Authorization, Content-Type, X-Request-Id, traceparent, tracestate, "
@@ -82,6 +82,7 @@ int attnd_answer_headers(const attnd_answer_meta *m, attnd_header *out) {
     if (!preflight && !m->ui) n = put(out, n, "Cache-Control", "no-store");
     if (m->cors) n = put(out, n, "Vary", "Origin");
     if (m->json_len) n = put(out, n, "Inference-Header-Content-Length", "%zu", m->json_len);
+    if (m->session_id) n = put(out, n, "X-Session-Id", "%s", m->session_id);
     if (m->origin) n = cors(m, out, n);
     if (m->extra & ATTND_HDR_ALLOW) n = put(out, n, "Allow", "%s", m->allow);
     if (m->extra & ATTND_HDR_AUTHENTICATE)

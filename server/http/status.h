@@ -42,6 +42,7 @@ typedef struct {
     const char *allow;       /* the route's methods (Allow, Access-Control-Allow-Methods) */
     int retry_after;         /* Retry-After seconds; 0 means 1 */
     size_t json_len;         /* > 0: Inference-Header-Content-Length (v2 binary outputs) */
+    const char *session_id;  /* X-Session-Id: the session a step or restore answered for, or NULL */
     int close;               /* 1: Connection: close */
     const attnd_ui_file *ui; /* a viewer file answered: its own caching and protection
                                 headers (ui.h) instead of Cache-Control: no-store; or NULL */

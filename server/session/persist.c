@@ -136,6 +136,9 @@ static int open_with(const attnd_persist_env *p, const attnd_state *st, attnd_ve
     attnd_session_step step;
     attnd_session_status s = attnd_session_open(p->table, v, &shape, st->len, max_len, now, want_id,
                                                 out->id, &step, retry);
+    if (s == SESS_ID_TAKEN) /* the id is kept only when free: a copy gets its own */
+        s = attnd_session_open(p->table, v, &shape, st->len, max_len, now, NULL, out->id, &step,
+                               retry);
     if (s != SESS_OK) return attnd_session_refusal(s, NULL, &step.over, e);
     if (st->len && m->kv16) /* the file's rows into the cache's zeroed pages */
         attn_kv16_from_rows(step.kv, st->G, st->D, (size_t)st->len, st->kv);

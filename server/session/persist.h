@@ -42,12 +42,12 @@ typedef struct {
 } attnd_restored;
 
 /* Restores the state file bytes[0..n) as a new session whose id is want_id
- * (NULL: a new one). Returns 0 and fills out, or -1 with e set (and
- * *retry_after_s > 0 with a 429): 400 for a file that is malformed,
- * truncated or lies (its sentence says what is wrong), 409 when this
- * server serves no model of its name, or one with other weights (another
- * fingerprint) or another cache precision, or when want_id is taken; the
- * 400, 413 and 429 of an open for the rest (a malformed id, its limits). */
+ * when that is free, else (or when want_id is NULL) a new one. Returns 0
+ * and fills out, or -1 with e set (and *retry_after_s > 0 with a 429): 400
+ * for a file that is malformed, truncated or lies (its sentence says what
+ * is wrong), 409 when this server serves no model of its name, or one with
+ * other weights (another fingerprint) or another cache precision; the 400,
+ * 413 and 429 of an open for the rest (a malformed id, its limits). */
 int attnd_session_restore(const attnd_persist_env *p, const unsigned char *bytes, size_t n,
                           const char *want_id, double now, attnd_restored *out, attnd_error *e,
                           int *retry_after_s);

@@ -363,11 +363,22 @@ def test_refused_prefix_opens_nothing(daemons):
 
 
 def test_proposed_session_id(d):
-    """A load balancer may name the session (X-Session-Id, docs/deploy.md)."""
+    """A load balancer may name the session (X-Session-Id, docs/deploy.md);
+    every answer of a session, its open and its steps, names it in its own
+    X-Session-Id header."""
     name = GOLDENS[0]["name"]
     want = "00112233445566778899aabbccddeeff"
     r = open_session(d, name, headers={"X-Session-Id": want})
     assert r.status_code == 201 and r.json()["session"] == want
+    assert r.headers["X-Session-Id"] == want
+    r = open_session(d, name)
+    other = r.json()["session"]
+    assert r.status_code == 201 and r.headers["X-Session-Id"] == other != want
+    g = GOLDENS[0]
+    r = step(d, want, g["sequences"][0]["query"][:1])
+    assert r.status_code == 200 and r.headers["X-Session-Id"] == want, r.text[:300]
+    assert "X-Session-Id" not in d.get("/v1/models").headers
+    assert d.request("DELETE", "/v1/sessions/" + other).status_code == 204
     check_error_body(open_session(d, name, headers={"X-Session-Id": want}), 409)
     check_error_body(open_session(d, name, headers={"X-Session-Id": "Not-An-Id"}), 400)
     assert d.request("DELETE", "/v1/sessions/" + want).status_code == 204
@@ -535,7 +546,7 @@ def test_v2_open_takes_x_session_id(d):
 
     r = infer(q[:3], {"session_open": True}, sid)
     assert r.status_code == 200, r.text[:300]
-    assert r.json()["parameters"]["session_id"] == sid
+    assert r.json()["parameters"]["session_id"] == sid == r.headers["X-Session-Id"]
     msg = check_error_body(infer(q[:3], {"session_open": True}, sid), 409)
     assert "open already" in msg
     msg = check_error_body(infer(q[:3], {"session_open": True}, "NOT-hex"), 400)

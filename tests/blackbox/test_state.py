@@ -129,8 +129,11 @@ def test_state_file_and_restored_steps_bit_for_bit(pair, name):
 
 
 def test_restore_ids(pair):
-    """Without X-Session-Id the restored session gets a new id; a taken one
-    is 409; one that is not 128 random bits is 400 and says so."""
+    """Without X-Session-Id the restored session gets a new id; a free one
+    is kept; a taken one is not: the copy gets a new id (SPEC section 11:
+    "the id in X-Session-Id kept if free"); the answer's X-Session-Id
+    header and its body name the id either way. One that is not 128
+    random bits is 400 and says so."""
     a, b = pair
     name = "gqa_half"
     sid = open_session(a, name, rows(name, 3))
@@ -138,13 +141,18 @@ def test_restore_ids(pair):
     r = restore(b, data)
     assert r.status_code == 201 and re.fullmatch(r"[0-9a-f]{32}", r.json()["session"]), r.text
     new = r.json()["session"]
-    assert new != sid
-    msg = check_error_body(restore(b, data, new), 409)
-    assert "open already" in msg, msg
+    assert new != sid and r.headers["X-Session-Id"] == new
+    r = restore(b, data, sid)
+    assert r.status_code == 201 and r.json()["session"] == sid == r.headers["X-Session-Id"], r.text
+    r = restore(b, data, new)
+    assert r.status_code == 201, r.text
+    copy = r.json()["session"]
+    assert copy not in (sid, new) and r.headers["X-Session-Id"] == copy
+    assert r.json()["cached_tokens"] == 3
     for weak in ("1234", "0" * 32, "ab" * 16, "0123456789ABCDEF0123456789ABCDEF"):
         msg = check_error_body(restore(b, data, weak), 400)
         assert msg.startswith("X-Session-Id: ") and "128 random bits" in msg, msg
-    for d, s in ((a, sid), (b, new)):
+    for d, s in ((a, sid), (b, sid), (b, new), (b, copy)):
         assert d.request("DELETE", "/v1/sessions/" + s).status_code == 204
 
 
