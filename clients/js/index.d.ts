@@ -122,7 +122,7 @@ export interface SessionOptions extends Selection, CallOptions {
 }
 
 export interface RestoreOptions extends CallOptions {
-  /** Keep this id (409 when it is taken); a new one otherwise. */
+  /** Keep this id when it is free; a new one otherwise (Session.id says which). */
   id?: string;
 }
 

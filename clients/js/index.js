@@ -457,7 +457,8 @@ export class Client {
 
   /** A session from the bytes of Session.state() (POST /v1/sessions, an
    * application/octet-stream body), on this daemon or any replica serving
-   * the same model; opts.id keeps the session's id (409 when taken). */
+   * the same model; opts.id keeps the session's id when it is free (else a new one:
+   * session.id says which). */
   async restoreSession(bytes, opts = {}) {
     checkKeys("restoreSession", opts, ["id", ...CALL_OPTIONS]);
     if (!(bytes instanceof Uint8Array) && !(bytes instanceof ArrayBuffer)) {
