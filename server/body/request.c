@@ -78,7 +78,7 @@ static const jfield NATIVE_FIELDS[] = {
 // clang-format on
 /* Unknown fields are refused: a typo like "atention" must not silently
  * return no attention. */
-static const jtable NATIVE = JTABLE("field", NATIVE_FIELDS, 0);
+static const jtable NATIVE = JTABLE_NULL_ABSENT("field", NATIVE_FIELDS, 0);
 
 /* A native body of a kind (BODY_STEP: a session step's rows). */
 static int parse_native(const attnd_parse_env *env, const char *path_model, attnd_version *pin,

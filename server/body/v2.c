@@ -129,7 +129,8 @@ static float *wide_as_floats(void *raw, uint64_t n, int is_i64, int is_f64) {
 }
 
 /* The bytes of a binary input (need of them, for n elements), checked
- * like JSON data: floats finite, booleans 0 or 1. */
+ * like JSON data: floats finite (-inf allowed in attn_mask), booleans 0
+ * or 1. */
 static int take_binary(v2_input *in, int idx, uint64_t n, uint64_t need, int is_bool, v2_bin *bin,
                        attnd_error *e) {
     int is_i32 = strcmp(in->datatype, "INT32") == 0, is_i64 = strcmp(in->datatype, "INT64") == 0;
@@ -169,7 +170,8 @@ static int take_binary(v2_input *in, int idx, uint64_t n, uint64_t need, int is_
     }
     t->f = is_i32 || is_i64 || is_f64 ? wide_as_floats(buf, n, is_i64, is_f64) : buf;
     if (!t->f) return attnd_set_error(e, AERR_INTERNAL, "out of memory reading %s", in->name);
-    return attnd_tensor_check_finite(t, in->name, 0, e);
+    /* -inf hides a key in a float mask, as in a native tensor object */
+    return attnd_tensor_check_finite(t, in->name, strcmp(in->name, "attn_mask") == 0, e);
 }
 
 /* The role an input's name gives it (T_*), or -1 with e set: an unknown
@@ -312,7 +314,7 @@ static const jfield V2_PARAMETER_FIELDS[] = {
     {.name = "attention_datatype", .type = JF_WORD, .offset = V2(c.sel.dtype),
      .words = &attnd_attention_datatypes},
 };
-static const jtable V2_PARAMETERS = JTABLE("parameter", V2_PARAMETER_FIELDS, 1);
+static const jtable V2_PARAMETERS = JTABLE_NULL_ABSENT("parameter", V2_PARAMETER_FIELDS, 1);
 
 static const jfield V2_FIELDS[] = {
     {.name = "id", .type = JF_STRDUP, .offset = V2(id)},
@@ -323,7 +325,7 @@ static const jfield V2_FIELDS[] = {
 // clang-format on
 /* Unknown top-level fields and parameters are skipped: the protocol allows
  * extensions. */
-static const jtable V2 = JTABLE("field", V2_FIELDS, 1);
+static const jtable V2 = JTABLE_NULL_ABSENT("field", V2_FIELDS, 1);
 
 /* outputs and parameters.attention together: which outputs come back and
  * whether attention is computed. With attention_top_k the attention comes

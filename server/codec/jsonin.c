@@ -97,6 +97,11 @@ const char *attnd_jin_kind(jin *j) {
 }
 
 /* Fails on a NaN or infinity token at the cursor, saying why. */
+void attnd_jin_nonfinite_text(jin *j, char *buf, size_t cap) {
+    attnd_jin_peek(j);
+    snprintf(buf, cap, "%.*s", (int)nonfinite_len(j->p, j->end), j->p);
+}
+
 static int fail_nonfinite(jin *j) {
     size_t n = nonfinite_len(j->p, j->end);
     snprintf(j->err, sizeof(j->err),
@@ -668,7 +673,7 @@ static int unknown_key(const jtable *t, jpath *path, attnd_error *e) {
 
 int attnd_jin_object(jin *j, const jtable *t, void *dst, jpath *path, unsigned *given,
                      attnd_error *e) {
-    unsigned seen = 0;
+    unsigned seen = 0, keys = 0; /* fields given; keys met, null ones too */
     if (attnd_jin_next_type(j) != JT_OBJECT)
         return attnd_set_error(e, AERR_BAD_REQUEST, "%s: expected an object, got %s",
                                path->n ? path->s : "body", attnd_jin_kind(j));
@@ -685,10 +690,16 @@ int attnd_jin_object(jin *j, const jtable *t, void *dst, jpath *path, unsigned *
             if (!t->skip_unknown) return unknown_key(t, path, e);
             if (attnd_jin_skip(j) < 0) return attnd_jin_fail(j, path, e);
         } else {
-            if (seen & 1u << fi)
+            if (keys & 1u << fi)
                 return attnd_set_error(e, AERR_BAD_REQUEST, "%s: given twice", path->s);
-            seen |= 1u << fi;
-            if (read_field(j, &t->fields[fi], dst, path, e) < 0) return -1;
+            keys |= 1u << fi;
+            if (t->null_absent && attnd_jin_next_type(j) == JT_NULL &&
+                !(accepts(&t->fields[fi]) & 1u << JT_NULL)) {
+                if (attnd_jin_skip(j) < 0) return attnd_jin_fail(j, path, e); /* left out */
+            } else {
+                seen |= 1u << fi;
+                if (read_field(j, &t->fields[fi], dst, path, e) < 0) return -1;
+            }
         }
         attnd_jpath_cut(path, mark);
         r = attnd_jin_next(j, '}');

@@ -54,6 +54,9 @@ jin_type attnd_jin_next_type(jin *j);
  * array", "a number", "an object", "a boolean", "null", "NaN", "nothing",
  * "an invalid token". */
 const char *attnd_jin_kind(jin *j);
+/* The text of the NaN or Infinity (any case, signed) at the cursor, at most
+ * cap - 1 bytes, into buf; "" when the value is none. */
+void attnd_jin_nonfinite_text(jin *j, char *buf, size_t cap);
 
 /* Enters the array or object whose open ('[' or '{') is next: 0 when an
  * element follows, 1 when it was empty (and is left again), -1 on error
@@ -172,15 +175,22 @@ struct jtable {
     const jfield *fields; /* at most 32 */
     int n;
     int skip_unknown; /* 1: unknown keys are skipped (extensions); 0: refused */
+    int null_absent;  /* 1: a null value of a field that takes no null is as if the field
+                         were left out (what Jackson and Go write for an unset field) */
 };
 
 /* The table of an array of fields: JTABLE("field", FIELDS, 0). */
 #define JTABLE(what, fields, skip_unknown)                                                         \
-    { (what), (fields), (int)countof(fields), (skip_unknown) }
+    { (what), (fields), (int)countof(fields), (skip_unknown), 0 }
+/* The same, a null field left out (a request body's optional fields). */
+#define JTABLE_NULL_ABSENT(what, fields, skip_unknown)                                             \
+    { (what), (fields), (int)countof(fields), (skip_unknown), 1 }
 
 /* Walks the object next in j against t, into dst. Refuses, naming the
  * path: anything but an object; a key not in t (unless t skips them); a
  * key given twice; a value of the wrong type; a required field missing.
+ * With t->null_absent, a null where a field takes none is skipped, the
+ * field not given.
  * Sets *given (bit i: t->fields[i] was there) when given is not NULL.
  * Returns 0, or -1 with e set (400; 413 for a size past its max; what a
  * read function sets). */

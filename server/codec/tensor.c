@@ -123,11 +123,14 @@ static int leaf(nested *c, int depth) {
     char at[160];
     jin_type type = attnd_jin_next_type(c->j);
     int is_num = type == JT_NUMBER, is_bool = type == JT_BOOL;
-    if (type == JT_NONFINITE)
+    if (type == JT_NONFINITE) {
+        char word[16];
+        attnd_jin_nonfinite_text(c->j, word, sizeof word);
         return attnd_set_error(c->e, AERR_BAD_REQUEST,
-                               "%s: NaN is not a JSON number: JSON has no NaN or Infinity, and "
+                               "%s: %s is not a JSON number: JSON has no NaN or Infinity, and "
                                "attnd refuses non-finite numbers",
-                               where(c, depth, at, sizeof(at)));
+                               where(c, depth, at, sizeof(at)), word);
+    }
     if (c->kind == TK_ANY) {
         if (!is_num && !is_bool)
             return attnd_set_error(c->e, AERR_BAD_REQUEST,

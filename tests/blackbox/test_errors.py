@@ -178,7 +178,8 @@ BAD_400 = [
     ("nan_literal_says_why", b'{"model": "self_e64_h8", "query": [[0.5, NaN' + b", 0.5" * (E - 2)
      + b"]]}", ("query", 0, 1, "NaN", "non-finite")),
     ("infinity_literal_says_why", b'{"model": "self_e64_h8", "query": [[-Infinity' +
-     b", 0.5" * (E - 1) + b"]]}", ("query", "JSON has no NaN or Infinity")),
+     b", 0.5" * (E - 1) + b"]]}", ("query", "-Infinity is not a JSON number",
+                                    "JSON has no NaN or Infinity")),
     ("multipart_body", b'--b\r\nContent-Disposition: form-data; name="query"\r\n\r\n[[1]]\r\n'
      b"--b--\r\n", ("must be JSON", "multipart")),
     ("form_body", b"model=self_e64_h8&query=0.5", ("must be JSON", "form")),
@@ -661,6 +662,78 @@ def binary_v2_body(L=2):
     js = json.dumps({"inputs": [{"name": "query", "shape": [1, L, E], "datatype": "FP32",
                                  "parameters": {"binary_data_size": 4 * L * E}}]}).encode()
     return js, js + np.asarray(rows(L, E), dtype="<f4").tobytes()
+
+
+def test_null_is_a_field_left_out(d):
+    """An optional field given as null (what Jackson and Go's encoding/json
+    write for a field that is not set) is as if it were left out, in a
+    native body and a v2 one alike; a required one given as null is still
+    missing, and named."""
+    q = rows(3, E, seed=5)
+    base = d.post("/v1/attention", {"model": M, "query": q, "encoding": "base64"})
+    assert base.status_code == 200, base.text[:300]
+    nulls = {k: None for k in ("key", "value", "key_padding_mask", "attn_mask", "positions",
+                               "causal", "attention", "timeout_ms", "attention_heads",
+                               "attention_rows", "attention_top_k", "attention_dtype")}
+    r = d.post("/v1/attention", dict(nulls, model=M, query=q, encoding="base64"))
+    assert r.status_code == 200, r.text[:300]
+    assert r.json()["output"] == base.json()["output"] and "attention" not in r.json()
+    # key given, value null: value defaults to key (SPEC 1)
+    k = rows(5, E, seed=6)
+    a = d.post("/v1/attention", {"model": M, "query": q, "key": k, "encoding": "base64"})
+    b = d.post("/v1/attention", {"model": M, "query": q, "key": k, "value": None,
+                                 "encoding": None})
+    assert a.status_code == b.status_code == 200, (a.text[:200], b.text[:200])
+    got = np.frombuffer(base64.b64decode(a.json()["output"]["b64"]), "<f4").reshape(3, E)
+    assert np.array_equal(np.array(b.json()["output"], dtype=np.float32), got)
+    msg = check_error_body(d.post("/v1/attention", {"model": M, "query": None}), 400)
+    assert "query" in msg, msg
+    # v2: top-level and parameters
+    body = {"id": None, "outputs": None, "parameters": {"attention": None, "timeout_ms": None},
+            "inputs": [{"name": "query", "shape": [3, E], "datatype": "FP32",
+                        "data": np.asarray(q, dtype=np.float32).reshape(-1).tolist()}]}
+    r = d.post("/v2/models/%s/infer" % M, body)
+    assert r.status_code == 200, r.text[:300]
+    out = np.array(r.json()["outputs"][0]["data"], dtype=np.float32)
+    self_out = np.frombuffer(base64.b64decode(base.json()["output"]["b64"]), "<f4")
+    assert np.array_equal(out, self_out)
+    base_v2 = d.post("/v2/models/%s/infer" % M, {"inputs": body["inputs"]})
+    assert base_v2.json()["outputs"][0]["data"] == r.json()["outputs"][0]["data"]
+
+
+def test_v2_binary_float_mask_takes_minus_infinity(d):
+    """-inf in a float attn_mask hides a key (torch's usual float mask), in
+    the v2 binary data extension as in a native tensor object: the same
+    bits; +inf and NaN stay refused, named with their index."""
+    L = 3
+    q = np.asarray(rows(L, E, seed=8), dtype="<f4")
+    mask = np.zeros((L, L), dtype="<f4")
+    mask[0, 1] = mask[0, 2] = mask[2, 0] = -np.inf
+    mask[1, 2] = 0.25
+    native = d.post("/v1/attention", {"model": M, "query": b64_tensor(q),
+                                      "attn_mask": b64_tensor(mask), "encoding": "base64"})
+    assert native.status_code == 200, native.text[:300]
+    want = base64.b64decode(native.json()["output"]["b64"])
+
+    def v2_binary(m):
+        js = json.dumps({"inputs": [
+            {"name": "query", "shape": [1, L, E], "datatype": "FP32",
+             "parameters": {"binary_data_size": q.nbytes}},
+            {"name": "attn_mask", "shape": [L, L], "datatype": "FP32",
+             "parameters": {"binary_data_size": m.nbytes}}],
+            "outputs": [{"name": "output", "parameters": {"binary_data": True}}]}).encode()
+        return post_raw(d, "/v2/models/%s/infer" % M, js + q.tobytes() + m.tobytes(),
+                        {"Inference-Header-Content-Length": str(len(js))})
+
+    r = v2_binary(mask)
+    assert r.status_code == 200, r.text[:300]
+    n = int(r.headers["Inference-Header-Content-Length"])
+    assert r.content[n:] == want
+    for bad, word in ((np.inf, "infinity"), (np.nan, "NaN")):
+        m = mask.copy()
+        m[1, 0] = bad
+        msg = check_error_body(v2_binary(m), 400)
+        mentions(msg, "attn_mask", 1, 0, word)
 
 
 def test_bad_inference_header_content_length_400(d):
