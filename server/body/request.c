@@ -120,9 +120,15 @@ int attnd_parse_session_open(const attnd_parse_env *env, const char *body, size_
         ret = 1;
         goto cleanup;
     }
+    if (c.causal == 0) {
+        attnd_set_error(e, AERR_BAD_REQUEST,
+                        "causal: a session is always causal (each row sees the cache and the rows "
+                        "before it); leave causal out or give true");
+        goto cleanup;
+    }
     for (int i = 0; i < NATIVE.n; i++)
         if ((given & 1u << i) && NATIVE.fields[i].read != read_model &&
-            NATIVE.fields[i].read != attnd_read_timeout) {
+            NATIVE.fields[i].read != attnd_read_timeout && NATIVE.fields[i].type != JF_BOOL_NULL) {
             attnd_set_error(e, AERR_BAD_REQUEST,
                             "%s: a session opened without a prefix takes only \"model\" (give "
                             "the prefix rows as \"query\")",

@@ -279,7 +279,7 @@ def session_open_refusals(name, E):
          ["query: given twice"]),
         (('{%s, "attention": "mean"}' % m).encode(), 400,
          ["attention: a session opened without a prefix takes only \"model\""]),
-        (('{%s, "causal": true}' % m).encode(), 400, ["causal: a session opened without"]),
+        (('{%s, "causal": false}' % m).encode(), 400, ["causal: a session is always causal"]),
         (('{%s, "attention": "all", "query": [%s]}' % (m, row)).encode(), 400,
          ["attention: expected one of"]),
         (('{%s, "query": [[0.1, 0.2]]}' % m).encode(), 400, ["query: rows have 2 numbers"]),
@@ -382,6 +382,17 @@ def test_proposed_session_id(d):
     check_error_body(open_session(d, name, headers={"X-Session-Id": want}), 409)
     check_error_body(open_session(d, name, headers={"X-Session-Id": "Not-An-Id"}), 400)
     assert d.request("DELETE", "/v1/sessions/" + want).status_code == 204
+
+
+def test_empty_open_takes_causal_true(d):
+    """A session is always causal, so an open without a prefix may say so
+    (docs/api.md): 201, as with a prefix; null is left out."""
+    name = GOLDENS[0]["name"]
+    for body in ({"model": name, "causal": True}, {"model": name, "causal": None}):
+        r = d.post("/v1/sessions", body)
+        assert r.status_code == 201 and r.json()["cached_tokens"] == 0, r.text[:300]
+        sid = r.json()["session"]
+        assert d.request("DELETE", "/v1/sessions/" + sid).status_code == 204
 
 
 def test_budgets(daemons):
