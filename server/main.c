@@ -4,8 +4,10 @@
  *
  * Signals (docs/config.md, "Signals and exit codes"):
  *   SIGTERM, SIGINT, SIGQUIT  drain: stop accepting, answer every admitted
- *                             request, exit 0; exit 5 when server.drain_grace_s
- *                             passed with answers unfinished
+ *   SIGPWR, SIGRTMIN+3/+4     request, exit 0; exit 5 when server.drain_grace_s
+ *                             passed with answers unfinished (SIGPWR: LXC's
+ *                             stop; SIGRTMIN+3, +4: systemd's halt and
+ *                             poweroff, which nspawn --boot sends PID 1)
  *   SIGHUP                    the config file read again and its models
  *                             applied (server/reload.h); the other sections
  *                             need a restart
@@ -35,6 +37,22 @@ static void stop_signals(sigset_t *set) {
     sigaddset(set, SIGHUP);
     sigaddset(set, SIGUSR1);
     sigaddset(set, SIGUSR2);
+    sigaddset(set, SIGPWR);
+    sigaddset(set, SIGRTMIN + 3);
+    sigaddset(set, SIGRTMIN + 4);
+}
+
+static int stops(int sig) {
+    return sig == SIGTERM || sig == SIGINT || sig == SIGQUIT || sig == SIGPWR ||
+           sig == SIGRTMIN + 3 || sig == SIGRTMIN + 4;
+}
+
+/* "TERM", "RTMIN+3": a signal's name for the log (buf for the real-time ones). */
+static const char *sig_name(int sig, char buf[16]) {
+    const char *abbrev = sig < SIGRTMIN ? sigabbrev_np(sig) : NULL;
+    if (abbrev) return abbrev;
+    snprintf(buf, 16, "RTMIN+%d", sig - SIGRTMIN);
+    return buf;
 }
 
 /* Waits for a signal that stops the daemon; applies the config on SIGHUP,
@@ -43,14 +61,15 @@ static int wait_for_stop(attnd_server *srv, const sigset_t *set) {
     for (;;) {
         int sig = 0;
         if (sigwait(set, &sig) != 0) continue;
-        if (sig == SIGTERM || sig == SIGINT || sig == SIGQUIT) return sig;
+        if (stops(sig)) return sig;
         if (sig == SIGHUP) {
             attnd_log(LOG_INFO, "SIGHUP: reading the config file again");
             attnd_server_reload(srv);
             continue;
         }
+        char buf[16];
         attnd_log(LOG_WARN, "SIG%s: ignored (SIGHUP applies the config file's models)",
-                  sigabbrev_np(sig));
+                  sig_name(sig, buf));
     }
 }
 
@@ -118,7 +137,8 @@ static int serve(attnd_config *cfg, const sigset_t *set) {
     attnd_log(LOG_INFO, "listening on %s%s%s:%d", v6 ? "[" : "", host, v6 ? "]" : "",
               attnd_server_port(srv));
     int sig = wait_for_stop(srv, set);
-    attnd_log(LOG_INFO, "SIG%s: draining", sigabbrev_np(sig));
+    char name[16];
+    attnd_log(LOG_INFO, "SIG%s: draining", sig_name(sig, name));
     int cut = attnd_server_drain(srv);
     attnd_server_free(srv);
     if (cut) {

@@ -153,12 +153,20 @@ def test_drain_on_sigint(fresh_daemons, big):
     drain(fresh_daemons, big, signal.SIGINT, 4)
 
 
-def test_idle_sigterm_exits_zero(fresh_daemons):
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGQUIT, signal.SIGPWR,
+                                 signal.SIGRTMIN + 3, signal.SIGRTMIN + 4],
+                         ids=["TERM", "QUIT", "PWR", "RTMIN+3", "RTMIN+4"])
+def test_idle_stop_signal_exits_zero(fresh_daemons, sig):
+    """Each stop signal of docs/config.md's table drains and exits 0, and
+    the log names it."""
     d = fresh_daemons({"models": [GOLDENS[SMALL][1].config()]})
     assert d.get("/health").status_code == 200
     assert d.get("/v2/health/live").status_code == 200
     assert d.get("/v2/health/ready").status_code == 200
-    d.check_clean_exit(signal.SIGTERM)
+    d.check_clean_exit(sig)
+    name = signal.Signals(sig).name if sig < signal.SIGRTMIN else "SIGRTMIN+%d" % (
+        sig - signal.SIGRTMIN)
+    assert "%s: draining" % name in d.logs(), d.logs()
 
 
 # ---------------------------------------------------------------- overload, deadline
