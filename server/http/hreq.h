@@ -21,7 +21,7 @@
 enum { P_HEADERS = 0, P_BODY, P_WAIT, P_SENT };
 
 /* X-Request-Id: 1 to 64 of [A-Za-z0-9._:-] and the NUL. */
-#define ATTND_REQUEST_ID_MAX 65
+#define ATTND_REQUEST_ID_MAX 129
 
 /* One HTTP request: the scheduler's job (r) and what the HTTP side keeps
  * for it. Lives from the first handler call to the completion callback

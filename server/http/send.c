@@ -36,14 +36,15 @@ static void resolve(void) {
 
 /* ---- request ids ---- */
 
+/* An id to echo: 1 to 128 visible ASCII characters but the quote and the
+ * backslash (UUIDs, AWS's Root=...;Parent=..., base64, paths), so that it
+ * goes into a header and a log line as it came, with nothing to escape. */
 static int sane_id(const char *s) {
     size_t n = 0;
     for (; s[n]; n++) {
-        char c = s[n];
+        unsigned char c = (unsigned char)s[n];
         if (n >= ATTND_REQUEST_ID_MAX - 1) return 0;
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '-' || c == '_' || c == '.' || c == ':'))
-            return 0;
+        if (c <= 0x20 || c >= 0x7f || c == '"' || c == '\\') return 0;
     }
     return n > 0;
 }

@@ -397,6 +397,27 @@ def test_request_id_echoed_and_made(small, method, path, body, status):
             assert k in timing and timing[k] is not None and timing[k] >= 0, st
 
 
+@pytest.mark.parametrize("rid,echoed", [
+    ("7d1c2b7e-4f0a-4d4c-9f5e-2f1f5c2a9b10", True),
+    ("Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8", True),
+    ("abc/123+xyz==", True),
+    ("x" * 128, True),
+    ("x" * 129, False),
+    ("has space", False),
+    ('quo"te', False),
+])
+def test_request_id_echoed_as_sent(small, rid, echoed):
+    """Any sane id a client or proxy sends comes back as it was sent, and
+    in the access log; one that is not (too long, a space, a quote) is
+    replaced by a made one."""
+    r = small.get("/v1/models", headers={"X-Request-Id": rid})
+    assert r.status_code == 200
+    got = r.headers["X-Request-Id"]
+    assert (got == rid) == echoed, got
+    if echoed:
+        assert support.wait_until(lambda: ("id=%s" % rid) in small.logs(), 5), small.logs(3000)
+
+
 def parse_server_timing(value):
     out = {}
     for part in value.split(","):
