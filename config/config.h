@@ -28,7 +28,8 @@ typedef struct {
     char *host;                        /* "0.0.0.0" */
     int port;                          /* 8080; 0 = pick a free port (tests) */
     int grpc_port;                     /* 8081; 0 = no gRPC; -1 = pick a free port (tests) */
-    int http_threads;                  /* HTTP polling threads; 0 = auto (server/base/cpus.c) */
+    int http_threads;                  /* HTTP polling threads as read; 0 = auto */
+    int http_pollers;                  /* http_threads resolved (server/base/cpus.c) */
     long long max_body_bytes;          /* request body limit, bytes -> 413 */
     int request_timeout_ms;            /* admission to answer; past it -> 504 */
     int max_connections;               /* concurrent connections accepted */
@@ -58,8 +59,12 @@ typedef struct {
     int max_queue_delay_us; /* while compute is idle, how long a batch waits for company */
     int max_queue_requests; /* queued requests per model; past it -> 429 */
     /* workers */
-    int worker_threads; /* threads of the one compute pool; 0 = auto (server/base/cpus.c) */
+    int worker_threads; /* threads of the one compute pool as read; 0 = auto */
     int blas_threads;   /* obsolete; 0 = not given, else the pool gets worker_threads x this */
+    /* worker_threads and blas_threads resolved (server/base/cpus.c): the pool's
+     * threads. The keys keep what was read, so that a reload compares like
+     * with like (attnd_config_changed_keys). */
+    int compute_threads;
     char *pin_threads;  /* "auto" | "on" | "off": compute threads pinned one CPU each */
     int pin;            /* pin_threads resolved (server/base/cpus.c): 1 = pinned */
     char *bf16_kernels; /* a word of attnd_bf16_kernel_caps: "auto" | "amx-bf16" |

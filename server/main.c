@@ -112,9 +112,9 @@ static void size_threads(attnd_config *cfg) {
               ATTND_VERSION, blas->core,
               blas->by_user ? "from OPENBLAS_CORETYPE" : "chosen from the cpu features",
               blas->features, cpus.n, cpus.n == 1 ? "" : "s", cpus.affinity, cpus.quota,
-              cfg->worker_threads, cfg->worker_threads == 1 ? "" : "s",
-              cfg->pin ? " (pinned, one cpu each)" : "", cfg->http_threads,
-              cfg->http_threads == 1 ? "" : "s");
+              cfg->compute_threads, cfg->compute_threads == 1 ? "" : "s",
+              cfg->pin ? " (pinned, one cpu each)" : "", cfg->http_pollers,
+              cfg->http_pollers == 1 ? "" : "s");
     if (blas->warning) attnd_log(LOG_WARN, "%s", blas->warning);
     if (note[0]) attnd_log(LOG_WARN, "%s", note);
     if (cfg->config_path)

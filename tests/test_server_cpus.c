@@ -105,8 +105,10 @@ START_TEST(test_resolve) {
     attnd_config c;
     ck_assert_int_eq(attnd_config_defaults(&c), 0);
     attnd_threads_resolve(&c, &cpus, note, sizeof note);
-    ck_assert_int_eq(c.worker_threads, 3);
-    ck_assert_int_eq(c.http_threads, 3);
+    ck_assert_int_eq(c.compute_threads, 3);
+    ck_assert_int_eq(c.http_pollers, 3);
+    ck_assert_int_eq(c.worker_threads, 0); /* the keys keep what was read: auto */
+    ck_assert_int_eq(c.http_threads, 0);
     ck_assert_str_eq(note, "");
     attnd_config_free(&c);
 
@@ -114,15 +116,16 @@ START_TEST(test_resolve) {
     c.worker_threads = 5;
     c.http_threads = 2;
     attnd_threads_resolve(&c, &cpus, note, sizeof note);
-    ck_assert_int_eq(c.worker_threads, 5); /* explicit values stay */
-    ck_assert_int_eq(c.http_threads, 2);
+    ck_assert_int_eq(c.compute_threads, 5); /* explicit values stay */
+    ck_assert_int_eq(c.http_pollers, 2);
     attnd_config_free(&c);
 
     ck_assert_int_eq(attnd_config_defaults(&c), 0); /* an old config's pair */
     c.worker_threads = 2;
     c.blas_threads = 4;
     attnd_threads_resolve(&c, &cpus, note, sizeof note);
-    ck_assert_int_eq(c.worker_threads, 8);
+    ck_assert_int_eq(c.compute_threads, 8);
+    ck_assert_int_eq(c.worker_threads, 2);
     ck_assert_msg(strstr(note, "workers.blas_threads is obsolete") && strstr(note, "8 threads"),
                   "%s", note);
     attnd_config_free(&c);
@@ -130,14 +133,14 @@ START_TEST(test_resolve) {
     ck_assert_int_eq(attnd_config_defaults(&c), 0);
     c.blas_threads = 2; /* alone: workers.threads counts as 1 */
     attnd_threads_resolve(&c, &cpus, note, sizeof note);
-    ck_assert_int_eq(c.worker_threads, 2);
+    ck_assert_int_eq(c.compute_threads, 2);
     attnd_config_free(&c);
 
     attnd_cpus big = {.n = 200, .affinity = 200, .quota = 0};
     ck_assert_int_eq(attnd_config_defaults(&c), 0);
     attnd_threads_resolve(&c, &big, note, sizeof note);
-    ck_assert_int_eq(c.worker_threads, 200);
-    ck_assert_int_eq(c.http_threads, 64); /* capped */
+    ck_assert_int_eq(c.compute_threads, 200);
+    ck_assert_int_eq(c.http_pollers, 64); /* capped */
     attnd_config_free(&c);
 }
 END_TEST

@@ -141,7 +141,7 @@ static void config(attnd_config *c, int batch_requests, int delay_us, int queue,
     c->max_queue_delay_us = delay_us;
     c->max_queue_requests = queue;
     c->request_timeout_ms = timeout_ms;
-    c->worker_threads = 1;
+    c->compute_threads = 1;
 }
 
 static attnd_sched *sched_of(const attnd_config *c, attnd_metrics *mt) {

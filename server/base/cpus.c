@@ -175,24 +175,24 @@ int attnd_cpus_list(int *out, int cap) {
 
 void attnd_threads_resolve(attnd_config *c, const attnd_cpus *cpus, char *note, size_t notelen) {
     if (notelen) note[0] = '\0';
+    c->compute_threads = c->worker_threads > 0 ? c->worker_threads : cpus->n;
     if (c->blas_threads > 0) { /* the old pair: batches at once x threads per batch */
         long long t = (long long)(c->worker_threads > 0 ? c->worker_threads : 1) * c->blas_threads;
-        c->worker_threads = t > MAX_POOL_THREADS ? MAX_POOL_THREADS : (int)t;
+        c->compute_threads = t > MAX_POOL_THREADS ? MAX_POOL_THREADS : (int)t;
         snprintf(note, notelen,
                  "workers.blas_threads is obsolete: one compute pool of %d threads "
                  "(workers.threads x workers.blas_threads) serves every batch; leave both out "
                  "to use the %d CPUs this process may use",
-                 c->worker_threads, cpus->n);
-    } else if (c->worker_threads == 0) {
-        c->worker_threads = cpus->n;
+                 c->compute_threads, cpus->n);
     }
-    if (c->http_threads == 0)
-        c->http_threads = cpus->n < MAX_HTTP_THREADS ? cpus->n : MAX_HTTP_THREADS;
+    c->http_pollers = c->http_threads > 0          ? c->http_threads
+                      : cpus->n < MAX_HTTP_THREADS ? cpus->n
+                                                   : MAX_HTTP_THREADS;
     int pin = ATTND_PIN_AUTO;
     if (c->pin_threads) attnd_enum_value(&attnd_pins, c->pin_threads, &pin);
     /* auto: the pool owns the affinity mask's CPUs, one thread each, and no
      * quota shares them out more thinly */
     int owns =
-        c->worker_threads == cpus->affinity && (cpus->quota == 0 || cpus->quota >= cpus->affinity);
+        c->compute_threads == cpus->affinity && (cpus->quota == 0 || cpus->quota >= cpus->affinity);
     c->pin = pin == ATTND_PIN_ON || (pin == ATTND_PIN_AUTO && owns);
 }

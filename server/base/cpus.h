@@ -40,12 +40,14 @@ int attnd_cgroup_v1_cpus(const char *quota, const char *period);
  * them into out: their count (0 when the mask cannot be read). */
 int attnd_cpus_list(int *out, int cap);
 
-/* Fills the thread counts left at 0 (auto) in c: workers.threads = the
- * CPUs (times workers.blas_threads's old meaning when that is set, see
- * docs/config.md), server.http_threads = the CPUs, capped at 64; and
- * c->pin from workers.pin_threads (auto: pinned when the pool has one
- * thread per CPU of the affinity mask and no smaller quota). Writes a
- * warning sentence into note (or "") when an obsolete key was used. */
+/* Fills the resolved thread counts of c from its keys, which it leaves as
+ * read: c->compute_threads = workers.threads, or the CPUs when 0 (times
+ * workers.blas_threads's old meaning when that is set, see
+ * docs/config.md); c->http_pollers = server.http_threads, or the CPUs
+ * capped at 64 when 0; and c->pin from workers.pin_threads (auto: pinned
+ * when the pool has one thread per CPU of the affinity mask and no smaller
+ * quota). Writes a warning sentence into note (or "") when an obsolete key
+ * was used. */
 void attnd_threads_resolve(attnd_config *c, const attnd_cpus *cpus, char *note, size_t notelen);
 
 #endif

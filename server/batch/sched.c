@@ -2,7 +2,7 @@
  * See sched.h.
  *
  * One batcher thread owns the process's one compute pool (an attn_ctx of
- * cfg->worker_threads threads: the batcher's own and its helpers). As soon
+ * cfg->compute_threads threads: the batcher's own and its helpers). As soon
  * as compute is free and a queue holds work it takes a batch, up to the
  * token and request caps (continuous batching: requests that arrive while
  * a batch computes form the next one), drops those whose client left, and
@@ -585,9 +585,10 @@ attnd_sched *attnd_sched_new(const attnd_sched_opts *o, char *err, size_t errlen
         snprintf(err, errlen, "out of memory starting the scheduler");
         goto fail;
     }
-    s->ctx = attn_ctx_new(o->cfg->worker_threads);
+    s->ctx = attn_ctx_new(o->cfg->compute_threads);
     if (!s->ctx) {
-        snprintf(err, errlen, "cannot create a compute pool of %d threads", o->cfg->worker_threads);
+        snprintf(err, errlen, "cannot create a compute pool of %d threads",
+                 o->cfg->compute_threads);
         goto fail;
     }
     s->pipe = attnd_pipeline_new(s->ctx, cap);

@@ -3,7 +3,7 @@
  * Each model has a FIFO queue (by its slot, models/registry.h; a batch
  * holds requests of one version of it: weights never mix in a batch). One
  * batcher thread owns the process's compute pool (an attn_ctx of
- * cfg->worker_threads threads). As soon as compute is
+ * cfg->compute_threads threads). As soon as compute is
  * free and a queue holds work it takes a batch of up to max_batch_requests
  * requests and max_batch_tokens tokens (waiting up to max_queue_delay_us
  * for company first, when that is set), packs the sequences without padding
@@ -53,7 +53,7 @@ typedef struct {
 
 typedef struct attnd_sched attnd_sched;
 
-/* Starts the compute pool (attn_ctx_new(cfg->worker_threads), resolved
+/* Starts the compute pool (attn_ctx_new(cfg->compute_threads), resolved
  * from the CPUs before: server/base/cpus.c), the batcher and the sweeper. */
 attnd_sched *attnd_sched_new(const attnd_sched_opts *o, char *err, size_t errlen);
 /* Queues r (admitted: attnd_admit). Takes a reference on success.

@@ -126,8 +126,8 @@ static json_t *models_json(const attnd_config *c, attnd_version *const *vs, int 
         (json_int_t)c->max_attention_floats, "request_timeout_ms", c->request_timeout_ms,
         "batching", "max_batch_tokens", c->max_batch_tokens, "max_batch_requests",
         c->max_batch_requests, "max_queue_delay_us", c->max_queue_delay_us, "max_queue_requests",
-        c->max_queue_requests, "workers", "threads", c->worker_threads, "compute", "threads",
-        c->worker_threads, "cpus", cpus.n, "http_threads", c->http_threads, "blas_core",
+        c->max_queue_requests, "workers", "threads", c->compute_threads, "compute", "threads",
+        c->compute_threads, "cpus", cpus.n, "http_threads", c->http_pollers, "blas_core",
         blas ? blas->core : "none", "blas_core_from_env", blas && blas->by_user, "cpu_features",
         blas ? blas->features : "");
     json_object_set_new(json_object_get(root, "compute"), "pinned", json_boolean(c->pin));

@@ -568,7 +568,7 @@ static int start_mhd(attnd_http *s, char *err, size_t errlen) {
     s->mhd = MHD_start_daemon(
         flags, (uint16_t)c->port, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log,
         NULL, MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_THREAD_POOL_SIZE,
-        (unsigned)c->http_threads, MHD_OPTION_CONNECTION_LIMIT, (unsigned)c->max_connections,
+        (unsigned)c->http_pollers, MHD_OPTION_CONNECTION_LIMIT, (unsigned)c->max_connections,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)c->connection_timeout_s,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_NOTIFY_CONNECTION, on_connection,
         s, MHD_OPTION_UNESCAPE_CALLBACK, unescape, NULL, MHD_OPTION_END);

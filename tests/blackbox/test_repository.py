@@ -1126,6 +1126,31 @@ def test_sighup_with_explicit_control(fresh_daemons, tmp_path):
     served(dd, "a", a2, 2)
 
 
+
+def restart_lines(log):
+    return [ln for ln in log.splitlines() if "needs a restart" in ln]
+
+
+def test_sighup_names_only_the_keys_changed(fresh_daemons, tmp_path):
+    """The thread counts left at 0 (auto) run as the CPUs give them, yet a
+    SIGHUP over the untouched file (or with no file at all) logs no key as
+    needing a restart; a real change of one such key names that key alone."""
+    a1 = save(tmp_path, "a1.safetensors", "a", 151)
+    cfg = {"models": [entry(a1)]}
+    dd = fresh_daemons(cfg)
+    log = hup(dd)
+    assert restart_lines(log) == [], log[-3000:]
+    served(dd, "a", a1, 1)
+    bare = fresh_daemons()  # no config file: the embedded default model
+    log = hup(bare)
+    assert restart_lines(log) == [], log[-3000:]
+    for section, key, value in (("server", "http_threads", 1), ("workers", "threads", 1)):
+        write_config(dd, dict(cfg, **{section: {key: value}}))
+        lines = restart_lines(hup(dd))
+        assert len(lines) == 1 and "%s.%s changed" % (section, key) in lines[0], lines
+    served(dd, "a", a1, 1)
+
+
 # ---------------------------------------------------------------- memory
 
 BIG_E, BIG_H = 2048, 16
