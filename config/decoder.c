@@ -67,7 +67,8 @@ static const char *const scaling_keys[] = {
 
 /* Sets r->scaling from "type" or "rope_type" (Hugging Face configs often
  * carry both, since older code reads "type": the same value twice is one
- * type, two values are a contradiction). *type is the name given. */
+ * type, two values are a contradiction). "default" is Hugging Face's name
+ * for no scaling. *type is the name given. */
 static int scaling_type(attn_rope *r, json_t *obj, const char **type, const char *src,
                         const char *path, char *err, size_t errlen) {
     char key[320];
@@ -83,14 +84,18 @@ static int scaling_type(attn_rope *r, json_t *obj, const char **type, const char
     attnd_enum_list(&attnd_rope_scalings, " or ", words, sizeof words);
     if (!*type)
         return cfg_fail(err, errlen, "%s: %s: missing or not a string; %s.", src, key, words);
+    if (strcmp(*type, "default") == 0) {
+        r->scaling = ATTN_ROPE_SCALE_NONE;
+        return 0;
+    }
     if (attnd_enum_value(&attnd_rope_scalings, *type, &scaling) < 0)
         return cfg_fail(err, errlen, "%s: %s: \"%.60s\" is not %s.", src, key, *type, words);
     r->scaling = (attn_rope_scaling)scaling;
     return 0;
 }
 
-/* The numbers r->scaling takes: "factor" for linear; for llama3 also
- * "low_freq_factor" < "high_freq_factor" and
+/* The numbers r->scaling takes: none for "default"; "factor" for linear;
+ * for llama3 also "low_freq_factor" < "high_freq_factor" and
  * "original_max_position_embeddings". Each must be given, or not, as the
  * type says. */
 static int scaling_numbers(attn_rope *r, json_t *obj, const char *type, const char *src,
@@ -98,7 +103,7 @@ static int scaling_numbers(attn_rope *r, json_t *obj, const char *type, const ch
     static const char *const need[] = {"factor", "low_freq_factor", "high_freq_factor",
                                        "original_max_position_embeddings"};
     double *dst[] = {&r->factor, &r->low_freq_factor, &r->high_freq_factor};
-    int n = r->scaling == ATTN_ROPE_SCALE_LINEAR ? 1 : 4;
+    int n = r->scaling == ATTN_ROPE_SCALE_NONE ? 0 : r->scaling == ATTN_ROPE_SCALE_LINEAR ? 1 : 4;
     char key[320];
     for (int i = 0; i < 4; i++) {
         json_t *x = json_object_get(obj, need[i]);
@@ -106,7 +111,9 @@ static int scaling_numbers(attn_rope *r, json_t *obj, const char *type, const ch
         if (!x && i < n)
             return cfg_fail(err, errlen, "%s: %s: missing; %s scaling needs it.", src, key, type);
         if (x && i >= n)
-            return cfg_fail(err, errlen, "%s: %s: only llama3 scaling takes it.", src, key);
+            return cfg_fail(err, errlen, "%s: %s: %s.", src, key,
+                            n ? "only llama3 scaling takes it"
+                              : "\"default\" is no scaling and takes no numbers");
         if (!x) continue;
         int bad = i < 3 ? positive(x, 1e6, dst[i], src, key, err, errlen)
                         : integer(x, 1, 1 << 30, &r->original_max_position, src, key, err, errlen);
@@ -122,10 +129,13 @@ static int scaling_numbers(attn_rope *r, json_t *obj, const char *type, const ch
 /* The "scaling" object: {"type": "linear", "factor": F} or {"type":
  * "llama3", "factor", "low_freq_factor", "high_freq_factor",
  * "original_max_position_embeddings"}, as Hugging Face's rope_scaling
- * (whose "rope_type" is taken for "type"; both may be given when equal). */
+ * (whose "rope_type" is taken for "type"; both may be given when equal).
+ * null and {"type": "default"} are no scaling, as Hugging Face writes it. */
 static int parse_scaling(attn_rope *r, json_t *obj, const char *src, const char *path, char *err,
                          size_t errlen) {
     char hint[160];
+    r->scaling = ATTN_ROPE_SCALE_NONE;
+    if (json_is_null(obj)) return 0;
     if (!json_is_object(obj)) return cfg_fail(err, errlen, "%s: %s: must be an object.", src, path);
     const char *name, *type = NULL;
     json_t *v;
@@ -146,9 +156,14 @@ int attnd_rope_parse(attnd_model_config *mc, json_t *obj, const char *src, const
                      char *err, size_t errlen) {
     attn_rope *r = &mc->hp.rope;
     char key[320], hint[160];
+    if (json_is_null(obj)) { /* as if left out: no rotary positions */
+        *r = (attn_rope){.dim = 0};
+        return 0;
+    }
     if (!json_is_object(obj))
-        return cfg_fail(err, errlen, "%s: %s: must be an object, like {\"theta\": 10000}.", src,
-                        path);
+        return cfg_fail(err, errlen,
+                        "%s: %s: must be an object, like {\"theta\": 10000} (or null: no rope).",
+                        src, path);
     *r = (attn_rope){.dim = -1, .theta = 10000, .style = ATTN_ROPE_HALF}; /* dim -1: D */
     const char *name;
     json_t *v;

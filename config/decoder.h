@@ -12,7 +12,8 @@
 #include "weights.h"
 
 /* Reads the "rope" object at `path` into mc->hp.rope (dim -1 until
- * attnd_model_check sets it to the head width). src names the file. */
+ * attnd_model_check sets it to the head width); null is no rope, as if the
+ * key were left out. src names the file. */
 int attnd_rope_parse(attnd_model_config *mc, json_t *obj, const char *src, const char *path,
                      char *err, size_t errlen);
 

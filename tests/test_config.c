@@ -672,6 +672,23 @@ START_TEST(decoder_keys_land) {
     ck_assert(m.hp.rope.factor == 8);
     attnd_config_free(&c);
 
+    /* Hugging Face's "no scaling": null, or the type "default" by either name */
+    const char *none[] = {"null", "{\"rope_type\":\"default\"}", "{\"type\":\"default\"}",
+                          "{\"type\":\"default\",\"rope_type\":\"default\"}"};
+    for (int i = 0; i < (int)(sizeof none / sizeof none[0]); i++) {
+        char text[512];
+        snprintf(text, sizeof text, LLAMA(",\"rope\":{\"theta\":500000,\"scaling\":%s}"), none[i]);
+        m = load_one(text, &c);
+        ck_assert_msg(m.hp.rope.scaling == ATTN_ROPE_SCALE_NONE, "%s", none[i]);
+        ck_assert_int_eq(m.hp.rope.dim, 8);
+        ck_assert(m.hp.rope.theta == 500000);
+        attnd_config_free(&c);
+    }
+    /* "rope": null is no rope, as if left out */
+    m = load_one(LLAMA(",\"rope\":null"), &c);
+    ck_assert_int_eq(m.hp.rope.dim, 0);
+    attnd_config_free(&c);
+
     /* other layouts keep torch's defaults */
     m = load_one("{\"models\":[" MODEL("t", 8, 2) "]}", &c);
     ck_assert_int_eq(m.hp.bias, 1);
@@ -719,6 +736,12 @@ START_TEST(decoder_combinations_refused) {
                    "models[0].rope.scaling", "\"type\" and \"rope_type\" differ");
     expect_refused(LLAMA(",\"rope\":{\"scaling\":{\"rope_type\":\"yarn\",\"factor\":2}}"),
                    "models[0].rope.scaling.rope_type", "not \"linear\" or \"llama3\"");
+    expect_refused(LLAMA(",\"rope\":{\"scaling\":{\"type\":\"dynamic\",\"factor\":2}}"),
+                   "models[0].rope.scaling.type", "not \"linear\" or \"llama3\"");
+    expect_refused(LLAMA(",\"rope\":{\"scaling\":{\"rope_type\":\"default\",\"factor\":2}}"),
+                   "models[0].rope.scaling.factor", "no scaling and takes no numbers");
+    expect_refused(LLAMA(",\"rope\":null,\"max_positions\":100"), "models[0].max_positions",
+                   "only a model with rope");
     expect_refused(LLAMA(",\"rope\":{\"scaling\":{\"type\":\"linear\",\"factr\":2}}"),
                    "models[0].rope.scaling.factr", "did you mean \"factor\"");
     expect_refused(LLAMA(",\"scale\":0"), "models[0].scale", "out of range");
