@@ -225,6 +225,11 @@ int attnd_model_check(attnd_model_config *mc, const char *at, const char *src, c
                         "tensors, which have num_kv_heads = num_heads and head_dim = "
                         "embed_dim / num_heads; use \"llama\", \"hf_proj\" or a tensors map.",
                         src, at);
+    if (hp->rope.dim == -1 && D % 2)
+        return cfg_fail(err, errlen,
+                        "%s: %srope.dim: %d is odd: left out, it is the head width, and rotary "
+                        "positions turn pairs of columns; give an even rope.dim below %d.",
+                        src, at, D, D);
     if (hp->rope.dim == -1) hp->rope.dim = D;
     if (hp->rope.dim > D)
         return cfg_fail(err, errlen, "%s: %srope.dim: %d is wider than a head (%d columns).", src,

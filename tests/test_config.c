@@ -702,6 +702,11 @@ START_TEST(decoder_combinations_refused) {
                    "3 does not divide num_heads 8");
     expect_refused(LLAMA(",\"num_kv_heads\":0"), "models[0].num_kv_heads", "out of range");
     expect_refused(LLAMA(",\"rope\":{\"dim\":7}"), "models[0].rope.dim", "7 is odd");
+    /* left out, rope.dim is the head width, which may be odd */
+    expect_refused(LLAMA(",\"head_dim\":7,\"rope\":{}"), "models[0].rope.dim", "7 is odd");
+    expect_refused("{\"models\":[{\"name\":\"d\",\"embed_dim\":56,\"num_heads\":8,"
+                   "\"layout\":\"llama\",\"weights\":\"w.safetensors\",\"rope\":{}}]}",
+                   "models[0].rope.dim", "give an even rope.dim");
     expect_refused(LLAMA(",\"rope\":{\"dim\":10}"), "models[0].rope.dim",
                    "wider than a head (8 columns)");
     expect_refused(LLAMA(",\"head_dim\":4,\"rope\":{\"dim\":6}"), "models[0].rope.dim",

@@ -75,6 +75,10 @@ BAD = [
     ("model_heads_do_not_divide", {"models": [model_cfg(num_heads=3)]}, ("num_heads",)),
     ("kv_heads_do_not_divide", {"models": [model_cfg(num_heads=8, num_kv_heads=3)]},
      ("models[0].num_kv_heads", "3 does not divide num_heads 8")),
+    # rope.dim left out is the head width, here 7: odd, refused as the config's
+    ("rope_dim_default_odd", {"models": [model_cfg(embed_dim=56, num_heads=8, layout="llama",
+                                                   rope={})]},
+     ("models[0].rope.dim", "7 is odd")),
     ("models_not_list", {"models": {"name": "x"}}, ("models",)),
     ("duplicate_model_names", {"models": [model_cfg(), model_cfg()]}, ("self_e16_h1",)),
     ("server_key_in_wrong_section", {"server": {"max_batch_tokens": 3},
