@@ -7,7 +7,8 @@
  * Layouts (names before the prefix; docs/config.md):
  *   torch    in_proj_weight (3E,E) + in_proj_bias (3E) when kdim = vdim = E,
  *            else q_proj_weight (E,E), k_proj_weight (E,Kd), v_proj_weight
- *            (E,Vd) + in_proj_bias (3E); out_proj.weight, out_proj.bias
+ *            (E,Vd) + in_proj_bias (3E); out_proj.weight, out_proj.bias;
+ *            a file holding bias_k or bias_v (add_bias_kv) is refused
  *   bert     attention.self.{query,key,value}.{weight,bias},
  *            attention.output.dense.{weight,bias}
  *   hf_proj  {q,k,v}_proj.{weight,bias}; out_proj.* or else o_proj.*
@@ -309,6 +310,25 @@ static int load_roles(attn_model *m, const attnd_model_config *mc, int layout, c
     return 0;
 }
 
+/* nn.MultiheadAttention(add_bias_kv=True) saves bias_k and bias_v, a key
+ * and a value row added to every sequence, which attnd does not compute:
+ * such a file is refused rather than served without them. */
+static int torch_bias_kv(const attnd_model_config *mc, const st_header *h, const char *file,
+                         char *err, size_t errlen) {
+    static const char *const extra[] = {"bias_k", "bias_v"};
+    char name[2200];
+    for (int i = 0; i < 2; i++) {
+        snprintf(name, sizeof name, "%s%s", mc->prefix ? mc->prefix : "", extra[i]);
+        if (st_find(h, name))
+            return cfg_fail(err, errlen,
+                            "%s: tensor \"%s\" is nn.MultiheadAttention's add_bias_kv row, "
+                            "which adds a key and a value to every sequence; attnd does not "
+                            "serve add_bias_kv layers (model \"%s\").",
+                            file, name, mc->name);
+    }
+    return 0;
+}
+
 static int load_from(attn_model *m, const attnd_model_config *mc, const st_header *h,
                      const source *src, const char *file, char *err, size_t errlen) {
     int layout = ATTND_LAYOUT_TORCH;
@@ -317,6 +337,7 @@ static int load_from(attn_model *m, const attnd_model_config *mc, const st_heade
         return cfg_fail(err, errlen, "%s: model \"%s\": unknown layout \"%s\" (%s).", file,
                         mc->name, mc->layout,
                         attnd_enum_list(&attnd_layouts, " or ", words, sizeof words));
+    if (layout == ATTND_LAYOUT_TORCH && torch_bias_kv(mc, h, file, err, errlen) != 0) return -1;
     if (attn_model_init(m, &mc->hp, err, errlen) != 0) return -1;
     const attn_hparams *hp = &m->hp;
     if (layout == ATTND_LAYOUT_TORCH &&

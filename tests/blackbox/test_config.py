@@ -161,6 +161,23 @@ def test_bad_weights_refused(tmp_path, which):
     refused(tmp_path, {"models": [model_cfg(weights=str(w))]}, words, code=EXIT_WEIGHTS)
 
 
+@pytest.mark.parametrize("extra", [("bias_k",), ("bias_v",), ("bias_k", "bias_v")])
+@pytest.mark.parametrize("prefix", ["", "layers.0.attn."])
+def test_add_bias_kv_refused(tmp_path, extra, prefix):
+    """nn.MultiheadAttention(add_bias_kv=True) keeps bias_k and bias_v (1, 1, E)
+    beside its other tensors; attnd does not serve them, so such a file is
+    refused at start-up (exit 3) naming the file and the tensor, not served
+    without them."""
+    w = tmp_path / "biaskv.safetensors"
+    tensors = {prefix + k: v for k, v in SMALL.sd.items()}
+    for name in extra:
+        tensors[prefix + name] = np.full((1, 1, SMALL.E), 0.5, np.float32)
+    support.write_safetensors(w, tensors)
+    text = refused(tmp_path, {"models": [model_cfg(weights=str(w), prefix=prefix)]},
+                   ["biaskv.safetensors", prefix + extra[0], "add_bias_kv"], code=EXIT_WEIGHTS)
+    assert "does not serve" in text, text
+
+
 def test_help_lists_flags():
     p = subprocess.run([str(BIN), "--help"], capture_output=True, timeout=30)
     text = (p.stdout + p.stderr).decode(errors="replace")
