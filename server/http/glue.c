@@ -583,13 +583,29 @@ static int start_mhd(attnd_http *s, char *err, size_t errlen) {
     return 0;
 }
 
-/* The API key from the variable server.api_key_env names, when set. */
+static int ascii_blank(char c) {
+    return c == ' ' || c == '\t' || c == '\r' || c == '\n';
+}
+
+/* The API key from the variable server.api_key_env names, when set, without
+ * the spaces, tabs, CRs and LFs around it: a key written from a file or a
+ * Kubernetes secret often ends in a newline, which no client can send. A
+ * variable unset, empty or only blanks means no key. */
 static int read_key(attnd_http *s) {
     const char *env = s->cfg->api_key_env;
     const char *key = env && env[0] ? getenv(env) : NULL;
     if (!key || !key[0]) return 0;
-    s->api_key = strdup(key);
-    s->api_key_len = strlen(key);
+    size_t n = strlen(key);
+    while (n && ascii_blank(key[n - 1]))
+        n--;
+    for (; n && ascii_blank(*key); n--)
+        key++;
+    if (!n) {
+        attnd_log(LOG_WARN, "api key: %s holds only blanks; no key is required", env);
+        return 0;
+    }
+    s->api_key = strndup(key, n);
+    s->api_key_len = n;
     return s->api_key ? 0 : -1;
 }
 

@@ -471,6 +471,26 @@ def test_api_key_not_logged(keyed, daemons, log_format):
         assert API_KEY not in text, "the API key appears in the daemon's output"
 
 
+@pytest.mark.parametrize("raw", ["trim-key-1\n", "trim-key-1\r\n", " \ttrim-key-1 \n"],
+                         ids=["lf", "crlf", "spaces_tab"])
+def test_api_key_blanks_around_trimmed(daemons, raw):
+    """A key from a file or a Kubernetes secret often ends in a newline no
+    client can send: the blanks around the variable's value are not part of
+    the key."""
+    k = daemons({"models": [GOLDENS[M][1].config()]}, env={"ATTND_API_KEY": raw})
+    r = k.get("/v1/models", headers={"Authorization": "Bearer trim-key-1"})
+    assert r.status_code == 200, r.text[:300]
+    check_error_body(k.get("/v1/models"), 401)
+    check_error_body(k.get("/v1/models", headers={"Authorization": "Bearer trim-key-"}), 401)
+
+
+def test_api_key_only_blanks_is_no_key(daemons):
+    """A value of blanks alone is no key, as an empty one is."""
+    k = daemons({"models": [GOLDENS[M][1].config()]}, env={"ATTND_API_KEY": " \n"})
+    assert k.get("/v1/models").status_code == 200
+    assert "api key: none" in k.stdout() + k.stderr()
+
+
 def test_api_key_env_name_from_config(daemons):
     cfg = {"server": {"api_key_env": "ATTND_TEST_OTHER_KEY"},
            "models": [GOLDENS[M][1].config()]}
