@@ -234,42 +234,85 @@ int attnd_grpc_repo_index(attnd_grpc *g, const uint8_t *msg, size_t len, uint8_t
     return rc;
 }
 
+typedef Inference__ModelRepositoryParameter RepoParameter;
+
+/* One repository parameter's value as JSON: bytes as the text they hold
+ * (a load's config may come as either), no value as null. */
+static void put_repo_param(attnd_sbuf *b, const RepoParameter *p) {
+    char *text = NULL;
+    switch (p ? p->parameter_choice_case
+              : INFERENCE__MODEL_REPOSITORY_PARAMETER__PARAMETER_CHOICE__NOT_SET) {
+    case INFERENCE__MODEL_REPOSITORY_PARAMETER__PARAMETER_CHOICE_BOOL_PARAM:
+        attnd_sb_puts(b, p->bool_param ? "true" : "false");
+        break;
+    case INFERENCE__MODEL_REPOSITORY_PARAMETER__PARAMETER_CHOICE_INT64_PARAM:
+        attnd_sb_printf(b, "%lld", (long long)p->int64_param);
+        break;
+    case INFERENCE__MODEL_REPOSITORY_PARAMETER__PARAMETER_CHOICE_STRING_PARAM:
+        attnd_sb_json_str(b, p->string_param ? p->string_param : "");
+        break;
+    case INFERENCE__MODEL_REPOSITORY_PARAMETER__PARAMETER_CHOICE_BYTES_PARAM:
+        text = strndup((const char *)p->bytes_param.data, p->bytes_param.len);
+        if (text)
+            attnd_sb_json_str(b, text);
+        else
+            b->oom = 1;
+        free(text);
+        break;
+    default:
+        attnd_sb_puts(b, "null");
+    }
+}
+
+/* Parameter i (key: value) of a load's or an unload's, in the HTTP route's
+ * body {"parameters": {...}}: every one of them goes, and the route's
+ * reader refuses those it does not take, with its sentence. */
+static void put_entry(attnd_sbuf *b, size_t i, const char *key, const RepoParameter *value) {
+    attnd_sb_puts(b, i ? "," : "{\"parameters\":{");
+    attnd_sb_json_str(b, key ? key : "");
+    attnd_sb_putc(b, ':');
+    put_repo_param(b, value);
+}
+
+/* The body's end: 0, or -1 with the 500 when out of memory. */
+static int end_body(attnd_sbuf *b, size_t n, attnd_error *e) {
+    attnd_sb_puts(b, n ? "}}" : "{\"parameters\":{}}");
+    return b->oom ? attnd_set_error(e, AERR_INTERNAL, "out of memory") : 0;
+}
+
+static int unload_body(const Inference__RepositoryModelUnloadRequest *rq, attnd_sbuf *b,
+                       attnd_error *e) {
+    for (size_t i = 0; i < rq->n_parameters; i++)
+        put_entry(b, i, rq->parameters[i]->key, rq->parameters[i]->value);
+    return end_body(b, rq->n_parameters, e);
+}
+
+static int load_body(const Inference__RepositoryModelLoadRequest *rq, attnd_sbuf *b,
+                     attnd_error *e) {
+    for (size_t i = 0; i < rq->n_parameters; i++)
+        put_entry(b, i, rq->parameters[i]->key, rq->parameters[i]->value);
+    return end_body(b, rq->n_parameters, e);
+}
+
+/* The model is named by the message's model_name whole (HTTP's {name}): a
+ * name over ATTND_NAME_MAX - 1 characters is the load's 400 or the
+ * unload's 404, as over HTTP, never another model's shorter name. */
 int attnd_grpc_repo_unload(attnd_grpc *g, const uint8_t *msg, size_t len, uint8_t **out,
                            size_t *out_len, attnd_error *e) {
     Inference__RepositoryModelUnloadRequest *rq =
         inference__repository_model_unload_request__unpack(NULL, len, msg);
     if (!rq) return not_parsed("RepositoryModelUnloadRequest", e);
-    char name[ATTND_NAME_MAX];
-    snprintf(name, sizeof name, "%s", rq->model_name ? rq->model_name : "");
+    attnd_sbuf b;
+    attnd_sb_init(&b);
+    int rc = -1;
+    if (control_allowed(g, e) == 0 && unload_body(rq, &b, e) == 0 &&
+        attnd_repo_parse_unload(b.p, b.len, e) == 0)
+        rc = attnd_models_unload(g->env->models, rq->model_name ? rq->model_name : "", e);
+    attnd_sb_free(&b);
     inference__repository_model_unload_request__free_unpacked(rq, NULL);
-    if (control_allowed(g, e) < 0 || attnd_models_unload(g->env->models, name, e) < 0) return -1;
+    if (rc < 0) return -1;
     Inference__RepositoryModelUnloadResponse r = INFERENCE__REPOSITORY_MODEL_UNLOAD_RESPONSE__INIT;
     return pack(&r.base, out, out_len, e);
-}
-
-/* The load's "config" parameter (a string, or bytes, of one model entry
- * as JSON) as the HTTP route's body {"parameters": {"config": ...}}; an
- * empty body without it. */
-static void load_body(const Inference__RepositoryModelLoadRequest *rq, attnd_sbuf *b) {
-    for (size_t i = 0; i < rq->n_parameters; i++) {
-        const Inference__ModelRepositoryParameter *p = rq->parameters[i]->value;
-        if (!rq->parameters[i]->key || strcmp(rq->parameters[i]->key, "config") != 0 || !p)
-            continue;
-        char *text = NULL;
-        if (p->parameter_choice_case ==
-            INFERENCE__MODEL_REPOSITORY_PARAMETER__PARAMETER_CHOICE_STRING_PARAM)
-            text = strdup(p->string_param ? p->string_param : "");
-        else if (p->parameter_choice_case ==
-                 INFERENCE__MODEL_REPOSITORY_PARAMETER__PARAMETER_CHOICE_BYTES_PARAM)
-            text = strndup((const char *)p->bytes_param.data, p->bytes_param.len);
-        attnd_sb_puts(b, "{\"parameters\":{\"config\":");
-        if (text)
-            attnd_sb_json_str(b, text);
-        else
-            attnd_sb_puts(b, "null");
-        attnd_sb_puts(b, "}}");
-        free(text);
-    }
 }
 
 int attnd_grpc_repo_load_entry(attnd_grpc *g, const uint8_t *msg, size_t len,
@@ -277,20 +320,18 @@ int attnd_grpc_repo_load_entry(attnd_grpc *g, const uint8_t *msg, size_t len,
     Inference__RepositoryModelLoadRequest *rq =
         inference__repository_model_load_request__unpack(NULL, len, msg);
     if (!rq) return not_parsed("RepositoryModelLoadRequest", e);
-    char name[ATTND_NAME_MAX];
-    snprintf(name, sizeof name, "%s", rq->model_name ? rq->model_name : "");
+    const char *name = rq->model_name ? rq->model_name : "";
     attnd_sbuf b;
     attnd_sb_init(&b);
-    load_body(rq, &b);
-    inference__repository_model_load_request__free_unpacked(rq, NULL);
     int given = 0, rc = -1;
     memset(mc, 0, sizeof *mc);
-    if (control_allowed(g, e) == 0) {
-        rc = attnd_repo_parse_load(b.p ? b.p : "", b.len, name, g->cfg->model_dir, mc, &given, e);
+    if (control_allowed(g, e) == 0 && load_body(rq, &b, e) == 0) {
+        rc = attnd_repo_parse_load(b.p, b.len, name, g->cfg->model_dir, mc, &given, e);
         if (rc == 0 && !given) rc = attnd_repo_file_entry(g->cfg, name, mc, e);
         if (rc < 0 && given) attnd_models_refused(g->env->models, name, e);
     }
     attnd_sb_free(&b);
+    inference__repository_model_load_request__free_unpacked(rq, NULL);
     return rc;
 }
 

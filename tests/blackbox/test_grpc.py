@@ -1017,3 +1017,77 @@ def test_repository_calls_with_explicit_model_control(daemons):
     assert str(e.value.status()).endswith(CODES[st].name), (e.value, st)
     assert msg in str(e.value)
     c.close()
+
+
+def test_repository_calls_refuse_as_http_does(daemons):
+    """RepositoryModelLoad and RepositoryModelUnload name the model by the
+    whole model_name: a name over 63 characters is the HTTP route's 400
+    (load with config) or 404 (load from the file, unload), never the model
+    of its first 63 characters; parameters the HTTP route does not take are
+    INVALID_ARGUMENT with its sentence (tritonclient's `files` too)."""
+    folder = daemons.next_workdir()
+    b = support.Model.random("b", 16, 4, seed=2)
+    b.save(str(folder / "b.safetensors"))
+    dd = daemons({"server": {"model_control": "explicit", "model_dir": str(folder)},
+                  "models": [{"name": "m" * 63, "embed_dim": 16, "num_heads": 4,
+                              "weights": str(b.path)}]})
+    entry = json.dumps({"embed_dim": 16, "num_heads": 4, "weights": "b.safetensors"})
+    rp = service_pb2.ModelRepositoryParameter
+    with grpc.insecure_channel(dd.grpc_target) as ch:
+        s = service_pb2_grpc.GRPCInferenceServiceStub(ch)
+
+        def index():
+            return sorted((m.name, m.version, m.state)
+                          for m in s.RepositoryIndex(service_pb2.RepositoryIndexRequest()).models)
+
+        before = index()
+        assert before == [("m" * 63, "1", "READY")]
+        for n in (64, 100, 300):
+            name = "m" * n
+            http = [dd.post("/v2/repository/models/%s/load" % name[:127],
+                            json={"parameters": {"config": entry}}),
+                    dd.post("/v2/repository/models/%s/load" % name[:127]),
+                    dd.post("/v2/repository/models/%s/unload" % name[:127])]
+            calls = [(s.RepositoryModelLoad, service_pb2.RepositoryModelLoadRequest(
+                          model_name=name, parameters={"config": rp(string_param=entry)})),
+                     (s.RepositoryModelLoad, service_pb2.RepositoryModelLoadRequest(
+                          model_name=name)),
+                     (s.RepositoryModelUnload, service_pb2.RepositoryModelUnloadRequest(
+                          model_name=name))]
+            for (fn, rq), h in zip(calls, http):
+                e = rpc_error(fn, rq, timeout=30)
+                if n < 128:  # the HTTP route takes a {name} of up to 127 bytes
+                    assert e.code() == CODES[h.status_code], (n, e, h.text)
+                    assert e.details() == h.json()["error"].replace(name[:127], name), (n, e)
+                else:
+                    assert e.code() in (grpc.StatusCode.INVALID_ARGUMENT,
+                                        grpc.StatusCode.NOT_FOUND), (n, e)
+            assert index() == before, n  # the 63-character model untouched
+        # parameters: refused with the HTTP route's sentence
+        cases = [(s.RepositoryModelLoad, service_pb2.RepositoryModelLoadRequest(
+                      model_name="g", parameters={"bogus": rp(string_param="x")}),
+                  "/v2/repository/models/g/load", {"parameters": {"bogus": "x"}}),
+                 (s.RepositoryModelLoad, service_pb2.RepositoryModelLoadRequest(
+                      model_name="g", parameters={"config": rp(int64_param=5)}),
+                  "/v2/repository/models/g/load", {"parameters": {"config": 5}}),
+                 (s.RepositoryModelUnload, service_pb2.RepositoryModelUnloadRequest(
+                      model_name="m" * 63, parameters={"x": rp(string_param="y")}),
+                  "/v2/repository/models/%s/unload" % ("m" * 63), {"parameters": {"x": "y"}})]
+        for fn, rq, path, body in cases:
+            h = dd.post(path, json=body)
+            assert h.status_code == 400, h.text
+            e = rpc_error(fn, rq, timeout=30)
+            assert e.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert e.details() == h.json()["error"], (e, h.text)
+        assert index() == before
+        # config as bytes, and unload_dependents, are taken as before
+        s.RepositoryModelLoad(service_pb2.RepositoryModelLoadRequest(
+            model_name="g", parameters={"config": rp(bytes_param=entry.encode())}), timeout=30)
+        s.RepositoryModelUnload(service_pb2.RepositoryModelUnloadRequest(
+            model_name="g", parameters={"unload_dependents": rp(bool_param=True)}), timeout=30)
+    c = grpcclient.InferenceServerClient(dd.grpc_target)
+    with pytest.raises(InferenceServerException) as e:
+        c.load_model("g2", config=entry, files={"file:1/model.bin": b"xx"})
+    assert "INVALID_ARGUMENT" in str(e.value.status())
+    assert "parameters.file:1/model.bin: unknown parameter (a load takes 'config')" in str(e.value)
+    c.close()
