@@ -127,6 +127,10 @@ void attnd_gcall_record(gcall *c, const char *end) {
     uint64_t now = attnd_mono_us();
     int code = c->code >= 0 && c->code < GRPC_CODES ? c->code : GRPC_UNKNOWN;
     atomic_fetch_add(&c->g->calls[c->method][code], 1);
+    if (attnd_kind_is_error(c->refused))
+        attnd_metrics_reject(c->g->metrics, c->refused);
+    else if (code == GRPC_CANCELLED)
+        attnd_metrics_disconnect(c->g->metrics); /* HTTP's 499 */
     char trace_id[2 * ATTND_TRACE_ID_BYTES + 1], span_id[2 * ATTND_SPAN_ID_BYTES + 1];
     attnd_hex(trace_id, c->trace.trace_id, sizeof c->trace.trace_id);
     attnd_hex(span_id, c->trace.span_id, sizeof c->trace.span_id);

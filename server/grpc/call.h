@@ -60,8 +60,9 @@ struct gcall {
     /* the answer on its way: one send at a time */
     grpc_byte_buffer *send;
     grpc_slice details_slice;
-    int code;        /* the status sent (or to send) */
-    int http_status; /* the HTTP status of the same answer, for the log */
+    int code;           /* the status sent (or to send) */
+    int http_status;    /* the HTTP status of the same answer, for the log */
+    attnd_kind refused; /* the refusal that ends it (attnd_rejected_total), AOK when none */
     int logged;
     int final_started; /* under mu: the status is on its way, nothing more is read */
     /* a stream's, under mu */
@@ -122,7 +123,9 @@ void attnd_gcall_set_busy(gcall *c, int busy);
 
 /* The call's line in the access log (method GRPC, the gRPC path, the
  * HTTP status of the same answer; end says how it ended), its count by
- * method and code, its spans. Once per call. */
+ * method and code, its refusal or the client's leaving counted as an HTTP
+ * request's (attnd_rejected_total, attnd_timeouts_total), its spans. Once
+ * per call. */
 void attnd_gcall_record(gcall *c, const char *end);
 
 #endif

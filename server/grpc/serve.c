@@ -123,6 +123,7 @@ static void send_final(gcall *c, uint8_t *out, size_t out_len, int code, const c
 /* A refusal as the call's status: its code and the HTTP route's sentence. */
 static void send_error(gcall *c, const attnd_error *e) {
     c->http_status = attnd_kind_status(e->code);
+    c->refused = e->code; /* counted when the call ends, once */
     send_final(c, NULL, 0, attnd_grpc_code(e->code), e->msg);
 }
 
@@ -276,6 +277,7 @@ static void stream_error(gcall *c, const attnd_error *e) {
         return;
     }
     c->http_status = attnd_kind_status(e->code);
+    attnd_metrics_reject(c->g->metrics, e->code); /* each message's refusal, as a request's */
     /* n is set by the call: read it after, not as the same call's argument
      * (the order in which arguments are evaluated is unspecified) */
     uint8_t *out = attnd_grpc_stream_answer(NULL, 0, e->msg, &n);
@@ -490,6 +492,7 @@ static void dispatch(gcall *c, const uint8_t *msg, size_t len) {
     }
     if (c->method == GM_UNKNOWN) {
         c->http_status = 404;
+        c->refused = AERR_NOT_FOUND; /* HTTP's "no route" */
         char m[160];
         snprintf(m, sizeof m, "unknown method %.*s", (int)GRPC_SLICE_LENGTH(c->details.method),
                  (const char *)GRPC_SLICE_START_PTR(c->details.method));
@@ -724,6 +727,7 @@ static void on_close(gcall *c) {
         int late = c->asked_ms && attnd_gcall_deadline_ms(c) < 0;
         c->code = late ? GRPC_DEADLINE_EXCEEDED : GRPC_CANCELLED;
         c->http_status = late ? 504 : 499;
+        c->refused = late ? AERR_TIMEOUT : AOK;
         attnd_gcall_record(c, late ? "deadline" : "client_gone");
     }
     attnd_gcall_set_busy(c, 0); /* on_event lets go of the call's own reference */

@@ -1091,3 +1091,58 @@ def test_repository_calls_refuse_as_http_does(daemons):
     assert "INVALID_ARGUMENT" in str(e.value.status())
     assert "parameters.file:1/model.bin: unknown parameter (a load takes 'config')" in str(e.value)
     c.close()
+
+
+def refusal_counts(d):
+    """attnd_rejected_total by reason, with attnd_timeouts_total as "504"."""
+    _, samples = support.parse_prometheus(d.get("/metrics").text)
+    got = {lab["reason"]: v for name, lab, v in samples if name == "attnd_rejected_total"}
+    got["504"] = next(v for name, _, v in samples if name == "attnd_timeouts_total")
+    return got
+
+
+def test_refusals_counted_as_http_ones(fresh_daemons):
+    """A gRPC call's refusal counts in attnd_rejected_total by reason, and
+    its 504s in attnd_timeouts_total, as the same HTTP request's would:
+    timeout_ms and the client's deadline (timeout, 504), a full queue
+    (queue_full), an unknown model unary and on a stream (not_found, once
+    each), a client that leaves (disconnected). Each call once."""
+    dd = fresh_daemons(full_config(batching={"max_queue_delay_us": 1500000,
+                                             "max_queue_requests": 1}))
+    g, _ = BY_NAME["self_e16_h1"]
+    q = np.asarray(g["sequences"][0]["query"], np.float32)[None]
+    one = [("query", q, "FP32")]
+    base = refusal_counts(dd)
+    assert base["504"] == 0 and base["timeout"] == 0 and base["queue_full"] == 0
+
+    def grew():
+        now = refusal_counts(dd)
+        return {k: now[k] - base[k] for k in now if now[k] != base[k]}
+
+    with grpc.insecure_channel(dd.grpc_target) as ch:
+        s = service_pb2_grpc.GRPCInferenceServiceStub(ch)
+        e = rpc_error(s.ModelInfer, pb_request("self_e16_h1", one, {"timeout_ms": 300}),
+                      timeout=30)
+        assert e.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        e = rpc_error(s.ModelInfer, pb_request("self_e16_h1", one, {}), timeout=0.3)
+        assert e.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        assert wait_until(lambda: grew() == {"timeout": 2, "504": 2}, 10), grew()
+        first = s.ModelInfer.future(pb_request("self_e16_h1", one, {}), timeout=60)
+        assert wait_until(lambda: queue_depth(dd) == 1, 10)
+        e = rpc_error(s.ModelInfer, pb_request("self_e16_h1", one, {}), timeout=60)
+        assert e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert first.result().outputs
+        e = rpc_error(s.ModelInfer, pb_request("no_such_model", one, {}), timeout=30)
+        assert e.code() == grpc.StatusCode.NOT_FOUND
+        got = list(s.ModelStreamInfer(iter([pb_request("no_such_model", one, {})]), timeout=30))
+        assert len(got) == 1 and "no_such_model" in got[0].error_message
+        assert wait_until(lambda: grew() == {"timeout": 2, "504": 2, "queue_full": 1,
+                                             "not_found": 2}, 10), grew()
+        # a client that leaves before its answer: disconnected, as HTTP's 499
+        gone = s.ModelInfer.future(pb_request("self_e16_h1", one, {}), timeout=60)
+        assert wait_until(lambda: queue_depth(dd) == 1, 10)
+        gone.cancel()
+        assert wait_until(lambda: grew().get("disconnected") == 1, 10), grew()
+        time.sleep(0.5)
+        assert grew() == {"timeout": 2, "504": 2, "queue_full": 1, "not_found": 2,
+                          "disconnected": 1}
