@@ -176,6 +176,12 @@ int attnd_gcall_deadline_ms(const gcall *c) {
     return ms > INT_MAX ? INT_MAX : (int)ms;
 }
 
+int attnd_gcall_too_large(const gcall *c, size_t len, attnd_error *e) {
+    long long max = c->g->cfg->max_body_bytes;
+    if ((unsigned long long)len <= (unsigned long long)max) return 0;
+    return attnd_set_error(e, AERR_TOO_LARGE, "body of %zu bytes, the limit is %lld", len, max);
+}
+
 int attnd_gcall_key_ok(const gcall *c, int open) {
     const attnd_grpc *g = c->g;
     if (!g->api_key || open) return 1;

@@ -105,6 +105,11 @@ int attnd_gcall_message(grpc_byte_buffer *bb, grpc_slice *out);
  * -1 when already past. */
 int attnd_gcall_deadline_ms(const gcall *c);
 
+/* A message of len bytes over server.max_body_bytes: -1 with HTTP's 413
+ * for a body of that size (gRPC's core takes messages up to a margin past
+ * the limit, so that this sentence answers them); else 0. */
+int attnd_gcall_too_large(const gcall *c, size_t len, attnd_error *e);
+
 /* 1 when c may go on: the server has no API key, the method is open
  * (liveness, readiness, health), or the metadata authorization is
  * "Bearer <key>" (compared in time that does not depend on the key). */

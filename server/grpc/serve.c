@@ -284,6 +284,11 @@ static void stream_error(gcall *c, const attnd_error *e) {
     send_one(c, out, n);
 }
 
+/* A refusal of one message: a stream's error_message, a unary call's status. */
+static void refuse(gcall *c, const attnd_error *e) {
+    (c->method == GM_STREAM_INFER ? stream_error : send_error)(c, e);
+}
+
 /* ---- inference ---- */
 
 static void greq_free(attnd_req *r) {
@@ -322,10 +327,7 @@ static void answer(gcall *c, const attnd_reply *rep) {
         }
         attnd_set_error(&e, AERR_INTERNAL, "out of memory writing the answer");
     }
-    if (stream)
-        stream_error(c, &e);
-    else
-        send_error(c, &e);
+    refuse(c, &e);
 }
 
 void attnd_grpc_answer_ready(attnd_req *r) {
@@ -385,10 +387,7 @@ static void infer(gcall *c, const uint8_t *msg, size_t len) {
     greq *q = calloc(1, sizeof *q);
     if (!q) {
         attnd_set_error(&e, AERR_INTERNAL, "out of memory");
-        if (c->method == GM_STREAM_INFER)
-            stream_error(c, &e);
-        else
-            send_error(c, &e);
+        refuse(c, &e);
         return;
     }
     attnd_req_init(&q->r, greq_free);
@@ -415,10 +414,7 @@ static void infer(gcall *c, const uint8_t *msg, size_t len) {
         }
     }
     if (t.model[0]) snprintf(c->model, sizeof c->model, "%s", t.model);
-    if (c->method == GM_STREAM_INFER)
-        stream_error(c, &e);
-    else
-        send_error(c, &e);
+    refuse(c, &e);
     attnd_req_unref(&q->r);
 }
 
@@ -471,7 +467,7 @@ static void read_next(gcall *c) {
     start(c, &op, 1, &c->t_recv);
 }
 
-/* A message of c arrived (msg, len): answered at once, queued, or loaded. */
+/* A message of c arrived (msg, len): answered at once, queued, loaded or refused. */
 static void dispatch(gcall *c, const uint8_t *msg, size_t len) {
     attnd_error e = {AOK, ""};
     if (c->method != GM_STREAM_INFER)
@@ -480,6 +476,10 @@ static void dispatch(gcall *c, const uint8_t *msg, size_t len) {
         attnd_set_error(&e, AERR_UNAUTHORIZED,
                         "missing or wrong API key: send Authorization: Bearer <key>");
         send_error(c, &e);
+        return;
+    }
+    if (attnd_gcall_too_large(c, len, &e) < 0) {
+        refuse(c, &e);
         return;
     }
     if (c->method == GM_INFER || c->method == GM_STREAM_INFER) {
@@ -798,10 +798,12 @@ static void listen_addr(const attnd_config *c, char *out, size_t cap) {
         snprintf(out, cap, "%s:%d", h, port);
 }
 
-/* The server with its limits: messages up to server.max_body_bytes in
- * (gRPC answers a larger one RESOURCE_EXHAUSTED itself), any size out. */
+/* The server with its limits: any size out; in, twice max_body_bytes and
+ * 1 MiB (what HTTP reads of a refused body), so that attnd_gcall_too_large
+ * answers those over the limit; gRPC's core refuses larger ones itself. */
 static grpc_server *new_server(const attnd_config *c) {
-    long long max_in = c->max_body_bytes < INT_MAX ? c->max_body_bytes : INT_MAX;
+    long long max_in = 2 * c->max_body_bytes + (1 << 20); /* max_body_bytes: at most 2^34 */
+    if (max_in > INT_MAX) max_in = INT_MAX;
     grpc_arg args[2];
     memset(args, 0, sizeof args);
     args[0].type = GRPC_ARG_INTEGER;

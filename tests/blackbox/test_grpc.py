@@ -383,17 +383,31 @@ def test_refusals_carry_the_http_sentence(stub, d, k):
 
 
 def test_message_over_max_body_bytes(daemons):
-    """A message over server.max_body_bytes: RESOURCE_EXHAUSTED from gRPC
-    itself; a 413 (limits.max_tokens_per_request): RESOURCE_EXHAUSTED with
-    the HTTP sentence."""
+    """A message over server.max_body_bytes: RESOURCE_EXHAUSTED with HTTP's
+    413 sentence for a body of its size, counted as a 413 (too_large, the
+    access log's status=413), unary and on a stream (which goes on); a 413
+    (limits.max_tokens_per_request): RESOURCE_EXHAUSTED with the HTTP
+    sentence."""
     dd = daemons(full_config(server={"max_body_bytes": 4096},
                              limits={"max_tokens_per_request": 32}))
     q = np.zeros((1, 64, 16), np.float32)  # 4 KiB of floats and the rest
+    big = pb_request("self_e16_h1", [("query", q, "FP32")], {})
+    said = "body of %d bytes, the limit is 4096" % big.ByteSize()
     with grpc.insecure_channel(dd.grpc_target) as ch:
         s = service_pb2_grpc.GRPCInferenceServiceStub(ch)
-        e = rpc_error(s.ModelInfer, pb_request("self_e16_h1", [("query", q, "FP32")], {}),
-                      timeout=30)
+        e = rpc_error(s.ModelInfer, big, timeout=30,
+                      metadata=[("x-request-id", "grpc-too-large-1")])
         assert e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, e
+        assert e.details() == said, e
+        small = pb_request("self_e16_h1", [("query", q[:, :4], "FP32")], {})
+        got = list(s.ModelStreamInfer(iter([small, big, small]), timeout=30))
+        assert [a.error_message for a in got] == ["", said, ""], got
+        assert wait_until(lambda: grpc_count(dd, "ModelInfer", "RESOURCE_EXHAUSTED") == 1, 10)
+        assert grpc_count(dd, "ModelInfer", "CANCELLED") == 0
+        assert grpc_count(dd, "ModelStreamInfer", "OK") == 1
+        assert refusal_counts(dd)["too_large"] == 2
+        log = [ln for ln in dd.stdout().splitlines() if "grpc-too-large-1" in ln]
+        assert log and "status=413" in log[-1], log
         ok = s.ModelInfer(pb_request("self_e16_h1", [("query", q[:, :4], "FP32")], {}),
                           timeout=30)
         assert as_array(grpc_raw(ok)["output"]).shape == (1, 4, 16)
