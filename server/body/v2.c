@@ -364,15 +364,21 @@ static int any_input(const collected *c) {
     return 0;
 }
 
+/* The 400 of parameters.session_close without the session_id it closes
+ * (with inputs too: else it would be an ordinary infer that closes
+ * nothing; session_open with inputs gives the session it closes). */
+static int close_without_id(attnd_error *e) {
+    return attnd_set_error(e, AERR_BAD_REQUEST,
+                           "parameters.session_close: closes the session of "
+                           "parameters.session_id, which is missing");
+}
+
 /* parameters.session_close with no input: the session closes now (admit.c
  * answers it); the job names the model and the session, and holds the
  * model's version as any job does. */
 static int close_only(const attnd_parse_env *env, const char *path_model, v2_body *v,
                       attnd_job *job, attnd_error *e) {
-    if (!v->session_id[0])
-        return attnd_set_error(e, AERR_BAD_REQUEST,
-                               "parameters.session_close: closes the session of "
-                               "parameters.session_id, which is missing");
+    if (!v->session_id[0]) return close_without_id(e);
     if (v->session_open || v->out_bits)
         return attnd_set_error(e, AERR_BAD_REQUEST,
                                "parameters.session_close: without inputs it closes a session, and "
@@ -419,6 +425,10 @@ int attnd_parse_v2(const attnd_parse_env *env, const char *path_model, const cha
     }
     if (!v.c.given[T_QUERY]) {
         attnd_set_error(e, AERR_BAD_REQUEST, "inputs: an input named 'query' is required");
+        goto cleanup;
+    }
+    if (v.session_close && !v.session_id[0] && !v.session_open) {
+        close_without_id(e);
         goto cleanup;
     }
     if (v.bin.left) {

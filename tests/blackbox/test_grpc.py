@@ -1160,3 +1160,40 @@ def test_refusals_counted_as_http_ones(fresh_daemons):
         time.sleep(0.5)
         assert grew() == {"timeout": 2, "504": 2, "queue_full": 1, "not_found": 2,
                           "disconnected": 1}
+
+
+def test_session_close_without_session_id_is_refused(stub, d):
+    """parameters.session_close with inputs but no session_id closes
+    nothing: 400 naming parameters.session_close over HTTP v2 (JSON and
+    binary), INVALID_ARGUMENT with the same sentence over gRPC (unary and on
+    a stream), as it is without inputs; session_close false is an ordinary
+    infer, and session_open with session_close opens the session it closes."""
+    said = "parameters.session_close: closes the session of parameters.session_id, which is missing"
+    g, _ = BY_NAME["self_e16_h1"]
+    q = np.asarray(g["sequences"][0]["query"], np.float32)[None]
+    one = [("query", q, "FP32")]
+    st, msg, _ = http_binary(d, "self_e16_h1", one, {"session_close": True})
+    assert st == 400 and msg == said, (st, msg)
+    r = d.post("/v2/models/self_e16_h1/infer",
+               {"inputs": [{"name": "query", "shape": list(q.shape), "datatype": "FP32",
+                            "data": q.ravel().tolist()}],
+                "parameters": {"session_close": True}})
+    assert r.status_code == 400 and r.json()["error"] == said, r.text
+    r = d.post("/v2/models/self_e16_h1/infer", {"inputs": [], "parameters": {"session_close": True}})
+    assert r.status_code == 400 and r.json()["error"] == said, r.text
+    e = rpc_error(stub.ModelInfer, pb_request("self_e16_h1", one, {"session_close": True}),
+                  timeout=30)
+    assert e.code() == grpc.StatusCode.INVALID_ARGUMENT and e.details() == said, e
+    got = list(stub.ModelStreamInfer(iter([pb_request("self_e16_h1", one,
+                                                      {"session_close": True})]), timeout=30))
+    assert [a.error_message for a in got] == [said]
+    st, _, _ = http_binary(d, "self_e16_h1", one, {"session_close": False})
+    assert st == 200
+    dec = DECODERS[1]
+    r = stub.ModelInfer(pb_request(dec["name"], [("query", dec_rows(dec)[None, :3], "FP32")],
+                                   {"session_open": True, "session_close": True}), timeout=30)
+    sid = r.parameters["session_id"].string_param
+    assert r.parameters["session_closed"].bool_param is True
+    st, msg, _ = http_binary(d, dec["name"], [("query", dec_rows(dec)[None, 3:4], "FP32")],
+                             {"session_id": sid})
+    assert st == 404, msg
