@@ -70,8 +70,8 @@ static const jfield NATIVE_FIELDS[] = {
      .offset = COLLECTED(sel), .accepts = 1u << JT_ARRAY, .expects = "an array of head indices"},
     {.name = "attention_rows", .type = JF_CUSTOM, .read = attnd_sel_read_rows,
      .offset = COLLECTED(sel), .accepts = 1u << JT_ARRAY, .expects = "[start, end]"},
-    {.name = "attention_top_k", .type = JF_SIZE, .offset = COLLECTED(sel.top_k),
-     .max = ATTND_SEL_MAX},
+    {.name = "attention_top_k", .type = JF_CUSTOM, .read = attnd_sel_read_top_k,
+     .offset = COLLECTED(sel), .accepts = 1u << JT_NUMBER, .expects = "a size (a whole number)"},
     {.name = "attention_dtype", .type = JF_WORD, .offset = COLLECTED(sel.dtype),
      .words = &attnd_attention_dtypes},
 };

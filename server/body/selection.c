@@ -65,6 +65,19 @@ static int add_head(attnd_sel_in *s, int64_t h, const char *label, attnd_error *
     return 0;
 }
 
+/* A selection's whole number: as attnd_jin_whole, but one past 2^53 is a
+ * 400 like any other out of range (no model has so many heads, rows or
+ * keys), not a size over a limit. */
+static int sel_whole(jin *j, int64_t *out, jpath *path, attnd_error *e) {
+    if (attnd_jin_whole(j, 0, ATTND_SEL_MAX, out, path, e) == 0) return 0;
+    if (e->code == AERR_TOO_LARGE) e->code = AERR_BAD_REQUEST;
+    return -1;
+}
+
+int attnd_sel_read_top_k(jin *j, const jfield *f, void *dst, jpath *path, attnd_error *e) {
+    return sel_whole(j, &sel_at(f, dst)->top_k, path, e);
+}
+
 int attnd_sel_read_heads(jin *j, const jfield *f, void *dst, jpath *path, attnd_error *e) {
     attnd_sel_in *s = sel_at(f, dst);
     int r = attnd_jin_open(j, '[');
@@ -73,7 +86,7 @@ int attnd_sel_read_heads(jin *j, const jfield *f, void *dst, jpath *path, attnd_
     for (int idx = 0; r == 0; idx++) {
         int64_t h;
         size_t mark = attnd_jpath_index(path, idx);
-        if (attnd_jin_whole(j, 0, ATTND_SEL_MAX, &h, path, e) < 0) return -1;
+        if (sel_whole(j, &h, path, e) < 0) return -1;
         attnd_jpath_cut(path, mark);
         if (add_head(s, h, path->s, e) < 0) return -1;
         r = attnd_jin_next(j, ']');
@@ -88,7 +101,7 @@ int attnd_sel_read_rows(jin *j, const jfield *f, void *dst, jpath *path, attnd_e
     if (r < 0) return attnd_jin_fail(j, path, e);
     while (r == 0 && n < 2) {
         size_t mark = attnd_jpath_index(path, n);
-        if (attnd_jin_whole(j, 0, ATTND_SEL_MAX, &s->rows[n++], path, e) < 0) return -1;
+        if (sel_whole(j, &s->rows[n++], path, e) < 0) return -1;
         attnd_jpath_cut(path, mark);
         r = attnd_jin_next(j, ']');
         if (r < 0) return attnd_jin_fail(j, path, e);
@@ -131,7 +144,7 @@ int attnd_sel_read_v2_heads(jin *j, const jfield *f, void *dst, jpath *path, att
     int64_t h;
     s->have_heads = 1;
     if (attnd_jin_next_type(j) == JT_NUMBER) { /* one head, as a number */
-        if (attnd_jin_whole(j, 0, ATTND_SEL_MAX, &h, path, e) < 0) return -1;
+        if (sel_whole(j, &h, path, e) < 0) return -1;
         return add_head(s, h, path->s, e);
     }
     char *text;

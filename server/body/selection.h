@@ -16,7 +16,7 @@
 #include "job.h"
 
 /* The largest number a selection field reads (2^53, exact in a double);
- * past it a number is 413 "too large", like every size. */
+ * past it a number is 400, out of range as any index past the model's. */
 #define ATTND_SEL_MAX ((int64_t)1 << 53)
 
 /* The selection as a body gave it, before any check. */
@@ -46,6 +46,8 @@ void attnd_sel_in_free(attnd_sel_in *s);
  *   v2 attention_heads:     a string of whole numbers and commas, or one number
  *   v2 attention_rows:      a string "start:end" */
 int attnd_sel_read_heads(jin *j, const jfield *f, void *dst, jpath *path, attnd_error *e);
+/* attention_top_k, native and v2: a whole number */
+int attnd_sel_read_top_k(jin *j, const jfield *f, void *dst, jpath *path, attnd_error *e);
 int attnd_sel_read_rows(jin *j, const jfield *f, void *dst, jpath *path, attnd_error *e);
 int attnd_sel_read_v2_heads(jin *j, const jfield *f, void *dst, jpath *path, attnd_error *e);
 int attnd_sel_read_v2_rows(jin *j, const jfield *f, void *dst, jpath *path, attnd_error *e);

@@ -309,8 +309,8 @@ static const jfield V2_PARAMETER_FIELDS[] = {
      .expects = "a string of head indices such as \"0,3,5\""},
     {.name = "attention_rows", .type = JF_CUSTOM, .read = attnd_sel_read_v2_rows,
      .offset = V2(c.sel), .accepts = 1u << JT_STRING, .expects = "a string \"start:end\""},
-    {.name = "attention_top_k", .type = JF_SIZE, .offset = V2(c.sel.top_k),
-     .max = ATTND_SEL_MAX},
+    {.name = "attention_top_k", .type = JF_CUSTOM, .read = attnd_sel_read_top_k,
+     .offset = V2(c.sel), .accepts = 1u << JT_NUMBER, .expects = "a size (a whole number)"}, 
     {.name = "attention_datatype", .type = JF_WORD, .offset = V2(c.sel.dtype),
      .words = &attnd_attention_datatypes},
 };

@@ -334,6 +334,14 @@ NATIVE_REFUSALS = [
     ({"attention_heads": [0]}, "attention_heads: given, but no attention is asked for"),
     ({"attention": "none", "attention_top_k": 2},
      "attention_top_k: given, but no attention is asked for"),
+    # past 2^53: out of range like any other number, not a size over a limit (413)
+    ({"attention": "heads", "attention_heads": [0, 1e30]}, "attention_heads[1]: 1e+30 is too large"),
+    ({"attention": "mean", "attention_rows": [0, 1e30]}, "attention_rows[1]: 1e+30 is too large"),
+    ({"attention": "mean", "attention_top_k": 1e30}, "attention_top_k: 1e+30 is too large"),
+    ({"attention": "mean", "attention_top_k": 18446744073709551616},
+     "attention_top_k: 18446744073709551616"),
+    ({"attention": "mean", "attention_top_k": "3"},
+     "attention_top_k: expected a size (a whole number), got a string"),
 ]
 V2_REFUSALS = [
     ({"attention": "mean", "attention_heads": "0,7"},
@@ -347,6 +355,8 @@ V2_REFUSALS = [
     ({"attention": "mean", "attention_datatype": "INT8"},
      'parameters.attention_datatype: expected one of "FP32", "FP16", "BF16", got "INT8"'),
     ({"attention_rows": "0:1"}, "parameters.attention_rows: given, but no attention is asked for"),
+    ({"attention": "mean", "attention_top_k": 1e30}, "parameters.attention_top_k: 1e+30 is too large"),
+    ({"attention": "mean", "attention_heads": 1e30}, "parameters.attention_heads: 1e+30 is too large"),
 ]
 
 
