@@ -203,6 +203,15 @@ static void examine(hreq *h, const char *url) {
         attnd_set_error(&h->err, AERR_UNAVAILABLE, "the server is draining");
         return;
     }
+    const char *ce = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Encoding");
+    if (ce && strcasecmp(ce, "identity") != 0 && strcmp(h->method, "POST") == 0) {
+        /* gzip, deflate (tritonclient's request compression): never read as JSON */
+        attnd_set_error(&h->err, AERR_BAD_REQUEST,
+                        "Content-Encoding: '%.40s' bodies are not read; send the body "
+                        "uncompressed (attnd reads identity only)",
+                        ce);
+        return;
+    }
     char name[ATTND_NAME_MAX];
     if (queue_full(s, h, name)) {
         attnd_set_error(&h->err, AERR_QUEUE_FULL,

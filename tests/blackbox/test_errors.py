@@ -684,6 +684,22 @@ def binary_v2_body(L=2):
     return js, js + np.asarray(rows(L, E), dtype="<f4").tobytes()
 
 
+def test_compressed_body_refused_saying_so(d):
+    """A body sent with Content-Encoding gzip or deflate (tritonclient's
+    request compression) is not read as JSON: a 400 that names the header
+    and says to send it uncompressed; identity is read as usual."""
+    import gzip
+    body = json.dumps({"model": M, "query": rows(2, E)}).encode()
+    for enc in ("gzip", "deflate", "br"):
+        r = post_raw(d, "/v1/attention", gzip.compress(body), {"Content-Encoding": enc})
+        msg = check_error_body(r, 400)
+        assert msg.startswith("Content-Encoding: '%s'" % enc) and "uncompressed" in msg, msg
+    r = post_raw(d, "/v2/models/%s/infer" % M, gzip.compress(body), {"Content-Encoding": "gzip"})
+    assert "uncompressed" in check_error_body(r, 400)
+    r = post_raw(d, "/v1/attention", body, {"Content-Encoding": "identity"})
+    assert r.status_code == 200, r.text[:300]
+
+
 def test_null_is_a_field_left_out(d):
     """An optional field given as null (what Jackson and Go's encoding/json
     write for a field that is not set) is as if it were left out, in a
