@@ -327,7 +327,8 @@ int attnd_grpc_repo_load_entry(attnd_grpc *g, const uint8_t *msg, size_t len,
     memset(mc, 0, sizeof *mc);
     if (control_allowed(g, e) == 0 && load_body(rq, &b, e) == 0) {
         rc = attnd_repo_parse_load(b.p, b.len, name, g->cfg->model_dir, mc, &given, e);
-        if (rc == 0 && !given) rc = attnd_repo_file_entry(g->cfg, name, mc, e);
+        if (rc == 0 && !given && (rc = attnd_repo_file_entry(g->cfg, name, mc, e)) < 0)
+            given = e->code != AERR_NOT_FOUND; /* a config file that fails: a failed load */
         if (rc < 0 && given) attnd_models_refused(g->env->models, name, e);
     }
     attnd_sb_free(&b);

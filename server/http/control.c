@@ -84,13 +84,11 @@ int attnd_handle_repo_load(hreq *h) {
     memset(&mc, 0, sizeof mc);
     if (allowed(h) < 0) return -1;
     if (attnd_repo_parse_load(body_of(h), h->in.len, h->rm.name, s->cfg->model_dir, &mc, &given,
-                              &h->err) < 0 ||
-        (!given && attnd_repo_file_entry(s->cfg, h->rm.name, &mc, &h->err) < 0)) {
-        /* an entry whose weights file cannot be read is a load that failed,
-         * as one whose file does not fit; a bad body or a path that leaves
-         * the model folder asked for nothing that could load */
-        if (given) attnd_models_refused(s->env->models, h->rm.name, &h->err);
-        return -1;
+                              &h->err) < 0)
+        goto refused;
+    if (!given && attnd_repo_file_entry(s->cfg, h->rm.name, &mc, &h->err) < 0) {
+        given = h->err.code != AERR_NOT_FOUND; /* a config file that fails is a failed load */
+        goto refused;
     }
     snprintf(h->model, sizeof h->model, "%s", mc.name);
     attnd_req_ref(&h->r); /* the loader's, let go by load_done */
@@ -104,6 +102,13 @@ int attnd_handle_repo_load(hreq *h) {
     }
     attnd_model_config_free(&mc);
     return 0;
+refused:
+    /* an entry whose weights file cannot be read is a load that failed, as
+     * one whose file does not fit, and so is a config file that does not
+     * read; a bad body or a path that leaves the model folder asked for
+     * nothing that could load */
+    if (given) attnd_models_refused(s->env->models, h->rm.name, &h->err);
+    return -1;
 }
 
 /* POST /v2/repository/models/{name}/unload */

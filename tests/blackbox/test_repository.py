@@ -272,6 +272,30 @@ def hup(d, timeout=20.0):
     return d.stdout()[out0:] + d.stderr()[err0:]
 
 
+def test_load_from_a_config_file_that_fails(d, folder):
+    """A load with no body reads the config file; one that does not read
+    is a failed load as a broken weights file is (SPEC section 12): 400
+    naming the file, logged, counted, and the reason in the index; the
+    version serving keeps serving."""
+    text = d.config_path.read_text()
+    va = v1_version(d, "a")
+    failed0 = count(d, "attnd_model_loads_total", model="a", result="failed")
+    try:
+        d.config_path.write_text('{"models": [')
+        msg = check_error_body(repo_load(d, "a"), 400)
+        assert "not valid JSON" in msg, msg
+    finally:
+        d.config_path.write_text(text)
+    assert count(d, "attnd_model_loads_total", model="a", result="failed") == failed0 + 1
+    e = index_entry(d, "a")
+    assert e["state"] == "READY" and "not valid JSON" in e.get("reason", ""), e
+    assert v1_version(d, "a") == va
+    assert support.wait_until(lambda: "not valid JSON" in d.logs(), 5), d.logs(3000)
+    # a name the file lacks is no load of anything: 404, nothing counted
+    check_error_body(repo_load(d, "a_not_in_the_file"), 404)
+    assert index_entry(d, "a_not_in_the_file") is None
+
+
 def write_config(d, cfg):
     d.config_path.write_text(json.dumps(cfg, indent=1))
 
