@@ -256,7 +256,7 @@ static int asked_timeout(hreq *h) {
     size_t n = strspn(v, "0123456789");
     for (size_t i = 0; i < n && ms <= INT_MAX; i++)
         ms = ms * 10 + (v[i] - '0');
-    if (n == 0 || v[n] || ms < 1)
+    if (n == 0 || v[n + strspn(v + n, " \t")] || ms < 1) /* trailing whitespace is not the value */
         return attnd_set_error(&h->err, AERR_BAD_REQUEST,
                                "Request-Timeout-Ms: expected a whole number of milliseconds, 1 or "
                                "more, got '%.40s'",

@@ -204,10 +204,19 @@ void attnd_trace_random_id(uint8_t *id, size_t n) {
     } while (all_zero(id, n));
 }
 
+/* n less the spaces and tabs that end s[0..n): a header value's trailing
+ * whitespace, which HTTP does not count as the value (RFC 9110, 5.5). */
+static size_t trimmed(const char *s, size_t n) {
+    while (n && (s[n - 1] == ' ' || s[n - 1] == '\t'))
+        n--;
+    return n;
+}
+
 void attnd_trace_start(attnd_trace *t, const char *traceparent, const char *tracestate) {
     memset(t, 0, sizeof *t);
-    if (traceparent && attnd_traceparent_parse(traceparent, strlen(traceparent), t->trace_id,
-                                               t->parent_id, &t->flags, NULL, 0) == 0) {
+    if (traceparent &&
+        attnd_traceparent_parse(traceparent, trimmed(traceparent, strlen(traceparent)), t->trace_id,
+                                t->parent_id, &t->flags, NULL, 0) == 0) {
         t->has_parent = 1;
         if (tracestate)
             attnd_tracestate_clean(tracestate, strlen(tracestate), t->tracestate, NULL, 0);

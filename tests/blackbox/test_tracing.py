@@ -119,6 +119,30 @@ def test_traceparent_given_twice_starts_a_new_trace(d):
     c.close()
 
 
+def test_whitespace_around_header_values_is_not_the_value(d):
+    """HTTP does not count the spaces and tabs around a field value as the
+    value (RFC 9110, 5.5): a traceparent or a Request-Timeout-Ms that a
+    proxy sent with trailing blanks is read as without them."""
+    tp = "00-%s-%s-01" % (CALLER_TRACE, CALLER_SPAN)
+    for pad in (" ", "\t ", "  "):
+        with socket.create_connection(("127.0.0.1", d.port), timeout=support.HTTP_TIMEOUT) as s:
+            s.sendall(("GET /health HTTP/1.1\r\nHost: x\r\ntraceparent: %s%s\r\n"
+                       "Request-Timeout-Ms: 5000%s\r\nConnection: close\r\n\r\n"
+                       % (tp, pad, pad)).encode())
+            got = b""
+            while True:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                got += chunk
+        head = got.split(b"\r\n\r\n")[0].decode()
+        assert head.startswith("HTTP/1.1 200"), head
+        m = re.search(r"(?im)^traceparent: (\S+)", head)
+        assert m and TRACEPARENT.fullmatch(m.group(1)).group(1) == CALLER_TRACE, head
+    r = d.post("/v1/attention", QUERY, headers={"Request-Timeout-Ms": "5000 "})
+    assert r.status_code == 200, r.text[:300]
+
+
 def test_no_traceparent_gets_a_new_trace_each(d):
     ids = {answer_trace(d.get("/health"))[0] for _ in range(5)}
     assert len(ids) == 5
