@@ -63,12 +63,19 @@ static int load_models(attnd_server *s, char *err, size_t errlen) {
             return -1;
         }
     }
-    s->env = (attnd_parse_env){s->models, c->max_tokens_per_request, c->max_attention_floats};
+    s->env = (attnd_parse_env){.models = s->models,
+                               .max_tokens_per_request = c->max_tokens_per_request,
+                               .max_attention_floats = c->max_attention_floats};
     if (attnd_applied_init(&s->applied, c) < 0) {
         snprintf(err, errlen, "out of memory loading models");
         return -1;
     }
     return 0;
+}
+
+/* The version a session was opened on, for a v2 step (attnd_parse_env). */
+static attnd_version *session_version(void *arg, const char *id) {
+    return attnd_session_model(arg, id, attnd_mono_s());
 }
 
 /* A session holds the version it was opened on (session.h's hooks). */
@@ -106,6 +113,8 @@ static int start_compute(attnd_server *s, char *err, size_t errlen) {
         return -1;
     }
     attnd_sessions_hooks(s->sessions, hold_version, drop_version);
+    s->env.session_version = session_version;
+    s->env.session_arg = s->sessions;
     attnd_sched_opts o = {c, &s->metrics, answer_ready, s, attnd_http_departed, &s->http};
     s->sched = attnd_sched_new(&o, err, errlen);
     return s->sched ? 0 : -1;

@@ -53,7 +53,8 @@ static void teardown(void) {
 }
 
 static attnd_parse_env env(void) {
-    return (attnd_parse_env){g_models, 1024, 1 << 20};
+    return (attnd_parse_env){
+        .models = g_models, .max_tokens_per_request = 1024, .max_attention_floats = 1 << 20};
 }
 
 /* ---- building requests ---- */

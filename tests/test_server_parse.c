@@ -211,7 +211,9 @@ static void tables_free(void) {
 }
 
 static attnd_parse_env env_of(int n_models) {
-    attnd_parse_env env = {n_models == 1 ? g_one : g_both, 64, 100};
+    attnd_parse_env env = {.models = n_models == 1 ? g_one : g_both,
+                           .max_tokens_per_request = 64,
+                           .max_attention_floats = 100};
     return env;
 }
 

@@ -68,7 +68,8 @@ static void open_filled(attnd_sessions *t, attnd_models *ms, char id[ATTND_SESSI
 
 /* Session id of t as a state file, into out. */
 static void export_state(attnd_sessions *t, attnd_models *ms, const char *id, attnd_sbuf *out) {
-    attnd_parse_env env = {ms, 1 << 20, 1 << 20};
+    attnd_parse_env env = {
+        .models = ms, .max_tokens_per_request = 1 << 20, .max_attention_floats = 1 << 20};
     attnd_persist_env p = {t, &env};
     attnd_error e = {AOK, ""};
     attnd_sb_init(out);
@@ -79,7 +80,8 @@ static void export_state(attnd_sessions *t, attnd_models *ms, const char *id, at
 /* The file restored in a new table over ms: its return, out and e. */
 static int restore_into(attnd_sessions *t, attnd_models *ms, const attnd_sbuf *file,
                         attnd_restored *out, attnd_error *e) {
-    attnd_parse_env env = {ms, 1 << 20, 1 << 20};
+    attnd_parse_env env = {
+        .models = ms, .max_tokens_per_request = 1 << 20, .max_attention_floats = 1 << 20};
     attnd_persist_env p = {t, &env};
     int retry = 0;
     return attnd_session_restore(&p, (const unsigned char *)file->p, file->len, NULL, 0, out, e,

@@ -64,7 +64,8 @@ static void setup(void) {
     ck_assert_msg(ver != NULL, "%s", err);
     ck_assert(memcmp(ver->model.mem, drawn.mem, drawn.n_floats * sizeof(float)) == 0);
     attn_model_free(&drawn);
-    env = (attnd_parse_env){models, 4096, 1 << 20};
+    env = (attnd_parse_env){
+        .models = models, .max_tokens_per_request = 4096, .max_attention_floats = 1 << 20};
     attnd_session_limits lim = {8, 1 << 20, 1 << 20, 60};
     table = attnd_sessions_new(&lim);
     ctx = attn_ctx_new(2);

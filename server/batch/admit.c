@@ -10,8 +10,9 @@
 #include "../body/selection.h"
 
 /* A step's job on its session's version: the one the session was opened
- * on, which a v2 step named by its model's path only learns here (it was
- * read against the version serving). 0, or -1 with e set. */
+ * on. A v2 step is read against it already when the parser could ask
+ * (attnd_parse_env.session_version); one read against the version serving
+ * learns it here. 0, or -1 with e set. */
 static int on_session_version(attnd_job *job, attnd_version *sv, attnd_error *e) {
     if (sv->slot != job->model)
         return attnd_set_error(e, AERR_BAD_REQUEST,

@@ -24,6 +24,12 @@ typedef struct {
     int max_tokens_per_request;     /* B*(L+S) above it -> 413 */
     long long max_attention_floats; /* the attention answer's floats above it -> 413:
                                        attnd_job_attention_floats */
+    /* The version session id was opened on, referenced, or NULL (no such
+     * session): how a v2 step or close finds its session's version, which
+     * may no longer be the one serving (a reload of another shape, an
+     * unload). NULL: no sessions to ask. */
+    attnd_version *(*session_version)(void *arg, const char *id);
+    void *session_arg;
 } attnd_parse_env;
 
 typedef enum { API_NATIVE = 0, API_V2 = 1 } attnd_api;

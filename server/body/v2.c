@@ -419,6 +419,8 @@ int attnd_parse_v2(const attnd_parse_env *env, const char *path_model, const cha
         len = json_len;
     }
     if (attnd_read_body(body, len, &V2, &v, NULL, e) < 0) goto cleanup;
+    if (v.session_id[0] && env->session_version) /* a step: its session's version, if any */
+        v.c.pin = env->session_version(env->session_arg, v.session_id);
     if (!v.c.given[T_QUERY] && v.session_close && !any_input(&v.c)) {
         ret = close_only(env, path_model, &v, job, e);
         goto cleanup;
@@ -456,6 +458,7 @@ int attnd_parse_v2(const attnd_parse_env *env, const char *path_model, const cha
 cleanup:
     attnd_tensor_free(&v.in.data);
     free(v.id);
+    attnd_version_unref(v.c.pin);
     attnd_collected_free(&v.c);
     return ret;
 }

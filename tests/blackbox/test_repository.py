@@ -962,6 +962,44 @@ def test_sessions_keep_their_version(d, folder):
     assert wait_until(lambda: held(d) == h0 + W, 3.0), (held(d), h0, W)
 
 
+def test_v2_sessions_step_and_close_on_their_version(d, folder):
+    """A session opened over v2 (HTTP here; gRPC shares the reader) steps
+    and closes by its session_id on the version it was opened on (SPEC
+    sections 12 and 13), as the native routes do: after a reload to
+    another shape, and after an unload, when the version serving could
+    not compute it or none serves."""
+    A = save(folder, "v2s_A.safetensors", "v2s", 121)
+    B = save(folder, "v2s_B.safetensors", "v2s", 122, H=2)
+    assert loaded(d, "v2s", A, "v2s_A.safetensors") == 1
+    q = rows(8, seed=21)
+    want = A.forward(q, causal=True)[0]
+
+    def infer(rows_, params):
+        body = dict(v2_body(rows_) if rows_ is not None else {"inputs": []},
+                    parameters=params)
+        return d.post("/v2/models/v2s/infer", body)
+
+    r = infer(q[:4], {"session_open": True})
+    out, v = v2_answer(r, 4)
+    sid = r.json()["parameters"]["session_id"]
+    assert v == 1 and rel_err(out, want[:4]) <= TOL
+    assert loaded(d, "v2s", B, "v2s_B.safetensors") == 2  # 2 heads: another shape
+    out, v = v2_answer(infer(q[4:6], {"session_id": sid}), 2)
+    assert v == 1 and rel_err(out, want[4:6]) <= TOL, (v, rel_err(out, want[4:6]))
+    r = repo_unload(d, "v2s")
+    assert r.status_code == 200, r.text[:300]
+    out, v = v2_answer(infer(q[6:7], {"session_id": sid}), 1)
+    assert v == 1 and rel_err(out, want[6:7]) <= TOL
+    r = infer(None, {"session_id": sid, "session_close": True})
+    assert r.status_code == 200, r.text[:300]
+    assert r.json()["parameters"].get("session_closed") is True, r.text[:300]
+    assert d.request("DELETE", "/v1/sessions/" + sid).status_code == 404
+    assert wait_until(lambda: index_entry(d, "v2s")["state"] == "UNAVAILABLE", 3.0), \
+        index_entry(d, "v2s")
+    # a session id nobody holds: the model as before, 404 for an unloaded one
+    check_error_body(infer(q[:1], {"session_id": "0123456789abcdef0123456789abcdef"}), 404)
+
+
 OCTET = {"Content-Type": "application/octet-stream"}
 
 

@@ -221,7 +221,7 @@ static void examine_all(const char *method, const char *url, const char *path,
     cfg.max_queue_requests = 1;
     static attnd_models *none; /* no model: no queue is looked at */
     if (!none) FUZZ_CHECK((none = attnd_models_new(0)) != NULL);
-    attnd_parse_env env = {none, 0, 0};
+    attnd_parse_env env = {.models = none};
     attnd_http s;
     for (int v = 0; v < 3; v++) {
         memset(&s, 0, sizeof(s));
