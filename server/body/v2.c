@@ -399,6 +399,27 @@ static int close_only(const attnd_parse_env *env, const char *path_model, v2_bod
     return 0;
 }
 
+/* The body's JSON (json_len bytes of len when the binary data extension
+ * follows it, else all) into v; a step's session's version pinned, when
+ * the session is held (a step or close then runs on it, whatever serves). */
+static int read_v2(const attnd_parse_env *env, const char *body, size_t len, size_t json_len,
+                   v2_body *v, attnd_error *e) {
+    if (json_len > len)
+        return attnd_set_error(
+            e, AERR_BAD_REQUEST,
+            "Inference-Header-Content-Length %zu is more than the %zu bytes of the body", json_len,
+            len);
+    if (json_len) { /* binary data extension: JSON, then the tensors' bytes */
+        v->bin.p = (const unsigned char *)body + json_len;
+        v->bin.left = len - json_len;
+        len = json_len;
+    }
+    if (attnd_read_body(body, len, &V2, v, NULL, e) < 0) return -1;
+    if (v->session_id[0] && env->session_version)
+        v->c.pin = env->session_version(env->session_arg, v->session_id);
+    return 0;
+}
+
 int attnd_parse_v2(const attnd_parse_env *env, const char *path_model, const char *body, size_t len,
                    size_t json_len, attnd_job *job, attnd_error *e) {
     v2_body v;
@@ -406,21 +427,7 @@ int attnd_parse_v2(const attnd_parse_env *env, const char *path_model, const cha
     attnd_collected_init(&v.c, 1);
     memset(job, 0, sizeof(*job));
     int ret = -1;
-    if (json_len > len) {
-        attnd_set_error(
-            e, AERR_BAD_REQUEST,
-            "Inference-Header-Content-Length %zu is more than the %zu bytes of the body", json_len,
-            len);
-        goto cleanup;
-    }
-    if (json_len) { /* binary data extension: JSON, then the tensors' bytes */
-        v.bin.p = (const unsigned char *)body + json_len;
-        v.bin.left = len - json_len;
-        len = json_len;
-    }
-    if (attnd_read_body(body, len, &V2, &v, NULL, e) < 0) goto cleanup;
-    if (v.session_id[0] && env->session_version) /* a step: its session's version, if any */
-        v.c.pin = env->session_version(env->session_arg, v.session_id);
+    if (read_v2(env, body, len, json_len, &v, e) < 0) goto cleanup;
     if (!v.c.given[T_QUERY] && v.session_close && !any_input(&v.c)) {
         ret = close_only(env, path_model, &v, job, e);
         goto cleanup;
