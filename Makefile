@@ -315,7 +315,13 @@ tsan: deps
 # thread spinning on an atomic can keep the turn from the one it waits for
 # (test_server_models' readers starved its reloads for over 14 minutes, 16 s
 # with fair turns; the compute pool's helpers spin between loops too).
+# --vex-guest-max-insns=25: memcheck translates code in blocks of up to 50
+# instructions by default, and a block of the AVX2 projection kernel's run
+# ends (12 masked loads, adds and masked stores, with origin tracking) ran
+# out of VEX's translation storage ("VEX temporary storage exhausted");
+# blocks of 25 translate (test_core:golden, 32 s).
 VALGRIND_OPTS := -q --fair-sched=yes --error-exitcode=1 --track-origins=yes --leak-check=no \
+  --vex-guest-max-insns=25 \
   --error-markers=valgrind-error,valgrind-error-end --suppressions=$(abspath tests/valgrind.supp)
 VALGRIND_PART := test_core:golden test_select:refusals test_bf16:rounding test_bf16:layout \
   test_invariance:kernel test_int8_forward:kernels
