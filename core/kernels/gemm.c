@@ -166,9 +166,9 @@ AVX512 INLINE void k512(float *C, size_t ldc, const float *A, size_t lda, const 
                         const float *P1, const float *b0, const float *b1, __mmask16 m0,
                         __mmask16 m1, int first, int kn, const int MR) {
     for (int g = 0; g < kn; g += RUN) {
-        int ge = kn - g < RUN ? kn : g + RUN, fetch = first && g == 0;
+        int ge = kn - g < RUN ? kn : g + RUN, start = first && g == 0; /* C's first run */
         __m512 s[12][2];
-        if (fetch) attn_prefetch_out(C, ldc, 0, MR, m1 != 0);
+        if (start) attn_prefetch_out(C, ldc, 0, MR, m1 != 0);
         __m512 w0 = _mm512_load_ps(P0 + (size_t)g * NP), w1 = _mm512_load_ps(P1 + (size_t)g * NP);
         _Pragma("GCC unroll 12") for (int r = 0; r < MR; r++) {
             __m512 a = _mm512_set1_ps(A[r * lda + g]);
@@ -176,7 +176,7 @@ AVX512 INLINE void k512(float *C, size_t ldc, const float *A, size_t lda, const 
             s[r][1] = _mm512_mul_ps(a, w1);
         }
         for (int k = g + 1; k < ge; k++) {
-            if (fetch) attn_prefetch_out(C, ldc, k, MR, m1 != 0);
+            if (start) attn_prefetch_out(C, ldc, k, MR, m1 != 0);
             w0 = _mm512_load_ps(P0 + (size_t)k * NP);
             w1 = _mm512_load_ps(P1 + (size_t)k * NP);
             _Pragma("GCC unroll 12") for (int r = 0; r < MR; r++) {
@@ -186,8 +186,8 @@ AVX512 INLINE void k512(float *C, size_t ldc, const float *A, size_t lda, const 
             }
         }
         _Pragma("GCC unroll 12") for (int r = 0; r < MR; r++) {
-            __m512 c0 = _mm512_maskz_loadu_ps(m0, fetch ? b0 : C + r * ldc);
-            __m512 c1 = _mm512_maskz_loadu_ps(m1, fetch ? b1 : C + r * ldc + NP);
+            __m512 c0 = _mm512_maskz_loadu_ps(m0, start ? b0 : C + r * ldc);
+            __m512 c1 = _mm512_maskz_loadu_ps(m1, start ? b1 : C + r * ldc + NP);
             _mm512_mask_storeu_ps(C + r * ldc, m0, _mm512_add_ps(c0, s[r][0]));
             _mm512_mask_storeu_ps(C + r * ldc + NP, m1, _mm512_add_ps(c1, s[r][1]));
         }
@@ -247,7 +247,7 @@ AVX2 INLINE void masks256(int left, __m256i *lo, __m256i *hi) {
 AVX2 INLINE void k256(float *C, size_t ldc, const float *A, size_t lda, const float *P,
                       const float *b, __m256i mlo, __m256i mhi, int first, int kn, const int MR) {
     for (int g = 0; g < kn; g += RUN) {
-        int ge = kn - g < RUN ? kn : g + RUN, bias = first && g == 0;
+        int ge = kn - g < RUN ? kn : g + RUN, start = first && g == 0; /* C's first run */
         __m256 s[6][2];
         __m256 w0 = _mm256_load_ps(P + (size_t)g * NP), w1 = _mm256_load_ps(P + (size_t)g * NP + 8);
         _Pragma("GCC unroll 6") for (int r = 0; r < MR; r++) {
@@ -265,7 +265,7 @@ AVX2 INLINE void k256(float *C, size_t ldc, const float *A, size_t lda, const fl
             }
         }
         _Pragma("GCC unroll 6") for (int r = 0; r < MR; r++) {
-            const float *src = bias ? b : C + r * ldc;
+            const float *src = start ? b : C + r * ldc;
             __m256 c0 = _mm256_add_ps(_mm256_maskload_ps(src, mlo), s[r][0]);
             __m256 c1 = _mm256_add_ps(_mm256_maskload_ps(src + 8, mhi), s[r][1]);
             _mm256_maskstore_ps(C + r * ldc, mlo, c0);

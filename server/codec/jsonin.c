@@ -96,12 +96,12 @@ const char *attnd_jin_kind(jin *j) {
     return words[attnd_jin_next_type(j)];
 }
 
-/* Fails on a NaN or infinity token at the cursor, saying why. */
 void attnd_jin_nonfinite_text(jin *j, char *buf, size_t cap) {
     attnd_jin_peek(j);
     snprintf(buf, cap, "%.*s", (int)nonfinite_len(j->p, j->end), j->p);
 }
 
+/* Fails on a NaN or infinity token at the cursor, saying why. */
 static int fail_nonfinite(jin *j) {
     size_t n = nonfinite_len(j->p, j->end);
     snprintf(j->err, sizeof(j->err),
