@@ -816,7 +816,13 @@ def test_isolation_garbage_never_changes_an_answer_nor_gets_500(fresh_daemons):
     from several threads with garbage: bit-identical answers, whatever
     shared their batch (docs/performance.md, "Batch invariance"), and every
     garbage body a 4xx, never a 500."""
-    d = fresh_daemons(small_config())
+    # Threads 0 and 2 send the valid requests, one at a time each. A batch
+    # of two starts as soon as both are queued and a lone request waits up
+    # to 200 ms for the other, so batches form whatever the build's speed
+    # (an ASan build on a busy machine once formed none by chance alone).
+    cfg = small_config()
+    cfg["batching"] = {"max_batch_requests": 2, "max_queue_delay_us": 200000}
+    d = fresh_daemons(cfg)
     g, _ = GOLDENS[SMALL]
     bodies = [support.golden_body(s, SMALL) for s in g["sequences"]]
     alone = [d.post("/v1/attention", b).json()["output"] for b in bodies]
