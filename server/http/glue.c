@@ -279,7 +279,9 @@ static hreq *hreq_new(attnd_http *s, struct MHD_Connection *conn, const char *ur
                           h->id);
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
-    h->gc = ci ? ci->socket_context : NULL;
+    h->hc = ci ? ci->socket_context : NULL;
+    h->gc = h->hc ? h->hc->gc : NULL;
+    if (h->hc) h->hc->req_id = h->id;
     start_trace(h);
     return h;
 }
@@ -372,6 +374,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 
 /* How a request ended, for the access log's end= field: "ok" only when its
  * whole answer went out. */
+/* The rejection reason counted for a status libmicrohttpd refused with. */
+static attnd_kind refusal_kind(int status) {
+    return status == 413 || status == 414 || status == 431 ? AERR_TOO_LARGE : AERR_BAD_REQUEST;
+}
+
 static const char *end_word(const hreq *h, enum MHD_RequestTerminationCode toe) {
     const char *cut = attnd_guard_cut(h->srv->guard, h->gc);
     if (cut) return cut;
@@ -436,7 +443,14 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     uint64_t now = attnd_mono_us();
     int status = h->status;
     const char *end = end_word(h, toe);
-    if (strcmp(end, "drain_deadline") == 0) {
+    if (h->hc) h->hc->req_id = NULL;
+    if (h->hc && h->hc->refused) { /* libmicrohttpd refused its body (send.c) */
+        status = h->status = h->hc->refused;
+        h->sent_bytes = h->hc->refused_bytes;
+        h->hc->refused = 0;
+        end = "refused";
+        attnd_metrics_reject(s->metrics, refusal_kind(status));
+    } else if (strcmp(end, "drain_deadline") == 0) {
         atomic_fetch_add(&s->cut, 1);
         attnd_log(LOG_WARN,
                   "request %s %s %s cut short at the drain deadline (%d s): its answer was not "
@@ -468,16 +482,37 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     attnd_req_unref(&h->r);
 }
 
-/* Connection start and end: the guard's records. */
+/* A request that libmicrohttpd refused before its header lines were in
+ * (send.c), as the connection closes: counted under the unknown route and
+ * logged with no method or path, which may never have been read. */
+static void log_refusal(attnd_http *s, const hconn *hc) {
+    attnd_metrics_reject(s->metrics, refusal_kind(hc->refused));
+    attnd_metrics_request(s->metrics, R_UNKNOWN, hc->refused, 0);
+    attnd_access a = {"-",       "-",  hc->refused, hc->refused_bytes, 0.0, 0, hc->refused_id,
+                      "refused", NULL, NULL};
+    attnd_log_access(&a);
+}
+
+/* Connection start and end: its record, and the guard's. */
 static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
                           enum MHD_ConnectionNotificationCode toe) {
     attnd_http *s = cls;
     if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
         const union MHD_ConnectionInfo *ci =
             MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-        *socket_context = ci ? attnd_guard_open(s->guard, ci->connect_fd) : NULL;
-    } else {
-        attnd_guard_close(s->guard, *socket_context);
+        if (!ci) return;
+        hconn *hc = calloc(1, sizeof(*hc));
+        if (!hc) { /* refused as the guard refuses one it cannot record */
+            shutdown(ci->connect_fd, SHUT_RDWR);
+            return;
+        }
+        hc->gc = attnd_guard_open(s->guard, ci->connect_fd);
+        *socket_context = hc;
+    } else if (*socket_context) {
+        hconn *hc = *socket_context;
+        if (hc->refused) log_refusal(s, hc);
+        attnd_guard_close(s->guard, hc->gc);
+        free(hc);
         *socket_context = NULL;
     }
 }

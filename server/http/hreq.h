@@ -20,8 +20,22 @@
 
 enum { P_HEADERS = 0, P_BODY, P_WAIT, P_SENT };
 
-/* X-Request-Id: 1 to 64 of [A-Za-z0-9._:-] and the NUL. */
+/* X-Request-Id: 1 to 128 characters and the NUL. */
 #define ATTND_REQUEST_ID_MAX 129
+
+/* One connection: libmicrohttpd's socket context for it, from its start to
+ * its close (glue.c, on_connection). */
+typedef struct {
+    guard_conn *gc;     /* its record in the guard, or NULL */
+    const char *req_id; /* the X-Request-Id of its request being read, or NULL before the
+                           header lines are in */
+    /* a request that libmicrohttpd refused itself while reading it (a bad
+     * chunk, or before its header lines were in: 414, 431, 505, a bad
+     * Content-Length), as send.c answered it; refused 0 = none */
+    int refused;
+    size_t refused_bytes;
+    char refused_id[ATTND_REQUEST_ID_MAX];
+} hconn;
 
 /* One HTTP request: the scheduler's job (r) and what the HTTP side keeps
  * for it. Lives from the first handler call to the completion callback
@@ -55,6 +69,7 @@ typedef struct attnd_http_req {
     attnd_kind sent;         /* kind of the answer sent */
     size_t sent_bytes;       /* body bytes of the answer */
     int late;                /* 1: its queued work was dropped at the drain deadline */
+    hconn *hc;               /* its connection, or NULL */
     guard_conn *gc;          /* its connection's record in the guard, or NULL */
     int retry_after;         /* Retry-After seconds of a 429, 0 = the default 1 */
     const attnd_ui_file *ui; /* the viewer's file it answers (its own headers), or NULL */
@@ -68,8 +83,9 @@ typedef struct attnd_http_req {
  * its kind and the headers of status.c. */
 enum MHD_Result attnd_http_send(hreq *h);
 /* send.c: the one maker of request ids: the client's X-Request-Id when it
- * is sane (1 to 64 of [A-Za-z0-9._:-]), else a new one (16 hex digits).
- * Returns 1 when the client's was taken. given may be NULL. */
+ * is sane (1 to 128 visible ASCII characters but `"` and `\`), else a new
+ * one (16 hex digits). Returns 1 when the client's was taken. given may be
+ * NULL. */
 int attnd_http_request_id(const char *given, char out[ATTND_REQUEST_ID_MAX]);
 
 /* hreq.c: frees the body read so far and gives its bytes back to the

@@ -190,8 +190,10 @@ enum MHD_Result attnd_http_send(hreq *h) {
  * socket, and libmicrohttpd is told the queueing failed, which makes it
  * close the connection as it does after any such error. attnd itself
  * never answers with HTML, so a persistent buffer that starts with
- * "<html>" can only be one of those pages. tests/blackbox/test_abuse.py
- * sends every such request and checks the answers; docs/api.md lists them.
+ * "<html>" can only be one of those pages. The connection's record (hconn)
+ * keeps the answer, for the request's access line and count when it
+ * closes (glue.c). tests/blackbox/test_abuse.py sends every such request
+ * and checks the answers and lines; docs/api.md lists them.
  */
 
 /* The page libmicrohttpd is building on this thread, and what it means. */
@@ -242,11 +244,20 @@ enum MHD_Result MHD_queue_response(struct MHD_Connection *c, unsigned int status
     const char *msg = status == 414   ? "the request line is longer than attnd accepts"
                       : status == 431 ? "the header lines are larger than attnd accepts"
                                       : page_msg;
+    /* the request's own id once its header lines were in (a bad chunk) */
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    hconn *hc = ci ? ci->socket_context : NULL;
     char id[ATTND_REQUEST_ID_MAX];
-    attnd_http_request_id(NULL, id);
+    attnd_http_request_id(hc ? hc->req_id : NULL, id);
     attnd_answer_meta m = {.ctype = "application/json", .request_id = id, .close = 1};
     size_t len = 0;
     char *body = attnd_error_body(msg, &len);
     if (body) send_answer(c, 1, (int)status, &m, body, len, 0);
+    if (hc) { /* for its access line and count (glue.c) */
+        hc->refused = (int)status;
+        hc->refused_bytes = body ? len : 0;
+        memcpy(hc->refused_id, id, sizeof(id));
+    }
     return MHD_NO; /* libmicrohttpd closes the connection */
 }

@@ -10,8 +10,9 @@
 #include "../../core/attn.h"
 #include "prom.h"
 
-static const int STATUSES[METRICS_STATUSES - 1] = {200, 204, 400, 401, 404, 405, 413, 429, 499,
-                                                   500, 503, 504, 411, 201, 409, 304, 403, 507};
+static const int STATUSES[METRICS_STATUSES - 1] = {200, 204, 400, 401, 404, 405, 413, 429,
+                                                   499, 500, 503, 504, 411, 201, 409, 304,
+                                                   403, 507, 408, 414, 431, 505};
 
 static void hist_init(attnd_hist *h, const char *name, const char *help, const double *bounds,
                       int nb, double scale) {

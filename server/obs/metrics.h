@@ -13,7 +13,7 @@
 #include "../base/buffer.h"
 #include "../base/reply.h"
 
-#define METRICS_STATUSES 19   /* the status codes counted one by one, plus "other" */
+#define METRICS_STATUSES 23   /* the status codes counted one by one, plus "other" */
 #define METRICS_ROUTES_MAX 32 /* routes counted one by one, the unknown one included */
 #define HIST_MAX_BUCKETS 16
 

@@ -513,6 +513,27 @@ def test_odd_http_gets_a_json_error(odd, case):
     assert len(resps) == 1, resps
     assert_json_error(*resps[0], want=want)
     assert odd.get("/health").status_code == 200
+    # one access line for it, under the id and status it was answered with,
+    # and a count in /metrics (SPEC 4), refused by libmicrohttpd or not
+    status, headers = resps[0][0], resps[0][1]
+    line = re.compile(r" status=%d .*id=%s " % (status, re.escape(headers["x-request-id"])))
+    assert support.wait_until(lambda: line.search(odd.stdout()), 10), odd.logs()
+    assert re.search(r'^attnd_requests_total\{route="[^"]+",status="%d"\} [1-9]' % status,
+                     odd.get("/metrics").text, re.M)
+
+
+def test_a_bad_chunk_is_logged_under_its_request(odd):
+    """A chunked body that libmicrohttpd refuses after the header lines: the
+    answer echoes the request's X-Request-Id, and its access line names its
+    method, path and status (never a 499 as if the client had left)."""
+    data = (b"POST /v1/attention HTTP/1.1\r\nHost: t\r\nX-Request-Id: chunk-7f3a\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\nZZ\r\n")
+    resps = split_responses(read_responses(odd.port, data))
+    assert len(resps) == 1, resps
+    assert_json_error(*resps[0], want={400})
+    assert resps[0][1]["x-request-id"] == "chunk-7f3a"
+    line = re.compile(r"method=POST path=/v1/attention status=400 .*id=chunk-7f3a .*end=refused")
+    assert support.wait_until(lambda: line.search(odd.stdout()), 10), odd.logs()
 
 
 def sent_then_closed(port, data, timeout):
