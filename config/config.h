@@ -180,6 +180,15 @@ void attnd_model_config_free(attnd_model_config *mc);
  * then refuses them). The strings are argv's or the environment's. */
 void attnd_config_log_early(int argc, char **argv, const char **format, const char **level);
 
+/* note(arg, sentence) once for each ATTND_* variable set that attnd does
+ * not read (a name no key has, nor server.api_key_env), and for each
+ * service link that Kubernetes or Docker set over one of attnd's port
+ * variables (ATTND_PORT=tcp://ADDR:PORT from a Service named "attnd"),
+ * which attnd_config_from_args leaves out. A service link's other
+ * variables (ATTND_SERVICE_HOST, ...) say nothing. */
+void attnd_config_env_notes(const attnd_config *c, void (*note)(void *arg, const char *sentence),
+                            void *arg);
+
 /* Prints the flags and environment variables (attnd --help). */
 void attnd_config_usage(FILE *f, const char *argv0);
 

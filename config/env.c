@@ -8,6 +8,7 @@
  * same table.
  * It parses no JSON and never exits: main() decides what a refusal means.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -191,13 +192,93 @@ static int scan_args(int argc, char **argv, int *want, const char **config_file,
     return 0;
 }
 
-/* Stores every ATTND_* variable that is set and not empty. */
+/* ---- service links ---- */
+
+/* 1 when name=value is a service link's address: Kubernetes gives every
+ * pod {SVC}_PORT=tcp://ADDR:PORT for each Service of its namespace (SVC its
+ * name in capitals, '-' made '_'), and Docker's legacy links do the same.
+ * A Service named "attnd" or "attnd-grpc" so sets ATTND_PORT or
+ * ATTND_GRPC_PORT: an address of another's, never a port for attnd. */
+static int service_link(const char *name, const char *value) {
+    size_t n = strlen(name);
+    if (n < 5 || strcmp(name + n - 5, "_PORT") != 0) return 0;
+    return strncmp(value, "tcp://", 6) == 0 || strncmp(value, "udp://", 6) == 0 ||
+           strncmp(value, "sctp://", 7) == 0;
+}
+
+/* 1 for a service link's other variables: {SVC}_SERVICE_HOST,
+ * {SVC}_SERVICE_PORT[_{PORT NAME}] and {SVC}_PORT_{N}_{TCP|UDP|SCTP}[_...]. */
+static int service_link_part(const char *name) {
+    if (strstr(name, "_SERVICE_HOST") || strstr(name, "_SERVICE_PORT")) return 1;
+    for (const char *p = strstr(name, "_PORT_"); p; p = strstr(p + 1, "_PORT_")) {
+        const char *d = p + 6;
+        if (!isdigit((unsigned char)*d)) continue;
+        while (isdigit((unsigned char)*d))
+            d++;
+        if (!strncmp(d, "_TCP", 4) || !strncmp(d, "_UDP", 4) || !strncmp(d, "_SCTP", 5)) return 1;
+    }
+    return 0;
+}
+
+static const cfg_key *find_env(const char *name) {
+    for (int i = 0; i < cfg_n_config_keys; i++)
+        if (cfg_config_keys[i].env && strcmp(cfg_config_keys[i].env, name) == 0)
+            return &cfg_config_keys[i];
+    return NULL;
+}
+
+/* What to say of the variable name=value, or NULL: a service link over one
+ * of attnd's (ignored), or a name attnd does not read. */
+static const char *env_note(const attnd_config *c, const char *name, const char *value, char *out,
+                            size_t cap) {
+    const cfg_key *k = find_env(name);
+    if (k && service_link(name, value)) {
+        char key[160];
+        key_path(key, sizeof key, k);
+        snprintf(out, cap,
+                 "environment variable %s: \"%.80s\" is a service link (Kubernetes sets "
+                 "{SERVICE}_PORT to a Service's address in every pod of its namespace), not a "
+                 "value for %s; ignored. Give %s in the container's env, or set "
+                 "enableServiceLinks: false in the pod spec",
+                 name, value, key, name);
+        return out;
+    }
+    if (k || (c->api_key_env && strcmp(name, c->api_key_env) == 0) || service_link(name, value) ||
+        service_link_part(name))
+        return NULL;
+    char hint[160];
+    cfg_nearest n = {.name = name};
+    for (int i = 0; i < cfg_n_config_keys; i++)
+        if (cfg_config_keys[i].env) cfg_nearest_try(&n, cfg_config_keys[i].env);
+    if (c->api_key_env) cfg_nearest_try(&n, c->api_key_env);
+    snprintf(out, cap,
+             "environment variable %s is not one attnd reads%s; ignored (attnd --help lists "
+             "them)",
+             name, cfg_nearest_hint(&n, "", hint, sizeof hint));
+    return out;
+}
+
+void attnd_config_env_notes(const attnd_config *c, void (*note)(void *arg, const char *sentence),
+                            void *arg) {
+    extern char **environ;
+    for (char **e = environ; e && *e; e++) {
+        const char *eq = strchr(*e, '=');
+        if (strncmp(*e, "ATTND_", 6) != 0 || !eq || !eq[1]) continue;
+        char name[128], text[1024];
+        snprintf(name, sizeof name, "%.*s", (int)(eq - *e < 127 ? eq - *e : 127), *e);
+        if (env_note(c, name, eq + 1, text, sizeof text)) note(arg, text);
+    }
+}
+
+/* Stores every ATTND_* variable that is set and not empty, but a service
+ * link's address (attnd_config_env_notes says so). */
 static int apply_env(attnd_config *c, char *err, size_t errlen) {
     char src[200], key[160];
     for (int i = 0; i < cfg_n_config_keys; i++) {
         const cfg_key *k = &cfg_config_keys[i];
         const char *env = k->env ? getenv(k->env) : NULL;
         if (!env || !*env) continue; /* empty = unset, as Docker's "VAR=" means */
+        if (service_link(k->env, env)) continue;
         snprintf(src, sizeof src, "environment variable %s", k->env);
         key_path(key, sizeof key, k);
         if (store_text(c, k, env, src, key, err, errlen) != 0) return -1;

@@ -73,6 +73,11 @@ static int wait_for_stop(attnd_server *srv, const sigset_t *set) {
     }
 }
 
+static void warn_note(void *arg, const char *sentence) {
+    (void)arg;
+    attnd_log(LOG_WARN, "%s", sentence);
+}
+
 /* The flags, the ATTND_* variables and the config file into cfg, the log
  * set up from the first line (the flag's or variable's format, a refused
  * config included; the config file's once it is read). Returns -1 when the
@@ -93,6 +98,7 @@ static int configure(int argc, char **argv, attnd_config *cfg) {
     if (want == ATTND_WANT_VERSION) printf("attnd %s\n", ATTND_VERSION);
     if (want != ATTND_WANT_RUN) return ATTND_EXIT_OK;
     attnd_log_setup(cfg->log_format, cfg->log_level, cfg->access_log);
+    attnd_config_env_notes(cfg, warn_note, NULL);
     return -1;
 }
 

@@ -251,6 +251,42 @@ def test_flags_override_env_and_config(fresh_daemons):
     assert d.get("/health").status_code == 200
 
 
+def test_kubernetes_service_links_are_not_ports(fresh_daemons):
+    """A Service named "attnd" (or "attnd-grpc") makes Kubernetes set
+    ATTND_PORT=tcp://ADDR:PORT (ATTND_GRPC_PORT=...) and its kin in every pod
+    of the namespace: attnd ignores those addresses with a warn line each,
+    serves on the config's ports, and says nothing of the kin."""
+    port, gport = support.free_port(), support.free_port()
+    link = {"ATTND_SERVICE_HOST": "10.96.0.12", "ATTND_SERVICE_PORT": "8080",
+            "ATTND_SERVICE_PORT_HTTP": "8080", "ATTND_PORT": "tcp://10.96.0.12:8080",
+            "ATTND_PORT_8080_TCP": "tcp://10.96.0.12:8080", "ATTND_PORT_8080_TCP_PROTO": "tcp",
+            "ATTND_PORT_8080_TCP_PORT": "8080", "ATTND_PORT_8080_TCP_ADDR": "10.96.0.12",
+            "ATTND_GRPC_SERVICE_HOST": "10.96.0.13", "ATTND_GRPC_PORT": "tcp://10.96.0.13:8081",
+            "ATTND_GRPC_PORT_8081_TCP": "tcp://10.96.0.13:8081"}
+    d = fresh_daemons({"server": {"host": "127.0.0.1", "port": port, "grpc_port": gport},
+                       "models": [SMALL.config()]}, flags=False, port=port, env=link)
+    assert d.get("/health").status_code == 200
+    out = d.stdout()
+    for var, key in (("ATTND_PORT", "server.port"), ("ATTND_GRPC_PORT", "server.grpc_port")):
+        assert re.search(r" warn environment variable %s: .*service link.*not a value for %s; "
+                         r"ignored" % (var, key), out), out
+    assert "listening on 127.0.0.1:%d" % port in out, out
+    assert not re.search(r"ATTND_(SERVICE|PORT_|GRPC_SERVICE|GRPC_PORT_)", out), out
+
+
+def test_unknown_env_variables_are_named(fresh_daemons):
+    """A misspelt ATTND_* variable does nothing, so the log says so, with
+    the variable meant; the API key's own variable is not unknown."""
+    d = fresh_daemons({"server": {"api_key_env": "ATTND_MY_KEY"}, "models": [SMALL.config()]},
+                      env={"ATTND_WORKER": "3", "ATTND_MY_KEY": "k1"})
+    assert d.get("/health").status_code == 200
+    out = d.stdout()
+    assert re.search(r' warn environment variable ATTND_WORKER is not one attnd reads \(did '
+                     r'you mean "ATTND_WORKERS"\?\); ignored', out), out
+    assert "ATTND_MY_KEY" not in out, out
+    assert "ATTND_GRPC_PORT" not in out, out
+
+
 def test_env_overrides_config(fresh_daemons):
     cfg_port, env_port = support.free_port(), support.free_port()
     d = fresh_daemons({"server": {"host": "127.0.0.1", "port": cfg_port},

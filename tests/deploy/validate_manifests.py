@@ -325,6 +325,9 @@ def main():
     c.check({p["name"]: p["containerPort"] for p in ct["ports"]}
             == {"http": df["port"], "grpc": df["grpc"]},
             "Deployment containerPorts = image's ATTND_PORT and ATTND_GRPC_PORT", str(ct["ports"]))
+    c.check(pod["spec"].get("enableServiceLinks") is False,
+            "Deployment turns service links off (the Service attnd would set "
+            "ATTND_PORT=tcp://...)", str(pod["spec"].get("enableServiceLinks")))
     c.check((ct.get("readinessProbe") or {}).get("grpc", {}).get("port") == df["grpc"],
             "Deployment readiness is Kubernetes' gRPC probe on the gRPC port",
             str(ct.get("readinessProbe")))
