@@ -80,8 +80,7 @@ void attnd_reload(const attnd_config *running, attnd_models *ms, attnd_applied *
     if (attnd_config_reread(running, &fresh, err, sizeof err) < 0) {
         char reason[1024];
         attnd_log(LOG_ERROR, "SIGHUP: config not applied, every model keeps its version: %s", err);
-        snprintf(reason, sizeof reason, "the config file failed to read at the last SIGHUP: %.900s",
-                 err);
+        snprintf(reason, sizeof reason, ATTND_REASON_RELOAD_FAILED "%.900s", err);
         attnd_models_reason_serving(ms, reason);
         attnd_models_count_reload(ms, 0);
         return;

@@ -607,9 +607,12 @@ char *attnd_models_index(attnd_models *ms, int ready_only, size_t *len) {
 
 void attnd_models_reason_serving(attnd_models *ms, const char *reason) {
     pthread_mutex_lock(&ms->mu);
-    for (int i = 0; i < ms->n; i++)
-        if (ms->slots[i]->serving)
-            snprintf(ms->slots[i]->reason, sizeof ms->slots[i]->reason, "%s", reason);
+    const char *failed = ATTND_REASON_RELOAD_FAILED;
+    for (int i = 0; i < ms->n; i++) {
+        char *now = ms->slots[i]->reason;
+        if (ms->slots[i]->serving && (reason[0] || !strncmp(now, failed, strlen(failed))))
+            snprintf(now, sizeof ms->slots[i]->reason, "%s", reason);
+    }
     pthread_mutex_unlock(&ms->mu);
 }
 

@@ -100,9 +100,13 @@ const char *attnd_models_names(attnd_models *ms, char *buf, size_t cap);
  * {"name", "version" (serving, or last served; absent when none), "state",
  * "reason"}; ready_only: the READY ones. NULL when out of memory. */
 char *attnd_models_index(attnd_models *ms, int ready_only, size_t *len);
-/* Sets the reason every model serving shows: a config that failed to
- * read, or "" once one reads again (the others keep why they do not
- * serve). */
+/* The start of the reason every model serving shows while the config file
+ * failed to read at the last SIGHUP (the error follows it). */
+#define ATTND_REASON_RELOAD_FAILED "the config file failed to read at the last SIGHUP: "
+/* Sets the reason every model serving shows: a config that failed to read
+ * (reason starts with ATTND_REASON_RELOAD_FAILED); "" once one reads again
+ * clears that reason only: a model whose last load failed keeps saying
+ * why, and those that do not serve keep theirs. */
 void attnd_models_reason_serving(attnd_models *ms, const char *reason);
 
 /* Counts a SIGHUP's reading of the config: ok 1 or 0. */

@@ -1189,6 +1189,31 @@ def test_sighup_with_explicit_control(fresh_daemons, tmp_path):
 
 
 
+def test_sighup_keeps_the_reason_of_a_failed_api_load(fresh_daemons, tmp_path):
+    """A model whose last load over the API failed keeps serving its version
+    and saying why; a SIGHUP that leaves it as it is keeps the reason, and
+    one that reads after a failed reading clears only that reading's."""
+    a1 = save(tmp_path, "a1.safetensors", "a", 171)
+    broken(a1.path, tmp_path / "a_broken.safetensors")
+    cfg = explicit(tmp_path, [entry(a1)])
+    dd = fresh_daemons(cfg)
+    r = repo_load(dd, "a", entry(a1, "a_broken.safetensors", name=False))
+    assert r.status_code == 400, r.text
+    why = index_entry(dd, "a").get("reason")
+    assert why and "a_broken.safetensors" in why, index_entry(dd, "a")
+    hup(dd)
+    e = index_entry(dd, "a")
+    assert e["state"] == "READY" and e["version"] == "1" and e.get("reason") == why, e
+    dd.config_path.write_text("{\"models\": [")
+    hup(dd)
+    assert "SIGHUP" in index_entry(dd, "a").get("reason", ""), index_entry(dd, "a")
+    write_config(dd, cfg)
+    hup(dd)
+    e = index_entry(dd, "a")
+    assert e["state"] == "READY" and e["version"] == "1" and not e.get("reason"), e
+    served(dd, "a", a1, 1)
+
+
 def restart_lines(log):
     return [ln for ln in log.splitlines() if "needs a restart" in ln]
 
