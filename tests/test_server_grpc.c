@@ -352,16 +352,26 @@ START_TEST(answer) {
     }
     ck_assert_int_eq(seen, 3);
     size_t sn = 0;
-    uint8_t *s = attnd_grpc_stream_answer(out, n, NULL, &sn);
+    uint8_t *s = attnd_grpc_stream_answer(out, n, &sn);
     Inference__ModelStreamInferResponse *sr =
         inference__model_stream_infer_response__unpack(NULL, sn, s);
     ck_assert(sr && sr->infer_response && strcmp(sr->infer_response->model_name, "small") == 0);
     inference__model_stream_infer_response__free_unpacked(sr, NULL);
     free(s);
-    s = attnd_grpc_stream_answer(NULL, 0, "inputs: an input named 'query' is required", &sn);
+    s = attnd_grpc_stream_error("inputs: an input named 'query' is required", "", "", &sn);
     sr = inference__model_stream_infer_response__unpack(NULL, sn, s);
     ck_assert(sr && !sr->infer_response);
     ck_assert_str_eq(sr->error_message, "inputs: an input named 'query' is required");
+    inference__model_stream_infer_response__free_unpacked(sr, NULL);
+    free(s);
+    /* a refusal names its request when the request named itself */
+    s = attnd_grpc_stream_error("no", "small", "req-7", &sn);
+    sr = inference__model_stream_infer_response__unpack(NULL, sn, s);
+    ck_assert(sr && sr->infer_response);
+    ck_assert_str_eq(sr->error_message, "no");
+    ck_assert_str_eq(sr->infer_response->model_name, "small");
+    ck_assert_str_eq(sr->infer_response->id, "req-7");
+    ck_assert_int_eq((int)sr->infer_response->n_outputs, 0);
     inference__model_stream_infer_response__free_unpacked(sr, NULL);
     free(s);
     inference__model_infer_response__free_unpacked(r, NULL);

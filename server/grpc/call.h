@@ -16,6 +16,7 @@
 #include "../obs/trace.h"
 #include "grpc.h"
 #include "merge.h"
+#include "wire.h"
 
 typedef struct gcall gcall;
 
@@ -89,6 +90,7 @@ struct gcall {
     char path[96];
     char model[ATTND_NAME_MAX];
     char id[ATTND_REQUEST_ID_MAX];
+    char req_id[ATTND_GRPC_ID_MAX]; /* the id of the ModelInferRequest read last, for its refusal */
     attnd_trace trace;
 };
 

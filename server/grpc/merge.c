@@ -206,7 +206,7 @@ static uint8_t *pack_part(const InferResponse *r, const attnd_grpc_merge *plan, 
     uint8_t *buf = malloc(n ? n : 1);
     if (!buf) return NULL;
     inference__model_infer_response__pack(&p, buf);
-    uint8_t *wrapped = attnd_grpc_stream_answer(buf, n, NULL, len);
+    uint8_t *wrapped = attnd_grpc_stream_answer(buf, n, len);
     free(buf);
     return wrapped;
 }

@@ -280,7 +280,7 @@ static void stream_error(gcall *c, const attnd_error *e) {
     attnd_metrics_reject(c->g->metrics, e->code); /* each message's refusal, as a request's */
     /* n is set by the call: read it after, not as the same call's argument
      * (the order in which arguments are evaluated is unspecified) */
-    uint8_t *out = attnd_grpc_stream_answer(NULL, 0, e->msg, &n);
+    uint8_t *out = attnd_grpc_stream_error(e->msg, c->model, c->req_id, &n);
     send_one(c, out, n);
 }
 
@@ -320,7 +320,7 @@ static void answer(gcall *c, const attnd_reply *rep) {
                 send_merged(c, out, n);
                 return;
             }
-            uint8_t *wrapped = attnd_grpc_stream_answer(out, n, NULL, &n);
+            uint8_t *wrapped = attnd_grpc_stream_answer(out, n, &n);
             free(out);
             send_one(c, wrapped, n);
             return;
@@ -394,26 +394,25 @@ static void infer(gcall *c, const uint8_t *msg, size_t len) {
     q->r.proto = ATTND_PROTO_GRPC;
     q->c = c;
     attnd_gcall_ref(c);
-    attnd_grpc_target t = {{0}, {0}};
+    attnd_grpc_target t = {{0}, {0}, {0}};
     /* a call that arrived before the drain is answered, as an HTTP request
      * whose header lines came before it; a stream's later requests are not */
     int ready =
         c->method == GM_STREAM_INFER ? atomic_load(c->g->state) == S_READY : c->arrived_ready;
-    if (!ready)
-        attnd_set_error(&e, AERR_UNAVAILABLE, "the server is draining");
-    else if (attnd_grpc_parse_infer(c->g->env, msg, len, &t, &q->r.job, &e) == 0) {
-        if (c->plan.n && q->r.job.ver && !q->r.job.ver->info.rows_free) {
-            /* merged, its bits would not be those of its steps alone: not
-             * on this stream (stream_error sends them again, each alone) */
-            c->merge_off = 1;
-            attnd_set_error(&e, AERR_INTERNAL, "not merged");
-        } else {
-            q->r.asked_timeout_ms = c->asked_ms;
-            queue_job(c, q);
-            return;
-        }
+    int parsed = ready && attnd_grpc_parse_infer(c->g->env, msg, len, &t, &q->r.job, &e) == 0;
+    if (!ready) attnd_set_error(&e, AERR_UNAVAILABLE, "the server is draining");
+    snprintf(c->model, sizeof c->model, "%s", t.model); /* this message's, for its refusal */
+    snprintf(c->req_id, sizeof c->req_id, "%s", t.id);
+    if (parsed && c->plan.n && q->r.job.ver && !q->r.job.ver->info.rows_free) {
+        /* merged, its bits would not be those of its steps alone: not on
+         * this stream (stream_error sends them again, each alone) */
+        c->merge_off = 1;
+        attnd_set_error(&e, AERR_INTERNAL, "not merged");
+    } else if (parsed) {
+        q->r.asked_timeout_ms = c->asked_ms;
+        queue_job(c, q);
+        return;
     }
-    if (t.model[0]) snprintf(c->model, sizeof c->model, "%s", t.model);
     refuse(c, &e);
     attnd_req_unref(&q->r);
 }

@@ -206,6 +206,7 @@ static int put_request(attnd_sbuf *b, size_t *bytes, const InferRequest *rq, att
 /* The message's model name and version into t: 0, or -1 with the 400 of
  * no name. */
 static int read_target(const InferRequest *rq, attnd_grpc_target *t, attnd_error *e) {
+    if (rq->id && strlen(rq->id) < sizeof t->id) snprintf(t->id, sizeof t->id, "%s", rq->id);
     const char *name = rq->model_name ? rq->model_name : "";
     if (!name[0]) return attnd_set_error(e, AERR_BAD_REQUEST, "model_name: required");
     if (strlen(name) >= sizeof t->model)
@@ -420,16 +421,25 @@ static size_t put_field_head(uint8_t *p, int field, size_t n) {
     return k;
 }
 
-uint8_t *attnd_grpc_stream_answer(const uint8_t *resp, size_t n, const char *error,
-                                  size_t *out_len) {
-    const uint8_t *src = resp ? resp : (const uint8_t *)error;
-    size_t len = resp ? n : strlen(error);
-    uint8_t *out = malloc(len + 16);
+uint8_t *attnd_grpc_stream_answer(const uint8_t *resp, size_t n, size_t *out_len) {
+    uint8_t *out = malloc(n + 16);
     if (!out) return NULL;
-    /* error_message is field 1, infer_response field 2 */
-    size_t k = put_field_head(out, resp ? 2 : 1, len);
-    memcpy(out + k, src, len);
-    *out_len = k + len;
+    size_t k = put_field_head(out, 2, n); /* infer_response is field 2 */
+    memcpy(out + k, resp, n);
+    *out_len = k + n;
+    return out;
+}
+
+uint8_t *attnd_grpc_stream_error(const char *error, const char *model, const char *id,
+                                 size_t *out_len) {
+    Inference__ModelInferResponse r = INFERENCE__MODEL_INFER_RESPONSE__INIT;
+    Inference__ModelStreamInferResponse s = INFERENCE__MODEL_STREAM_INFER_RESPONSE__INIT;
+    r.model_name = (char *)model;
+    r.id = (char *)id;
+    s.error_message = (char *)error;
+    s.infer_response = model[0] || id[0] ? &r : NULL;
+    uint8_t *out = malloc(inference__model_stream_infer_response__get_packed_size(&s) + 1);
+    if (out) *out_len = inference__model_stream_infer_response__pack(&s, out);
     return out;
 }
 

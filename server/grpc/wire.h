@@ -46,10 +46,14 @@ int attnd_grpc_code(attnd_kind k);
 /* A code's name: "OK", "INVALID_ARGUMENT", ... */
 const char *attnd_grpc_code_name(int code);
 
+/* The longest ModelInferRequest id a refusal on a stream repeats. */
+#define ATTND_GRPC_ID_MAX 256
+
 /* What a ModelInferRequest names besides its body. */
 typedef struct {
     char model[ATTND_NAME_MAX]; /* model_name */
     char version[24];           /* model_version, "" when not given */
+    char id[ATTND_GRPC_ID_MAX]; /* id, "" when not given or longer than this holds */
 } attnd_grpc_target;
 
 /* ModelInferRequest bytes (msg, len) into the v2 body of the same request:
@@ -70,9 +74,15 @@ int attnd_grpc_parse_infer(const attnd_parse_env *env, const uint8_t *msg, size_
 int attnd_grpc_infer_answer(const char *body, size_t len, size_t json_len, uint8_t **out,
                             size_t *out_len);
 /* A ModelStreamInferResponse around an answer (resp, n bytes: a packed
- * ModelInferResponse), or around an error message when resp is NULL. */
-uint8_t *attnd_grpc_stream_answer(const uint8_t *resp, size_t n, const char *error,
-                                  size_t *out_len);
+ * ModelInferResponse), in a malloc'd buffer (*out_len bytes), or NULL. */
+uint8_t *attnd_grpc_stream_answer(const uint8_t *resp, size_t n, size_t *out_len);
+
+/* A ModelStreamInferResponse for a message refused: error_message, and an
+ * infer_response naming the model and the request's id (either may be ""),
+ * so that a client with several steps in flight can match the refusal to
+ * its request; in a malloc'd buffer (*out_len bytes), or NULL. */
+uint8_t *attnd_grpc_stream_error(const char *error, const char *model, const char *id,
+                                 size_t *out_len);
 
 /* The sentence of a refusal's body {"error": "..."} into msg. */
 void attnd_grpc_error_text(const char *body, size_t len, char *msg, size_t cap);

@@ -851,6 +851,33 @@ def test_stream_of_refusals_answered_in_order(stub, d):
     assert d.get("/v2/health/ready").status_code == 200
 
 
+def test_stream_refusals_name_their_request(stub, d):
+    """A refusal on a stream carries its request's id and model_name in
+    infer_response, beside error_message, so a client with several requests
+    in flight can match it to its request (a request with neither gets
+    none); the answers between keep theirs."""
+    q = np.zeros((1, 4, 64), np.float32)
+    bad = q.copy()
+    bad[0, 1, 3] = np.nan
+    reqs = [pb_request("no_such_model", [("query", q, "FP32")], {}),
+            pb_request("self_e64_h8", [("query", q, "FP32")], {}),
+            pb_request("self_e64_h8", [("query", bad, "FP32")], {}),
+            pb_request("self_e64_h8", [("query", q, "FP32")], {"attention": "sideways"}),
+            pb_request("", [("query", q, "FP32")], {}),
+            pb_request("self_e64_h8", [("query", bad, "FP32")], {})]
+    for k, r in enumerate(reqs[:5]):
+        r.id = "req-%d" % k
+    got = list(stub.ModelStreamInfer(iter(reqs), timeout=60))
+    assert [bool(a.error_message) for a in got] == [True, False, True, True, True, True], got
+    for k in (0, 1, 2, 3, 4):
+        assert got[k].infer_response.id == "req-%d" % k, (k, got[k])
+    for k in (0, 1, 2, 3):
+        assert got[k].infer_response.model_name == reqs[k].model_name, (k, got[k])
+    assert got[4].infer_response.model_name == "" and "model_name" in got[4].error_message
+    assert not got[5].infer_response.id and got[5].infer_response.model_name == "self_e64_h8"
+    assert "NaN" in got[2].error_message and "attention" in got[3].error_message
+
+
 def test_session_close_alone_over_http_v2_and_x_session_id(stub, client, d):
     g = DECODERS[1]
     q = dec_rows(g)
