@@ -118,13 +118,17 @@ def test_masks(served, client, case):
 
 
 def test_conversions_give_the_same_answer(client):
-    """float64 arrays, nested lists, integers and torch tensors are sent as
-    float32: the answers are those of the float32 array, bit for bit."""
+    """float64 arrays, nested lists, integers and torch tensors (bfloat16
+    too, which numpy cannot hold) are sent as float32: the answers are
+    those of the float32 array, bit for bit."""
     q = randn(3, 64)
     base = client.attention(q, model="self64").output
     for x in (q.astype(np.float64), q.tolist(), torch.from_numpy(q),
               torch.from_numpy(q).requires_grad_(True), np.asfortranarray(q)):
         assert np.array_equal(client.attention(x, model="self64").output, base)
+    bf16 = torch.from_numpy(q).to(torch.bfloat16)
+    assert np.array_equal(client.attention(bf16, model="self64").output,
+                          client.attention(bf16.float().numpy(), model="self64").output)
     ints = np.arange(3 * 64).reshape(3, 64) % 5
     assert np.array_equal(client.attention(ints, model="self64").output,
                           client.attention(ints.astype(np.float32), model="self64").output)

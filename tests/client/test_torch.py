@@ -114,6 +114,18 @@ def test_unbatched_and_float64(served):
     assert rel_err(ro, lo) <= TOL and rel_err(rw, lw) <= TOL
 
 
+def test_bfloat16(served):
+    """A bfloat16 layer swapped for the served one: bfloat16 input (which
+    numpy cannot hold) is sent as float32 and the answers come back as
+    bfloat16, those of the float32 layer on the same numbers."""
+    local, remote = local_and_remote(served, "self64", True)
+    x = t(2, 5, 64).to(torch.bfloat16)
+    ro, rw = remote(x, x, x)
+    lo, lw = local(x.float(), x.float(), x.float())
+    assert ro.dtype == rw.dtype == torch.bfloat16
+    assert rel_err(ro.float(), lo) <= 1e-2 and rel_err(rw.float(), lw) <= 1e-2
+
+
 def test_refused_masks(served):
     _, remote = local_and_remote(served, "self64", True)
     x = t(2, 3, 64)

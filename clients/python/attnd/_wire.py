@@ -87,6 +87,8 @@ def _array(name: str, x: Any) -> np.ndarray:
     """x as a numpy array, or a ValueError naming the argument."""
     if hasattr(x, "detach") and hasattr(x, "cpu"):  # a torch tensor: leave autograd and GPU
         x = x.detach().cpu()
+        if str(x.dtype) == "torch.bfloat16":  # numpy has no bfloat16; float32 holds it exactly
+            x = x.float()
     try:
         a = np.asarray(x)
     except ValueError as e:  # ragged nested lists
