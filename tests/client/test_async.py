@@ -3,6 +3,7 @@ one client, each answer checked against torch; sessions opened both ways
 (await, async with); a 503 retried after its Retry-After; errors raised
 as attnd.Error. Each test runs its coroutine with asyncio.run."""
 import asyncio
+import inspect
 
 import numpy as np
 import pytest
@@ -97,3 +98,23 @@ def test_retry_and_errors(served):
     assert len(seen) == 5 and seen[1][3] - seen[0][3] >= 0.5
     assert {m["name"] for m in models} == {"self64", "cross48", "nobias32"}
     assert health == {"status": "ok"}
+
+
+def test_same_methods_as_client():
+    """Every public method of Client and Session is on AsyncClient and
+    AsyncSession, as a coroutine (session: awaitable): close() too, beside
+    httpx's aclose()."""
+    for sync, aio in ((attnd.Client, attnd.AsyncClient), (attnd.Session, attnd.AsyncSession)):
+        for name, f in inspect.getmembers(sync, inspect.isfunction):
+            if name.startswith("_") or name == "session":
+                continue
+            assert inspect.iscoroutinefunction(getattr(aio, name, None)), (aio.__name__, name)
+
+    async def run(url):
+        c = attnd.AsyncClient(url)
+        await c.health()
+        await c.close()
+        assert c._http.is_closed
+
+    with Scripted(script=[(200, {}, {"status": "ok"}, 0)]) as srv:
+        asyncio.run(run(srv.url))

@@ -15,7 +15,8 @@ from ._wire import Error, Result
 
 class AsyncClient:
     """Client's methods as coroutines. Use `async with AsyncClient(...) as
-    c:` or `await c.aclose()`; calls may run concurrently on one client."""
+    c:` or `await c.close()` (or aclose()); calls may run concurrently on
+    one client."""
 
     def __init__(self, url: str = "http://127.0.0.1:8080", api_key: Optional[str] = None,
                  timeout: float = 30.0, retries: int = 3) -> None:
@@ -56,9 +57,14 @@ class AsyncClient:
         body = _wire.session_body(query, model=model, attention=attention, fields=fields)
         return _Opening(self, body)
 
-    async def aclose(self) -> None:
-        """Closes the connections; the client is not used after."""
+    async def close(self) -> None:
+        """Closes the connections; the client is not used after (Client.close,
+        awaited)."""
         await self._http.aclose()
+
+    async def aclose(self) -> None:
+        """close(), under httpx's and contextlib.aclosing's name."""
+        await self.close()
 
     async def __aenter__(self) -> "AsyncClient":
         return self
