@@ -22,6 +22,10 @@ const DEFAULT_RETRY_AFTER_S = 1;
 // was sent, so that attnd's 504 (which names the deadline) arrives first;
 // the timer only ends calls whose answer is held up on the way.
 const GRACE_MS = 1000;
+// setTimeout holds a signed 32-bit count of milliseconds: a longer delay
+// fires at once (Node and browsers alike). Timers wait at most this long
+// (about 24.8 days), which a timeoutMs or a Retry-After may pass.
+const MAX_TIMER_MS = 2 ** 31 - 1;
 
 /** A request attnd refused (status: its HTTP status) or that got no answer
  * (status: null; the daemon could not be reached, or timeoutMs passed). */
@@ -373,7 +377,7 @@ function sleep(ms, signal) {
     const timer = setTimeout(() => {
       signal?.removeEventListener("abort", onAbort);
       resolve();
-    }, ms);
+    }, Math.min(ms, MAX_TIMER_MS));
     signal?.addEventListener("abort", onAbort, { once: true });
   });
 }
@@ -513,7 +517,7 @@ export class Client {
     const timer = setTimeout(() => {
       timedOut = true;
       ctl.abort();
-    }, ms);
+    }, Math.min(ms, MAX_TIMER_MS));
     const onAbort = () => ctl.abort(signal.reason);
     signal?.addEventListener("abort", onAbort, { once: true });
     try {

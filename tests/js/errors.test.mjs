@@ -201,3 +201,22 @@ test("an AbortSignal ends a call: in flight, during a Retry-After wait, or befor
     await srv.close();
   }
 });
+
+test("a timeoutMs past setTimeout's 32-bit range is a long deadline, not an instant one", async () => {
+  // setTimeout fires at once when given more than 2^31 - 1 ms (about 24.8 days)
+  const c = new Client({ url: d.url, timeoutMs: 2 ** 31 });
+  assert.deepEqual((await c.attention({ query: Q })).output.shape, [4, 512]);
+  assert.equal((await c.models())[0].name, "default");
+  const srv = await scripted(d.url, [draining(String(30 * 24 * 3600))]);
+  try {
+    const ac = new AbortController();
+    const call = new Client({ url: srv.url, timeoutMs: 1e11 }).attention({ query: Q, signal: ac.signal });
+    while (srv.seen.length < 1) await new Promise((r) => setTimeout(r, 20));
+    await new Promise((r) => setTimeout(r, 300));
+    ac.abort(new Error("user left"));
+    await assert.rejects(call, /user left/);
+    assert.equal(srv.seen.length, 1, "a Retry-After of 30 days was not waited");
+  } finally {
+    await srv.close();
+  }
+});
