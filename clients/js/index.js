@@ -497,7 +497,9 @@ export class Client {
     if (o.sessionId) headers["X-Session-Id"] = o.sessionId;
     for (let attempt = 0; ; attempt++) {
       const left = Math.max(1, Math.ceil(end - Date.now()));
-      if (o.deadline) headers["Request-Timeout-Ms"] = String(left);
+      // whole digits: String() writes 1e21 and above as "1e+21", which the
+      // header refuses; attnd keeps the smaller of it and its own anyway
+      if (o.deadline) headers["Request-Timeout-Ms"] = String(Math.min(left, Number.MAX_SAFE_INTEGER));
       const res = await this._attempt(method, path, o, headers, left + GRACE_MS);
       if (res.status < 400) return res;
       const err = errorFrom(res);

@@ -220,3 +220,11 @@ test("a timeoutMs past setTimeout's 32-bit range is a long deadline, not an inst
     await srv.close();
   }
 });
+
+test("a timeoutMs too large for whole-number digits is sent as a whole number", async () => {
+  // String(1e21) is "1e+21", which Request-Timeout-Ms refuses (400)
+  for (const timeoutMs of [1e21, Number.MAX_VALUE]) {
+    const c = new Client({ url: d.url, timeoutMs });
+    assert.deepEqual((await c.attention({ query: Q })).output.shape, [4, 512]);
+  }
+});
