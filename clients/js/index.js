@@ -382,6 +382,17 @@ function sleep(ms, signal) {
   });
 }
 
+/** Why fetch got no answer, in words. Node's fetch rejects with "fetch
+ * failed" and the socket's error as its cause: "connect ECONNREFUSED
+ * 127.0.0.1:8080", or "other side closed" whose code (UND_ERR_SOCKET) says
+ * little alone; "localhost" tried on two addresses holds one error per
+ * address. A browser gives its own sentence ("Failed to fetch"). */
+function noAnswerReason(e) {
+  const c = e?.cause;
+  const why = c?.message || c?.errors?.[0]?.message || e?.message || String(e);
+  return c?.code && !why.includes(c.code) ? `${why} (${c.code})` : why;
+}
+
 function positiveMs(name, v) {
   if (typeof v !== "number" || !(v > 0) || !Number.isFinite(v)) {
     throw new RangeError(`${name}: ${v}; give a positive number of milliseconds`);
@@ -536,8 +547,7 @@ export class Client {
     } catch (e) {
       if (signal?.aborted) throw signal.reason;
       if (timedOut) throw new AttndError(null, `${method} ${url}: no answer within ${ms} ms`, { cause: e });
-      const why = e?.cause?.code ?? e?.cause?.message ?? e?.message ?? String(e);
-      throw new AttndError(null, `${method} ${url}: ${why}`, { cause: e });
+      throw new AttndError(null, `${method} ${url}: ${noAnswerReason(e)}`, { cause: e });
     } finally {
       clearTimeout(timer);
       signal?.removeEventListener("abort", onAbort);

@@ -7,6 +7,7 @@
 // slowness breaks), and an abort ends a call that would otherwise wait
 // far longer.
 import assert from "node:assert/strict";
+import net from "node:net";
 import { after, before, test } from "node:test";
 import { attnd, freePort, randomTensor, scripted, startDaemon } from "./support.mjs";
 
@@ -127,6 +128,24 @@ test("unreachable: status null naming the URL", async () => {
   const url = `http://127.0.0.1:${await freePort()}`;
   await assert.rejects(new Client({ url }).attention({ query: Q }),
     (e) => e instanceof AttndError && e.status === null && e.message.includes(url));
+});
+
+test("no answer: the socket's reason in words, not only its code", async () => {
+  // a server that reads the request, then hangs up (a proxy or a crashed daemon)
+  const hangUp = net.createServer((c) => c.once("data", () => c.destroy()));
+  await new Promise((r) => hangUp.listen(0, "127.0.0.1", r));
+  try {
+    const url = `http://127.0.0.1:${hangUp.address().port}`;
+    await assert.rejects(new Client({ url }).attention({ query: Q }), (e) => {
+      assert.ok(e instanceof AttndError && e.status === null, String(e));
+      assert.match(e.message, /^POST http:\/\/127\.0\.0\.1:\d+\/v1\/attention: other side closed/);
+      return true;
+    });
+  } finally {
+    hangUp.close();
+  }
+  const refused = `http://127.0.0.1:${await freePort()}`;
+  await assert.rejects(new Client({ url: refused }).models(), (e) => /: connect ECONNREFUSED 127\.0\.0\.1:\d+/.test(e.message));
 });
 
 test("a burst against a queue of 1: 429s with Retry-After, and with retries every call is answered", async () => {
