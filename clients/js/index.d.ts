@@ -147,6 +147,7 @@ export declare class Session {
   step(rows: RowsInput, opts?: Selection & CallOptions): Promise<StepResult>;
   /** The session's state: a safetensors file's bytes. */
   state(opts?: CallOptions): Promise<Uint8Array>;
+  /** Ends the session; twice does nothing, and one that failed leaves it open (close() again). */
   close(opts?: CallOptions): Promise<void>;
 }
 

@@ -599,16 +599,18 @@ export class Session {
   }
 
   /** Ends the session (DELETE /v1/sessions/{id}). One the daemon no longer
-   * holds is closed already: no error. Closing twice does nothing. */
+   * holds is closed already: no error. Closing twice does nothing. A close
+   * that failed (aborted, unanswered, refused) leaves the session open, as
+   * the daemon still holds it: close() again ends it. */
   async close(opts = {}) {
     checkKeys("close", opts, CALL_OPTIONS);
     if (this.closed) return;
-    this.closed = true;
     try {
       await this.client._send("DELETE", `/v1/sessions/${this.id}`, { ...opts, sessionId: this.id });
     } catch (e) {
       if (!(e instanceof AttndError && e.status === 404)) throw e;
     }
+    this.closed = true;
   }
 
   _open() {

@@ -146,3 +146,17 @@ test("a session closed by the daemon (idle timeout) closes without an error", as
     await d.stop();
   }
 });
+
+test("a close that failed is not closed: close() again ends the session", async () => {
+  const g = GOLDENS[0], s = g.sequences[0];
+  const sess = await new Client({ url: d1.url }).session({ model: g.name, query: rowsOf(s.query, 0, 2) });
+  await assert.rejects(sess.close({ signal: AbortSignal.abort() }), (e) => e.name === "AbortError");
+  assert.equal(sess.closed, false, "a close that sent nothing left the session marked closed");
+  const r = await sess.step(Float32Array.from(s.query[2])); // still the daemon's, still usable
+  assert.equal(r.cachedTokens, 3);
+  await sess.close();
+  assert.ok(sess.closed);
+  const raw = await fetch(`${d1.url}/v1/sessions/${sess.id}/attention`, { method: "POST",
+    body: JSON.stringify({ query: [s.query[0]] }) });
+  assert.equal(raw.status, 404, "the session outlived its close()");
+});
