@@ -20,8 +20,8 @@ export type BoolInput = Tensor<Uint8Array | boolean[]> | boolean[] | boolean[][]
 /** attnMask: booleans (true = hidden) or numbers added to the scores. */
 export type MaskInput = Tensor<Uint8Array | boolean[] | Float32Array | number[]> | boolean[][] | boolean[][][] | number[][] | number[][][];
 
-/** Session rows: (n, E), or one row (E,). */
-export type RowsInput = FloatInput | Float32Array | number[];
+/** Session rows: (n, E), or one row (E,); never a batch. */
+export type RowsInput = Tensor<Float32Array | ArrayLike<number>> | number[][] | Float32Array | number[];
 
 export type AttentionMode = "none" | "mean" | "heads";
 

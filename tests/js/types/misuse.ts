@@ -16,6 +16,7 @@ async function main(): Promise<void> {
   const n: number = r.output.shape; // misuse: shape is number[]
   const s = await client.session({ query: [[1]] });
   await s.step([[1]], "mean"); // misuse: options are an object
+  await s.step([[[1]]]); // misuse: rows are (n, E), not a batch
   const id: number = s.id; // misuse: the id is a string
   await client.restoreSession("state"); // misuse: bytes, not a string
   console.log(heads, n, id);
