@@ -102,6 +102,25 @@ def test_failed_step_keeps_nothing_and_close(decoder):
         assert e.value.status == 404 and "no such session" in e.value.message
 
 
+def test_a_failed_close_leaves_the_session_open(decoder):
+    """A close that got no answer leaves the session open, as the daemon
+    still holds it; close() again ends it there."""
+    g = GOLDENS[0]
+    q = np.array(g["sequences"][0]["query"], np.float32)
+    with attnd.Client(decoder.url) as c, attnd.Client("http://127.0.0.1:9", retries=0) as dead:
+        sess = c.session(q[:2], model=g["name"])
+        sess._client = dead  # its DELETE goes nowhere
+        with pytest.raises(attnd.Error) as e:
+            sess.close()
+        assert e.value.status is None and not sess.closed
+        sess._client = c
+        assert sess.step(q[2]).output.shape == (1, q.shape[1])
+        sess.close()
+        assert sess.closed
+        assert requests.delete(decoder.url + "/v1/sessions/" + sess.id,
+                               timeout=60).status_code == 404
+
+
 def test_decoder_positions_passthrough(decoder):
     """positions, a decoder model's field, passes through **fields; a field
     the daemon does not know is its 400 naming it."""

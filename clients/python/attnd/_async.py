@@ -148,12 +148,12 @@ class AsyncSession:
         """Session.close, awaited."""
         if self.closed:
             return
-        self.closed = True
         try:
             await self._client._send("DELETE", "/v1/sessions/" + self.id)
         except Error as e:
             if e.status != 404:
                 raise
+        self.closed = True
 
     async def __aenter__(self) -> "AsyncSession":
         return self

@@ -178,15 +178,17 @@ class Session:
     def close(self) -> None:
         """Ends the session (DELETE /v1/sessions/{id}) and frees its cache on
         the daemon. A session the daemon no longer holds (idle timeout,
-        restart) is closed already: no error. Closing twice does nothing."""
+        restart) is closed already: no error. Closing twice does nothing. A
+        close that failed (no answer, a refusal) leaves the session open, as
+        the daemon still holds it: close() again ends it."""
         if self.closed:
             return
-        self.closed = True
         try:
             self._client._send("DELETE", "/v1/sessions/" + self.id)
         except Error as e:
             if e.status != 404:
                 raise
+        self.closed = True
 
     def __enter__(self) -> "Session":
         return self
