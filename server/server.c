@@ -200,6 +200,7 @@ attnd_server *attnd_server_new(const attnd_config *cfg, attnd_exit *why, char *e
         goto fail;
     }
     atomic_store(&s->http.state, S_READY);
+    attnd_grpc_health_changed(&s->grpc);
     return s;
 fail:
     attnd_server_free(s);
@@ -225,6 +226,7 @@ static int idle(attnd_server *s) {
 
 int attnd_server_drain(attnd_server *s) {
     attnd_http_quiesce(&s->http); /* the gRPC side reads the same state */
+    attnd_grpc_health_changed(&s->grpc);
     attnd_sched_drain(s->sched);
     uint64_t limit = attnd_mono_us() + (uint64_t)s->cfg->drain_grace_s * 1000000u;
     /* idle twice, 20 ms apart: a request whose header lines were on their

@@ -1,5 +1,5 @@
 /* call.c - one gRPC call's metadata, references, drain count and end
- * (call.h).
+ * (call.h); the calls counted, for /metrics (grpc.h).
  */
 #include <grpc/byte_buffer.h>
 #include <grpc/byte_buffer_reader.h>
@@ -13,6 +13,7 @@
 #include "../base/clock.h"
 #include "../obs/log.h"
 #include "call.h"
+#include "calls.h"
 #include "wire.h"
 
 /* The value of metadata key (lowercase, as HTTP/2 carries it) into out
@@ -196,4 +197,27 @@ int attnd_gcall_key_ok(const gcall *c, int open) {
     for (size_t i = 0; i < g->api_key_len; i++)
         d |= (unsigned char)(g->api_key[i] ^ (i < n ? t[i] : 0));
     return d == 0;
+}
+
+void attnd_grpc_metrics(const attnd_grpc *g, attnd_sbuf *b) {
+    attnd_sb_puts(b, "# HELP attnd_grpc_calls_total gRPC calls ended, by method and status code.\n"
+                     "# TYPE attnd_grpc_calls_total counter\n");
+    for (int m = 0; m < GM_COUNT; m++) {
+        const char *name = strrchr(attnd_grpc_methods[m].path, '/');
+        name = name ? name + 1 : "unknown";
+        if (m == GM_UNKNOWN) name = "unknown";
+        for (int k = 0; k < GRPC_CODES; k++) {
+            unsigned long long n = atomic_load(&g->calls[m][k]);
+            if (n || (k == GRPC_OK && g->port))
+                attnd_sb_printf(b, "attnd_grpc_calls_total{method=\"%s\",code=\"%s\"} %llu\n", name,
+                                attnd_grpc_code_name(k), n);
+        }
+    }
+    if (!g->port) return;
+    attnd_sb_printf(b,
+                    "# HELP attnd_grpc_stream_merged_steps_total ModelStreamInfer steps answered "
+                    "from one step with others sent ahead on their stream.\n"
+                    "# TYPE attnd_grpc_stream_merged_steps_total counter\n"
+                    "attnd_grpc_stream_merged_steps_total %llu\n",
+                    (unsigned long long)atomic_load(&g->merged));
 }

@@ -91,6 +91,10 @@ struct gcall {
     char model[ATTND_NAME_MAX];
     char id[ATTND_REQUEST_ID_MAX];
     char req_id[ATTND_GRPC_ID_MAX]; /* the id of the ModelInferRequest read last, for its refusal */
+    /* a Health/Watch call, under g->watch_mu */
+    gcall *watch_next; /* the next one watching */
+    int watch_known;   /* it watches a service served */
+    int watch_status;  /* the status it sent last; -1 before the first */
     attnd_trace trace;
 };
 

@@ -342,26 +342,81 @@ int attnd_grpc_repo_load_answer(uint8_t **out, size_t *out_len) {
     return pack(&r.base, out, out_len, &e);
 }
 
-/* grpc.health.v1.Health/Check: SERVING while ready, NOT_SERVING while
- * starting or draining, for the server ("") and for
- * inference.GRPCInferenceService; any other service is NOT_FOUND, as the
- * health protocol asks. */
-int attnd_grpc_health(attnd_grpc *g, const uint8_t *msg, size_t len, uint8_t **out, size_t *out_len,
-                      attnd_error *e) {
+/* The service a HealthCheckRequest names, read (the message freed) into
+ * svc (cut at cap). 0, or -1 with e set. */
+static int health_request(const uint8_t *msg, size_t len, char *svc, size_t cap, attnd_error *e) {
     Grpc__Health__V1__HealthCheckRequest *rq =
         grpc__health__v1__health_check_request__unpack(NULL, len, msg);
     if (!rq) return not_parsed("HealthCheckRequest", e);
-    const char *svc = rq->service ? rq->service : "";
-    int known = !svc[0] || strcmp(svc, "inference.GRPCInferenceService") == 0;
-    if (!known)
-        attnd_set_error(e, AERR_NOT_FOUND,
-                        "unknown service '%.100s' (\"\" or "
-                        "inference.GRPCInferenceService)",
-                        svc);
+    snprintf(svc, cap, "%s", rq->service ? rq->service : "");
     grpc__health__v1__health_check_request__free_unpacked(rq, NULL);
-    if (!known) return -1;
+    return 0;
+}
+
+static int served_service(const char *svc) {
+    return !svc[0] || strcmp(svc, "inference.GRPCInferenceService") == 0;
+}
+
+int attnd_grpc_health_service(const uint8_t *msg, size_t len, int *known, attnd_error *e) {
+    char svc[256];
+    if (health_request(msg, len, svc, sizeof svc, e) < 0) return -1;
+    *known = served_service(svc);
+    return 0;
+}
+
+int attnd_grpc_health_status(const attnd_grpc *g, int known) {
+    if (!known) return GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVICE_UNKNOWN;
+    return is_ready(g) ? GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING
+                       : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING;
+}
+
+int attnd_grpc_health_answer(int status, uint8_t **out, size_t *out_len, attnd_error *e) {
     Grpc__Health__V1__HealthCheckResponse r = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
-    r.status = is_ready(g) ? GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING
-                           : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING;
+    r.status = (Grpc__Health__V1__HealthCheckResponse__ServingStatus)status;
     return pack(&r.base, out, out_len, e);
+}
+
+/* grpc.health.v1.Health/Check: SERVING while ready, NOT_SERVING while
+ * starting or draining, for the server ("") and for
+ * inference.GRPCInferenceService; any other service is NOT_FOUND, as the
+ * health protocol asks (Watch answers it SERVICE_UNKNOWN instead). */
+int attnd_grpc_health(attnd_grpc *g, const uint8_t *msg, size_t len, uint8_t **out, size_t *out_len,
+                      attnd_error *e) {
+    char svc[256];
+    if (health_request(msg, len, svc, sizeof svc, e) < 0) return -1;
+    if (!served_service(svc))
+        return attnd_set_error(e, AERR_NOT_FOUND,
+                               "unknown service '%.100s' (\"\" or "
+                               "inference.GRPCInferenceService)",
+                               svc);
+    return attnd_grpc_health_answer(attnd_grpc_health_status(g, 1), out, out_len, e);
+}
+
+/* ---- the method table ---- */
+
+const attnd_grpc_method attnd_grpc_methods[GM_COUNT] = {
+    [GM_LIVE] = {"/inference.GRPCInferenceService/ServerLive", 1, attnd_grpc_live},
+    [GM_READY] = {"/inference.GRPCInferenceService/ServerReady", 1, attnd_grpc_ready},
+    [GM_MODEL_READY] = {"/inference.GRPCInferenceService/ModelReady", 1, attnd_grpc_model_ready},
+    [GM_SERVER_METADATA] = {"/inference.GRPCInferenceService/ServerMetadata", 0,
+                            attnd_grpc_server_metadata},
+    [GM_MODEL_METADATA] = {"/inference.GRPCInferenceService/ModelMetadata", 0,
+                           attnd_grpc_model_metadata},
+    [GM_INFER] = {"/inference.GRPCInferenceService/ModelInfer", 0, NULL},
+    [GM_STREAM_INFER] = {"/inference.GRPCInferenceService/ModelStreamInfer", 0, NULL},
+    [GM_REPO_INDEX] = {"/inference.GRPCInferenceService/RepositoryIndex", 0, attnd_grpc_repo_index},
+    [GM_REPO_LOAD] = {"/inference.GRPCInferenceService/RepositoryModelLoad", 0, NULL},
+    [GM_REPO_UNLOAD] = {"/inference.GRPCInferenceService/RepositoryModelUnload", 0,
+                        attnd_grpc_repo_unload},
+    [GM_HEALTH_CHECK] = {"/grpc.health.v1.Health/Check", 1, attnd_grpc_health},
+    [GM_HEALTH_WATCH] = {"/grpc.health.v1.Health/Watch", 1, NULL},
+    [GM_UNKNOWN] = {"(unknown)", 1, NULL},
+};
+
+int attnd_grpc_method_of(const char *path, size_t n) {
+    for (int i = 0; i < GM_UNKNOWN; i++)
+        if (strlen(attnd_grpc_methods[i].path) == n &&
+            memcmp(attnd_grpc_methods[i].path, path, n) == 0)
+            return i;
+    return GM_UNKNOWN;
 }

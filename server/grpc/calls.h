@@ -36,6 +36,27 @@ int attnd_grpc_repo_unload(attnd_grpc *g, const uint8_t *msg, size_t len, uint8_
 int attnd_grpc_health(attnd_grpc *g, const uint8_t *msg, size_t len, uint8_t **out, size_t *out_len,
                       attnd_error *e);
 
+/* The methods served, by GM_*: each one's path, whether it needs the API
+ * key, and its answer when it is a unary call answered at once. */
+typedef struct {
+    const char *path;
+    int open;               /* 1: answered without the API key (liveness, readiness, health) */
+    attnd_grpc_unary unary; /* answered at once; NULL: infer, streams or load */
+} attnd_grpc_method;
+extern const attnd_grpc_method attnd_grpc_methods[GM_COUNT];
+/* The GM_* of a call's method path (n bytes), GM_UNKNOWN when none. */
+int attnd_grpc_method_of(const char *path, size_t n);
+
+/* grpc.health.v1: a HealthCheckRequest read, *known set to 1 when the
+ * service it names is served ("" or inference.GRPCInferenceService). 0, or
+ * -1 with e set (the message does not parse). */
+int attnd_grpc_health_service(const uint8_t *msg, size_t len, int *known, attnd_error *e);
+/* The HealthCheckResponse status now: SERVING or NOT_SERVING for a known
+ * service, SERVICE_UNKNOWN for another. */
+int attnd_grpc_health_status(const attnd_grpc *g, int known);
+/* A HealthCheckResponse of status, packed. 0, or -1 with e set. */
+int attnd_grpc_health_answer(int status, uint8_t **out, size_t *out_len, attnd_error *e);
+
 /* A RepositoryModelLoad message read: the model's entry into mc (its
  * parameters' "config", or the config file's entry as on disk now), as
  * POST /v2/repository/models/{name}/load reads it. 0, or -1 with e set

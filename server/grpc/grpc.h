@@ -42,6 +42,7 @@ enum {
     GM_REPO_LOAD,
     GM_REPO_UNLOAD,
     GM_HEALTH_CHECK,
+    GM_HEALTH_WATCH,
     GM_UNKNOWN, /* any other method: UNIMPLEMENTED */
     GM_COUNT
 };
@@ -68,6 +69,8 @@ typedef struct attnd_grpc {
     atomic_int shutting;                       /* 1: no new calls are asked for */
     atomic_uint_least64_t calls[GM_COUNT][17]; /* by method and status code */
     atomic_uint_least64_t merged;              /* stream messages answered from a merged step */
+    pthread_mutex_t watch_mu;                  /* over watchers */
+    struct gcall *watchers;                    /* the Health/Watch calls open */
 } attnd_grpc;
 
 /* Listens on cfg's host and grpc_port and starts the poller; nothing when
@@ -82,6 +85,10 @@ int attnd_grpc_start(attnd_grpc *g, int *listen_failed, char *err, size_t errlen
  * poller, frees gRPC's side. The scheduler must be stopped first. Zeroed
  * and stopped are fine. */
 void attnd_grpc_stop(attnd_grpc *g);
+
+/* The server's readiness (*state) changed: each grpc.health.v1 Watch call
+ * open is sent its new status. Any thread; nothing when gRPC is off. */
+void attnd_grpc_health_changed(attnd_grpc *g);
 
 /* The scheduler's finish callback for a request that came over gRPC
  * (r->proto == ATTND_PROTO_GRPC): its answer is written and sent. */

@@ -37,39 +37,6 @@
 #include "calls.h"
 #include "wire.h"
 
-/* ---- method table ---- */
-
-static const struct {
-    const char *path;
-    int open;               /* 1: answered without the API key (liveness, readiness, health) */
-    attnd_grpc_unary unary; /* answered at once; NULL: infer, stream or load */
-} METHODS[GM_COUNT] = {
-    [GM_LIVE] = {"/inference.GRPCInferenceService/ServerLive", 1, attnd_grpc_live},
-    [GM_READY] = {"/inference.GRPCInferenceService/ServerReady", 1, attnd_grpc_ready},
-    [GM_MODEL_READY] = {"/inference.GRPCInferenceService/ModelReady", 1, attnd_grpc_model_ready},
-    [GM_SERVER_METADATA] = {"/inference.GRPCInferenceService/ServerMetadata", 0,
-                            attnd_grpc_server_metadata},
-    [GM_MODEL_METADATA] = {"/inference.GRPCInferenceService/ModelMetadata", 0,
-                           attnd_grpc_model_metadata},
-    [GM_INFER] = {"/inference.GRPCInferenceService/ModelInfer", 0, NULL},
-    [GM_STREAM_INFER] = {"/inference.GRPCInferenceService/ModelStreamInfer", 0, NULL},
-    [GM_REPO_INDEX] = {"/inference.GRPCInferenceService/RepositoryIndex", 0, attnd_grpc_repo_index},
-    [GM_REPO_LOAD] = {"/inference.GRPCInferenceService/RepositoryModelLoad", 0, NULL},
-    [GM_REPO_UNLOAD] = {"/inference.GRPCInferenceService/RepositoryModelUnload", 0,
-                        attnd_grpc_repo_unload},
-    [GM_HEALTH_CHECK] = {"/grpc.health.v1.Health/Check", 1, attnd_grpc_health},
-    [GM_UNKNOWN] = {"(unknown)", 1, NULL},
-};
-
-static int method_of(grpc_slice m) {
-    size_t n = GRPC_SLICE_LENGTH(m);
-    for (int i = 0; i < GM_UNKNOWN; i++)
-        if (strlen(METHODS[i].path) == n &&
-            memcmp(METHODS[i].path, GRPC_SLICE_START_PTR(m), n) == 0)
-            return i;
-    return GM_UNKNOWN;
-}
-
 /* A stream is busy for the drain while a step of it computes or an answer
  * of it waits to go out, until its status is on its way (mu held). */
 static void stream_busy_locked(gcall *c) {
@@ -453,6 +420,60 @@ static void load(gcall *c, const uint8_t *msg, size_t len) {
     attnd_model_config_free(&mc);
 }
 
+/* ---- grpc.health.v1.Health/Watch ---- */
+
+/* Sends c its status when it is not the one it sent last (watch_mu held,
+ * so that the statuses go out in the order they were read). */
+static void watch_send_locked(gcall *c) {
+    attnd_error e;
+    uint8_t *out = NULL;
+    size_t n = 0;
+    int status = attnd_grpc_health_status(c->g, c->watch_known);
+    if (status == c->watch_status || attnd_grpc_health_answer(status, &out, &n, &e) < 0) return;
+    c->watch_status = status;
+    c->http_status = 200;
+    send_one(c, out, n);
+}
+
+/* A Watch call's request: its status now, then each change of it, until
+ * the client leaves or the server stops. Not busy for the drain: it ends
+ * with the server, after saying NOT_SERVING. */
+static void watch(gcall *c, const uint8_t *msg, size_t len) {
+    attnd_error e = {AOK, ""};
+    if (attnd_grpc_health_service(msg, len, &c->watch_known, &e) < 0) {
+        send_error(c, &e);
+        return;
+    }
+    attnd_gcall_ref(c); /* the list's, until on_close */
+    pthread_mutex_lock(&c->g->watch_mu);
+    c->watch_status = -1;
+    c->watch_next = c->g->watchers;
+    c->g->watchers = c;
+    watch_send_locked(c);
+    pthread_mutex_unlock(&c->g->watch_mu);
+    attnd_gcall_set_busy(c, 0);
+}
+
+void attnd_grpc_health_changed(attnd_grpc *g) {
+    if (!g->port) return;
+    pthread_mutex_lock(&g->watch_mu);
+    for (gcall *c = g->watchers; c; c = c->watch_next)
+        watch_send_locked(c);
+    pthread_mutex_unlock(&g->watch_mu);
+}
+
+/* A Watch call ended: off the list, and its reference let go. */
+static void unwatch(gcall *c) {
+    pthread_mutex_lock(&c->g->watch_mu);
+    gcall **p = &c->g->watchers;
+    while (*p && *p != c)
+        p = &(*p)->watch_next;
+    int found = *p == c;
+    if (found) *p = c->watch_next;
+    pthread_mutex_unlock(&c->g->watch_mu);
+    if (found) attnd_gcall_unref(c);
+}
+
 /* ---- a call's messages ---- */
 
 /* Starts reading c's next message. */
@@ -471,7 +492,7 @@ static void dispatch(gcall *c, const uint8_t *msg, size_t len) {
     attnd_error e = {AOK, ""};
     if (c->method != GM_STREAM_INFER)
         attnd_gcall_set_busy(c, 1); /* a stream's: stream_busy_locked */
-    if (!attnd_gcall_key_ok(c, METHODS[c->method].open)) {
+    if (!attnd_gcall_key_ok(c, attnd_grpc_methods[c->method].open)) {
         attnd_set_error(&e, AERR_UNAUTHORIZED,
                         "missing or wrong API key: send Authorization: Bearer <key>");
         send_error(c, &e);
@@ -485,8 +506,8 @@ static void dispatch(gcall *c, const uint8_t *msg, size_t len) {
         infer(c, msg, len);
         return;
     }
-    if (c->method == GM_REPO_LOAD) {
-        load(c, msg, len);
+    if (c->method == GM_REPO_LOAD || c->method == GM_HEALTH_WATCH) {
+        (c->method == GM_REPO_LOAD ? load : watch)(c, msg, len);
         return;
     }
     if (c->method == GM_UNKNOWN) {
@@ -500,7 +521,7 @@ static void dispatch(gcall *c, const uint8_t *msg, size_t len) {
     }
     uint8_t *out = NULL;
     size_t n = 0;
-    if (METHODS[c->method].unary(c->g, msg, len, &out, &n, &e) < 0) {
+    if (attnd_grpc_methods[c->method].unary(c->g, msg, len, &out, &n, &e) < 0) {
         send_error(c, &e);
         return;
     }
@@ -680,7 +701,8 @@ static void on_new(gcall *c, int ok) {
     request_call(g);
     c->t_start_us = attnd_mono_us();
     c->t_start_ns = attnd_unix_ns();
-    c->method = method_of(c->details.method);
+    c->method = attnd_grpc_method_of((const char *)GRPC_SLICE_START_PTR(c->details.method),
+                                     GRPC_SLICE_LENGTH(c->details.method));
     c->arrived_ready = atomic_load(g->state) == S_READY;
     /* the drain waits for a unary call from its arrival (its message may
      * still be on its way); a stream only while a request of it computes */
@@ -724,11 +746,13 @@ static void on_close(gcall *c) {
     }
     if (!c->logged && c->cancelled) {
         int late = c->asked_ms && attnd_gcall_deadline_ms(c) < 0;
-        c->code = late ? GRPC_DEADLINE_EXCEEDED : GRPC_CANCELLED;
-        c->http_status = late ? 504 : 499;
+        int stop = !late && atomic_load(&c->g->shutting); /* ended by the stop, not its client */
+        c->code = late ? GRPC_DEADLINE_EXCEEDED : stop ? GRPC_UNAVAILABLE : GRPC_CANCELLED;
+        c->http_status = late ? 504 : stop ? 503 : 499;
         c->refused = late ? AERR_TIMEOUT : AOK;
-        attnd_gcall_record(c, late ? "deadline" : "client_gone");
+        attnd_gcall_record(c, late ? "deadline" : stop ? "shutdown" : "client_gone");
     }
+    if (c->method == GM_HEALTH_WATCH) unwatch(c);
     attnd_gcall_set_busy(c, 0); /* on_event lets go of the call's own reference */
 }
 
@@ -824,6 +848,7 @@ int attnd_grpc_start(attnd_grpc *g, int *listen_failed, char *err, size_t errlen
     *listen_failed = 0;
     if (c->grpc_port == 0) return 0;
     grpc_init();
+    pthread_mutex_init(&g->watch_mu, NULL);
     g->server = new_server(c);
     g->cq = grpc_completion_queue_create_for_next(NULL);
     grpc_server_register_completion_queue(g->server, g->cq, NULL);
@@ -870,28 +895,6 @@ void attnd_grpc_stop(attnd_grpc *g) {
     grpc_completion_queue_destroy(g->cq);
     g->server = NULL;
     g->cq = NULL;
+    pthread_mutex_destroy(&g->watch_mu); /* every call over: no Watch is left */
     grpc_shutdown();
-}
-
-void attnd_grpc_metrics(const attnd_grpc *g, attnd_sbuf *b) {
-    attnd_sb_puts(b, "# HELP attnd_grpc_calls_total gRPC calls ended, by method and status code.\n"
-                     "# TYPE attnd_grpc_calls_total counter\n");
-    for (int m = 0; m < GM_COUNT; m++) {
-        const char *name = strrchr(METHODS[m].path, '/');
-        name = name ? name + 1 : "unknown";
-        if (m == GM_UNKNOWN) name = "unknown";
-        for (int k = 0; k < GRPC_CODES; k++) {
-            unsigned long long n = atomic_load(&g->calls[m][k]);
-            if (n || (k == GRPC_OK && g->port))
-                attnd_sb_printf(b, "attnd_grpc_calls_total{method=\"%s\",code=\"%s\"} %llu\n", name,
-                                attnd_grpc_code_name(k), n);
-        }
-    }
-    if (!g->port) return;
-    attnd_sb_printf(b,
-                    "# HELP attnd_grpc_stream_merged_steps_total ModelStreamInfer steps answered "
-                    "from one step with others sent ahead on their stream.\n"
-                    "# TYPE attnd_grpc_stream_merged_steps_total counter\n"
-                    "attnd_grpc_stream_merged_steps_total %llu\n",
-                    (unsigned long long)atomic_load(&g->merged));
 }

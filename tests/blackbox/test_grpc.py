@@ -229,6 +229,17 @@ def health_check(target, service="", timeout=10, metadata=None):
     return resp[1]
 
 
+def health_watch(ch, service="", timeout=60, metadata=None):
+    """grpc.health.v1.Health/Watch on channel ch: an iterator of the
+    HealthCheckResponses' statuses (0 for UNKNOWN, the default)."""
+    call = ch.unary_stream("/grpc.health.v1.Health/Watch")
+    s = service.encode()
+    req = (b"\x0a" + bytes([len(s)]) + s) if s else b""
+    for resp in call(req, timeout=timeout, metadata=metadata):
+        assert not resp or (resp[0] == 0x08 and len(resp) == 2), resp
+        yield resp[1] if resp else 0
+
+
 def grpc_count(d, method, code):
     """attnd_grpc_calls_total{method, code} now (0 when absent)."""
     total = 0.0
@@ -471,6 +482,7 @@ def test_api_key(daemons):
         assert s.ServerReady(service_pb2.ServerReadyRequest(), timeout=10).ready
         assert s.ModelReady(service_pb2.ModelReadyRequest(name="self_e16_h1"), timeout=10).ready
         assert health_check(dd.grpc_target) == 1
+        assert next(health_watch(ch)) == 1
         req = pb_request("self_e16_h1", tensors, {})
         st, msg, _ = http_binary(dd, "self_e16_h1", tensors, {})
         assert st == 401
@@ -988,6 +1000,28 @@ def test_drain_with_calls_in_flight(fresh_daemons):
     assert late.code() == grpc.StatusCode.UNAVAILABLE, late
     assert late.details() == "the server is draining", late
     assert answer.startswith(b"HTTP/1.1 200") and b"Connection: close" in answer, answer
+
+
+def test_health_watch(fresh_daemons):
+    """Health/Watch sends the status at once: SERVING, or SERVICE_UNKNOWN
+    for a service not served, whose call stays open as the health protocol
+    asks. When the daemon drains, the server's watchers are sent
+    NOT_SERVING; open watches do not hold the drain (30 s here), and end
+    with the daemon. Each Watch is counted and has its access line."""
+    dd = fresh_daemons(full_config())
+    ch = grpc.insecure_channel(dd.grpc_target)
+    w, svc, other = health_watch(ch), health_watch(ch, "inference.GRPCInferenceService"), \
+        health_watch(ch, "no.such.Service")
+    assert (next(w), next(svc), next(other)) == (1, 1, 3)
+    dd.send_signal(signal.SIGTERM)
+    assert (next(w), next(svc)) == (2, 2)
+    for it in (w, svc, other):  # nothing more: the call ends with the daemon
+        with pytest.raises(grpc.RpcError):
+            print("after NOT_SERVING:", next(it))
+    assert dd.wait_exit(20) == 0, dd.logs(3000)
+    ch.close()
+    assert len(re.findall(r"path=/grpc\.health\.v1\.Health/Watch ", dd.stdout())) == 3, \
+        dd.logs(3000)
 
 
 def test_grpc_port_zero_and_free_port(fresh_daemons):
