@@ -197,7 +197,8 @@ char *cfg_folder_of(const char *path) {
 /* Checks that mc's weights file can be opened and is a regular file. */
 static int weights_readable(const attnd_model_config *mc, const char *src, const char *key,
                             char *err, size_t errlen) {
-    int fd = open(mc->weights, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO named as weights is refused below, not waited on */
+    int fd = open(mc->weights, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0)
         return cfg_fail(err, errlen, "%s: %s: cannot open weights file \"%s\": %s.", src, key,
                         mc->weights, strerror(errno));

@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "default_model.h"
@@ -372,9 +373,14 @@ int attnd_model_load(attn_model *m, const attnd_model_config *mc, char *err, siz
     int fd = -1, rc = -1;
     memset(m, 0, sizeof *m);
     if (!mc->weights) return attnd_seeded_model(m, &mc->hp, ATTND_DEFAULT_SEED, err, errlen);
-    fd = open(mc->weights, O_RDONLY | O_CLOEXEC);
+    fd = open(mc->weights, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO is not waited on */
+    struct stat st;
     if (fd < 0) {
         cfg_fail(err, errlen, "%s: cannot open weights file: %s.", mc->weights, strerror(errno));
+        goto cleanup;
+    }
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        cfg_fail(err, errlen, "%s: the weights are not a regular file.", mc->weights);
         goto cleanup;
     }
     if (st_header_read(&h, fd, mc->weights, err, errlen) != 0) goto cleanup;

@@ -1189,6 +1189,20 @@ def test_sighup_with_explicit_control(fresh_daemons, tmp_path):
 
 
 
+def test_a_fifo_named_as_weights_is_refused_not_waited_on(fresh_daemons, tmp_path):
+    """Weights that are a FIFO (or any file that is not a regular one) are
+    refused at once with 400 naming them: a load never waits on one, and
+    the HTTP side serves on."""
+    a1 = save(tmp_path, "a1.safetensors", "a", 181)
+    os.mkfifo(str(tmp_path / "pipe.safetensors"))
+    dd = fresh_daemons(explicit(tmp_path, [entry(a1)]))
+    for _ in range(3):  # more loads than HTTP threads (2)
+        r = repo_load(dd, "a", entry(a1, "pipe.safetensors", name=False))
+        assert r.status_code == 400 and "pipe.safetensors" in r.json()["error"], r.text
+        assert "regular file" in r.json()["error"], r.text
+    served(dd, "a", a1, 1)
+
+
 def test_sighup_keeps_the_reason_of_a_failed_api_load(fresh_daemons, tmp_path):
     """A model whose last load over the API failed keeps serving its version
     and saying why; a SIGHUP that leaves it as it is keeps the reason, and
