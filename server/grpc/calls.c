@@ -397,7 +397,7 @@ int attnd_grpc_health(attnd_grpc *g, const uint8_t *msg, size_t len, uint8_t **o
 const attnd_grpc_method attnd_grpc_methods[GM_COUNT] = {
     [GM_LIVE] = {"/inference.GRPCInferenceService/ServerLive", 1, attnd_grpc_live},
     [GM_READY] = {"/inference.GRPCInferenceService/ServerReady", 1, attnd_grpc_ready},
-    [GM_MODEL_READY] = {"/inference.GRPCInferenceService/ModelReady", 1, attnd_grpc_model_ready},
+    [GM_MODEL_READY] = {"/inference.GRPCInferenceService/ModelReady", 0, attnd_grpc_model_ready},
     [GM_SERVER_METADATA] = {"/inference.GRPCInferenceService/ServerMetadata", 0,
                             attnd_grpc_server_metadata},
     [GM_MODEL_METADATA] = {"/inference.GRPCInferenceService/ModelMetadata", 0,

@@ -40,7 +40,8 @@ int attnd_grpc_health(attnd_grpc *g, const uint8_t *msg, size_t len, uint8_t **o
  * key, and its answer when it is a unary call answered at once. */
 typedef struct {
     const char *path;
-    int open;               /* 1: answered without the API key (liveness, readiness, health) */
+    int open; /* 1: answered without the API key: liveness, readiness and health, as the
+                 /v2/health routes (ModelReady's twin, GET /v2/models/NAME/ready, needs it) */
     attnd_grpc_unary unary; /* answered at once; NULL: infer, streams or load */
 } attnd_grpc_method;
 extern const attnd_grpc_method attnd_grpc_methods[GM_COUNT];

@@ -480,7 +480,6 @@ def test_api_key(daemons):
         # the open calls, as /v2/health/*
         assert s.ServerLive(service_pb2.ServerLiveRequest(), timeout=10).live
         assert s.ServerReady(service_pb2.ServerReadyRequest(), timeout=10).ready
-        assert s.ModelReady(service_pb2.ModelReadyRequest(name="self_e16_h1"), timeout=10).ready
         assert health_check(dd.grpc_target) == 1
         assert next(health_watch(ch)) == 1
         req = pb_request("self_e16_h1", tensors, {})
@@ -494,7 +493,14 @@ def test_api_key(daemons):
                 (e.details(), msg)
         e = rpc_error(s.ServerMetadata, service_pb2.ServerMetadataRequest(), timeout=10)
         assert e.code() == grpc.StatusCode.UNAUTHENTICATED
+        # a model's readiness needs the key, as GET /v2/models/{name}/ready does
+        assert dd.get("/v2/models/self_e16_h1/ready").status_code == 401
+        for name in ("self_e16_h1", "nope"):
+            e = rpc_error(s.ModelReady, service_pb2.ModelReadyRequest(name=name), timeout=10)
+            assert e.code() == grpc.StatusCode.UNAUTHENTICATED and "nope" not in e.details(), e
         good = [("authorization", "Bearer " + KEY)]
+        assert s.ModelReady(service_pb2.ModelReadyRequest(name="self_e16_h1"), timeout=10,
+                            metadata=good).ready
         out = grpc_raw(s.ModelInfer(req, timeout=30, metadata=good))
         assert rel_err(as_array(out["output"]), v2_ranked(g["sequences"][0]["output"])) <= TOL
         assert s.ServerMetadata(service_pb2.ServerMetadataRequest(), timeout=10,
