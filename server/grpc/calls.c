@@ -55,14 +55,7 @@ int attnd_grpc_ready(attnd_grpc *g, const uint8_t *msg, size_t len, uint8_t **ou
  * it; NULL with e set (404) otherwise. */
 static attnd_version *named(attnd_grpc *g, const char *name, const char *version, attnd_error *e) {
     attnd_version *v = attnd_models_get(g->env->models, name ? name : "", e);
-    if (!v || !version || !version[0]) return v;
-    char serving[16];
-    snprintf(serving, sizeof serving, "%d", v->info.version);
-    if (strcmp(version, serving) == 0) return v;
-    attnd_set_error(e, AERR_NOT_FOUND,
-                    "unknown version '%.40s' of model '%s' (version %s serves; a reload replaces "
-                    "a version, RepositoryIndex lists them)",
-                    version, v->name, serving);
+    if (!v || attnd_version_check(v, version, e) == 0) return v;
     attnd_version_unref(v);
     return NULL;
 }

@@ -8,6 +8,7 @@
 
 #include "../base/utf8.h"
 #include "../body/v2.h"
+#include "../models/registry.h"
 #include "inference.pb-c.h"
 
 typedef Inference__ModelInferRequest InferRequest;
@@ -243,14 +244,7 @@ int attnd_grpc_infer_body(const uint8_t *msg, size_t len, attnd_grpc_target *t, 
 /* The version the message named against the one job computes on: 0, or -1
  * with the 404 (and job freed). */
 static int check_version(const attnd_grpc_target *t, attnd_job *job, attnd_error *e) {
-    if (!t->version[0] || !job->ver) return 0;
-    char serving[16];
-    snprintf(serving, sizeof serving, "%d", job->ver->info.version);
-    if (strcmp(t->version, serving) == 0) return 0;
-    attnd_set_error(e, AERR_NOT_FOUND,
-                    "unknown version '%s' of model '%s' (version %s serves; a reload replaces a "
-                    "version, RepositoryIndex lists them)",
-                    t->version, t->model, serving);
+    if (!job->ver || attnd_version_check(job->ver, t->version, e) == 0) return 0;
     attnd_job_free(job);
     return -1;
 }

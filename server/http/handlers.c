@@ -32,14 +32,7 @@ static const char *body_of(const hreq *h) {
  * {version} that is not the one serving. */
 static attnd_version *path_model(hreq *h) {
     attnd_version *v = attnd_models_get(h->srv->env->models, h->rm.name, &h->err);
-    if (!v || !h->rm.version[0]) return v;
-    char serving[16];
-    snprintf(serving, sizeof serving, "%d", v->info.version);
-    if (strcmp(h->rm.version, serving) == 0) return v;
-    attnd_set_error(&h->err, AERR_NOT_FOUND,
-                    "unknown version '%.40s' of model '%s' (version %s serves; a reload replaces "
-                    "a version, POST /v2/repository/index lists them)",
-                    h->rm.version, v->name, serving);
+    if (!v || attnd_version_check(v, h->rm.version, &h->err) == 0) return v;
     attnd_version_unref(v);
     return NULL;
 }

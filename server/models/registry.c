@@ -345,6 +345,17 @@ int attnd_models_unload(attnd_models *ms, const char *name, attnd_error *e) {
 
 /* ---- lookups ---- */
 
+int attnd_version_check(const attnd_version *v, const char *version, attnd_error *e) {
+    char serving[16];
+    snprintf(serving, sizeof serving, "%d", v->info.version);
+    if (!version || !version[0] || strcmp(version, serving) == 0) return 0;
+    return attnd_set_error(e, AERR_NOT_FOUND,
+                           "unknown version '%.40s' of model '%s' (version %s serves; a reload "
+                           "replaces a version, the repository index lists them: POST "
+                           "/v2/repository/index, gRPC RepositoryIndex)",
+                           version, v->name, serving);
+}
+
 attnd_version *attnd_models_get(attnd_models *ms, const char *name, attnd_error *e) {
     char why[256] = "unloaded"; /* s->reason copied under the mutex: a load rewrites it */
     pthread_mutex_lock(&ms->mu);

@@ -79,6 +79,10 @@ void attnd_models_stop(attnd_models *ms);
  * NULL with e set: the 404 of a name not served ("unknown model 'x'
  * (loaded: a, b)", or that it is not loaded). */
 attnd_version *attnd_models_get(attnd_models *ms, const char *name, attnd_error *e);
+/* 0 when version (a route's {version}, a message's model_version) is ""
+ * or v's own; else -1 with the 404 that names the version serving, in the
+ * one sentence HTTP and gRPC answer. */
+int attnd_version_check(const attnd_version *v, const char *version, attnd_error *e);
 /* The one model served when exactly one is, with a reference; else NULL. */
 attnd_version *attnd_models_sole(attnd_models *ms);
 /* A version of name still held (serving or not) whose weights have this

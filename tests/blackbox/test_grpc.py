@@ -282,6 +282,24 @@ def test_unknown_model_is_not_found(stub, d):
     assert e.details() == d.get("/v2/models/nope").json()["error"]
 
 
+def test_unknown_version_is_not_found_in_http_words(stub, d):
+    """A version other than the one serving: NOT_FOUND with the HTTP route's
+    sentence, for ModelReady, ModelMetadata and ModelInfer alike."""
+    name = "self_e16_h1"
+    g, _ = BY_NAME[name]
+    r = d.get("/v2/models/%s/versions/7" % name)
+    assert r.status_code == 404 and "version '7'" in r.json()["error"], r.text
+    st, msg, _ = http_binary(d, name + "/versions/7", seq_tensors(g["sequences"][0]), {})
+    assert st == 404 and msg == r.json()["error"], msg
+    calls = [(stub.ModelReady, service_pb2.ModelReadyRequest(name=name, version="7")),
+             (stub.ModelMetadata, service_pb2.ModelMetadataRequest(name=name, version="7"))]
+    infer = pb_request(name, seq_tensors(g["sequences"][0]), {})
+    infer.model_version = "7"
+    for call, req in calls + [(stub.ModelInfer, infer)]:
+        e = rpc_error(call, req, timeout=10)
+        assert e.code() == grpc.StatusCode.NOT_FOUND and e.details() == msg, e
+
+
 def test_health_check(d):
     assert health_check(d.grpc_target) == 1
     assert health_check(d.grpc_target, "inference.GRPCInferenceService") == 1
