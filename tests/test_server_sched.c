@@ -340,14 +340,15 @@ START_TEST(test_own_deadline_ends_before_older) {
     config(&c, 64, 10000000, 8, 600000); /* nothing leaves on its own; the server: 10 min */
     attnd_metrics mt;
     attnd_sched *s = sched_of(&c, &mt);
-    treq *t[3];
-    const int body_ms[3] = {0, 100, 5000}, header_ms[3] = {0, 0, 150};
-    for (int i = 0; i < 3; i++) {
+    treq *t[4];
+    const int body_ms[4] = {0, 100, 5000, 5000}, header_ms[4] = {0, 0, 150, 200};
+    for (int i = 0; i < 4; i++) {
         t[i] = treq_new();
         t[i]->r.job.B = 1, t[i]->r.job.L = 2, t[i]->r.job.S = 2, t[i]->r.job.self = 1;
         t[i]->r.job.query = rnd_floats(16);
         t[i]->r.job.timeout_ms = body_ms[i];
         t[i]->r.asked_timeout_ms = header_ms[i];
+        t[i]->r.proto = i == 3 ? ATTND_PROTO_GRPC : ATTND_PROTO_HTTP; /* its call's deadline */
         t[i]->r.tokens = 4;
         attnd_error e = {AOK, ""};
         ck_assert_int_eq(attnd_sched_submit(s, &t[i]->r, &e), 0);
@@ -355,8 +356,10 @@ START_TEST(test_own_deadline_ends_before_older) {
     ck_assert_int_eq(t[0]->r.timeout_ms, 600000);
     ck_assert_int_eq(t[1]->r.timeout_ms, 100);
     ck_assert_int_eq(t[2]->r.timeout_ms, 150);
-    const char *from[3] = {NULL, "(timeout_ms)", "(Request-Timeout-Ms)"};
-    for (int i = 1; i < 3; i++) {
+    ck_assert_int_eq(t[3]->r.timeout_ms, 200);
+    const char *from[4] = {NULL, "(timeout_ms)", "(Request-Timeout-Ms)",
+                           "(the call's grpc-timeout)"};
+    for (int i = 1; i < 4; i++) {
         wait_done(t[i]);
         ck_assert_int_eq(t[i]->r.reply.kind, AERR_TIMEOUT);
         ck_assert_uint_eq(t[i]->r.t_start_us, 0); /* never computed */
@@ -370,7 +373,7 @@ START_TEST(test_own_deadline_ends_before_older) {
     ck_assert_uint_eq(atomic_load(&mt.batch_size.count[0]), 0);
     attnd_sched_free(s); /* the batcher empties the queues before it stops */
     ck_assert_int_eq(t[0]->r.reply.kind, AOK);
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 4; i++)
         attnd_req_unref(&t[i]->r);
     free_model();
     attnd_config_free(&c);

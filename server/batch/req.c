@@ -44,7 +44,8 @@ void attnd_req_deadline(attnd_req *r, int server_ms) {
     }
     if (r->asked_timeout_ms > 0 && r->asked_timeout_ms < r->timeout_ms) {
         r->timeout_ms = r->asked_timeout_ms;
-        r->timeout_from = "Request-Timeout-Ms";
+        r->timeout_from =
+            r->proto == ATTND_PROTO_GRPC ? "the call's grpc-timeout" : "Request-Timeout-Ms";
     }
     r->deadline_us = r->t_admit_us + (uint64_t)r->timeout_ms * 1000u;
 }
