@@ -100,46 +100,87 @@ static void put_parameters(attnd_sbuf *b, const InferRequest *rq) {
     attnd_sb_putc(b, '}');
 }
 
-/* Where input i's bytes are, little-endian as the binary data extension
- * carries them: raw_input_contents[i], or its datatype's contents field
- * (BOOL's one byte a value is made when written: *bools 1). 0, or -1
- * with the 400 of a datatype that travels raw only, of values in another
- * type's field, or of contents beside raw_input_contents. */
-static int input_bytes(const InferRequest *rq, int i, const void **data, size_t *n, int *bools,
-                       attnd_error *e) {
-    const InferInput *in = rq->inputs[i];
-    const Inference__InferTensorContents *c = in->contents;
-    const char *dt = in->datatype ? in->datatype : "";
-    *data = NULL;
-    *bools = 0;
-    if (rq->n_raw_input_contents) {
-        if (c)
-            return attnd_set_error(e, AERR_BAD_REQUEST,
-                                   "inputs[%d].contents: given with raw_input_contents (one or the "
-                                   "other, for every input)",
-                                   i);
-        *data = rq->raw_input_contents[i].data;
-        *n = rq->raw_input_contents[i].len;
-    } else if (!c) {
-        return attnd_set_error(e, AERR_BAD_REQUEST,
-                               "inputs[%d].contents: required (or raw_input_contents)", i);
-    } else if (strcmp(dt, "FP32") == 0) {
-        *data = c->fp32_contents, *n = c->n_fp32_contents * sizeof(float);
-    } else if (strcmp(dt, "FP64") == 0) {
-        *data = c->fp64_contents, *n = c->n_fp64_contents * sizeof(double);
-    } else if (strcmp(dt, "INT32") == 0) {
-        *data = c->int_contents, *n = c->n_int_contents * sizeof(int32_t);
-    } else if (strcmp(dt, "INT64") == 0) {
-        *data = c->int64_contents, *n = c->n_int64_contents * sizeof(int64_t);
-    } else if (strcmp(dt, "BOOL") == 0) {
-        *n = c->n_bool_contents;
-        *bools = 1;
-    } else {
+/* The contents fields of a datatype that has one ("" for the others):
+ * the field, its count and values. */
+typedef struct {
+    const char *field;
+    size_t n;
+    const void *values;
+    size_t size; /* bytes a value on the wire; 1 for BOOL, written a byte a value */
+} contents_field;
+
+static void contents_fields(const Inference__InferTensorContents *c, contents_field f[8]) {
+    f[0] = (contents_field){"bool_contents", c->n_bool_contents, c->bool_contents, 1};
+    f[1] = (contents_field){"int_contents", c->n_int_contents, c->int_contents, 4};
+    f[2] = (contents_field){"int64_contents", c->n_int64_contents, c->int64_contents, 8};
+    f[3] = (contents_field){"uint_contents", c->n_uint_contents, c->uint_contents, 4};
+    f[4] = (contents_field){"uint64_contents", c->n_uint64_contents, c->uint64_contents, 8};
+    f[5] = (contents_field){"fp32_contents", c->n_fp32_contents, c->fp32_contents, 4};
+    f[6] = (contents_field){"fp64_contents", c->n_fp64_contents, c->fp64_contents, 8};
+    f[7] = (contents_field){"bytes_contents", c->n_bytes_contents, NULL, 0};
+}
+
+/* The values of input i in its datatype's contents field: *data and *n
+ * (bytes), *bools 1 for BOOL. 0, or -1 with the 400 of a datatype that
+ * travels raw only, of values in another type's field, or of a count that
+ * is not the shape's. */
+static int contents_bytes(const InferInput *in, int i, const void **data, size_t *n, int *bools,
+                          attnd_error *e) {
+    static const char *const TYPES[] = {"BOOL", "INT32", "INT64", "", "", "FP32", "FP64"};
+    const char *dt = in->datatype ? in->datatype : "", *name = in->name ? in->name : "";
+    contents_field f[8];
+    contents_fields(in->contents, f);
+    const int nt = (int)(sizeof TYPES / sizeof TYPES[0]);
+    int k = 0;
+    while (k < nt && (!TYPES[k][0] || strcmp(TYPES[k], dt) != 0))
+        k++;
+    if (k == nt)
         return attnd_set_error(e, AERR_BAD_REQUEST,
                                "inputs[%d] (%.40s).contents: %.16s has no contents field; send it "
                                "in raw_input_contents",
-                               i, in->name ? in->name : "", dt);
+                               i, name, dt);
+    for (int j = 0; j < 8; j++)
+        if (j != k && f[j].n)
+            return attnd_set_error(e, AERR_BAD_REQUEST,
+                                   "inputs[%d] (%.40s).contents.%s: %s values go in %s", i, name,
+                                   f[j].field, dt, f[k].field);
+    long long want = 1; /* -1: a shape the v2 reader refuses itself */
+    for (size_t d = 0; d < in->n_shape && want >= 0; d++) {
+        long long dim = in->shape[d];
+        want = dim < 0 || (dim && want > (1LL << 40) / dim) ? -1 : want * dim;
     }
+    if (want >= 0 && (long long)f[k].n != want)
+        return attnd_set_error(e, AERR_BAD_REQUEST,
+                               "inputs[%d] (%.40s).contents.%s: %zu values where the shape needs "
+                               "%lld",
+                               i, name, f[k].field, f[k].n, want);
+    *data = f[k].values;
+    *n = f[k].n * f[k].size;
+    *bools = k == 0;
+    return 0;
+}
+
+/* Where input i's bytes are, little-endian as the binary data extension
+ * carries them: raw_input_contents[i], or its datatype's contents field
+ * (BOOL's one byte a value is made when written: *bools 1). 0, or -1
+ * with the 400 of contents beside raw_input_contents, or of contents that
+ * do not read (contents_bytes). */
+static int input_bytes(const InferRequest *rq, int i, const void **data, size_t *n, int *bools,
+                       attnd_error *e) {
+    const Inference__InferTensorContents *c = rq->inputs[i]->contents;
+    *data = NULL;
+    *bools = 0;
+    if (!rq->n_raw_input_contents && !c)
+        return attnd_set_error(e, AERR_BAD_REQUEST,
+                               "inputs[%d].contents: required (or raw_input_contents)", i);
+    if (!rq->n_raw_input_contents) return contents_bytes(rq->inputs[i], i, data, n, bools, e);
+    if (c)
+        return attnd_set_error(e, AERR_BAD_REQUEST,
+                               "inputs[%d].contents: given with raw_input_contents (one or the "
+                               "other, for every input)",
+                               i);
+    *data = rq->raw_input_contents[i].data;
+    *n = rq->raw_input_contents[i].len;
     return 0;
 }
 

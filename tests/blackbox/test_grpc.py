@@ -344,6 +344,28 @@ def test_contents_inputs_equal_raw_inputs(stub, name, i):
     assert rel_err(as_array(typed["output"]), v2_ranked(seq["output"])) <= TOL
 
 
+def test_contents_that_do_not_fit_are_named(stub):
+    """Values in another type's contents field, or fewer or more values than
+    the shape holds: INVALID_ARGUMENT naming the input and the field."""
+    g, _ = BY_NAME["self_e16_h1"]
+    q = np.asarray(g["sequences"][0]["query"], np.float32)[None]
+    n = q.size
+    cases = []
+    req = pb_request("self_e16_h1", [("query", q, "FP32")], {}, raw=False)
+    del req.inputs[0].contents.fp32_contents[:]
+    req.inputs[0].contents.int_contents.extend([1] * n)
+    cases.append((req, "inputs[0] (query).contents.int_contents: FP32 values go in fp32_contents"))
+    for k in (n - 3, n + 1):
+        req = pb_request("self_e16_h1", [("query", q, "FP32")], {}, raw=False)
+        del req.inputs[0].contents.fp32_contents[:]
+        req.inputs[0].contents.fp32_contents.extend([0.5] * k)
+        cases.append((req, "inputs[0] (query).contents.fp32_contents: %d values where the shape "
+                           "needs %d" % (k, n)))
+    for req, said in cases:
+        e = rpc_error(stub.ModelInfer, req, timeout=30)
+        assert e.code() == grpc.StatusCode.INVALID_ARGUMENT and e.details() == said, e
+
+
 @pytest.mark.parametrize("dt", ["INT64", "INT32"])
 def test_integer_contents_positions(stub, client, dt):
     """A rope model's positions input in int64_contents / int_contents, and
