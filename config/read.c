@@ -372,6 +372,9 @@ int attnd_config_load_mem(attnd_config *c, const char *text, size_t len, const c
     json_t *root = NULL;
     char *dir = NULL;
     int rc = -1;
+    /* a UTF-8 byte order mark, which Windows editors write: RFC 8259 lets
+     * a parser ignore it */
+    if (len >= 3 && memcmp(text, "\xEF\xBB\xBF", 3) == 0) text += 3, len -= 3;
     root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
     if (!root) {
         cfg_fail(err, errlen, "%s: not valid JSON (line %d, column %d): %s.", file, jerr.line,

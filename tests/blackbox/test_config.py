@@ -251,6 +251,15 @@ def test_flags_override_env_and_config(fresh_daemons):
     assert d.get("/health").status_code == 200
 
 
+def test_config_file_with_a_byte_order_mark(fresh_daemons, tmp_path):
+    """A config file that starts with a UTF-8 byte order mark (Notepad
+    writes one) reads as without it."""
+    path = tmp_path / "bom.json"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps({"models": [SMALL.config()]}).encode())
+    d = fresh_daemons(env={"ATTND_CONFIG": str(path)})
+    check_serves(d, SMALL)
+
+
 def test_kubernetes_service_links_are_not_ports(fresh_daemons):
     """A Service named "attnd" (or "attnd-grpc") makes Kubernetes set
     ATTND_PORT=tcp://ADDR:PORT (ATTND_GRPC_PORT=...) and its kin in every pod
