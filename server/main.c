@@ -135,7 +135,7 @@ static int serve(attnd_config *cfg, const sigset_t *set) {
     attnd_exit why = ATTND_EXIT_OK;
     attnd_server *srv = attnd_server_new(cfg, &why, err, sizeof(err));
     if (!srv) {
-        attnd_log(LOG_ERROR, "attnd: %s", err);
+        if (err[0]) attnd_log(LOG_ERROR, "attnd: %s", err); /* "": logged where it failed */
         return why;
     }
     const char *host = cfg->host;

@@ -59,7 +59,7 @@ static int load_models(attnd_server *s, char *err, size_t errlen) {
         attnd_error e = {AOK, ""};
         int version;
         if (attnd_models_load(s->models, &c->models[i], 0, &version, &e) < 0) {
-            snprintf(err, errlen, "%s", e.msg);
+            err[0] = '\0'; /* the registry logged it, in one line */
             return -1;
         }
     }

@@ -25,7 +25,8 @@ typedef struct attnd_server attnd_server;
 
 /* Loads every model of cfg (cfg must outlive the server), starts workers
  * and the HTTP daemon. Logs the models. Returns NULL with err set and *why
- * saying which kind of failure it was. */
+ * saying which kind of failure it was; err "" when the failure was logged
+ * already (a model that did not load). */
 attnd_server *attnd_server_new(const attnd_config *cfg, attnd_exit *why, char *err, size_t errlen);
 
 /* SIGHUP: the config file read again and its models applied while

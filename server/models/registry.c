@@ -281,8 +281,9 @@ int attnd_models_load(attnd_models *ms, const attnd_model_config *mc, int flags,
     if (s && !s->serving) s->state = MODEL_LOADING;
     pthread_mutex_unlock(&ms->mu);
     int rc = -1;
-    if (!s) {
+    if (!s) { /* logged as every failed load is */
         attnd_set_error(e, AERR_INTERNAL, "model %s: out of memory", mc->name);
+        attnd_log(LOG_ERROR, "%s", e->msg);
         goto done;
     }
     uint64_t t0 = attnd_mono_us();

@@ -43,6 +43,9 @@ def refused(tmp_path, cfg, must_name=(), args=None, env=None, code=EXIT_CONFIG):
     assert p.returncode > 0, "killed by signal %d:\n%s" % (-p.returncode, text)
     assert p.returncode == code, "exit code %d, not %d:\n%s" % (p.returncode, code, text)
     assert "bad-config.json" in text, "the message does not name the config file:\n" + text
+    # one line that says why (docs/config.md), not the same error twice
+    errors = [ln for ln in text.splitlines() if " error " in ln]
+    assert len(errors) == 1, "not one error line:\n" + text
     for w in must_name:
         assert w in text, "the message does not name %r:\n%s" % (w, text)
     for m in support.SANITIZER_MARKS:
