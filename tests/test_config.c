@@ -500,6 +500,19 @@ END_TEST
 START_TEST(refuse_wrong_type) {
     expect_refused("{\"server\":{\"port\":\"8080\"}}", "server.port", "must be an integer");
     expect_refused("{\"server\":{\"port\":80.5}}", "server.port", "must be an integer");
+    expect_refused("{\"server\":{\"port\":8.0805e3}}", "server.port", "must be an integer");
+    /* a whole number written with a fraction or an exponent is that integer */
+    char err[512];
+    attnd_config c;
+    write_cfg("{\"server\":{\"port\":8081.0,\"max_body_bytes\":1e+06},"
+              "\"models\":[{\"name\":\"a\",\"embed_dim\":4.0,\"num_heads\":2,"
+              "\"weights\":\"w.safetensors\"}]}");
+    ck_assert(attnd_config_defaults(&c) == 0);
+    ck_assert_msg(attnd_config_load_file(&c, g_cfg, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(c.port, 8081);
+    ck_assert_int_eq((int)c.max_body_bytes, 1000000);
+    ck_assert_int_eq(c.models[0].hp.embed_dim, 4);
+    attnd_config_free(&c);
     expect_refused("{\"server\":{\"host\":1}}", "server.host", "must be a string");
     expect_refused("{\"server\":{\"cors_origins\":\"*\"}}", "server.cors_origins",
                    "must be an array of strings");
