@@ -372,13 +372,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     return dispatch(h);
 }
 
-/* How a request ended, for the access log's end= field: "ok" only when its
- * whole answer went out. */
 /* The rejection reason counted for a status libmicrohttpd refused with. */
 static attnd_kind refusal_kind(int status) {
     return status == 413 || status == 414 || status == 431 ? AERR_TOO_LARGE : AERR_BAD_REQUEST;
 }
 
+/* How a request ended, for the access log's end= field: "ok" only when its
+ * whole answer went out. */
 static const char *end_word(const hreq *h, enum MHD_RequestTerminationCode toe) {
     const char *cut = attnd_guard_cut(h->srv->guard, h->gc);
     if (cut) return cut;
