@@ -431,7 +431,6 @@ static void watch_send_locked(gcall *c) {
     int status = attnd_grpc_health_status(c->g, c->watch_known);
     if (status == c->watch_status || attnd_grpc_health_answer(status, &out, &n, &e) < 0) return;
     c->watch_status = status;
-    c->http_status = 200;
     send_one(c, out, n);
 }
 
@@ -445,6 +444,7 @@ static void watch(gcall *c, const uint8_t *msg, size_t len) {
         return;
     }
     attnd_gcall_ref(c); /* the list's, until on_close */
+    c->http_status = 200; /* on this thread, as the access line reads it */
     pthread_mutex_lock(&c->g->watch_mu);
     c->watch_status = -1;
     c->watch_next = c->g->watchers;
