@@ -443,7 +443,7 @@ static void watch(gcall *c, const uint8_t *msg, size_t len) {
         send_error(c, &e);
         return;
     }
-    attnd_gcall_ref(c); /* the list's, until on_close */
+    attnd_gcall_ref(c);   /* the list's, until on_close */
     c->http_status = 200; /* on this thread, as the access line reads it */
     pthread_mutex_lock(&c->g->watch_mu);
     c->watch_status = -1;
