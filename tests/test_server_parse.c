@@ -792,7 +792,7 @@ START_TEST(test_session_open_bodies) {
         {"{\"model\": \"small\", \"prefix\": [[1,2,3,4]]}", AERR_BAD_REQUEST,
          "prefix: unknown field"},
         {"{\"model\": \"small\", \"query\": [[1,2,3]]}", AERR_BAD_REQUEST,
-         "query: rows have 3 numbers"},
+         "query[0]: 3 numbers, model 'small' has embed_dim 4"},
         {"{\"model\": \"small\", \"query\": [[1,2,3,4],[1,2,3]]}", AERR_BAD_REQUEST, "query[1]"},
         {"{\"model\": \"small\", \"query\": {\"shape\": [268435456,134217728,512], \"b64\": \"\"}}",
          AERR_TOO_LARGE, "query.shape: too large"},

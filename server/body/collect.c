@@ -145,6 +145,31 @@ static int32_t *positions_of(const attnd_tensor *p, int B, int L) {
  * against the model, in the order the refusals are given, and notes what
  * it learnt in job (its dimensions before its buffers) ---- */
 
+/* How a message names dimension d of a role's tensor: "<label>.shape[d]"
+ * when the body gave the shape apart from the data, else the first of the
+ * nested arrays that dimension counts ("query[0]" for a row of an L×E
+ * query, "key[0]" for the rows of a B×S×kdim key, "key" for its batch). */
+static void dim_name(char *buf, size_t cap, const collected *c, int role, int d) {
+    const attnd_tensor *t = &c->t[role];
+    int n = snprintf(buf, cap, t->shaped ? "%s.shape[%d]" : "%s", c->label[role], d);
+    for (int k = 0; !t->shaped && k < d && n >= 0 && (size_t)n < cap; k++)
+        n += snprintf(buf + n, cap - (size_t)n, "[0]");
+}
+
+/* The 400 for rows of a role that are not the model's width `want`
+ * (`dim`, as the model names it): "query[0]: 3 numbers, model 'm' has embed_dim 512",
+ * "inputs[0] (query).shape[1]: rows of 3 numbers, ...". */
+static int wrong_width(const collected *c, int role, const char *dim, int want,
+                       const attnd_model_info *m, attnd_error *e) {
+    const attnd_tensor *t = &c->t[role];
+    char at[200];
+    dim_name(at, sizeof at, c, role, t->rank - 1);
+    int got = t->shape[t->rank - 1];
+    return attnd_set_error(e, AERR_BAD_REQUEST, "%s: %s%d number%s, model '%s' has %s %d", at,
+                           t->shaped ? "rows of " : "", got, got == 1 ? "" : "s", m->name, dim,
+                           want);
+}
+
 /* The query: L×E or B×L×E rows of embed_dim numbers. Sets B, L, rank3. */
 static int check_query(const collected *c, const attnd_model_info *m, attnd_job *job,
                        attnd_error *e) {
@@ -158,9 +183,7 @@ static int check_query(const collected *c, const attnd_model_info *m, attnd_job 
     job->B = job->rank3 ? q->shape[0] : 1;
     job->L = q->shape[q->rank - 2];
     if (q->shape[q->rank - 1] != m->hp.embed_dim)
-        return attnd_set_error(e, AERR_BAD_REQUEST,
-                               "%s: rows have %d numbers, model '%s' has embed_dim %d", lb,
-                               q->shape[q->rank - 1], m->name, m->hp.embed_dim);
+        return wrong_width(c, T_QUERY, "embed_dim", m->hp.embed_dim, m, e);
     return 0;
 }
 
@@ -171,20 +194,21 @@ static int check_role(const collected *c, int role, const attnd_job *job, int ro
                       const char *dim, const attnd_model_info *m, attnd_error *e) {
     const attnd_tensor *t = &c->t[role];
     int qrank = c->t[T_QUERY].rank;
-    const char *lb = c->label[role];
+    char at[200];
     if (t->rank != qrank)
-        return attnd_set_error(e, AERR_BAD_REQUEST, "%s: has %d dimensions where query has %d", lb,
-                               t->rank, qrank);
-    if (job->rank3 && t->shape[0] != job->B)
-        return attnd_set_error(e, AERR_BAD_REQUEST, "%s: batch of %d where query has %d", lb,
+        return attnd_set_error(e, AERR_BAD_REQUEST, "%s: has %d dimensions where query has %d",
+                               c->label[role], t->rank, qrank);
+    if (job->rank3 && t->shape[0] != job->B) {
+        dim_name(at, sizeof at, c, role, 0);
+        return attnd_set_error(e, AERR_BAD_REQUEST, "%s: batch of %d where query has %d", at,
                                t->shape[0], job->B);
-    if (rows > 0 && t->shape[t->rank - 2] != rows)
-        return attnd_set_error(e, AERR_BAD_REQUEST, "%s: %d rows where key has %d", lb,
+    }
+    if (rows > 0 && t->shape[t->rank - 2] != rows) {
+        dim_name(at, sizeof at, c, role, t->rank - 2);
+        return attnd_set_error(e, AERR_BAD_REQUEST, "%s: %d rows where key has %d", at,
                                t->shape[t->rank - 2], rows);
-    if (t->shape[t->rank - 1] != width)
-        return attnd_set_error(e, AERR_BAD_REQUEST,
-                               "%s: rows have %d numbers, model '%s' has %s %d", lb,
-                               t->shape[t->rank - 1], m->name, dim, width);
+    }
+    if (t->shape[t->rank - 1] != width) return wrong_width(c, role, dim, width, m, e);
     return 0;
 }
 

@@ -234,6 +234,7 @@ static int file_v2_input(v2_input *in, int idx, collected *c, char labels[][48],
     *t = in->data;
     memset(&in->data, 0, sizeof(in->data));
     t->rank = in->shape.rank;
+    t->shaped = 1;
     for (int d = 0; d < in->shape.rank; d++)
         t->shape[d] = (int)in->shape.dim[d];
     c->given[ti] = 1;

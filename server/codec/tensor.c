@@ -359,6 +359,7 @@ static int decode_object(const tensor_object *o, const char *field, int neg_inf_
     if (decode_b64(o, field, buf, cap, need, e) < 0) goto cleanup;
     memset(t, 0, sizeof(*t));
     t->rank = rank;
+    t->shaped = 1;
     for (int d = 0; d < rank; d++)
         t->shape[d] = (int)o->shape.dim[d];
     t->n = (size_t)n;

@@ -33,6 +33,8 @@ typedef struct {
     int shape[TENSOR_MAX_RANK]; /* dims, each >= 1 */
     size_t n;                   /* elements: product of shape */
     int is_bool;                /* 1: u holds the elements; 0: f does */
+    int shaped;                 /* 1: the body gave the shape apart from the data (a base64
+                                   object, a v2 input): messages name shape[d] */
     float *f;                   /* (n) float32, owned, or NULL */
     uint8_t *u;                 /* (n) 0 or 1, owned, or NULL */
 } attnd_tensor;

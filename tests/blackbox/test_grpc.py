@@ -1304,3 +1304,14 @@ def test_session_close_without_session_id_is_refused(stub, d):
     st, msg, _ = http_binary(d, dec["name"], [("query", dec_rows(dec)[None, 3:4], "FP32")],
                              {"session_id": sid})
     assert st == 404, msg
+
+
+def test_wrong_width_names_the_shape_index(stub, d):
+    """Rows of the wrong width: INVALID_ARGUMENT naming the input and the
+    shape's index, the sentence HTTP v2 gives for the same input."""
+    q = np.ones((1, 2, 17), np.float32)
+    said = "inputs[0] (query).shape[2]: rows of 17 numbers, model 'self_e16_h1' has embed_dim 16"
+    st, msg, _ = http_binary(d, "self_e16_h1", [("query", q, "FP32")], {})
+    assert st == 400 and msg == said, (st, msg)
+    e = rpc_error(stub.ModelInfer, pb_request("self_e16_h1", [("query", q, "FP32")], {}), timeout=30)
+    assert e.code() == grpc.StatusCode.INVALID_ARGUMENT and e.details() == said, e

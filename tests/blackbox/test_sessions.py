@@ -282,7 +282,7 @@ def session_open_refusals(name, E):
         (('{%s, "causal": false}' % m).encode(), 400, ["causal: a session is always causal"]),
         (('{%s, "attention": "all", "query": [%s]}' % (m, row)).encode(), 400,
          ["attention: expected one of"]),
-        (('{%s, "query": [[0.1, 0.2]]}' % m).encode(), 400, ["query: rows have 2 numbers"]),
+        (('{%s, "query": [[0.1, 0.2]]}' % m).encode(), 400, ["query[0]: 2 numbers"]),
         (('{%s, "query": [%s, [0.1]]}' % (m, row)).encode(), 400, ["query[1]"]),
         (('{%s, "query": [[NaN%s]]}' % (m, ", 0" * (E - 1))).encode(), 400,
          ["query[0][0]: NaN"]),

@@ -85,7 +85,7 @@ test("the daemon's refusals: status and sentence, sent once", async () => {
   try {
     const c = new Client({ url: srv.url });
     const cases = [
-      [{ query: { data: new Float32Array(2 * 500), shape: [2, 500] } }, 400, /^query: rows have 500 numbers, model 'default' has embed_dim 512/],
+      [{ query: { data: new Float32Array(2 * 500), shape: [2, 500] } }, 400, /^query\.shape\[1\]: rows of 500 numbers, model 'default' has embed_dim 512/],
       [{ query: Q, model: "nope" }, 404, /^unknown model 'nope'/],
       [{ query: Q, fields: { attention_top_kk: 3 } }, 400, /attention_top_kk: unknown field/],
       [{ query: randomTensor([9000, 512], 1) }, 413, /./],
