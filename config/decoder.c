@@ -8,6 +8,7 @@
  */
 #include <jansson.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -36,8 +37,10 @@ static int positive(const json_t *v, double max, double *out, const char *src, c
 
 static int integer(const json_t *v, long long lo, long long hi, int *out, const char *src,
                    const char *key, char *err, size_t errlen) {
-    if (!json_is_integer(v)) return cfg_fail(err, errlen, "%s: %s: must be an integer.", src, key);
-    long long x = json_integer_value(v);
+    int whole = json_is_real(v) && cfg_whole(json_real_value(v)); /* 8192.0 */
+    if (!json_is_integer(v) && !whole)
+        return cfg_fail(err, errlen, "%s: %s: must be an integer.", src, key);
+    long long x = whole ? (long long)json_real_value(v) : json_integer_value(v);
     if (x < lo || x > hi)
         return cfg_fail(err, errlen, "%s: %s: %lld is out of range [%lld, %lld].", src, key, x, lo,
                         hi);
@@ -62,8 +65,42 @@ static const char *const scaling_keys[] = {
     "low_freq_factor",
     "high_freq_factor",
     "original_max_position_embeddings",
+    "beta_fast",
+    "beta_slow",
+    "mscale",
+    "mscale_all_dim",
+    "attention_factor",
+    "truncate",
 };
 #define N_SCALING_KEYS (int)countof(scaling_keys)
+
+/* The numbers of a "scaling" object after its type: what each is, the
+ * field of attn_rope it goes to, and which types take it (must, may). */
+enum { TAKE_NO, TAKE_MAY, TAKE_MUST };
+enum { NUM_REAL, NUM_CONTEXT, NUM_TRUNCATE }; /* > 0; a length >= 1; a boolean */
+typedef struct {
+    const char *key;
+    int kind;
+    size_t off;
+    char take[4]; /* by attn_rope_scaling: none, linear, llama3, yarn */
+} scaling_number;
+// clang-format off
+#define SN(key, kind, field, l, l3, y) {key, kind, offsetof(attn_rope, field), {TAKE_NO, l, l3, y}}
+// clang-format on
+static const scaling_number scaling_numbers_table[] = {
+    SN("factor", NUM_REAL, factor, TAKE_MUST, TAKE_MUST, TAKE_MUST),
+    SN("low_freq_factor", NUM_REAL, low_freq_factor, TAKE_NO, TAKE_MUST, TAKE_NO),
+    SN("high_freq_factor", NUM_REAL, high_freq_factor, TAKE_NO, TAKE_MUST, TAKE_NO),
+    SN("original_max_position_embeddings", NUM_CONTEXT, original_max_position, TAKE_NO, TAKE_MUST,
+       TAKE_MUST),
+    SN("beta_fast", NUM_REAL, beta_fast, TAKE_NO, TAKE_NO, TAKE_MAY),
+    SN("beta_slow", NUM_REAL, beta_slow, TAKE_NO, TAKE_NO, TAKE_MAY),
+    SN("mscale", NUM_REAL, mscale, TAKE_NO, TAKE_NO, TAKE_MAY),
+    SN("mscale_all_dim", NUM_REAL, mscale_all_dim, TAKE_NO, TAKE_NO, TAKE_MAY),
+    SN("attention_factor", NUM_REAL, attention_factor, TAKE_NO, TAKE_NO, TAKE_MAY),
+    SN("truncate", NUM_TRUNCATE, exact_range, TAKE_NO, TAKE_NO, TAKE_MAY),
+};
+#define N_SCALING_NUMBERS (int)countof(scaling_numbers_table)
 
 /* Sets r->scaling from "type" or "rope_type" (Hugging Face configs often
  * carry both, since older code reads "type": the same value twice is one
@@ -88,36 +125,67 @@ static int scaling_type(attn_rope *r, json_t *obj, const char **type, const char
         r->scaling = ATTN_ROPE_SCALE_NONE;
         return 0;
     }
+    int by_length = strcmp(*type, "dynamic") == 0 || strcmp(*type, "longrope") == 0;
     if (attnd_enum_value(&attnd_rope_scalings, *type, &scaling) < 0)
-        return cfg_fail(err, errlen, "%s: %s: \"%.60s\" is not %s.", src, key, *type, words);
+        return cfg_fail(err, errlen, "%s: %s: \"%.60s\" is not %s%s.", src, key, *type, words,
+                        by_length ? "; its frequencies change with the length of each sequence, "
+                                    "which the keys already in a KV cache cannot follow"
+                                  : "");
     r->scaling = (attn_rope_scaling)scaling;
     return 0;
 }
 
-/* The numbers r->scaling takes: none for "default"; "factor" for linear;
- * for llama3 also "low_freq_factor" < "high_freq_factor" and
- * "original_max_position_embeddings". Each must be given, or not, as the
- * type says. */
+/* The types that take table row i, as a subject and its verb: "llama3
+ * scaling takes", "llama3 and yarn scaling take". */
+static const char *takers(int i, char *buf, size_t cap) {
+    const char *names[] = {"", "linear", "llama3", "yarn"};
+    const char *take = scaling_numbers_table[i].take;
+    int n = 0, k = 0;
+    for (int t = 1; t < 4; t++)
+        n += take[t] != TAKE_NO;
+    buf[0] = '\0';
+    for (int t = 1; t < 4; t++) {
+        if (take[t] == TAKE_NO) continue;
+        const char *sep = k == 0 ? "" : k == n - 1 ? " and " : ", ";
+        k++;
+        snprintf(buf + strlen(buf), cap - strlen(buf), "%s%s", sep, names[t]);
+    }
+    snprintf(buf + strlen(buf), cap - strlen(buf), " scaling take%s", n > 1 ? "" : "s");
+    return buf;
+}
+
+/* Stores the value x of row n into r, checked. truncate: false keeps
+ * YaRN's bounds unrounded (exact_range). */
+static int scaling_value(attn_rope *r, const scaling_number *n, json_t *x, const char *src,
+                         const char *key, char *err, size_t errlen) {
+    char *field = (char *)r + n->off;
+    if (n->kind == NUM_CONTEXT) return integer(x, 1, 1 << 30, (int *)field, src, key, err, errlen);
+    if (n->kind == NUM_REAL) return positive(x, 1e6, (double *)field, src, key, err, errlen);
+    if (!json_is_boolean(x))
+        return cfg_fail(err, errlen, "%s: %s: must be true or false.", src, key);
+    *(int *)field = json_is_false(x);
+    return 0;
+}
+
+/* The numbers r->scaling takes (scaling_numbers_table), each given or
+ * not as the type says; llama3's low_freq_factor < high_freq_factor. */
 static int scaling_numbers(attn_rope *r, json_t *obj, const char *type, const char *src,
                            const char *path, char *err, size_t errlen) {
-    static const char *const need[] = {"factor", "low_freq_factor", "high_freq_factor",
-                                       "original_max_position_embeddings"};
-    double *dst[] = {&r->factor, &r->low_freq_factor, &r->high_freq_factor};
-    int n = r->scaling == ATTN_ROPE_SCALE_NONE ? 0 : r->scaling == ATTN_ROPE_SCALE_LINEAR ? 1 : 4;
-    char key[320];
-    for (int i = 0; i < 4; i++) {
-        json_t *x = json_object_get(obj, need[i]);
-        snprintf(key, sizeof key, "%.200s.%s", path, need[i]);
-        if (!x && i < n)
+    char key[320], who[64];
+    for (int i = 0; i < N_SCALING_NUMBERS; i++) {
+        const char *name = scaling_numbers_table[i].key;
+        int take = scaling_numbers_table[i].take[r->scaling];
+        json_t *x = json_object_get(obj, name);
+        snprintf(key, sizeof key, "%.200s.%s", path, name);
+        if (!x && take == TAKE_MUST)
             return cfg_fail(err, errlen, "%s: %s: missing; %s scaling needs it.", src, key, type);
-        if (x && i >= n)
-            return cfg_fail(err, errlen, "%s: %s: %s.", src, key,
-                            n ? "only llama3 scaling takes it"
-                              : "\"default\" is no scaling and takes no numbers");
-        if (!x) continue;
-        int bad = i < 3 ? positive(x, 1e6, dst[i], src, key, err, errlen)
-                        : integer(x, 1, 1 << 30, &r->original_max_position, src, key, err, errlen);
-        if (bad) return -1;
+        if (x && take == TAKE_NO && r->scaling == ATTN_ROPE_SCALE_NONE)
+            return cfg_fail(err, errlen, "%s: %s: \"default\" is no scaling and takes no numbers.",
+                            src, key);
+        if (x && take == TAKE_NO)
+            return cfg_fail(err, errlen, "%s: %s: only %s it.", src, key,
+                            takers(i, who, sizeof who));
+        if (x && scaling_value(r, &scaling_numbers_table[i], x, src, key, err, errlen)) return -1;
     }
     if (r->scaling == ATTN_ROPE_SCALE_LLAMA3 && !(r->high_freq_factor > r->low_freq_factor))
         return cfg_fail(err, errlen,
@@ -126,9 +194,12 @@ static int scaling_numbers(attn_rope *r, json_t *obj, const char *type, const ch
     return 0;
 }
 
-/* The "scaling" object: {"type": "linear", "factor": F} or {"type":
+/* The "scaling" object: {"type": "linear", "factor": F}, {"type":
  * "llama3", "factor", "low_freq_factor", "high_freq_factor",
- * "original_max_position_embeddings"}, as Hugging Face's rope_scaling
+ * "original_max_position_embeddings"} or {"type": "yarn", "factor",
+ * "original_max_position_embeddings", and optionally "beta_fast",
+ * "beta_slow", "mscale", "mscale_all_dim", "attention_factor",
+ * "truncate"}, as Hugging Face's rope_scaling
  * (whose "rope_type" is taken for "type"; both may be given when equal).
  * null and {"type": "default"} are no scaling, as Hugging Face writes it. */
 static int parse_scaling(attn_rope *r, json_t *obj, const char *src, const char *path, char *err,
@@ -185,6 +256,11 @@ int attnd_rope_parse(attnd_model_config *mc, json_t *obj, const char *src, const
         if (i == 3) bad = parse_scaling(r, v, src, key, err, errlen);
         if (bad) return -1;
     }
+    if (r->scaling == ATTN_ROPE_SCALE_YARN && r->theta == 1) /* YaRN divides by ln(theta) */
+        return cfg_fail(err, errlen,
+                        "%s: %s.theta: 1 turns every pair alike; yarn scaling needs a theta "
+                        "other than 1.",
+                        src, path);
     return 0;
 }
 

@@ -60,6 +60,7 @@ const attnd_enum attnd_rope_styles = ATTND_ENUM(ROPE_STYLES);
 static const attnd_enum_row ROPE_SCALINGS[] = {
     {"linear", ATTN_ROPE_SCALE_LINEAR},
     {"llama3", ATTN_ROPE_SCALE_LLAMA3},
+    {"yarn", ATTN_ROPE_SCALE_YARN},
 };
 const attnd_enum attnd_rope_scalings = ATTND_ENUM(ROPE_SCALINGS);
 

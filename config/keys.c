@@ -489,7 +489,10 @@ static int rope_equal(const attn_rope *a, const attn_rope *b) {
     return a->dim == b->dim && a->theta == b->theta && a->style == b->style &&
            a->scaling == b->scaling && a->factor == b->factor &&
            a->low_freq_factor == b->low_freq_factor && a->high_freq_factor == b->high_freq_factor &&
-           a->original_max_position == b->original_max_position;
+           a->original_max_position == b->original_max_position && a->beta_fast == b->beta_fast &&
+           a->beta_slow == b->beta_slow && a->mscale == b->mscale &&
+           a->mscale_all_dim == b->mscale_all_dim && a->attention_factor == b->attention_factor &&
+           a->exact_range == b->exact_range;
 }
 
 int attnd_model_config_equal(const attnd_model_config *a, const attnd_model_config *b) {

@@ -158,13 +158,6 @@ cleanup:
     return rc;
 }
 
-/* 1 for a JSON number written with a fraction or an exponent whose value
- * is a whole number a long long holds exactly (below 2^53). */
-static int whole_real(const json_t *v) {
-    double x = json_is_real(v) ? json_real_value(v) : 0.5;
-    return x == floor(x) && fabs(x) < 9007199254740992.0;
-}
-
 /* Type-checks one JSON value against its row and stores it. */
 static int store_json(void *base, const cfg_key *k, json_t *v, const char *src, const char *key,
                       char *err, size_t errlen) {
@@ -176,7 +169,7 @@ static int store_json(void *base, const cfg_key *k, json_t *v, const char *src, 
                                 errlen);
     case K_INT:
     case K_LL:
-        if (whole_real(v)) /* 16.0 or 1e+06, as converters and templates write integers */
+        if (json_is_real(v) && cfg_whole(json_real_value(v))) /* 16.0, 1e+06 */
             return cfg_store_number(base, k, (long long)json_real_value(v), src, key, err, errlen);
         if (!json_is_integer(v)) break;
         return cfg_store_number(base, k, (long long)json_integer_value(v), src, key, err, errlen);

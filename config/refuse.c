@@ -1,13 +1,19 @@
 /* refuse.c - the error sentence every file of config/ writes (cfg_fail),
  * and the "did you mean" hint for an unknown name: the known name at the
- * smallest edit distance, when it is near enough to be a typo.
+ * smallest edit distance, when it is near enough to be a typo; and which
+ * real numbers an integer key takes (cfg_whole).
  */
 #include "refuse.h"
 
 #include <ctype.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+
+int cfg_whole(double x) {
+    return x == floor(x) && fabs(x) < 9007199254740992.0;
+}
 
 int cfg_fail(char *err, size_t errlen, const char *fmt, ...) {
     if (err && errlen) {

@@ -12,6 +12,11 @@
  * config files report a failure. */
 int cfg_fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
+/* 1 when a JSON real (16.0, 1e+06, as converters and templates write
+ * integers) is a whole number a long long holds exactly (below 2^53): an
+ * integer key takes it. */
+int cfg_whole(double x);
+
 /* Index of name in names[0..n), or -1. */
 int cfg_name_index(const char *name, const char *const *names, int n);
 

@@ -32,24 +32,42 @@
  *   LLAMA3  Llama 3.1's rule: wavelengths longer than
  *           original_max_position / low_freq_factor are divided by factor,
  *           shorter than original_max_position / high_freq_factor kept, and
- *           blended in between. */
+ *           blended in between.
+ *   YARN    YaRN (arXiv 2309.00071) as Hugging Face computes it: pairs that
+ *           turn fewer than beta_slow times over original_max_position are
+ *           divided by factor, more than beta_fast times kept, blended
+ *           linearly in between (the bounds floored and ceiled unless
+ *           exact_range); cos and sin are then multiplied by
+ *           attention_factor. All of it is fixed per pair, not per sequence,
+ *           so a KV cache holds the same keys a whole pass makes. */
 typedef enum { ATTN_ROPE_HALF = 0, ATTN_ROPE_INTERLEAVED = 1 } attn_rope_style;
 typedef enum {
     ATTN_ROPE_SCALE_NONE = 0,
     ATTN_ROPE_SCALE_LINEAR = 1,
-    ATTN_ROPE_SCALE_LLAMA3 = 2
+    ATTN_ROPE_SCALE_LLAMA3 = 2,
+    ATTN_ROPE_SCALE_YARN = 3
 } attn_rope_scaling;
 
 typedef struct {
     int dim;                   /* rotated columns per head: even, <= D; 0 = no rotation */
     double theta;              /* frequency base, > 0 (10000 Llama 2, 500000 Llama 3) */
     attn_rope_style style;     /* HALF (default) or INTERLEAVED */
-    attn_rope_scaling scaling; /* NONE (default), LINEAR or LLAMA3 */
-    double factor;             /* LINEAR, LLAMA3: > 0 (8 in Llama 3.1) */
+    attn_rope_scaling scaling; /* NONE (default), LINEAR, LLAMA3 or YARN */
+    double factor;             /* LINEAR, LLAMA3, YARN: > 0 (8 in Llama 3.1) */
     double low_freq_factor;    /* LLAMA3: > 0 (1 in Llama 3.1) */
     double high_freq_factor;   /* LLAMA3: > low_freq_factor (4 in Llama 3.1) */
-    int original_max_position; /* LLAMA3: trained context, >= 1 (8192 in Llama 3.1) */
+    int original_max_position; /* LLAMA3, YARN: trained context, >= 1 (8192 in Llama 3.1) */
+    double beta_fast;          /* YARN: > 0; 0 means 32 */
+    double beta_slow;          /* YARN: > 0; 0 means 1 */
+    double mscale;             /* YARN: >= 0; with mscale_all_dim, the attention factor's */
+    double mscale_all_dim;     /*       0.1 ln(factor) terms are scaled by each (DeepSeek) */
+    double attention_factor;   /* YARN: > 0, or 0: from factor (and mscale) */
+    int exact_range;           /* YARN: 1 keeps the blend's bounds unrounded (truncate: false) */
 } attn_rope;
+
+/* What cos and sin are multiplied by: YaRN's attention factor, else 1
+ * (core/prim/rope.c). */
+double attn_rope_attention_factor(const attn_rope *r);
 
 /* What a model computes in (SPEC section 8). FP32 is the contract of SPEC
  * section 1. BF16: weights held and packed in bf16 at load; the operands of

@@ -6,7 +6,7 @@ The numbers come from an independent float64 implementation in numpy (the
 formulas of the Llama and GPT-J papers as Hugging Face writes them), and
 are cross-checked against Hugging Face transformers' own code when it is
 installed: LlamaAttention and Qwen2Attention run whole in float64, the
-rotary frequency rules (default, linear, llama3) against
+rotary frequency rules (default, linear, llama3, yarn) and YaRN's attention factor against
 transformers.modeling_rope_utils, and the interleaved rotation against
 GPT-J's rotate_every_two and Meta's complex-number form. Make the venv once
 (Debian's python3-torch 1.13 comes from the system):
@@ -77,6 +77,8 @@ def inv_freq(rope):
         return f
     if sc["type"] == "linear":
         return f / sc["factor"]
+    if sc["type"] == "yarn":
+        return yarn_inv_freq(f, dim, rope["theta"], sc)
     # llama3: long wavelengths divided by factor, short kept, blended between
     old = sc["original_max_position_embeddings"]
     lo, hi, factor = sc["low_freq_factor"], sc["high_freq_factor"], sc["factor"]
@@ -84,6 +86,41 @@ def inv_freq(rope):
     smooth = (old / wavelen - lo) / (hi - lo)
     blended = (1 - smooth) * f / factor + smooth * f
     return np.where(wavelen < old / hi, f, np.where(wavelen > old / lo, f / factor, blended))
+
+
+def yarn_inv_freq(f, dim, theta, sc):
+    """YaRN (arXiv 2309.00071) as Hugging Face writes it: the pairs between
+    the one that turns beta_fast times over the trained context and the one
+    that turns beta_slow times go from f to f / factor along a linear ramp;
+    the bounds floored and ceiled unless truncate is false."""
+    old = sc["original_max_position_embeddings"]
+
+    def pair(turns):  # the (fractional) pair index that turns `turns` times over old
+        return dim * math.log(old / (turns * 2 * math.pi)) / (2 * math.log(theta))
+
+    lo, hi = pair(sc.get("beta_fast", 32)), pair(sc.get("beta_slow", 1))
+    if sc.get("truncate", True):
+        lo, hi = math.floor(lo), math.ceil(hi)
+    lo, hi = max(lo, 0), min(hi, dim - 1)
+    if lo == hi:
+        hi += 0.001
+    ramp = np.clip((np.arange(dim // 2, dtype=np.float64) - lo) / (hi - lo), 0, 1)
+    return f * (1 - ramp) + f / sc["factor"] * ramp
+
+
+def attention_factor(rope):
+    """What YaRN multiplies cos and sin by (1 for every other rule): given,
+    or 0.1 ln(factor) + 1, with mscale and mscale_all_dim each weighting the
+    logarithm of a ratio when both are given (DeepSeek's form)."""
+    sc = rope.get("scaling") or {}
+    if sc.get("type") != "yarn":
+        return 1.0
+    if "attention_factor" in sc:
+        return sc["attention_factor"]
+    m = lambda w: 1.0 if sc["factor"] <= 1 else 0.1 * w * math.log(sc["factor"]) + 1
+    if sc.get("mscale") and sc.get("mscale_all_dim"):
+        return m(sc["mscale"]) / m(sc["mscale_all_dim"])
+    return m(1)
 
 
 def pair_index(rope):
@@ -97,7 +134,8 @@ def pair_index(rope):
 def rotate(x, pos, rope):
     """x (L, heads, D) float64 rotated at positions pos (L)."""
     ang = np.asarray(pos, dtype=np.float64)[:, None] * inv_freq(rope)[None, :]  # (L, dim/2)
-    c, s = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+    af = attention_factor(rope)
+    c, s = af * np.cos(ang)[:, None, :], af * np.sin(ang)[:, None, :]
     i0, i1 = pair_index(rope)
     y = x.copy()
     y[:, :, i0] = x[:, :, i0] * c - x[:, :, i1] * s
@@ -161,8 +199,11 @@ def hf_config(m, qwen=False):
               attention_dropout=0.0)
     if sc:
         kw["rope_scaling"] = {("rope_type" if k == "type" else k):
-                              (v if isinstance(v, str) or k.startswith("original") else float(v))
+                              (v if isinstance(v, (str, bool)) or k.startswith("original")
+                               else float(v))
                               for k, v in sc.items()}
+        if sc["type"] == "yarn":  # transformers 4.46 bounds YaRN's ramp by this, newer by sc's
+            kw["max_position_embeddings"] = sc["original_max_position_embeddings"]
     if qwen:
         cfg = Qwen2Config(**kw)
     else:
@@ -172,12 +213,23 @@ def hf_config(m, qwen=False):
     return cfg
 
 
+# YaRN's keys that transformers 4.46 does not read yet (it takes them
+# silently, and computes without them); a model that gives one is checked
+# against the float64 reference here only.
+HF_UNREAD = {"mscale", "mscale_all_dim", "truncate"}
+
+
 def check_freqs(m):
-    """Our frequencies against transformers' rules (computed in float32 there)."""
+    """Our frequencies and YaRN's attention factor against transformers'
+    rules (computed in float32 there)."""
+    sc = m["rope"].get("scaling") or {}
+    if HF_UNREAD & set(sc):
+        print("  %s: frequencies not cross-checked (transformers %s does not read %s)"
+              % (m["name"], HF, ", ".join(sorted(HF_UNREAD & set(sc)))))
+        return None
     cfg = hf_config(m)
-    rope_type = (m["rope"].get("scaling") or {}).get("type", "default")
-    inv, attention_factor = ROPE_INIT_FUNCTIONS[rope_type](cfg, "cpu")
-    assert attention_factor == 1.0
+    inv, af = ROPE_INIT_FUNCTIONS[sc.get("type", "default")](cfg, "cpu")
+    close([af], [attention_factor(m["rope"])], 1e-12, m["name"] + " attention factor")
     return close(inv.double().numpy(), inv_freq(m["rope"]), 1e-6, m["name"] + " frequencies")
 
 
@@ -189,6 +241,7 @@ def check_rotation(m, rng):
     x = rng.standard_normal((L, heads, D))
     pos = rng.integers(0, 5000, L)
     ours = rotate(x, pos, rope)
+    ours[:, :, :dim] /= attention_factor(rope)  # the rotation alone, as the references do it
     ang = torch.from_numpy(pos.astype(np.float64)[:, None] * inv_freq(rope)[None, :])
     xt = torch.from_numpy(x)
     if rope["style"] == "interleaved":
@@ -223,11 +276,12 @@ def check_layer(m, sd, x, pos, hidden, want):
     attn.load_state_dict(state, strict=False)
     ang = np.asarray(pos, dtype=np.float64)[:, None] * inv_freq(m["rope"])[None, :]
     emb = torch.from_numpy(np.concatenate([ang, ang], axis=-1))[None]
+    af = attention_factor(m["rope"])  # transformers multiplies its cos and sin by it
     mask = torch.from_numpy(np.where(hidden, torch.finfo(torch.float64).min, 0.0))[None, None]
     with torch.no_grad():
         out = attn(torch.from_numpy(x)[None], attention_mask=mask,
                    position_ids=torch.from_numpy(np.asarray(pos))[None],
-                   position_embeddings=(emb.cos(), emb.sin()))[0][0].numpy()
+                   position_embeddings=(emb.cos() * af, emb.sin() * af))[0][0].numpy()
     keep = ~hidden.all(axis=1)
     # eager attention takes its softmax in float32: 1e-6 leaves room for that
     return close(out[keep], want[keep], 1e-6, "%s layer (%s)" % (m["name"], type(attn).__name__))
@@ -331,6 +385,18 @@ MODELS = [
     dict(name="qwen_linear_scale", E=32, H=4, G=2, D=8, bias="qkv", seed=14, scale=0.2,
          rope={"theta": 10000, "dim": 8, "style": "half",
                "scaling": {"type": "linear", "factor": 4}}),
+    # Qwen2.5's long-context YaRN (factor and the trained context only)
+    dict(name="yarn_qwen", E=48, H=4, G=2, D=12, bias="qkv", seed=15,
+         rope={"theta": 10000, "dim": 12, "style": "half",
+               "scaling": {"type": "yarn", "factor": 4,
+                           "original_max_position_embeddings": 512}}),
+    # DeepSeek's YaRN numbers (betas, mscale over mscale_all_dim) and gpt-oss's
+    # unrounded bounds, on interleaved pairs of a partial rotary width
+    dict(name="yarn_mscale_interleaved", E=32, H=2, G=1, D=16, bias="all", seed=16,
+         rope={"theta": 50000, "dim": 12, "style": "interleaved",
+               "scaling": {"type": "yarn", "factor": 40, "original_max_position_embeddings": 256,
+                           "beta_fast": 16, "beta_slow": 2, "mscale": 1.0,
+                           "mscale_all_dim": 0.5, "truncate": False}}),
 ]
 
 

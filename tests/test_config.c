@@ -676,6 +676,27 @@ START_TEST(decoder_keys_land) {
     ck_assert(m.hp.rope.factor == 2.5);
     attnd_config_free(&c);
 
+    /* YaRN as DeepSeek and gpt-oss give it (a context written 4096.0), and
+     * as Qwen2.5 does: the numbers it leaves out stay 0, the defaults */
+    m = load_one(LLAMA(",\"rope\":{\"scaling\":{\"type\":\"yarn\",\"factor\":40,"
+                       "\"original_max_position_embeddings\":4096.0,\"beta_fast\":16,"
+                       "\"beta_slow\":2,\"mscale\":1,\"mscale_all_dim\":0.5,"
+                       "\"attention_factor\":1.25,\"truncate\":false}}"),
+                 &c);
+    ck_assert_int_eq(m.hp.rope.scaling, ATTN_ROPE_SCALE_YARN);
+    ck_assert(m.hp.rope.factor == 40 && m.hp.rope.beta_fast == 16 && m.hp.rope.beta_slow == 2);
+    ck_assert(m.hp.rope.mscale == 1 && m.hp.rope.mscale_all_dim == 0.5);
+    ck_assert(m.hp.rope.attention_factor == 1.25 && m.hp.rope.exact_range == 1);
+    ck_assert_int_eq(m.hp.rope.original_max_position, 4096);
+    attnd_config_free(&c);
+    m = load_one(LLAMA(",\"rope\":{\"scaling\":{\"rope_type\":\"yarn\",\"type\":\"yarn\","
+                       "\"factor\":4,\"original_max_position_embeddings\":32768}}"),
+                 &c);
+    ck_assert_int_eq(m.hp.rope.scaling, ATTN_ROPE_SCALE_YARN);
+    ck_assert(m.hp.rope.beta_fast == 0 && m.hp.rope.mscale == 0 && m.hp.rope.attention_factor == 0);
+    ck_assert_int_eq(m.hp.rope.exact_range, 0);
+    attnd_config_free(&c);
+
     /* Hugging Face's rope_scaling often holds both names, equal: one type */
     m = load_one(LLAMA(",\"rope\":{\"scaling\":{\"type\":\"llama3\",\"rope_type\":\"llama3\","
                        "\"factor\":8,\"low_freq_factor\":1,\"high_freq_factor\":4,"
@@ -733,7 +754,29 @@ START_TEST(decoder_combinations_refused) {
                    "did you mean \"theta\"");
     expect_refused(LLAMA(",\"rope\":[]"), "models[0].rope", "must be an object");
     expect_refused(LLAMA(",\"rope\":{\"scaling\":{\"type\":\"yarn\",\"factor\":2}}"),
-                   "models[0].rope.scaling.type", "not \"linear\" or \"llama3\"");
+                   "models[0].rope.scaling.original_max_position_embeddings",
+                   "missing; yarn scaling needs it");
+    expect_refused(LLAMA(",\"rope\":{\"scaling\":{\"type\":\"yarn\",\"factor\":2,"
+                         "\"original_max_position_embeddings\":64,\"truncate\":0}}"),
+                   "models[0].rope.scaling.truncate", "must be true or false");
+    expect_refused(LLAMA(",\"rope\":{\"scaling\":{\"type\":\"yarn\",\"factor\":2,"
+                         "\"original_max_position_embeddings\":64,\"mscale\":-1}}"),
+                   "models[0].rope.scaling.mscale", "out of range");
+    expect_refused(LLAMA(",\"rope\":{\"scaling\":{\"type\":\"yarn\",\"factor\":2,"
+                         "\"original_max_position_embeddings\":64,\"low_freq_factor\":1}}"),
+                   "models[0].rope.scaling.low_freq_factor", "only llama3 scaling takes it");
+    expect_refused(LLAMA(",\"rope\":{\"scaling\":{\"type\":\"linear\",\"factor\":2,"
+                         "\"beta_fast\":32}}"),
+                   "models[0].rope.scaling.beta_fast", "only yarn scaling takes it");
+    expect_refused(LLAMA(",\"rope\":{\"scaling\":{\"type\":\"linear\",\"factor\":2,"
+                         "\"original_max_position_embeddings\":64}}"),
+                   "models[0].rope.scaling.original_max_position_embeddings",
+                   "only llama3 and yarn scaling take it");
+    expect_refused(LLAMA(",\"rope\":{\"theta\":1,\"scaling\":{\"type\":\"yarn\","
+                         "\"factor\":2,\"original_max_position_embeddings\":64}}"),
+                   "models[0]", "theta other than 1");
+    expect_refused(LLAMA(",\"rope\":{\"scaling\":{\"type\":\"longrope\",\"factor\":2}}"),
+                   "models[0].rope.scaling.type", "which the keys already in a KV cache");
     expect_refused(LLAMA(",\"rope\":{\"scaling\":{\"type\":\"linear\"}}"),
                    "models[0].rope.scaling.factor", "missing");
     expect_refused(LLAMA(",\"rope\":{\"scaling\":{\"type\":\"linear\",\"factor\":2,"
@@ -752,10 +795,13 @@ START_TEST(decoder_combinations_refused) {
     expect_refused(LLAMA(",\"rope\":{\"scaling\":{\"type\":\"linear\",\"rope_type\":7,"
                          "\"factor\":2}}"),
                    "models[0].rope.scaling", "\"type\" and \"rope_type\" differ");
-    expect_refused(LLAMA(",\"rope\":{\"scaling\":{\"rope_type\":\"yarn\",\"factor\":2}}"),
-                   "models[0].rope.scaling.rope_type", "not \"linear\" or \"llama3\"");
+    expect_refused(LLAMA(",\"rope\":{\"scaling\":{\"rope_type\":\"ntk\",\"factor\":2}}"),
+                   "models[0].rope.scaling.rope_type",
+                   "\"ntk\" is not \"linear\", \"llama3\" or \"yarn\" (model");
     expect_refused(LLAMA(",\"rope\":{\"scaling\":{\"type\":\"dynamic\",\"factor\":2}}"),
-                   "models[0].rope.scaling.type", "not \"linear\" or \"llama3\"");
+                   "models[0].rope.scaling.type",
+                   "not \"linear\", \"llama3\" or \"yarn\"; its frequencies change with the "
+                   "length of each sequence");
     expect_refused(LLAMA(",\"rope\":{\"scaling\":{\"rope_type\":\"default\",\"factor\":2}}"),
                    "models[0].rope.scaling.factor", "no scaling and takes no numbers");
     expect_refused(LLAMA(",\"rope\":null,\"max_positions\":100"), "models[0].max_positions",

@@ -15,6 +15,28 @@
 #include "../sizes.h"
 #include "model.h"
 
+/* YaRN's numbers: every one finite and not negative (0: the default),
+ * a trained context, and a theta whose logarithm can divide. */
+static int check_yarn(const attn_rope *r, char *err, size_t errlen) {
+    double v[] = {r->beta_fast, r->beta_slow, r->mscale, r->mscale_all_dim, r->attention_factor};
+    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
+        if (!(v[i] >= 0) || !isfinite(v[i])) {
+            snprintf(err, errlen,
+                     "yarn rope scaling needs beta_fast, beta_slow, mscale, mscale_all_dim and "
+                     "attention_factor finite and >= 0 (got %g, %g, %g, %g, %g)",
+                     v[0], v[1], v[2], v[3], v[4]);
+            return -1;
+        }
+    if (r->original_max_position < 1 || r->theta == 1) {
+        snprintf(err, errlen,
+                 "yarn rope scaling needs original_max_position >= 1 and theta other than 1 "
+                 "(got %d, %g)",
+                 r->original_max_position, r->theta);
+        return -1;
+    }
+    return 0;
+}
+
 /* Checks the decoder options of hp (rope, scale); hp's D is d. */
 static int check_rope(const attn_hparams *hp, int d, char *err, size_t errlen) {
     const attn_rope *r = &hp->rope;
@@ -37,7 +59,8 @@ static int check_rope(const attn_hparams *hp, int d, char *err, size_t errlen) {
         return -1;
     }
     if (r->scaling == ATTN_ROPE_SCALE_NONE) return 0;
-    if (r->scaling != ATTN_ROPE_SCALE_LINEAR && r->scaling != ATTN_ROPE_SCALE_LLAMA3) {
+    if (r->scaling != ATTN_ROPE_SCALE_LINEAR && r->scaling != ATTN_ROPE_SCALE_LLAMA3 &&
+        r->scaling != ATTN_ROPE_SCALE_YARN) {
         snprintf(err, errlen, "unknown rope scaling %d", (int)r->scaling);
         return -1;
     }
@@ -54,7 +77,7 @@ static int check_rope(const attn_hparams *hp, int d, char *err, size_t errlen) {
                  r->low_freq_factor, r->high_freq_factor, r->original_max_position);
         return -1;
     }
-    return 0;
+    return r->scaling == ATTN_ROPE_SCALE_YARN ? check_yarn(r, err, errlen) : 0;
 }
 
 /* Checks hp and fills the defaults of num_kv_heads, head_dim and scale. */

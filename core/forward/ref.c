@@ -83,11 +83,37 @@ static void linear_ref(float *y, const float *x, const attn_model *m, int which,
         }
 }
 
+/* YaRN (Hugging Face's _compute_yarn_parameters): the correction range of
+ * pairs between beta_fast and beta_slow turns over the trained context,
+ * inv_freq / factor weighted by a linear ramp across it. */
+static double yarn_freq_ref(const attn_rope *r, int i, double f) {
+    double fast = r->beta_fast > 0 ? r->beta_fast : 32, slow = r->beta_slow > 0 ? r->beta_slow : 1;
+    double lo = r->dim * log(r->original_max_position / (fast * 2 * M_PI)) / (2 * log(r->theta));
+    double hi = r->dim * log(r->original_max_position / (slow * 2 * M_PI)) / (2 * log(r->theta));
+    if (!r->exact_range) lo = floor(lo), hi = ceil(hi);
+    if (lo < 0) lo = 0;
+    if (hi > r->dim - 1) hi = r->dim - 1;
+    if (lo == hi) hi += 0.001;
+    double t = (i - lo) / (hi - lo), ramp = t < 0 ? 0 : t > 1 ? 1 : t;
+    return (1 - ramp) * f + ramp * f / r->factor;
+}
+
+/* YaRN's multiplier of cos and sin: given, or from factor and mscale. */
+static double yarn_af_ref(const attn_rope *r) {
+    if (r->scaling != ATTN_ROPE_SCALE_YARN) return 1;
+    if (r->attention_factor > 0) return r->attention_factor;
+    double l = r->factor > 1 ? 0.1 * log(r->factor) : 0;
+    if (r->mscale > 0 && r->mscale_all_dim > 0)
+        return (l * r->mscale + 1) / (l * r->mscale_all_dim + 1);
+    return l + 1;
+}
+
 /* The rotation frequency of pair i of dim/2, with the scaling rule of r
  * (attn.h; Hugging Face's _compute_llama3_parameters for LLAMA3). */
 static double rope_freq_ref(const attn_rope *r, int i) {
     double f = pow(r->theta, -2.0 * i / r->dim);
     if (r->scaling == ATTN_ROPE_SCALE_LINEAR) return f / r->factor;
+    if (r->scaling == ATTN_ROPE_SCALE_YARN) return yarn_freq_ref(r, i, f);
     if (r->scaling != ATTN_ROPE_SCALE_LLAMA3) return f;
     double wavelen = 2 * M_PI / f;
     double low_wavelen = r->original_max_position / r->low_freq_factor;
@@ -113,9 +139,9 @@ static void rope_ref(float *x, size_t n, int heads, int D, const attn_rope *r, c
                 double a = p * rope_freq_ref(r, j);
                 int i0 = r->style == ATTN_ROPE_HALF ? j : 2 * j;
                 int i1 = r->style == ATTN_ROPE_HALF ? j + half : 2 * j + 1;
-                double x0 = row[i0], x1 = row[i1];
-                row[i0] = (float)(x0 * cos(a) - x1 * sin(a));
-                row[i1] = (float)(x1 * cos(a) + x0 * sin(a));
+                double x0 = row[i0], x1 = row[i1], af = yarn_af_ref(r);
+                row[i0] = (float)(af * (x0 * cos(a) - x1 * sin(a)));
+                row[i1] = (float)(af * (x1 * cos(a) + x0 * sin(a)));
             }
         }
     }

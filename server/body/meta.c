@@ -25,6 +25,21 @@ static char *dump(json_t *j) {
     return t;
 }
 
+/* YaRN's scaling as the model computes it: the defaults filled in, and
+ * the attention factor that multiplies cos and sin. */
+static json_t *yarn_json(const attn_rope *r, const char *type) {
+    json_t *j = json_pack("{s:s, s:f, s:i, s:f, s:f}", "type", type, "factor", r->factor,
+                          "original_max_position_embeddings", r->original_max_position, "beta_fast",
+                          r->beta_fast > 0 ? r->beta_fast : 32, "beta_slow",
+                          r->beta_slow > 0 ? r->beta_slow : 1);
+    if (r->mscale > 0) json_object_set_new(j, "mscale", json_real(r->mscale));
+    if (r->mscale_all_dim > 0)
+        json_object_set_new(j, "mscale_all_dim", json_real(r->mscale_all_dim));
+    json_object_set_new(j, "attention_factor", json_real(attn_rope_attention_factor(r)));
+    json_object_set_new(j, "truncate", json_boolean(!r->exact_range));
+    return j;
+}
+
 /* A model's rotary positions as its config gives them. */
 static json_t *rope_json(const attn_rope *r) {
     json_t *j = json_pack("{s:f, s:i, s:s}", "theta", r->theta, "dim", r->dim, "style",
@@ -40,6 +55,7 @@ static json_t *rope_json(const attn_rope *r) {
                                       "high_freq_factor", r->high_freq_factor,
                                       "original_max_position_embeddings",
                                       r->original_max_position));
+    if (r->scaling == ATTN_ROPE_SCALE_YARN) json_object_set_new(j, "scaling", yarn_json(r, type));
     return j;
 }
 

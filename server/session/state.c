@@ -377,6 +377,11 @@ void attnd_weights_fingerprint(const attn_model *m, char out[ATTND_FINGERPRINT_L
         h = fnv1a_i64(h, ints[i]);
     for (size_t i = 0; i < sizeof reals / sizeof *reals; i++)
         h = fnv1a_f64(h, reals[i]);
+    const attn_rope *r = &hp->rope;
+    const double yarn[] = {r->beta_fast,      r->beta_slow,        r->mscale,
+                           r->mscale_all_dim, r->attention_factor, r->exact_range};
+    for (size_t i = 0; r->scaling == ATTN_ROPE_SCALE_YARN && i < sizeof yarn / sizeof *yarn; i++)
+        h = fnv1a_f64(h, yarn[i]); /* only YaRN's: the other models' fingerprints stay */
     const void *blocks[5];
     size_t bytes[5];
     int nb = attn_model_weight_blocks(m, blocks, bytes); /* a bf16 model's bf16 weights too */

@@ -7,6 +7,7 @@ step; and the session contract: 201 on open, 404 with the re-open advice,
 204 on DELETE, 409 for a taken id, 413 past one session's budget, 429 with
 Retry-After past the total, the idle timeout, and the /metrics lines."""
 import json
+import math
 import re
 import threading
 import time
@@ -49,6 +50,38 @@ def test_goldens_present():
     assert len(GOLDENS) >= 4, "no decoder goldens in %s" % DEC_DIR
     assert len(WHOLE) >= 24
     assert sum(s["positions"] is not None for g in GOLDENS for s in g["sequences"]) >= 12
+
+
+def test_listing_shows_rope_scaling(d):
+    """GET /v1/models gives each model's rope as its config does; YaRN's
+    scaling with its defaults filled in (betas 32 and 1, truncate true) and
+    the attention factor it multiplies cos and sin by: given, 0.1 ln(factor)
+    + 1, or DeepSeek's ratio of the two mscales."""
+    listed = {m["name"]: m for m in d.get("/v1/models").json()["models"]}
+    yarns = 0
+    for g in GOLDENS:
+        rope, got = g["config"]["rope"], listed[g["name"]]["rope"]
+        assert (got["theta"], got["dim"], got["style"]) == (rope["theta"], rope["dim"],
+                                                           rope["style"]), got
+        sc, gs = rope.get("scaling"), got.get("scaling")
+        if not sc:
+            assert gs is None, got
+            continue
+        assert gs["type"] == sc["type"] and gs["factor"] == sc["factor"], gs
+        if sc["type"] != "yarn":
+            continue
+        yarns += 1
+        f = sc["factor"]
+        want = 0.1 * math.log(f) + 1
+        if sc.get("mscale") and sc.get("mscale_all_dim"):
+            want = (0.1 * sc["mscale"] * math.log(f) + 1) / (0.1 * sc["mscale_all_dim"] *
+                                                            math.log(f) + 1)
+        assert abs(gs["attention_factor"] - want) < 1e-12, (gs, want)
+        assert gs["beta_fast"] == sc.get("beta_fast", 32), gs
+        assert gs["beta_slow"] == sc.get("beta_slow", 1), gs
+        assert gs["truncate"] is sc.get("truncate", True), gs
+        assert gs["original_max_position_embeddings"] == sc["original_max_position_embeddings"]
+    assert yarns >= 2
 
 
 @pytest.mark.parametrize("name,i", WHOLE)
