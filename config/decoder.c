@@ -77,7 +77,9 @@ static const char *const scaling_keys[] = {
 /* The numbers of a "scaling" object after its type: what each is, the
  * field of attn_rope it goes to, and which types take it (must, may). */
 enum { TAKE_NO, TAKE_MAY, TAKE_MUST };
-enum { NUM_REAL, NUM_CONTEXT, NUM_TRUNCATE }; /* > 0; a length >= 1; a boolean */
+/* > 0; >= 0 where 0 is the default, as Hugging Face reads YaRN's betas and
+ * mscales ("or 32", "if mscale and mscale_all_dim"); a length >= 1; a boolean */
+enum { NUM_REAL, NUM_REAL0, NUM_CONTEXT, NUM_TRUNCATE };
 typedef struct {
     const char *key;
     int kind;
@@ -93,10 +95,10 @@ static const scaling_number scaling_numbers_table[] = {
     SN("high_freq_factor", NUM_REAL, high_freq_factor, TAKE_NO, TAKE_MUST, TAKE_NO),
     SN("original_max_position_embeddings", NUM_CONTEXT, original_max_position, TAKE_NO, TAKE_MUST,
        TAKE_MUST),
-    SN("beta_fast", NUM_REAL, beta_fast, TAKE_NO, TAKE_NO, TAKE_MAY),
-    SN("beta_slow", NUM_REAL, beta_slow, TAKE_NO, TAKE_NO, TAKE_MAY),
-    SN("mscale", NUM_REAL, mscale, TAKE_NO, TAKE_NO, TAKE_MAY),
-    SN("mscale_all_dim", NUM_REAL, mscale_all_dim, TAKE_NO, TAKE_NO, TAKE_MAY),
+    SN("beta_fast", NUM_REAL0, beta_fast, TAKE_NO, TAKE_NO, TAKE_MAY),
+    SN("beta_slow", NUM_REAL0, beta_slow, TAKE_NO, TAKE_NO, TAKE_MAY),
+    SN("mscale", NUM_REAL0, mscale, TAKE_NO, TAKE_NO, TAKE_MAY),
+    SN("mscale_all_dim", NUM_REAL0, mscale_all_dim, TAKE_NO, TAKE_NO, TAKE_MAY),
     SN("attention_factor", NUM_REAL, attention_factor, TAKE_NO, TAKE_NO, TAKE_MAY),
     SN("truncate", NUM_TRUNCATE, exact_range, TAKE_NO, TAKE_NO, TAKE_MAY),
 };
@@ -161,6 +163,11 @@ static int scaling_value(attn_rope *r, const scaling_number *n, json_t *x, const
     char *field = (char *)r + n->off;
     if (n->kind == NUM_CONTEXT) return integer(x, 1, 1 << 30, (int *)field, src, key, err, errlen);
     if (n->kind == NUM_REAL) return positive(x, 1e6, (double *)field, src, key, err, errlen);
+    if (n->kind == NUM_REAL0 && json_is_number(x) && json_number_value(x) == 0) return 0;
+    if (n->kind == NUM_REAL0 && json_is_number(x) && json_number_value(x) < 0)
+        return cfg_fail(err, errlen, "%s: %s: %g is out of range [0, 1e+06] (0: the default).", src,
+                        key, json_number_value(x));
+    if (n->kind == NUM_REAL0) return positive(x, 1e6, (double *)field, src, key, err, errlen);
     if (!json_is_boolean(x))
         return cfg_fail(err, errlen, "%s: %s: must be true or false.", src, key);
     *(int *)field = json_is_false(x);
@@ -176,6 +183,7 @@ static int scaling_numbers(attn_rope *r, json_t *obj, const char *type, const ch
         const char *name = scaling_numbers_table[i].key;
         int take = scaling_numbers_table[i].take[r->scaling];
         json_t *x = json_object_get(obj, name);
+        if (json_is_null(x)) x = NULL; /* null is the key left out, as Python writes None */
         snprintf(key, sizeof key, "%.200s.%s", path, name);
         if (!x && take == TAKE_MUST)
             return cfg_fail(err, errlen, "%s: %s: missing; %s scaling needs it.", src, key, type);

@@ -696,6 +696,14 @@ START_TEST(decoder_keys_land) {
     ck_assert(m.hp.rope.beta_fast == 0 && m.hp.rope.mscale == 0 && m.hp.rope.attention_factor == 0);
     ck_assert_int_eq(m.hp.rope.exact_range, 0);
     attnd_config_free(&c);
+    /* Hugging Face reads 0 betas and mscales as left out, and a dict may hold None */
+    m = load_one(LLAMA(",\"rope\":{\"scaling\":{\"type\":\"yarn\",\"factor\":4,"
+                       "\"original_max_position_embeddings\":64,\"beta_fast\":0,\"mscale\":0,"
+                       "\"mscale_all_dim\":0,\"attention_factor\":null,\"truncate\":null}}"),
+                 &c);
+    ck_assert(m.hp.rope.beta_fast == 0 && m.hp.rope.mscale == 0 && m.hp.rope.attention_factor == 0);
+    ck_assert_int_eq(m.hp.rope.exact_range, 0);
+    attnd_config_free(&c);
 
     /* Hugging Face's rope_scaling often holds both names, equal: one type */
     m = load_one(LLAMA(",\"rope\":{\"scaling\":{\"type\":\"llama3\",\"rope_type\":\"llama3\","
@@ -761,7 +769,13 @@ START_TEST(decoder_combinations_refused) {
                    "models[0].rope.scaling.truncate", "must be true or false");
     expect_refused(LLAMA(",\"rope\":{\"scaling\":{\"type\":\"yarn\",\"factor\":2,"
                          "\"original_max_position_embeddings\":64,\"mscale\":-1}}"),
-                   "models[0].rope.scaling.mscale", "out of range");
+                   "models[0].rope.scaling.mscale", "out of range [0, 1e+06]");
+    expect_refused(LLAMA(",\"rope\":{\"scaling\":{\"type\":\"yarn\",\"factor\":2,"
+                         "\"original_max_position_embeddings\":64,\"attention_factor\":0}}"),
+                   "models[0].rope.scaling.attention_factor", "out of range (0,");
+    expect_refused(LLAMA(",\"rope\":{\"scaling\":{\"type\":\"yarn\",\"factor\":2,"
+                         "\"original_max_position_embeddings\":null}}"),
+                   "models[0].rope.scaling.original_max_position_embeddings", "missing");
     expect_refused(LLAMA(",\"rope\":{\"scaling\":{\"type\":\"yarn\",\"factor\":2,"
                          "\"original_max_position_embeddings\":64,\"low_freq_factor\":1}}"),
                    "models[0].rope.scaling.low_freq_factor", "only llama3 scaling takes it");
