@@ -444,8 +444,8 @@ START_TEST(test_paged_cache) {
                      SESS_TOO_BIG);
     attnd_error e;
     ck_assert_int_eq(attnd_session_refusal(SESS_TOO_BIG, NULL, &p.over, &e), -1);
-    ck_assert_msg(strstr(e.msg, "a cache of 768 bytes (8 a token), past one session's limit of "
-                                "600 bytes (64 tokens)"),
+    ck_assert_msg(strstr(e.msg, "a cache of 768 bytes (8 a token, held in whole pages of 32 "
+                                "tokens), past one session's limit of 600 bytes (64 tokens)"),
                   "%s", e.msg);
     attnd_sessions_free(st);
 }

@@ -68,13 +68,16 @@ static json_t *v2_tensor(const char *name, const char *datatype, int rank, int w
     return json_pack("{s:s, s:s, s:o}", "name", name, "datatype", datatype, "shape", shape);
 }
 
-/* A model's precision as its config asks (hp.precision) and as it
- * computes (info->precision: fp32 on a CPU without bf16 kernels), into j. */
+/* A model's precision as its config asks (hp.precision), as it computes
+ * (info->precision: fp32 on a CPU without bf16 kernels), and what its
+ * attention and its sessions' caches hold (bf16 where its head width has
+ * the bf16 attention kernels), into j. */
 static void precision_json(json_t *j, const attnd_model_info *info) {
     json_object_set_new(j, "precision",
                         json_string(attnd_enum_name(&attnd_precisions, info->hp.precision)));
     json_object_set_new(j, "effective_precision",
                         json_string(attnd_enum_name(&attnd_precisions, info->precision)));
+    json_object_set_new(j, "attention_precision", json_string(info->kv16 ? "bf16" : "fp32"));
 }
 
 /* GET /v2/models/{name}: the inputs this model accepts and the outputs it

@@ -598,12 +598,14 @@ static int over_too_big(const attnd_session_over *o, attnd_kind k, attnd_error *
                                "max_positions %lld (positions 0 to %lld); start a new session "
                                "with a shorter context",
                                what, o->tokens, o->max, o->max - 1);
+    int paged = o->need > (long long)o->tokens * o->row; /* a bf16 cache: whole pages */
     return attnd_set_error(
         e, k,
-        "limits.%s: the %s would take the session to %d tokens, a cache of %lld bytes (%lld "
-        "a token), past %s %lld bytes (%lld tokens); start a new session with a shorter context",
+        "limits.%s: the %s would take the session to %d token%s, a cache of %lld bytes (%lld "
+        "a token%s), past %s %lld bytes (%lld tokens); start a new session with a shorter context",
         o->limit == OVER_BYTES_EACH ? "max_session_bytes_each" : "max_session_bytes", what,
-        o->tokens, o->need, o->row,
+        o->tokens, o->tokens == 1 ? "" : "s", o->need, o->row,
+        paged ? ", held in whole pages of 32 tokens" : "",
         o->limit == OVER_BYTES_EACH ? "one session's limit of" : "all sessions' limit of", o->max,
         o->fit);
 }

@@ -691,3 +691,12 @@ def wait_until(pred, timeout, step=0.02):
             return True
         time.sleep(step)
     return pred()
+
+
+def bf16_attention(entry, kernels):
+    """What a bf16 or int8 model's attention_precision must be: "bf16" when
+    the CPU has bf16 kernels and its head width D (head_dim, or
+    embed_dim / num_heads) is a multiple of 32 up to 256, "fp32" otherwise
+    (docs/performance.md, "bf16 models")."""
+    D = entry.get("head_dim") or entry["embed_dim"] // entry["num_heads"]
+    return "bf16" if kernels != "none" and D % 32 == 0 and D <= 256 else "fp32"

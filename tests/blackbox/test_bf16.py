@@ -95,10 +95,16 @@ def test_models_show_precision(d, kernels):
         assert m32["effective_precision"] == "fp32"
         if kernels != "none":  # the weights in bf16 alone: a quarter, inputs padded to 32s
             assert m16["weights_bytes"] < 0.4 * m32["weights_bytes"], (m16, m32)
+        # the attention and a session's cache: bf16 where the head width has
+        # the bf16 attention kernels, else fp32 (the start-up log says so too)
+        assert m16["attention_precision"] == support.bf16_attention(g["config"], kernels), m16
+        assert m32["attention_precision"] == "fp32"
         for name in (g["name"], g["name"] + "_fp32"):
             v2 = d.get("/v2/models/" + name).json()
-            assert v2["precision"] == models[name]["precision"]
-            assert v2["effective_precision"] == models[name]["effective_precision"]
+            for f in ("precision", "effective_precision", "attention_precision"):
+                assert v2[f] == models[name][f], (f, v2, models[name])
+    assert {m["attention_precision"] for m in models.values() if m["precision"] == "bf16"} == \
+        ({"fp32"} if kernels == "none" else {"bf16", "fp32"}), "goldens of both kinds of widths"
     _, samples = parse_prometheus(d.get("/metrics").text)
     info = [labels for n, labels, _ in samples if n == "attnd_build_info"]
     assert len(info) == 1 and info[0]["bf16_kernels"] == kernels, info
@@ -112,12 +118,15 @@ def test_openapi_describes_the_fields(d):
     doc = d.get("/openapi.json").json()
     schemas = doc["components"]["schemas"]
     item = schemas["ModelsResponse"]["properties"]["models"]["items"]
-    for fields, schema in ((("precision", "effective_precision", "weights_bytes"), item),
-                           (("precision", "effective_precision"), schemas["V2Model"])):
+    for fields, schema in ((("precision", "effective_precision", "attention_precision",
+                             "weights_bytes"), item),
+                           (("precision", "effective_precision", "attention_precision"),
+                            schemas["V2Model"])):
         assert set(fields) <= set(schema["required"]), schema["required"]
         for f in ("precision", "effective_precision"):
             assert schema["properties"][f]["enum"] == ["fp32", "bf16", "int8"], \
                 schema["properties"][f]
+        assert schema["properties"]["attention_precision"]["enum"] == ["fp32", "bf16"]
     kernels = schemas["ModelsResponse"]["properties"]["compute"]["properties"]["bf16_kernels"]
     assert kernels["enum"] == ["amx-bf16", "avx512-bf16", "none"], kernels
     products = schemas["ModelsResponse"]["properties"]["compute"]["properties"]["bf16_products"]
@@ -323,6 +332,8 @@ def test_session_budget_counts_real_bytes(daemons, kernels):
                                        {"query": support.b64_tensor(rows[fits - 1:fits + 1])}),
                                413)
         assert "max_session_bytes_each" in msg, msg
+        # the bf16 cache grows by pages, and the sentence says so
+        assert ("held in whole pages of 32 tokens" in msg) == (model == STEPPED), msg
         r = d2.post("/v1/sessions/%s/attention" % sid,
                     {"query": support.b64_tensor(rows[fits - 1:fits])})
         assert r.status_code == 200 and r.json()["cached_tokens"] == fits, (model, r.text[:300])

@@ -89,9 +89,13 @@ def test_models_show_precision(d, compute):
         assert m8["effective_precision"] == ("int8" if kernels != "none" else fallback)
         if kernels != "none":  # int8 weights and a scale per output channel
             assert m8["weights_bytes"] <= 0.3 * m32["weights_bytes"], (m8, m32)
+        assert m8["attention_precision"] == support.bf16_attention(g["config"],
+                                                                   compute["bf16_kernels"])
+        assert m32["attention_precision"] == "fp32"
         v2 = d.get("/v2/models/" + g["name"]).json()
         assert v2["precision"] == "int8"
         assert v2["effective_precision"] == m8["effective_precision"]
+        assert v2["attention_precision"] == m8["attention_precision"]
     _, samples = parse_prometheus(d.get("/metrics").text)
     info = [labels for n, labels, _ in samples if n == "attnd_build_info"]
     assert len(info) == 1 and info[0]["int8_kernels"] == kernels, info
