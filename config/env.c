@@ -243,11 +243,13 @@ static const char *env_note(const attnd_config *c, const char *name, const char 
                  name, value, key, name);
         return out;
     }
-    if (k || (c->api_key_env && strcmp(name, c->api_key_env) == 0) || service_link(name, value) ||
+    if (k || strcmp(name, "ATTND_CONFIG") == 0 ||
+        (c->api_key_env && strcmp(name, c->api_key_env) == 0) || service_link(name, value) ||
         service_link_part(name))
         return NULL;
     char hint[160];
     cfg_nearest n = {.name = name};
+    cfg_nearest_try(&n, "ATTND_CONFIG");
     for (int i = 0; i < cfg_n_config_keys; i++)
         if (cfg_config_keys[i].env) cfg_nearest_try(&n, cfg_config_keys[i].env);
     if (c->api_key_env) cfg_nearest_try(&n, c->api_key_env);

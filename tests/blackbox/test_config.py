@@ -288,13 +288,18 @@ def test_kubernetes_service_links_are_not_ports(fresh_daemons):
 
 def test_unknown_env_variables_are_named(fresh_daemons):
     """A misspelt ATTND_* variable does nothing, so the log says so, with
-    the variable meant; the API key's own variable is not unknown."""
+    the variable meant; the API key's own variable is not unknown, nor is
+    ATTND_CONFIG (read when --config is not given, as here it is)."""
     d = fresh_daemons({"server": {"api_key_env": "ATTND_MY_KEY"}, "models": [SMALL.config()]},
-                      env={"ATTND_WORKER": "3", "ATTND_MY_KEY": "k1"})
+                      env={"ATTND_WORKER": "3", "ATTND_MY_KEY": "k1",
+                           "ATTND_CONFIG": "/nonexistent/attnd.json", "ATTND_CONFG": "x"})
     assert d.get("/health").status_code == 200
     out = d.stdout()
     assert re.search(r' warn environment variable ATTND_WORKER is not one attnd reads \(did '
                      r'you mean "ATTND_WORKERS"\?\); ignored', out), out
+    assert re.search(r' warn environment variable ATTND_CONFG is not one attnd reads \(did '
+                     r'you mean "ATTND_CONFIG"\?\); ignored', out), out
+    assert "ATTND_CONFIG is not" not in out, out
     assert "ATTND_MY_KEY" not in out, out
     assert "ATTND_GRPC_PORT" not in out, out
 
