@@ -54,11 +54,11 @@ class Checks:
 
 def http(method, url, body=None, timeout=30, headers=None):
     """Returns (status, parsed JSON or text, headers); status 0 when the
-    connection failed."""
+    connection failed. body: JSON-able, or bytes sent as they are."""
     data = None
     hdrs = dict(headers or {})
-    if body is not None:
-        data = json.dumps(body).encode()
+    if body is not None:  # bytes go as they are
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
         hdrs.setdefault("Content-Type", "application/json")
     req = urllib.request.Request(url, data=data, method=method, headers=hdrs)
     try:

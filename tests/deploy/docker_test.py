@@ -226,6 +226,23 @@ def main():
                 f"{status} {qcomp}; {qc.logs()[:600]}")
         podman("stop", "-t", "40", qc.name, timeout=60)
 
+        # Model control with nothing mounted: the working directory, /models,
+        # is server.model_dir, so a load reads nothing else of the image.
+        xport = dl.free_port()
+        xc = Container(f"attnd-test-explicit-{os.getpid()}", xport,
+                       env={"ATTND_MODEL_CONTROL": "explicit"})
+        containers.append(xc)
+        ok = xc.wait_healthy()
+        entry = json.dumps({"name": "x", "embed_dim": 64, "num_heads": 4,
+                            "weights": "/etc/passwd"})
+        st, body, _ = dl.http("POST", xc.url("/v2/repository/models/x/load"),
+                              {"parameters": {"config": entry}}) if ok else (0, {}, None)
+        err = body.get("error", "") if isinstance(body, dict) else str(body)
+        c.check(st == 400 and "/models" in err and "header" not in err,
+                "no config, model_control explicit: a load of /etc/passwd is refused as outside "
+                "model_dir /models", f"{st} {err}")
+        podman("stop", "-t", "40", xc.name, timeout=60)
+
         # 2. A mounted folder with config.json and weights, an ATTND_* port,
         # and the HEALTHCHECK following ATTND_PORT.
         models = os.path.join(tmp, "models")
@@ -241,6 +258,9 @@ def main():
         names = [x.get("name") for x in body.get("models", [])] if isinstance(body, dict) else []
         c.check(status == 200 and names == ["mounted"],
                 "serves the model of /models/config.json", f"{status} {body}")
+        c.check(" warn " not in m.logs(),
+                "the mounted container (ATTND_CONFIG set by the entrypoint) logs no warning",
+                m.logs()[:1500])
         q2 = dl.query(3, 64, seed=13)
         status, out, body = attention(m.url("/v1/attention"), q2)
         ok, why = dl.output_ok(out, 3, 64) if status == 200 else (False, f"{status} {body}")

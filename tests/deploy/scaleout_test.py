@@ -55,7 +55,7 @@ def nginx_config(tmp, lb_port, ports):
     src = os.path.join(dl.ROOT, "docker", "nginx.conf")
     text = open(src).read()
     expect = {r"^pid ": 1, r"^error_log ": 1, r"access_log /dev/stdout": 1,
-              r"listen 8080;": 1, r"server attnd:8080": 2, r"^http \{": 1}
+              r"listen 8080;": 1, r"server attnd:8080": 3, r"^http \{": 1}
     for pat, n in expect.items():
         got = len(re.findall(pat, text, re.M))
         if got != n:
@@ -347,6 +347,30 @@ def access_lines(tmp):
     return open(path, errors="replace").read().splitlines() if os.path.exists(path) else []
 
 
+def lb_answers(c, lb, tmp):
+    """What nginx itself answers, in attnd's form: a body past the limit
+    both hold is a JSON 413 from nginx; attnd's own 504 (the request's
+    deadline passed) comes back from the one replica that gave it, not
+    retried on the others."""
+    big = b'{"query": [[0.1]]' + b" " * (64 << 20) + b"}"
+    st, body, _ = dl.http("POST", lb + "/v1/attention", big)
+    c.check(st == 413 and isinstance(body, dict) and "limit" in body.get("error", ""),
+            "a body past 64 MiB: nginx answers a JSON 413", f"{st} {str(body)[:200]}")
+    rid = "deadline%024x" % os.getpid()
+    st, body, _ = dl.http("POST", lb + "/v1/attention",
+                          {"query": dl.query(2048, E, seed=9), "timeout_ms": 1},
+                          headers={"X-Request-Id": rid})
+    line = ""
+    for _ in range(50):  # nginx writes its line just after the answer
+        line = next((ln for ln in access_lines(tmp) if "id=" + rid in ln), "")
+        if line:
+            break
+        time.sleep(0.1)
+    c.check(st == 504 and "upstream_status=504 " in line,
+            "attnd's 504 (timeout_ms passed) reaches the client from one replica, not retried",
+            f"{st} {line}")
+
+
 def main():
     c = dl.Checks("scaleout-test")
     nginx_bin = shutil.which("nginx") or "/usr/sbin/nginx"
@@ -403,6 +427,7 @@ def main():
         for sid in sids:
             dl.http("DELETE", f"{lb}/v1/sessions/{sid}")
         v2_sessions(c, lb, tmp, queries, reps)
+        lb_answers(c, lb, tmp)
         rolling_restart(c, lb, tmp, reps)
 
         marks = {}

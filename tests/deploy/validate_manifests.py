@@ -42,6 +42,7 @@ KSERVE_KEYS = {"modelFormat", "runtime", "storageUri", "runtimeVersion", "protoc
 def load_docs():
     docs = []
     for path in sorted(glob.glob(os.path.join(DOCKER, "k8s", "*.yaml")) +
+                       glob.glob(os.path.join(DOCKER, "k8s", "ingress-nginx", "*.yaml")) +
                        glob.glob(os.path.join(DOCKER, "kserve", "*.yaml"))):
         with open(path) as f:
             for d in yaml.safe_load_all(f):
@@ -98,6 +99,33 @@ def probes(container):
         if g:
             out.append((kind, g.get("path"), named_port(container, g.get("port"))))
     return out
+
+
+def check_ingress(c, objs):
+    """ingress.yaml: the hashed session routes and the round robin through
+    Services of their own (ingress-nginx makes one upstream per Service),
+    each taking attnd's body limit; a session step never sent twice."""
+    ing = {n: o for (k, n), o in objs.items() if k == "Ingress"}
+    if not ing:
+        return
+    backends = {n: {p["backend"]["service"]["name"] for r in o["spec"]["rules"]
+                    for p in r["http"]["paths"]} for n, o in ing.items()}
+    c.check(backends.get("attnd-sessions") == {"attnd-sessions"} and
+            backends.get("attnd") == {"attnd"} and ("Service", "attnd-sessions") in objs,
+            "the session Ingress and the round-robin one name Services of their own",
+            str(backends))
+    ann = {n: o["metadata"].get("annotations", {}) for n, o in ing.items()}
+    pre = "nginx.ingress.kubernetes.io/"
+    c.check(all(a.get(pre + "proxy-body-size") == "64m" for a in ann.values()),
+            "every Ingress lets attnd's 64 MiB bodies through (ingress-nginx's default is 1m)")
+    c.check(ann["attnd-sessions"].get(pre + "proxy-next-upstream") == "off",
+            "session steps are never sent to a second pod")
+    c.check("http_504" not in ann["attnd"].get(pre + "proxy-next-upstream", ""),
+            "attnd's own 504 (a passed deadline) is not retried")
+    cm = objs.get(("ConfigMap", "ingress-nginx-controller"), {}).get("data", {})
+    c.check(cm.get("annotations-risk-level") == "Critical" and
+            cm.get("allow-snippet-annotations") == "true",
+            "the controller's ConfigMap allows the configuration-snippet (Critical since 1.12)")
 
 
 def attnd_help():
@@ -328,9 +356,12 @@ def main():
     c.check(pod["spec"].get("enableServiceLinks") is False,
             "Deployment turns service links off (the Service attnd would set "
             "ATTND_PORT=tcp://...)", str(pod["spec"].get("enableServiceLinks")))
-    c.check((ct.get("readinessProbe") or {}).get("grpc", {}).get("port") == df["grpc"],
-            "Deployment readiness is Kubernetes' gRPC probe on the gRPC port",
-            str(ct.get("readinessProbe")))
+    want = {"readinessProbe": "/v2/health/ready", "livenessProbe": "/v2/health/live"}
+    got = {kind: path for kind, path, pport in probes(ct) if pport == df["port"]}
+    c.check(all(got.get(k) == v for k, v in want.items()),
+            "Deployment readiness and liveness probes on the v2 health routes (SPEC 6), "
+            "on the HTTP port", str(got))
+    check_ingress(c, objs)
     hpa = objs[("HorizontalPodAutoscaler", "attnd")]
     ref = hpa["spec"]["scaleTargetRef"]
     c.check(ref == {"apiVersion": "apps/v1", "kind": "Deployment", "name": "attnd"},
