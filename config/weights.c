@@ -127,10 +127,16 @@ static void shape_text(char *out, size_t n, int ndim, const uint64_t *shape) {
     if (at < n) snprintf(out + at, n - at, "]");
 }
 
+/* Floats from this magnitude up round to infinity in bf16 (0x7F7F8000, a
+ * tie that rounds to even: up), so a bf16 model cannot hold them. */
+#define BF16_OVERFLOW 0x1.ffp+127f
+
 /* Reads count floats starting at element first of tensor t into dst,
- * refusing NaN and Inf. */
+ * refusing NaN and Inf, and with bf16 set (a bf16 model's weights, held in
+ * bf16) a value bf16 cannot hold. */
 static int read_floats(float *dst, const source *src, const st_header *h, const st_tensor *t,
-                       uint64_t first, size_t count, const char *file, char *err, size_t errlen) {
+                       uint64_t first, size_t count, int bf16, const char *file, char *err,
+                       size_t errlen) {
     enum { CHUNK = 16384 };
     unsigned char buf[CHUNK * 4];
     size_t esz = st_dtype_size(t->dtype);
@@ -143,10 +149,18 @@ static int read_floats(float *dst, const source *src, const st_header *h, const 
                             "truncated).",
                             file, t->name);
         st_to_f32(dst + done, buf, t->dtype, n);
-        for (size_t i = 0; i < n; i++)
+        for (size_t i = 0; i < n; i++) {
             if (!isfinite(dst[done + i]))
                 return cfg_fail(err, errlen, "%s: tensor \"%s\": element %llu is NaN or Inf.", file,
                                 t->name, (unsigned long long)(first + done + i));
+            if (bf16 && fabsf(dst[done + i]) >= BF16_OVERFLOW)
+                return cfg_fail(err, errlen,
+                                "%s: tensor \"%s\": element %llu, %g, is past bf16's largest "
+                                "value (3.3895e+38), and a bf16 model holds its weights in "
+                                "bf16; serve it with precision fp32 or int8.",
+                                file, t->name, (unsigned long long)(first + done + i),
+                                (double)dst[done + i]);
+        }
         done += n;
     }
     return 0;
@@ -304,10 +318,12 @@ static int load_roles(attn_model *m, const attnd_model_config *mc, int layout, c
                         "num_heads %d, num_kv_heads %d, head_dim %d): %s.",
                         file, mf.n, mc->name, hp->embed_dim, hp->kdim, hp->vdim, hp->num_heads,
                         hp->num_kv_heads, hp->head_dim, mf.text);
-    for (int r = 0; r < ROLE_COUNT; r++)
-        if (at[r].t &&
-            read_floats(dst[r], src, h, at[r].t, at[r].first, at[r].count, file, err, errlen) != 0)
+    for (int r = 0; r < ROLE_COUNT; r++) {
+        int bf16 = mc->hp.precision == ATTN_BF16 && !role_is_bias((attnd_role)r);
+        if (at[r].t && read_floats(dst[r], src, h, at[r].t, at[r].first, at[r].count, bf16, file,
+                                   err, errlen) != 0)
             return -1;
+    }
     return 0;
 }
 

@@ -558,6 +558,37 @@ START_TEST(refuse_nan_weight) {
 }
 END_TEST
 
+/* A weight past bf16's range: a bf16 model (its weights held in bf16) is
+ * refused, naming the tensor and the element; an fp32 or int8 model of the
+ * same file loads, and so does a bf16 model whose large value is a bias
+ * (biases stay fp32) or just inside the range. */
+START_TEST(refuse_bf16_overflow) {
+    size_t size, at; /* where the data start, after the header */
+    unsigned char *b = file_bytes(header_of(good, N_GOOD), -1, GOOD_DATA, -1, &size);
+    at = size - GOOD_DATA;
+    char err[512];
+    const float big = 3.4e38f, inside = 3.39e38f;
+    memcpy(b + at + 240 + 4 * 5, &big, 4); /* out_proj.weight element 5 */
+    make_dir();
+    attnd_model_config mc = small_model(NULL, "torch");
+    mc.hp.precision = ATTN_BF16;
+    ck_assert_int_eq(load_bytes(b, size, &mc, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "\"out_proj.weight\": element 5, 3.4e+38, is past bf16's largest"),
+                  "%s", err);
+    mc.hp.precision = ATTN_FP32;
+    ck_assert_msg(load_bytes(b, size, &mc, err, sizeof err) == 0, "%s", err);
+    mc.hp.precision = ATTN_INT8;
+    ck_assert_msg(load_bytes(b, size, &mc, err, sizeof err) == 0, "%s", err);
+    memcpy(b + at + 240 + 4 * 5, &inside, 4);
+    mc.hp.precision = ATTN_BF16;
+    ck_assert_msg(load_bytes(b, size, &mc, err, sizeof err) == 0, "%s", err);
+    memcpy(b + at + 304, &big, 4); /* out_proj.bias[0] */
+    ck_assert_msg(load_bytes(b, size, &mc, err, sizeof err) == 0, "%s", err);
+    rmdir(g_dir);
+    free(b);
+}
+END_TEST
+
 /* hf_proj: out_proj.* or o_proj.*, but not both. */
 static const entry hf[] = {
     {"q_proj.weight", "F32", "[4,4]", 0, 64},      {"q_proj.bias", "F32", "[4]", 64, 80},
@@ -669,6 +700,7 @@ static Suite *suite(void) {
     tcase_add_test(t, refuse_wrong_shape);
     tcase_add_test(t, refuse_bad_entry);
     tcase_add_test(t, refuse_nan_weight);
+    tcase_add_test(t, refuse_bf16_overflow);
     tcase_add_test(t, hf_proj_out_names);
     tcase_add_test(t, wrong_prefix_names_full_tensor);
     tcase_add_test(t, missing_file);
