@@ -689,21 +689,21 @@ START_TEST(decoder_keys_land) {
     ck_assert(m.hp.rope.attention_factor == 1.25 && m.hp.rope.exact_range == 1);
     ck_assert_int_eq(m.hp.rope.original_max_position, 4096);
     attnd_config_free(&c);
-    m = load_one(LLAMA(",\"rope\":{\"scaling\":{\"rope_type\":\"yarn\",\"type\":\"yarn\","
-                       "\"factor\":4,\"original_max_position_embeddings\":32768}}"),
-                 &c);
-    ck_assert_int_eq(m.hp.rope.scaling, ATTN_ROPE_SCALE_YARN);
-    ck_assert(m.hp.rope.beta_fast == 0 && m.hp.rope.mscale == 0 && m.hp.rope.attention_factor == 0);
-    ck_assert_int_eq(m.hp.rope.exact_range, 0);
-    attnd_config_free(&c);
-    /* Hugging Face reads 0 betas and mscales as left out, and a dict may hold None */
-    m = load_one(LLAMA(",\"rope\":{\"scaling\":{\"type\":\"yarn\",\"factor\":4,"
-                       "\"original_max_position_embeddings\":64,\"beta_fast\":0,\"mscale\":0,"
-                       "\"mscale_all_dim\":0,\"attention_factor\":null,\"truncate\":null}}"),
-                 &c);
-    ck_assert(m.hp.rope.beta_fast == 0 && m.hp.rope.mscale == 0 && m.hp.rope.attention_factor == 0);
-    ck_assert_int_eq(m.hp.rope.exact_range, 0);
-    attnd_config_free(&c);
+    /* Qwen2.5's, with both names; and Hugging Face reads 0 betas and mscales
+     * as left out, and a dict saved from Python may hold None */
+    const char *plain[] = {
+        LLAMA(",\"rope\":{\"scaling\":{\"rope_type\":\"yarn\",\"type\":\"yarn\","
+              "\"factor\":4,\"original_max_position_embeddings\":32768}}"),
+        LLAMA(",\"rope\":{\"scaling\":{\"type\":\"yarn\",\"factor\":4,"
+              "\"original_max_position_embeddings\":64,\"beta_fast\":0,\"mscale\":0,"
+              "\"mscale_all_dim\":0,\"attention_factor\":null,\"truncate\":null}}")};
+    for (int i = 0; i < 2; i++) {
+        m = load_one(plain[i], &c);
+        ck_assert_int_eq(m.hp.rope.scaling, ATTN_ROPE_SCALE_YARN);
+        ck_assert(m.hp.rope.beta_fast == 0 && m.hp.rope.mscale == 0 &&
+                  m.hp.rope.attention_factor == 0 && m.hp.rope.exact_range == 0);
+        attnd_config_free(&c);
+    }
 
     /* Hugging Face's rope_scaling often holds both names, equal: one type */
     m = load_one(LLAMA(",\"rope\":{\"scaling\":{\"type\":\"llama3\",\"rope_type\":\"llama3\","
