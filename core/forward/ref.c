@@ -131,6 +131,7 @@ static double rope_freq_ref(const attn_rope *r, int i) {
 static void rope_ref(float *x, size_t n, int heads, int D, const attn_rope *r, const int32_t *pos,
                      int pos0) {
     int half = r->dim / 2;
+    double af = yarn_af_ref(r);
     for (size_t i = 0; i < n; i++) {
         double p = pos ? (double)pos[i] : (double)pos0 + (double)i;
         for (int h = 0; h < heads; h++) {
@@ -139,7 +140,7 @@ static void rope_ref(float *x, size_t n, int heads, int D, const attn_rope *r, c
                 double a = p * rope_freq_ref(r, j);
                 int i0 = r->style == ATTN_ROPE_HALF ? j : 2 * j;
                 int i1 = r->style == ATTN_ROPE_HALF ? j + half : 2 * j + 1;
-                double x0 = row[i0], x1 = row[i1], af = yarn_af_ref(r);
+                double x0 = row[i0], x1 = row[i1];
                 row[i0] = (float)(af * (x0 * cos(a) - x1 * sin(a)));
                 row[i1] = (float)(af * (x1 * cos(a) + x0 * sin(a)));
             }
