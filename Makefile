@@ -552,14 +552,18 @@ $(GRPC_BENCH_VENV)/.stamp: bench/requirements-grpc.txt
 
 # gRPC against HTTP base64 on one daemon build, in one table: small
 # requests' requests/s (grpc_load and ghz against wrk, 64 in flight), a large request's
-# round trip, session steps over ModelStreamInfer against HTTP steps, and
+# round trip, session steps over ModelStreamInfer against HTTP steps, the
+# same forwards and steps with no transport at all (bench_core --dims,
+# bench_decode: what no transport can pass), and
 # whether issue 30's goals are met (bench/bench_grpc.py; nothing asserted).
 # BENCH_GRPC_ARGS passes options, e.g. "--seconds 3 --runs 1" for a short run.
 BENCH_GRPC_ARGS ?=
 bench-grpc: deps-bench
-	$(MAKE) all $(BUILD)/bench/grpc_load $(GHZ) $(GRPC_BENCH_VENV)/.stamp
+	$(MAKE) all $(BUILD)/bench/grpc_load $(BUILD)/bench/bench_core $(BUILD)/bench/bench_decode \
+	  $(GHZ) $(GRPC_BENCH_VENV)/.stamp
 	$(GRPC_BENCH_VENV)/bin/python bench/bench_grpc.py --attnd $(BUILD)/attnd --ghz $(GHZ) \
-	  --load $(BUILD)/bench/grpc_load $(BENCH_GRPC_ARGS)
+	  --load $(BUILD)/bench/grpc_load --core $(BUILD)/bench/bench_core \
+	  --decode $(BUILD)/bench/bench_decode $(BENCH_GRPC_ARGS)
 
 # Deployment (tests/deploy/): docker-test lints docker/, checks the Kubernetes
 # and KServe manifests against schemas and the daemon, builds the image with

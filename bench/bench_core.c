@@ -28,7 +28,7 @@
  *                          [--clock wall|cpu] [--precision fp32|bf16|int8|both|all]
  *                          [--bf16-kernels amx-bf16|avx512-bf16]
  *                          [--int8-kernels amx-int8|avx512-vnni|avx-vnni] [--no-memory]
- *                          [--bf16-products vdpbf16ps|fma]
+ *                          [--bf16-products vdpbf16ps|fma] [--shape I | --dims B,L,E,H]
  *   build/bench/bench_core --pauses 0,10,1000 [--shape I] [--threads N] [--json FILE]
  *
  * --pauses times a lone forward after each pause instead: the pool rested,
@@ -428,7 +428,16 @@ cleanup:
     attn_model_free(&m);
 }
 
-static int g_only_shape = -1; /* --shape: the one shape to run; -1: all */
+static int g_only_shape = -1; /* --shape: the one shape to run; -1: all; NSHAPES: --dims */
+static shape g_dims;          /* --dims: the one shape to run, given */
+
+/* The tables' shape i (0 to NSHAPES, the last --dims's place), or NULL
+ * where the command line left it out. */
+static const shape *shape_run(int i) {
+    if (g_only_shape == NSHAPES) return i == NSHAPES ? &g_dims : NULL;
+    if (i == NSHAPES || (g_only_shape >= 0 && i != g_only_shape)) return NULL;
+    return &g_shapes[i];
+}
 
 #define MAX_PAUSES 8
 
@@ -497,9 +506,9 @@ static int run_pauses(const double *pauses, int np, int threads) {
            threads, pinned ? ", pinned" : "");
     printf("%4s %5s %5s %3s | %9s %4s %9s %9s %9s\n", "B", "L", "E", "H", "pause ms", "N", "ms",
            "min", "max");
-    for (int i = 0; i < NSHAPES; i++) {
-        if (g_only_shape >= 0 && i != g_only_shape) continue;
-        const shape *s = &g_shapes[i];
+    for (int i = 0; i <= NSHAPES; i++) {
+        const shape *s = shape_run(i);
+        if (!s) continue;
         for (int p = 0; p < np; p++) {
             int runs = pauses[p] >= 1000 ? 10 : 30;
             double lo, hi, med = time_after_pause(ctx, s, pauses[p], runs, &lo, &hi);
@@ -527,9 +536,9 @@ static void print_table(const int *threads, int nt, const double *gemm, double b
     for (int t = 0; t < nt; t++)
         printf(" | %2dt %4s %9s %8s %5s", threads[t], "N", "ms", "GFLOP/s", "%");
     printf("\n");
-    for (int i = 0; i < NSHAPES; i++) {
-        if (g_only_shape >= 0 && i != g_only_shape) continue;
-        const shape *s = &g_shapes[i];
+    for (int i = 0; i <= NSHAPES; i++) {
+        const shape *s = shape_run(i);
+        if (!s) continue;
         printf("%4d %5d %5d %3d", s->B, s->L, s->E, s->H);
         fflush(stdout);
         for (int t = 0; t < nt; t++) {
@@ -602,6 +611,8 @@ static int usage(void) { /* 2: the exit code of a bad command line */
             "  --json FILE append one JSON line per cell (bench/compare.py reads them)\n"
             "  --shape I   run only shape I (0-%d) of bench_shapes.h, so that make bench\n"
             "              can time every implementation on one shape before the next\n"
+            "  --dims B,L,E,H  run only this shape (B sequences of L tokens, width E,\n"
+            "              H heads) instead of bench_shapes.h's\n"
             "  --no-rates  skip the FMA peak and sgemm rates (%% then shows -)\n"
             "  --no-memory skip the peak-memory measurement\n"
             "  --pauses MS,MS,...  instead of the tables: a lone forward after each\n"
@@ -699,6 +710,13 @@ static int parse_arg(int argc, char **argv, int i, bench_opts *o) {
         char *end;
         g_only_shape = (int)strtol(v, &end, 10);
         bad = *end || end == v || g_only_shape < 0 || g_only_shape >= NSHAPES ? -1 : 0;
+    } else if (strcmp(a, "--dims") == 0) {
+        shape *d = &g_dims;
+        bad = sscanf(v, "%d,%d,%d,%d", &d->B, &d->L, &d->E, &d->H) != 4 || d->B < 1 || d->L < 1 ||
+                      d->H < 1 || d->E < d->H || d->E % d->H
+                  ? -1
+                  : 0;
+        g_only_shape = NSHAPES;
     } else if (strcmp(a, "--seconds") == 0)
         o->budget = atof(v);
     else if (strcmp(a, "--pauses") == 0)
@@ -901,9 +919,9 @@ static void print_proj8(const int *threads, int nt, double budget) {
     printf("\n");
     for (int t = 0; t < nt; t++)
         if (g_vnni_peak[t] <= 0) g_vnni_peak[t] = fma_peak(threads[t], 2);
-    for (int i = 0; i < NSHAPES; i++) {
-        if (g_only_shape >= 0 && i != g_only_shape) continue;
-        const shape *s = &g_shapes[i];
+    for (int i = 0; i <= NSHAPES; i++) {
+        const shape *s = shape_run(i);
+        if (!s) continue;
         printf("%4d %5d %5d %3d", s->B, s->L, s->E, s->H);
         for (int t = 0; t < nt; t++) {
             double sec = time_proj8(s, threads[t], budget);

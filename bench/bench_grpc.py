@@ -23,7 +23,12 @@ serves HTTP and gRPC at once (issue 30's three goals):
      for answers (--window in flight, from C and from grpcio), which a
      stream keeps in order and HTTP refuses (409: one step at a time per
      session): a client that has its rows ahead (a known continuation
-     scored, a prefix fed in pieces).
+     scored, a prefix fed in pieces);
+  4. what no transport can pass, on the same machine: the small requests'
+     forward alone (bench_core --dims: B of them in one attn_forward, the
+     best B of 1, 4, 16 and 64, in each precision) and one session step's
+     forward alone (bench_decode --shape mha, a cache of 128 tokens), with
+     what the goals then leave for the transport of both ends.
 Each part runs --runs times, HTTP and gRPC alternating, and the table
 quotes the medians. Numbers only; nothing is asserted. Run by
 `make bench-grpc` in the venv of bench/requirements-grpc.txt.
@@ -197,6 +202,44 @@ def c_steps(load, port, prefix, step_json, step_msg_of, steps, grpc_port=None, w
     conn.request("DELETE", "/v1/sessions/" + sid)
     conn.getresponse().read()
     return rate, steps
+
+
+def core_env():
+    """The environment of the core's own benches: OpenBLAS picks its kernels
+    from the CPU, as the daemon has it pick them."""
+    return {k: v for k, v in os.environ.items() if k != "OPENBLAS_CORETYPE"}
+
+
+def forward_ceiling(core, precision, threads, tmp):
+    """The small requests' forward with no transport: bench_core timing
+    B sequences of 16x512 through attn_forward in one batch, B of 1, 4, 16
+    and 64, on the daemon's thread count. (requests/s at the best B, that
+    B, CPU ms a request there): what no transport and no client can pass."""
+    best = (0.0, 0, 0.0)
+    for b in (1, 4, 16, 64):
+        out = os.path.join(tmp, "ceiling.json")
+        if os.path.exists(out):
+            os.remove(out)
+        subprocess.run([core, "--dims", "%d,16,512,8" % b, "--precision", precision,
+                        "--threads", str(threads), "--no-memory", "--no-rates",
+                        "--seconds", "1", "--json", out],
+                       check=True, capture_output=True, env=core_env())
+        ms = json.loads(open(out).read().splitlines()[0])["ms"]
+        if b * 1e3 / ms > best[0]:
+            best = (b * 1e3 / ms, b, threads * ms / b)
+    return best
+
+
+def step_ceiling(decode, threads):
+    """One session's one-row step with no transport and no queue: bench_decode
+    on the default model's shape (--shape mha; it adds rotary positions, a
+    few hundred ns a step), a cache of 128 tokens. (steps/s, ms a step)."""
+    out = subprocess.run([decode, "--shape", "mha", "--max-len", "128", "--seconds", "1",
+                          "--threads", str(threads)], check=True, capture_output=True,
+                         text=True, env=core_env()).stdout
+    row = next(line for line in out.splitlines() if line.startswith("| 128 | 1 |"))
+    ms = float(row.split("|")[3])
+    return 1e3 / ms, ms
 
 
 def metric(d, name):
@@ -401,6 +444,10 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--attnd", default=os.path.join(ROOT, "build/attnd"))
     ap.add_argument("--ghz", default=os.path.join(ROOT, "build/ghz/ghz"))
+    ap.add_argument("--core", default=os.path.join(ROOT, "build/bench/bench_core"),
+                    help="bench/bench_core.c, built: the forward with no transport")
+    ap.add_argument("--decode", default=os.path.join(ROOT, "build/bench/bench_decode"),
+                    help="bench/bench_decode.c, built: a session step with no transport")
     ap.add_argument("--load", default=os.path.join(ROOT, "build/bench/grpc_load"),
                     help="bench/grpc_load.c, built")
     ap.add_argument("--seconds", type=int, default=10, help="per throughput run")
@@ -449,6 +496,8 @@ def main():
     def add(key, value):
         rows.setdefault(key, []).append(value)
 
+    # the daemon's pool: every CPU this process may use, as attnd counts them
+    threads = len(os.sched_getaffinity(0))
     d = Daemon(args.attnd, tmp)
     core = d.blas_core()
     print("attnd gRPC benchmark: %s, %d cpus, blas core %s" % (cpu_name(), os.cpu_count(), core))
@@ -465,6 +514,7 @@ def main():
         add("ghz_small", with_cpu(d, args.seconds, lambda: ghz_rps(
             args.ghz, d.grpc_port, small_grpc, args.seconds, args.connections,
             args.grpc_connections)))
+        add("core_small", forward_ceiling(args.core, "fp32", threads, tmp))
     stub = pb_grpc.GRPCInferenceServiceStub(grpc.insecure_channel("127.0.0.1:%d" % d.grpc_port))
     for _ in range(args.runs):
         add("http_steps", steps_cpu(d, lambda: c_steps(
@@ -479,6 +529,7 @@ def main():
             args.window)))
         add("grpc_ahead_py", steps_cpu(d, lambda: grpc_steps_ahead(pb, stub, small, step,
                                                                    args.steps, args.window)))
+        add("core_steps", step_ceiling(args.decode, threads))
     rows["merged"] = [metric(d, "attnd_grpc_stream_merged_steps_total")]
     d.stop()
 
@@ -497,6 +548,7 @@ def main():
                 add("grpc_small_" + p, with_cpu(d, args.seconds, lambda: grpc_load_rps(
                     args.load, d.grpc_port, msg, args.seconds, args.connections,
                     args.grpc_connections)))
+                add("core_small_" + p, forward_ceiling(args.core, p, threads, tmp))
         d.stop()
 
     d = Daemon(args.attnd, tmp, {"ATTND_CONFIG": large_config(tmp, rnd)})
@@ -541,6 +593,12 @@ def report(rows, args):
     def yes(ok):
         return "yes" if ok else "no"
 
+    def ceiling_row(what, h, key):
+        c = med(key)
+        print("| no transport%s: the forward alone, B requests in one batch in-process "
+              "(bench_core, best B: %s): req/s | | %.0f | at most %.2fx | | |"
+              % (what, "/".join("%d" % x[1] for x in rows[key]), c, c / h))
+
     print()
     print("| part | HTTP base64 | gRPC | gRPC / HTTP | goal | met |")
     print("|---|---|---|---|---|---|")
@@ -550,12 +608,14 @@ def report(rows, args):
                                       med("grpc_small", 1), g / h, yes(g / h >= 1.5)))
     print("| the same, ghz as the gRPC client | %.0f | %.0f (%.1f) | %.2fx | | |"
           % (h, z, med("ghz_small", 1), z / h))
+    ceiling_row("", h, "core_small")
     for name, eff in sorted(rows.get("effective", {}).items()):
         p = name[len("small_"):]
         h, g = med("http_small_" + p), med("grpc_small_" + p)
         print("| the same, the layer in %s (%s), grpc_load | %.0f (%.1f) | %.0f (%.1f) "
               "| %.2fx | | |" % (p, eff, h, med("http_small_" + p, 1), g,
                                  med("grpc_small_" + p, 1), g / h))
+        ceiling_row(" in " + p, h, "core_small_" + p)
     hl, gl = med("http_large"), med("grpc_large")
     print("| large 1×512×1024, H=16: round trip ms, input bytes to output bytes | %.1f | %.1f "
           "| %.2fx as fast | no slower | %s |" % (hl, gl, hl / gl, yes(gl <= hl)))
@@ -565,6 +625,9 @@ def report(rows, args):
     h, g = med("http_steps"), med("grpc_steps")
     print("| session steps, 1 row, 16-row prefix, each sent once the last is answered: steps/s, "
           "C clients | %.0f | %.0f | %.2fx | ≥ 2x | %s |" % (h, g, g / h, yes(g / h >= 2)))
+    c = med("core_steps")
+    print("| no transport and no queue: one step's forward alone in-process (bench_decode "
+          "--shape mha, cache 128): steps/s | | %.0f | at most %.2fx | | |" % (c, c / h))
     h, g = med("http_steps_py"), med("grpc_steps_py")
     print("| the same, Python clients (http.client, grpcio) | %.0f | %.0f | %.2fx | | |"
           % (h, g, g / h))
@@ -586,6 +649,15 @@ def report(rows, args):
           "ghz); load generator wrk %.2f, grpc_load %.2f, ghz %.2f (they share the same %d cpus)"
           % (med("http_small", 3), med("grpc_small", 3), med("ghz_small", 3),
              med("http_small", 4), med("grpc_small", 4), med("ghz_small", 4), os.cpu_count()))
+    for suffix, what in [("", "")] + [(n[len("small"):], " in " + n[len("small_"):])
+                                      for n in sorted(rows.get("effective", {}))]:
+        both = med("http_small" + suffix, 3) + med("http_small" + suffix, 4)
+        fwd = med("core_small" + suffix, 2)
+        print("what 1.5x leaves%s: an HTTP request costs the %d cpus %.3f ms (daemon and wrk), "
+              "1.5x its requests/s leaves %.3f ms a request for all, the forward alone takes "
+              "%.3f (no transport): %.3f ms for gRPC at both ends, where grpc_load alone spends "
+              "%.3f" % (what, os.cpu_count(), both, both / 1.5, fwd, both / 1.5 - fwd,
+                        med("grpc_small" + suffix, 4)))
     for name in sorted(rows.get("effective", {})):
         p = name[len("small_"):]
         print("the same, the layer in %s: req/s each run %s | %s; CPU ms a request, daemon "
@@ -603,6 +675,12 @@ def report(rows, args):
           "trip is the transport, both ends)" % (
               med("http_steps", 5), med("http_steps", 6), med("grpc_steps", 5),
               med("grpc_steps", 6)))
+    h = med("http_steps")
+    print("what 2x leaves for steps one at a time: an HTTP step's round trip is %.3f ms, 2x its "
+          "steps/s leaves %.3f ms a step, the step's forward alone takes %.3f (no transport, no "
+          "queue): %.3f ms for the rest, where the C client alone spends %.3f of CPU a step on "
+          "the stream" % (1e3 / h, 5e2 / h, med("core_steps", 1), 5e2 / h - med("core_steps", 1),
+                          med("grpc_steps", 4)))
     total = args.runs * 2 * args.steps
     print("steps sent ahead answered from a merged step: %.0f of %d "
           "(attnd_grpc_stream_merged_steps_total)" % (rows["merged"][0], total))
