@@ -264,14 +264,18 @@ static int parse_model(attnd_model_config *mc, json_t *obj, const char *at, cons
             i++;
         snprintf(key, sizeof key, "%s%.100s", at, name);
         if (i == cfg_n_model_keys) return no_such_key(NULL, name, src, key, err, errlen);
+        if (json_is_null(v)) { /* the key left out, as a dict saved with None holds it */
+            given[i] = -1;
+            continue;
+        }
         if (store_json(mc, &cfg_model_keys[i], v, src, key, err, errlen) != 0)
             return in_model(obj, err, errlen);
         given[i] = 1;
     }
     for (int i = 0; i < cfg_n_model_keys; i++)
-        if (cfg_model_keys[i].required && !given[i])
-            return cfg_fail(err, errlen, "%s: %s%s: missing; every model needs it.", src, at,
-                            cfg_model_keys[i].key);
+        if (cfg_model_keys[i].required && given[i] != 1)
+            return cfg_fail(err, errlen, "%s: %s%s: %s; every model needs it.", src, at,
+                            cfg_model_keys[i].key, given[i] ? "null" : "missing");
     if (attnd_model_check(mc, at, src, err, errlen) != 0) return -1;
     snprintf(key, sizeof key, "%sweights", at);
     return resolve_weights(mc, dir, check_files, src, key, err, errlen);
@@ -360,6 +364,7 @@ static int parse_section(attnd_config *c, const char *section, json_t *obj, cons
                 strcmp(cfg_config_keys[i].key, name) == 0)
                 k = &cfg_config_keys[i];
         if (!k) return no_such_key(section, name, src, key, err, errlen);
+        if (json_is_null(v)) continue; /* the key left out: its default */
         json_t *value = in_file_folder(k, v, dir);
         if (!value) return cfg_fail(err, errlen, "%s: %s: out of memory.", src, key);
         int bad = store_json(c, k, value, src, key, err, errlen);

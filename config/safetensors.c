@@ -19,13 +19,15 @@
 
 static const struct {
     const char *name;
-    size_t size; /* bytes per element */
+    unsigned bits; /* per element */
 } dtypes[ST_DTYPE_COUNT] = {
-    [ST_BOOL] = {"BOOL", 1},       [ST_U8] = {"U8", 1},           [ST_I8] = {"I8", 1},
-    [ST_F8_E5M2] = {"F8_E5M2", 1}, [ST_F8_E4M3] = {"F8_E4M3", 1}, [ST_I16] = {"I16", 2},
-    [ST_U16] = {"U16", 2},         [ST_F16] = {"F16", 2},         [ST_BF16] = {"BF16", 2},
-    [ST_I32] = {"I32", 4},         [ST_U32] = {"U32", 4},         [ST_F32] = {"F32", 4},
-    [ST_F64] = {"F64", 8},         [ST_I64] = {"I64", 8},         [ST_U64] = {"U64", 8},
+    [ST_BOOL] = {"BOOL", 8},       [ST_U8] = {"U8", 8},           [ST_I8] = {"I8", 8},
+    [ST_F8_E5M2] = {"F8_E5M2", 8}, [ST_F8_E4M3] = {"F8_E4M3", 8}, [ST_I16] = {"I16", 16},
+    [ST_U16] = {"U16", 16},        [ST_F16] = {"F16", 16},        [ST_BF16] = {"BF16", 16},
+    [ST_I32] = {"I32", 32},        [ST_U32] = {"U32", 32},        [ST_F32] = {"F32", 32},
+    [ST_F64] = {"F64", 64},        [ST_I64] = {"I64", 64},        [ST_U64] = {"U64", 64},
+    [ST_C64] = {"C64", 64},        [ST_F8_E8M0] = {"F8_E8M0", 8}, [ST_F4] = {"F4", 4},
+    [ST_F6_E2M3] = {"F6_E2M3", 6}, [ST_F6_E3M2] = {"F6_E3M2", 6},
 };
 
 const char *st_dtype_name(st_dtype d) {
@@ -33,7 +35,7 @@ const char *st_dtype_name(st_dtype d) {
 }
 
 size_t st_dtype_size(st_dtype d) {
-    return (unsigned)d < ST_DTYPE_COUNT ? dtypes[d].size : 0;
+    return (unsigned)d < ST_DTYPE_COUNT ? dtypes[d].bits / 8 : 0; /* 0: under a byte */
 }
 
 static uint64_t le64(const unsigned char *b) {
@@ -207,7 +209,8 @@ static int parse_entry(st_tensor *t, const char *name, json_t *v, uint64_t data_
                         "(%llu data bytes); truncated?",
                         file, name, (unsigned long long)t->begin, (unsigned long long)t->end,
                         (unsigned long long)data_size);
-    uint64_t need = t->numel * dtypes[d].size;
+    /* packed sub-byte elements fill whole bytes: numel * bits / 8, rounded up */
+    uint64_t need = t->numel / 8 * dtypes[d].bits + (t->numel % 8 * dtypes[d].bits + 7) / 8;
     if (t->end - t->begin != need)
         return cfg_fail(err, errlen,
                         "%s: tensor \"%s\": data_offsets span %llu bytes but %s with %llu elements "

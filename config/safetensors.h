@@ -32,6 +32,11 @@ typedef enum {
     ST_F64,
     ST_I64,
     ST_U64,
+    ST_C64,     /* complex: two F32 */
+    ST_F8_E8M0, /* the MX formats' shared scales */
+    ST_F4,      /* sub-byte, packed: 4 bits */
+    ST_F6_E2M3, /* 6 bits */
+    ST_F6_E3M2, /* 6 bits */
     ST_DTYPE_COUNT
 } st_dtype;
 

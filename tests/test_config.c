@@ -876,6 +876,35 @@ START_TEST(refuse_missing_required) {
 }
 END_TEST
 
+/* A key given as null is the key left out, as a dict saved from Python with
+ * None holds it (torch's own kdim=None, vdim=None): the default, in a
+ * model and in a section alike; a required one is refused as null. */
+START_TEST(null_is_left_out) {
+    attnd_config c;
+    attnd_model_config m =
+        load_one("{\"server\":{\"port\":null,\"host\":null,\"cors_origins\":null},"
+                 "\"batching\":{\"max_batch_requests\":null},"
+                 "\"models\":[{\"name\":\"a\",\"embed_dim\":4,\"num_heads\":2,"
+                 "\"weights\":\"w.safetensors\",\"kdim\":null,\"vdim\":null,\"bias\":null,"
+                 "\"causal\":null,\"prefix\":null,\"precision\":null,\"layout\":null,"
+                 "\"tensors\":null}]}",
+                 &c);
+    attnd_config d;
+    ck_assert(attnd_config_defaults(&d) == 0);
+    ck_assert_int_eq(c.port, d.port);
+    ck_assert_int_eq(c.max_batch_requests, d.max_batch_requests);
+    ck_assert_int_eq(m.hp.kdim, 4);
+    ck_assert_int_eq(m.hp.vdim, 4);
+    ck_assert_int_eq(m.hp.bias, 1);
+    ck_assert_str_eq(m.prefix, "");
+    attnd_config_free(&d);
+    attnd_config_free(&c);
+    expect_refused("{\"models\":[{\"name\":\"a\",\"embed_dim\":null,\"num_heads\":2,"
+                   "\"weights\":\"w.safetensors\"}]}",
+                   "models[0].embed_dim", "null; every model needs it");
+}
+END_TEST
+
 START_TEST(refuse_bad_json) {
     expect_refused("{\"server\":{\"port\":8080,}}", NULL, "not valid JSON (line 1");
     expect_refused("{\"server\":{\"port\":1},\"server\":{\"port\":2}}", NULL, "duplicate");
@@ -1079,6 +1108,7 @@ static Suite *suite(void) {
     tcase_add_test(t, refuse_duplicate_names);
     tcase_add_test(t, refuse_missing_weights_file);
     tcase_add_test(t, refuse_missing_required);
+    tcase_add_test(t, null_is_left_out);
     tcase_add_test(t, refuse_bad_json);
     tcase_add_test(t, missing_config_file);
     tcase_add_test(t, refusal_keeps_config_consistent);

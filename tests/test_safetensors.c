@@ -513,6 +513,39 @@ START_TEST(refuse_unknown_dtype) {
 }
 END_TEST
 
+/* The dtypes of newer safetensors releases (complex, the MX formats' scales
+ * and packed sub-byte floats): unused, they are skipped like any other,
+ * their spans still checked (packed elements fill whole bytes); used, the
+ * model is refused for its dtype. */
+START_TEST(newer_dtypes_unused) {
+    static const entry extra[] = {
+        {"c", "C64", "[3]", 320, 344},      {"s", "F8_E8M0", "[5]", 344, 349},
+        {"f4", "F4", "[2,3]", 349, 352},    {"f6", "F6_E2M3", "[4]", 352, 355},
+        {"g6", "F6_E3M2", "[3]", 355, 358},
+    };
+    entry e[N_GOOD + 5];
+    memcpy(e, good, sizeof good);
+    memcpy(e + N_GOOD, extra, sizeof extra);
+    char err[512];
+    size_t size;
+    unsigned char *b = file_bytes(header_of(e, N_GOOD + 5), -1, 358, -1, &size);
+    make_dir();
+    attnd_model_config mc = small_model(NULL, "torch");
+    ck_assert_msg(load_bytes(b, size, &mc, err, sizeof err) == 0, "%s", err);
+    rmdir(g_dir);
+    free(b);
+    e[N_GOOD + 2].end = 353; /* 6 F4 elements are 3 bytes, not 4 */
+    e[N_GOOD + 3].begin = 353, e[N_GOOD + 3].end = 356;
+    e[N_GOOD + 4].begin = 356, e[N_GOOD + 4].end = 359;
+    refuse_entries(e, N_GOOD + 5, 359, "F4 with 6 elements needs 3", "\"f4\"");
+    memcpy(e, good, sizeof good);
+    e[1] = (entry){"in_proj_bias", "C64", "[12]", 192, 288};
+    e[2].begin = 288, e[2].end = 352;
+    e[3].begin = 352, e[3].end = 368;
+    refuse_entries(e, N_GOOD, 368, "dtype C64", "\"in_proj_bias\"");
+}
+END_TEST
+
 START_TEST(refuse_unreadable_dtype) {
     entry e[N_GOOD];
     memcpy(e, good, sizeof e);
@@ -695,6 +728,7 @@ static Suite *suite(void) {
     tcase_add_test(t, refuse_absurd_header_length);
     tcase_add_test(t, refuse_header_not_json);
     tcase_add_test(t, refuse_unknown_dtype);
+    tcase_add_test(t, newer_dtypes_unused);
     tcase_add_test(t, refuse_unreadable_dtype);
     tcase_add_test(t, refuse_missing_tensor);
     tcase_add_test(t, refuse_wrong_shape);
