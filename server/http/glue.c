@@ -41,6 +41,7 @@ static void hreq_free(attnd_req *r) {
     hreq *h = (hreq *)r;
     attnd_req_clear(r);
     attnd_http_drop_body(h);
+    attnd_http_free_values(h);
     free(h);
 }
 
@@ -64,9 +65,9 @@ static int key_ok(const attnd_http *s, const char *hdr) {
     return d == 0;
 }
 
-static const char *cors_origin(const attnd_http *s, struct MHD_Connection *c) {
+static const char *cors_origin(const attnd_http *s, hreq *h) {
     if (s->cfg->n_cors_origins == 0) return NULL;
-    const char *o = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+    const char *o = attnd_http_header(h, "Origin");
     if (!o) return NULL;
     for (int i = 0; i < s->cfg->n_cors_origins; i++) {
         const char *a = s->cfg->cors_origins[i];
@@ -172,6 +173,50 @@ static void examine_length(hreq *h, const char *cl) {
     }
 }
 
+/* 1 when the body has no end libmicrohttpd can find: a Transfer-Encoding
+ * other than chunked (as sent, which is what it compares), which it would
+ * read until the client closes. */
+static int unbounded(hreq *h) {
+    const char *te = MHD_lookup_connection_value(h->conn, MHD_HEADER_KIND, "Transfer-Encoding");
+    return te && strcasecmp(te, "chunked") != 0;
+}
+
+/* Content-Length's values: *first, and 1 when another one differs. */
+typedef struct {
+    const char *first;
+    int differ;
+} lengths;
+
+static enum MHD_Result each_length(void *cls, enum MHD_ValueKind kind, const char *key,
+                                   const char *value) {
+    (void)kind;
+    lengths *l = cls;
+    if (strcasecmp(key, "Content-Length") != 0 || !value) return MHD_YES;
+    if (!l->first)
+        l->first = value;
+    else if (strcmp(l->first, value) != 0)
+        l->differ = 1;
+    return MHD_YES;
+}
+
+/* The framing of the body: a Transfer-Encoding attnd cannot read, or two
+ * Content-Lengths that disagree (RFC 9112, 6.1 and 6.3), is a 400 at once
+ * and the connection closed: where the body ends is not known. */
+static int examine_framing(hreq *h) {
+    if (unbounded(h)) {
+        attnd_set_error(&h->err, AERR_BAD_REQUEST,
+                        "Transfer-Encoding: '%.40s' is not read; send a Content-Length or "
+                        "Transfer-Encoding: chunked",
+                        MHD_lookup_connection_value(h->conn, MHD_HEADER_KIND, "Transfer-Encoding"));
+        return h->refuse_now = 1;
+    }
+    lengths l = {NULL, 0};
+    MHD_get_connection_values(h->conn, MHD_HEADER_KIND, each_length, &l);
+    if (!l.differ) return 0;
+    attnd_set_error(&h->err, AERR_BAD_REQUEST, "Content-Length: two different values; send one");
+    return h->refuse_now = 1;
+}
+
 /* First call: route, method, key, draining, a full queue, declared body
  * size. 413 and 429 (queue full, body budget) are decided before the body
  * is read, which is never kept, and close the connection (lingers() says
@@ -179,10 +224,10 @@ static void examine_length(hreq *h, const char *cl) {
  * stays usable. */
 static void examine(hreq *h, const char *url) {
     attnd_http *s = h->srv;
-    struct MHD_Connection *c = h->conn;
     attnd_route_find(h->method, url, s->cfg->n_cors_origins > 0, &h->rm);
     h->rid = h->rm.path ? h->rm.path->id : R_UNKNOWN; /* a preflight counts under its path's */
-    h->origin = cors_origin(s, c);
+    h->origin = cors_origin(s, h);
+    if (examine_framing(h)) return;
     if (h->rm.status == 404) {
         attnd_set_error(&h->err, AERR_NOT_FOUND, "no route %s %.100s", h->method, h->path);
         return;
@@ -194,7 +239,7 @@ static void examine(hreq *h, const char *url) {
     }
     if (route_has(h, ROUTE_PREFLIGHT)) return; /* preflights carry no credentials */
     if (s->api_key && !route_has(h, ROUTE_OPEN) &&
-        !key_ok(s, MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization"))) {
+        !key_ok(s, attnd_http_header(h, "Authorization"))) {
         attnd_set_error(&h->err, AERR_UNAUTHORIZED,
                         "missing or wrong API key: send Authorization: Bearer <key>");
         return;
@@ -203,7 +248,7 @@ static void examine(hreq *h, const char *url) {
         attnd_set_error(&h->err, AERR_UNAVAILABLE, "the server is draining");
         return;
     }
-    const char *ce = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Encoding");
+    const char *ce = attnd_http_header(h, "Content-Encoding");
     if (ce && strcasecmp(ce, "identity") != 0 && strcmp(h->method, "POST") == 0) {
         /* gzip, deflate (tritonclient's request compression): never read as JSON */
         attnd_set_error(&h->err, AERR_BAD_REQUEST,
@@ -220,7 +265,7 @@ static void examine(hreq *h, const char *url) {
         h->refuse_now = 1;
         return;
     }
-    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+    const char *cl = attnd_http_header(h, "Content-Length");
     if (cl) examine_length(h, cl);
 }
 
@@ -275,8 +320,7 @@ static hreq *hreq_new(attnd_http *s, struct MHD_Connection *conn, const char *ur
     snprintf(h->path, sizeof(h->path), "%s", url);
     for (char *p = h->path; *p; p++)
         if ((unsigned char)*p < 0x20 || *p == ' ' || *p == 0x7f) *p = '?';
-    attnd_http_request_id(MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-Request-Id"),
-                          h->id);
+    attnd_http_request_id(attnd_http_header(h, "X-Request-Id"), h->id);
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
     h->hc = ci ? ci->socket_context : NULL;
@@ -291,7 +335,8 @@ static hreq *hreq_new(attnd_http *s, struct MHD_Connection *conn, const char *ur
  * for "100 Continue" before it sends (it hears the answer at once and sends
  * nothing), nor when it declares more than the linger would read (the
  * answer goes out at once, the connection closes unread). */
-static int lingers(const hreq *h) {
+static int lingers(hreq *h) {
+    if (unbounded(h)) return 0;
     const char *expect = attnd_http_header(h, "Expect");
     if (expect && strcasecmp(expect, "100-continue") == 0) return 0;
     const char *cl = attnd_http_header(h, "Content-Length");

@@ -305,7 +305,7 @@ int attnd_handle_v2_infer(hreq *h) {
 
 /* 1 when the request's body is a session's state file: Content-Type
  * application/octet-stream (parameters allowed). */
-static int state_body(const hreq *h) {
+static int state_body(hreq *h) {
     const char *ct = attnd_http_header(h, "Content-Type");
     size_t n = strlen("application/octet-stream");
     return ct && strncasecmp(ct, "application/octet-stream", n) == 0 &&

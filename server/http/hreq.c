@@ -1,12 +1,14 @@
 /* hreq.c - the helpers on one HTTP request (hreq.h) that the access
  * handler (glue.c) and the route handlers (handlers.c) share: a request
- * header's value, a header's decimal size, and letting its body go. They
+ * header's value (trimmed), a header's decimal size, and letting its body go. They
  * sit below both, so that neither calls back into the other.
  */
 #include "hreq.h"
 
 #include <microhttpd.h>
 #include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "../../core/sizes.h"
 
@@ -28,6 +30,31 @@ int attnd_http_size(const char *s, uint64_t limit, uint64_t *v) {
     return 0;
 }
 
-const char *attnd_http_header(const hreq *h, const char *name) {
-    return MHD_lookup_connection_value(h->conn, MHD_HEADER_KIND, name);
+/* A trimmed copy of a header value, in the request's list. */
+struct hvalue {
+    struct hvalue *next;
+    char s[];
+};
+
+const char *attnd_http_header(hreq *h, const char *name) {
+    const char *v = MHD_lookup_connection_value(h->conn, MHD_HEADER_KIND, name);
+    size_t n = v ? strlen(v) : 0;
+    if (!n || (v[n - 1] != ' ' && v[n - 1] != '\t')) return v;
+    while (n && (v[n - 1] == ' ' || v[n - 1] == '\t'))
+        n--;
+    struct hvalue *c = malloc(sizeof *c + n + 1);
+    if (!c) return v; /* out of memory: as sent */
+    memcpy(c->s, v, n);
+    c->s[n] = '\0';
+    c->next = h->values;
+    h->values = c;
+    return c->s;
+}
+
+void attnd_http_free_values(hreq *h) {
+    while (h->values) {
+        struct hvalue *next = h->values->next;
+        free(h->values);
+        h->values = next;
+    }
 }

@@ -77,6 +77,8 @@ typedef struct attnd_http_req {
                                 new trace; its own span id (obs/trace.h) */
     uint64_t t_recv_unix_ns; /* Unix time of t_recv_us, for its spans */
     char model[ATTND_NAME_MAX]; /* the model its body named, once parsed; "" before or none */
+    struct hvalue *values;      /* header values it read that ended in blanks, trimmed copies
+                                   (attnd_http_header), freed with it */
 } hreq;
 
 /* send.c: every answer leaves through here, h->r.reply with the status of
@@ -94,7 +96,11 @@ void attnd_http_drop_body(hreq *h);
 /* hreq.c: a header's decimal size: digits only (no sign, no spaces), at
  * most limit. Returns 0, or -1 with *v untouched. */
 int attnd_http_size(const char *s, uint64_t limit, uint64_t *v);
-/* hreq.c: the value of request header name, or NULL. */
-const char *attnd_http_header(const hreq *h, const char *name);
+/* hreq.c: the value of request header name without the spaces and tabs
+ * that end it (RFC 9110, 5.5: not part of the value; libmicrohttpd drops
+ * the leading ones), or NULL. Valid while h lives. */
+const char *attnd_http_header(hreq *h, const char *name);
+/* Frees the trimmed copies attnd_http_header made. */
+void attnd_http_free_values(hreq *h);
 
 #endif

@@ -7,6 +7,7 @@ import json
 import random
 import re
 import socket
+import time
 
 import numpy as np
 import pytest
@@ -478,6 +479,57 @@ def test_api_key_not_logged(keyed, daemons, log_format):
         assert any(o.get("path") == "/v1/models" and o.get("status") == 401 for o in got), got
     for text in (keyed.stdout(), keyed.stderr()):
         assert API_KEY not in text, "the API key appears in the daemon's output"
+
+
+def test_header_values_end_without_their_blanks(keyed):
+    """Spaces and tabs that end a header's value are not part of it (RFC
+    9110, 5.5): the key, the request id and the v2 binary header length
+    sent with trailing blanks, as a proxy may pass them, read as without."""
+    body = json.dumps({"model": M, "query": rows(2, E)}).encode()
+    resp = support.raw_http(keyed.port, b"POST /v1/attention HTTP/1.1\r\nHost: x\r\n"
+                            b"Authorization: Bearer " + API_KEY.encode() + b" \t\r\n"
+                            b"X-Request-Id: abc-1 \r\nContent-Type: application/json\r\n"
+                            b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(body) + body)
+    head = resp.split(b"\r\n\r\n", 1)[0]
+    assert head.startswith(b"HTTP/1.1 200"), resp[:300]
+    assert re.search(rb"(?im)^x-request-id: abc-1\r?$", head), head
+    q = np.arange(2 * E, dtype=np.float32) / (2 * E)
+    hdr = json.dumps({"inputs": [{"name": "query", "shape": [2, E], "datatype": "FP32",
+                                  "parameters": {"binary_data_size": q.nbytes}}]}).encode()
+    v2 = hdr + q.tobytes()
+    resp = support.raw_http(keyed.port, b"POST /v2/models/%s/infer HTTP/1.1\r\nHost: x\r\n"
+                            b"Authorization: Bearer %s\r\nInference-Header-Content-Length: %d "
+                            b"\r\nContent-Type: application/octet-stream\r\nContent-Length: %d"
+                            b"\r\nConnection: close\r\n\r\n" % (M.encode(), API_KEY.encode(),
+                                                             len(hdr), len(v2)) + v2)
+    assert resp.startswith(b"HTTP/1.1 200"), resp[:300]
+
+
+@pytest.mark.parametrize("te", [b"gzip, chunked", b"identity", b"chunked "],
+                         ids=["gzip_chunked", "identity", "chunked_blank"])
+def test_unreadable_transfer_encoding_refused_at_once(keyed, te):
+    """A body whose end cannot be found (a Transfer-Encoding other than
+    chunked, as sent) is a 400 at once and the connection closed, not a
+    connection held until the body deadline (RFC 9112, 6.1 and 6.3)."""
+    t0 = time.monotonic()
+    resp = support.raw_http(keyed.port, b"POST /v1/attention HTTP/1.1\r\nHost: x\r\n"
+                            b"Transfer-Encoding: " + te + b"\r\n\r\n1d\r\n"
+                            b'{"query":[[1,2,3,4,5,6,7,8]]}\r\n0\r\n\r\n', timeout=20)
+    assert time.monotonic() - t0 < 10 * support.SLOW, "answered only at the body deadline"
+    head, _, body = resp.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400"), resp[:300]
+    assert b"Transfer-Encoding" in body and re.search(rb"(?im)^connection: close", head), resp
+
+
+def test_two_content_lengths_refused(keyed):
+    """Two Content-Lengths that disagree are one 400 and the connection
+    closed: what follows is never read as a request of its own."""
+    smuggled = b"GET /v2 HTTP/1.1\r\nHost: x\r\n\r\n"
+    resp = support.raw_http(keyed.port, b"POST /v1/attention HTTP/1.1\r\nHost: x\r\n"
+                            b"Content-Length: 0\r\nContent-Length: %d\r\n\r\n" % len(smuggled)
+                            + smuggled, timeout=5)
+    assert resp.count(b"HTTP/1.1 ") == 1 and resp.startswith(b"HTTP/1.1 400"), resp[:400]
+    assert b"Content-Length" in resp.partition(b"\r\n\r\n")[2], resp
 
 
 @pytest.mark.parametrize("raw", ["trim-key-1\n", "trim-key-1\r\n", " \ttrim-key-1 \n"],
