@@ -204,9 +204,16 @@ static int check_datatype(const v2_input *in, int idx, int ti, int *is_bool, att
                                want_float  ? "FP32"
                                : want_bool ? "BOOL"
                                            : "BOOL or FP32");
-    if (in->have_data && in->data.is_bool != *is_bool)
-        return attnd_set_error(e, AERR_BAD_REQUEST, "inputs[%d] (%s).data: expected %s for %s", idx,
-                               in->name, *is_bool ? "booleans" : "numbers", dt);
+    if (in->have_data && in->data.is_bool != *is_bool) {
+        /* the data took its kind from its first element: name that one */
+        char at[3 * TENSOR_MAX_RANK + 1] = "";
+        for (int d = 0; d < in->data.rank && d < TENSOR_MAX_RANK; d++)
+            strcat(at, "[0]");
+        return attnd_set_error(
+            e, AERR_BAD_REQUEST, "inputs[%d] (%s).data%s: not %s (got %s); %s takes %s", idx,
+            in->name, at, *is_bool ? "a boolean" : "a number", *is_bool ? "a number" : "a boolean",
+            dt, *is_bool ? "true and false" : "numbers");
+    }
     return 0;
 }
 
