@@ -169,6 +169,22 @@ attnd_server *attnd_server_new(const attnd_config *cfg, attnd_exit *why, char *e
     attnd_route_labels(labels);
     attnd_metrics_init(&s->metrics, labels, R_COUNT + 1);
     int listen_failed = 0;
+    /* The HTTP port opens first, so that a probe hears 503 "starting" while
+     * the models load (the health routes alone are answered: glue.c); what
+     * a request reads of the models, the queue and the sessions is set
+     * before the state turns S_READY, which every reader checks first. */
+    if (start_tracing(s, err, errlen) < 0) goto fail;
+    s->http = (attnd_http){.cfg = cfg,
+                           .env = &s->env,
+                           .metrics = &s->metrics,
+                           .meta = &s->meta,
+                           .otlp = s->otlp,
+                           .more_metrics = grpc_metrics,
+                           .more_metrics_arg = &s->grpc};
+    if (attnd_http_start(&s->http, &listen_failed, err, errlen) < 0) {
+        if (listen_failed) *why = ATTND_EXIT_LISTEN;
+        goto fail;
+    }
     if (load_models(s, err, errlen) < 0) {
         *why = ATTND_EXIT_WEIGHTS;
         goto fail;
@@ -177,7 +193,7 @@ attnd_server *attnd_server_new(const attnd_config *cfg, attnd_exit *why, char *e
         snprintf(err, errlen, "out of memory");
         goto fail;
     }
-    if (start_compute(s, err, errlen) < 0 || start_tracing(s, err, errlen) < 0) goto fail;
+    if (start_compute(s, err, errlen) < 0) goto fail;
     if (cfg->save_dir && attnd_save_dir_ready(cfg->save_dir, err, errlen) < 0) {
         *why = ATTND_EXIT_CONFIG;
         goto fail;
@@ -185,17 +201,9 @@ attnd_server *attnd_server_new(const attnd_config *cfg, attnd_exit *why, char *e
     if (cfg->save_dir)
         attnd_sessions_load(&(attnd_persist_env){s->sessions, &s->env}, cfg->save_dir,
                             attnd_mono_s());
-    s->http = (attnd_http){.cfg = cfg,
-                           .env = &s->env,
-                           .sched = s->sched,
-                           .sessions = s->sessions,
-                           .metrics = &s->metrics,
-                           .meta = &s->meta,
-                           .otlp = s->otlp,
-                           .more_metrics = grpc_metrics,
-                           .more_metrics_arg = &s->grpc};
-    if (attnd_http_start(&s->http, &listen_failed, err, errlen) < 0 ||
-        start_grpc(s, &listen_failed, err, errlen) < 0) {
+    s->http.sched = s->sched;
+    s->http.sessions = s->sessions;
+    if (start_grpc(s, &listen_failed, err, errlen) < 0) {
         if (listen_failed) *why = ATTND_EXIT_LISTEN;
         goto fail;
     }

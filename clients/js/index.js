@@ -614,6 +614,6 @@ export class Session {
   }
 
   _open() {
-    if (this.closed) throw new Error(`session ${this.id} is closed; open a new one`);
+    if (this.closed) throw new AttndError(null, `session ${this.id} is closed; open a new one`);
   }
 }

@@ -827,15 +827,13 @@ static void listen_addr(const attnd_config *c, char *out, size_t cap) {
 static grpc_server *new_server(const attnd_config *c) {
     long long max_in = 2 * c->max_body_bytes + (1 << 20); /* max_body_bytes: at most 2^34 */
     if (max_in > INT_MAX) max_in = INT_MAX;
-    grpc_arg args[2];
-    memset(args, 0, sizeof args);
-    args[0].type = GRPC_ARG_INTEGER;
-    args[0].key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
-    args[0].value.integer = (int)max_in;
-    args[1].type = GRPC_ARG_INTEGER;
-    args[1].key = GRPC_ARG_MAX_SEND_MESSAGE_LENGTH;
-    args[1].value.integer = -1;
-    grpc_channel_args ca = {2, args};
+    /* gRPC's core sets SO_REUSEPORT by default: a second daemon given the
+     * port of a first would share it, the calls split between them */
+    grpc_arg args[3] = {
+        {GRPC_ARG_INTEGER, GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, {.integer = (int)max_in}},
+        {GRPC_ARG_INTEGER, GRPC_ARG_MAX_SEND_MESSAGE_LENGTH, {.integer = -1}},
+        {GRPC_ARG_INTEGER, GRPC_ARG_ALLOW_REUSEPORT, {.integer = 0}}};
+    grpc_channel_args ca = {3, args};
     return grpc_server_create(&ca, NULL);
 }
 

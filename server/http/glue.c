@@ -238,6 +238,14 @@ static void examine(hreq *h, const char *url) {
         return;
     }
     if (route_has(h, ROUTE_PREFLIGHT)) return; /* preflights carry no credentials */
+    /* the port opens before the models load (server.c): until they are in,
+     * the health routes say so and nothing else is answered */
+    if (atomic_load(&s->state) == S_STARTING && h->rid != R_HEALTH && h->rid != R_V2_LIVE &&
+        h->rid != R_V2_READY) {
+        attnd_set_error(&h->err, AERR_UNAVAILABLE,
+                        "the server is starting: its models are loading");
+        return;
+    }
     if (s->api_key && !route_has(h, ROUTE_OPEN) &&
         !key_ok(s, attnd_http_header(h, "Authorization"))) {
         attnd_set_error(&h->err, AERR_UNAUTHORIZED,

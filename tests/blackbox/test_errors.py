@@ -850,7 +850,7 @@ def test_bad_inference_header_content_length_400(d):
                  {"Inference-Header-Content-Length": str(len(js))})
     assert r.status_code == 200, r.text[:300]
     for bad in ("-1", "0", "abc", "18446744073709551616", str(len(body) + 1), "+%d" % len(js),
-                "%d " % len(js), "0x%x" % len(js), ""):
+                "%d x" % len(js), "0x%x" % len(js), ""):
         r = post_raw(d, "/v2/models/%s/infer" % M, body, {"Inference-Header-Content-Length": bad})
         msg = check_error_body(r, 400)
         assert msg.startswith("Inference-Header-Content-Length: "), (bad, msg)

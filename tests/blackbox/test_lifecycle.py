@@ -169,6 +169,45 @@ def test_idle_stop_signal_exits_zero(fresh_daemons, sig):
     assert "%s: draining" % name in d.logs(), d.logs()
 
 
+def test_503_starting_while_the_models_load(fresh_daemons, tmp_path):
+    """The HTTP port opens before the models load (SPEC 4: /health is 503
+    while starting): /health and /v2/health/ready answer 503 "starting",
+    /v2/health/live 200, and every other route 503 with Retry-After, until
+    the models are in; then 200. Three layers of width 2048 (64 MiB each)
+    take a few hundred ms to load."""
+    wide = support.Model.random("wide", 2048, 16, seed=5)
+    path = tmp_path / "wide.safetensors"
+    wide.save(path)
+    cfg = {"models": [dict(wide.config(), name="w%d" % i, weights=str(path)) for i in range(3)]}
+    d = fresh_daemons(cfg, wait=False)
+    seen, during = [], None
+    deadline = time.monotonic() + 60 * support.SLOW
+    while time.monotonic() < deadline:
+        try:
+            r = requests.get(d.url + "/health", timeout=5)
+        except requests.ConnectionError:
+            assert d.proc.poll() is None, d.logs()
+            time.sleep(0.002)
+            continue
+        seen.append(r.status_code)
+        if r.status_code == 503 and during is None:
+            assert r.json() == {"error": "starting"}, r.text
+            during = (requests.get(d.url + "/v2/health/ready"), requests.get(d.url + "/v2/health/live"),
+                      requests.post(d.url + "/v1/attention", json={"query": [[0.0] * 2048]}),
+                      requests.get(d.url + "/v1/models"))
+        if r.status_code == 200:
+            break
+    assert seen and seen[-1] == 200, (seen, d.logs())
+    assert seen[0] == 503 and set(seen) == {503, 200}, seen
+    ready, live, compute, models = during
+    assert ready.status_code == 503 and live.status_code == 200, (ready.text, live.text)
+    for r in (compute, models):
+        check_error_body(r, 503)
+        assert "starting" in r.json()["error"] and r.headers.get("Retry-After") == "1", r.text
+    r = d.post("/v1/attention", {"model": "w0", "query": [[0.0] * 2048]})
+    assert r.status_code == 200, r.text[:300]
+
+
 # ---------------------------------------------------------------- overload, deadline
 
 def test_overload_429_with_retry_after(fresh_daemons, big):

@@ -89,8 +89,9 @@ def test_failed_step_keeps_nothing_and_close(decoder):
         assert "cached_tokens=4" in repr(sess)
         sess.close()
         sess.close()  # twice: nothing
-        with pytest.raises(RuntimeError, match="closed"):
+        with pytest.raises(attnd.Error, match="closed") as e:  # SPEC 10: failures raise attnd.Error
             sess.step(q[4])
+        assert e.value.status is None
         # a session the daemon no longer holds closes without an error
         other = c.session(q[:2], model=g["name"])
         assert requests.delete(decoder.url + "/v1/sessions/" + other.id,

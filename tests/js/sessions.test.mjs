@@ -156,6 +156,8 @@ test("a close that failed is not closed: close() again ends the session", async 
   assert.equal(r.cachedTokens, 3);
   await sess.close();
   assert.ok(sess.closed);
+  await assert.rejects(sess.step(Float32Array.from(s.query[2])), // SPEC 10: failures throw AttndError
+    (e) => e instanceof AttndError && e.status === null && /is closed/.test(e.message));
   const raw = await fetch(`${d1.url}/v1/sessions/${sess.id}/attention`, { method: "POST",
     body: JSON.stringify({ query: [s.query[0]] }) });
   assert.equal(raw.status, 404, "the session outlived its close()");

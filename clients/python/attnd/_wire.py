@@ -346,8 +346,8 @@ def session_fields(ans: Dict[str, Any], request_id: Optional[str]
 
 
 def step_path(session_id: str, closed: bool) -> str:
-    if closed:
-        raise RuntimeError("session %s is closed; open a new one" % session_id)
+    if closed:  # nothing is sent: no status, as for a request that got no answer
+        raise Error(None, "session %s is closed; open a new one" % session_id)
     return "/v1/sessions/%s/attention" % session_id
 
 
