@@ -40,11 +40,14 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 /** A daemon on a free port of 127.0.0.1, with config (an object) written
  * to a temp file when given, env added to a copy of the environment
- * without any ATTND_* of the machine's. stop() ends it (SIGTERM). */
+ * without any ATTND_* of the machine's; gRPC off unless args give
+ * --grpc-port. stop() ends it (SIGTERM). */
 export async function startDaemon({ config = null, env = {}, args = [] } = {}) {
   const dir = mkdtempSync(join(tmpdir(), "attnd-js-"));
   const port = await freePort();
-  const argv = ["--host", "127.0.0.1", "--port", String(port), ...args];
+  // daemons started side by side never meet on gRPC's 8081
+  const grpc = args.includes("--grpc-port") ? [] : ["--grpc-port", "0"];
+  const argv = ["--host", "127.0.0.1", "--port", String(port), ...grpc, ...args];
   if (config) {
     writeFileSync(join(dir, "attnd.json"), JSON.stringify(config));
     argv.push("--config", join(dir, "attnd.json"));
