@@ -280,7 +280,7 @@ tsan: deps
 	TSAN_OPTIONS="halt_on_error=1 suppressions=$(abspath tests/tsan.supp)" CK_FORK=no build-tsan/tests/test_server_guard
 	TSAN_OPTIONS="halt_on_error=1 suppressions=$(abspath tests/tsan.supp)" CK_FORK=no build-tsan/tests/test_server_otlp
 	TSAN_OPTIONS="halt_on_error=1 suppressions=$(abspath tests/tsan.supp)" CK_FORK=no ATTND_OTELCOL=$(abspath $(OTELCOL)) build-tsan/tests/test_server_otlp_collector
-	TSAN_OPTIONS="halt_on_error=1 suppressions=$(abspath tests/tsan.supp)" $(MAKE) BUILD=build-tsan OPT=-O1 SAN="-fsanitize=thread" test-blackbox PYTEST_ARGS="-k 'concurrency or perf or slowloris or flood or drain_deadline or isolation or reload_under_steady_load or admitted_requests_finish or sessions_keep_their_version or sighup_applies or mixed_http_and_grpc or drain_with_calls_in_flight or session_over_model_stream_infer or stream_ended_by_the_client or stream_answers_wait_for_a_slow_reader or sent_ahead_merge or merged_step_refused or health_watch'"
+	TSAN_OPTIONS="halt_on_error=1 suppressions=$(abspath tests/tsan.supp)" $(MAKE) BUILD=build-tsan OPT=-O1 SAN="-fsanitize=thread" test-blackbox PYTEST_ARGS="-k 'concurrency or perf or slowloris or flood or drain_deadline or isolation or reload_under_steady_load or admitted_requests_finish or sessions_keep_their_version or sighup_applies or mixed_http_and_grpc or drain_with_calls_in_flight or session_over_model_stream_infer or stream_ended_by_the_client or stream_answers_wait_for_a_slow_reader or sent_ahead_merge or merged_step_refused or health_watch or starting_while_the_models_load'"
 
 # valgrind's memcheck (Debian's valgrind) sees what ASan and UBSan do not:
 # a branch, an address or a system call that depends on bytes nothing set
