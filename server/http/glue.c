@@ -442,8 +442,9 @@ static const char *end_word(const hreq *h, enum MHD_RequestTerminationCode toe) 
         return atomic_load(&h->srv->past_deadline) ? "drain_deadline" : "shutdown";
     if (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK && h->status) return "ok";
     if (toe == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED) return "idle_timeout";
+    /* an error while the answer goes out is its socket's: the client reset it */
     if (toe == MHD_REQUEST_TERMINATED_CLIENT_ABORT || toe == MHD_REQUEST_TERMINATED_READ_ERROR ||
-        h->gone || !h->status)
+        toe == MHD_REQUEST_TERMINATED_WITH_ERROR || h->gone || !h->status)
         return "client_gone";
     return "error";
 }

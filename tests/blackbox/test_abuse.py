@@ -167,6 +167,25 @@ def test_drain_deadline_cuts_and_says_so(fresh_daemons):
     assert line and "end=ok" not in line[-1] and "end=drain_deadline" in line[-1], line
 
 
+def test_reset_while_the_answer_goes_out_is_client_gone(fresh_daemons):
+    """A client that resets its connection while a large answer goes out
+    (RST, its receive buffer small) is logged end=client_gone, as docs/api.md
+    defines it, not end=error; the daemon serves on."""
+    d = fresh_daemons(None)
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.connect(("127.0.0.1", d.port))
+    s.sendall(big_answer_request(2048, attention="mean").replace(b"slow-reader", b"reset-reader"))
+    assert s.recv(100)
+    time.sleep(0.3)  # the daemon blocks on the full socket
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    s.close()  # RST
+    assert support.wait_until(lambda: "id=reset-reader" in d.stdout(), 10), d.stdout()[-2000:]
+    line = [ln for ln in d.stdout().splitlines() if "id=reset-reader" in ln][-1]
+    assert "end=client_gone" in line, line
+    assert d.get("/health").status_code == 200
+
+
 # ---------------------------------------------------------------- slow clients
 
 class Tricklers:
