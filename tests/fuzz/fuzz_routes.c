@@ -6,22 +6,21 @@
  * callback, then the route matcher (server/http/routes.c); the headers
  * through the same helpers the request handler calls (the size reader, the
  * request id maker of server/http/send.c, the key check), and the whole
- * first look at a request (examine: route, method, CORS origin, API key,
- * draining, declared body size against max_body_bytes and the body budget)
- * on three servers (a key and one CORS origin; no key and "*"; draining),
- * which is why this file includes server/http/glue.c whole. examine reads
- * its headers through MHD_lookup_connection_value, which this file
- * defines: the executable's definition comes before the library's, so no
- * connection is needed. Each answer is held to an independent statement
- * of what it should be: a matched route's pattern with its captures put
- * back is the path; a size is digits only and within its limit; a
- * client's request id is kept when it is 1 to 64 of [A-Za-z0-9._:-] and
- * replaced by 16 hex digits otherwise; the API key matches only "Bearer
- * <key>"; examine refuses with the first of 404, 405, 401, 503, then a
- * Content-Length that is not digits (400), past max_body_bytes (413) or
- * past the body budget (429), the last three at once, and reserves at
- * most 64 KiB for a body it has not seen.
- *   make fuzz-smoke; make fuzz-long
+ * first look at a request (examine: route, method, CORS origin, starting,
+ * API key, draining, declared body size against max_body_bytes and the
+ * body budget) on four servers (a key and one CORS origin; no key and "*";
+ * draining; starting), which is why this file includes server/http/glue.c
+ * whole. examine reads its headers through MHD_lookup_connection_value and
+ * MHD_get_connection_values, which this file defines: the executable's
+ * definitions come before the library's, so no connection is needed.
+ * Header values are read without the blanks that end them. Each answer is held to an independent
+ * statement of what it should be: a matched route's pattern with its captures put back is the path;
+ * a size is digits only and within its limit; a client's request id is kept when it is 1 to 64 of
+ * [A-Za-z0-9._:-] and replaced by 16 hex digits otherwise; the API key matches only "Bearer <key>";
+ * examine refuses with the first of 404, 405, 503 while starting (but the health routes), 401, 503
+ * while draining, then a Content-Length that is not digits (400), past max_body_bytes (413) or past
+ * the body budget (429), the last three at once, and reserves at most 64 KiB for a body it has not
+ * seen. make fuzz-smoke; make fuzz-long
  */
 #include "../../server/http/glue.c"
 
@@ -143,6 +142,30 @@ const char *MHD_lookup_connection_value(struct MHD_Connection *connection, enum 
     return NULL;
 }
 
+int MHD_get_connection_values(struct MHD_Connection *connection, enum MHD_ValueKind kind,
+                              MHD_KeyValueIterator iterator, void *iterator_cls) {
+    const fake_headers *f = (const fake_headers *)connection;
+    const char *keys[] = {"Content-Length", "Origin", "Authorization"};
+    const char *values[] = {f->content_length, f->origin, f->authorization};
+    int n = 0;
+    for (int i = 0; i < 3; i++)
+        if (kind == MHD_HEADER_KIND && values[i]) {
+            n++;
+            if (iterator && iterator(iterator_cls, kind, keys[i], values[i]) != MHD_YES) break;
+        }
+    return n;
+}
+
+/* v without the spaces and tabs that end it, in buf (NULL stays NULL). */
+static const char *trimmed(const char *v, char *buf, size_t cap) {
+    if (!v) return NULL;
+    size_t n = strlen(v);
+    while (n && (v[n - 1] == ' ' || v[n - 1] == '\t'))
+        n--;
+    snprintf(buf, cap, "%.*s", (int)n, v);
+    return buf;
+}
+
 enum { MAX_BODY = 1 << 20, BUDGET = 3 << 19 };
 
 /* What examine must decide: the refusal's kind and whether it goes out at
@@ -155,9 +178,13 @@ static attnd_kind expected(const attnd_http *s, const char *method, const char *
     if (st == 404) return AERR_NOT_FOUND;
     if (st == 405) return AERR_METHOD;
     if (strcmp(method, "OPTIONS") == 0) return AOK;
+    if (atomic_load(&s->state) == S_STARTING && strcmp(path, "/health") != 0 &&
+        strcmp(path, "/v2/health/live") != 0 && strcmp(path, "/v2/health/ready") != 0)
+        return AERR_UNAVAILABLE;
+    char ab[256], cb[64];
     int key = 1;
     if (s->api_key) {
-        const char *a = f->authorization;
+        const char *a = trimmed(f->authorization, ab, sizeof ab);
         key = a && strncasecmp(a, "Bearer ", 7) == 0 &&
               strcmp(a + 7 + strspn(a + 7, " "), s->api_key) == 0;
     }
@@ -167,7 +194,7 @@ static attnd_kind expected(const attnd_http *s, const char *method, const char *
     if (!open && !key) return AERR_UNAUTHORIZED;
     int compute = strcmp(m.path->method, "POST") == 0; /* every POST route computes */
     if (compute && atomic_load(&s->state) != S_READY) return AERR_UNAVAILABLE;
-    const char *cl = f->content_length;
+    const char *cl = trimmed(f->content_length, cb, sizeof cb);
     if (!cl) return AOK;
     *now = 1;
     if (!cl[0] || strspn(cl, "0123456789") != strlen(cl)) return AERR_BAD_REQUEST;
@@ -199,19 +226,23 @@ static void check_examine(attnd_http *s, const char *method, const char *url, co
     FUZZ_CHECK((h->err.code == AOK) == (h->err.msg[0] == '\0'));
     FUZZ_CHECK(memchr(h->err.msg, '\0', sizeof(h->err.msg)) != NULL);
     FUZZ_CHECK(h->in.cap <= BODY_RESERVE_MAX);
-    /* the origin echoed: only one configured (or any, with "*") */
-    const char *o = f->origin;
+    /* the origin echoed, without its trailing blanks: only one configured
+     * (or any, with "*") */
+    char ob[128];
+    const char *o = trimmed(f->origin, ob, sizeof ob);
     int allowed = 0;
     for (int i = 0; o && i < s->cfg->n_cors_origins; i++)
         allowed |=
             strcmp(s->cfg->cors_origins[i], "*") == 0 || strcmp(s->cfg->cors_origins[i], o) == 0;
-    FUZZ_CHECK(allowed ? h->origin == o : h->origin == NULL);
+    FUZZ_CHECK(allowed ? h->origin && strcmp(h->origin, o) == 0 : h->origin == NULL);
     FUZZ_CHECK(atomic_load(&s->buffered) == buffered); /* examine holds no body bytes */
     attnd_sb_free(&h->in);
+    attnd_http_free_values(h);
     free(h);
 }
 
-/* Three servers: a key and one origin; no key and any origin; draining. */
+/* Four servers: a key and one origin; no key and any origin; draining;
+ * starting (a key and one origin). */
 static void examine_all(const char *method, const char *url, const char *path,
                         const fake_headers *f, long long buffered) {
     static char *one[] = {"http://app.example"}, *any[] = {"*"};
@@ -224,17 +255,17 @@ static void examine_all(const char *method, const char *url, const char *path,
     if (!none) FUZZ_CHECK((none = attnd_models_new(0)) != NULL);
     attnd_parse_env env = {.models = none};
     attnd_http s;
-    for (int v = 0; v < 3; v++) {
+    for (int v = 0; v < 4; v++) {
         memset(&s, 0, sizeof(s));
         s.cfg = &cfg;
         s.env = &env;
-        cfg.cors_origins = v == 0 ? one : any;
+        cfg.cors_origins = v == 0 || v == 3 ? one : any;
         cfg.n_cors_origins = v == 2 ? 0 : 1;
         if (v != 1) {
             s.api_key = "k3y";
             s.api_key_len = 3;
         }
-        atomic_init(&s.state, v == 2 ? S_DRAINING : S_READY);
+        atomic_init(&s.state, v == 2 ? S_DRAINING : v == 3 ? S_STARTING : S_READY);
         check_examine(&s, method, url, path, f, buffered);
     }
 }
